@@ -1,0 +1,35 @@
+# make train  — create .venv, install aiayn (torch pinned), run the default job
+# make test   — same install, run the tests (PYTEST_ARGS to pass options, e.g. -m "not slow")
+PYTHON ?= python3
+VENV ?= .venv
+# The pinned torch: the CPU build is enough for the default job and the tests; on a GPU machine
+# pip takes the CUDA build of the same version.
+TORCH_VERSION ?= 2.13.0
+ARGS ?=
+PYTEST_ARGS ?=
+
+# Real data: the shared data folder beside the checkout when there is one, else the user cache
+# (missing Multi30k files are downloaded there).
+AIAYN_DATA_ROOT ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),$(HOME)/.cache/aiayn/data)
+export AIAYN_DATA_ROOT
+
+BIN := $(VENV)/bin
+
+.PHONY: install train test clean
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install torch==$(TORCH_VERSION)
+	$(BIN)/pip install -e '.[dev]'
+	touch $@
+
+train: install
+	$(BIN)/python src/train.py $(ARGS)
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) outputs multirun .pytest_cache

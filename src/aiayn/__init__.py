@@ -1,0 +1,1 @@
+"""aiayn: the Transformer of "Attention Is All You Need"."""

@@ -1,0 +1,87 @@
+"""Locating (and, when allowed, downloading) the Multi30k task 1 files."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from aiayn.data.readers import DataError, read_lines
+
+log = logging.getLogger(__name__)
+
+URL_TEMPLATE = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{split}.{lang}.gz"
+"""Where each raw, gzipped file lives upstream (github.com/multi30k/dataset, task 1)."""
+
+SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")
+LANGUAGES = ("en", "de")
+SUBDIR = "multi30k"
+"""The files live in ``<data_root>/multi30k/{split}.{lang}.gz``."""
+
+DOWNLOAD_TIMEOUT_S = 30.0
+
+
+def multi30k_path(data_root: str | os.PathLike, split: str, lang: str) -> Path:
+    """Where the file of ``split`` in ``lang`` is expected under ``data_root``."""
+    _check(split, lang)
+    return Path(data_root) / SUBDIR / f"{split}.{lang}.gz"
+
+
+def multi30k_url(split: str, lang: str) -> str:
+    """The upstream address of the file of ``split`` in ``lang``."""
+    _check(split, lang)
+    return URL_TEMPLATE.format(split=split, lang=lang)
+
+
+def multi30k_files(
+    data_root: str | os.PathLike, split: str, src_lang: str, tgt_lang: str, download: bool = True
+) -> tuple[Path, Path]:
+    """The source and target files of ``split``; missing ones are downloaded when ``download``
+    is true, and a :class:`DataError` lists whatever is still missing."""
+    if src_lang == tgt_lang:
+        raise ValueError(f"source and target language are both {src_lang!r}; choose two of {LANGUAGES}")
+    paths = (multi30k_path(data_root, split, src_lang), multi30k_path(data_root, split, tgt_lang))
+    missing = [(path, multi30k_url(split, lang)) for path, lang in zip(paths, (src_lang, tgt_lang)) if not path.is_file()]
+    if missing and download:
+        for path, url in missing:
+            _download(url, path)
+        missing = [(path, url) for path, url in missing if not path.is_file()]
+    if missing:
+        listing = "; ".join(f"{path} (from {url})" for path, url in missing)
+        how = "download failed (see the warnings above)" if download else "download=False"
+        raise DataError(
+            f"Multi30k files missing ({how}): {listing}. Fetch them there, or point "
+            f"AIAYN_DATA_ROOT / task.data_root at a folder whose {SUBDIR}/ holds them"
+        )
+    return paths
+
+
+def _check(split: str, lang: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"unknown Multi30k split {split!r}; choose one of {SPLITS}")
+    if lang not in LANGUAGES:
+        raise ValueError(f"unsupported Multi30k language {lang!r}; choose one of {LANGUAGES}")
+
+
+def _download(url: str, path: Path) -> None:
+    """Fetch ``url`` into ``path`` through a temporary file renamed into place once it has been
+    checked to be complete; failures are logged, not raised."""
+    tmp_name = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".part.gz", delete=False) as tmp:
+            tmp_name = tmp.name
+            log.info("downloading %s to %s", url, path)
+            with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
+                while chunk := response.read(1 << 16):
+                    tmp.write(chunk)
+        read_lines(tmp_name)  # a truncated or non-gzip download fails here
+        os.replace(tmp_name, path)
+        tmp_name = None
+    except (OSError, DataError) as error:  # URLError, timeouts and read-only folders are OSErrors
+        log.warning("could not download %s to %s: %s", url, path, error)
+    finally:
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)

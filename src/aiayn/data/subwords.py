@@ -1,0 +1,129 @@
+"""A joint sentencepiece subword vocabulary, trained once per (settings, input lines) and cached."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+
+from aiayn.data.readers import DataError
+
+log = logging.getLogger(__name__)
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+_CACHE_FORMAT = 1  # bump when the training options below change meaning
+
+
+class Subwords:
+    """A trained sentencepiece model with ids pad=0, unk=1, bos=2, eos=3."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        try:
+            self._sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        except (OSError, RuntimeError) as error:
+            raise DataError(f"{self.path}: not a loadable sentencepiece model ({error}); delete it to retrain") from None
+        found = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
+        if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise DataError(f"{self.path}: special ids (pad, unk, bos, eos) are {found}, expected (0, 1, 2, 3); retrain it")
+
+    vocab_size = property(lambda self: self._sp.get_piece_size(), doc="Number of ids, specials included.")
+    pad_id = property(lambda self: PAD_ID)
+    unk_id = property(lambda self: UNK_ID)
+    bos_id = property(lambda self: BOS_ID)
+    eos_id = property(lambda self: EOS_ID)
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """The ids of each text, without BOS/EOS."""
+        if isinstance(texts, str):
+            raise TypeError("encode takes a list of strings; wrap a single string in a list")
+        return self._sp.encode(list(texts), out_type=int)
+
+    def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        """The text of each id sequence, cut at its first EOS, with pad/BOS/EOS removed."""
+        cleaned = []
+        for seq in ids:
+            seq = [int(i) for i in seq]
+            if EOS_ID in seq:
+                seq = seq[: seq.index(EOS_ID)]
+            cleaned.append([i for i in seq if i not in (PAD_ID, BOS_ID)])
+        return self._sp.decode(cleaned)
+
+    def __repr__(self) -> str:
+        return f"Subwords({str(self.path)!r}, vocab_size={self.vocab_size})"
+
+
+def train_or_load(
+    texts: Iterable[str],
+    vocab_size: int,
+    cache_dir: str | os.PathLike,
+    model_type: str = "bpe",
+    character_coverage: float = 1.0,
+    input_sentence_size: int = 1_000_000,
+    seed: int = 0,
+) -> Subwords:
+    """A joint model of exactly ``vocab_size`` ids trained on ``texts`` (source and target lines
+    together), cached as ``<cache_dir>/sentencepiece/<key>.model`` where the key hashes the
+    settings and the lines; a cached model with the same key is reused instead of retrained."""
+    lines = texts if isinstance(texts, Sequence) and not isinstance(texts, str) else list(texts)
+    if not lines:
+        raise DataError("no lines to train the sentencepiece model on")
+    settings = dict(
+        format=_CACHE_FORMAT,
+        vocab_size=int(vocab_size),
+        model_type=model_type,
+        character_coverage=float(character_coverage),
+        input_sentence_size=int(input_sentence_size),
+        seed=int(seed),
+    )
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    digest.update(_content_hash(lines))
+    key = f"{model_type}{vocab_size}-{digest.hexdigest()[:20]}"
+    folder = Path(cache_dir) / "sentencepiece"
+    model = folder / f"{key}.model"
+    if model.is_file():
+        log.info("reusing sentencepiece model %s", model)
+        return Subwords(model)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    prefix = folder / f".{key}.{os.getpid()}.tmp"
+    log.info("training a %s sentencepiece model of %d ids on %d lines into %s", model_type, vocab_size, len(lines), model)
+    spm.set_random_generator_seed(int(seed))
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines),
+            model_prefix=str(prefix),
+            vocab_size=int(vocab_size),
+            model_type=model_type,
+            character_coverage=float(character_coverage),
+            input_sentence_size=int(input_sentence_size),
+            shuffle_input_sentence="true",
+            hard_vocab_limit="true",
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            num_threads=os.cpu_count() or 1,
+            minloglevel=2,
+        )
+        os.replace(f"{prefix}.vocab", folder / f"{key}.vocab")
+        os.replace(f"{prefix}.model", model)  # last: the .model file marks a complete entry
+    except RuntimeError as error:
+        raise DataError(f"sentencepiece training for {model} failed: {error}") from None
+    finally:
+        for suffix in (".model", ".vocab"):
+            Path(f"{prefix}{suffix}").unlink(missing_ok=True)
+    return Subwords(model)
+
+
+def _content_hash(lines: Iterable[str]) -> bytes:
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line.encode("utf-8", "surrogatepass"))
+        digest.update(b"\n")
+    return digest.digest()

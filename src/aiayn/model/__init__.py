@@ -1,0 +1,6 @@
+"""The Transformer in plain torch.nn (no Lightning, no Hydra): lift this package alone to reuse it."""
+
+from aiayn.model.search import beam_search, greedy_search, length_penalty
+from aiayn.model.transformer import DecoderState, Transformer
+
+__all__ = ["Transformer", "DecoderState", "beam_search", "greedy_search", "length_penalty"]

@@ -1,0 +1,111 @@
+"""Encoder and decoder layers (§3.1, §3.3).
+
+Every sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))): a residual connection around
+it, followed by layer normalisation ("post-norm"), with dropout on the sub-layer output before
+the residual sum (§5.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from aiayn.model.attention import MultiHeadAttention
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (Eq. 2), applied to each position alike."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w_2(F.relu(self.w_1(x)))
+
+
+class ResidualNorm(nn.Module):
+    """LayerNorm(x + Dropout(y)) where y = Sublayer(x) (§3.1, §5.4)."""
+
+    def __init__(self, d_model: int, dropout: float):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, sublayer_out: Tensor) -> Tensor:
+        return self.norm(x + self.dropout(sublayer_out))
+
+
+@dataclass
+class LayerAttention:
+    """Attention weights of one layer, kept when asked for (the paper's Figures 3–5)."""
+
+    self_attention: Tensor | None = None
+    cross_attention: Tensor | None = None
+
+
+class EncoderLayer(nn.Module):
+    """Multi-head self-attention, then the position-wise feed-forward network (§3.1)."""
+
+    def __init__(self, d_model: int, d_ff: int, n_heads: int, d_k: int, d_v: int, dropout: float,
+                 attention_dropout: float = 0.0):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout)
+        self.residual_1 = ResidualNorm(d_model, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff)
+        self.residual_2 = ResidualNorm(d_model, dropout)
+
+    def forward(self, x: Tensor, src_mask: Tensor, return_weights: bool = False) -> tuple[Tensor, LayerAttention]:
+        attended, weights = self.self_attention(
+            x, self.self_attention.project_keys_values(x), mask=src_mask, return_weights=return_weights
+        )
+        x = self.residual_1(x, attended)
+        x = self.residual_2(x, self.feed_forward(x))
+        return x, LayerAttention(self_attention=weights)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, then the feed-forward network (§3.1)."""
+
+    def __init__(self, d_model: int, d_ff: int, n_heads: int, d_k: int, d_v: int, dropout: float,
+                 attention_dropout: float = 0.0):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout)
+        self.residual_1 = ResidualNorm(d_model, dropout)
+        self.cross_attention = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout)
+        self.residual_2 = ResidualNorm(d_model, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff)
+        self.residual_3 = ResidualNorm(d_model, dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory_kv: tuple[Tensor, Tensor],
+        src_mask: Tensor,
+        self_kv_cache: tuple[Tensor, Tensor] | None = None,
+        return_weights: bool = False,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor], LayerAttention]:
+        """``memory_kv``: the encoder output projected by this layer's cross-attention (computed
+        once per source). ``self_kv_cache``: keys and values of the earlier target positions when
+        decoding incrementally, or None for a whole target at once.
+
+        Returns the layer output, the self-attention keys/values up to and including x (the new
+        cache), and the attention weights if asked for.
+        """
+        k, v = self.self_attention.project_keys_values(x)
+        if self_kv_cache is not None:
+            k = torch.cat([self_kv_cache[0], k], dim=2)
+            v = torch.cat([self_kv_cache[1], v], dim=2)
+        # Position i of x is position k_len - q_len + i overall and sees the keys up to there
+        # (one new token at a time needs no mask at all).
+        causal = x.size(1) > 1
+        attended, self_weights = self.self_attention(x, (k, v), causal=causal, return_weights=return_weights)
+        x = self.residual_1(x, attended)
+        attended, cross_weights = self.cross_attention(x, memory_kv, mask=src_mask, return_weights=return_weights)
+        x = self.residual_2(x, attended)
+        x = self.residual_3(x, self.feed_forward(x))
+        return x, (k, v), LayerAttention(self_attention=self_weights, cross_attention=cross_weights)

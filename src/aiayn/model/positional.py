@@ -1,0 +1,70 @@
+"""Positional information (§3.5): fixed sinusoids or learned position embeddings.
+
+PE(pos, 2i)   = sin(pos / 10000^(2i/d_model))
+PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))
+
+Table 3 row (E) replaces the sinusoids with learned positional embeddings and finds nearly
+identical results.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
+    """The (max_positions, d_model) table of §3.5: sines in even dimensions, cosines in odd."""
+    position = torch.arange(max_positions, dtype=torch.float64).unsqueeze(1)
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_positions, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
+    return table.float()
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal encoding; has no parameters."""
+
+    def __init__(self, d_model: int, max_positions: int):
+        super().__init__()
+        self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x: (batch, length, d_model); ``offset`` is the position of x[:, 0] (incremental decoding)."""
+        length = x.size(1)
+        if offset + length > self.table.size(0):
+            raise ValueError(
+                f"sequence of {offset + length} positions exceeds max_positions={self.table.size(0)}; "
+                "raise model.max_positions"
+            )
+        return x + self.table[offset : offset + length].to(x.dtype)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """Adds a learned embedding per position (Table 3 row E)."""
+
+    def __init__(self, d_model: int, max_positions: int):
+        super().__init__()
+        self.embedding = nn.Embedding(max_positions, d_model)
+        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        length = x.size(1)
+        if offset + length > self.embedding.num_embeddings:
+            raise ValueError(
+                f"sequence of {offset + length} positions exceeds max_positions="
+                f"{self.embedding.num_embeddings}; raise model.max_positions"
+            )
+        positions = torch.arange(offset, offset + length, device=x.device)
+        return x + self.embedding(positions)
+
+
+def positional_encoding(kind: str, d_model: int, max_positions: int) -> nn.Module:
+    if kind == "sinusoidal":
+        return SinusoidalPositionalEncoding(d_model, max_positions)
+    if kind == "learned":
+        return LearnedPositionalEmbedding(d_model, max_positions)
+    raise ValueError(f"unknown positional encoding {kind!r}; use 'sinusoidal' or 'learned'")

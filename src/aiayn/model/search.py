@@ -1,0 +1,143 @@
+"""Decoding (§6.1): batched beam search with the GNMT length penalty, and greedy search.
+
+"We used beam search with a beam size of 4 and length penalty α = 0.6 [38]. […] We set the
+maximum output length during inference to input length + 50, but terminate early when
+possible." The length penalty of reference [38] (Wu et al., 2016) is
+
+    lp(Y) = (5 + |Y|)^α / (5 + 1)^α,
+
+and a hypothesis is ranked by log P(Y|X) / lp(Y). |Y| counts the end-of-sentence token, as in
+tensor2tensor.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from aiayn.model.transformer import Transformer
+
+
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016, Eq. 14)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _max_lengths(model: Transformer, src_mask: Tensor, max_len_offset: int) -> Tensor:
+    """Input length + offset per sentence, capped by the positions the model can encode."""
+    src_lengths = src_mask.flatten(1).sum(-1)
+    return (src_lengths + max_len_offset).clamp(max=model.max_positions)
+
+
+@torch.no_grad()
+def greedy_search(
+    model: Transformer, src: Tensor, *, bos_id: int, eos_id: int, max_len_offset: int = 50
+) -> list[list[int]]:
+    """Pick the most probable token at every step. Returns token ids without BOS/EOS, per sentence."""
+    memory, src_mask, _ = model.encode(src)
+    state = model.start_decoding(memory, src_mask)
+    max_lengths = _max_lengths(model, src_mask, max_len_offset)
+    batch = src.size(0)
+    tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    for step in range(1, int(max_lengths.max()) + 1):
+        logits, state, _ = model.decode(tokens[:, -1:], state)
+        next_token = logits[:, -1].argmax(-1)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+        finished |= (next_token == eos_id) | (step >= max_lengths)
+        if finished.all():
+            break
+    return [_strip(row[1:].tolist(), eos_id, int(limit)) for row, limit in zip(tokens, max_lengths)]
+
+
+def _strip(ids: list[int], eos_id: int, limit: int) -> list[int]:
+    ids = ids[:limit]
+    return ids[: ids.index(eos_id)] if eos_id in ids else ids
+
+
+@torch.no_grad()
+def beam_search(
+    model: Transformer,
+    src: Tensor,
+    *,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_offset: int = 50,
+) -> list[list[int]]:
+    """Beam search over a batch of sentences at once; returns the best hypothesis per sentence
+    (token ids without BOS/EOS), ranked by log-probability / lp.
+
+    Each step extends every live hypothesis and ranks the 2·beam best candidates per sentence:
+    those among the best ``beam_size`` that end in EOS are finished; the best ``beam_size`` not
+    ending in EOS live on.
+    A sentence stops when it reaches its maximum length or when even its best live hypothesis,
+    given the largest length penalty it could still get, cannot beat its best finished one
+    (log-probabilities only fall as a hypothesis grows). Finished sentences leave the batch.
+    """
+    batch, k = src.size(0), beam_size
+    device = src.device
+    memory, src_mask, _ = model.encode(src)
+    max_lengths = _max_lengths(model, src_mask, max_len_offset)
+    rows = torch.arange(batch, device=device).repeat_interleave(k)
+    state = model.start_decoding(memory.index_select(0, rows), src_mask.index_select(0, rows))
+
+    active = torch.arange(batch, device=device)  # which input sentences are still being searched
+    tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
+    scores = torch.full((batch, k), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 1
+    best_scores = torch.full((batch,), float("-inf"), device=device)
+    best: list[list[int]] = [[] for _ in range(batch)]
+
+    for step in range(1, int(max_lengths.max()) + 1):
+        n = active.numel()
+        logits, state, _ = model.decode(tokens[:, -1:], state)
+        log_probs = logits[:, -1].float().log_softmax(-1)
+        vocab = log_probs.size(-1)
+        candidates = (scores.unsqueeze(-1) + log_probs.view(n, k, vocab)).view(n, k * vocab)
+        top_scores, top_ids = candidates.topk(2 * k, dim=-1)
+        origin, token = top_ids // vocab, top_ids % vocab
+        row_of = lambda beam: (torch.arange(n, device=device)[:, None] * k + beam)
+
+        # Candidates among the best `k` that end in EOS are finished hypotheses of length `step`
+        # (EOS further down is ignored, so a beam of 1 is exactly greedy search).
+        is_eos = token == eos_id
+        finishes = is_eos.clone()
+        finishes[:, k:] = False
+        finished_scores = (top_scores / length_penalty(step, alpha)).masked_fill(~finishes, float("-inf"))
+        step_best, step_pos = finished_scores.max(-1)
+        _record(best, best_scores, active, step_best, tokens, row_of(origin.gather(1, step_pos[:, None])))
+
+        # The best `k` candidates not ending in EOS live on (at most k of the 2k end in EOS).
+        live_scores, live_pos = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=-1)
+        parent_rows = row_of(origin.gather(1, live_pos)).view(-1)
+        tokens = torch.cat([tokens.index_select(0, parent_rows), token.gather(1, live_pos).view(-1, 1)], dim=1)
+        state = state.select(parent_rows)
+        scores = live_scores
+
+        sentence_max = max_lengths[active]
+        at_max = step >= sentence_max
+        if at_max.any():  # out of length: the best live hypothesis counts as finished, without EOS
+            at_max_scores = (scores[:, 0] / length_penalty(step, alpha)).masked_fill(~at_max, float("-inf"))
+            _record(best, best_scores, active, at_max_scores, tokens, row_of(torch.zeros_like(active)[:, None]))
+        can_improve = scores[:, 0] / length_penalty(sentence_max.float(), alpha) > best_scores[active]
+        keep = (~at_max & can_improve).nonzero().squeeze(1)
+        if keep.numel() == 0:
+            break
+        if keep.numel() < n:
+            active = active[keep]
+            kept_rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
+            tokens, scores, state = tokens.index_select(0, kept_rows), scores[keep], state.select(kept_rows)
+    return best
+
+
+def _record(best: list[list[int]], best_scores: Tensor, active: Tensor, new_scores: Tensor, tokens: Tensor,
+            rows: Tensor) -> None:
+    """Where ``new_scores`` beats a sentence's best so far, keep that hypothesis: the tokens of
+    ``rows[i, 0]`` without BOS (a finished hypothesis's EOS is never stored in ``tokens``)."""
+    improved = (new_scores > best_scores[active]).nonzero().squeeze(1)
+    for i in improved.tolist():
+        sentence = int(active[i])
+        best_scores[sentence] = new_scores[i]
+        best[sentence] = tokens[int(rows[i, 0]), 1:].tolist()

@@ -1,0 +1,161 @@
+"""The Transformer (§3, Figure 1): an encoder-decoder built from attention alone."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from aiayn.model.layers import DecoderLayer, EncoderLayer, LayerAttention
+from aiayn.model.positional import positional_encoding
+
+
+class ScaledEmbedding(nn.Module):
+    """Token embedding multiplied by √d_model (§3.4).
+
+    Initialised N(0, d_model^-0.5) as in tensor2tensor: after the √d_model scaling the inputs
+    have unit variance, and the weight (shared with the pre-softmax projection) starts small.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
+        nn.init.normal_(self.weight, std=d_model**-0.5)
+        self.scale = math.sqrt(d_model)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return F.embedding(tokens, self.weight) * self.scale
+
+
+@dataclass
+class DecoderState:
+    """What incremental decoding keeps between steps: the source padding mask, each layer's
+    cross-attention keys/values (computed once per source) and self-attention cache."""
+
+    src_mask: Tensor
+    memory_kv: list[tuple[Tensor, Tensor]]
+    self_kv: list[tuple[Tensor, Tensor] | None] = field(default_factory=list)
+    length: int = 0  # target positions decoded so far
+
+    def select(self, indices: Tensor) -> "DecoderState":
+        """Keep/reorder batch entries (beam search): every tensor indexed along dim 0."""
+        pick = lambda kv: None if kv is None else (kv[0].index_select(0, indices), kv[1].index_select(0, indices))
+        return DecoderState(
+            src_mask=self.src_mask.index_select(0, indices),
+            memory_kv=[pick(kv) for kv in self.memory_kv],
+            self_kv=[pick(kv) for kv in self.self_kv],
+            length=self.length,
+        )
+
+
+class Transformer(nn.Module):
+    """Encoder and decoder stacks of N identical layers (§3.1) with embeddings, positional
+    encodings (§3.5) and a pre-softmax linear projection tied to the embeddings (§3.4).
+
+    Token id ``pad_id`` marks padding: source padding is masked out of attention; target padding
+    only ever follows the real tokens, so the causal mask already keeps it from them.
+    """
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        *,
+        n_layers: int = 6,
+        d_model: int = 512,
+        d_ff: int = 2048,
+        n_heads: int = 8,
+        d_k: int = 64,
+        d_v: int = 64,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        positional: str = "sinusoidal",
+        max_positions: int = 1024,
+        share_embeddings: bool = True,
+        pad_id: int = 0,
+    ):
+        super().__init__()
+        self.d_model, self.pad_id, self.max_positions = d_model, pad_id, max_positions
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings needs one shared vocabulary, got source {src_vocab_size} and target "
+                f"{tgt_vocab_size}; set model.share_embeddings=false or use a joint vocabulary"
+            )
+        if d_model % 2:
+            raise ValueError(f"d_model must be even for the sinusoidal encoding, got {d_model}")
+        self.src_embedding = ScaledEmbedding(src_vocab_size, d_model)
+        # §3.4: "we share the same weight matrix between the two embedding layers and the
+        # pre-softmax linear transformation".
+        self.tgt_embedding = self.src_embedding if share_embeddings else ScaledEmbedding(tgt_vocab_size, d_model)
+        self.output_projection = None if share_embeddings else nn.Linear(d_model, tgt_vocab_size, bias=False)
+        self.src_positions = positional_encoding(positional, d_model, max_positions)
+        # Learned positions are per stack; the fixed sinusoids are the same table for both.
+        self.tgt_positions = self.src_positions if positional == "sinusoidal" else positional_encoding(
+            positional, d_model, max_positions)
+        self.embedding_dropout = nn.Dropout(dropout)  # §5.4: on the sums of embeddings and positions
+        layer_args = (d_model, d_ff, n_heads, d_k, d_v, dropout, attention_dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(n_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(n_layers))
+        self._init_linear_weights()
+
+    def _init_linear_weights(self) -> None:
+        # The paper is silent on initialisation; tensor2tensor used Glorot-uniform weights.
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
+    def source_mask(self, src: Tensor) -> Tensor:
+        """(batch, 1, 1, src_len), True at real source tokens: broadcasts over heads and queries."""
+        return (src != self.pad_id)[:, None, None, :]
+
+    def encode(self, src: Tensor, return_weights: bool = False) -> tuple[Tensor, Tensor, list[LayerAttention]]:
+        """src: (batch, src_len) token ids → memory (batch, src_len, d_model), source mask,
+        per-layer attention weights (empty unless asked for)."""
+        src_mask = self.source_mask(src)
+        x = self.embedding_dropout(self.src_positions(self.src_embedding(src)))
+        weights = []
+        for layer in self.encoder_layers:
+            x, layer_weights = layer(x, src_mask, return_weights)
+            weights.append(layer_weights)
+        return x, src_mask, weights if return_weights else []
+
+    def start_decoding(self, memory: Tensor, src_mask: Tensor) -> DecoderState:
+        """Project the encoder output once per layer for encoder-decoder attention."""
+        return DecoderState(
+            src_mask=src_mask,
+            memory_kv=[layer.cross_attention.project_keys_values(memory) for layer in self.decoder_layers],
+            self_kv=[None] * len(self.decoder_layers),
+        )
+
+    def decode(
+        self, tgt_in: Tensor, state: DecoderState, return_weights: bool = False
+    ) -> tuple[Tensor, DecoderState, list[LayerAttention]]:
+        """Decoder logits for ``tgt_in`` (batch, t) continuing ``state``.
+
+        Call with a whole shifted target for teacher forcing, or one token at a time: the state
+        returned holds the self-attention keys/values of every position decoded so far.
+        """
+        x = self.embedding_dropout(self.tgt_positions(self.tgt_embedding(tgt_in), offset=state.length))
+        new_self_kv, weights = [], []
+        for layer, memory_kv, cache in zip(self.decoder_layers, state.memory_kv, state.self_kv):
+            x, kv, layer_weights = layer(x, memory_kv, state.src_mask, cache, return_weights)
+            new_self_kv.append(kv)
+            weights.append(layer_weights)
+        state = DecoderState(state.src_mask, state.memory_kv, new_self_kv, state.length + tgt_in.size(1))
+        return self.logits(x), state, weights if return_weights else []
+
+    def logits(self, x: Tensor) -> Tensor:
+        if self.output_projection is not None:
+            return self.output_projection(x)
+        return F.linear(x, self.tgt_embedding.weight)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced logits (batch, tgt_len, tgt_vocab) for target inputs ``tgt_in`` (BOS + y[:-1])."""
+        memory, src_mask, _ = self.encode(src)
+        logits, _, _ = self.decode(tgt_in, self.start_decoding(memory, src_mask))
+        return logits

@@ -1,0 +1,1 @@
+"""Training: the LightningModule, the loss, the learning-rate schedule and their helpers."""

@@ -1,0 +1,147 @@
+"""The LightningModule that trains and evaluates a Transformer for translation (§5, §6.1)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import lightning as L
+import sacrebleu
+import torch
+import torch.distributed as dist
+from torchmetrics import MeanMetric
+
+from aiayn.model import Transformer, beam_search
+from aiayn.training.loss import label_smoothed_loss
+from aiayn.training.schedule import transformer_scheduler
+
+log = logging.getLogger(__name__)
+
+# Keys of the model config that configure training rather than the network.
+TRAINING_KEYS = ("name", "label_smoothing", "train_steps", "warmup_steps", "lr_factor",
+                 "validate_every_n_steps")
+
+
+class TranslationModule(L.LightningModule):
+    """Teacher-forced training with label smoothing, Adam and the §5.3 schedule; validation and
+    test report loss, per-token perplexity and sacreBLEU of beam-search output.
+
+    ``model`` is the model config (conf/model/*.yaml): the Transformer's arguments plus
+    ``label_smoothing``. The datamodule attached to the trainer supplies ``vocab`` (to detokenize
+    hypotheses) and ``references(split)`` (the raw reference sentences).
+    """
+
+    def __init__(
+        self,
+        model: dict[str, Any],
+        vocab_size: int,
+        optim: dict[str, Any],
+        decoding: dict[str, Any],
+        pad_id: int = 0,
+        bos_id: int = 2,
+        eos_id: int = 3,
+        bleu_sentences: int | None = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.label_smoothing = float(model["label_smoothing"])
+        network = {k: v for k, v in model.items() if k not in TRAINING_KEYS}
+        self.model = Transformer(vocab_size, vocab_size, pad_id=pad_id, **network)
+        self.optim, self.decoding = dict(optim), dict(decoding)
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.bleu_sentences = bleu_sentences
+        self.eval_loss, self.eval_nll = MeanMetric(), MeanMetric()
+        self.hypotheses: list[tuple[int, str]] = []
+        self.bleu_signature: str | None = None
+        self._last_batch_end: float | None = None
+
+    # -- training -------------------------------------------------------------------------
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        logits = self.model(batch["src"], batch["tgt_in"])
+        loss_sum, _, n_tokens = label_smoothed_loss(logits, batch["tgt_out"], self.label_smoothing, self.pad_id)
+        # Mean over this batch's target tokens; Lightning divides by the accumulation count and
+        # DDP averages over ranks, so with token-sized batches every token weighs about the same.
+        loss = loss_sum / n_tokens
+        self.log("train/loss", loss, on_step=True, prog_bar=True, batch_size=n_tokens)
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, prog_bar=True)
+        self._tokens = n_tokens
+        return loss
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        now = time.perf_counter()
+        if self._last_batch_end is not None:
+            self.log("train/tgt_tokens_per_sec", self._tokens / (now - self._last_batch_end), on_step=True)
+        self._last_batch_end = now
+
+    def on_train_epoch_start(self) -> None:
+        self._last_batch_end = None  # the gap across validation/epoch ends is not training time
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads), on_step=True)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        # §5.3: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9; lr = 1.0 scaled by the schedule.
+        optimizer = torch.optim.Adam(self.parameters(), lr=1.0, betas=tuple(self.optim["betas"]),
+                                     eps=self.optim["eps"])
+        scheduler = transformer_scheduler(optimizer, self.model.d_model, self.optim["warmup_steps"],
+                                          self.optim.get("lr_factor", 1.0))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # -- evaluation -----------------------------------------------------------------------
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, bleu_sentences=self.bleu_sentences)
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, bleu_sentences=None)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_evaluation("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_evaluation("test")
+
+    def _evaluate(self, batch: dict[str, torch.Tensor], bleu_sentences: int | None) -> None:
+        logits = self.model(batch["src"], batch["tgt_in"])
+        loss_sum, nll_sum, n_tokens = label_smoothed_loss(logits, batch["tgt_out"], self.label_smoothing,
+                                                          self.pad_id)
+        self.eval_loss.update(loss_sum / n_tokens, n_tokens)
+        self.eval_nll.update(nll_sum / n_tokens, n_tokens)
+        selected = torch.ones_like(batch["index"], dtype=torch.bool)
+        if bleu_sentences is not None:
+            selected = batch["index"] < bleu_sentences
+        if selected.any():
+            hypotheses = beam_search(self.model, batch["src"][selected], bos_id=self.bos_id, eos_id=self.eos_id,
+                                     **self.decoding)
+            texts = self.trainer.datamodule.vocab.decode(hypotheses)
+            self.hypotheses.extend(zip(batch["index"][selected].tolist(), texts))
+
+    def _log_evaluation(self, stage: str) -> None:
+        loss, nll = self.eval_loss.compute(), self.eval_nll.compute()
+        self.eval_loss.reset()
+        self.eval_nll.reset()
+        self.log(f"{stage}/loss", loss)
+        self.log(f"{stage}/nll", nll)
+        self.log(f"{stage}/ppl", torch.exp(nll))  # per-token perplexity of the subword model
+        hypotheses = _gather(self.hypotheses)
+        self.hypotheses = []
+        if not hypotheses or self.trainer.sanity_checking:
+            return
+        references = self.trainer.datamodule.references(stage)
+        indices = sorted(hypotheses)
+        bleu = sacrebleu.BLEU()
+        score = bleu.corpus_score([hypotheses[i] for i in indices], [[references[i] for i in indices]])
+        self.bleu_signature = str(bleu.get_signature())
+        self.log(f"{stage}/bleu", score.score, prog_bar=True)
+        log.info("%s sacreBLEU on %d sentences: %.2f (%s)", stage, len(indices), score.score,
+                 self.bleu_signature)
+
+
+def _gather(pairs: list[tuple[int, str]]) -> dict[int, str]:
+    """Every rank's (index, hypothesis) pairs, on every rank."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        gathered: list[list[tuple[int, str]]] = [[] for _ in range(dist.get_world_size())]
+        dist.all_gather_object(gathered, pairs)
+        pairs = [pair for part in gathered for pair in part]
+    return dict(pairs)

@@ -1,0 +1,131 @@
+"""TokenBatchSampler on real Multi30k length distributions (whitespace tokens + BOS/EOS)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from aiayn.data.batching import TokenBatchSampler
+from aiayn.data.readers import read_parallel
+
+
+@pytest.fixture(scope="module")
+def lengths(data_root) -> tuple[list[int], list[int]]:
+    en, de = read_parallel(data_root / "multi30k" / "train.en.gz", data_root / "multi30k" / "train.de.gz")
+    return [len(line.split()) + 1 for line in en], [len(line.split()) + 1 for line in de]
+
+
+def _padded_sizes(batch, src, tgt):
+    return len(batch) * max(src[i] for i in batch), len(batch) * max(tgt[i] for i in batch)
+
+
+@pytest.mark.parametrize("max_tokens", [60, 500, 4096])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_one_rank_sees_every_index_once_within_budget(lengths, max_tokens, shuffle):
+    src, tgt = lengths
+    sampler = TokenBatchSampler(src, tgt, max_tokens, shuffle=shuffle, seed=3)
+    batches = list(sampler)
+    assert len(batches) == len(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(len(src)))
+    for batch in batches:
+        src_size, tgt_size = _padded_sizes(batch, src, tgt)
+        assert src_size <= max_tokens and tgt_size <= max_tokens
+    assert 0.0 <= sampler.padding_fraction < 0.5
+    if max_tokens == 4096:  # batches are filled: most use more than half the budget
+        fill = [max(_padded_sizes(b, src, tgt)) for b in batches]
+        assert sorted(fill)[len(fill) // 2] > max_tokens / 2
+
+
+def test_batches_group_similar_lengths(lengths):
+    src, tgt = lengths
+    sampler = TokenBatchSampler(src, tgt, 1000, shuffle=False)
+    batches = list(sampler)
+    for earlier, later in zip(batches, batches[1:]):  # consecutive runs of the length order
+        assert max(src[i] for i in earlier) <= min(src[i] for i in later)
+
+
+def test_two_ranks_for_evaluation_cover_every_index_exactly_once(lengths):
+    src, tgt = lengths
+    ranks = [TokenBatchSampler(src, tgt, 2000, shuffle=False, num_replicas=2, rank=r, pad_to_equal=False) for r in (0, 1)]
+    seen = [[i for b in sampler for i in b] for sampler in ranks]
+    assert sorted(seen[0] + seen[1]) == list(range(len(src)))
+    assert abs(len(ranks[0]) - len(ranks[1])) <= 1
+    assert [len(list(s)) for s in ranks] == [len(s) for s in ranks]
+    assert len(ranks[0]) + len(ranks[1]) == len(ranks[0].batches)
+
+
+def test_ranks_for_training_get_equal_counts_and_cover_everything(lengths):
+    src, tgt = lengths
+    budget = next(b for b in range(2000, 2100) if len(TokenBatchSampler(src, tgt, b, shuffle=False).batches) % 3)
+    ranks = [TokenBatchSampler(src, tgt, budget, shuffle=True, seed=7, num_replicas=3, rank=r) for r in range(3)]
+    total = len(ranks[0].batches)
+    repeated = -total % 3
+    for epoch in (0, 1):
+        for sampler in ranks:
+            sampler.set_epoch(epoch)
+        per_rank = [list(s) for s in ranks]
+        assert [len(b) for b in per_rank] == [len(s) for s in ranks] == [(total + repeated) // 3] * 3
+        counts = Counter(tuple(b) for batches in per_rank for b in batches)
+        assert sorted(counts) == sorted(map(tuple, ranks[0].batches))  # every batch, so every index
+        assert sorted(counts.values()) == [1] * (total - repeated) + [2] * repeated
+
+
+def test_more_ranks_than_batches(lengths):
+    src, tgt = lengths
+    src, tgt = src[:50], tgt[:50]
+    ranks = [TokenBatchSampler(src, tgt, 4096, shuffle=True, num_replicas=4, rank=r) for r in range(4)]
+    assert len(ranks[0].batches) == 1
+    assert [len(list(s)) for s in ranks] == [1, 1, 1, 1]
+    evaluation = [TokenBatchSampler(src, tgt, 4096, shuffle=False, num_replicas=4, rank=r, pad_to_equal=False) for r in range(4)]
+    assert [len(list(s)) for s in evaluation] == [len(s) for s in evaluation] == [1, 0, 0, 0]
+
+
+def test_epoch_order_is_seeded(lengths):
+    src, tgt = lengths
+    first, second = (TokenBatchSampler(src, tgt, 1000, shuffle=True, seed=5) for _ in range(2))
+    first.set_epoch(2)
+    second.set_epoch(2)
+    assert list(first) == list(second)
+    epoch2 = list(first)
+    first.set_epoch(3)
+    epoch3 = list(first)
+    assert epoch3 != epoch2
+    assert sorted(map(tuple, epoch3)) == sorted(map(tuple, epoch2))  # same batches, new order
+    other_seed = TokenBatchSampler(src, tgt, 1000, shuffle=True, seed=6)
+    other_seed.set_epoch(2)
+    assert list(other_seed) != epoch2
+    first.sampler.set_epoch(2)  # where Lightning calls it: dataloader.batch_sampler.sampler
+    assert first.epoch == 2 and list(first) == epoch2
+    fixed = TokenBatchSampler(src, tgt, 1000, shuffle=False)
+    before = list(fixed)
+    fixed.set_epoch(9)
+    assert list(fixed) == before
+
+
+def test_greedy_cut_and_padding_fraction_by_hand():
+    sampler = TokenBatchSampler([3, 3, 3], [1, 1, 1], 6, shuffle=False)
+    assert sampler.batches == [[0, 1], [2]]
+    assert sampler.padding_fraction == 0.0
+    sampler = TokenBatchSampler([2, 3, 2], [4, 1, 4], 100, shuffle=False)
+    assert sampler.batches == [[0, 2, 1]]  # sorted by (source, target) length
+    # source: 3 x 3 = 9 slots for 7 tokens; target: 3 x 4 = 12 slots for 9 tokens
+    assert sampler.padding_fraction == pytest.approx(5 / 21)
+    sampler = TokenBatchSampler([1, 1, 1], [5, 2, 2], 6, shuffle=False)  # the target side limits
+    assert sampler.batches == [[1, 2], [0]]
+
+
+def test_over_long_example_is_an_error():
+    with pytest.raises(ValueError, match="raise max_tokens or lower max_length"):
+        TokenBatchSampler([5, 9, 5], [5, 5, 5], 8, shuffle=False)
+    with pytest.raises(ValueError, match="example 2"):
+        TokenBatchSampler([5, 5, 5], [5, 5, 9], 8, shuffle=True)
+
+
+def test_replica_defaults_and_checks():
+    sampler = TokenBatchSampler([2, 2], [2, 2], 10, shuffle=False)
+    assert (sampler.num_replicas, sampler.rank) == (1, 0)
+    with pytest.raises(ValueError, match="rank 2"):
+        TokenBatchSampler([2, 2], [2, 2], 10, shuffle=False, num_replicas=2, rank=2)
+    with pytest.raises(ValueError, match="target lengths"):
+        TokenBatchSampler([2, 2], [2], 10, shuffle=False)

@@ -1,0 +1,206 @@
+"""Multi30kDataModule on the real data: files, vocabulary, filtering, batches, references."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import lightning as L
+import pytest
+import torch
+
+from aiayn.data.datamodule import Multi30kDataModule, ParallelCorpus, TranslationCollator, filter_pairs
+from aiayn.data.readers import DataError, read_lines
+
+VOCAB = 1000
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def dm(data_root, cache) -> Multi30kDataModule:
+    module = Multi30kDataModule(str(data_root), vocab_size=VOCAB, max_tokens=2048, cache_dir=str(cache), download=False)
+    module.prepare_data()
+    module.setup("fit")
+    module.setup("test")
+    return module
+
+
+def _check_layout(batch, dataset, vocab, max_tokens):
+    src, tgt_in, tgt_out, index = batch["src"], batch["tgt_in"], batch["tgt_out"], batch["index"]
+    assert src.dtype == tgt_in.dtype == tgt_out.dtype == index.dtype == torch.long
+    assert src.dim() == 2 and tgt_in.shape == tgt_out.shape and src.size(0) == tgt_in.size(0) == index.size(0)
+    assert src.numel() <= max_tokens and tgt_in.numel() <= max_tokens
+    longest_src = longest_tgt = 0
+    for row, i in enumerate(index.tolist()):
+        _, s, t = dataset[i]
+        longest_src, longest_tgt = max(longest_src, len(s)), max(longest_tgt, len(t))
+        assert src[row].tolist() == s + [vocab.eos_id] + [vocab.pad_id] * (src.size(1) - len(s) - 1)
+        tail = [vocab.pad_id] * (tgt_in.size(1) - len(t) - 1)
+        assert tgt_in[row].tolist() == [vocab.bos_id] + t + tail
+        assert tgt_out[row].tolist() == t + [vocab.eos_id] + tail
+    assert (src.size(1), tgt_in.size(1)) == (longest_src + 1, longest_tgt + 1)  # no all-pad column
+
+
+def test_sizes_vocab_and_nothing_filtered(dm):
+    assert dm.split_sizes == {"train": 29_000, "val": 1_014, "test": 1_000}
+    assert dm.filtered == {"empty": 0, "too_long": 0}
+    assert dm.vocab.vocab_size == VOCAB
+    assert dm.vocab.path.parent.parent == dm.cache_dir
+    assert dm.hparams.vocab_size == VOCAB and dm.hparams.test_split == "test_2016_flickr"
+
+
+def test_train_batches_layout(dm):
+    loader = dm.train_dataloader()
+    assert loader.batch_sampler.shuffle and loader.batch_sampler.pad_to_equal
+    seen = []
+    for number, batch in enumerate(loader):
+        if number < 5:
+            _check_layout(batch, dm.dataset("train"), dm.vocab, 2048)
+        seen.extend(batch["index"].tolist())
+    assert sorted(seen) == list(range(29_000))
+
+
+def test_val_batches_decode_to_the_references(dm, data_root):
+    references = dm.references("val")
+    assert references == read_lines(data_root / "multi30k" / "val.de.gz")
+    assert dm.sources("val") == read_lines(data_root / "multi30k" / "val.en.gz")
+    assert dm.references("test_2016_flickr") == dm.references("test") == read_lines(data_root / "multi30k" / "test_2016_flickr.de.gz")
+    loader = dm.val_dataloader()
+    assert not loader.batch_sampler.shuffle and not loader.batch_sampler.pad_to_equal
+    decoded = {}
+    for batch in loader:
+        _check_layout(batch, dm.dataset("val"), dm.vocab, 2048)
+        decoded.update(zip(batch["index"].tolist(), dm.vocab.decode(batch["tgt_out"].tolist())))
+    assert sorted(decoded) == list(range(1_014))
+    assert [decoded[i] for i in range(1_014)] == [" ".join(r.split()) for r in references]
+
+
+def test_eval_loaders_shard_across_ranks(dm):
+    seen = []
+    try:
+        for rank in (0, 1):
+            dm.trainer = SimpleNamespace(world_size=2, global_rank=rank)
+            loader = dm.test_dataloader()
+            assert (loader.batch_sampler.num_replicas, loader.batch_sampler.rank) == (2, rank)
+            seen.extend(i for batch in loader for i in batch["index"].tolist())
+    finally:
+        dm.trainer = None
+    assert sorted(seen) == list(range(1_000))
+
+
+def test_setup_is_idempotent(dm):
+    before = {role: dm.dataset(role) for role in ("train", "val", "test")}
+    vocab = dm.vocab
+    dm.setup("fit")
+    dm.setup("test")
+    dm.setup(None)
+    assert dm.vocab is vocab
+    assert all(dm.dataset(role) is dataset for role, dataset in before.items())
+
+
+def test_filtering_matches_a_hand_count(data_root, cache, dm, caplog):
+    src = read_lines(data_root / "multi30k" / "train.en.gz")
+    tgt = read_lines(data_root / "multi30k" / "train.de.gz")
+    src_ids, tgt_ids = dm.vocab.encode(src), dm.vocab.encode(tgt)
+    too_long = sum(1 for s, t in zip(src_ids, tgt_ids) if max(len(s), len(t)) > 12)
+    assert 1_000 < too_long < 28_000
+    small = Multi30kDataModule(str(data_root), vocab_size=VOCAB, max_length=12, max_tokens=512, cache_dir=str(cache), download=False)
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
+        small.setup("fit")
+    assert small.vocab.path == dm.vocab.path  # same training lines and settings: reused
+    assert small.filtered == {"empty": 0, "too_long": too_long}
+    assert small.split_sizes == {"train": 29_000 - too_long, "val": 1_014}
+    message = " ".join(r.getMessage() for r in caplog.records)
+    assert f"{too_long} with a side over max_length=12" in message and "train.en.gz" in message and "train.de.gz" in message
+    train = small.dataset("train")
+    assert all(len(s) <= 12 and len(t) <= 12 for _, s, t in (train[i] for i in range(len(train))))
+    kept = train.line_numbers.tolist()
+    assert train[0][1] == src_ids[kept[0]] and train[len(train) - 1][2] == tgt_ids[kept[-1]]
+    # validation is never filtered, even with the small max_length
+    assert len(small.dataset("val")) == 1_014 and len(small.references("val")) == 1_014
+
+
+def test_filter_pairs_rules():
+    keep, dropped = filter_pairs([[5], [], [5, 6, 7], [5, 6], [5]], [[5], [5], [5], [], [5, 6, 7]], max_length=2)
+    assert keep == [0] and dropped == {"empty": 2, "too_long": 2}
+
+
+def test_collator_and_corpus_by_hand():
+    corpus = ParallelCorpus([[10, 11], [12]], [[20], [21, 22, 23]])
+    assert len(corpus) == 2 and corpus[1] == (1, [12], [21, 22, 23])
+    assert corpus.src_lengths.tolist() == [3, 2] and corpus.tgt_lengths.tolist() == [2, 4]
+    batch = TranslationCollator(pad_id=0, bos_id=2, eos_id=3)([corpus[1], corpus[0]])
+    assert batch["src"].tolist() == [[12, 3, 0], [10, 11, 3]]
+    assert batch["tgt_in"].tolist() == [[2, 21, 22, 23], [2, 20, 0, 0]]
+    assert batch["tgt_out"].tolist() == [[21, 22, 23, 3], [20, 3, 0, 0]]
+    assert batch["index"].tolist() == [1, 0]
+
+
+def test_worker_processes(data_root, cache, dm):
+    module = Multi30kDataModule(str(data_root), vocab_size=VOCAB, cache_dir=str(cache), download=False, num_workers=1)
+    module.setup("validate")
+    loader = module.val_dataloader()
+    assert loader.persistent_workers
+    indices = [i for batch in loader for i in batch["index"].tolist()]
+    assert sorted(indices) == list(range(1_014))
+
+
+class _Probe(L.LightningModule):
+    """Records the indices of each training epoch; no model involved."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.epochs: list[list[int]] = []
+
+    def on_train_epoch_start(self):
+        self.epochs.append([])
+
+    def training_step(self, batch, batch_idx):
+        self.epochs[-1].extend(batch["index"].tolist())
+        return (self.weight * batch["src"].float().mean()).sum()
+
+    def validation_step(self, batch, batch_idx):
+        assert batch["tgt_in"][:, 0].eq(2).all()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_lightning_trainer_drives_the_sampler_epochs(data_root, cache):
+    module = Multi30kDataModule(str(data_root), vocab_size=VOCAB, max_tokens=4096, cache_dir=str(cache), download=False)
+    probe = _Probe()
+    trainer = L.Trainer(
+        accelerator="cpu", max_epochs=2, limit_train_batches=4, limit_val_batches=2, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        use_distributed_sampler=False, num_sanity_val_steps=0,
+    )
+    trainer.fit(probe, datamodule=module)
+    assert len(probe.epochs) == 2 and all(probe.epochs)
+    assert probe.epochs[0] != probe.epochs[1]  # Lightning called set_epoch on the batch sampler
+    assert trainer.train_dataloader.batch_sampler.epoch == 1
+
+
+def test_missing_data_and_bad_settings(tmp_path):
+    module = Multi30kDataModule(str(tmp_path), cache_dir=str(tmp_path / "cache"), download=False)
+    with pytest.raises(DataError, match="AIAYN_DATA_ROOT"):
+        module.prepare_data()
+    with pytest.raises(ValueError, match="unknown Multi30k split"):
+        Multi30kDataModule(str(tmp_path), test_split="test_2019")
+    with pytest.raises(ValueError, match="language"):
+        Multi30kDataModule(str(tmp_path), tgt_lang="fr")
+    with pytest.raises(KeyError, match="unknown split"):
+        module.dataset("dev")
+    with pytest.raises(RuntimeError, match="setup"):
+        module.dataset("val")
+    with pytest.raises(ValueError, match="unknown stage"):
+        module.setup("train")
+
+
+def test_raw_lines_only_for_evaluation_splits(dm):
+    with pytest.raises(KeyError, match="evaluation splits only"):
+        dm.references("train")

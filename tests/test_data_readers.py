@@ -1,0 +1,153 @@
+"""Reading the real Multi30k files, malformed files, and locating/downloading Multi30k."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import urllib.error
+import urllib.request
+
+import pytest
+
+from aiayn.data import multi30k
+from aiayn.data.multi30k import multi30k_files
+from aiayn.data.readers import DataError, read_lines, read_parallel
+
+
+@pytest.mark.parametrize("split, count", [("train", 29_000), ("val", 1_014), ("test_2016_flickr", 1_000)])
+@pytest.mark.parametrize("lang", ["en", "de"])
+def test_real_gz_line_counts(data_root, split, lang, count):
+    lines = read_lines(data_root / "multi30k" / f"{split}.{lang}.gz")
+    assert len(lines) == count
+    assert all("\n" not in line and "\r" not in line for line in lines)
+
+
+def test_real_first_lines(data_root):
+    en, de = read_parallel(data_root / "multi30k" / "train.en.gz", data_root / "multi30k" / "train.de.gz")
+    assert en[0] == "Two young, White males are outside near many bushes."
+    assert de[0] == "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche."
+    assert len(en) == len(de) == 29_000
+
+
+def test_plain_file_matches_gz(data_root, tmp_path):
+    gz = data_root / "multi30k" / "val.de.gz"
+    plain = tmp_path / "val.de"
+    plain.write_bytes(gzip.decompress(gz.read_bytes()))
+    assert read_lines(plain) == read_lines(gz)
+
+
+def test_only_the_line_terminator_is_stripped(tmp_path):
+    path = tmp_path / "mixed.txt"
+    path.write_bytes(b" lead\n\r\nwin\r\nin\rside\ntrail  \nlast")
+    assert read_lines(path) == [" lead", "", "win", "in\rside", "trail  ", "last"]
+
+
+@pytest.mark.parametrize("name", ["bad.txt", "bad.txt.gz"])
+def test_non_utf8_names_file_and_line(tmp_path, name):
+    data = "erste\nzweite\ndritte \xff\nvierte\n".encode("latin-1")
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    with pytest.raises(DataError, match="line 3") as info:
+        read_lines(path)
+    assert str(path) in str(info.value)
+    assert "UTF-8" in str(info.value)
+
+
+def test_truncated_gz_names_file_and_last_good_line(data_root, tmp_path):
+    data = (data_root / "multi30k" / "train.en.gz").read_bytes()
+    path = tmp_path / "train.en.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError) as info:
+        read_lines(path)
+    message = str(info.value)
+    assert str(path) in message and "download" in message
+    last_good = int(message.split("after line ")[1].split()[0])
+    assert 0 < last_good < 29_000
+
+
+def test_not_gzip_at_all(tmp_path):
+    path = tmp_path / "page.gz"
+    path.write_text("<html>404</html>\n")
+    with pytest.raises(DataError, match="corrupt gzip") as info:
+        read_lines(path)
+    assert str(path) in str(info.value)
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope.en.gz"
+    with pytest.raises(DataError, match="not found") as info:
+        read_lines(path)
+    assert str(path) in str(info.value)
+
+
+def test_parallel_mismatch_names_both_files_and_counts(tmp_path):
+    src, tgt = tmp_path / "a.en", tmp_path / "a.de"
+    src.write_text("1\n2\n3\n4\n5\n")
+    tgt.write_text("1\n2\n3\n4\n")
+    with pytest.raises(DataError) as info:
+        read_parallel(src, tgt)
+    message = str(info.value)
+    assert f"{src} has 5 lines" in message and f"{tgt} has 4" in message
+
+
+def test_multi30k_files_on_real_data(data_root):
+    src, tgt = multi30k_files(data_root, "test_2016_flickr", "de", "en", download=False)
+    assert src == data_root / "multi30k" / "test_2016_flickr.de.gz"
+    assert tgt == data_root / "multi30k" / "test_2016_flickr.en.gz"
+
+
+def test_multi30k_missing_without_download_lists_paths_and_urls(tmp_path):
+    with pytest.raises(DataError) as info:
+        multi30k_files(tmp_path, "val", "en", "de", download=False)
+    message = str(info.value)
+    for lang in ("en", "de"):
+        assert str(tmp_path / "multi30k" / f"val.{lang}.gz") in message
+        assert f"https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/val.{lang}.gz" in message
+    assert "AIAYN_DATA_ROOT" in message and "task.data_root" in message
+
+
+@pytest.mark.parametrize("split, lang", [("dev", "en"), ("train", "fr")])
+def test_multi30k_unknown_split_or_language(tmp_path, split, lang):
+    with pytest.raises(ValueError, match=split if split == "dev" else lang):
+        multi30k_files(tmp_path, split, lang, "de" if lang != "de" else "en", download=False)
+
+
+def _serve(monkeypatch, payload_for_url):
+    requested = []
+
+    def fake_urlopen(url, timeout):
+        requested.append((url, timeout))
+        payload = payload_for_url(url)
+        if isinstance(payload, Exception):
+            raise payload
+        return io.BytesIO(payload)
+
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
+    return requested
+
+
+def test_multi30k_download_writes_the_served_files(data_root, tmp_path, monkeypatch):
+    def payload(url):
+        return (data_root / "multi30k" / url.rsplit("/", 1)[1]).read_bytes()
+
+    requested = _serve(monkeypatch, payload)
+    src, tgt = multi30k_files(tmp_path, "val", "en", "de")
+    assert [url for url, _ in requested] == [multi30k.URL_TEMPLATE.format(split="val", lang=lang) for lang in ("en", "de")]
+    assert all(timeout > 0 for _, timeout in requested)
+    assert src.read_bytes() == (data_root / "multi30k" / "val.en.gz").read_bytes()
+    assert len(read_lines(tgt)) == 1_014
+    assert sorted(p.name for p in (tmp_path / "multi30k").iterdir()) == ["val.de.gz", "val.en.gz"]
+
+
+def test_multi30k_failed_or_truncated_download_leaves_nothing(data_root, tmp_path, monkeypatch):
+    data = (data_root / "multi30k" / "val.en.gz").read_bytes()
+
+    def payload(url):
+        return data[:1000] if url.endswith(".en.gz") else urllib.error.URLError("no network")
+
+    _serve(monkeypatch, payload)
+    with pytest.raises(DataError, match="download failed") as info:
+        multi30k_files(tmp_path, "val", "en", "de")
+    assert str(tmp_path / "multi30k" / "val.en.gz") in str(info.value)
+    assert str(tmp_path / "multi30k" / "val.de.gz") in str(info.value)
+    assert list((tmp_path / "multi30k").iterdir()) == []

@@ -1,0 +1,106 @@
+"""Training, caching and using the joint sentencepiece model on real Multi30k lines."""
+
+from __future__ import annotations
+
+import logging
+import unicodedata
+
+import pytest
+
+from aiayn.data.readers import DataError, read_lines
+from aiayn.data.subwords import Subwords, train_or_load
+
+
+def _normalized(text: str) -> str:
+    """What sentencepiece's default normalisation (nmt_nfkc) keeps of a line."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+@pytest.fixture(scope="module")
+def lines(data_root) -> list[str]:
+    en = read_lines(data_root / "multi30k" / "train.en.gz")[:2000]
+    de = read_lines(data_root / "multi30k" / "train.de.gz")[:2000]
+    return en + de
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def subwords(lines, cache) -> Subwords:
+    return train_or_load(lines, 1000, cache)
+
+
+def test_exact_vocab_size_and_special_ids(subwords, cache):
+    assert subwords.vocab_size == 1000
+    assert (subwords.pad_id, subwords.unk_id, subwords.bos_id, subwords.eos_id) == (0, 1, 2, 3)
+    assert subwords.path.parent == cache / "sentencepiece"
+    assert subwords.path.suffix == ".model" and subwords.path.with_suffix(".vocab").is_file()
+    pieces = subwords.path.with_suffix(".vocab").read_text(encoding="utf-8").splitlines()
+    assert len(pieces) == 1000
+    assert [p.split("\t")[0] for p in pieces[:4]] == ["<pad>", "<unk>", "<s>", "</s>"]
+    assert sorted(p.name for p in cache.joinpath("sentencepiece").iterdir()) == sorted(
+        [subwords.path.name, subwords.path.with_suffix(".vocab").name]
+    )  # no temporary files left behind
+
+
+def test_round_trip_of_real_sentences(subwords, lines, data_root):
+    ids = subwords.encode(lines)
+    assert len(ids) == len(lines)
+    assert all(ids_ and all(3 < i < 1000 for i in ids_) for ids_ in ids)  # no specials, no unknowns
+    assert subwords.decode(ids) == [_normalized(line) for line in lines]
+    val = read_lines(data_root / "multi30k" / "val.en.gz")
+    assert subwords.decode(subwords.encode(val)) == [_normalized(line) for line in val]
+
+
+def test_decode_strips_specials_and_stops_at_eos(subwords, lines):
+    first, second = subwords.encode(lines[:2])
+    bos, eos, pad = subwords.bos_id, subwords.eos_id, subwords.pad_id
+    padded = [[bos, *first, eos, pad, pad], [*second, eos, *first, eos], [eos, *first], []]
+    assert subwords.decode(padded) == [lines[0], lines[1], "", ""]
+
+
+def test_encode_rejects_a_bare_string(subwords):
+    with pytest.raises(TypeError, match="list"):
+        subwords.encode("A man.")
+
+
+def test_second_call_reuses_the_cached_model(subwords, lines, cache, caplog):
+    mtime = subwords.path.stat().st_mtime_ns
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
+        again = train_or_load(iter(lines), 1000, cache)  # an iterable gives the same key as a list
+    assert again.path == subwords.path
+    assert again.path.stat().st_mtime_ns == mtime
+    assert any("reusing" in r.getMessage() and r.name.startswith("aiayn.data") for r in caplog.records)
+    assert not any("training" in r.getMessage() for r in caplog.records)
+
+
+def test_other_settings_or_lines_give_another_model(subwords, lines, cache, caplog):
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
+        smaller = train_or_load(lines, 800, cache)
+    assert any("training" in r.getMessage() for r in caplog.records)
+    assert smaller.vocab_size == 800 and smaller.path != subwords.path
+    other_lines = train_or_load(lines[:-1], 1000, cache)
+    assert other_lines.path != subwords.path
+    other_seed = train_or_load(lines, 1000, cache, seed=1)
+    assert other_seed.path != subwords.path
+    assert subwords.path.is_file()
+
+
+def test_vocab_too_large_for_the_data(tmp_path):
+    with pytest.raises(DataError, match="Vocabulary size too high"):
+        train_or_load(["a b c", "d e f"], 500, tmp_path)
+
+
+def test_no_lines(tmp_path):
+    with pytest.raises(DataError, match="no lines"):
+        train_or_load([], 500, tmp_path)
+
+
+def test_loading_a_broken_model_file(tmp_path):
+    path = tmp_path / "broken.model"
+    path.write_bytes(b"not a model")
+    with pytest.raises(DataError, match="broken.model"):
+        Subwords(path)

@@ -1,0 +1,186 @@
+"""Multi-head attention (§3.2): projection shapes, fused vs explicit Eq. 1, Eq. 1 by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from aiayn.model.attention import MultiHeadAttention
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    """Tiny tensors: intra-op threads only add overhead (and contend with other jobs on the box)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _mha(d_model, n_heads, d_k, d_v, seed=0) -> MultiHeadAttention:
+    torch.manual_seed(seed)
+    return MultiHeadAttention(d_model, n_heads, d_k, d_v).double().eval()
+
+
+@pytest.mark.parametrize(
+    "d_model, n_heads, d_k, d_v",
+    [
+        (16, 2, 5, 3),  # d_k, d_v != d_model / h
+        (16, 4, 8, 2),  # h·d_k = 32 > d_model
+        (16, 1, 32, 32),  # Table 3 (A)-style single head wider than d_model
+    ],
+)
+def test_projection_and_output_shapes(d_model, n_heads, d_k, d_v):
+    mha = _mha(d_model, n_heads, d_k, d_v)
+    # nn.Linear stores (out_features, in_features).
+    assert mha.w_q.weight.shape == (n_heads * d_k, d_model)
+    assert mha.w_k.weight.shape == (n_heads * d_k, d_model)
+    assert mha.w_v.weight.shape == (n_heads * d_v, d_model)
+    assert mha.w_o.weight.shape == (d_model, n_heads * d_v)
+    assert all(lin.bias is None for lin in (mha.w_q, mha.w_k, mha.w_v, mha.w_o))
+    n_params = sum(p.numel() for p in mha.parameters())
+    assert n_params == 2 * d_model * n_heads * d_k + d_model * n_heads * d_v + n_heads * d_v * d_model
+
+    batch, q_len, k_len = 3, 4, 7
+    query = torch.randn(batch, q_len, d_model, dtype=torch.float64)
+    memory = torch.randn(batch, k_len, d_model, dtype=torch.float64)
+    k, v = mha.project_keys_values(memory)
+    assert k.shape == (batch, n_heads, k_len, d_k)
+    assert v.shape == (batch, n_heads, k_len, d_v)
+    for return_weights in (False, True):
+        out, weights = mha(query, (k, v), return_weights=return_weights)
+        assert out.shape == (batch, q_len, d_model)
+        if return_weights:
+            assert weights.shape == (batch, n_heads, q_len, k_len)
+        else:
+            assert weights is None
+
+
+def test_fused_equals_explicit_with_padding_mask():
+    mha = _mha(16, 4, 5, 3, seed=1)
+    batch, q_len, k_len = 3, 4, 6
+    query = torch.randn(batch, q_len, 16, dtype=torch.float64)
+    memory = torch.randn(batch, k_len, 16, dtype=torch.float64)
+    lengths = torch.tensor([6, 4, 1])
+    mask = (torch.arange(k_len)[None, :] < lengths[:, None])[:, None, None, :]  # (batch, 1, 1, k_len)
+    kv = mha.project_keys_values(memory)
+
+    fused, none = mha(query, kv, mask=mask)
+    explicit, weights = mha(query, kv, mask=mask, return_weights=True)
+    assert none is None
+    torch.testing.assert_close(fused, explicit, rtol=0, atol=1e-12)
+
+    torch.testing.assert_close(weights.sum(-1), torch.ones(batch, 4, q_len, dtype=torch.float64))
+    blocked = ~mask.expand_as(weights)
+    assert blocked.any()
+    assert torch.all(weights[blocked] == 0)
+    assert torch.all(weights[~blocked] > 0)
+    # The third sentence has a single real key: all its weight is on it.
+    assert torch.all(weights[2, :, :, 0] == 1)
+
+    # Padded keys really are ignored: changing memory at padded positions changes nothing.
+    memory2 = memory.clone()
+    memory2[1, 4:] = torch.randn(2, 16, dtype=torch.float64) * 10
+    memory2[2, 1:] = torch.randn(5, 16, dtype=torch.float64) * 10
+    fused2, _ = mha(query, mha.project_keys_values(memory2), mask=mask)
+    torch.testing.assert_close(fused2, fused, rtol=0, atol=1e-12)
+
+
+def test_fused_equals_explicit_causal():
+    mha = _mha(16, 2, 8, 6, seed=2)
+    batch, length = 2, 5
+    x = torch.randn(batch, length, 16, dtype=torch.float64)
+    kv = mha.project_keys_values(x)
+    fused, _ = mha(x, kv, causal=True)
+    explicit, weights = mha(x, kv, causal=True, return_weights=True)
+    torch.testing.assert_close(fused, explicit, rtol=0, atol=1e-12)
+
+    torch.testing.assert_close(weights.sum(-1), torch.ones(batch, 2, length, dtype=torch.float64))
+    future = torch.ones(length, length, dtype=torch.bool).triu(1)
+    assert torch.all(weights[..., future] == 0)
+    assert torch.all(weights[..., ~future] > 0)
+    assert torch.all(weights[..., 0, 0] == 1)  # the first position sees only itself
+
+    # Causal: output at i does not depend on inputs after i.
+    x2 = x.clone()
+    x2[:, 3:] += torch.randn(batch, 2, 16, dtype=torch.float64)
+    fused2, _ = mha(x2, mha.project_keys_values(x2), causal=True)
+    torch.testing.assert_close(fused2[:, :3], fused[:, :3], rtol=0, atol=1e-12)
+    assert not torch.allclose(fused2[:, 3:], fused[:, 3:])
+
+
+def test_fused_equals_explicit_causal_with_padding_mask():
+    mha = _mha(16, 2, 8, 8, seed=3)
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, None, :]
+    kv = mha.project_keys_values(x)
+    explicit, weights = mha(x, kv, mask=mask, causal=True, return_weights=True)
+    # SDPA does not accept attn_mask with is_causal; compare with the fused path on the combined mask.
+    combined = mask & torch.ones(5, 5, dtype=torch.bool).tril()
+    fused, _ = mha(x, kv, mask=combined)
+    torch.testing.assert_close(fused, explicit, rtol=0, atol=1e-12)
+    assert torch.all(weights[1, :, :, 3:] == 0)
+
+
+def test_fused_equals_explicit_causal_rectangular():
+    mha = _mha(8, 2, 4, 4, seed=4)
+    query = torch.randn(1, 2, 8, dtype=torch.float64)
+    kv = mha.project_keys_values(torch.randn(1, 4, 8, dtype=torch.float64))
+    fused, _ = mha(query, kv, causal=True)
+    explicit, _ = mha(query, kv, causal=True, return_weights=True)
+    torch.testing.assert_close(fused, explicit, rtol=0, atol=1e-12)
+
+
+def _softmax_rows(scores: list[list[float]]) -> list[list[float]]:
+    out = []
+    for row in scores:
+        m = max(row)
+        e = [math.exp(s - m) for s in row]
+        out.append([x / sum(e) for x in e])
+    return out
+
+
+def test_eq1_by_hand_single_head_identity_projections():
+    d = 4
+    mha = MultiHeadAttention(d, 1, d, d).double().eval()
+    with torch.no_grad():
+        for lin in (mha.w_q, mha.w_k, mha.w_v, mha.w_o):
+            lin.weight.copy_(torch.eye(d, dtype=torch.float64))
+    torch.manual_seed(5)
+    q = torch.randn(1, 3, d, dtype=torch.float64)
+    kv_in = torch.randn(1, 5, d, dtype=torch.float64)
+
+    # softmax(Q Kᵀ / √d_k) V with plain Python arithmetic.
+    Q, K = q[0].tolist(), kv_in[0].tolist()
+    scores = [[sum(a * b for a, b in zip(qi, kj)) / math.sqrt(d) for kj in K] for qi in Q]
+    weights = _softmax_rows(scores)
+    expected = [[sum(w * K[j][c] for j, w in enumerate(row)) for c in range(d)] for row in weights]
+
+    for return_weights in (False, True):
+        out, w = mha(q, mha.project_keys_values(kv_in), return_weights=return_weights)
+        torch.testing.assert_close(out[0], torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-12)
+        if return_weights:
+            torch.testing.assert_close(w[0, 0], torch.tensor(weights, dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+def test_multi_head_by_hand_random_projections():
+    """MultiHead = Concat(head_1..head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V):
+    head i uses rows [i·d_k, (i+1)·d_k) of w_q / w_k and [i·d_v, (i+1)·d_v) of w_v, and the
+    scaling is by √d_k (not √d_model or √(h·d_k))."""
+    d_model, h, d_k, d_v = 6, 3, 4, 2
+    mha = _mha(d_model, h, d_k, d_v, seed=6)
+    torch.manual_seed(7)
+    query = torch.randn(2, 3, d_model, dtype=torch.float64)
+    memory = torch.randn(2, 4, d_model, dtype=torch.float64)
+    Wq, Wk, Wv, Wo = (lin.weight.detach() for lin in (mha.w_q, mha.w_k, mha.w_v, mha.w_o))
+    heads = []
+    for i in range(h):
+        Qi = query @ Wq[i * d_k:(i + 1) * d_k].T
+        Ki = memory @ Wk[i * d_k:(i + 1) * d_k].T
+        Vi = memory @ Wv[i * d_v:(i + 1) * d_v].T
+        heads.append(torch.softmax(Qi @ Ki.transpose(1, 2) / math.sqrt(d_k), dim=-1) @ Vi)
+    expected = torch.cat(heads, dim=-1) @ Wo.T
+    out, _ = mha(query, mha.project_keys_values(memory))
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
