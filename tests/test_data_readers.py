@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
-import io
-import urllib.error
-import urllib.request
+import http.server
+import shutil
+import threading
 
 import pytest
 
 from aiayn.data import multi30k
-from aiayn.data.multi30k import multi30k_files
+from aiayn.data.multi30k import multi30k_files, multi30k_url
 from aiayn.data.readers import DataError, read_lines, read_parallel
 
 
@@ -112,42 +113,46 @@ def test_multi30k_unknown_split_or_language(tmp_path, split, lang):
         multi30k_files(tmp_path, split, lang, "de" if lang != "de" else "en", download=False)
 
 
-def _serve(monkeypatch, payload_for_url):
-    requested = []
+@pytest.fixture
+def mirror(tmp_path, monkeypatch):
+    """A real HTTP server on the loopback interface serving the folder it returns."""
+    root = tmp_path / "mirror"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv(multi30k.MIRROR_ENV, f"http://127.0.0.1:{server.server_address[1]}/")
+    yield root
+    server.shutdown()
+    server.server_close()
 
-    def fake_urlopen(url, timeout):
-        requested.append((url, timeout))
-        payload = payload_for_url(url)
-        if isinstance(payload, Exception):
-            raise payload
-        return io.BytesIO(payload)
 
-    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
-    return requested
+def test_multi30k_url_is_upstream_unless_mirrored(monkeypatch):
+    monkeypatch.delenv(multi30k.MIRROR_ENV, raising=False)
+    assert multi30k_url("val", "de") == (
+        "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/val.de.gz")
+    monkeypatch.setenv(multi30k.MIRROR_ENV, "http://example.org/m30k/")
+    assert multi30k_url("train", "en") == "http://example.org/m30k/train.en.gz"
 
 
-def test_multi30k_download_writes_the_served_files(data_root, tmp_path, monkeypatch):
-    def payload(url):
-        return (data_root / "multi30k" / url.rsplit("/", 1)[1]).read_bytes()
-
-    requested = _serve(monkeypatch, payload)
-    src, tgt = multi30k_files(tmp_path, "val", "en", "de")
-    assert [url for url, _ in requested] == [multi30k.URL_TEMPLATE.format(split="val", lang=lang) for lang in ("en", "de")]
-    assert all(timeout > 0 for _, timeout in requested)
+def test_multi30k_download_writes_the_served_files(data_root, tmp_path, mirror):
+    for lang in ("en", "de"):
+        shutil.copy(data_root / "multi30k" / f"val.{lang}.gz", mirror)
+    target = tmp_path / "root"
+    src, tgt = multi30k_files(target, "val", "en", "de")
     assert src.read_bytes() == (data_root / "multi30k" / "val.en.gz").read_bytes()
     assert len(read_lines(tgt)) == 1_014
-    assert sorted(p.name for p in (tmp_path / "multi30k").iterdir()) == ["val.de.gz", "val.en.gz"]
+    assert sorted(p.name for p in (target / "multi30k").iterdir()) == ["val.de.gz", "val.en.gz"]
 
 
-def test_multi30k_failed_or_truncated_download_leaves_nothing(data_root, tmp_path, monkeypatch):
-    data = (data_root / "multi30k" / "val.en.gz").read_bytes()
-
-    def payload(url):
-        return data[:1000] if url.endswith(".en.gz") else urllib.error.URLError("no network")
-
-    _serve(monkeypatch, payload)
+def test_multi30k_failed_or_truncated_download_leaves_nothing(data_root, tmp_path, mirror):
+    # The English file is served cut short; the German one is not served at all (HTTP 404).
+    (mirror / "val.en.gz").write_bytes((data_root / "multi30k" / "val.en.gz").read_bytes()[:1000])
+    target = tmp_path / "root"
     with pytest.raises(DataError, match="download failed") as info:
-        multi30k_files(tmp_path, "val", "en", "de")
-    assert str(tmp_path / "multi30k" / "val.en.gz") in str(info.value)
-    assert str(tmp_path / "multi30k" / "val.de.gz") in str(info.value)
-    assert list((tmp_path / "multi30k").iterdir()) == []
+        multi30k_files(target, "val", "en", "de")
+    assert str(target / "multi30k" / "val.en.gz") in str(info.value)
+    assert str(target / "multi30k" / "val.de.gz") in str(info.value)
+    assert list((target / "multi30k").iterdir()) == []

@@ -15,6 +15,9 @@ log = logging.getLogger(__name__)
 URL_TEMPLATE = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{split}.{lang}.gz"
 """Where each raw, gzipped file lives upstream (github.com/multi30k/dataset, task 1)."""
 
+MIRROR_ENV = "AIAYN_MULTI30K_MIRROR"
+"""A base URL to download ``{split}.{lang}.gz`` from instead (a local mirror, say)."""
+
 SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")
 LANGUAGES = ("en", "de")
 SUBDIR = "multi30k"
@@ -32,6 +35,9 @@ def multi30k_path(data_root: str | os.PathLike, split: str, lang: str) -> Path:
 def multi30k_url(split: str, lang: str) -> str:
     """The upstream address of the file of ``split`` in ``lang``."""
     _check(split, lang)
+    mirror = os.environ.get(MIRROR_ENV)
+    if mirror:
+        return f"{mirror.rstrip('/')}/{split}.{lang}.gz"
     return URL_TEMPLATE.format(split=split, lang=lang)
 
 
