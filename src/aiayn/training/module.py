@@ -56,6 +56,17 @@ class TranslationModule(L.LightningModule):
         self.bleu_signature: str | None = None
         self._last_batch_end: float | None = None
 
+    def setup(self, stage: str) -> None:
+        """The datamodule (set up before this) must speak the model's vocabulary."""
+        vocab = self.trainer.datamodule.vocab
+        expected = (self.hparams.vocab_size, self.pad_id, self.bos_id, self.eos_id)
+        found = (vocab.vocab_size, vocab.pad_id, vocab.bos_id, vocab.eos_id)
+        if found != expected:
+            raise ValueError(
+                f"the data's vocabulary {vocab} has (size, pad, bos, eos) = {found} but the model expects "
+                f"{expected}; set task.vocab_size to the subword model's size"
+            )
+
     # -- training -------------------------------------------------------------------------
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         logits = self.model(batch["src"], batch["tgt_in"])
