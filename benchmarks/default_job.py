@@ -50,7 +50,9 @@ def main(overrides: list[str]) -> None:
         raise SystemExit(f"make train failed with exit code {process.returncode}")
     summary = next(line for line in process.stdout.splitlines() if line.startswith("test "))
     metrics = {key: float(value) for key, value in re.findall(r"(test/\w+)=([-\d.e+]+)", summary)}
-    record = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "overrides": overrides,
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    record = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit.strip(),
+              "overrides": overrides,
               "wall_seconds": round(wall, 1),
               "fresh_install": fresh_install, **metrics, "machine": machine()}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -7,13 +7,15 @@ trainer.max_steps, then evaluates the test split and prints its metrics.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 import hydra
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from aiayn.training.callbacks import AttentionPicturesCallback
 from aiayn.training.module import TranslationModule
 
 log = logging.getLogger("aiayn.train")
@@ -29,6 +31,7 @@ def main(cfg: DictConfig) -> dict[str, float]:
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         decoding=OmegaConf.to_container(cfg.task.decoding, resolve=True),
         bleu_sentences=cfg.validation.bleu_sentences,
+        run_config=OmegaConf.to_container(cfg, resolve=True),
     )
     logger = hydra.utils.instantiate(cfg.logger) if cfg.logger else False
     if logger:
@@ -38,7 +41,16 @@ def main(cfg: DictConfig) -> dict[str, float]:
         dirpath=f"{cfg.paths.output_dir}/checkpoints", filename="step{step:07d}", auto_insert_metric_name=False,
         every_n_train_steps=cfg.checkpoint.every_n_train_steps, save_top_k=cfg.checkpoint.save_top_k, save_last=True,
     )
-    callbacks = [checkpoints] + ([LearningRateMonitor("step")] if logger else [])
+    callbacks = [checkpoints]
+    if cfg.checkpoint.get("every_n_minutes") is not None:
+        # §6.1: checkpoints every N minutes of training, the newest `keep_timed` kept, for
+        # src/average.py to average (`monitor="step"` makes "newest" the ranking).
+        callbacks.append(ModelCheckpoint(
+            dirpath=f"{cfg.paths.output_dir}/checkpoints", filename="time-step{step:07d}",
+            auto_insert_metric_name=False, train_time_interval=timedelta(minutes=cfg.checkpoint.every_n_minutes),
+            save_top_k=cfg.checkpoint.keep_timed, monitor="step", mode="max",
+        ))
+    callbacks += [AttentionPicturesCallback()] if cfg.visualize_at_end else []  # Figures 3–5, into attention/
     trainer = L.Trainer(**cfg.trainer, logger=logger, callbacks=callbacks)
     trainer.fit(module, datamodule=datamodule)
     results = trainer.test(module, datamodule=datamodule)[0]

@@ -22,12 +22,19 @@ _CACHE_FORMAT = 1  # bump when the training options below change meaning
 class Subwords:
     """A trained sentencepiece model with ids pad=0, unk=1, bos=2, eos=3."""
 
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+    def __init__(self, path: str | os.PathLike | None = None, *, proto: bytes | None = None):
+        """Load the model file at ``path``, or the serialized model ``proto`` (as stored in a
+        checkpoint, see :meth:`serialized`)."""
+        self.path = Path(path) if path is not None else None
+        where = self.path if self.path is not None else "serialized sentencepiece model"
         try:
-            self._sp = spm.SentencePieceProcessor(model_file=str(self.path))
-        except (OSError, RuntimeError) as error:
-            raise DataError(f"{self.path}: not a loadable sentencepiece model ({error}); delete it to retrain") from None
+            if proto is not None:
+                self._sp = spm.SentencePieceProcessor(model_proto=proto)
+            else:
+                self._sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        except (OSError, RuntimeError, TypeError) as error:
+            raise DataError(f"{where}: not a loadable sentencepiece model ({error}); delete it to retrain") from None
+        self.path = self.path if self.path is not None else Path("<serialized>")
         found = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
         if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise DataError(f"{self.path}: special ids (pad, unk, bos, eos) are {found}, expected (0, 1, 2, 3); retrain it")
@@ -53,6 +60,14 @@ class Subwords:
                 seq = seq[: seq.index(EOS_ID)]
             cleaned.append([i for i in seq if i not in (PAD_ID, BOS_ID)])
         return self._sp.decode(cleaned)
+
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        """The subword piece of each id (for labels, e.g. attention pictures)."""
+        return [self._sp.id_to_piece(int(i)) for i in ids]
+
+    def serialized(self) -> bytes:
+        """The model as bytes: a checkpoint keeps it so that it is usable on its own."""
+        return self._sp.serialized_model_proto()
 
     def __repr__(self) -> str:
         return f"Subwords({str(self.path)!r}, vocab_size={self.vocab_size})"

@@ -42,9 +42,12 @@ class TranslationModule(L.LightningModule):
         bos_id: int = 2,
         eos_id: int = 3,
         bleu_sentences: int | None = None,
+        run_config: dict[str, Any] | None = None,
     ):
         super().__init__()
-        self.save_hyperparameters()
+        # run_config (the whole resolved Hydra config) travels in checkpoints, not in the logger's
+        # hyper-parameters: train.py logs it itself.
+        self.save_hyperparameters(logger=False)
         self.label_smoothing = float(model["label_smoothing"])
         network = {k: v for k, v in model.items() if k not in TRAINING_KEYS}
         self.model = Transformer(vocab_size, vocab_size, pad_id=pad_id, **network)
@@ -66,6 +69,12 @@ class TranslationModule(L.LightningModule):
                 f"the data's vocabulary {vocab} has (size, pad, bos, eos) = {found} but the model expects "
                 f"{expected}; set task.vocab_size to the subword model's size"
             )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the subword model in the checkpoint, so that it translates on its own."""
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is not None and getattr(datamodule, "vocab", None) is not None:
+            checkpoint["subwords"] = datamodule.vocab.serialized()
 
     # -- training -------------------------------------------------------------------------
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:

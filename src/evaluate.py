@@ -1,0 +1,99 @@
+"""Evaluate a checkpoint the paper's way: `python src/evaluate.py ckpt=<file> [split=test]`.
+
+Beam search with the task's decoding settings; writes the hypotheses beside the run; prints and
+logs sacreBLEU (with its signature), the paper's tokenized BLEU, per-wordpiece perplexity and
+the decoding speed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from aiayn.data.readers import DataError, read_parallel
+from aiayn.metrics.bleu import sacrebleu_score, tokenized_bleu
+from aiayn.training.averaging import average_checkpoints, last_checkpoints
+from aiayn.training.checkpoint import load_trained
+from aiayn.training.loggers import wandb_logger
+from aiayn.training.translation import perplexity, translate
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
+def main(cfg: DictConfig) -> dict[str, float]:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return evaluate(cfg)
+    except (DataError, FileNotFoundError, ValueError) as error:
+        print(f"evaluate.py: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def evaluate(cfg: DictConfig) -> dict[str, float]:
+    ckpt = Path(cfg.ckpt)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    state_dict, averaged = None, [ckpt]
+    if cfg.average_last:
+        averaged = last_checkpoints(ckpt.parent, cfg.average_last)
+        state_dict = average_checkpoints(averaged)["state_dict"]
+    trained = load_trained(ckpt, device, state_dict=state_dict)
+    if "task" not in trained.config:
+        raise ValueError(f"{ckpt}: the checkpoint has no training config to find its task's data in")
+
+    overrides = {"data_root": cfg.data_root} if cfg.data_root else {}
+    datamodule = hydra.utils.instantiate(trained.config["task"]["datamodule"], **overrides)
+    split = datamodule.splits.get(cfg.split, cfg.split)
+    sources, references = read_parallel(*datamodule.split_files(split, datamodule.download))
+    decoding = {**trained.decoding, **{k: v for k, v in cfg.decoding.items() if v is not None}}
+
+    ppl, n_tokens = perplexity(trained.model, trained.vocab, sources, references, cfg.max_tokens)
+    result = translate(trained.model, trained.vocab, sources, batch_size=cfg.batch_size, **decoding)
+    detok = sacrebleu_score(result.texts, references)
+    tok = tokenized_bleu(result.texts, references, datamodule.tgt_lang)
+
+    out_dir = Path(cfg.out_dir) if cfg.out_dir else ckpt.resolve().parent.parent / "eval"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = f"{split}.step{trained.step}" + (f".avg{len(averaged)}" if cfg.average_last else "")
+    hypotheses_file = out_dir / f"{name}.hyp.{datamodule.tgt_lang}"
+    hypotheses_file.write_text("".join(text + "\n" for text in result.texts), encoding="utf-8")
+    metrics = {
+        f"{cfg.split}/sacrebleu": detok.score,
+        f"{cfg.split}/tokenized_bleu": tok.score,
+        f"{cfg.split}/ppl": ppl,
+        f"{cfg.split}/sentences_per_sec": result.sentences_per_second,
+        f"{cfg.split}/tokens_per_sec": result.tokens_per_second,
+    }
+    report = {
+        "checkpoint": str(ckpt), "averaged": [str(p) for p in averaged], "step": trained.step, "split": split,
+        "sentences": len(sources), "decoding": decoding, "device": device, "hypotheses": str(hypotheses_file),
+        "sacrebleu_signature": detok.signature, "sacrebleu": detok.details, "tokenized_bleu": tok.details,
+        "ppl_tokens": n_tokens, **metrics,
+    }
+    (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+
+    print(f"{split}: {len(sources)} sentences, step {trained.step}"
+          + (f", average of {len(averaged)} checkpoints" if cfg.average_last else ""))
+    print(f"  sacreBLEU       {detok.score:6.2f}  ({detok.signature})")
+    print(f"  tokenized BLEU  {tok.score:6.2f}  (Moses tokenization + compound splitting, as the paper)")
+    print(f"  perplexity      {ppl:6.2f}  per wordpiece, {n_tokens} tokens")
+    print(f"  decoding        {result.sentences_per_second:6.1f} sentences/s, {result.tokens_per_second:.0f} tokens/s "
+          f"(beam {decoding['beam_size']}, α {decoding['alpha']}, {device})")
+    print(f"  hypotheses      {hypotheses_file}")
+
+    if cfg.wandb != "disabled":
+        logger = wandb_logger(project="aiayn", save_dir=str(out_dir), mode=cfg.wandb, name=f"eval-{name}",
+                              job_type="eval", group=trained.config.get("run_name"))
+        logger.log_hyperparams({"evaluate": OmegaConf.to_container(cfg, resolve=True), "train": trained.config})
+        logger.log_metrics(metrics, step=trained.step)
+        logger.experiment.summary.update({**metrics, "sacrebleu_signature": detok.signature})
+        logger.experiment.finish()
+    return metrics
+
+
+if __name__ == "__main__":
+    main()

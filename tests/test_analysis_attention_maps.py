@@ -1,0 +1,164 @@
+"""Attention maps (the paper's Figures 3–5) and their pictures: aiayn.analysis on a real subword
+model of Multi30k lines, the end-of-training callback of src/train.py and src/visualize.py on a
+real checkpoint."""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from aiayn.analysis import AttentionMaps, attention_maps, draw_attention, draw_positional_encoding
+from aiayn.analysis.attention_maps import attention_figure_size
+from aiayn.data.readers import read_lines
+from aiayn.data.subwords import train_or_load
+from aiayn.model import Transformer, beam_search
+
+REPO = Path(__file__).resolve().parents[1]
+TEXT = "A man is riding a bike."
+N_LAYERS, N_HEADS = 2, 5  # 5 heads: a grid of two rows with empty panels at the end
+DECODING = dict(beam_size=2, alpha=0.6, max_len_offset=5)
+
+
+def expected_names(n_layers: int) -> list[str]:
+    return [f"{kind}_layer{layer}.png" for kind in ("encoder_self", "decoder_self", "cross")
+            for layer in range(1, n_layers + 1)]
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory: pytest.TempPathFactory, data_root: Path):
+    lines = [line for lang in ("en", "de") for line in read_lines(data_root / "multi30k" / f"train.{lang}.gz")[:1000]]
+    return train_or_load(lines, 300, tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def model(vocab) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(vocab.vocab_size, vocab.vocab_size, n_layers=N_LAYERS, d_model=40, d_ff=64, n_heads=N_HEADS,
+                       d_k=8, d_v=8, max_positions=64)
+
+
+@pytest.fixture(scope="module")
+def maps(model: Transformer, vocab) -> AttentionMaps:
+    model.train()
+    maps = attention_maps(model, vocab, TEXT, DECODING)
+    assert model.training, "the model is left in the mode it was in"
+    return maps
+
+
+def test_maps_have_every_layer_head_and_token(maps: AttentionMaps, model: Transformer, vocab) -> None:
+    src_ids = vocab.encode([TEXT])[0] + [vocab.eos_id]
+    model.eval()
+    hypothesis = beam_search(model, torch.tensor([src_ids]), bos_id=vocab.bos_id, eos_id=vocab.eos_id, **DECODING)[0]
+    piece = vocab._sp.id_to_piece
+    assert maps.src_pieces == [piece(i) for i in src_ids] and maps.src_pieces[-1] == "</s>"
+    assert maps.tgt_pieces == ["<s>"] + [piece(i) for i in hypothesis]
+    assert maps.source == TEXT and maps.translation == vocab.decode([hypothesis])[0]
+    S, T = len(src_ids), len(hypothesis) + 1
+    assert T >= 3, "a hypothesis of a few tokens, so that the causal mask is really tested"
+    assert (maps.n_layers, maps.n_heads) == (N_LAYERS, N_HEADS)
+    assert maps.encoder_self.shape == (N_LAYERS, N_HEADS, S, S)
+    assert maps.decoder_self.shape == (N_LAYERS, N_HEADS, T, T)
+    assert maps.cross.shape == (N_LAYERS, N_HEADS, T, S)
+    for weights in (maps.encoder_self, maps.decoder_self, maps.cross):
+        assert weights.dtype == torch.float32 and weights.device.type == "cpu"
+        assert (weights >= 0).all()
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+    assert (maps.decoder_self.triu(diagonal=1) == 0).all(), "no position attends to a later one"
+    assert (maps.decoder_self[..., torch.ones(T, T, dtype=torch.bool).tril()] > 0).all(), "and to every earlier one"
+    assert not torch.equal(maps.encoder_self[0, 0], maps.encoder_self[0, 1]), "heads differ"
+
+
+def test_draw_attention_writes_one_picture_per_layer_and_kind(maps: AttentionMaps, tmp_path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    paths = draw_attention(maps, tmp_path / "new" / "folder")
+    assert [path.name for path in paths] == expected_names(N_LAYERS)
+    assert sorted(p.name for p in (tmp_path / "new" / "folder").iterdir()) == sorted(expected_names(N_LAYERS))
+    assert attention_figure_size(N_HEADS) == (1600, 860)
+    for path in paths:
+        assert path.stat().st_size > 10_000
+        with Image.open(path) as image:
+            assert image.format == "PNG" and image.size == (1600, 860)
+    assert all(attention_figure_size(h)[0] <= 1600 for h in range(1, 33))
+    gc.collect()
+    assert not [o for o in gc.get_objects() if type(o) is Figure], "no figure outlives its drawing"
+
+
+def test_draw_positional_encoding(tmp_path: Path) -> None:
+    path = draw_positional_encoding(64, 100, tmp_path / "pe" / "positional.png")
+    assert path == tmp_path / "pe" / "positional.png" and path.stat().st_size > 10_000
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.size == (1000, 550)
+
+
+# -- end to end: the callback of src/train.py and src/visualize.py on a real checkpoint ---------------
+
+TINY = [  # tests/test_cli_train.py's TINY with two layers (six pictures) and shorter runs
+    "model.n_layers=2", "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
+    "task.vocab_size=500", "task.datamodule.max_tokens=1024", "task.decoding.max_len_offset=5",
+    "trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
+    "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0", "checkpoint.every_n_train_steps=2",
+    "optim.warmup_steps=2", "logger=none",
+]
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:
+    run_dir = tmp_path_factory.mktemp("train") / "run"
+    env = {"AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(tmp_path_factory.mktemp("train_cache"))}
+    result = run(["src/train.py", *TINY, f"hydra.run.dir={run_dir}"], REPO, env)
+    assert result.returncode == 0, f"train.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return run_dir
+
+
+def test_training_ends_by_drawing_attention(run_dir: Path) -> None:
+    pictures = sorted((run_dir / "attention").glob("*.png"))
+    assert [p.name for p in pictures] == sorted(expected_names(2))
+    assert all(p.stat().st_size > 10_000 for p in pictures)
+
+
+def test_visualize_draws_a_checkpoint(run_dir: Path, tmp_path: Path) -> None:
+    # A copy of the run's checkpoint in a fresh folder: the pictures go to <ckpt dir>/../attention.
+    ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    shutil.copy(run_dir / "checkpoints" / "last.ckpt", ckpt)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    result = run([str(REPO / "src" / "visualize.py"), f"ckpt={ckpt}", "text=Two dogs play in the snow.",
+                  "positional_encoding=true"], cwd)
+    assert result.returncode == 0, result.stderr[-5000:]
+    out = tmp_path / "run" / "attention"
+    names = expected_names(2) + ["positional_encoding.png"]
+    assert result.stdout.splitlines() == [str(out / name) for name in names]
+    assert sorted(p.name for p in out.iterdir()) == sorted(names)
+    assert all((out / name).stat().st_size > 10_000 for name in names)
+    assert "Two dogs play in the snow. → " in result.stderr
+    assert list(cwd.iterdir()) == [], "Hydra writes nothing beside (no .hydra/, no log file)"
+
+
+@pytest.mark.parametrize("ckpt", ["missing", "not given", "not a checkpoint"])
+def test_visualize_without_a_checkpoint_says_so(ckpt: str, tmp_path: Path) -> None:
+    (tmp_path / "text.ckpt").write_text("not a checkpoint")
+    args = {"missing": [f"ckpt={tmp_path / 'nope.ckpt'}"], "not given": [],
+            "not a checkpoint": [f"ckpt={tmp_path / 'text.ckpt'}"]}[ckpt]
+    result = run([str(REPO / "src" / "visualize.py"), *args, f"out={tmp_path / 'out'}"], tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("visualize.py: "), result.stderr
+    expected = {"missing": "nope.ckpt: checkpoint not found", "not given": "ckpt=<checkpoint file>",
+                "not a checkpoint": "text.ckpt: not a readable checkpoint"}[ckpt]
+    assert expected in lines[0]
+    assert not (tmp_path / "out").exists()
