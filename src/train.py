@@ -6,7 +6,6 @@ trainer.max_steps, then evaluates the test split and prints its metrics.
 
 from __future__ import annotations
 
-import logging
 from datetime import timedelta
 
 import hydra
@@ -18,7 +17,6 @@ from omegaconf import DictConfig, OmegaConf
 from aiayn.training.callbacks import AttentionPicturesCallback
 from aiayn.training.module import TranslationModule
 
-log = logging.getLogger("aiayn.train")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
