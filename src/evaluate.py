@@ -42,14 +42,24 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         averaged = last_checkpoints(ckpt.parent, cfg.average_last)
         state_dict = average_checkpoints(averaged)["state_dict"]
     trained = load_trained(ckpt, device, state_dict=state_dict)
-    if "task" not in trained.config:
-        raise ValueError(f"{ckpt}: the checkpoint has no training config to find its task's data in")
+    if cfg.get("task"):
+        task = OmegaConf.to_container(cfg.task, resolve=True)
+    elif "task" in trained.config:
+        task = trained.config["task"]
+    else:
+        raise ValueError(f"{ckpt}: the checkpoint has no training config; name the data with task=<name>")
 
+    trained_task = trained.config.get("task", {}).get("datamodule", {})
+    directions = [(t.get("src_lang"), t.get("tgt_lang")) for t in (trained_task, task["datamodule"])]
+    if trained_task and directions[0] != directions[1]:
+        raise ValueError(f"{ckpt} translates {'→'.join(directions[0])} but task {task['name']} is "
+                         f"{'→'.join(directions[1])}; pick a task of the same direction")
     overrides = {"data_root": cfg.data_root} if cfg.data_root else {}
-    datamodule = hydra.utils.instantiate(trained.config["task"]["datamodule"], **overrides)
+    datamodule = hydra.utils.instantiate(task["datamodule"], **overrides)
     split = datamodule.splits.get(cfg.split, cfg.split)
     sources, references = read_parallel(*datamodule.split_files(split, datamodule.download))
-    decoding = {**trained.decoding, **{k: v for k, v in cfg.decoding.items() if v is not None}}
+    decoding = {**(task["decoding"] if cfg.get("task") else trained.decoding),
+                **{k: v for k, v in cfg.decoding.items() if v is not None}}
 
     ppl, n_tokens = perplexity(trained.model, trained.vocab, sources, references, cfg.max_tokens)
     result = translate(trained.model, trained.vocab, sources, batch_size=cfg.batch_size, **decoding)

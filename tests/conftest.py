@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,3 +22,12 @@ def data_root() -> Path:
             pytrace=False,
         )
     return root
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """For tiny tensors intra-op threads only add overhead (and contend with other jobs)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

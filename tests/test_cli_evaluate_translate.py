@@ -71,6 +71,18 @@ def test_evaluate_with_averaging_and_bad_checkpoint(trained, data_root: Path, tm
     assert "not a readable checkpoint" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_evaluate_on_another_test_set_of_the_task(trained, data_root: Path, tmp_path: Path) -> None:
+    ckpt, cache = trained
+    run("src/evaluate.py", f"ckpt={ckpt}", "task=multi30k_en_de", "split=test_2017_mscoco", "decoding.beam_size=2",
+        f"out_dir={tmp_path}", "wandb=disabled", data_root=data_root, cache_dir=cache)
+    report = json.loads(next(tmp_path.glob("test_2017_mscoco.step*.json")).read_text())
+    assert report["sentences"] == 461 and report["decoding"]["beam_size"] == 2
+
+    result = run("src/evaluate.py", f"ckpt={ckpt}", "task=multi30k_de_en", f"out_dir={tmp_path}", "wandb=disabled",
+                 data_root=data_root, cache_dir=cache, check=False)
+    assert result.returncode == 2 and "translates en→de but task multi30k_de_en is de→en" in result.stderr
+
+
 def test_translate_keeps_order_empty_lines_and_truncates(trained, data_root: Path, tmp_path: Path) -> None:
     ckpt, cache = trained
     lines = ["A man is riding a bike.", "", "Two dogs play in the snow.", " ".join(["word"] * 400),

@@ -10,13 +10,7 @@ import torch
 from aiayn.model.attention import MultiHeadAttention
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """Tiny tensors: intra-op threads only add overhead (and contend with other jobs on the box)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def _mha(d_model, n_heads, d_k, d_v, seed=0) -> MultiHeadAttention:

@@ -16,13 +16,7 @@ from aiayn.model.positional import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """Tiny tensors: intra-op threads only add overhead (and contend with other jobs on the box)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def _pe(pos: int, dim: int, d_model: int) -> float:

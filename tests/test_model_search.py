@@ -10,13 +10,7 @@ import torch
 from aiayn.model import Transformer, beam_search, greedy_search, length_penalty
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """Tiny tensors: intra-op threads only add overhead (and contend with other jobs on the box)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 PAD, BOS, EOS = 0, 1, 2

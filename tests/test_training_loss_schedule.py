@@ -12,13 +12,7 @@ from aiayn.training.loss import label_smoothed_loss
 from aiayn.training.schedule import transformer_lr, transformer_scheduler
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """Tiny tensors: intra-op threads only add overhead (and contend with other jobs on the box)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 # ------------------------------------------------------------------------------- Eq. 3
