@@ -27,8 +27,8 @@ class TranslationModule(L.LightningModule):
     """Teacher-forced training with label smoothing, Adam and the §5.3 schedule; validation and
     test report loss, per-token perplexity and sacreBLEU of beam-search output.
 
-    ``model`` is the model config (conf/model/*.yaml): the Transformer's arguments plus
-    ``label_smoothing``. The datamodule attached to the trainer supplies ``vocab`` (to detokenize
+    ``model`` is the model config (conf/model/*.yaml): the Transformer's arguments plus the
+    training recipe's ``TRAINING_KEYS`` (ε_ls, steps, warmup, lr factor, validation interval). The datamodule attached to the trainer supplies ``vocab`` (to detokenize
     hypotheses) and ``references(split)`` (the raw reference sentences).
     """
 
@@ -57,7 +57,8 @@ class TranslationModule(L.LightningModule):
         self.eval_loss, self.eval_nll = MeanMetric(), MeanMetric()
         self.hypotheses: list[tuple[int, str]] = []
         self.bleu_signature: str | None = None
-        self._last_batch_end: float | None = None
+        self._last_batch_end: float | None = None  # for target tokens/s between batch ends
+        self._tokens = 0  # target tokens of the current training batch
 
     def setup(self, stage: str) -> None:
         """The datamodule (set up before this) must speak the model's vocabulary."""
