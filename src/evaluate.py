@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import hydra
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from aiayn.data.readers import DataError, read_parallel
@@ -36,12 +35,12 @@ def main(cfg: DictConfig) -> dict[str, float]:
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     ckpt = Path(cfg.ckpt)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
     state_dict, averaged = None, [ckpt]
     if cfg.average_last:
         averaged = last_checkpoints(ckpt.parent, cfg.average_last)
         state_dict = average_checkpoints(averaged)["state_dict"]
-    trained = load_trained(ckpt, device, state_dict=state_dict)
+    trained = load_trained(ckpt, cfg.device, state_dict=state_dict)
+    device = str(next(trained.model.parameters()).device)
     if cfg.get("task"):
         task = OmegaConf.to_container(cfg.task, resolve=True)
     elif "task" in trained.config:

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
 from aiayn.data.readers import DataError, read_lines
@@ -23,8 +22,7 @@ from aiayn.training.translation import translate
 def main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
-        trained = load_trained(cfg.ckpt, device)
+        trained = load_trained(cfg.ckpt, cfg.device)
         if cfg.input:
             lines = read_lines(cfg.input)
         else:

@@ -48,7 +48,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cpu",
                  state_dict: dict[str, torch.Tensor] | None = None) -> TrainedModel:
     """Rebuild the module from ``path`` (with ``state_dict``'s weights instead, if given: an
-    average of several checkpoints, say)."""
+    average of several checkpoints, say) on ``map_location`` ("auto": a GPU if there is one)."""
+    if map_location == "auto":
+        map_location = "cuda" if torch.cuda.is_available() else "cpu"
     checkpoint = read_checkpoint(path)
     module = TranslationModule(**checkpoint["hyper_parameters"])
     module.load_state_dict(state_dict if state_dict is not None else checkpoint["state_dict"])

@@ -67,12 +67,10 @@ def translate(
     todo = [i for i, (sentence, seq) in enumerate(zip(sentences, ids)) if sentence.strip() and seq]
     output_tokens = 0
     todo.sort(key=lambda i: len(ids[i]))  # similar lengths together: little padding
+    collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     for start in range(0, len(todo), batch_size):
         rows = todo[start : start + batch_size]
-        src = torch.full((len(rows), max(len(ids[i]) for i in rows) + 1), vocab.pad_id, dtype=torch.long)
-        for r, i in enumerate(rows):
-            src[r, : len(ids[i])] = torch.tensor(ids[i], dtype=torch.long)
-            src[r, len(ids[i])] = vocab.eos_id
+        src = collate([(i, ids[i], []) for i in rows])["src"]  # ids + EOS, right-padded
         hypotheses = beam_search(model, src.to(device), bos_id=vocab.bos_id, eos_id=vocab.eos_id,
                                  beam_size=beam_size, alpha=alpha, max_len_offset=max_len_offset)
         output_tokens += sum(len(h) for h in hypotheses)
