@@ -1,39 +1,85 @@
 """Train a Transformer: `python src/train.py [task=...] [model=...] [hardware=...] [key=value ...]`.
 
 Composes conf/train.yaml, builds the data, the model and the Lightning Trainer, trains for
-trainer.max_steps, then evaluates the test split and prints its metrics.
+trainer.max_steps, then evaluates the test split and prints its metrics. `resume=auto` continues
+the newest checkpoint of the run (see aiayn.training.resume).
 """
 
 from __future__ import annotations
 
+import logging
+import sys
+import warnings
 from datetime import timedelta
 
 import hydra
 import lightning as L
 import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
+from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
+from aiayn.data.readers import DataError
 from aiayn.training.callbacks import AttentionPicturesCallback
-from aiayn.training.module import TranslationModule
+from aiayn.training.config_check import ConfigError, check_train_config
+from aiayn.training.module import NonFiniteLossError, TranslationModule
+from aiayn.training.resume import AtomicCheckpointIO, find_resume
 
+log = logging.getLogger("train")
+
+# The datamodule saves and restores the position in the epoch itself (TranslationDataModule.state_dict).
+warnings.filterwarnings("ignore", message="You.re resuming from a checkpoint that ended before the epoch ended")
+# A step with a non-finite loss returns None on purpose; the module logs each one it skips.
+warnings.filterwarnings("ignore", message="`training_step` returned `None`")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> dict[str, float]:
+    try:
+        return train(cfg)
+    except (ConfigError, DataError) as error:
+        print(f"train.py: {error}", file=sys.stderr)
+        sys.exit(2)
+    except NonFiniteLossError as error:
+        print(f"train.py: {error}", file=sys.stderr)
+        sys.exit(1)
+    except (ProcessExitedException, ProcessRaisedException) as error:
+        # ddp_spawn: a rank died or failed; torch has already stopped the others.
+        print(f"train.py: a training process failed, so the job stopped: {str(error).strip().splitlines()[-1]}. "
+              "Continue from the last checkpoint with resume=auto", file=sys.stderr)
+        sys.exit(1)
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    config = OmegaConf.to_container(cfg, resolve=True)
+    check_train_config(config)
+    resume = find_resume(cfg.resume, cfg.paths.output_dir, config,
+                         multirun=HydraConfig.get().mode == RunMode.MULTIRUN)
+    if resume is not None and str(resume.run_dir) != cfg.paths.output_dir:
+        log.info("continuing run %s (this attempt's config and log stay in %s)", resume.run_dir, cfg.paths.output_dir)
+        cfg.paths.output_dir = str(resume.run_dir)  # checkpoints and logs go on in the resumed run
+        config = OmegaConf.to_container(cfg, resolve=True)
+
     L.seed_everything(cfg.seed, workers=True)
     datamodule = hydra.utils.instantiate(cfg.task.datamodule)
-    module = TranslationModule(
-        model=OmegaConf.to_container(cfg.model, resolve=True),
-        vocab_size=cfg.task.vocab_size,
-        optim=OmegaConf.to_container(cfg.optim, resolve=True),
-        decoding=OmegaConf.to_container(cfg.task.decoding, resolve=True),
-        bleu_sentences=cfg.validation.bleu_sentences,
-        run_config=OmegaConf.to_container(cfg, resolve=True),
-    )
-    logger = hydra.utils.instantiate(cfg.logger) if cfg.logger else False
+    try:
+        module = TranslationModule(
+            model=config["model"],
+            vocab_size=cfg.task.vocab_size,
+            optim=config["optim"],
+            decoding=config["task"]["decoding"],
+            bleu_sentences=cfg.validation.bleu_sentences,
+            run_config=config,
+            seed=cfg.seed,
+            max_nonfinite_in_a_row=cfg.nonfinite.max_in_a_row,
+        )
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"model: {error}") from None
+    logger = _logger(cfg, resume)
     if logger:
-        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+        logger.log_hyperparams(config)
         logger.log_hyperparams({"parameters": sum(p.numel() for p in module.model.parameters())})
     checkpoints = ModelCheckpoint(
         dirpath=f"{cfg.paths.output_dir}/checkpoints", filename="step{step:07d}", auto_insert_metric_name=False,
@@ -49,14 +95,24 @@ def main(cfg: DictConfig) -> dict[str, float]:
             save_top_k=cfg.checkpoint.keep_timed, monitor="step", mode="max",
         ))
     callbacks += [AttentionPicturesCallback()] if cfg.visualize_at_end else []  # Figures 3–5, into attention/
-    trainer = L.Trainer(**cfg.trainer, logger=logger, callbacks=callbacks)
-    trainer.fit(module, datamodule=datamodule)
+    trainer_args = hydra.utils.instantiate(cfg.trainer, _convert_="all")  # a strategy may be an object
+    trainer = L.Trainer(**trainer_args, logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
+    trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
     results = trainer.test(module, datamodule=datamodule)[0]
     if trainer.is_global_zero:
         print(f"test {cfg.task.datamodule.test_split}: " + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
         if module.bleu_signature:
             print(f"sacreBLEU signature: {module.bleu_signature}")
     return results
+
+
+def _logger(cfg: DictConfig, resume) -> object:
+    if not cfg.logger:
+        return False
+    extra = {}
+    if resume is not None and resume.wandb_run_id and str(cfg.logger.get("_target_", "")).endswith("wandb_logger"):
+        extra = {"id": resume.wandb_run_id, "resume": "allow"}  # the same W&B run goes on
+    return hydra.utils.instantiate(cfg.logger, **extra)
 
 
 if __name__ == "__main__":

@@ -129,3 +129,23 @@ def test_replica_defaults_and_checks():
         TokenBatchSampler([2, 2], [2, 2], 10, shuffle=False, num_replicas=2, rank=2)
     with pytest.raises(ValueError, match="target lengths"):
         TokenBatchSampler([2, 2], [2], 10, shuffle=False)
+
+
+@pytest.mark.parametrize("num_replicas", [1, 2])
+def test_resume_mid_epoch_continues_the_same_order(lengths, num_replicas):
+    src, tgt = lengths
+
+    def sampler(rank):
+        return TokenBatchSampler(src, tgt, 2000, shuffle=True, seed=5, num_replicas=num_replicas, rank=rank)
+
+    for rank in range(num_replicas):
+        uninterrupted = sampler(rank)
+        uninterrupted.set_epoch(3)
+        whole = list(uninterrupted)
+        restarted = sampler(rank)  # a new process: built from scratch, told where it stopped
+        restarted.set_epoch(3)
+        restarted.resume(epoch=3, batches_done=7)
+        assert list(restarted) == whole[7:]
+        assert list(restarted) == whole, "only the interrupted epoch's first pass is cut"
+        restarted.resume(epoch=2, batches_done=7)
+        assert list(restarted) == whole, "a position in another epoch is not applied to this one"

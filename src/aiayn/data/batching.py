@@ -22,6 +22,10 @@ class TokenBatchSampler(Sampler[list[int]]):
     ``pad_to_equal`` (training) the order is first extended by repeating its first batches so
     every rank gets the same number; without it (evaluation) each example is seen exactly once
     across ranks and batch counts may differ by one.
+
+    Resuming mid-epoch: :meth:`resume` makes the next iteration over epoch ``epoch`` start after
+    the first ``batches_done`` batches of this rank's share, so a restarted run sees the rest of
+    the interrupted epoch in the same order; later epochs are whole again.
     """
 
     def __init__(
@@ -54,6 +58,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.rank = int(rank)
         self.pad_to_equal = bool(pad_to_equal)
         self.epoch = 0
+        self._resume: tuple[int, int] | None = None  # (epoch, batches of it already consumed)
         self.sampler = _EpochRelay(self)
         self.batches = self._build(src, tgt)
         self._padding_fraction = _padding_fraction(self.batches, src, tgt)
@@ -91,6 +96,12 @@ class TokenBatchSampler(Sampler[list[int]]):
         through :attr:`sampler`)."""
         self.epoch = int(epoch)
 
+    def resume(self, epoch: int, batches_done: int) -> None:
+        """Skip this rank's first ``batches_done`` batches the next time epoch ``epoch`` is iterated."""
+        if batches_done < 0:
+            raise ValueError(f"batches_done must be non-negative, got {batches_done}")
+        self._resume = (int(epoch), int(batches_done)) if batches_done else None
+
     def _epoch_order(self) -> list[int]:
         count = len(self.batches)
         if self.shuffle:
@@ -104,7 +115,10 @@ class TokenBatchSampler(Sampler[list[int]]):
         return order
 
     def __iter__(self) -> Iterator[list[int]]:
-        for position in self._epoch_order()[self.rank :: self.num_replicas]:
+        skip = 0
+        if self._resume is not None and self._resume[0] == self.epoch:
+            skip, self._resume = self._resume[1], None
+        for position in self._epoch_order()[self.rank :: self.num_replicas][skip:]:
             yield list(self.batches[position])
 
     def __len__(self) -> int:

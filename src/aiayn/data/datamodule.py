@@ -159,6 +159,7 @@ class TranslationDataModule(L.LightningDataModule):
         self._datasets: dict[str, ParallelCorpus] = {}
         self._sources: dict[str, list[str]] = {}
         self._references: dict[str, list[str]] = {}
+        self._resume_position: dict[str, int] | None = None
 
     def split_files(self, split: str, download: bool) -> tuple[Path, Path]:
         """The (source, target) files of ``split``, fetched first if allowed and missing."""
@@ -242,7 +243,26 @@ class TranslationDataModule(L.LightningDataModule):
         raise KeyError(f"unknown split {split!r}; use one of {ROLES} or {tuple(self.splits.values())}")
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", self.max_tokens, shuffle=True, pad_to_equal=True)
+        loader = self._loader("train", self.max_tokens, shuffle=True, pad_to_equal=True)
+        if self._resume_position is not None:  # restored from a checkpoint written mid-epoch
+            loader.batch_sampler.resume(**self._resume_position)
+            self._resume_position = None
+        return loader
+
+    def state_dict(self) -> dict[str, int]:
+        """Where training is in its epoch: the epoch and how many of its batches this rank has
+        trained on (saved in every checkpoint; Lightning's own progress counters do the same for
+        the steps, and the batch order is a function of seed and epoch)."""
+        trainer = self.trainer
+        if trainer is None:
+            return {}
+        return {"epoch": trainer.fit_loop.epoch_progress.current.processed,
+                "batches_done": trainer.fit_loop.epoch_loop.batch_progress.current.processed}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        """Resume the training batches where the checkpoint's epoch stopped."""
+        if state_dict:
+            self._resume_position = {"epoch": state_dict["epoch"], "batches_done": state_dict["batches_done"]}
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", self.eval_max_tokens, shuffle=False, pad_to_equal=False)

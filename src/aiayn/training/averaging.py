@@ -193,7 +193,10 @@ def save_checkpoint_atomically(checkpoint: dict[str, Any], out: str | os.PathLik
     out.parent.mkdir(parents=True, exist_ok=True)
     temporary = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        torch.save(checkpoint, temporary)
+        with open(temporary, "wb") as file:
+            torch.save(checkpoint, file)
+            file.flush()
+            os.fsync(file.fileno())  # on disk before the rename makes it the checkpoint
         os.replace(temporary, out)
     finally:
         temporary.unlink(missing_ok=True)

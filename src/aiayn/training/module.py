@@ -7,9 +7,11 @@ import time
 from typing import Any
 
 import lightning as L
+import numpy as np
 import sacrebleu
 import torch
 import torch.distributed as dist
+from lightning.pytorch.loggers import WandbLogger
 from torchmetrics import MeanMetric
 
 from aiayn.model import Transformer, beam_search
@@ -17,6 +19,10 @@ from aiayn.training.loss import label_smoothed_loss
 from aiayn.training.schedule import transformer_scheduler
 
 log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training stopped after too many consecutive steps with a non-finite loss or gradient."""
 
 # Keys of the model config that configure training rather than the network.
 TRAINING_KEYS = ("name", "label_smoothing", "train_steps", "warmup_steps", "lr_factor",
@@ -43,6 +49,8 @@ class TranslationModule(L.LightningModule):
         eos_id: int = 3,
         bleu_sentences: int | None = None,
         run_config: dict[str, Any] | None = None,
+        seed: int = 0,
+        max_nonfinite_in_a_row: int = 8,
     ):
         super().__init__()
         # run_config (the whole resolved Hydra config) travels in checkpoints, not in the logger's
@@ -59,6 +67,12 @@ class TranslationModule(L.LightningModule):
         self.bleu_signature: str | None = None
         self._last_batch_end: float | None = None  # for target tokens/s between batch ends
         self._tokens = 0  # target tokens of the current training batch
+        self.seed = seed
+        # Steps whose loss or gradient is NaN/inf are skipped (no update) and counted; after
+        # `max_nonfinite_in_a_row` of them in a row training stops (NonFiniteLossError).
+        self.max_nonfinite_in_a_row = max_nonfinite_in_a_row
+        self.nonfinite_in_a_row = 0
+        self.nonfinite_total = 0
 
     def setup(self, stage: str) -> None:
         """The datamodule (set up before this) must speak the model's vocabulary."""
@@ -76,18 +90,57 @@ class TranslationModule(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if datamodule is not None and getattr(datamodule, "vocab", None) is not None:
             checkpoint["subwords"] = datamodule.vocab.serialized()
+        checkpoint["nonfinite_steps"] = {"in_a_row": self.nonfinite_in_a_row, "total": self.nonfinite_total}
+        if self._trainer is not None and isinstance(self.logger, WandbLogger):
+            checkpoint["wandb_run_id"] = self.logger.version  # a resumed run continues this W&B run
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        counts = checkpoint.get("nonfinite_steps", {})
+        self.nonfinite_in_a_row, self.nonfinite_total = counts.get("in_a_row", 0), counts.get("total", 0)
 
     # -- training -------------------------------------------------------------------------
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # The dropout of every batch draws from a generator seeded by (seed, epoch, batch, rank),
+        # as fairseq seeds each update, so a run resumed from a checkpoint repeats exactly what
+        # the uninterrupted run would have done, whatever else used the global generator.
+        state = np.random.SeedSequence([self.seed, self.current_epoch, batch_idx, self.global_rank])
+        torch.manual_seed(int(state.generate_state(1, np.uint64)[0]))
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         logits = self.model(batch["src"], batch["tgt_in"])
         loss_sum, _, n_tokens = label_smoothed_loss(logits, batch["tgt_out"], self.label_smoothing, self.pad_id)
         # Mean over this batch's target tokens; Lightning divides by the accumulation count and
         # DDP averages over ranks, so with token-sized batches every token weighs about the same.
         loss = loss_sum / n_tokens
+        self._tokens = n_tokens
+        if not self._all_ranks_finite(loss):
+            self._skip_nonfinite("loss")
+            return None  # Lightning then skips backward and the update on every rank
         self.log("train/loss", loss, on_step=True, prog_bar=True, batch_size=n_tokens)
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, prog_bar=True)
-        self._tokens = n_tokens
         return loss
+
+    def _all_ranks_finite(self, loss: torch.Tensor) -> bool:
+        finite = torch.isfinite(loss.detach()).to(torch.float32)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(finite, op=dist.ReduceOp.MIN)  # every rank must skip together
+        return bool(finite.item())
+
+    def _skip_nonfinite(self, what: str) -> None:
+        self.nonfinite_in_a_row += 1
+        self.nonfinite_total += 1
+        log.warning("step %d: non-finite %s, update skipped (%d in a row, %d in all)",
+                    self.global_step, what, self.nonfinite_in_a_row, self.nonfinite_total)
+        if self.nonfinite_in_a_row >= self.max_nonfinite_in_a_row:
+            # The skipped steps changed nothing, so the weights and optimizer state now are those
+            # from before the first of them: keep them for a restart with other settings.
+            path = f"{self.trainer.default_root_dir}/checkpoints/nonfinite-step{self.global_step:07d}.ckpt"
+            self.trainer.save_checkpoint(path)
+            raise NonFiniteLossError(
+                f"{self.nonfinite_in_a_row} steps in a row had a non-finite {what} (last at step {self.global_step}); "
+                f"the state from before them is in {path}. Lower optim.lr_factor or raise optim.warmup_steps "
+                f"and resume with resume={path}, or allow more with nonfinite.max_in_a_row"
+            )
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()
@@ -100,7 +153,17 @@ class TranslationModule(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
-        self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads), on_step=True)
+        if not grads:
+            return  # the loss was not finite: training_step skipped backward
+        grad_norm = torch.nn.utils.get_total_norm(grads)
+        if not torch.isfinite(grad_norm):  # gradients are all-reduced already: every rank agrees
+            for parameter in self.parameters():
+                parameter.grad = None  # Adam leaves parameters without a gradient untouched
+            self._skip_nonfinite("gradient")
+            return
+        self.nonfinite_in_a_row = 0
+        self.log("train/grad_norm", grad_norm, on_step=True)
+        self.log("train/skipped_steps", float(self.nonfinite_total), on_step=True)
 
     def configure_optimizers(self) -> dict[str, Any]:
         # §5.3: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9; lr = 1.0 scaled by the schedule.

@@ -1,0 +1,91 @@
+"""Steps with a NaN/inf loss or gradient are skipped and counted; too many in a row stop the run
+with a clear error and a checkpoint of the state from before them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from aiayn.data.datamodule import Multi30kDataModule
+from aiayn.training.module import NonFiniteLossError, TranslationModule
+
+MODEL = dict(n_layers=1, d_model=32, d_ff=64, n_heads=2, d_k=16, d_v=16, dropout=0.1, max_positions=256,
+             label_smoothing=0.1)
+OPTIM = dict(betas=[0.9, 0.98], eps=1e-9, warmup_steps=4, lr_factor=1.0)
+DECODING = dict(beam_size=1, alpha=0.6, max_len_offset=5)
+
+
+@pytest.fixture(scope="module")
+def datamodule(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Multi30kDataModule:
+    data = Multi30kDataModule(str(data_root), vocab_size=500, max_tokens=512, cache_dir=str(tmp_path_factory.mktemp("c")),
+                              download=False)
+    data.setup("fit")
+    return data
+
+
+def _module(max_in_a_row: int = 3) -> TranslationModule:
+    torch.manual_seed(0)
+    return TranslationModule(MODEL, 500, OPTIM, DECODING, seed=0, max_nonfinite_in_a_row=max_in_a_row)
+
+
+def _trainer(tmp_path: Path, steps: int) -> L.Trainer:
+    return L.Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
+                     limit_val_batches=0, enable_progress_bar=False, enable_model_summary=False,
+                     default_root_dir=str(tmp_path), use_distributed_sampler=False)
+
+
+class Poison(L.Callback):
+    """Makes the loss (`where="loss"`) or one gradient (`where="grad"`) NaN/inf at the given
+    steps, and records the weights before every step."""
+
+    def __init__(self, steps: set[int], where: str):
+        self.steps, self.where, self.weights, self._hook = steps, where, {}, None
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.weights[trainer.global_step] = {n: p.detach().clone() for n, p in module.named_parameters()}
+        self._poisoned = trainer.global_step in self.steps
+        if self._poisoned and self.where == "loss":
+            self._hook = module.model.embedding_dropout.register_forward_hook(lambda m, i, out: out * float("nan"))
+
+    def on_after_backward(self, trainer, module):
+        if self._poisoned and self.where == "grad":
+            next(module.parameters()).grad[0, 0] = float("inf")
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+
+@pytest.mark.parametrize("where", ["loss", "grad"])
+def test_nonfinite_steps_are_skipped_and_counted(tmp_path, datamodule, single_thread, where):
+    module, poison = _module(), Poison({2, 3}, where)
+    trainer = _trainer(tmp_path, steps=6)
+    trainer.callbacks.append(poison)
+    trainer.fit(module, datamodule=datamodule)
+    assert trainer.global_step == 6
+    assert module.nonfinite_total == 2 and module.nonfinite_in_a_row == 0, "a good step resets the streak"
+    same = lambda a, b: all(torch.equal(a[name], b[name]) for name in a)
+    assert same(poison.weights[2], poison.weights[3]) and same(poison.weights[3], poison.weights[4]), \
+        "skipped steps leave the weights alone"
+    assert not same(poison.weights[1], poison.weights[2]) and not same(poison.weights[4], poison.weights[5])
+    assert all(torch.isfinite(p).all() for p in module.parameters())
+
+
+def test_too_many_in_a_row_stop_with_a_checkpoint_from_before(tmp_path, datamodule, single_thread):
+    module, poison = _module(max_in_a_row=3), Poison(set(range(3, 100)), "loss")
+    trainer = _trainer(tmp_path, steps=20)
+    trainer.callbacks.append(poison)
+    with pytest.raises(NonFiniteLossError) as raised:
+        trainer.fit(module, datamodule=datamodule)
+    message = str(raised.value)
+    assert message.startswith("3 steps in a row had a non-finite loss (last at step 5)")
+    assert "optim.lr_factor" in message and "resume=" in message
+    saved = torch.load(tmp_path / "checkpoints" / "nonfinite-step0000005.ckpt", weights_only=False)
+    before = poison.weights[3]  # the weights the first poisoned step started from
+    for name, weight in before.items():
+        assert torch.equal(saved["state_dict"][name], weight), name
+    assert saved["nonfinite_steps"] == {"in_a_row": 3, "total": 3}
