@@ -8,6 +8,7 @@ the newest checkpoint of the run (see aiayn.training.resume).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 from datetime import timedelta
@@ -47,9 +48,26 @@ def main(cfg: DictConfig) -> dict[str, float]:
         sys.exit(1)
     except (ProcessExitedException, ProcessRaisedException) as error:
         # ddp_spawn: a rank died or failed; torch has already stopped the others.
-        print(f"train.py: a training process failed, so the job stopped: {str(error).strip().splitlines()[-1]}. "
-              "Continue from the last checkpoint with resume=auto", file=sys.stderr)
-        sys.exit(1)
+        _stop_after_failed_rank(str(error))
+    except RuntimeError as error:
+        if not _lost_a_peer(error):
+            raise
+        _stop_after_failed_rank(str(error))  # ddp: this rank's collective found another rank gone
+
+
+def _lost_a_peer(error: RuntimeError) -> bool:
+    """A collective that failed because another rank's process went away (gloo or NCCL)."""
+    text = str(error)
+    return isinstance(error, torch.distributed.DistError) or any(
+        sign in text for sign in ("Connection closed by peer", "Connection reset by peer", "NCCL communicator was aborted"))
+
+
+def _stop_after_failed_rank(detail: str) -> None:
+    rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK")
+    where = f" (seen by rank {rank})" if rank else ""
+    print(f"train.py: a training process failed, so the job stopped{where}: {detail.strip().splitlines()[-1][:300]}. "
+          "Continue from the newest checkpoint with resume=auto", file=sys.stderr)
+    sys.exit(1)
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
