@@ -25,7 +25,7 @@ from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 from aiayn.data.readers import DataError
 from aiayn.training.callbacks import AttentionPicturesCallback
 from aiayn.training.config_check import ConfigError, check_train_config
-from aiayn.training.module import NonFiniteLossError, TranslationModule
+from aiayn.training.module import NonFiniteLossError, TranslationModule, VocabularyMismatchError
 from aiayn.training.resume import AtomicCheckpointIO, find_resume
 
 log = logging.getLogger("train")
@@ -38,9 +38,15 @@ warnings.filterwarnings("ignore", message="`training_step` returned `None`")
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> dict[str, float]:
+    return run(cfg)
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    """``train(cfg)``, with the errors a user can fix reported as one line (exit status 2; 1 for a
+    run that stopped on its own)."""
     try:
         return train(cfg)
-    except (ConfigError, DataError) as error:
+    except (ConfigError, DataError, VocabularyMismatchError) as error:
         print(f"train.py: {error}", file=sys.stderr)
         sys.exit(2)
     except NonFiniteLossError as error:
@@ -73,8 +79,8 @@ def _stop_after_failed_rank(detail: str) -> None:
 def train(cfg: DictConfig) -> dict[str, float]:
     config = OmegaConf.to_container(cfg, resolve=True)
     check_train_config(config)
-    resume = find_resume(cfg.resume, cfg.paths.output_dir, config,
-                         multirun=HydraConfig.get().mode == RunMode.MULTIRUN)
+    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    resume = find_resume(cfg.resume, cfg.paths.output_dir, config, multirun=multirun)
     if resume is not None and str(resume.run_dir) != cfg.paths.output_dir:
         log.info("continuing run %s (this attempt's config and log stay in %s)", resume.run_dir, cfg.paths.output_dir)
         cfg.paths.output_dir = str(resume.run_dir)  # checkpoints and logs go on in the resumed run

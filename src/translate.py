@@ -13,7 +13,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from aiayn.data.readers import DataError, read_lines
+from aiayn.data.readers import DataError, decode_lines, read_lines
 from aiayn.training.checkpoint import load_trained
 from aiayn.training.translation import translate
 
@@ -26,13 +26,13 @@ def main(cfg: DictConfig) -> None:
         if cfg.input:
             lines = read_lines(cfg.input)
         else:
-            lines = [line.rstrip("\r\n") for line in sys.stdin]
-    except DataError as error:
+            lines = decode_lines(sys.stdin.buffer, "<stdin>")
+        settings = {key: cfg[key] for key in ("beam_size", "alpha", "max_len_offset") if cfg[key] is not None}
+        result = translate(trained.model, trained.vocab, lines, batch_size=cfg.batch_size,
+                           **{**trained.decoding, **settings})
+    except (DataError, ValueError) as error:
         print(f"translate.py: {error}", file=sys.stderr)
         sys.exit(2)
-    settings = {key: cfg[key] for key in ("beam_size", "alpha", "max_len_offset") if cfg[key] is not None}
-    result = translate(trained.model, trained.vocab, lines, batch_size=cfg.batch_size,
-                       **{**trained.decoding, **settings})
     text = "".join(line + "\n" for line in result.texts)
     if cfg.output:
         Path(cfg.output).write_text(text, encoding="utf-8")

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.multi30k import multi30k_files, multi30k_path
-from aiayn.data.readers import read_parallel
+from aiayn.data.readers import DataError, read_parallel
 from aiayn.data.subwords import Subwords, train_or_load
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,9 @@ class TranslationDataModule(L.LightningDataModule):
     def load_vocab(self) -> Subwords:
         """The joint subword model of the training split's source and target lines (cached)."""
         if self.vocab is None:
-            src, tgt = read_parallel(*self.split_files(self.splits["train"], self.download))
+            src_path, tgt_path = self.split_files(self.splits["train"], self.download)
+            src, tgt = read_parallel(src_path, tgt_path)
+            _require_lines(src, src_path, tgt_path)
             self.vocab = self._train_or_load(src, tgt)
         return self.vocab
 
@@ -191,6 +193,7 @@ class TranslationDataModule(L.LightningDataModule):
                 continue
             src_path, tgt_path = self.split_files(self.splits[role], self.download)
             src, tgt = read_parallel(src_path, tgt_path)
+            _require_lines(src, src_path, tgt_path)
             if self.vocab is None:
                 self.vocab = self._train_or_load(src, tgt) if role == "train" else self.load_vocab()
             src_ids, tgt_ids = self.vocab.encode(src), self.vocab.encode(tgt)
@@ -201,6 +204,9 @@ class TranslationDataModule(L.LightningDataModule):
                     "%d with a side over max_length=%d subword tokens",
                     len(keep), len(src), src_path, tgt_path, self.filtered["empty"], self.filtered["too_long"], self.max_length,
                 )
+                if not keep:
+                    raise DataError(f"{src_path} / {tgt_path}: every one of the {len(src)} training pairs was dropped "
+                                    f"({self.filtered}); check the files, or raise max_length")
                 src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
                 self._datasets[role] = ParallelCorpus(src_ids, tgt_ids, keep)
             else:
@@ -286,6 +292,11 @@ class TranslationDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
+
+
+def _require_lines(src: list[str], src_path: Path, tgt_path: Path) -> None:
+    if not src:
+        raise DataError(f"{src_path} / {tgt_path}: no lines; a split needs one sentence pair per line")
 
 
 def _default_cache_dir() -> Path:

@@ -6,6 +6,7 @@ import gzip
 import os
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 
 class DataError(ValueError):
@@ -20,17 +21,7 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     lines: list[str] = []
     try:
         with opener(path, "rb") as handle:
-            for raw in handle:
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    raise DataError(
-                        f"{path}: line {len(lines) + 1} is not valid UTF-8 "
-                        f"(byte {error.start + 1} of the line); re-encode the file as UTF-8"
-                    ) from None
-                if line.endswith("\n"):
-                    line = line[:-2] if line.endswith("\r\n") else line[:-1]
-                lines.append(line)
+            decode_lines(handle, path, into=lines)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found; check the path or the data root") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as error:
@@ -40,6 +31,24 @@ def read_lines(path: str | os.PathLike) -> list[str]:
         ) from None
     except OSError as error:
         raise DataError(f"{path}: cannot be read ({error.strerror or error})") from None
+    return lines
+
+
+def decode_lines(handle: BinaryIO, name: str | os.PathLike, into: list[str] | None = None) -> list[str]:
+    """The UTF-8 lines of a binary stream (a file, ``sys.stdin.buffer``) as :func:`read_lines`
+    returns them; ``name`` is what an error calls the stream. Lines are appended to ``into``."""
+    lines = [] if into is None else into
+    for raw in handle:
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise DataError(
+                f"{name}: line {len(lines) + 1} is not valid UTF-8 "
+                f"(byte {error.start + 1} of the line); re-encode the file as UTF-8"
+            ) from None
+        if line.endswith("\n"):
+            line = line[:-2] if line.endswith("\r\n") else line[:-1]
+        lines.append(line)
     return lines
 
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -129,6 +130,12 @@ def train_or_load(
         os.replace(f"{prefix}.vocab", folder / f"{key}.vocab")
         os.replace(f"{prefix}.model", model)  # last: the .model file marks a complete entry
     except RuntimeError as error:
+        too_high = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", str(error))
+        if too_high:
+            raise DataError(
+                f"the training text has too few distinct pieces for a vocabulary of {too_high[1]} subwords "
+                f"(at most {too_high[2]} here); lower task.vocab_size or train on more text"
+            ) from None
         raise DataError(f"sentencepiece training for {model} failed: {error}") from None
     finally:
         for suffix in (".model", ".vocab"):

@@ -76,6 +76,10 @@ def beam_search(
     given the largest length penalty it could still get, cannot beat its best finished one
     (log-probabilities only fall as a hypothesis grows). Finished sentences leave the batch.
     """
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be a whole number of at least 1, got {beam_size!r}")
+    if max_len_offset < 0:
+        raise ValueError(f"max_len_offset must be 0 or more, got {max_len_offset!r}")
     batch, k = src.size(0), beam_size
     device = src.device
     memory, src_mask, _ = model.encode(src)

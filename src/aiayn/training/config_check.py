@@ -24,11 +24,13 @@ def check_train_config(config: dict[str, Any]) -> None:
             f"model.{unknown[0]} is not a model setting; the settings are {', '.join(sorted(known | set(TRAINING_KEYS)))}"
         )
     _range(model, "label_smoothing", 0.0, 1.0)
-    for key in ("train_steps", "warmup_steps"):
-        if key in model and not (isinstance(model[key], int) and model[key] >= 1):
-            raise ConfigError(f"model.{key} must be a positive whole number, got {model[key]!r}")
-    if "lr_factor" in model and not model["lr_factor"] > 0:
-        raise ConfigError(f"model.lr_factor must be positive, got {model['lr_factor']!r}")
+    optim = config.get("optim") or {}
+    for section, values in (("model", model), ("optim", optim)):
+        for key in ("train_steps", "warmup_steps"):
+            if key in values and (isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < 1):
+                raise ConfigError(f"{section}.{key} must be a positive whole number, got {values[key]!r}")
+        if "lr_factor" in values and not (isinstance(values["lr_factor"], (int, float)) and values["lr_factor"] > 0):
+            raise ConfigError(f"{section}.lr_factor must be positive, got {values['lr_factor']!r}")
 
     task = config.get("task") or {}
     if not isinstance(task.get("vocab_size"), int) or task["vocab_size"] < 8:

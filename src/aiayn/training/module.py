@@ -21,6 +21,10 @@ from aiayn.training.schedule import transformer_scheduler
 log = logging.getLogger(__name__)
 
 
+class VocabularyMismatchError(ValueError):
+    """The checkpoint being resumed was trained with another subword model than the data's."""
+
+
 class NonFiniteLossError(RuntimeError):
     """Training stopped after too many consecutive steps with a non-finite loss or gradient."""
 
@@ -95,6 +99,14 @@ class TranslationModule(L.LightningModule):
             checkpoint["wandb_run_id"] = self.logger.version  # a resumed run continues this W&B run
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Resuming: the data must be encoded with the checkpoint's own subword model."""
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        vocab = getattr(datamodule, "vocab", None)
+        if vocab is not None and "subwords" in checkpoint and checkpoint["subwords"] != vocab.serialized():
+            raise VocabularyMismatchError(
+                f"the checkpoint's subword model differs from the one built for this data ({vocab}); the data or "
+                "task.vocab_size changed since it was written: resume with the original data, or start a fresh run"
+            )
         counts = checkpoint.get("nonfinite_steps", {})
         self.nonfinite_in_a_row, self.nonfinite_total = counts.get("in_a_row", 0), counts.get("total", 0)
 

@@ -1,0 +1,237 @@
+"""Bad input, kind by kind: each gives a one-line error naming the file (and line) or the
+setting and what to do — never a traceback from deep inside torch — or a counted skip.
+
+Kinds of other modules' inputs (treebank files, WMT sgm and archives) are tested with those
+modules too; the catalogue of every kind and where it is tested is docs/guarantees.md.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import logging
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from aiayn.data.datamodule import Multi30kDataModule
+from aiayn.data.readers import DataError, read_lines, read_parallel
+from aiayn.training.averaging import last_checkpoints
+from aiayn.training.checkpoint import read_checkpoint
+from tests.test_cli_evaluate_translate import run as run_script
+from tests.test_cli_train import REPO, TINY
+
+_spec = importlib.util.spec_from_file_location("train_entry_point", REPO / "src" / "train.py")
+train_entry_point = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(train_entry_point)
+
+
+# -- data files ---------------------------------------------------------------------------------
+def _write(path: Path, lines: list[str] | bytes) -> Path:
+    data = lines if isinstance(lines, bytes) else "".join(line + "\n" for line in lines).encode()
+    (gzip.open if path.suffix == ".gz" else open)(path, "wb").write(data)
+    return path
+
+
+def test_1_parallel_files_of_different_lengths(tmp_path):
+    a, b = _write(tmp_path / "a.en", ["one", "two", "three"]), _write(tmp_path / "a.de", ["eins", "zwei"])
+    with pytest.raises(DataError, match=rf"{a} has 3 lines, {b} has 2; they must be aligned line by line"):
+        read_parallel(a, b)
+
+
+def test_2_truncated_gzip(tmp_path):
+    full = gzip.compress("".join(f"line {i} with some words\n" for i in range(5000)).encode())
+    path = tmp_path / "cut.en.gz"
+    path.write_bytes(full[: len(full) // 2])
+    with pytest.raises(DataError, match=rf"{path}: truncated or corrupt gzip after line \d+ .*download it again"):
+        read_lines(path)
+
+
+def test_3_bytes_that_are_not_utf8(tmp_path):
+    path = _write(tmp_path / "latin1.de", "eins\nzwei\nGr\xfc\xdfe\n".encode("latin-1"))
+    with pytest.raises(DataError, match=rf"{path}: line 3 is not valid UTF-8 \(byte 3 of the line\); re-encode"):
+        read_lines(path)
+
+
+def test_4_missing_file(tmp_path):
+    with pytest.raises(DataError, match=rf"{tmp_path / 'nope.en'}: file not found; check the path or the data root"):
+        read_lines(tmp_path / "nope.en")
+
+
+def _multi30k_copy(root: Path, data_root: Path, train_en: list[str] | None = None,
+                   train_de: list[str] | None = None) -> Path:
+    folder = root / "multi30k"
+    folder.mkdir(parents=True)
+    for file in (data_root / "multi30k").glob("*.gz"):
+        shutil.copy(file, folder / file.name)
+    if train_en is not None:
+        _write(folder / "train.en.gz", train_en)
+        _write(folder / "train.de.gz", train_de)
+    return root
+
+
+def _datamodule(root: Path, tmp_path: Path, **kwargs) -> Multi30kDataModule:
+    return Multi30kDataModule(str(root), **{"vocab_size": 100, "cache_dir": str(tmp_path / "cache"), "download": False,
+                                            **kwargs})
+
+
+def test_5_empty_training_files(tmp_path, data_root):
+    root = _multi30k_copy(tmp_path / "data", data_root, [], [])
+    with pytest.raises(DataError, match=r"train.en.gz / .*train.de.gz: no lines; a split needs one sentence pair"):
+        _datamodule(root, tmp_path).setup("fit")
+
+
+def test_6_empty_and_overlong_training_lines_are_skipped_and_counted(tmp_path, data_root, caplog):
+    en, de = read_parallel(data_root / "multi30k" / "train.en.gz", data_root / "multi30k" / "train.de.gz")
+    en, de = en[:2000], de[:2000]
+    en[10], de[20] = "", "   "  # an empty side each
+    en[30] = " ".join(["word"] * 400)  # far over max_length subwords
+    root = _multi30k_copy(tmp_path / "data", data_root, en, de)
+    data = _datamodule(root, tmp_path, vocab_size=1000, max_length=150)
+    with caplog.at_level(logging.INFO, logger="aiayn.data.datamodule"):
+        data.setup("fit")
+    assert data.filtered == {"empty": 2, "too_long": 1}
+    assert len(data.dataset("train")) == 1997
+    assert "dropped 2 with an empty side, 1 with a side over max_length=150" in caplog.text
+
+
+def test_7_every_training_pair_filtered(tmp_path, data_root):
+    en, de = read_parallel(data_root / "multi30k" / "train.en.gz", data_root / "multi30k" / "train.de.gz")
+    root = _multi30k_copy(tmp_path / "data", data_root, en[:500], de[:500])
+    with pytest.raises(DataError, match=r"every one of the 500 training pairs was dropped .*raise max_length"):
+        _datamodule(root, tmp_path, max_length=2).setup("fit")
+
+
+def test_7b_a_vocabulary_larger_than_the_text_allows(tmp_path, data_root):
+    root = _multi30k_copy(tmp_path / "data", data_root, ["a b c d e f g"] * 50, ["h i j k l m n"] * 50)
+    with pytest.raises(DataError, match=r"too few distinct pieces for a vocabulary of 100 subwords \(at most \d+ "
+                                        r"here\); lower task.vocab_size"):
+        _datamodule(root, tmp_path).setup("fit")
+
+
+# -- checkpoints --------------------------------------------------------------------------------
+def test_8_a_text_file_as_checkpoint(tmp_path):
+    path = _write(tmp_path / "model.ckpt", ["this is not a checkpoint"])
+    with pytest.raises(DataError, match=rf"{path}: not a readable checkpoint"):
+        read_checkpoint(path)
+
+
+def test_9_a_truncated_checkpoint(tmp_path):
+    path = tmp_path / "cut.ckpt"
+    torch.save({"state_dict": {"w": torch.zeros(10000)}, "hyper_parameters": {}, "subwords": b""}, path)
+    path.write_bytes(path.read_bytes()[:5000])
+    with pytest.raises(DataError, match=rf"{path}: not a readable checkpoint"):
+        read_checkpoint(path)
+
+
+def test_10_someone_elses_checkpoint(tmp_path):
+    path = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {}, "epoch": 3}, path)
+    with pytest.raises(DataError, match=rf"{path}: not an aiayn training checkpoint \(no hyper_parameters, subwords\)"):
+        read_checkpoint(path)
+
+
+def test_11_averaging_more_checkpoints_than_there_are(tmp_path):
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    torch.save({"global_step": 5}, folder / "step0000005.ckpt")
+    with pytest.raises(DataError, match=r"asked for the last 5 checkpoints but there are only 1 \(steps 5\)"):
+        last_checkpoints(tmp_path, 5)
+
+
+# -- training configuration ---------------------------------------------------------------------
+def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
+    """train.py's own error handling, in this process: (exit status, its one line)."""
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[*TINY, "logger=none", f"paths.output_dir={tmp_path / 'run'}", *overrides])
+    stderr = tmp_path / "stderr"
+    with open(stderr, "w") as handle, pytest.raises(SystemExit) as exit_:
+        real, sys.stderr = sys.stderr, handle
+        try:
+            train_entry_point.run(cfg)
+        finally:
+            sys.stderr = real
+    lines = stderr.read_text().strip().splitlines()
+    assert len(lines) == 1, lines
+    return exit_.value.code, lines[0]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["+model.n_experts=4"], "train.py: model.n_experts is not a model setting; the settings are attention_dropout,"),
+    (["model.d_model=0"], "train.py: model: d_model must be a positive whole number, got 0"),
+    (["model.d_model=33"], "train.py: model: d_model must be even for the sinusoidal encoding, got 33"),
+    (["model.n_heads=-2"], "train.py: model: n_heads must be a positive whole number, got -2"),
+    (["model.dropout=1.5"], "train.py: model: dropout must be in [0, 1), got 1.5"),
+    (["model.label_smoothing=-0.1"], "train.py: model.label_smoothing must be in [0.0, 1.0), got -0.1"),
+    (["model.warmup_steps=0"], "train.py: model.warmup_steps must be a positive whole number, got 0"),
+    (["optim.lr_factor=0"], "train.py: optim.lr_factor must be positive, got 0"),
+    (["task.vocab_size=3"], "train.py: task.vocab_size must be a whole number of at least 8, got 3"),
+    (["task.datamodule.max_tokens=100", "task.datamodule.max_length=128"],
+     "train.py: task.datamodule.max_tokens=100 cannot hold one pair of max_length=128 subwords plus BOS/EOS; "
+     "raise max_tokens to at least 130 or lower max_length"),
+    (["nonfinite.max_in_a_row=0"], "train.py: nonfinite.max_in_a_row must be at least 1, got 0"),
+    (["resume=/no/such/run"], "train.py: resume=/no/such/run: no such checkpoint file or run directory"),
+], ids=lambda value: value[0] if isinstance(value, list) else None)
+def test_12_impossible_settings(tmp_path, overrides, message):
+    code, line = _train(tmp_path, *overrides)
+    assert code == 2 and line.startswith(message), line
+
+
+def test_13_a_data_root_without_the_data(tmp_path):
+    code, line = _train(tmp_path, f"paths.data_root={tmp_path / 'empty'}", "task.datamodule.download=false")
+    assert code == 2
+    assert line.startswith("train.py: Multi30k files missing") and str(tmp_path / "empty" / "multi30k" / "train.en.gz") in line
+
+
+# -- command lines ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("bad-input")
+    run_script("src/train.py", *TINY, "logger=none", "visualize_at_end=false", f"hydra.run.dir={root / 'run'}",
+               data_root=data_root, cache_dir=root / "cache")
+    return root / "run", root / "cache"
+
+
+def test_14_unknown_setting_on_the_command_line(trained_run, data_root):
+    result = run_script("src/train.py", "model.n_experts=4", data_root=data_root, cache_dir=trained_run[1], check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("Could not override 'model.n_experts'.\nTo append to your config use +model.n_experts=4")
+
+
+def test_15_translate_stdin_that_is_not_utf8(trained_run, data_root):
+    result = subprocess.run([sys.executable, "src/translate.py", f"ckpt={trained_run[0] / 'checkpoints' / 'last.ckpt'}"],
+                            cwd=REPO, input="A dog.\nA \xe9t\xe9 cat.\n".encode("latin-1"), capture_output=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.decode().strip().splitlines()[-1] == (
+        "translate.py: <stdin>: line 2 is not valid UTF-8 (byte 3 of the line); re-encode the file as UTF-8")
+
+
+def test_16_translate_with_an_impossible_beam(trained_run, data_root, tmp_path):
+    source = _write(tmp_path / "in.en", ["A dog runs."])
+    result = run_script("src/translate.py", f"ckpt={trained_run[0] / 'checkpoints' / 'last.ckpt'}", f"input={source}",
+                        "beam_size=0", data_root=data_root, cache_dir=trained_run[1], check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == "translate.py: beam_size must be a whole number of at least 1, got 0"
+
+
+def test_17_evaluate_a_file_that_is_not_a_checkpoint(trained_run, data_root, tmp_path):
+    bogus = _write(tmp_path / "notes.ckpt", ["notes"])
+    result = run_script("src/evaluate.py", f"ckpt={bogus}", data_root=data_root, cache_dir=trained_run[1], check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"evaluate.py: {bogus}: not a readable checkpoint")
+
+
+def test_18_resume_on_data_whose_vocabulary_differs(trained_run, data_root, tmp_path):
+    en, de = read_parallel(data_root / "multi30k" / "train.en.gz", data_root / "multi30k" / "train.de.gz")
+    other = _multi30k_copy(tmp_path / "data", data_root, en[:6000], de[:6000])  # another subword model
+    run_dir, cache = trained_run
+    result = run_script("src/train.py", *TINY, "logger=none", f"hydra.run.dir={tmp_path / 'again'}",
+                        f"resume={run_dir}", "trainer.max_steps=6", data_root=other, cache_dir=cache, check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "train.py: the checkpoint's subword model differs from the one built for this data")
