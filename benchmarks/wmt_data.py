@@ -75,9 +75,9 @@ def make_raw_tree(root: Path, pairs: int, seed: int = 0, fragments: int = 100_00
     (root / "dev").mkdir(exist_ok=True)
     (root / "test-full").mkdir(exist_ok=True)
     for lang, frag in (("en", en_frag), ("de", de_frag)):
-        (root / "dev" / f"newstest2013.{lang}").write_text("".join(f"{frag[i]}\n" for i in range(1000)), encoding="utf-8")
+        (root / "dev" / f"newstest2013.{lang}").write_text("".join(f"{frag[i % len(frag)]}\n" for i in range(1000)), encoding="utf-8")
         role = "src" if lang == "en" else "ref"
-        segments = "".join(f'<seg id="{i + 1}">{frag[1000 + i]}</seg>\n' for i in range(1000))
+        segments = "".join(f'<seg id="{i + 1}">{frag[(1000 + i) % len(frag)]}</seg>\n' for i in range(1000))
         (root / "test-full" / f"newstest2014-deen-{role}.{lang}.sgm").write_text(
             f'<{role}set setid="newstest2014" srclang="any">\n<doc docid="synthetic" genre="news">\n{segments}</doc>\n</{role}set>\n',
             encoding="utf-8")
