@@ -319,3 +319,61 @@ def test_train_cli_on_the_miniature_tree(raw_tree, cache, prepared, tmp_path):
     assert f"reusing the prepared WMT14 en-de data in {prepared}" in log
     assert "% of their tokens are padding" in log
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+
+
+# --- downloading (from a real HTTP server on the loopback interface) -------------------------
+
+
+@pytest.fixture
+def mirror(tmp_path, monkeypatch):
+    import functools
+    import http.server
+    import threading
+
+    from aiayn.data import wmt
+
+    root = tmp_path / "mirror"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv(wmt.MIRROR_ENV, f"http://127.0.0.1:{server.server_address[1]}/")
+    yield root
+    server.shutdown()
+    server.server_close()
+
+
+def test_missing_archives_are_downloaded_and_unpacked(raw_tree, tmp_path, mirror):
+    import tarfile
+
+    from aiayn.data.wmt import ARCHIVES
+
+    members = {"europarl": ["training/europarl-v7.de-en.en", "training/europarl-v7.de-en.de"],
+               "commoncrawl": ["commoncrawl.de-en.en.gz", "commoncrawl.de-en.de.gz"],
+               "news-commentary": ["training/news-commentary-v9.de-en.en", "training/news-commentary-v9.de-en.de"],
+               "dev": ["dev/newstest2013.en", "dev/newstest2013.de"],
+               "test": ["test-full/newstest2014-deen-src.en.sgm", "test-full/newstest2014-deen-ref.de.sgm"]}
+    for key, names in members.items():
+        with tarfile.open(mirror / ARCHIVES[key].name, "w:gz") as tar:
+            for name in names:
+                tar.add(raw_tree / name, arcname=name)
+    raw = tmp_path / "raw"
+    (raw / "training").mkdir(parents=True)
+    shutil.copyfile(raw_tree / "training" / "europarl-v7.de-en.en", raw / "training" / "europarl-v7.de-en.en")
+    (raw / "archives").mkdir()
+    (raw / "archives" / "dev.tgz.part").write_bytes(b"stale partial bytes")  # replaced: this server ignores Range
+    files = locate(raw, "en", "de", download=True)
+    for name, src, tgt in files.train:
+        assert src.read_bytes() == (raw_tree / src.relative_to(raw)).read_bytes()
+        assert tgt.read_bytes() == (raw_tree / tgt.relative_to(raw)).read_bytes()
+    assert files.test[1].read_bytes() == (raw_tree / "test-full" / "newstest2014-deen-ref.de.sgm").read_bytes()
+    assert sorted(p.name for p in (raw / "archives").iterdir()) == sorted(ARCHIVES[k].name for k in members)
+    # an archive the server does not have: the error lists what is still missing
+    shutil.rmtree(raw / "test-full")
+    (raw / "archives" / "test-full.tgz").unlink()
+    (mirror / "test-full.tgz").unlink()
+    with pytest.raises(DataError, match="downloading failed") as info:
+        locate(raw, "en", "de", download=True)
+    assert str(raw / "test-full" / "newstest2014-deen-src.en.sgm") in str(info.value)

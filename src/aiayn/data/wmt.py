@@ -32,6 +32,8 @@ from aiayn.data.sgm import unescape
 log = logging.getLogger(__name__)
 
 DOWNLOAD_TIMEOUT_S = 60.0
+MIRROR_ENV = "AIAYN_WMT_MIRROR"
+"""A base URL to fetch the archives from instead of statmt.org: ``<mirror>/<archive name>``."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,13 @@ class Archive:
     """One file WMT published: its name, its address, and what it unpacks to."""
 
     name: str
-    url: str
+    upstream: str
+
+    @property
+    def url(self) -> str:
+        """Where it is fetched from: upstream, or ``$AIAYN_WMT_MIRROR/<name>``."""
+        mirror = os.environ.get(MIRROR_ENV)
+        return f"{mirror.rstrip('/')}/{self.name}" if mirror else self.upstream
 
 
 ARCHIVES = {
