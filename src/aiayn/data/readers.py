@@ -54,7 +54,6 @@ def iter_lines(path: str | os.PathLike) -> Iterator[str]:
 def iter_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> Iterator[tuple[str, str]]:
     """The line pairs of two line-aligned files, streamed; a :class:`DataError` naming the file
     that ends first and the line where the other goes on."""
-    number = 0
     for number, pair in enumerate(itertools.zip_longest(iter_lines(src_path), iter_lines(tgt_path)), start=1):
         src, tgt = pair
         if src is None or tgt is None:

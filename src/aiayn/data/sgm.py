@@ -14,7 +14,7 @@ from pathlib import Path
 
 from aiayn.data.readers import DataError, iter_lines
 
-_SEGMENT = re.compile(r"^\s*<seg(?:\s[^>]*)?>(.*)</seg>\s*$", re.IGNORECASE)
+_SEGMENT = re.compile(r"^\s*(?:<[A-Za-z]+>)*<seg(?:\s[^>]*)?>(.*)</seg>(?:</[A-Za-z]+>)*\s*$", re.IGNORECASE)  # <hl><seg …>…</seg></hl> too
 _TAG = re.compile(r"^\s*</?[A-Za-z][^<>]*>\s*$")
 _ENTITY = re.compile(r"&(#[0-9]+|#[xX][0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);")
 
