@@ -257,8 +257,7 @@ def test_batches_within_budget_and_each_example_once_across_two_ranks(dm, caplog
             # evaluation-style sharding of the same training pairs: exactly once, no padding batches
             exact = TokenBatchSampler(train.src_lengths, train.tgt_lengths, 1024, shuffle=True, seed=dm.seed,
                                       num_replicas=2, rank=rank, pad_to_equal=False)
-            per_rank.append(None)
-            per_rank[-1] = [list(b) for b in exact]
+            per_rank.append([list(b) for b in exact])
     finally:
         dm.trainer = None
     train_0, exact_0, train_1, exact_1 = per_rank
