@@ -1,4 +1,5 @@
-"""Data: reading corpora, subword vocabularies, token-budget batching and Lightning data modules.
+"""Data: reading corpora (plain, gz, sgm), WMT14 preparation, subword vocabularies, binarised
+storage, token-budget batching and Lightning data modules.
 
 Names are re-exported lazily, so importing a light submodule (e.g. ``aiayn.data.readers``)
 does not import Lightning.
@@ -12,6 +13,12 @@ _EXPORTS = {
     "DataError": "readers",
     "read_lines": "readers",
     "read_parallel": "readers",
+    "iter_lines": "readers",
+    "iter_parallel": "readers",
+    "read_sgm": "sgm",
+    "MappedCorpus": "storage",
+    "prepare_wmt": "preparation",
+    "WMTDataModule": "wmt_datamodule",
     "multi30k_files": "multi30k",
     "Subwords": "subwords",
     "train_or_load": "subwords",

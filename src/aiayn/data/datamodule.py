@@ -156,7 +156,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.eval_max_tokens = eval_max_tokens if eval_max_tokens is not None else max_tokens
         self.vocab: Subwords | None = None
         self.filtered: dict[str, int] = {}
-        self._datasets: dict[str, ParallelCorpus] = {}
+        self._datasets: dict[str, Dataset] = {}
         self._sources: dict[str, list[str]] = {}
         self._references: dict[str, list[str]] = {}
         self._resume_position: dict[str, int] | None = None
@@ -189,31 +189,34 @@ class TranslationDataModule(L.LightningDataModule):
         if stage not in _STAGE_ROLES:
             raise ValueError(f"unknown stage {stage!r}; expected one of {tuple(_STAGE_ROLES)}")
         for role in _STAGE_ROLES[stage]:
-            if role in self._datasets:
-                continue
-            src_path, tgt_path = self.split_files(self.splits[role], self.download)
-            src, tgt = read_parallel(src_path, tgt_path)
-            _require_lines(src, src_path, tgt_path)
-            if self.vocab is None:
-                self.vocab = self._train_or_load(src, tgt) if role == "train" else self.load_vocab()
-            src_ids, tgt_ids = self.vocab.encode(src), self.vocab.encode(tgt)
-            if role == "train":
-                keep, self.filtered = filter_pairs(src_ids, tgt_ids, self.max_length)
-                log.info(
-                    "kept %d of %d training pairs of %s / %s: dropped %d with an empty side, "
-                    "%d with a side over max_length=%d subword tokens",
-                    len(keep), len(src), src_path, tgt_path, self.filtered["empty"], self.filtered["too_long"], self.max_length,
-                )
-                if not keep:
-                    raise DataError(f"{src_path} / {tgt_path}: every one of the {len(src)} training pairs was dropped "
-                                    f"({self.filtered}); check the files, or raise max_length")
-                src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
-                self._datasets[role] = ParallelCorpus(src_ids, tgt_ids, keep)
-            else:
-                self._datasets[role] = ParallelCorpus(src_ids, tgt_ids)
-                self._sources[role], self._references[role] = src, tgt
+            if role not in self._datasets:
+                self._datasets[role] = self._load(role)
 
-    def dataset(self, split: str) -> ParallelCorpus:
+    def _load(self, role: str) -> Dataset:
+        """Read and encode the split of ``role``; a subclass may store its splits otherwise (a
+        dataset with ``src_lengths``, ``tgt_lengths`` and ``(index, src_ids, tgt_ids)`` items)."""
+        src_path, tgt_path = self.split_files(self.splits[role], self.download)
+        src, tgt = read_parallel(src_path, tgt_path)
+        _require_lines(src, src_path, tgt_path)
+        if self.vocab is None:
+            self.vocab = self._train_or_load(src, tgt) if role == "train" else self.load_vocab()
+        src_ids, tgt_ids = self.vocab.encode(src), self.vocab.encode(tgt)
+        if role == "train":
+            keep, self.filtered = filter_pairs(src_ids, tgt_ids, self.max_length)
+            log.info(
+                "kept %d of %d training pairs of %s / %s: dropped %d with an empty side, "
+                "%d with a side over max_length=%d subword tokens",
+                len(keep), len(src), src_path, tgt_path, self.filtered["empty"], self.filtered["too_long"], self.max_length,
+            )
+            if not keep:
+                raise DataError(f"{src_path} / {tgt_path}: every one of the {len(src)} training pairs was dropped "
+                                f"({self.filtered}); check the files, or raise max_length")
+            src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
+            return ParallelCorpus(src_ids, tgt_ids, keep)
+        self._sources[role], self._references[role] = src, tgt
+        return ParallelCorpus(src_ids, tgt_ids)
+
+    def dataset(self, split: str) -> Dataset:
         """The loaded dataset of ``split`` (``"train"``, ``"val"``, ``"test"`` or its file name)."""
         role = self._role(split)
         if role not in self._datasets:
@@ -284,6 +287,12 @@ class TranslationDataModule(L.LightningDataModule):
             dataset.src_lengths, dataset.tgt_lengths, max_tokens, shuffle=shuffle, seed=self.seed,
             num_replicas=num_replicas, rank=rank, pad_to_equal=pad_to_equal,
         )
+        if role == "train":
+            log.info(
+                "training batches of at most %d padded tokens per side on rank %d of %d: %d batches, "
+                "%.1f%% of their tokens are padding", max_tokens, rank, num_replicas, len(sampler.batches),
+                100 * sampler.padding_fraction,
+            )
         vocab = self.vocab
         return DataLoader(
             dataset,

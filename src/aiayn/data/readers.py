@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -16,40 +18,59 @@ class DataError(ValueError):
 def read_lines(path: str | os.PathLike) -> list[str]:
     """The lines of a UTF-8 text file (gzipped when the name ends in ``.gz``), without their
     trailing ``"\\n"`` or ``"\\r\\n"``; anything else in a line is kept as it is."""
+    return list(iter_lines(path))
+
+
+def iter_lines(path: str | os.PathLike) -> Iterator[str]:
+    """The lines of :func:`read_lines`, one at a time: memory stays bounded however large the
+    file (the WMT training corpora run to millions of lines)."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    lines: list[str] = []
+    count = 0
     try:
         with opener(path, "rb") as handle:
-            decode_lines(handle, path, into=lines)
+            for line in decode_lines(handle, path):
+                count += 1
+                yield line
     except FileNotFoundError:
         raise DataError(f"{path}: file not found; check the path or the data root") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as error:
         raise DataError(
-            f"{path}: truncated or corrupt gzip after line {len(lines)} (the last line read "
+            f"{path}: truncated or corrupt gzip after line {count} (the last line read "
             f"successfully) ({error}); delete the file and download it again"
         ) from None
     except OSError as error:
         raise DataError(f"{path}: cannot be read ({error.strerror or error})") from None
-    return lines
 
 
-def decode_lines(handle: BinaryIO, name: str | os.PathLike, into: list[str] | None = None) -> list[str]:
+def iter_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> Iterator[tuple[str, str]]:
+    """The line pairs of two line-aligned files, streamed; a :class:`DataError` naming the file
+    that ends first and the line where the other goes on."""
+    for number, pair in enumerate(itertools.zip_longest(iter_lines(src_path), iter_lines(tgt_path)), start=1):
+        src, tgt = pair
+        if src is None or tgt is None:
+            short, long_ = (src_path, tgt_path) if src is None else (tgt_path, src_path)
+            raise DataError(
+                f"parallel files differ in length: {short} ends after line {number - 1} but {long_} "
+                f"goes on at line {number}; they must be aligned line by line"
+            )
+        yield src, tgt
+
+
+def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
     """The UTF-8 lines of a binary stream (a file, ``sys.stdin.buffer``) as :func:`read_lines`
-    returns them; ``name`` is what an error calls the stream. Lines are appended to ``into``."""
-    lines = [] if into is None else into
-    for raw in handle:
+    gives them; ``name`` is what an error calls the stream."""
+    for number, raw in enumerate(handle, start=1):
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as error:
             raise DataError(
-                f"{name}: line {len(lines) + 1} is not valid UTF-8 "
+                f"{name}: line {number} is not valid UTF-8 "
                 f"(byte {error.start + 1} of the line); re-encode the file as UTF-8"
             ) from None
         if line.endswith("\n"):
             line = line[:-2] if line.endswith("\r\n") else line[:-1]
-        lines.append(line)
-    return lines
+        yield line
 
 
 def read_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> tuple[list[str], list[str]]:

@@ -1,0 +1,378 @@
+"""WMT14 preparation on a miniature raw tree built from the real shared files (no network):
+readers (plain, gz, sgm), cleaning report, subwords, binarised storage, batches, errors, and
+src/prepare.py + src/train.py with task=wmt_en_de."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from aiayn.data.batching import TokenBatchSampler
+from aiayn.data.preparation import prepare_wmt
+from aiayn.data.readers import DataError, read_lines
+from aiayn.data.sgm import read_sgm, unescape
+from aiayn.data.storage import MappedCorpus, write_corpus
+from aiayn.data.wmt import CleaningRules, locate, normalize
+from aiayn.data.wmt_datamodule import WMTDataModule
+
+REPO = Path(__file__).resolve().parents[1]
+VOCAB = 500
+# the training sample's 10,000 lines, split over the three EN-DE corpora as WMT ships them
+CORPORA = (("training/europarl-v7.de-en", 0, 5000, False), ("commoncrawl.de-en", 5000, 8000, True),
+           ("training/news-commentary-v9.de-en", 8000, 10_000, False))
+
+
+def build_raw_tree(data_root: Path, root: Path) -> Path:
+    """A miniature WMT14 EN-DE raw tree in the layout of the upstream archives."""
+    wmt = data_root / "wmt14"
+    en = read_lines(wmt / "train_sample" / "src-train.txt.gz")
+    de = read_lines(wmt / "train_sample" / "tgt-train.txt.gz")
+    for stem, start, end, gz in CORPORA:
+        for lang, lines in (("en", en), ("de", de)):
+            path = root / f"{stem}.{lang}{'.gz' if gz else ''}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            data = "".join(f"{line}\n" for line in lines[start:end]).encode("utf-8")
+            path.write_bytes(gzip.compress(data) if gz else data)
+    (root / "dev").mkdir()
+    for lang in ("en", "de"):
+        shutil.copyfile(wmt / f"newstest2013.{lang}", root / "dev" / f"newstest2013.{lang}")
+    (root / "test-full").mkdir()
+    for name in ("newstest2014-deen-src.en.sgm", "newstest2014-deen-ref.de.sgm"):
+        shutil.copyfile(wmt / "sgm" / name, root / "test-full" / name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def raw_tree(data_root, tmp_path_factory) -> Path:
+    return build_raw_tree(data_root, tmp_path_factory.mktemp("wmt14_raw"))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def prepared(raw_tree, cache) -> Path:
+    """Prepared through the entry point, as a user runs it."""
+    env = {**os.environ, "AIAYN_CACHE_DIR": str(cache)}
+    result = subprocess.run(
+        [sys.executable, "src/prepare.py", "task=wmt_en_de", f"task.raw_dir={raw_tree}", f"task.vocab_size={VOCAB}",
+         "task.datamodule.download=false", "task.datamodule.prepare_workers=2", f"hydra.run.dir={cache}/prepare-run"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, f"prepare.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    line = next(line for line in result.stdout.splitlines() if line.startswith("prepared wmt_en_de in "))
+    folder = Path(line.split(" in ", 1)[1].split(" (")[0])
+    assert folder.parent == cache / "wmt14"
+    log = (cache / "prepare-run" / "prepare.log").read_text()
+    assert "cleaning total: read 10000" in log and "cleaning commoncrawl: read 3000" in log
+    return folder
+
+
+@pytest.fixture(scope="module")
+def dm(raw_tree, cache, prepared) -> WMTDataModule:
+    module = WMTDataModule(str(raw_tree), vocab_size=VOCAB, max_tokens=1024, cache_dir=str(cache), download=False)
+    module.prepare_data()  # reuses the prepared folder
+    module.setup("fit")
+    module.setup("test")
+    return module
+
+
+# --- readers ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sgm, plain", [
+    ("newstest2014-deen-src.en.sgm", "newstest2014-en-de.en"), ("newstest2014-deen-ref.de.sgm", "newstest2014-en-de.de"),
+    ("newstest2014-fren-src.en.sgm", "newstest2014-en-fr.en"), ("newstest2014-fren-ref.fr.sgm", "newstest2014-en-fr.fr"),
+])
+def test_sgm_segments_equal_the_plain_test_set(data_root, sgm, plain):
+    segments = read_sgm(data_root / "wmt14" / "sgm" / sgm)
+    lines = read_lines(data_root / "wmt14" / plain)
+    assert len(segments) == len(lines) == 3003
+    assert [" ".join(s.split()) for s in segments] == [" ".join(line.split()) for line in lines]
+    assert not any("&amp;" in s or "&quot;" in s or "&lt;" in s for s in segments)
+
+
+def test_unescape():
+    assert unescape("Parliament &apos;s &quot;x&quot; &amp; &lt;b&gt; &#124; &#x41;") == "Parliament 's \"x\" & <b> | A"
+    assert unescape("AT&T &bogus; &#xZZ;") == "AT&T &bogus; &#xZZ;"
+    assert normalize("  a \t b&apos;  ") == "a b'"
+
+
+def test_sgm_broken_segment_names_file_and_line(data_root, tmp_path):
+    lines = (data_root / "wmt14" / "sgm" / "newstest2014-deen-ref.de.sgm").read_text(encoding="utf-8").splitlines()
+    number = next(i for i, line in enumerate(lines) if line.startswith("<seg")) + 11  # 0-based, a segment line
+    lines[number] = lines[number].replace("</seg>", "")
+    path = tmp_path / "broken.de.sgm"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=f"line {number + 1} has a broken segment") as info:
+        read_sgm(path)
+    assert str(path) in str(info.value)
+
+
+# --- errors in the raw tree ------------------------------------------------------------------
+
+
+def _copy_tree(raw_tree: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(raw_tree, tmp_path / "raw"))
+
+
+def test_mismatched_line_counts_name_file_and_line(raw_tree, tmp_path):
+    root = _copy_tree(raw_tree, tmp_path)
+    short = root / "training" / "news-commentary-v9.de-en.de"
+    short.write_text("".join(f"{line}\n" for line in read_lines(short)[:1500]), encoding="utf-8")
+    with pytest.raises(DataError, match="ends after line 1500") as info:
+        prepare_wmt(root, tmp_path / "cache", "en", "de", VOCAB, download=False)
+    assert str(short) in str(info.value) and "goes on at line 1501" in str(info.value)
+    assert not list((tmp_path / "cache" / "wmt14").iterdir())  # nothing half-prepared is left
+
+
+def test_truncated_gz_names_file_and_line(raw_tree, tmp_path):
+    root = _copy_tree(raw_tree, tmp_path)
+    path = root / "commoncrawl.de-en.de.gz"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match=r"truncated or corrupt gzip after line \d+") as info:
+        prepare_wmt(root, tmp_path / "cache", "en", "de", VOCAB, download=False)
+    assert str(path) in str(info.value)
+
+
+def test_missing_files_are_listed_with_their_archives(raw_tree, tmp_path):
+    root = _copy_tree(raw_tree, tmp_path)
+    (root / "commoncrawl.de-en.en.gz").unlink()
+    shutil.rmtree(root / "test-full")
+    with pytest.raises(DataError) as info:
+        locate(root, "en", "de", download=False)
+    message = str(info.value)
+    assert str(root / "commoncrawl.de-en.en") in message and "training-parallel-commoncrawl.tgz" in message
+    assert str(root / "test-full" / "newstest2014-deen-src.en.sgm") in message and "wmt14/test-full.tgz" in message
+    assert "europarl" not in message and "task.raw_dir" in message
+    with pytest.raises(DataError, match="WMT14 en-fr files missing"):
+        locate(tmp_path / "empty", "en", "fr", download=False)
+
+
+# --- the prepared folder ---------------------------------------------------------------------
+
+
+def test_cleaning_report_and_storage(data_root, prepared):
+    report = json.loads((prepared / "report.json").read_text())
+    total = report["cleaning"]["total"]
+    assert total["read"] == 10_000 and [report["cleaning"]["corpora"][n]["read"] for n in
+                                        ("europarl-v7", "commoncrawl", "news-commentary-v9")] == [5000, 3000, 2000]
+    assert total["kept"] + total["empty"] + total["too_long"] + total["ratio"] == 10_000
+    # the rules, counted by hand on the raw lines
+    en = read_lines(data_root / "wmt14" / "train_sample" / "src-train.txt.gz")
+    de = read_lines(data_root / "wmt14" / "train_sample" / "tgt-train.txt.gz")
+    outcomes = Counter(CleaningRules().check(normalize(s), normalize(t)) for s, t in zip(en, de))
+    assert (total["empty"], total["too_long"], total["ratio"]) == (outcomes["empty"], outcomes["too_long"], outcomes["ratio"])
+    assert total["ratio"] > 0
+    assert report["train_pairs"] == total["kept"] == outcomes[None]
+    assert report["eval_sizes"] == {"newstest2013": 3000, "newstest2014": 3003}
+
+    corpus = MappedCorpus(prepared, "train")
+    assert len(corpus) == total["kept"]
+    assert np.load(prepared / "train.src.ids.npy", mmap_mode="r").dtype == np.uint16
+    # the XML-escaped sample comes out unescaped
+    assert sum("&apos;" in line or "&quot;" in line for line in en) > 100
+    from aiayn.data.subwords import Subwords
+    vocab = Subwords(prepared / "sentencepiece.model")
+    decoded = vocab.decode([corpus[i][1] for i in range(len(corpus))])
+    assert not any("&apos;" in line or "&quot;" in line or "&amp;" in line for line in decoded)
+    assert sum("'" in line for line in decoded) > 100
+    # the first kept pair, encoded by hand, is the first stored pair
+    first = next((normalize(s), normalize(t)) for s, t in zip(en, de) if CleaningRules().check(normalize(s), normalize(t)) is None)
+    assert [corpus[0][1], corpus[0][2]] == vocab.encode(list(first))
+
+
+def test_mapped_corpus_round_trip_and_pickling(tmp_path):
+    import pickle
+
+    write_corpus(tmp_path, "toy", [[5, 6], [7], [8, 9, 10]], [[11], [12, 13], []], vocab_size=100_000)
+    corpus = MappedCorpus(tmp_path, "toy", indices=np.array([2, 0]))
+    assert len(corpus) == 2 and corpus[0] == (0, [8, 9, 10], []) and corpus[1] == (1, [5, 6], [11])
+    assert corpus.src_lengths.tolist() == [4, 3] and corpus.tgt_lengths.tolist() == [1, 2]
+    assert corpus.line_numbers.tolist() == [2, 0]
+    state = pickle.dumps(corpus)
+    assert len(state) < 2000  # file names, not arrays
+    assert pickle.loads(state)[0] == corpus[0]
+    with pytest.raises(DataError, match="prepare the data again"):
+        MappedCorpus(tmp_path, "other")
+
+
+# --- the datamodule --------------------------------------------------------------------------
+
+
+def test_datamodule_splits_and_references(dm, data_root, prepared):
+    assert dm.prepared == prepared and dm.vocab.vocab_size == VOCAB
+    stored = MappedCorpus(prepared, "train").stored_size
+    assert dm.split_sizes["train"] == stored - dm.filtered["empty"] - dm.filtered["too_long"]
+    assert dm.references("newstest2014") == read_sgm(data_root / "wmt14" / "sgm" / "newstest2014-deen-ref.de.sgm")
+    assert dm.sources("test") == read_sgm(data_root / "wmt14" / "sgm" / "newstest2014-deen-src.en.sgm")
+    assert dm.references("val") == read_lines(data_root / "wmt14" / "newstest2013.de")
+    assert len(dm.dataset("val")) == 3000 and len(dm.dataset("test")) == 3003
+
+
+def test_max_length_filter_is_counted_and_logged(raw_tree, cache, prepared, caplog):
+    lengths = MappedCorpus(prepared, "train")
+    src, tgt = lengths.stored_lengths("src"), lengths.stored_lengths("tgt")
+    too_long = int(((src > 20) | (tgt > 20)).sum())
+    assert 100 < too_long < len(src) - 100
+    module = WMTDataModule(str(raw_tree), vocab_size=VOCAB, max_length=20, max_tokens=512, cache_dir=str(cache), download=False)
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
+        module.setup("fit")
+    assert module.filtered == {"empty": 0, "too_long": too_long}
+    assert f"{too_long} with a side over max_length=20" in caplog.text
+    train = module.dataset("train")
+    assert len(train) == len(src) - too_long
+    assert all(len(s) <= 20 and len(t) <= 20 for _, s, t in (train[i] for i in range(len(train))))
+    assert train[0][1] == lengths[int(train.line_numbers[0])][1]
+
+
+def test_batches_within_budget_and_each_example_once_across_two_ranks(dm, caplog):
+    train = dm.dataset("train")
+    per_rank = []
+    try:
+        for rank in (0, 1):
+            dm.trainer = SimpleNamespace(world_size=2, global_rank=rank)
+            with caplog.at_level(logging.INFO, logger="aiayn.data"):
+                loader = dm.train_dataloader()
+            sampler = loader.batch_sampler
+            assert "% of their tokens are padding" in caplog.text and 0 < sampler.padding_fraction < 0.5
+            batches = [batch["index"].tolist() for batch in loader]
+            for batch in loader:
+                assert batch["src"].numel() <= 1024 and batch["tgt_in"].numel() <= 1024
+            per_rank.append(batches)
+            # evaluation-style sharding of the same training pairs: exactly once, no padding batches
+            exact = TokenBatchSampler(train.src_lengths, train.tgt_lengths, 1024, shuffle=True, seed=dm.seed,
+                                      num_replicas=2, rank=rank, pad_to_equal=False)
+            per_rank.append([list(b) for b in exact])
+    finally:
+        dm.trainer = None
+    train_0, exact_0, train_1, exact_1 = per_rank
+    assert len(train_0) == len(train_1)  # DDP ranks take the same number of steps
+    once = Counter(i for batch in exact_0 + exact_1 for i in batch)
+    assert sorted(once) == list(range(len(train))) and set(once.values()) == {1}
+    # training: every kept example once, plus at most one repeated batch to even out the ranks
+    seen = Counter(i for batch in train_0 + train_1 for i in batch)
+    assert sorted(seen) == list(range(len(train)))
+    repeated = [i for i, n in seen.items() if n > 1]
+    assert all(seen[i] == 2 for i in repeated) and len(repeated) <= max(len(b) for b in train_0 + train_1)
+    # deterministic for a seed and an epoch
+    dm.trainer = SimpleNamespace(world_size=2, global_rank=0)
+    try:
+        again = [b["index"].tolist() for b in dm.train_dataloader()]
+    finally:
+        dm.trainer = None
+    assert again == train_0
+
+
+def test_worker_processes_map_the_same_files(dm):
+    from torch.utils.data import DataLoader
+
+    from aiayn.data.datamodule import TranslationCollator
+
+    train = dm.dataset("train")
+    sampler = TokenBatchSampler(train.src_lengths, train.tgt_lengths, 4096, shuffle=False)
+    collate = TranslationCollator(0, 2, 3)
+    inline = [b["src"].tolist() for b in DataLoader(train, batch_sampler=sampler, collate_fn=collate)]
+    workers = [b["src"].tolist() for b in DataLoader(train, batch_sampler=sampler, collate_fn=collate, num_workers=1)]
+    assert inline == workers
+
+
+def test_unsupported_pair_and_splits(tmp_path):
+    with pytest.raises(ValueError, match="no WMT14 data for en-cs"):
+        WMTDataModule(str(tmp_path), tgt_lang="cs")
+    with pytest.raises(ValueError, match="newstest2013"):
+        WMTDataModule(str(tmp_path), val_split="newstest2012")
+
+
+# --- end to end ------------------------------------------------------------------------------
+
+
+def test_train_cli_on_the_miniature_tree(raw_tree, cache, prepared, tmp_path):
+    from tests.test_cli_train import TINY
+
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "src/train.py", "task=wmt_en_de", f"task.raw_dir={raw_tree}", *TINY,
+               f"task.vocab_size={VOCAB}", "task.datamodule.num_workers=0", "task.datamodule.download=false",
+               "trainer.max_steps=2", "trainer.val_check_interval=2", "validation.bleu_sentences=8",
+               "visualize_at_end=false", "logger=csv", f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, "AIAYN_CACHE_DIR": str(cache)}
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"train.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    summary = [line for line in result.stdout.splitlines() if line.startswith("test newstest2014:")]
+    assert len(summary) == 1 and "test/bleu=" in summary[0]
+    log = (run_dir / "train.log").read_text()
+    assert f"reusing the prepared WMT14 en-de data in {prepared}" in log
+    assert "% of their tokens are padding" in log
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+
+
+# --- downloading (from a real HTTP server on the loopback interface) -------------------------
+
+
+@pytest.fixture
+def mirror(tmp_path, monkeypatch):
+    import functools
+    import http.server
+    import threading
+
+    from aiayn.data import wmt
+
+    root = tmp_path / "mirror"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv(wmt.MIRROR_ENV, f"http://127.0.0.1:{server.server_address[1]}/")
+    yield root
+    server.shutdown()
+    server.server_close()
+
+
+def test_missing_archives_are_downloaded_and_unpacked(raw_tree, tmp_path, mirror):
+    import tarfile
+
+    from aiayn.data.wmt import ARCHIVES
+
+    members = {"europarl": ["training/europarl-v7.de-en.en", "training/europarl-v7.de-en.de"],
+               "commoncrawl": ["commoncrawl.de-en.en.gz", "commoncrawl.de-en.de.gz"],
+               "news-commentary": ["training/news-commentary-v9.de-en.en", "training/news-commentary-v9.de-en.de"],
+               "dev": ["dev/newstest2013.en", "dev/newstest2013.de"],
+               "test": ["test-full/newstest2014-deen-src.en.sgm", "test-full/newstest2014-deen-ref.de.sgm"]}
+    for key, names in members.items():
+        with tarfile.open(mirror / ARCHIVES[key].name, "w:gz") as tar:
+            for name in names:
+                tar.add(raw_tree / name, arcname=name)
+    raw = tmp_path / "raw"
+    (raw / "training").mkdir(parents=True)
+    shutil.copyfile(raw_tree / "training" / "europarl-v7.de-en.en", raw / "training" / "europarl-v7.de-en.en")
+    (raw / "archives").mkdir()
+    (raw / "archives" / "dev.tgz.part").write_bytes(b"stale partial bytes")  # replaced: this server ignores Range
+    files = locate(raw, "en", "de", download=True)
+    for name, src, tgt in files.train:
+        assert src.read_bytes() == (raw_tree / src.relative_to(raw)).read_bytes()
+        assert tgt.read_bytes() == (raw_tree / tgt.relative_to(raw)).read_bytes()
+    assert files.test[1].read_bytes() == (raw_tree / "test-full" / "newstest2014-deen-ref.de.sgm").read_bytes()
+    assert sorted(p.name for p in (raw / "archives").iterdir()) == sorted(ARCHIVES[k].name for k in members)
+    # an archive the server does not have: the error lists what is still missing
+    shutil.rmtree(raw / "test-full")
+    (raw / "archives" / "test-full.tgz").unlink()
+    (mirror / "test-full.tgz").unlink()
+    with pytest.raises(DataError, match="downloading failed") as info:
+        locate(raw, "en", "de", download=True)
+    assert str(raw / "test-full" / "newstest2014-deen-src.en.sgm") in str(info.value)
