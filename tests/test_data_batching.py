@@ -58,25 +58,32 @@ def test_two_ranks_for_evaluation_cover_every_index_exactly_once(lengths):
 def test_ranks_for_training_get_equal_counts_and_cover_everything(lengths):
     src, tgt = lengths
     budget = next(b for b in range(2000, 2100) if len(TokenBatchSampler(src, tgt, b, shuffle=False).batches) % 3)
+    whole = len(TokenBatchSampler(src, tgt, budget, shuffle=True, seed=7).batches)
     ranks = [TokenBatchSampler(src, tgt, budget, shuffle=True, seed=7, num_replicas=3, rank=r) for r in range(3)]
     total = len(ranks[0].batches)
-    repeated = -total % 3
+    assert total % 3 == 0 and total == whole + (-whole % 3), "the largest batches were halved"
     for epoch in (0, 1):
         for sampler in ranks:
             sampler.set_epoch(epoch)
         per_rank = [list(s) for s in ranks]
-        assert [len(b) for b in per_rank] == [len(s) for s in ranks] == [(total + repeated) // 3] * 3
-        counts = Counter(tuple(b) for batches in per_rank for b in batches)
-        assert sorted(counts) == sorted(map(tuple, ranks[0].batches))  # every batch, so every index
-        assert sorted(counts.values()) == [1] * (total - repeated) + [2] * repeated
+        assert [len(b) for b in per_rank] == [len(s) for s in ranks] == [total // 3] * 3
+        for batch in (b for batches in per_rank for b in batches):
+            assert max(_padded_sizes(batch, src, tgt)) <= budget
+        counts = Counter(i for batches in per_rank for b in batches for i in b)
+        assert sorted(counts) == list(range(len(src))) and set(counts.values()) == {1}, "every index exactly once"
 
 
 def test_more_ranks_than_batches(lengths):
     src, tgt = lengths
     src, tgt = src[:50], tgt[:50]
+    assert len(TokenBatchSampler(src, tgt, 4096, shuffle=True).batches) == 1
     ranks = [TokenBatchSampler(src, tgt, 4096, shuffle=True, num_replicas=4, rank=r) for r in range(4)]
-    assert len(ranks[0].batches) == 1
-    assert [len(list(s)) for s in ranks] == [1, 1, 1, 1]
+    assert len(ranks[0].batches) == 4  # the one batch split for four ranks
+    shares = [list(s) for s in ranks]
+    assert [len(share) for share in shares] == [1, 1, 1, 1]
+    assert sorted(i for share in shares for b in share for i in b) == list(range(50))
+    few = [TokenBatchSampler(src[:2], tgt[:2], 4096, shuffle=True, num_replicas=4, rank=r) for r in range(4)]
+    assert [len(list(s)) for s in few] == [1, 1, 1, 1], "two examples for four ranks: repeated"
     evaluation = [TokenBatchSampler(src, tgt, 4096, shuffle=False, num_replicas=4, rank=r, pad_to_equal=False) for r in range(4)]
     assert [len(list(s)) for s in evaluation] == [len(s) for s in evaluation] == [1, 0, 0, 0]
 

@@ -19,9 +19,11 @@ class TokenBatchSampler(Sampler[list[int]]):
     ``len(batch) * max(length in batch) <= max_tokens`` for source and target alike. The
     batches are built once; each epoch, when ``shuffle``, their order is permuted with the seed
     ``seed + epoch``. Rank ``r`` takes batches ``r, r + num_replicas, ...`` of that order. With
-    ``pad_to_equal`` (training) the order is first extended by repeating its first batches so
-    every rank gets the same number; without it (evaluation) each example is seen exactly once
-    across ranks and batch counts may differ by one.
+    ``pad_to_equal`` (training, where DDP ranks must take the same number of steps) the batches
+    holding the most examples are split in two until their number is a multiple of
+    ``num_replicas``, so every rank gets the same number and each example is still seen exactly
+    once per epoch (only when there are too few examples to split, the first batches of the order
+    are repeated instead); without it (evaluation) batches are left whole and counts may differ by one.
 
     Resuming mid-epoch: :meth:`resume` makes the next iteration over epoch ``epoch`` start after
     the first ``batches_done`` batches of this rank's share, so a restarted run sees the rest of
@@ -61,6 +63,8 @@ class TokenBatchSampler(Sampler[list[int]]):
         self._resume: tuple[int, int] | None = None  # (epoch, batches of it already consumed)
         self.sampler = _EpochRelay(self)
         self.batches = self._build(src, tgt)
+        if self.pad_to_equal and self.num_replicas > 1:
+            self.batches = _split_for_ranks(self.batches, self.num_replicas)
         self._padding_fraction = _padding_fraction(self.batches, src, tgt)
 
     def _build(self, src: np.ndarray, tgt: np.ndarray) -> _Batches:
@@ -142,6 +146,20 @@ def _sort_order(src: np.ndarray, tgt: np.ndarray, tie: np.ndarray) -> np.ndarray
         return np.lexsort((tie, tgt, src))
     key = (src << (tgt_bits + tie_bits)) | (tgt << tie_bits) | tie.astype(np.int64)
     return np.argsort(key)  # keys are distinct: no stability needed
+
+
+def _split_for_ranks(batches: _Batches, num_replicas: int) -> _Batches:
+    """``batches`` with those holding the most examples halved until their number is a multiple
+    of ``num_replicas`` (or no batch has two examples left): each half is within the budget."""
+    bounds = batches.bounds
+    while True:
+        sizes = np.diff(bounds)
+        needed = -len(sizes) % num_replicas
+        splittable = np.flatnonzero(sizes > 1)
+        if needed == 0 or len(splittable) == 0:
+            return _Batches(batches.order, bounds)
+        chosen = splittable[np.argsort(-sizes[splittable], kind="stable")[:needed]]
+        bounds = np.sort(np.concatenate([bounds, bounds[chosen] + sizes[chosen] // 2]))
 
 
 def _padding_fraction(batches: _Batches, src: np.ndarray, tgt: np.ndarray) -> float:
