@@ -30,6 +30,7 @@ def main(cfg: DictConfig) -> dict[str, float]:
         decoding=OmegaConf.to_container(cfg.task.decoding, resolve=True),
         bleu_sentences=cfg.validation.bleu_sentences,
         run_config=OmegaConf.to_container(cfg, resolve=True),
+        metric=cfg.task.get("metric", "bleu"),
     )
     logger = hydra.utils.instantiate(cfg.logger) if cfg.logger else False
     if logger:
