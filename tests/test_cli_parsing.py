@@ -14,8 +14,8 @@ from aiayn.metrics.parseval import parseval
 from tests.test_cli_evaluate_translate import run
 from tests.test_cli_train import TINY
 
-# The sample split and a training length limit within the tiny model's 256 positions.
-PARSING = ["task=wsj", "task.split=sample", "task.datamodule.max_length=200"]
+# The sample split, as a user runs it (its max_length fits the small model's 256 positions).
+PARSING = ["task=wsj", "task.split=sample"]
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +56,36 @@ def test_evaluate_reports_f1_and_writes_evalb_files(trained, data_root: Path, tm
     assert report["test/exact_match"] == pytest.approx(scores.exact_match)
     assert report["parseval"]["error_sentences"] == 0 and report["decoding"]["beam_size"] == 21
     assert report["split"] == "wsj_0180-wsj_0199"
+
+
+def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
+    """task=wsj / wsj_semi and model=parsing hold §6.3's settings."""
+    import hydra
+    import torch
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from aiayn.data.readers import DataError
+    from aiayn.training.module import TranslationModule
+    from tests.test_cli_train import REPO
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        wsj = compose("train", overrides=["task=wsj", "model=parsing", f"paths.data_root={data_root}",
+                                          f"paths.cache_dir={tmp_path}"])
+        semi = compose("train", overrides=["task=wsj_semi"])
+        sample = compose("train", overrides=["task=wsj", "task.split=sample"])
+    task = OmegaConf.to_container(wsj.task, resolve=True)
+    assert task["vocab_size"] == 16000 and task["metric"] == "parse_f1"
+    assert (task["datamodule"]["train_split"], task["datamodule"]["val_split"], task["datamodule"]["test_split"]) == \
+        ("02-21", "22", "23")
+    assert task["decoding"] == {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300}
+    assert semi.task.vocab_size == 32000 and list(semi.task.datamodule.extra_trees) == ["parsing_semi/*"]
+    assert sample.task.vocab_size == 2000 and sample.task.datamodule.test_split == "wsj_0180-wsj_0199"
+    with torch.device("meta"):
+        module = TranslationModule(model=OmegaConf.to_container(wsj.model), vocab_size=16000, decoding={},
+                                   optim=OmegaConf.to_container(wsj.optim, resolve=True), metric="parse_f1")
+    assert len(module.model.encoder_layers) == len(module.model.decoder_layers) == 4 and module.model.d_model == 1024
+    # the standard split needs the full treebank, which the shared data does not have
+    datamodule = hydra.utils.instantiate(task["datamodule"])
+    with pytest.raises(DataError, match="treebank_3/parsed/mrg/wsj: no such folder"):
+        datamodule.split_files(datamodule.splits["train"])
