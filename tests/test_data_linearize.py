@@ -38,6 +38,13 @@ def test_repairs_make_a_valid_tree_over_the_input_words() -> None:
         # too short: the words left over join the last top-level constituent
         "(S (NP XX )NP (VP XX )VP )S":
             "(TOP (S (NP (NNP John)) (VP (VBZ has)) (DT a) (NN dog) (. .)))",
+        # closed too early, a word placed at the top level, then words left over: order is kept
+        "(S (NP XX )NP )S )S XX (NP )NP":
+            "(TOP (S (NP (NNP John))) (VBZ has) (NP (DT a) (NN dog) (. .)))",
+        "(S (NP XX )NP )S XX":
+            "(TOP (S (NP (NNP John))) (VBZ has) (DT a) (NN dog) (. .))",
+        "(S (NP XX )NP )S (VP XX )VP":
+            "(TOP (S (NP (NNP John))) (VP (VBZ has) (DT a) (NN dog) (. .)))",
         # nothing usable: the words hang from the root
         "": "(TOP (NNP John) (VBZ has) (DT a) (NN dog) (. .))",
     }
@@ -49,3 +56,19 @@ def test_repairs_make_a_valid_tree_over_the_input_words() -> None:
 
 def test_without_tags_leaves_are_tagged_xx() -> None:
     assert str(delinearize("(S XX XX )S", ["a", "b"])) == "(TOP (S (XX a) (XX b)))"
+
+
+def test_any_output_gives_the_words_in_order(data_root: Path) -> None:
+    """Random token sequences (shuffled, cut and lengthened linearisations) of real trees."""
+    import random
+
+    rng = random.Random(0)
+    for count, (_, raw) in enumerate(iter_split(data_root / "ptb_sample", "wsj_0001-wsj_0020")):
+        tree = preprocess(raw)
+        tokens = linearize(tree).split()
+        for _ in range(5):
+            noisy = rng.sample(tokens, len(tokens))[: rng.randint(0, len(tokens) + 5)]
+            noisy += rng.choices(tokens, k=rng.randint(0, 10))
+            out = delinearize(" ".join(noisy), tree.leaves(), tree.tags())
+            assert out.label == "TOP" and out.leaves() == tree.leaves() and out.tags() == tree.tags()
+    assert count + 1 == 233  # trees in wsj_0001–wsj_0020

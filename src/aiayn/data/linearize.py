@@ -64,8 +64,8 @@ def delinearize(output: str, words: Sequence[str], tags: Sequence[str] | None = 
     are silent (our choices): leaf tokens beyond the last word are dropped (an over-long
     output); a closing bracket closes the innermost open constituent whatever its label, and one
     with nothing open is ignored; constituents still open at the end are closed; words the
-    output did not place are attached, in order, to the last top-level constituent (or to the
-    root if there is none); constituents that end up without words are removed. A tree read
+    output did not place are attached, in order, to the root's last child when that is a
+    constituent (else to the root), i.e. at the end of the sentence; constituents that end up without words are removed. A tree read
     from :func:`linearize`'s output with its own words and tags is the tree itself.
     """
     if tags is not None and len(tags) != len(words):
@@ -87,9 +87,9 @@ def delinearize(output: str, words: Sequence[str], tags: Sequence[str] | None = 
         elif placed < len(words):
             stack[-1].children.append(Tree(tags[placed], [words[placed]]))
             placed += 1
-    if placed < len(words):
-        constituents = [child for child in root.children if isinstance(child, Tree) and not child.is_preterminal]
-        target = constituents[-1] if constituents else root
+    if placed < len(words):  # at the end of the sentence, so that word order is kept
+        last = root.children[-1] if root.children else None
+        target = last if last is not None and not last.is_preterminal else root
         target.children.extend(Tree(tags[i], [words[i]]) for i in range(placed, len(words)))
     return _without_empty(root) or Tree(ROOT_LABEL)
 
