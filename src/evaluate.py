@@ -2,7 +2,9 @@
 
 Beam search with the task's decoding settings; writes the hypotheses beside the run; prints and
 logs sacreBLEU (with its signature), the paper's tokenized BLEU, per-wordpiece perplexity and
-the decoding speed.
+the decoding speed. For a parsing task (metric parse_f1, §6.3) it reports EVALB's F1,
+precision, recall and exact match instead of BLEU, and writes the gold and test trees in
+EVALB's format (one tree a line) beside the hypotheses.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from aiayn.data.readers import DataError, read_parallel
+from aiayn.data.parsing import output_trees
+from aiayn.data.readers import read_lines
 from aiayn.metrics.bleu import sacrebleu_score, tokenized_bleu
+from aiayn.metrics.parseval import parseval
 from aiayn.training.averaging import average_checkpoints, last_checkpoints
 from aiayn.training.checkpoint import load_trained
 from aiayn.training.loggers import wandb_logger
@@ -62,14 +67,17 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
     ppl, n_tokens = perplexity(trained.model, trained.vocab, sources, references, cfg.max_tokens)
     result = translate(trained.model, trained.vocab, sources, batch_size=cfg.batch_size, **decoding)
-    detok = sacrebleu_score(result.texts, references)
-    tok = tokenized_bleu(result.texts, references, datamodule.tgt_lang)
 
     out_dir = Path(cfg.out_dir) if cfg.out_dir else ckpt.resolve().parent.parent / "eval"
     out_dir.mkdir(parents=True, exist_ok=True)
     name = f"{split}.step{trained.step}" + (f".avg{len(averaged)}" if cfg.average_last else "")
     hypotheses_file = out_dir / f"{name}.hyp.{datamodule.tgt_lang}"
     hypotheses_file.write_text("".join(text + "\n" for text in result.texts), encoding="utf-8")
+    if task.get("metric") == "parse_f1":
+        return _report_parsing(cfg, ckpt, trained, datamodule, split, averaged, name, out_dir, hypotheses_file, result,
+                               decoding, device, ppl, n_tokens, len(sources))
+    detok = sacrebleu_score(result.texts, references)
+    tok = tokenized_bleu(result.texts, references, datamodule.tgt_lang)
     metrics = {
         f"{cfg.split}/sacrebleu": detok.score,
         f"{cfg.split}/tokenized_bleu": tok.score,
@@ -94,14 +102,60 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
           f"(beam {decoding['beam_size']}, α {decoding['alpha']}, {device})")
     print(f"  hypotheses      {hypotheses_file}")
 
-    if cfg.wandb != "disabled":
-        logger = wandb_logger(project="aiayn", save_dir=str(out_dir), mode=cfg.wandb, name=f"eval-{name}",
-                              job_type="eval", group=trained.config.get("run_name"))
-        logger.log_hyperparams({"evaluate": OmegaConf.to_container(cfg, resolve=True), "train": trained.config})
-        logger.log_metrics(metrics, step=trained.step)
-        logger.experiment.summary.update({**metrics, "sacrebleu_signature": detok.signature})
-        logger.experiment.finish()
+    _log_to_wandb(cfg, trained, out_dir, name, metrics, {"sacrebleu_signature": detok.signature})
     return metrics
+
+
+def _report_parsing(cfg, ckpt, trained, datamodule, split, averaged, name, out_dir, hypotheses_file, result, decoding,
+                    device, ppl, n_tokens, n_sentences) -> dict[str, float]:
+    """F1, precision, recall and exact match (EVALB, COLLINS.prm) of the outputs read back as trees."""
+    gold = read_lines(datamodule.gold_file(split))
+    test = output_trees(gold, result.texts)
+    gold_file, test_file = out_dir / f"{name}.gold", out_dir / f"{name}.test"
+    gold_file.write_text("".join(line + "\n" for line in gold), encoding="utf-8")
+    test_file.write_text("".join(line + "\n" for line in test), encoding="utf-8")
+    scores = parseval(gold, test)
+    metrics = {
+        f"{cfg.split}/f1": scores.f1,
+        f"{cfg.split}/precision": scores.precision,
+        f"{cfg.split}/recall": scores.recall,
+        f"{cfg.split}/exact_match": scores.exact_match,
+        f"{cfg.split}/ppl": ppl,
+        f"{cfg.split}/sentences_per_sec": result.sentences_per_second,
+        f"{cfg.split}/tokens_per_sec": result.tokens_per_second,
+    }
+    report = {
+        "checkpoint": str(ckpt), "averaged": [str(p) for p in averaged],
+        "step": trained.step, "split": split, "sentences": n_sentences, "decoding": decoding, "device": device,
+        "hypotheses": str(hypotheses_file), "evalb_gold": str(gold_file), "evalb_test": str(test_file),
+        "parseval": scores.as_dict(), "ppl_tokens": n_tokens, **metrics,
+    }
+    (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{split}: {n_sentences} sentences, step {trained.step}"
+          + (f", average of {len(averaged)} checkpoints" if cfg.average_last else ""))
+    print(f"  F1              {scores.f1:6.2f}  (EVALB, COLLINS.prm: labelled brackets, no root, no punctuation)")
+    print(f"  precision       {scores.precision:6.2f}  {scores.matched_brackets} of {scores.test_brackets} brackets")
+    print(f"  recall          {scores.recall:6.2f}  {scores.matched_brackets} of {scores.gold_brackets} brackets")
+    print(f"  exact match     {scores.exact_match:6.2f}  ({scores.error_sentences} error, "
+          f"{scores.skipped_sentences} skipped sentences)")
+    print(f"  perplexity      {ppl:6.2f}  per wordpiece, {n_tokens} tokens")
+    print(f"  decoding        {result.sentences_per_second:6.1f} sentences/s, {result.tokens_per_second:.0f} tokens/s "
+          f"(beam {decoding['beam_size']}, α {decoding['alpha']}, +{decoding['max_len_offset']}, {device})")
+    print(f"  hypotheses      {hypotheses_file}")
+    print(f"  EVALB files     {gold_file} {test_file}")
+    _log_to_wandb(cfg, trained, out_dir, name, metrics, {})
+    return metrics
+
+
+def _log_to_wandb(cfg, trained, out_dir, name, metrics, summary) -> None:
+    if cfg.wandb == "disabled":
+        return
+    logger = wandb_logger(project="aiayn", save_dir=str(out_dir), mode=cfg.wandb, name=f"eval-{name}",
+                          job_type="eval", group=trained.config.get("run_name"))
+    logger.log_hyperparams({"evaluate": OmegaConf.to_container(cfg, resolve=True), "train": trained.config})
+    logger.log_metrics(metrics, step=trained.step)
+    logger.experiment.summary.update({**metrics, **summary})
+    logger.experiment.finish()
 
 
 if __name__ == "__main__":

@@ -98,6 +98,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             run_config=config,
             seed=cfg.seed,
             max_nonfinite_in_a_row=cfg.nonfinite.max_in_a_row,
+            metric=cfg.task.get("metric", "bleu"),
         )
     except (TypeError, ValueError) as error:
         raise ConfigError(f"model: {error}") from None

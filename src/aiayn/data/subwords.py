@@ -82,10 +82,13 @@ def train_or_load(
     character_coverage: float = 1.0,
     input_sentence_size: int = 1_000_000,
     seed: int = 0,
+    user_defined_symbols: Sequence[str] = (),
 ) -> Subwords:
     """A joint model of exactly ``vocab_size`` ids trained on ``texts`` (source and target lines
     together), cached as ``<cache_dir>/sentencepiece/<key>.model`` where the key hashes the
-    settings and the lines; a cached model with the same key is reused instead of retrained."""
+    settings and the lines; a cached model with the same key is reused instead of retrained.
+    ``user_defined_symbols`` are pieces always kept whole (e.g. a parse tree's bracket tokens;
+    a leading ``▁`` makes "space + symbol" a single piece)."""
     lines = texts if isinstance(texts, Sequence) and not isinstance(texts, str) else list(texts)
     if not lines:
         raise DataError("no lines to train the sentencepiece model on")
@@ -97,6 +100,8 @@ def train_or_load(
         input_sentence_size=int(input_sentence_size),
         seed=int(seed),
     )
+    if user_defined_symbols:  # only when given, so that the keys of plain models stay as they were
+        settings["user_defined_symbols"] = list(user_defined_symbols)
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     digest.update(_content_hash(lines))
     key = f"{model_type}{vocab_size}-{digest.hexdigest()[:20]}"
@@ -126,6 +131,7 @@ def train_or_load(
             eos_id=EOS_ID,
             num_threads=os.cpu_count() or 1,
             minloglevel=2,
+            **({"user_defined_symbols": list(user_defined_symbols)} if user_defined_symbols else {}),
         )
         os.replace(f"{prefix}.vocab", folder / f"{key}.vocab")
         os.replace(f"{prefix}.model", model)  # last: the .model file marks a complete entry

@@ -14,11 +14,16 @@ import torch.distributed as dist
 from lightning.pytorch.loggers import WandbLogger
 from torchmetrics import MeanMetric
 
+from aiayn.metrics.parseval import parseval
 from aiayn.model import Transformer, beam_search
 from aiayn.training.loss import label_smoothed_loss
 from aiayn.training.schedule import transformer_scheduler
 
 log = logging.getLogger(__name__)
+
+# What evaluation scores beam-search output with: sacreBLEU (translation, §6.1) or EVALB's
+# labelled-bracket F1 (parsing, §6.3; the datamodule then turns outputs into trees).
+METRICS = ("bleu", "parse_f1")
 
 
 class VocabularyMismatchError(ValueError):
@@ -27,6 +32,7 @@ class VocabularyMismatchError(ValueError):
 
 class NonFiniteLossError(RuntimeError):
     """Training stopped after too many consecutive steps with a non-finite loss or gradient."""
+
 
 # Keys of the model config that configure training rather than the network.
 TRAINING_KEYS = ("name", "label_smoothing", "train_steps", "warmup_steps", "lr_factor",
@@ -55,6 +61,7 @@ class TranslationModule(L.LightningModule):
         run_config: dict[str, Any] | None = None,
         seed: int = 0,
         max_nonfinite_in_a_row: int = 8,
+        metric: str = "bleu",
     ):
         super().__init__()
         # run_config (the whole resolved Hydra config) travels in checkpoints, not in the logger's
@@ -66,6 +73,9 @@ class TranslationModule(L.LightningModule):
         self.optim, self.decoding = dict(optim), dict(decoding)
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.bleu_sentences = bleu_sentences
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; choose one of {METRICS}")
+        self.metric = metric
         self.eval_loss, self.eval_nll = MeanMetric(), MeanMetric()
         self.hypotheses: list[tuple[int, str]] = []
         self.bleu_signature: str | None = None
@@ -224,14 +234,27 @@ class TranslationModule(L.LightningModule):
         self.hypotheses = []
         if not hypotheses or self.trainer.sanity_checking:
             return
-        references = self.trainer.datamodule.references(stage)
         indices = sorted(hypotheses)
+        if self.metric == "parse_f1":
+            self._log_parse_f1(stage, indices, [hypotheses[i] for i in indices])
+            return
+        references = self.trainer.datamodule.references(stage)
         bleu = sacrebleu.BLEU()
         score = bleu.corpus_score([hypotheses[i] for i in indices], [[references[i] for i in indices]])
         self.bleu_signature = str(bleu.get_signature())
         self.log(f"{stage}/bleu", score.score, prog_bar=True)
         log.info("%s sacreBLEU on %d sentences: %.2f (%s)", stage, len(indices), score.score,
                  self.bleu_signature)
+
+    def _log_parse_f1(self, stage: str, indices: list[int], outputs: list[str]) -> None:
+        gold, test = self.trainer.datamodule.output_trees(stage, indices, outputs)
+        result = parseval(gold, test)
+        self.log(f"{stage}/f1", result.f1, prog_bar=True)
+        self.log(f"{stage}/precision", result.precision)
+        self.log(f"{stage}/recall", result.recall)
+        self.log(f"{stage}/exact_match", result.exact_match)
+        log.info("%s F1 on %d sentences: %.2f (P %.2f, R %.2f, exact %.2f)", stage, len(indices), result.f1,
+                 result.precision, result.recall, result.exact_match)
 
 
 def _gather(pairs: list[tuple[int, str]]) -> dict[int, str]:

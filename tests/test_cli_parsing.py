@@ -1,0 +1,91 @@
+"""`src/train.py task=wsj` on the real treebank sample and `src/evaluate.py` on its checkpoint
+(real sentencepiece, real Lightning, EVALB-format files)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from aiayn.data.treebank import parse_trees
+from aiayn.metrics.parseval import parseval
+from tests.test_cli_evaluate_translate import run
+from tests.test_cli_train import TINY
+
+# The sample split, as a user runs it (its max_length fits the small model's 256 positions).
+PARSING = ["task=wsj", "task.split=sample"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> tuple[Path, Path, Path]:
+    root = tmp_path_factory.mktemp("parsing")
+    run("src/train.py", *TINY, *PARSING, "logger=csv", "visualize_at_end=false", f"hydra.run.dir={root / 'run'}",
+        data_root=data_root, cache_dir=root / "cache")
+    return root / "run", root / "run" / "checkpoints" / "last.ckpt", root / "cache"
+
+
+def test_train_validates_and_tests_with_f1(trained) -> None:
+    run_dir, _, _ = trained
+    rows = list(csv.DictReader(open(next(run_dir.glob("csv/version_*/metrics.csv")))))
+    logged = lambda key: [float(row[key]) for row in rows if row.get(key)]
+    assert len(logged("val/f1")) == 2, "validation at steps 2 and 4, each with F1"
+    for key in ("test/f1", "test/precision", "test/recall", "test/exact_match"):
+        assert len(logged(key)) == 1 and 0.0 <= logged(key)[0] <= 100.0
+    assert "val/bleu" not in rows[0]
+    config = (run_dir / ".hydra" / "config.yaml").read_text()
+    assert "split: sample" in config and "beam_size: 21" in config and "alpha: 0.3" in config
+
+
+def test_evaluate_reports_f1_and_writes_evalb_files(trained, data_root: Path, tmp_path: Path) -> None:
+    _, ckpt, cache = trained
+    result = run("src/evaluate.py", f"ckpt={ckpt}", "split=test", f"out_dir={tmp_path}", "wandb=disabled",
+                 data_root=data_root, cache_dir=cache)
+    for label in ("F1", "precision", "recall", "exact match", "EVALB files"):
+        assert label in result.stdout, result.stdout
+    report = json.loads(next(tmp_path.glob("wsj_0180-wsj_0199.step*.json")).read_text())
+    gold = Path(report["evalb_gold"]).read_text().splitlines()
+    test = Path(report["evalb_test"]).read_text().splitlines()
+    assert len(gold) == len(test) == report["sentences"] == 245
+    for gold_line, test_line in zip(gold, test):  # every output became a tree over the sentence's words
+        g, t = parse_trees(gold_line)[0], parse_trees(test_line)[0]
+        assert t.label == "TOP" and t.leaves() == g.leaves() and t.tags() == g.tags()
+    scores = parseval(gold, test)
+    assert report["test/f1"] == pytest.approx(scores.f1)
+    assert report["test/exact_match"] == pytest.approx(scores.exact_match)
+    assert report["parseval"]["error_sentences"] == 0 and report["decoding"]["beam_size"] == 21
+    assert report["split"] == "wsj_0180-wsj_0199"
+
+
+def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
+    """task=wsj / wsj_semi and model=parsing hold §6.3's settings."""
+    import hydra
+    import torch
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from aiayn.data.readers import DataError
+    from aiayn.training.module import TranslationModule
+    from tests.test_cli_train import REPO
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        wsj = compose("train", overrides=["task=wsj", "model=parsing", f"paths.data_root={data_root}",
+                                          f"paths.cache_dir={tmp_path}"])
+        semi = compose("train", overrides=["task=wsj_semi"])
+        sample = compose("train", overrides=["task=wsj", "task.split=sample"])
+    task = OmegaConf.to_container(wsj.task, resolve=True)
+    assert task["vocab_size"] == 16000 and task["metric"] == "parse_f1"
+    assert (task["datamodule"]["train_split"], task["datamodule"]["val_split"], task["datamodule"]["test_split"]) == \
+        ("02-21", "22", "23")
+    assert task["decoding"] == {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300}
+    assert semi.task.vocab_size == 32000 and list(semi.task.datamodule.extra_trees) == ["parsing_semi/*"]
+    assert sample.task.vocab_size == 2000 and sample.task.datamodule.test_split == "wsj_0180-wsj_0199"
+    with torch.device("meta"):
+        module = TranslationModule(model=OmegaConf.to_container(wsj.model), vocab_size=16000, decoding={},
+                                   optim=OmegaConf.to_container(wsj.optim, resolve=True), metric="parse_f1")
+    assert len(module.model.encoder_layers) == len(module.model.decoder_layers) == 4 and module.model.d_model == 1024
+    # the standard split needs the full treebank, which the shared data does not have
+    datamodule = hydra.utils.instantiate(task["datamodule"])
+    with pytest.raises(DataError, match="treebank_3/parsed/mrg/wsj: no such folder"):
+        datamodule.split_files(datamodule.splits["train"])

@@ -1,0 +1,58 @@
+"""The parsing datamodule on the real treebank sample: derived files, vocabulary, mixing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aiayn.data.parsing import ParsingDataModule, output_trees
+from aiayn.data.readers import read_lines
+from aiayn.metrics.parseval import parseval
+
+SAMPLE_SPLIT = dict(train_split="wsj_0001-wsj_0159", val_split="wsj_0160-wsj_0179", test_split="wsj_0180-wsj_0199")
+
+
+def make(data_root: Path, cache: Path, **kwargs) -> ParsingDataModule:
+    settings = dict(data_root=str(data_root), treebank="ptb_sample", vocab_size=600, max_tokens=4096, max_length=400,
+                    cache_dir=str(cache), **SAMPLE_SPLIT)
+    return ParsingDataModule(**{**settings, **kwargs})
+
+
+@pytest.fixture(scope="module")
+def datamodule(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> ParsingDataModule:
+    dm = make(data_root, tmp_path_factory.mktemp("cache"))
+    dm.setup("fit")
+    dm.setup("test")
+    return dm
+
+
+def test_splits_are_words_to_linearised_trees(datamodule: ParsingDataModule) -> None:
+    # one training tree linearises to 573 tokens, over max_length=400: dropped and counted
+    assert datamodule.filtered == {"empty": 0, "too_long": 1}
+    assert datamodule.split_sizes == {"train": 3395, "val": 273, "test": 245}
+    words, linear = datamodule.sources("val"), datamodule.references("val")
+    gold = datamodule.gold_trees("val")
+    assert len(words) == len(linear) == len(gold) == 273
+    # the gold trees read back from their own linearisation score 100
+    assert parseval(gold, output_trees(gold, linear)).f1 == 100.0
+
+
+def test_bracket_tokens_are_single_pieces(datamodule: ParsingDataModule) -> None:
+    vocab = datamodule.vocab
+    line = datamodule.references("val")[0]
+    pieces = vocab.pieces(vocab.encode([line])[0])
+    assert pieces == ["\u2581" + token for token in line.split()]
+    assert vocab.decode(vocab.encode([line])) == [line]
+
+
+def test_semi_supervised_mixing_repeats_wsj(data_root: Path, tmp_path: Path) -> None:
+    # the extra corpus: any files of bracketed trees (here the sample's section 01, 1,993 trees)
+    extra = str(data_root / "ptb_sample/parsed/mrg/wsj/01/*.mrg")
+    dm = make(data_root, tmp_path, train_split="wsj_0001-wsj_0010", extra_trees=[extra], wsj_fraction=0.5)
+    words, _ = dm.split_files(dm.splits["train"])
+    wsj = len(read_lines(make(data_root, tmp_path, train_split="wsj_0001-wsj_0010").split_files("wsj_0001-wsj_0010")[0]))
+    copies = round(0.5 * 1993 / (0.5 * wsj))
+    assert len(read_lines(words)) == wsj * copies + 1993
+    with pytest.raises(Exception, match="no files of extra training trees"):
+        make(data_root, tmp_path, extra_trees=[str(tmp_path / "missing/*.mrg")]).split_files(SAMPLE_SPLIT["train_split"])
