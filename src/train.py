@@ -27,6 +27,7 @@ from aiayn.training.callbacks import AttentionPicturesCallback
 from aiayn.training.config_check import ConfigError, check_train_config
 from aiayn.training.module import NonFiniteLossError, TranslationModule, VocabularyMismatchError
 from aiayn.training.resume import AtomicCheckpointIO, find_resume
+from aiayn.training.run_summary import RunSummaryCallback
 
 log = logging.getLogger("train")
 
@@ -119,6 +120,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             save_top_k=cfg.checkpoint.keep_timed, monitor="step", mode="max",
         ))
     callbacks += [AttentionPicturesCallback()] if cfg.visualize_at_end else []  # Figures 3–5, into attention/
+    callbacks.append(RunSummaryCallback(gpu=cfg.cost.gpu))  # dev PPL/BLEU, tokens, FLOPs: summary.json and W&B
     trainer_args = hydra.utils.instantiate(cfg.trainer, _convert_="all")  # a strategy may be an object
     trainer = L.Trainer(**trainer_args, logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
