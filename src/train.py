@@ -19,6 +19,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
@@ -129,6 +130,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         print(f"test {cfg.task.datamodule.test_split}: " + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
         if module.bleu_signature:
             print(f"sacreBLEU signature: {module.bleu_signature}")
+    if isinstance(logger, WandbLogger):
+        logger.experiment.finish()  # under --multirun the next job starts a W&B run of its own
     return results
 
 

@@ -15,6 +15,7 @@ newstest2014 BLEU and the training cost in FLOPs, counted and estimated the pape
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import logging
@@ -72,10 +73,14 @@ class Run:
 
 # -- the rows, from the experiment configs ------------------------------------------------------
 def table_rows(conf_dir: Path | str, table: str) -> list[Row]:
-    """The rows of ``table`` in the paper's order (the order of ``experiment.order``, else names)."""
+    """The rows of ``table`` in the paper's order, each composed from its experiment config."""
+    return list(_table_rows(Path(conf_dir).resolve(), table))
+
+
+@functools.lru_cache(maxsize=None)
+def _table_rows(conf_dir: Path, table: str) -> tuple[Row, ...]:
     from hydra import compose, initialize_config_dir
 
-    conf_dir = Path(conf_dir).resolve()
     names = sorted(p.stem for p in (conf_dir / "experiment").glob(f"{table}_*.yaml"))
     if not names:
         raise FileNotFoundError(f"no {table}_*.yaml in {conf_dir / 'experiment'}")
@@ -88,7 +93,7 @@ def table_rows(conf_dir: Path | str, table: str) -> list[Row]:
             rows.append(Row(table=table, row=experiment["row"], label=experiment["label"], model=model,
                             paper=dict(experiment.get("paper") or {}), experiment=name,
                             average_last=experiment.get("average_last")))
-    return sorted(rows, key=_paper_order)
+    return tuple(sorted(rows, key=_paper_order))
 
 
 def _paper_order(row: Row) -> tuple:
@@ -262,7 +267,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
             return f"{value:.2e}"
-        return f"{value:.2f}"
+        return f"{value:.2f}".rstrip("0").rstrip(".")
     return str(value)
 
 
@@ -352,12 +357,9 @@ def log_to_wandb(written: list[Written], project: str = "aiayn", save_dir: Path 
     run = logger.experiment
     for w in written:
         columns = list(w.lines[0])
-        data = [[_wandb_value(line.get(c)) for c in columns] for line in w.lines]
-        run.log({w.table: wandb.Table(columns=columns, data=data), f"{w.table}_chart": wandb.Image(str(w.chart))})
+        data = [[line.get(c) for c in columns] for line in w.lines]  # None: not measured / not in the paper
+        table = wandb.Table(columns=columns, data=data, allow_mixed_types=True)
+        run.log({w.table: table, f"{w.table}_chart": wandb.Image(str(w.chart))})
     directory = run.dir
     run.finish()
     return directory
-
-
-def _wandb_value(value: Any) -> Any:
-    return "" if value is None else value
