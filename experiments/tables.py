@@ -20,7 +20,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from aiayn.analysis.tables import (TABLES, expand_sweep, format_parameter_report, local_runs, log_to_wandb,
+from aiayn.experiments.tables import (TABLES, expand_sweep, format_parameter_report, local_runs, log_to_wandb,
                                    parameter_report, table_rows, wandb_runs, write_table)
 
 REPO = Path(__file__).resolve().parents[1]

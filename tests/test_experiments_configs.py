@@ -13,7 +13,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from aiayn.analysis.tables import count_parameters, expand_sweep, parameter_report, table_rows
+from aiayn.experiments.tables import count_parameters, expand_sweep, parameter_report, table_rows
 from aiayn.model import Transformer
 from aiayn.model.positional import LearnedPositionalEmbedding
 from aiayn.training.config_check import ConfigError, check_train_config
