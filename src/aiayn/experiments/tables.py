@@ -60,7 +60,7 @@ class Run:
     source: str  # run directory or W&B run path
     config: dict[str, Any]
     summary: dict[str, Any]
-    test: dict[str, Any] = field(default_factory=dict)  # evaluate.py's report (Table 2)
+    test: dict[str, Any] = field(default_factory=dict)  # Table 2: test BLEU, sacreBLEU, checkpoints averaged
 
     @property
     def table(self) -> str | None:
@@ -186,25 +186,47 @@ def _local_summary(run_dir: Path) -> dict[str, Any] | None:
 
 
 def _test_report(run_dir: Path) -> dict[str, Any]:
-    """The newest evaluate.py report on the test split, an averaged one preferred."""
+    """The newest evaluate.py report on the test split, the one averaging most checkpoints."""
     reports = []
     for path in (run_dir / "eval").glob("*.json"):
         report = json.loads(path.read_text())
         if "test/tokenized_bleu" in report:  # `python src/evaluate.py ... split=test`
-            reports.append((len(report.get("averaged", [])), path.stat().st_mtime, report))
-    return max(reports, key=lambda r: r[:2])[2] if reports else {}
+            reports.append((len(report.get("averaged") or [None]), path.stat().st_mtime, report))
+    if not reports:
+        return {}
+    averaged, _, report = max(reports, key=lambda r: r[:2])
+    return _test_figures(report, averaged)
+
+
+def _test_figures(metrics: dict[str, Any], averaged: int) -> dict[str, Any]:
+    return {"bleu": metrics["test/tokenized_bleu"], "sacrebleu": metrics.get("test/sacrebleu"), "averaged": averaged}
+
+
+def _averaged(evaluate_run_config: dict[str, Any]) -> int:
+    """How many checkpoints an evaluate.py W&B run averaged (its config's evaluate.average_last)."""
+    return int((evaluate_run_config.get("evaluate") or {}).get("average_last") or 1)
 
 
 def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
-    """The finished runs of ``project`` ("entity/project") grouped as the tables, online."""
+    """The finished runs of ``project`` ("entity/project") in the tables' groups, online. For
+    Table 2 the test BLEU comes from src/evaluate.py's W&B run (job type "eval", grouped under
+    the training run's name), the newest with the most checkpoints averaged."""
     import wandb
 
     api = wandb.Api()
     runs = []
     for table in tables:
         for run in api.runs(project, filters={"group": table, "state": "finished"}):
-            summary = {k: v for k, v in run.summary.items() if not k.startswith("_")}
-            runs.append(Run(source=run.path and "/".join(run.path), config=dict(run.config), summary=summary))
+            config = dict(run.config)
+            summary = {k: v for k, v in run.summary_metrics.items() if not k.startswith("_")}
+            test = {}
+            if table == "table2":
+                evaluations = [e for e in api.runs(project, filters={"group": config.get("run_name"), "jobType": "eval"})
+                               if "test/tokenized_bleu" in e.summary_metrics]
+                if evaluations:
+                    newest = max(evaluations, key=lambda e: (_averaged(e.config), e.created_at))
+                    test = _test_figures(newest.summary_metrics, _averaged(newest.config))
+            runs.append(Run(source="/".join(run.path), config=config, summary=summary, test=test))
     return runs
 
 
@@ -242,9 +264,9 @@ def _line(row: Row, run: Run | None) -> dict[str, Any]:
     else:
         test = run.test if run else {}
         line |= {
-            "BLEU (test)": test.get("test/tokenized_bleu"), "sacreBLEU (test)": test.get("test/sacrebleu"),
+            "BLEU (test)": test.get("bleu"), "sacreBLEU (test)": test.get("sacrebleu"),
             "paper BLEU": row.paper.get("bleu"),
-            "averaged": len(test["averaged"]) if test.get("averaged") else None, "recipe averages": row.average_last,
+            "averaged": test.get("averaged"), "recipe averages": row.average_last,
             "params ×10^6": params / 1e6 if params else None,
         }
     line |= {
