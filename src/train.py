@@ -19,6 +19,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
@@ -27,6 +28,7 @@ from aiayn.training.callbacks import AttentionPicturesCallback
 from aiayn.training.config_check import ConfigError, check_train_config
 from aiayn.training.module import NonFiniteLossError, TranslationModule, VocabularyMismatchError
 from aiayn.training.resume import AtomicCheckpointIO, find_resume
+from aiayn.training.run_summary import RunSummaryCallback
 
 log = logging.getLogger("train")
 
@@ -120,6 +122,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             save_top_k=cfg.checkpoint.keep_timed, monitor="step", mode="max",
         ))
     callbacks += [AttentionPicturesCallback()] if cfg.visualize_at_end else []  # Figures 3–5, into attention/
+    callbacks.append(RunSummaryCallback(gpu=cfg.cost.gpu))  # dev PPL/BLEU, tokens, FLOPs: summary.json and W&B
     trainer_args = hydra.utils.instantiate(cfg.trainer, _convert_="all")  # a strategy may be an object
     trainer = L.Trainer(**trainer_args, logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
@@ -128,6 +131,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         print(f"test {cfg.task.datamodule.test_split}: " + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
         if module.bleu_signature:
             print(f"sacreBLEU signature: {module.bleu_signature}")
+    if isinstance(logger, WandbLogger):
+        logger.experiment.finish()  # under --multirun the next job starts a W&B run of its own
     return results
 
 

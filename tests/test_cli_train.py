@@ -4,6 +4,7 @@ real sacreBLEU, real Lightning (one process, and two gloo processes)."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -69,6 +70,8 @@ def test_train_with_two_gloo_processes(tmp_path: Path, cache_dir: Path, data_roo
     output = result.stdout + result.stderr
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in output and "GLOBAL_RANK: 1, MEMBER: 2/2" in output
     assert sum(line.startswith("test test_2016_flickr:") for line in result.stdout.splitlines()) == 1
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())  # counted over both ranks
+    assert summary["processes"] == 2 and summary["steps"] == 4 and summary["train_flops"] > 0
 
 
 TABLE3_ROWS = {  # row: (overrides of model=base, what the built model must have)

@@ -4,6 +4,7 @@ atomically, so a kill during a save leaves the newest one whole."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -87,6 +88,14 @@ def test_sigkill_mid_epoch_then_resume_repeats_the_uninterrupted_run(tmp_path: P
     for step in after:  # same data order, dropout draws, learning rate and optimizer state
         assert after[step] == expected[step], f"step {step}: {after[step]} after resuming, {expected[step]} without"
     assert second.exit_code == 0 and "test/bleu" in second.summary
+    # The run summary (aiayn.training.run_summary) counts on across the kill: tokens seen and
+    # training FLOPs come out as without it, and the training time adds up both attempts.
+    whole_summary = json.loads((whole / "summary.json").read_text())
+    resumed_summary = json.loads((killed / "summary.json").read_text())
+    for key in ("steps", "tokens_seen", "src_tokens_seen", "train_flops", "dev/ppl", "dev/step"):
+        assert resumed_summary[key] == whole_summary[key], key
+    assert resumed_summary["train_flops"] > 0 and resumed_summary["training_time_s"] > 0
+    assert second.summary["tokens_seen"] == whole_summary["tokens_seen"]
 
 
 def test_resume_auto_without_a_checkpoint_starts_afresh_and_a_changed_model_is_refused(tmp_path: Path, environment) -> None:

@@ -7,6 +7,7 @@ import inspect
 from typing import Any
 
 from aiayn.model import Transformer
+from aiayn.training.flops import sustained_tflops
 from aiayn.training.module import TRAINING_KEYS
 
 
@@ -42,6 +43,11 @@ def check_train_config(config: dict[str, Any]) -> None:
             f"task.datamodule.max_tokens={max_tokens} cannot hold one pair of max_length={max_length} subwords "
             f"plus BOS/EOS; raise max_tokens to at least {max_length + 2} or lower max_length"
         )
+    gpu = (config.get("cost") or {}).get("gpu", "P100")
+    try:
+        sustained_tflops(gpu)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     if (config.get("nonfinite") or {}).get("max_in_a_row", 1) < 1:
         raise ConfigError(f"nonfinite.max_in_a_row must be at least 1, got {config['nonfinite']['max_in_a_row']}")
 

@@ -1,0 +1,91 @@
+"""The paper's Tables 2 and 3 from finished runs, and Table 3's parameter counts without training.
+
+    python experiments/tables.py rebuild --runs multirun/<date> [--runs ...] [--out experiments/results/<name>]
+    python experiments/tables.py rebuild --wandb <entity>/<project>
+    python experiments/tables.py params --vocab 37000 [--json]
+    python experiments/tables.py sweep 'experiment=glob(table3_*)' +scale=multi30k   # dry run of a multirun
+
+``rebuild`` finds every finished run of a table experiment (conf/experiment/table2_*, table3_*)
+under the --runs folders (or in a W&B project), writes <out>/table3.{md,csv,png} and
+<out>/table2.{md,csv,png}, each row beside the paper's figures, and logs the tables to W&B as
+wandb.Table (offline without an API key; --no-wandb to skip). See experiments/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from aiayn.experiments.tables import (TABLES, expand_sweep, format_parameter_report, local_runs, log_to_wandb,
+                                   parameter_report, table_rows, wandb_runs, write_table)
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    rebuild = commands.add_parser("rebuild", help="rebuild the tables from finished runs")
+    rebuild.add_argument("--runs", action="append", type=Path, default=[],
+                         help="a run directory or a folder of them (e.g. multirun/<date>); repeatable")
+    rebuild.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read the runs from this W&B project (online)")
+    rebuild.add_argument("--out", type=Path, default=REPO / "experiments" / "results",
+                         help="where table{2,3}.{md,csv,png} go (default: experiments/results)")
+    rebuild.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES))
+    rebuild.add_argument("--no-wandb", action="store_true", help="do not log the tables to W&B")
+    params = commands.add_parser("params", help="Table 3's parameter counts for a vocabulary size, no training")
+    params.add_argument("--vocab", type=int, default=37000, help="shared vocabulary size (the paper's EN-DE: 37000)")
+    params.add_argument("--json", action="store_true", help="JSON instead of plain text")
+    sweep = commands.add_parser("sweep", help="list the jobs of `python src/train.py --multirun <overrides>`, "
+                                              "without running them")
+    sweep.add_argument("overrides", nargs="+", help="the multirun's overrides, e.g. 'experiment=glob(table3_*)'")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    if args.command == "params":
+        if args.vocab < 8:
+            parser.error(f"--vocab must be at least 8, got {args.vocab}")
+        report = parameter_report(CONF, args.vocab)
+        print(json.dumps({"vocab_size": args.vocab, "rows": report}, indent=2) if args.json
+              else format_parameter_report(report, args.vocab))
+        return 0
+
+    if args.command == "sweep":
+        jobs = expand_sweep(CONF, args.overrides)
+        for number, job in enumerate(jobs):
+            print(f"#{number} : {' '.join(job)}")
+        print(f"{len(jobs)} jobs")
+        return 0
+
+    if not args.runs and not args.wandb:
+        parser.error("name the runs: --runs <folder> (repeatable) and/or --wandb <entity>/<project>")
+    try:
+        runs = local_runs(args.runs) + (wandb_runs(args.wandb, args.tables) if args.wandb else [])
+    except FileNotFoundError as error:
+        print(f"tables.py: {error}", file=sys.stderr)
+        return 2
+    if not runs:
+        print(f"tables.py: no finished table runs in {', '.join(map(str, args.runs)) or args.wandb}", file=sys.stderr)
+        return 2
+    sources = ", ".join([*map(str, args.runs), *([args.wandb] if args.wandb else [])])
+    written = []
+    for table in args.tables:
+        header = (f"<!-- rebuilt by experiments/tables.py from {sources} on "
+                  f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC -->\n")
+        result = write_table(table, table_rows(CONF, table), runs, args.out, header)
+        measured = sum(line["run"] is not None for line in result.lines)
+        print(f"{table}: {measured} runs of {len(result.lines)} lines -> {result.markdown}, {result.csv.name}, "
+              f"{result.chart.name}")
+        written.append(result)
+    if not args.no_wandb:
+        print(f"tables logged to W&B: {log_to_wandb(written, save_dir=args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""The paper's tables as experiment configs (conf/experiment/table2_*, table3_*): every row composes
+and builds its model, the table's multirun expands to exactly its rows, the SLURM launcher config
+gives submitit the job's resources, and the cost and parameter figures the tables report."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from aiayn.experiments.tables import count_parameters, expand_sweep, parameter_report, table_rows
+from aiayn.model import Transformer
+from aiayn.model.positional import LearnedPositionalEmbedding
+from aiayn.training.config_check import ConfigError, check_train_config
+from aiayn.training.flops import Shapes, forward_flops, paper_estimate, training_flops
+from aiayn.training.module import TranslationModule
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+
+BASE = dict(n_layers=6, d_model=512, d_ff=2048, n_heads=8, d_k=64, d_v=64, dropout=0.1, label_smoothing=0.1,
+            positional="sinusoidal")
+# Table 3 of the paper, row by row: what differs from the base model (unlisted values are the base's).
+TABLE3 = {
+    "base": {},
+    "A_h1": dict(n_heads=1, d_k=512, d_v=512), "A_h4": dict(n_heads=4, d_k=128, d_v=128),
+    "A_h16": dict(n_heads=16, d_k=32, d_v=32), "A_h32": dict(n_heads=32, d_k=16, d_v=16),
+    "B_dk16": dict(d_k=16), "B_dk32": dict(d_k=32),
+    "C_N2": dict(n_layers=2), "C_N4": dict(n_layers=4), "C_N8": dict(n_layers=8),
+    "C_dmodel256": dict(d_model=256, d_k=32, d_v=32), "C_dmodel1024": dict(d_model=1024, d_k=128, d_v=128),
+    "C_dff1024": dict(d_ff=1024), "C_dff4096": dict(d_ff=4096),
+    "D_pdrop0": dict(dropout=0.0), "D_pdrop02": dict(dropout=0.2),
+    "D_ls0": dict(label_smoothing=0.0), "D_ls02": dict(label_smoothing=0.2),
+    "E_learned": dict(positional="learned"),
+    "big": dict(d_model=1024, d_ff=4096, n_heads=16, dropout=0.3),
+}
+TABLE2 = {  # row: (task, model, P_drop, checkpoints averaged)
+    "base_en_de": ("wmt_en_de", "base", 0.1, 5), "big_en_de": ("wmt_en_de", "big", 0.3, 20),
+    "base_en_fr": ("wmt_en_fr", "base", 0.1, 5), "big_en_fr": ("wmt_en_fr", "big", 0.1, 20),
+}
+
+
+def compose_train(*overrides: str, hydra_config: bool = False):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("train", overrides=list(overrides), return_hydra_config=hydra_config)
+
+
+def built_structure(cfg) -> dict:
+    """What the model a config builds really has (on the meta device: nothing allocated)."""
+    with torch.device("meta"):
+        module = TranslationModule(model=OmegaConf.to_container(cfg.model, resolve=True), vocab_size=37000,
+                                   optim=OmegaConf.to_container(cfg.optim, resolve=True), decoding={})
+    model = module.model
+    layer = model.encoder_layers[0]
+    assert len(model.decoder_layers) == len(model.encoder_layers)
+    assert model.decoder_layers[0].cross_attention.d_k == layer.self_attention.d_k
+    return dict(
+        n_layers=len(model.encoder_layers), d_model=model.d_model, d_ff=layer.feed_forward.w_1.out_features,
+        n_heads=layer.self_attention.n_heads, d_k=layer.self_attention.w_q.out_features // layer.self_attention.n_heads,
+        d_v=layer.self_attention.w_v.out_features // layer.self_attention.n_heads,
+        dropout=layer.residual_1.dropout.p, label_smoothing=module.label_smoothing,
+        positional="learned" if isinstance(model.src_positions, LearnedPositionalEmbedding) else "sinusoidal",
+    )
+
+
+def test_the_table3_configs_are_exactly_the_papers_rows() -> None:
+    names = sorted(p.stem for p in (CONF / "experiment").glob("table3_*.yaml"))
+    assert names == sorted(f"table3_{row}" for row in TABLE3)
+
+
+@pytest.mark.parametrize("row", list(TABLE3))
+def test_every_table3_row_composes_and_builds_its_model(row: str) -> None:
+    # Until the WMT tasks exist on this branch the rows are composed with the Multi30k switch.
+    cfg = compose_train(f"experiment=table3_{row}", "+scale=multi30k")
+    assert built_structure(cfg) == {**BASE, **TABLE3[row]}
+    assert cfg.task.name == "multi30k_en_de" and cfg.experiment.scale == "multi30k"
+    assert cfg.trainer.max_steps == 4000 and cfg.optim.warmup_steps == 800
+    assert (cfg.task.decoding.beam_size, cfg.task.decoding.alpha) == (4, 0.6)  # the caption: beam 4, α 0.6
+    assert cfg.validation.bleu_sentences is None  # BLEU of the whole development set
+    # W&B: group = the table, name and tags = the row.
+    assert cfg.logger.group == "table3" and cfg.logger.name == f"table3-{row}" and row in cfg.logger.tags
+    assert cfg.experiment.row == row and "table3" in cfg.logger.tags
+    # The row asks for the WMT task (its config comes with the WMT tasks).
+    file = OmegaConf.load(CONF / "experiment" / f"table3_{row}.yaml")
+    assert {"override /task": "wmt_en_de"} in OmegaConf.load(CONF / "experiment" / "table3_base.yaml").defaults
+    assert "table3_base" in file.defaults or {"override /task": "wmt_en_de"} in file.defaults
+
+
+@pytest.mark.parametrize("row", ["base", "big"])
+def test_at_the_papers_scale_rows_train_the_papers_steps(row: str) -> None:
+    cfg = compose_train(f"experiment=table3_{row}", "task=multi30k_en_de")  # the task named: WMT data not needed
+    assert built_structure(cfg) == {**BASE, **TABLE3[row]}
+    assert cfg.trainer.max_steps == (300000 if row == "big" else 100000) and cfg.optim.warmup_steps == 4000
+    assert cfg.trainer.val_check_interval == 1000
+
+
+def test_an_experiment_wins_over_train_yaml_and_the_command_line_wins_over_both() -> None:
+    cfg = compose_train("experiment=table3_base", "+scale=multi30k")
+    assert cfg.validation.bleu_sentences is None  # train.yaml says 300; the experiment says all
+    cfg = compose_train("experiment=table3_C_N2", "+scale=multi30k", "model.n_layers=3", "validation.bleu_sentences=7")
+    assert cfg.model.n_layers == 3 and cfg.validation.bleu_sentences == 7
+
+
+@pytest.mark.parametrize("row", list(TABLE2))
+def test_every_table2_row_composes_with_its_recipe(row: str) -> None:
+    task, model, dropout, averaged = TABLE2[row]
+    cfg = compose_train(f"experiment=table2_{row}", "task=multi30k_en_de")
+    expected = {**BASE, **(TABLE3["big"] if model == "big" else {}), "dropout": dropout}
+    assert built_structure(cfg) == expected
+    assert cfg.trainer.max_steps == (300000 if model == "big" else 100000)
+    assert cfg.experiment.average_last == averaged and cfg.checkpoint.keep_timed >= averaged
+    assert cfg.checkpoint.every_n_minutes == 10  # §6.1: checkpoints at 10-minute intervals
+    assert cfg.logger.group == "table2" and cfg.logger.name == f"table2-{row}"
+    # The WMT task is what the row asks for (its config comes with the WMT tasks).
+    defaults = OmegaConf.load(CONF / "experiment" / f"table2_{row}.yaml").defaults
+    assert {"override /task": task} in defaults and {"override /model": model} in defaults
+
+
+@pytest.mark.parametrize("scale", [[], ["+scale=multi30k"]])
+def test_the_table3_multirun_expands_to_exactly_the_tables_rows(scale: list[str]) -> None:
+    """A dry run of `python src/train.py --multirun 'experiment=glob(table3_*)' [+scale=multi30k]`:
+    Hydra's own sweeper expands it into one job per row (each composes: the test above)."""
+    jobs = expand_sweep(CONF, ["experiment=glob(table3_*)", *scale])
+    assert sorted(jobs) == sorted([f"experiment=table3_{row}", *scale] for row in TABLE3)
+    assert len(jobs) == 20
+    # Each job gets a directory of its own: the job number and the row (run_name).
+    cfg = compose_train(*jobs[0], "task=multi30k_en_de", hydra_config=True)
+    assert OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["subdir"] == "${hydra.job.num}_${run_name}"
+
+
+def run_tables_command(capsys: pytest.CaptureFixture, *args: str) -> str:
+    """experiments/tables.py in this process (as a user runs it, without the start-up time)."""
+    spec = importlib.util.spec_from_file_location("tables_command", REPO / "experiments" / "tables.py")
+    command = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(command)
+    assert command.main(list(args)) == 0
+    return capsys.readouterr().out
+
+
+def test_the_sweep_dry_run_from_the_command_line(capsys: pytest.CaptureFixture) -> None:
+    lines = run_tables_command(capsys, "sweep", "experiment=glob(table2_*)", "seed=1,2").splitlines()
+    assert lines[-1] == "8 jobs"
+    assert sum(line.endswith("experiment=table2_big_en_fr seed=2") for line in lines) == 1
+
+
+def test_the_slurm_launcher_gives_submitit_the_jobs_resources(tmp_path: Path) -> None:
+    """hydra/launcher=slurm composes; the launcher hydra-submitit-launcher builds from it carries the
+    partition, nodes, GPUs and tasks per node (one task per GPU: a DDP rank each) and time limit,
+    and submitit turns them into the sbatch directives. No cluster needed."""
+    from hydra.utils import instantiate
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+    from submitit.slurm.slurm import SlurmExecutor, _make_sbatch_string
+
+    cfg = compose_train("hydra/launcher=slurm", "hardware=gpu8_ddp", "trainer.num_nodes=2",
+                        "hydra.launcher.partition=gpu-long", "hydra.launcher.timeout_min=600",
+                        "experiment=table3_big", "+scale=multi30k", hydra_config=True)
+    launcher = instantiate(cfg.hydra.launcher)
+    assert isinstance(launcher, SlurmLauncher)
+    params = launcher.params
+    assert (params["partition"], params["nodes"], params["gpus_per_node"], params["tasks_per_node"],
+            params["timeout_min"]) == ("gpu-long", 2, 8, 8, 600)
+    assert cfg.trainer.num_nodes * cfg.trainer.devices == params["nodes"] * params["tasks_per_node"]  # world size
+
+    # The plugin hands submitit the generic names (nodes, gpus_per_node, ...) and the SLURM ones
+    # (partition, ...); submitit's SLURM executor maps the generic ones to sbatch's.
+    generic = set(OmegaConf.structured(BaseQueueConf).keys()) - {"submitit_folder"}
+    names = SlurmExecutor._equivalence_dict()
+    sbatch = {names.get(k, k): v for k, v in params.items() if k in generic and v is not None and k in names}
+    sbatch["partition"] = params["partition"]
+    text = _make_sbatch_string(command="python src/train.py", folder=tmp_path, **sbatch)
+    for directive in ("--partition=gpu-long", "--nodes=2", "--gpus-per-node=8", "--ntasks-per-node=8",
+                      "--time=600", "--cpus-per-task=8"):
+        assert f"#SBATCH {directive}\n" in text, text
+
+
+def test_multi_node_ddp_settings_compose() -> None:
+    cfg = compose_train("hardware=gpu8_ddp", "trainer.num_nodes=4", "experiment=table3_base", "+scale=multi30k")
+    assert (cfg.trainer.strategy, cfg.trainer.devices, cfg.trainer.num_nodes) == ("ddp", 8, 4)
+
+
+# -- cost and parameters ----------------------------------------------------------------------------
+def test_counted_flops_equal_torchs_flop_counter_on_a_real_model(single_thread) -> None:
+    """The formula of aiayn.training.flops against torch's own count of every matrix product of a
+    real forward pass (and forward + backward: 3× the forward)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    sizes = dict(n_layers=2, d_model=48, d_ff=80, n_heads=3, d_k=8, d_v=24)
+    vocab, batch, src_len, tgt_len = 211, 3, 13, 6
+    torch.manual_seed(0)
+    model = Transformer(vocab, vocab, dropout=0.0, **sizes)
+    src, tgt = torch.randint(4, vocab, (batch, src_len)), torch.randint(4, vocab, (batch, tgt_len))
+    with FlopCounterMode(display=False) as forward:
+        model(src, tgt)
+    with FlopCounterMode(display=False) as both:
+        model(src, tgt).sum().backward()
+    shapes = Shapes(vocab_size=vocab, **sizes)
+    assert forward_flops(shapes, batch, src_len, tgt_len) == forward.get_total_flops()
+    assert training_flops(shapes, batch, src_len, tgt_len) == both.get_total_flops()
+
+
+def test_the_papers_cost_estimate_gives_table2s_figures() -> None:
+    """§6.1: 8 P100s (9.5 TFLOPS); base 12 hours → 3.3·10^18, big 3.5 days → 2.3·10^19."""
+    assert round(paper_estimate(12 * 3600, 8, "P100") / 1e18, 1) == 3.3
+    assert round(paper_estimate(3.5 * 24 * 3600, 8, "P100") / 1e19, 1) == 2.3
+    assert paper_estimate(3600, 1, "K80") == 3600 * 2.8e12 and paper_estimate(10, 2, 5.0) == 10 * 2 * 5e12
+    with pytest.raises(ValueError, match="not one of the paper's GPUs"):
+        paper_estimate(1, 1, "H100")
+
+
+def test_a_bad_cost_gpu_is_a_config_error() -> None:
+    cfg = OmegaConf.to_container(compose_train("cost.gpu=A100", "paths.output_dir=/tmp"), resolve=True)
+    with pytest.raises(ConfigError, match="cost.gpu='A100'"):
+        check_train_config(cfg)
+
+
+def analytic_parameters(model: dict, vocab: int) -> int:
+    """Parameters counted by hand from §3: shared embeddings, Q/K/V/O projections without bias,
+    the FFN with biases, two (encoder) or three (decoder) layer norms, learned positions if any."""
+    d, h, d_k, d_v, d_ff, n = (model[k] for k in ("d_model", "n_heads", "d_k", "d_v", "d_ff", "n_layers"))
+    attention = d * h * (2 * d_k + d_v) + h * d_v * d
+    ffn = d * d_ff + d_ff + d_ff * d + d
+    norm = 2 * d
+    positions = 2 * model["max_positions"] * d if model["positional"] == "learned" else 0
+    return vocab * d + n * (attention + ffn + 2 * norm) + n * (2 * attention + ffn + 3 * norm) + positions
+
+
+def test_the_parameter_report_covers_every_row_and_counts_right() -> None:
+    report = {entry["row"]: entry for entry in parameter_report(CONF, 37000)}
+    assert set(report) == set(TABLE3)
+    rows = {row.row: row for row in table_rows(CONF, "table3")}
+    for name, entry in report.items():
+        assert entry["parameters"] == analytic_parameters(rows[name].model, 37000) == count_parameters(
+            rows[name].model, 37000)
+        assert entry["paper_params_m"] == rows[name].paper.get("params_m")
+    # The paper lists a count where the row changes it: (B), (C) and big.
+    assert {name for name, entry in report.items() if entry["paper_params_m"] is not None} == {
+        "base", "B_dk16", "B_dk32", "C_N2", "C_N4", "C_N8", "C_dmodel256", "C_dmodel1024", "C_dff1024",
+        "C_dff4096", "big"}
+    # (A) keeps h·d_k = d_model: the same count as base (§3.2.2's "similar total computational cost").
+    assert {report[r]["parameters"] for r in ("A_h1", "A_h4", "A_h16", "A_h32")} == {report["base"]["parameters"]}
+
+
+def test_the_parameter_report_from_the_command_line(capsys: pytest.CaptureFixture) -> None:
+    text = run_tables_command(capsys, "params", "--vocab", "37000")
+    big = next(line for line in text.splitlines() if line.startswith("big"))
+    assert big.split()[-1] == "213"  # the paper's figure beside ours
+    report = json.loads(run_tables_command(capsys, "params", "--vocab", "32000", "--json"))
+    assert report["vocab_size"] == 32000 and len(report["rows"]) == 20
+    base = next(row for row in report["rows"] if row["row"] == "base")
+    assert base["parameters"] == analytic_parameters({**BASE, "max_positions": 1024}, 32000)
+
+
+@pytest.mark.parametrize("table, row", [("table3", row) for row in TABLE3] + [("table2", row) for row in TABLE2])
+def test_every_row_composes_with_its_wmt_task_and_the_papers_dev_and_test_sets(table: str, row: str) -> None:
+    cfg = compose_train(f"experiment={table}_{row}", "paths.output_dir=/tmp/unused")
+    task = TABLE2[row][0] if table == "table2" else "wmt_en_de"
+    data = cfg.task.datamodule
+    assert cfg.task.name == task and data._target_ == "aiayn.data.wmt_datamodule.WMTDataModule"
+    assert cfg.task.vocab_size == (37000 if task == "wmt_en_de" else 32000)
+    assert (data.val_split, data.test_split) == ("newstest2013", "newstest2014")
+    assert dict(cfg.task.decoding) == {"beam_size": 4, "alpha": 0.6, "max_len_offset": 50}
+    check_train_config(OmegaConf.to_container(cfg, resolve=True))
+    if table == "table3":
+        assert built_structure(cfg) == {**BASE, **TABLE3[row]}

@@ -1,0 +1,157 @@
+"""Tables rebuilt from real runs: a tiny multirun of two Table 3 rows through src/train.py (real
+Multi30k, sentencepiece, Lightning, W&B offline), then experiments/tables.py rebuild over its
+directory: markdown, CSV, PNG and a W&B Table, each row beside the paper's figures."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiayn.training.flops import Shapes
+from aiayn.training.wandb_offline import read_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Small enough for seconds on a CPU. The rows keep what they vary (here N and ε_ls); the width is cut.
+TINY = [
+    "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
+    "task.vocab_size=500", "task.datamodule.max_tokens=1024", "task.datamodule.eval_max_tokens=1024",
+    "task.decoding.max_len_offset=5", "trainer.max_steps=2", "trainer.val_check_interval=2",
+    "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0",
+    "checkpoint.every_n_train_steps=1", "optim.warmup_steps=2", "visualize_at_end=false",
+]
+
+
+def offline_env(home: Path, data_root: Path, cache_dir: Path) -> dict[str, str]:
+    """No W&B key and no ~/.netrc: what a fresh machine has, so W&B runs offline."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    return {**env, "HOME": str(home), "WANDB_SILENT": "true", "AIAYN_DATA_ROOT": str(data_root),
+            "AIAYN_CACHE_DIR": str(cache_dir)}
+
+
+def multirun(sweep_dir: Path, env: dict[str, str], *overrides: str) -> None:
+    command = [sys.executable, "src/train.py", "--multirun", *overrides, *TINY, f"hydra.sweep.dir={sweep_dir}"]
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"train.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+
+
+def tables_command(*args: str) -> int:
+    """experiments/tables.py, run in this process (as `python experiments/tables.py ...`)."""
+    spec = importlib.util.spec_from_file_location("tables_command", REPO / "experiments" / "tables.py")
+    command = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(command)
+    return command.main(list(args))
+
+
+def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture) -> None:
+    env = offline_env(tmp_path, data_root, tmp_path / "cache")
+    sweep = tmp_path / "multirun"
+    multirun(sweep, env, "experiment=table3_C_N2,table3_D_ls0", "+scale=multi30k", "logger=wandb")
+
+    # Every job is a W&B run of its own: group = the table, name and tags = the row, the summary
+    # holds what the tables need.
+    runs = {read_run(d).name: read_run(d) for d in sorted(sweep.glob("*_table3-*"))}
+    assert set(runs) == {"table3-C_N2", "table3-D_ls0"}
+    for name, run in runs.items():
+        row = name.removeprefix("table3-")
+        assert run.group == "table3" and row in run.tags and run.exit_code == 0
+        assert run.config["experiment"]["row"] == row and run.config["model"]["n_layers"] == (2 if row == "C_N2" else 6)
+        summary = run.summary
+        last_validation = [h for h in run.history if "val/ppl" in h][-1]
+        assert summary["dev/ppl"] == pytest.approx(last_validation["val/ppl"])
+        assert summary["dev/bleu"] == pytest.approx(last_validation["val/bleu"])
+        assert summary["steps"] == 2 and summary["parameters"] == run.config["parameters"]
+        assert summary["tokens_seen"] > 0 and summary["src_tokens_seen"] > 0 and summary["training_time_s"] > 0
+        # Counted FLOPs: at least the per-position work of every target token (padding only adds).
+        shapes = Shapes.from_config(run.config["model"], run.config["task"]["vocab_size"])
+        d, n = shapes.d_model, shapes.n_layers
+        per_position = 2 * d * shapes.n_heads * (3 * shapes.d_k + 2 * shapes.d_v) + 2 * shapes.n_heads * shapes.d_v * d
+        floor = 3 * (n * (per_position + 4 * d * shapes.d_ff) + 2 * d * shapes.vocab_size)
+        assert summary["train_flops"] >= floor * summary["tokens_seen"]
+        assert summary["flops_per_token"] == pytest.approx(summary["train_flops"] / summary["tokens_seen"])
+        assert summary["train_flops_paper_estimate"] == pytest.approx(summary["training_time_s"] * 9.5e12)
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for key in [k for k in os.environ if k.startswith("WANDB_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "tables"
+    assert tables_command("rebuild", "--runs", str(sweep), "--out", str(out), "--tables", "table3") == 0
+    assert "table3: 2 runs of 20 lines" in capsys.readouterr().out
+
+    # CSV: every row of the table, the two measured beside the paper's figures.
+    lines = list(csv.DictReader(open(out / "table3.csv")))
+    assert len(lines) == 20 and lines[0]["row"] == "base" and lines[-1]["row"] == "big"
+    measured = {line["row"]: line for line in lines if line["run"]}
+    assert set(measured) == {"(C) N=2", "(D) eps_ls=0.0"}
+    for label, name, paper in (("(C) N=2", "table3-C_N2", ("6.11", "23.7", "36")),
+                               ("(D) eps_ls=0.0", "table3-D_ls0", ("4.67", "25.3", ""))):
+        line, summary = measured[label], runs[name].summary
+        assert float(line["PPL (dev)"]) == pytest.approx(summary["dev/ppl"])
+        assert float(line["BLEU (dev)"]) == pytest.approx(summary["dev/bleu"])
+        assert float(line["params ×10^6"]) == pytest.approx(summary["parameters"] / 1e6)
+        assert float(line["train FLOPs"]) == pytest.approx(summary["train_flops"])
+        assert (line["paper PPL"], line["paper BLEU"], line["paper params ×10^6"]) == paper
+        assert (line["scale"], line["task"], line["seed"], line["steps"]) == ("multi30k", "multi30k_en_de", "1234", "2")
+    unmeasured = next(line for line in lines if line["row"] == "big")
+    assert unmeasured["PPL (dev)"] == "" and unmeasured["paper PPL"] == "4.33" and unmeasured["paper BLEU"] == "26.4"
+
+    # Markdown: a header naming the source, the column names, 20 rows.
+    markdown = (out / "table3.md").read_text().splitlines()
+    assert str(sweep) in markdown[0] and markdown[1].startswith("| row | N | d_model")
+    assert len([line for line in markdown if line.startswith("| (")]) == 18  # (A)…(E); base and big besides
+    assert f"{runs['table3-C_N2'].summary['dev/ppl']:.2f}" in next(line for line in markdown if "(C) N=2" in line)
+
+    # PNG chart.
+    assert (out / "table3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # W&B: the table as a wandb.Table (and the chart) in an offline run of job type "tables".
+    import wandb
+
+    wandb.teardown()  # the run file is whole once wandb's service has closed it (see wandb_offline)
+    logged = read_run(out)
+    assert logged.config == {} or "table3" not in logged.config
+    entry = next(h["table3"] for h in logged.history if "table3" in h)
+    assert entry["_type"] == "table-file" and entry["nrows"] == 20
+    table = json.loads(next((out / "wandb").glob(f"offline-run-*/files/{entry['path']}")).read_text())
+    row_column = table["columns"].index("row")
+    assert [row[row_column] for row in table["data"]][:2] == ["base", "(A) h=1, d_k=d_v=512"]
+
+
+@pytest.mark.slow
+def test_table2_rebuilt_from_an_averaged_evaluation(tmp_path: Path, data_root: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    """A Table 2 row at Multi30k scale, logged as CSV (no W&B: summary.json is read), evaluated
+    with checkpoint averaging by src/evaluate.py; the rebuilt Table 2 takes its test BLEU."""
+    env = offline_env(tmp_path, data_root, tmp_path / "cache")
+    sweep = tmp_path / "multirun"
+    multirun(sweep, env, "experiment=table2_base_en_de", "+scale=multi30k", "logger=csv")
+    run_dir = next(sweep.glob("0_table2-base_en_de"))
+    evaluate = subprocess.run([sys.executable, "src/evaluate.py", f"ckpt={run_dir}/checkpoints/last.ckpt",
+                               "average_last=2", "split=test", "wandb=disabled", "decoding.beam_size=1"],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert evaluate.returncode == 0, evaluate.stderr[-3000:]
+    report = json.loads(next((run_dir / "eval").glob("*.avg2.json")).read_text())
+
+    out = tmp_path / "tables"
+    assert tables_command("rebuild", "--runs", str(sweep), "--out", str(out), "--tables", "table2", "--no-wandb") == 0
+    lines = list(csv.DictReader(open(out / "table2.csv")))
+    assert [line["row"] for line in lines] == ["Transformer (base model) EN-DE", "Transformer (big) EN-DE",
+                                               "Transformer (base model) EN-FR", "Transformer (big) EN-FR"]
+    line = lines[0]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert float(line["BLEU (test)"]) == pytest.approx(report["test/tokenized_bleu"])
+    assert float(line["sacreBLEU (test)"]) == pytest.approx(report["test/sacrebleu"])
+    assert (line["averaged"], line["recipe averages"], line["paper BLEU"]) == ("2", "5", "27.3")
+    assert float(line["train FLOPs"]) == pytest.approx(summary["train_flops"])
+    assert float(line["paper FLOPs"]) == 3.3e18
+    assert lines[3]["paper BLEU"] == "41.8" and lines[3]["P_drop"] == "0.1" and lines[3]["run"] == ""
+    assert (out / "table2.png").read_bytes()[:4] == b"\x89PNG"
