@@ -17,9 +17,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from aiayn.data.readers import DataError, read_parallel
 from aiayn.data.parsing import output_trees
-from aiayn.data.readers import read_lines
+from aiayn.data.readers import DataError, read_lines, read_parallel
 from aiayn.metrics.bleu import sacrebleu_score, tokenized_bleu
 from aiayn.metrics.parseval import parseval
 from aiayn.training.averaging import average_checkpoints, last_checkpoints
@@ -74,77 +73,65 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     hypotheses_file = out_dir / f"{name}.hyp.{datamodule.tgt_lang}"
     hypotheses_file.write_text("".join(text + "\n" for text in result.texts), encoding="utf-8")
     if task.get("metric") == "parse_f1":
-        return _report_parsing(cfg, ckpt, trained, datamodule, split, averaged, name, out_dir, hypotheses_file, result,
-                               decoding, device, ppl, n_tokens, len(sources))
-    detok = sacrebleu_score(result.texts, references)
-    tok = tokenized_bleu(result.texts, references, datamodule.tgt_lang)
-    metrics = {
-        f"{cfg.split}/sacrebleu": detok.score,
-        f"{cfg.split}/tokenized_bleu": tok.score,
+        scores, extra, lines = _score_parsing(datamodule, split, result.texts, out_dir, name)
+    else:
+        scores, extra, lines = _score_translation(result.texts, references, datamodule.tgt_lang)
+    metrics = {f"{cfg.split}/{key}": value for key, value in scores.items()}
+    metrics.update({
         f"{cfg.split}/ppl": ppl,
         f"{cfg.split}/sentences_per_sec": result.sentences_per_second,
         f"{cfg.split}/tokens_per_sec": result.tokens_per_second,
-    }
+    })
     report = {
         "checkpoint": str(ckpt), "averaged": [str(p) for p in averaged], "step": trained.step, "split": split,
         "sentences": len(sources), "decoding": decoding, "device": device, "hypotheses": str(hypotheses_file),
-        "sacrebleu_signature": detok.signature, "sacrebleu": detok.details, "tokenized_bleu": tok.details,
-        "ppl_tokens": n_tokens, **metrics,
+        **extra, "ppl_tokens": n_tokens, **metrics,
     }
     (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
 
     print(f"{split}: {len(sources)} sentences, step {trained.step}"
           + (f", average of {len(averaged)} checkpoints" if cfg.average_last else ""))
-    print(f"  sacreBLEU       {detok.score:6.2f}  ({detok.signature})")
-    print(f"  tokenized BLEU  {tok.score:6.2f}  (Moses tokenization + compound splitting, as the paper)")
-    print(f"  perplexity      {ppl:6.2f}  per wordpiece, {n_tokens} tokens")
-    print(f"  decoding        {result.sentences_per_second:6.1f} sentences/s, {result.tokens_per_second:.0f} tokens/s "
-          f"(beam {decoding['beam_size']}, α {decoding['alpha']}, {device})")
-    print(f"  hypotheses      {hypotheses_file}")
-
-    _log_to_wandb(cfg, trained, out_dir, name, metrics, {"sacrebleu_signature": detok.signature})
-    return metrics
-
-
-def _report_parsing(cfg, ckpt, trained, datamodule, split, averaged, name, out_dir, hypotheses_file, result, decoding,
-                    device, ppl, n_tokens, n_sentences) -> dict[str, float]:
-    """F1, precision, recall and exact match (EVALB, COLLINS.prm) of the outputs read back as trees."""
-    gold = read_lines(datamodule.gold_file(split))
-    test = output_trees(gold, result.texts)
-    gold_file, test_file = out_dir / f"{name}.gold", out_dir / f"{name}.test"
-    gold_file.write_text("".join(line + "\n" for line in gold), encoding="utf-8")
-    test_file.write_text("".join(line + "\n" for line in test), encoding="utf-8")
-    scores = parseval(gold, test)
-    metrics = {
-        f"{cfg.split}/f1": scores.f1,
-        f"{cfg.split}/precision": scores.precision,
-        f"{cfg.split}/recall": scores.recall,
-        f"{cfg.split}/exact_match": scores.exact_match,
-        f"{cfg.split}/ppl": ppl,
-        f"{cfg.split}/sentences_per_sec": result.sentences_per_second,
-        f"{cfg.split}/tokens_per_sec": result.tokens_per_second,
-    }
-    report = {
-        "checkpoint": str(ckpt), "averaged": [str(p) for p in averaged],
-        "step": trained.step, "split": split, "sentences": n_sentences, "decoding": decoding, "device": device,
-        "hypotheses": str(hypotheses_file), "evalb_gold": str(gold_file), "evalb_test": str(test_file),
-        "parseval": scores.as_dict(), "ppl_tokens": n_tokens, **metrics,
-    }
-    (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{split}: {n_sentences} sentences, step {trained.step}"
-          + (f", average of {len(averaged)} checkpoints" if cfg.average_last else ""))
-    print(f"  F1              {scores.f1:6.2f}  (EVALB, COLLINS.prm: labelled brackets, no root, no punctuation)")
-    print(f"  precision       {scores.precision:6.2f}  {scores.matched_brackets} of {scores.test_brackets} brackets")
-    print(f"  recall          {scores.recall:6.2f}  {scores.matched_brackets} of {scores.gold_brackets} brackets")
-    print(f"  exact match     {scores.exact_match:6.2f}  ({scores.error_sentences} error, "
-          f"{scores.skipped_sentences} skipped sentences)")
+    for line in lines:
+        print(f"  {line}")
     print(f"  perplexity      {ppl:6.2f}  per wordpiece, {n_tokens} tokens")
     print(f"  decoding        {result.sentences_per_second:6.1f} sentences/s, {result.tokens_per_second:.0f} tokens/s "
           f"(beam {decoding['beam_size']}, α {decoding['alpha']}, +{decoding['max_len_offset']}, {device})")
     print(f"  hypotheses      {hypotheses_file}")
-    print(f"  EVALB files     {gold_file} {test_file}")
-    _log_to_wandb(cfg, trained, out_dir, name, metrics, {})
+    _log_to_wandb(cfg, trained, out_dir, name, metrics,
+                  {k: v for k, v in extra.items() if k == "sacrebleu_signature"})
     return metrics
+
+
+def _score_translation(hypotheses: list[str], references: list[str], tgt_lang: str):
+    """sacreBLEU of the detokenized output and the paper's tokenized BLEU (§6.1)."""
+    detok = sacrebleu_score(hypotheses, references)
+    tok = tokenized_bleu(hypotheses, references, tgt_lang)
+    extra = {"sacrebleu_signature": detok.signature, "sacrebleu": detok.details, "tokenized_bleu": tok.details}
+    lines = [f"sacreBLEU       {detok.score:6.2f}  ({detok.signature})",
+             f"tokenized BLEU  {tok.score:6.2f}  (Moses tokenization + compound splitting, as the paper)"]
+    return {"sacrebleu": detok.score, "tokenized_bleu": tok.score}, extra, lines
+
+
+def _score_parsing(datamodule, split: str, outputs: list[str], out_dir: Path, name: str):
+    """F1, precision, recall and exact match (EVALB, COLLINS.prm) of the outputs read back as
+    trees; the gold and test trees are written in EVALB's format beside the hypotheses."""
+    gold = read_lines(datamodule.gold_file(split))
+    test = output_trees(gold, outputs)
+    gold_file, test_file = out_dir / f"{name}.gold", out_dir / f"{name}.test"
+    gold_file.write_text("".join(line + "\n" for line in gold), encoding="utf-8")
+    test_file.write_text("".join(line + "\n" for line in test), encoding="utf-8")
+    scores = parseval(gold, test)
+    extra = {"evalb_gold": str(gold_file), "evalb_test": str(test_file), "parseval": scores.as_dict()}
+    lines = [
+        f"F1              {scores.f1:6.2f}  (EVALB, COLLINS.prm: labelled brackets, no root, no punctuation)",
+        f"precision       {scores.precision:6.2f}  {scores.matched_brackets} of {scores.test_brackets} brackets",
+        f"recall          {scores.recall:6.2f}  {scores.matched_brackets} of {scores.gold_brackets} brackets",
+        f"exact match     {scores.exact_match:6.2f}  ({scores.error_sentences} error, "
+        f"{scores.skipped_sentences} skipped sentences)",
+        f"EVALB files     {gold_file} {test_file}",
+    ]
+    values = {"f1": scores.f1, "precision": scores.precision, "recall": scores.recall, "exact_match": scores.exact_match}
+    return values, extra, lines
 
 
 def _log_to_wandb(cfg, trained, out_dir, name, metrics, summary) -> None:

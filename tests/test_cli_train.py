@@ -15,9 +15,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # A model and run small enough for seconds on a CPU; everything else is the default job's config.
-TINY = [
+TINY_MODEL = [
     "model.n_layers=1", "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
-    "task.vocab_size=500", "task.datamodule.max_tokens=1024", "task.decoding.max_len_offset=5",
+    "task.vocab_size=500",
+]
+TINY = [
+    *TINY_MODEL, "task.datamodule.max_tokens=1024", "task.decoding.max_len_offset=5",
     "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.limit_val_batches=2",
     "trainer.limit_test_batches=2", "trainer.num_sanity_val_steps=0", "checkpoint.every_n_train_steps=2",
     "optim.warmup_steps=2",

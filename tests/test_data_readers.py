@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import gzip
-import http.server
 import shutil
-import threading
 
 import pytest
 
@@ -114,19 +111,11 @@ def test_multi30k_unknown_split_or_language(tmp_path, split, lang):
 
 
 @pytest.fixture
-def mirror(tmp_path, monkeypatch):
-    """A real HTTP server on the loopback interface serving the folder it returns."""
-    root = tmp_path / "mirror"
-    root.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv(multi30k.MIRROR_ENV, f"http://127.0.0.1:{server.server_address[1]}/")
-    yield root
-    server.shutdown()
-    server.server_close()
+def mirror(loopback_http, monkeypatch):
+    """The folder a loopback HTTP server serves, set as the Multi30k mirror."""
+    root, url = loopback_http
+    monkeypatch.setenv(multi30k.MIRROR_ENV, url)
+    return root
 
 
 def test_multi30k_url_is_upstream_unless_mirrored(monkeypatch):

@@ -322,24 +322,13 @@ def test_train_cli_on_the_miniature_tree(raw_tree, cache, prepared, tmp_path):
 
 
 @pytest.fixture
-def mirror(tmp_path, monkeypatch):
-    import functools
-    import http.server
-    import threading
-
+def mirror(loopback_http, monkeypatch):
+    """The folder a loopback HTTP server serves, set as the WMT mirror."""
     from aiayn.data import wmt
 
-    root = tmp_path / "mirror"
-    root.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv(wmt.MIRROR_ENV, f"http://127.0.0.1:{server.server_address[1]}/")
-    yield root
-    server.shutdown()
-    server.server_close()
+    root, url = loopback_http
+    monkeypatch.setenv(wmt.MIRROR_ENV, url)
+    return root
 
 
 def test_missing_archives_are_downloaded_and_unpacked(raw_tree, tmp_path, mirror):

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.test_cli_train import REPO, TINY_MODEL
+
 RUN = [
-    "model.n_layers=1", "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
-    "task.vocab_size=500", "task.datamodule.max_tokens=512", "trainer.max_steps=100000",
+    *TINY_MODEL, "task.datamodule.max_tokens=512", "trainer.max_steps=100000",
     "trainer.val_check_interval=100000", "trainer.num_sanity_val_steps=0", "trainer.enable_progress_bar=false",
     "checkpoint.every_n_train_steps=5", "checkpoint.every_n_minutes=null", "hardware=cpu2_ddp", "logger=none",
 ]

@@ -17,14 +17,13 @@ import torch
 
 from aiayn.training.resume import AtomicCheckpointIO, find_resume, newest_checkpoint
 from aiayn.training.wandb_offline import read_run
+from tests.test_cli_train import REPO, TINY_MODEL
 
-REPO = Path(__file__).resolve().parents[1]
 
 # 12 batches an epoch, a checkpoint every 5 steps, validation at each epoch's end: a run of 30
 # steps crosses two epoch ends, and a kill after step 15 lands mid-epoch (epoch 1, batch 3).
 RUN = [
-    "model.n_layers=1", "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
-    "model.dropout=0.3", "task.vocab_size=500", "task.datamodule.max_tokens=512", "task.decoding.max_len_offset=5",
+    *TINY_MODEL, "model.dropout=0.3", "task.datamodule.max_tokens=512", "task.decoding.max_len_offset=5",
     "optim.warmup_steps=10", "trainer.max_steps=30", "trainer.limit_train_batches=12", "trainer.val_check_interval=12",
     "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0",
     "checkpoint.every_n_train_steps=5", "checkpoint.every_n_minutes=null", "visualize_at_end=false",

@@ -119,7 +119,7 @@ def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
             continue
         step = checkpoint_step(path)
         if step is None:  # a name of someone else's: ask the file itself
-            checkpoint = _load_lazily(path)
+            checkpoint = load_lazily(path)
             if not isinstance(checkpoint, dict) or "global_step" not in checkpoint or "averaged_from" in checkpoint:
                 continue
             step = int(checkpoint["global_step"])
@@ -130,7 +130,7 @@ def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted(by_step.items())
 
 
-def _load_lazily(path: Path) -> Any:
+def load_lazily(path: Path) -> Any:
     """The checkpoint at ``path`` (memory-mapped where the format allows), or None if unreadable."""
     for mmap in (True, False):
         try:

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from aiayn.training.averaging import list_checkpoints, save_checkpoint_atomically
+from aiayn.training.averaging import checkpoints_dir, list_checkpoints, load_lazily, save_checkpoint_atomically
 from aiayn.training.config_check import ConfigError
 
 log = logging.getLogger(__name__)
@@ -59,10 +58,10 @@ def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[st
     output_dir = Path(output_dir)
     if str(spec) == "auto":
         for run_dir in _job_dirs(output_dir, multirun):
-            checkpoint = newest_checkpoint(run_dir)
-            if checkpoint is None:
+            found = _newest(run_dir)
+            if found is None:
                 continue
-            saved = _load(checkpoint)
+            checkpoint, saved = found
             differences = config_differences(saved, config)
             if differences and run_dir != output_dir:
                 log.info("not resuming from %s: trained with other settings (%s)", checkpoint, "; ".join(differences))
@@ -72,16 +71,16 @@ def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[st
         return None
     path = Path(spec)
     if path.is_dir():
-        checkpoint = newest_checkpoint(path)
-        if checkpoint is None:
-            raise ConfigError(f"resume={spec}: no readable checkpoint in {_checkpoints_dir(path)}")
+        found = _newest(path)
+        if found is None:
+            raise ConfigError(f"resume={spec}: no readable checkpoint in {checkpoints_dir(path)}")
+        checkpoint, saved = found
     elif path.is_file():
-        checkpoint = path
+        checkpoint, saved = path, _load(path)
+        if saved is None:
+            raise ConfigError(f"resume={spec}: {checkpoint} is not a readable checkpoint")
     else:
         raise ConfigError(f"resume={spec}: no such checkpoint file or run directory")
-    saved = _load(checkpoint)
-    if saved is None:
-        raise ConfigError(f"resume={spec}: {checkpoint} is not a readable checkpoint")
     return _resume(checkpoint, _run_dir_of(checkpoint), saved, config)
 
 
@@ -92,7 +91,7 @@ def _resume(checkpoint: Path, run_dir: Path, saved: dict[str, Any] | None, confi
             f"{checkpoint} was trained with other settings than this run: {'; '.join(differences)}; "
             "resume with the checkpoint's settings, or start a fresh run with resume=null"
         )
-    for stale in _checkpoints_dir(run_dir).glob(".*.tmp"):  # left by a save that was killed
+    for stale in checkpoints_dir(run_dir).glob(".*.tmp"):  # left by a save that was killed
         stale.unlink(missing_ok=True)
     log.info("resuming from %s (step %s)", checkpoint, saved.get("global_step"))
     return Resume(checkpoint, run_dir, saved.get("wandb_run_id"))
@@ -101,13 +100,18 @@ def _resume(checkpoint: Path, run_dir: Path, saved: dict[str, Any] | None, confi
 def newest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     """The newest step checkpoint of ``run_dir`` (a run dir or its checkpoints/) that loads;
     unreadable ones (a copy cut short, say) are skipped with a warning."""
-    folder = _checkpoints_dir(Path(run_dir))
-    if not folder.is_dir():
+    found = _newest(Path(run_dir))
+    return found[0] if found else None
+
+
+def _newest(run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """:func:`newest_checkpoint` and its contents (memory-mapped), read once."""
+    if not run_dir.is_dir():
         return None
-    for _, path in reversed(list_checkpoints(folder)):
+    for _, path in reversed(list_checkpoints(run_dir)):
         saved = _load(path)
         if saved is not None and "optimizer_states" in saved:
-            return path
+            return path, saved
         log.warning("%s: not a readable training checkpoint; trying an older one", path)
     return None
 
@@ -139,19 +143,12 @@ def _job_dirs(output_dir: Path, multirun: bool) -> list[Path]:
     return [output_dir, *earlier]
 
 
-def _checkpoints_dir(run_dir: Path) -> Path:
-    return run_dir if run_dir.name == "checkpoints" or any(run_dir.glob("*.ckpt")) else run_dir / "checkpoints"
-
-
 def _run_dir_of(checkpoint: Path) -> Path:
     return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
 
 
 def _load(path: Path) -> dict[str, Any] | None:
-    try:  # memory-mapped: only the parts read are loaded
-        saved = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except Exception:
-        return None
+    saved = load_lazily(path)  # memory-mapped: only the parts read are loaded
     return saved if isinstance(saved, dict) else None
 
 
