@@ -126,8 +126,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     trainer_args = hydra.utils.instantiate(cfg.trainer, _convert_="all")  # a strategy may be an object
     trainer = L.Trainer(**trainer_args, logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
-    results = trainer.test(module, datamodule=datamodule)[0]
-    if trainer.is_global_zero:
+    results = trainer.test(module, datamodule=datamodule)[0] if cfg.get("test_after_training", True) else {}
+    if trainer.is_global_zero and results:
         print(f"test {cfg.task.datamodule.test_split}: " + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
         if module.bleu_signature:
             print(f"sacreBLEU signature: {module.bleu_signature}")

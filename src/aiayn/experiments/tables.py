@@ -28,7 +28,7 @@ import torch
 from omegaconf import OmegaConf
 
 from aiayn.model import Transformer
-from aiayn.training.module import TRAINING_KEYS
+from aiayn.training.model_config import network_arguments
 from aiayn.training.run_summary import SUMMARY_FILE
 from aiayn.training.wandb_offline import read_run
 
@@ -123,9 +123,8 @@ def expand_sweep(conf_dir: Path | str, overrides: list[str]) -> list[list[str]]:
 def count_parameters(model: dict[str, Any], vocab_size: int) -> int:
     """Parameters of the Transformer a model config builds for a shared vocabulary of
     ``vocab_size``, built on the meta device (no memory, no time)."""
-    network = {k: v for k, v in model.items() if k not in TRAINING_KEYS}
     with torch.device("meta"):
-        transformer = Transformer(vocab_size, vocab_size, **network)
+        transformer = Transformer(vocab_size, vocab_size, **network_arguments(model))
     return sum(p.numel() for p in transformer.parameters())
 
 
@@ -247,6 +246,7 @@ def build_table(rows: list[Row], runs: list[Run]) -> list[dict[str, Any]]:
 
 def _line(row: Row, run: Run | None) -> dict[str, Any]:
     model = run.config.get("model", row.model) if run else row.model
+    model = {**model, **network_arguments(model)}  # the sizes trained (width_divisor applied)
     summary = run.summary if run else {}
     params = summary.get("parameters")
     line = {

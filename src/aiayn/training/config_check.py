@@ -8,7 +8,7 @@ from typing import Any
 
 from aiayn.model import Transformer
 from aiayn.training.flops import sustained_tflops
-from aiayn.training.module import TRAINING_KEYS
+from aiayn.training.model_config import TRAINING_KEYS, network_arguments
 
 
 class ConfigError(ValueError):
@@ -25,6 +25,10 @@ def check_train_config(config: dict[str, Any]) -> None:
             f"model.{unknown[0]} is not a model setting; the settings are {', '.join(sorted(known | set(TRAINING_KEYS)))}"
         )
     _range(model, "label_smoothing", 0.0, 1.0)
+    try:
+        network_arguments(model)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     optim = config.get("optim") or {}
     for section, values in (("model", model), ("optim", optim)):
         for key in ("train_steps", "warmup_steps"):

@@ -36,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from aiayn.training.model_config import network_arguments
+
 # The footnote of §6.1: "We used values of 2.8, 3.7, 6.0 and 9.5 TFLOPS for K80, K40, M40 and
 # P100, respectively."
 SUSTAINED_TFLOPS = {"K80": 2.8, "K40": 3.7, "M40": 6.0, "P100": 9.5}
@@ -59,6 +61,7 @@ class Shapes:
 
     @classmethod
     def from_config(cls, model: Mapping[str, Any], vocab_size: int) -> "Shapes":
+        model = network_arguments(model)
         return cls(int(model["n_layers"]), int(model["d_model"]), int(model["d_ff"]), int(model["n_heads"]),
                    int(model["d_k"]), int(model["d_v"]), int(vocab_size))
 

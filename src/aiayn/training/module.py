@@ -17,6 +17,7 @@ from torchmetrics import MeanMetric
 from aiayn.metrics.parseval import parseval
 from aiayn.model import Transformer, beam_search
 from aiayn.training.loss import label_smoothed_loss
+from aiayn.training.model_config import network_arguments
 from aiayn.training.schedule import transformer_scheduler
 
 log = logging.getLogger(__name__)
@@ -34,9 +35,6 @@ class NonFiniteLossError(RuntimeError):
     """Training stopped after too many consecutive steps with a non-finite loss or gradient."""
 
 
-# Keys of the model config that configure training rather than the network.
-TRAINING_KEYS = ("name", "label_smoothing", "train_steps", "warmup_steps", "lr_factor",
-                 "validate_every_n_steps")
 
 
 class TranslationModule(L.LightningModule):
@@ -44,8 +42,9 @@ class TranslationModule(L.LightningModule):
     test report loss, per-token perplexity and sacreBLEU of beam-search output.
 
     ``model`` is the model config (conf/model/*.yaml): the Transformer's arguments plus the
-    training recipe's ``TRAINING_KEYS`` (ε_ls, steps, warmup, lr factor, validation interval). The datamodule attached to the trainer supplies ``vocab`` (to detokenize
-    hypotheses) and ``references(split)`` (the raw reference sentences).
+    training recipe (aiayn.training.model_config). The datamodule attached to the trainer
+    supplies ``vocab`` (to detokenize hypotheses) and ``references(split)`` (the raw reference
+    sentences).
     """
 
     def __init__(
@@ -68,8 +67,7 @@ class TranslationModule(L.LightningModule):
         # hyper-parameters: train.py logs it itself.
         self.save_hyperparameters(logger=False)
         self.label_smoothing = float(model["label_smoothing"])
-        network = {k: v for k, v in model.items() if k not in TRAINING_KEYS}
-        self.model = Transformer(vocab_size, vocab_size, pad_id=pad_id, **network)
+        self.model = Transformer(vocab_size, vocab_size, pad_id=pad_id, **network_arguments(model))
         self.optim, self.decoding = dict(optim), dict(decoding)
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.bleu_sentences = bleu_sentences
