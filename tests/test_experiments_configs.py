@@ -91,6 +91,31 @@ def test_every_table3_row_composes_and_builds_its_model(row: str) -> None:
     assert "table3_base" in file.defaults or {"override /task": "wmt_en_de"} in file.defaults
 
 
+@pytest.mark.parametrize("row", list(TABLE3))
+def test_at_cpu_scale_every_row_keeps_its_shape_at_an_eighth_of_the_width(row: str) -> None:
+    cfg = compose_train(f"experiment=table3_{row}", "+scale=multi30k_cpu")
+    paper = {**BASE, **TABLE3[row]}
+    eighth = {k: v // 8 if k in ("d_model", "d_ff", "d_k", "d_v") else v for k, v in paper.items()}
+    assert built_structure(cfg) == eighth
+    assert cfg.task.name == "multi30k_en_de" and cfg.experiment.scale == "multi30k_cpu"
+    assert cfg.trainer.max_steps == 1000 and cfg.trainer.val_check_interval == 1000
+    assert cfg.test_after_training is False and cfg.validation.bleu_sentences == 300
+    assert (cfg.task.decoding.beam_size, cfg.task.decoding.alpha) == (4, 0.6)
+
+
+def test_the_width_divisor_must_divide_every_width() -> None:
+    model = {**BASE, "d_k": 64, "width_divisor": 3}
+    with pytest.raises(ConfigError, match=r"model.width_divisor=3 does not divide model.d_model=512"):
+        check_train_config({"model": model, "task": {"vocab_size": 8000}})
+    with pytest.raises(ConfigError, match="model.width_divisor must be a positive whole number"):
+        check_train_config({"model": {**BASE, "width_divisor": 0}, "task": {"vocab_size": 8000}})
+    # What is counted follows what is built: parameters and FLOPs at the divided widths.
+    halved = {**BASE, "width_divisor": 2}
+    assert count_parameters(halved, 1000) == count_parameters(
+        {**BASE, "d_model": 256, "d_ff": 1024, "d_k": 32, "d_v": 32}, 1000)
+    assert Shapes.from_config(halved, 1000) == Shapes(6, 256, 1024, 8, 32, 32, 1000)
+
+
 @pytest.mark.parametrize("row", ["base", "big"])
 def test_at_the_papers_scale_rows_train_the_papers_steps(row: str) -> None:
     cfg = compose_train(f"experiment=table3_{row}", "task=multi30k_en_de")  # the task named: WMT data not needed
@@ -121,7 +146,7 @@ def test_every_table2_row_composes_with_its_recipe(row: str) -> None:
     assert {"override /task": task} in defaults and {"override /model": model} in defaults
 
 
-@pytest.mark.parametrize("scale", [[], ["+scale=multi30k"]])
+@pytest.mark.parametrize("scale", [[], ["+scale=multi30k"], ["+scale=multi30k_cpu"]])
 def test_the_table3_multirun_expands_to_exactly_the_tables_rows(scale: list[str]) -> None:
     """A dry run of `python src/train.py --multirun 'experiment=glob(table3_*)' [+scale=multi30k]`:
     Hydra's own sweeper expands it into one job per row (each composes: the test above)."""
