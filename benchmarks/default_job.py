@@ -11,31 +11,15 @@ before the install.
 
 from __future__ import annotations
 
-import datetime
 import json
-import os
-import platform
 import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _common import REPO, commit, machine, now
+
 RESULTS = REPO / "benchmarks" / "results" / "default_job.jsonl"
-
-
-def machine() -> dict[str, object]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform()}
 
 
 def main(overrides: list[str]) -> None:
@@ -50,8 +34,7 @@ def main(overrides: list[str]) -> None:
         raise SystemExit(f"make train failed with exit code {process.returncode}")
     summary = next(line for line in process.stdout.splitlines() if line.startswith("test "))
     metrics = {key: float(value) for key, value in re.findall(r"(test/\w+)=([-\d.e+]+)", summary)}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
-    record = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit.strip(),
+    record = {"date": now(), "commit": commit(),
               "overrides": overrides,
               "wall_seconds": round(wall, 1),
               "fresh_install": fresh_install, **metrics, "machine": machine()}

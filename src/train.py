@@ -101,6 +101,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             seed=cfg.seed,
             max_nonfinite_in_a_row=cfg.nonfinite.max_in_a_row,
             metric=cfg.task.get("metric", "bleu"),
+            compile_model=cfg.compile,
         )
     except (TypeError, ValueError) as error:
         raise ConfigError(f"model: {error}") from None

@@ -153,3 +153,19 @@ def test_newest_checkpoint_skips_a_truncated_file(tmp_path: Path) -> None:
     newest = folder / "step0000010.ckpt"
     newest.write_bytes(newest.read_bytes()[:2000])  # e.g. a copy that was cut short
     assert newest_checkpoint(tmp_path) == folder / "step0000005.ckpt"
+
+
+def test_speed_switches_may_change_on_resume_but_the_recipe_may_not() -> None:
+    from aiayn.training.resume import config_differences
+
+    old = {"seed": 1, "optim": {"betas": [0.9, 0.98], "lr_factor": 1.0},  # written before the switches existed
+           "model": {"d_model": 512, "train_steps": 10}}
+    saved = {"hyper_parameters": {"run_config": old}}
+    faster = {"seed": 1, "optim": {"betas": [0.9, 0.98], "lr_factor": 1.0, "fused": True},
+              "model": {"d_model": 512, "train_steps": 20, "attention": "explicit"}, "compile": True}
+    assert config_differences(saved, faster) == []
+    changed = {**faster, "optim": {**faster["optim"], "lr_factor": 2.0}, "model": {**faster["model"], "d_model": 256}}
+    assert config_differences(saved, changed) == [
+        "optim: {'betas': [0.9, 0.98], 'lr_factor': 1.0} → {'betas': [0.9, 0.98], 'lr_factor': 2.0}",
+        "model.d_model: 512 → 256",
+    ]

@@ -7,8 +7,11 @@ MultiHead(Q, K, V) = Concat(head_1, …, head_h) W^O,
 d_k and d_v are their own settings rather than d_model / h, because Table 3 rows (A) and (B)
 vary them independently of d_model (e.g. h=1 with d_k=d_v=512, or d_k=16 with h=8).
 
-Eq. 1 is computed by ``torch.nn.functional.scaled_dot_product_attention``, which dispatches to
-fused kernels (flash / memory-efficient attention) where the hardware has them.
+Eq. 1 is computed one of two ways (``attention``, a model setting; both give the same numbers up
+to rounding): ``"sdpa"`` by ``torch.nn.functional.scaled_dot_product_attention``, which
+dispatches to fused kernels (flash / memory-efficient attention) where the hardware has them, or
+``"explicit"``, Eq. 1 written out as matrix products and a softmax (the plain reference path; it
+is also what computes the weights when they are asked for, Figures 3–5).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+# How Eq. 1 is computed: fused by torch, or written out (see the module docstring).
+ATTENTION_KINDS = ("sdpa", "explicit")
 
 
 class MultiHeadAttention(nn.Module):
@@ -26,9 +32,13 @@ class MultiHeadAttention(nn.Module):
     have none either.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_k: int, d_v: int, attention_dropout: float = 0.0):
+    def __init__(self, d_model: int, n_heads: int, d_k: int, d_v: int, attention_dropout: float = 0.0,
+                 attention: str = "sdpa"):
         super().__init__()
+        if attention not in ATTENTION_KINDS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {attention!r}")
         self.n_heads, self.d_k, self.d_v = n_heads, d_k, d_v
+        self.attention = attention
         self.w_q = nn.Linear(d_model, n_heads * d_k, bias=False)
         self.w_k = nn.Linear(d_model, n_heads * d_k, bias=False)
         self.w_v = nn.Linear(d_model, n_heads * d_v, bias=False)
@@ -71,8 +81,9 @@ class MultiHeadAttention(nn.Module):
             mask = causal_mask if mask is None else mask & causal_mask
             causal = False
         dropout_p = self.attention_dropout if self.training else 0.0
-        if return_weights:
+        if return_weights or self.attention == "explicit":
             out, weights = _explicit_attention(q, k, v, mask, causal, dropout_p)
+            weights = weights if return_weights else None
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
             weights = None
@@ -84,7 +95,8 @@ class MultiHeadAttention(nn.Module):
 def _explicit_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout_p: float
 ) -> tuple[Tensor, Tensor]:
-    """Eq. 1 written out, for when the attention weights themselves are wanted."""
+    """Eq. 1 written out: the plain path (``attention="explicit"``), and how the attention
+    weights themselves are computed when they are wanted."""
     scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
     if causal:
         q_len, k_len = scores.shape[-2:]

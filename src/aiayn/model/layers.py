@@ -52,9 +52,9 @@ class EncoderLayer(nn.Module):
     """Multi-head self-attention, then the position-wise feed-forward network (§3.1)."""
 
     def __init__(self, d_model: int, d_ff: int, n_heads: int, d_k: int, d_v: int, dropout: float,
-                 attention_dropout: float = 0.0):
+                 attention_dropout: float = 0.0, attention: str = "sdpa"):
         super().__init__()
-        self.self_attention = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout)
+        self.self_attention = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, attention)
         self.residual_1 = ResidualNorm(d_model, dropout)
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff)
         self.residual_2 = ResidualNorm(d_model, dropout)
@@ -72,11 +72,11 @@ class DecoderLayer(nn.Module):
     """Masked self-attention, encoder-decoder attention, then the feed-forward network (§3.1)."""
 
     def __init__(self, d_model: int, d_ff: int, n_heads: int, d_k: int, d_v: int, dropout: float,
-                 attention_dropout: float = 0.0):
+                 attention_dropout: float = 0.0, attention: str = "sdpa"):
         super().__init__()
-        self.self_attention = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout)
+        self.self_attention = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, attention)
         self.residual_1 = ResidualNorm(d_model, dropout)
-        self.cross_attention = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout)
+        self.cross_attention = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, attention)
         self.residual_2 = ResidualNorm(d_model, dropout)
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff)
         self.residual_3 = ResidualNorm(d_model, dropout)

@@ -57,6 +57,8 @@ class Transformer(nn.Module):
 
     Token id ``pad_id`` marks padding: source padding is masked out of attention; target padding
     only ever follows the real tokens, so the causal mask already keeps it from them.
+    ``attention`` picks how Eq. 1 is computed, ``"sdpa"`` (fused) or ``"explicit"``
+    (aiayn.model.attention); it changes speed, not the parameters or the results.
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class Transformer(nn.Module):
         d_v: int = 64,
         dropout: float = 0.1,
         attention_dropout: float = 0.0,
+        attention: str = "sdpa",
         positional: str = "sinusoidal",
         max_positions: int = 1024,
         share_embeddings: bool = True,
@@ -106,7 +109,7 @@ class Transformer(nn.Module):
         self.tgt_positions = self.src_positions if positional == "sinusoidal" else positional_encoding(
             positional, d_model, max_positions)
         self.embedding_dropout = nn.Dropout(dropout)  # §5.4: on the sums of embeddings and positions
-        layer_args = (d_model, d_ff, n_heads, d_k, d_v, dropout, attention_dropout)
+        layer_args = (d_model, d_ff, n_heads, d_k, d_v, dropout, attention_dropout, attention)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(n_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(n_layers))
         self._init_linear_weights()

@@ -45,6 +45,10 @@ class TranslationModule(L.LightningModule):
     training recipe (aiayn.training.model_config). The datamodule attached to the trainer
     supplies ``vocab`` (to detokenize hypotheses) and ``references(split)`` (the raw reference
     sentences).
+
+    Speed switches that leave the results unchanged (up to rounding): ``compile_model`` compiles
+    the Transformer's forward with ``torch.compile`` when fitting starts; ``optim["fused"]`` asks
+    for torch's fused Adam kernel.
     """
 
     def __init__(
@@ -61,6 +65,7 @@ class TranslationModule(L.LightningModule):
         seed: int = 0,
         max_nonfinite_in_a_row: int = 8,
         metric: str = "bleu",
+        compile_model: bool = False,
     ):
         super().__init__()
         # run_config (the whole resolved Hydra config) travels in checkpoints, not in the logger's
@@ -85,6 +90,7 @@ class TranslationModule(L.LightningModule):
         self.max_nonfinite_in_a_row = max_nonfinite_in_a_row
         self.nonfinite_in_a_row = 0
         self.nonfinite_total = 0
+        self.compile_model = compile_model
 
     def setup(self, stage: str) -> None:
         """The datamodule (set up before this) must speak the model's vocabulary."""
@@ -119,6 +125,24 @@ class TranslationModule(L.LightningModule):
         self.nonfinite_in_a_row, self.nonfinite_total = counts.get("in_a_row", 0), counts.get("total", 0)
 
     # -- training -------------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        if self.compile_model:
+            self.compile_transformer()
+
+    def compile_transformer(self, **options: Any) -> None:
+        """Compile the Transformer's forward (teacher forcing) with ``torch.compile(**options)``,
+        in place: parameter names and checkpoints stay as they are; beam search keeps running
+        eagerly. Batches of new shapes recompile until torch marks the lengths dynamic."""
+        if getattr(self.model, "_compiled_call_impl", None) is None:
+            self.model.compile(**options)
+
+    def training_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+        """The label-smoothed loss of one teacher-forced batch, per non-padding target token,
+        and the number of those tokens."""
+        logits = self.model(batch["src"], batch["tgt_in"])
+        loss_sum, _, n_tokens = label_smoothed_loss(logits, batch["tgt_out"], self.label_smoothing, self.pad_id)
+        return loss_sum / n_tokens, n_tokens
+
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # The dropout of every batch draws from a generator seeded by (seed, epoch, batch, rank),
         # as fairseq seeds each update, so a run resumed from a checkpoint repeats exactly what
@@ -127,11 +151,9 @@ class TranslationModule(L.LightningModule):
         torch.manual_seed(int(state.generate_state(1, np.uint64)[0]))
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
-        logits = self.model(batch["src"], batch["tgt_in"])
-        loss_sum, _, n_tokens = label_smoothed_loss(logits, batch["tgt_out"], self.label_smoothing, self.pad_id)
         # Mean over this batch's target tokens; Lightning divides by the accumulation count and
         # DDP averages over ranks, so with token-sized batches every token weighs about the same.
-        loss = loss_sum / n_tokens
+        loss, n_tokens = self.training_loss(batch)
         self._tokens = n_tokens
         if not self._all_ranks_finite(loss):
             self._skip_nonfinite("loss")
@@ -187,8 +209,9 @@ class TranslationModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         # §5.3: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9; lr = 1.0 scaled by the schedule.
+        # optim.fused: torch's fused Adam (one kernel for all parameters), same update.
         optimizer = torch.optim.Adam(self.parameters(), lr=1.0, betas=tuple(self.optim["betas"]),
-                                     eps=self.optim["eps"])
+                                     eps=self.optim["eps"], fused=bool(self.optim.get("fused", False)))
         scheduler = transformer_scheduler(optimizer, self.model.d_model, self.optim["warmup_steps"],
                                           self.optim.get("lr_factor", 1.0))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

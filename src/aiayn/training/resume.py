@@ -29,6 +29,9 @@ IDENTITY_KEYS = (
     "task.datamodule.max_tokens", "task.datamodule.max_length", "optim",
 )
 RECIPE_LENGTH_KEYS = ("train_steps", "validate_every_n_steps")  # of the model config: may grow
+# Speed switches change how the same numbers are computed, not which: a run may resume with them
+# switched either way (and from checkpoints written before they existed).
+SPEED_KEYS = ("optim.fused", "model.attention")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -123,14 +126,22 @@ def config_differences(saved: dict[str, Any] | None, config: dict[str, Any]) -> 
         return []  # a checkpoint without its config (written by other code): nothing to compare
     differences = []
     for key in IDENTITY_KEYS:
-        a, b = _get(old, key), _get(config, key)
+        a, b = _without_speed_keys(_get(old, key), key), _without_speed_keys(_get(config, key), key)
         if a != b:
             differences.append(f"{key}: {a!r} → {b!r}")
     old_model, new_model = old.get("model") or {}, config.get("model") or {}
     for key in sorted(set(old_model) | set(new_model)):
-        if key not in RECIPE_LENGTH_KEYS and old_model.get(key) != new_model.get(key):
+        if key in RECIPE_LENGTH_KEYS or f"model.{key}" in SPEED_KEYS:
+            continue
+        if old_model.get(key) != new_model.get(key):
             differences.append(f"model.{key}: {old_model.get(key)!r} → {new_model.get(key)!r}")
     return differences
+
+
+def _without_speed_keys(value: Any, prefix: str) -> Any:
+    if not isinstance(value, dict):
+        return value
+    return {k: v for k, v in value.items() if f"{prefix}.{k}" not in SPEED_KEYS}
 
 
 def _job_dirs(output_dir: Path, multirun: bool) -> list[Path]:

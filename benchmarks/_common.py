@@ -1,0 +1,41 @@
+"""What every benchmark records next to its figures: the machine it ran on and the commit measured.
+
+Standard library only, so that benchmarks which run before the install (default_job.py) can use it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def machine() -> dict[str, object]:
+    """CPU model, core count, Python and OS of this machine."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def commit() -> str:
+    """The short hash of the checked-out commit, with "+dirty" when the working tree has changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD")
+    return f"{head}+dirty" if head and git("status", "--porcelain", "--untracked-files=no") else head
+
+
+def now() -> str:
+    """The local date and time, to the second."""
+    return datetime.datetime.now().isoformat(timespec="seconds")

@@ -1,0 +1,306 @@
+"""Training throughput of a Transformer configuration: target tokens/s, step time, peak memory and
+model FLOPs utilisation, with each speed switch on or off.
+
+    .venv/bin/python benchmarks/train_throughput.py --model base [--device cpu|cuda] [--precision fp32|bf16]
+        [--attention sdpa|explicit] [--compile] [--fused-adam] [--vocab-size 37000] [--max-tokens N]
+        [--steps 5] [--warmup-steps 2] [--peak-tflops X] [--set model.KEY=VALUE ...] [--out FILE]
+        [--profile ROWS]
+
+The batches are what training sees: the sentence lengths of the real newstest2014 EN-DE test set
+($AIAYN_DATA_ROOT/wmt14), in subwords, cut into token-budget batches by the repo's own
+TokenBatchSampler (``--max-tokens`` padded tokens per side, as task.datamodule.max_tokens) and
+collated by TranslationCollator; the token ids are random (the speed of a step does not depend on
+them). Subword lengths are the word counts times ``--subwords-per-word``, or the lengths a
+sentencepiece model (``--subwords FILE.model``) gives. A timed step is what the training module
+does: TranslationModule.training_loss (forward and label-smoothed loss), backward, Adam with the
+§5.3 schedule.
+
+Model FLOPs utilisation = FLOPs counted from the model's shapes (aiayn.training.flops, padded
+positions included: they are computed) / measured time / the device's peak, given with
+``--peak-tflops`` or measured with a large matrix product in the dtype used. Peak memory is the
+process's resident-set high-water mark on CPU and torch.cuda.max_memory_allocated on CUDA.
+
+Also reports padding waste: the fraction of padded positions (both sides) in the sampler's
+batches and in a naive batching of the same sentences in corpus order (same budget, no sorting).
+
+Appends one JSON line per run to benchmarks/results/train_throughput.jsonl (or ``--out``). A
+benchmark, not a test: nothing here asserts a figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from _common import REPO, commit, machine, now
+from aiayn.data.batching import TokenBatchSampler
+from aiayn.data.datamodule import ParallelCorpus, TranslationCollator
+from aiayn.data.readers import read_parallel
+from aiayn.data.subwords import BOS_ID, EOS_ID, PAD_ID, Subwords
+from aiayn.training.flops import Shapes, training_flops
+from aiayn.training.module import TranslationModule
+
+RESULTS = REPO / "benchmarks" / "results" / "train_throughput.jsonl"
+MODEL_DIR = REPO / "conf" / "model"
+# The paper's batches: "approximately 25000 source tokens and 25000 target tokens" (§5.1); on a
+# CPU that is minutes per step, so the CPU default is a tenth of it.
+DEFAULT_MAX_TOKENS = {"cuda": 25000, "cpu": 2500}
+# Where no subword model is given: subwords per whitespace-separated word. A 37k shared BPE
+# vocabulary on WMT14 EN-DE splits roughly this often; the paper gives no figure.
+SUBWORDS_PER_WORD = 1.3
+
+
+def load_model_config(name: str, overrides: list[str]) -> dict[str, Any]:
+    """conf/model/<name>.yaml (or a yaml file path) with its `defaults` merged in as Hydra does,
+    then ``model.KEY=VALUE`` overrides."""
+    path = Path(name) if name.endswith((".yaml", ".yml")) else MODEL_DIR / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in MODEL_DIR.glob("*.yaml")))
+        raise SystemExit(f"--model {name}: no such model config ({path}); name one of {known} or a yaml file")
+    config = OmegaConf.load(path)
+    merged = OmegaConf.create()
+    defaults = list(config.pop("defaults", None) or ["_self_"])
+    for entry in defaults if "_self_" in defaults else [*defaults, "_self_"]:
+        part = config if entry == "_self_" else OmegaConf.create(load_model_config(str(path.parent / f"{entry}.yaml"), []))
+        merged = OmegaConf.merge(merged, part)
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if not key.startswith("model.") or not _:
+            raise SystemExit(f"--set {override}: expected model.KEY=VALUE")
+        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([f"{key.removeprefix('model.')}={value}"]))
+    return OmegaConf.to_container(merged, resolve=True)
+
+
+def sentence_lengths(data_root: Path, subwords: str | None, per_word: float) -> tuple[list[int], list[int]]:
+    """Subword lengths (no BOS/EOS) of newstest2014 EN-DE sources and targets."""
+    src, tgt = read_parallel(data_root / "wmt14" / "newstest2014-en-de.en", data_root / "wmt14" / "newstest2014-en-de.de")
+    if subwords:
+        model = Subwords(subwords)
+        return [len(ids) for ids in model.encode(src)], [len(ids) for ids in model.encode(tgt)]
+    count = lambda lines: [max(1, round(len(line.split()) * per_word)) for line in lines]
+    return count(src), count(tgt)
+
+
+def synthetic_corpus(src_lengths: list[int], tgt_lengths: list[int], vocab_size: int, seed: int) -> ParallelCorpus:
+    """Random ids (never pad/unk/BOS/EOS) of the given lengths."""
+    rng = np.random.default_rng(seed)
+    draw = lambda n: rng.integers(4, vocab_size, n).tolist()
+    return ParallelCorpus([draw(n) for n in src_lengths], [draw(n) for n in tgt_lengths])
+
+
+def padding_fraction(batches: list[list[int]], src: np.ndarray, tgt: np.ndarray) -> float:
+    """Padded positions over all positions of ``batches``, source and target sides together."""
+    real = padded = 0
+    for batch in batches:
+        for lengths in (src[batch], tgt[batch]):
+            real += int(lengths.sum())
+            padded += int(lengths.max()) * len(batch)
+    return 1.0 - real / padded if padded else 0.0
+
+
+def corpus_order_batches(src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> list[list[int]]:
+    """The naive batching: consecutive sentences in corpus order, as many as fit the same budget
+    (batch size × longest ≤ max_tokens on each side)."""
+    batches, current, longest = [], [], 0
+    for index in range(len(src)):
+        length = max(int(src[index]), int(tgt[index]))
+        if current and (len(current) + 1) * max(longest, length) > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(index)
+        longest = max(longest, length)
+    return batches + ([current] if current else [])
+
+
+def measured_peak_tflops(device: torch.device, dtype: torch.dtype) -> float:
+    """The best TFLOPS of a square matrix product in ``dtype`` on ``device`` (n = 8192 on CUDA,
+    2048 on CPU)."""
+    n = 8192 if device.type == "cuda" else 2048
+    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+    best = math.inf
+    for _ in range(5):
+        _synchronize(device)
+        started = time.perf_counter()
+        a @ b
+        _synchronize(device)
+        best = min(best, time.perf_counter() - started)
+    return 2 * n**3 / best / 1e12
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _profiled_activities(device: torch.device) -> list[torch.profiler.ProfilerActivity]:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    return activities + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA device here")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model_config = load_model_config(args.model, args.set)
+    model_config["attention"] = args.attention
+    max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS[device.type]
+
+    src_words, tgt_words = sentence_lengths(Path(args.data_root), args.subwords, args.subwords_per_word)
+    corpus = synthetic_corpus(src_words, tgt_words, args.vocab_size, args.seed)
+    src_lengths, tgt_lengths = np.asarray(corpus.src_lengths), np.asarray(corpus.tgt_lengths)
+    sampler = TokenBatchSampler(src_lengths, tgt_lengths, max_tokens, shuffle=True, seed=args.seed,
+                                num_replicas=1, rank=0)
+    sampled = list(sampler)
+    naive = corpus_order_batches(src_lengths, tgt_lengths, max_tokens)
+    collate = TranslationCollator(PAD_ID, BOS_ID, EOS_ID)
+    total = args.warmup_steps + args.steps
+    profiled = 1 if args.profile else 0  # one more step after the timed ones, under the profiler
+    batches = [collate([corpus[i] for i in sampled[step % len(sampled)]]) for step in range(total + profiled)]
+
+    module = TranslationModule(
+        model=model_config, vocab_size=args.vocab_size, decoding={},
+        optim={"betas": [0.9, 0.98], "eps": 1e-9, "warmup_steps": 4000, "lr_factor": 1.0, "fused": args.fused_adam},
+    ).to(device).train()
+    if args.compile:
+        module.compile_transformer()
+    optimizers = module.configure_optimizers()
+    optimizer, scheduler = optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"]
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    shapes = Shapes.from_config(model_config, args.vocab_size)
+
+    step_seconds, tokens, flops, losses = [], 0, 0, []
+    profiler = None
+    for step, batch in enumerate(batches):
+        if step == total:
+            profiler = torch.profiler.profile(activities=_profiled_activities(device))
+            profiler.__enter__()
+        if step == args.warmup_steps and device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+        _synchronize(device)
+        started = time.perf_counter()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss, n_tokens = module.training_loss(batch)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        _synchronize(device)
+        elapsed = time.perf_counter() - started
+        if profiler is not None:
+            profiler.__exit__(None, None, None)
+            sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+            print(profiler.key_averages().table(sort_by=sort, row_limit=args.profile), file=sys.stderr)
+            break
+        losses.append(float(loss.detach()))
+        if step >= args.warmup_steps:
+            step_seconds.append(elapsed)
+            tokens += n_tokens
+            size, src_len = batch["src"].shape
+            flops += training_flops(shapes, size, src_len, batch["tgt_in"].size(1))
+        print(f"step {step + 1}/{total}{' (warm-up)' if step < args.warmup_steps else ''}: "
+              f"{elapsed:.3f} s, {n_tokens} target tokens, loss {losses[-1]:.3f}", file=sys.stderr)
+
+    seconds = sum(step_seconds)
+    peak = args.peak_tflops
+    peak_source = "given"
+    if peak is None:
+        peak, peak_source = measured_peak_tflops(device, dtype), f"measured {args.precision} matmul"
+    achieved = flops / seconds / 1e12
+    return {
+        "date": now(), "commit": commit(), "machine": machine(), "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "threads": torch.get_num_threads(),
+        "settings": {**{key: value for key, value in vars(args).items() if key not in ("out", "data_root")},
+                     "max_tokens": max_tokens},
+        "model": {key: model_config[key] for key in ("name", "n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v")},
+        "parameters": sum(p.numel() for p in module.model.parameters()),
+        "timed_steps": len(step_seconds),
+        "tgt_tokens_per_s": tokens / seconds,
+        "step_seconds": {"mean": statistics.mean(step_seconds), "median": statistics.median(step_seconds),
+                         "min": min(step_seconds), "max": max(step_seconds)},
+        "tgt_tokens_per_step": tokens / len(step_seconds),
+        "peak_memory_mb": peak_memory_mb(device),
+        "train_flops_per_step": flops / len(step_seconds),
+        "achieved_tflops": achieved,
+        "peak_tflops": peak, "peak_tflops_source": peak_source,
+        "mfu": achieved / peak,
+        "losses": losses,
+        "padding": {"sampler": padding_fraction(sampled, src_lengths, tgt_lengths),
+                    "corpus_order": padding_fraction(naive, src_lengths, tgt_lengths),
+                    "sampler_batches": len(sampled), "corpus_order_batches": len(naive),
+                    "sentences": len(corpus)},
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="base", help="conf/model/<name>.yaml, or a model yaml file")
+    parser.add_argument("--set", action="append", default=[], metavar="model.KEY=VALUE",
+                        help="override a model setting (repeatable)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                        help="bf16: torch.autocast to bfloat16 around forward and loss, as bf16-mixed does")
+    parser.add_argument("--attention", default="sdpa", choices=("sdpa", "explicit"), help="the model's attention setting")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the Transformer (config: compile)")
+    parser.add_argument("--fused-adam", action="store_true", help="torch's fused Adam (config: optim.fused)")
+    parser.add_argument("--vocab-size", type=int, default=37000)
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help=f"padded tokens per batch and side (default {DEFAULT_MAX_TOKENS})")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps")
+    parser.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first (compilation, allocator)")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="the device's peak TFLOPS in the dtype used (default: measured with a matmul)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
+                        help="after the timed steps, profile one more with torch.profiler and print its top "
+                             "ROWS operators by self time")
+    parser.add_argument("--subwords", default=None, help="a sentencepiece .model to measure subword lengths with")
+    parser.add_argument("--subwords-per-word", type=float, default=SUBWORDS_PER_WORD)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-root", default=os.environ.get("AIAYN_DATA_ROOT") or str(REPO.parent / "shared" / "data"))
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"JSON lines file to append to (default {RESULTS})")
+    args = parser.parse_args(argv)
+    for name in ("vocab_size", "steps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.warmup_steps < 0:
+        parser.error("--warmup-steps must be 0 or more")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    record = measure(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    shown = {key: record[key] for key in ("tgt_tokens_per_s", "step_seconds", "peak_memory_mb", "achieved_tflops",
+                                          "peak_tflops", "mfu", "padding")}
+    print(json.dumps({"model": record["model"]["name"], **record["settings"], **shown}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

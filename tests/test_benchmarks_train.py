@@ -1,0 +1,99 @@
+"""benchmarks/train_throughput.py at a CI size (a tiny model, two timed steps), so that the
+benchmark keeps working; its figures come from full runs, never from here."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aiayn.data.batching import TokenBatchSampler
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--model", "small", "--set", "model.n_layers=1", "--set", "model.d_model=32", "--set", "model.d_ff=64",
+        "--set", "model.n_heads=2", "--set", "model.d_k=16", "--set", "model.d_v=16", "--vocab-size", "500",
+        "--max-tokens", "1024", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import train_throughput
+        yield train_throughput
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+
+def _run(data_root: Path, *args: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "AIAYN_DATA_ROOT": str(data_root)}
+    return subprocess.run([sys.executable, "benchmarks/train_throughput.py", *args], cwd=REPO, env=environment,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_benchmark_writes_one_record_per_run(tmp_path: Path, data_root: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    for extra in ([], ["--attention", "explicit", "--fused-adam", "--precision", "bf16"]):
+        result = _run(data_root, *TINY, "--steps", "2", "--warmup-steps", "1", "--peak-tflops", "0.5",
+                      "--out", str(out), *extra)
+        assert result.returncode == 0, result.stderr[-3000:]
+    plain, switched = [json.loads(line) for line in out.read_text().splitlines()]
+
+    assert plain["settings"]["attention"] == "sdpa" and switched["settings"]["attention"] == "explicit"
+    assert switched["settings"]["fused_adam"] and switched["settings"]["precision"] == "bf16"
+    assert plain["model"] == {"name": "small", "n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "d_k": 16,
+                              "d_v": 16}
+    assert plain["machine"]["cores"] == os.cpu_count() and plain["commit"] and plain["date"].startswith("20")
+    assert plain["device"] == "cpu" and plain["threads"] == 1
+    for record in (plain, switched):
+        assert record["timed_steps"] == 2 and len(record["losses"]) == 3
+        assert all(math.isfinite(loss) and 4 < loss < 8 for loss in record["losses"])  # ln 500 ≈ 6.2
+        step = record["step_seconds"]
+        assert 0 < step["min"] <= step["median"] <= step["max"]
+        # Target tokens per second is the tokens of the timed steps over their summed time.
+        assert record["tgt_tokens_per_s"] == pytest.approx(record["tgt_tokens_per_step"] / step["mean"])
+        assert 0 < record["tgt_tokens_per_step"] <= 1024
+        assert record["peak_tflops"] == 0.5 and record["peak_tflops_source"] == "given"
+        assert record["mfu"] == pytest.approx(record["achieved_tflops"] / 0.5)
+        assert record["achieved_tflops"] == pytest.approx(record["train_flops_per_step"] / step["mean"] / 1e12)
+        assert record["peak_memory_mb"] > 50
+    # The same batches and the same initial weights: the first losses agree to bf16 precision.
+    assert switched["losses"][0] == pytest.approx(plain["losses"][0], rel=2e-2)
+    padding = plain["padding"]
+    assert padding["sentences"] == 3003
+    assert 0 < padding["sampler"] < padding["corpus_order"] < 1
+    assert padding["sampler_batches"] < padding["corpus_order_batches"]
+
+
+def test_padding_of_the_sampler_and_of_corpus_order(bench, data_root: Path) -> None:
+    src_words, tgt_words = bench.sentence_lengths(data_root, None, 1.3)
+    corpus = bench.synthetic_corpus(src_words, tgt_words, vocab_size=100, seed=0)
+    src, tgt = np.asarray(corpus.src_lengths), np.asarray(corpus.tgt_lengths)
+    assert [len(ids) + 1 for _, ids, _ in (corpus[i] for i in range(5))] == src[:5].tolist()
+    sampler = TokenBatchSampler(src, tgt, 2000, shuffle=True, seed=0, num_replicas=1, rank=0)
+    # The benchmark's count of padding agrees with the sampler's own.
+    assert bench.padding_fraction(list(sampler), src, tgt) == pytest.approx(sampler.padding_fraction)
+
+    naive = bench.corpus_order_batches(src, tgt, 2000)
+    assert [index for batch in naive for index in batch] == list(range(len(src)))  # corpus order, all of it
+    assert all(len(batch) * max(max(src[batch]), max(tgt[batch])) <= 2000 for batch in naive)
+    # Greedy: the next sentence would not have fitted.
+    assert all((len(a) + 1) * max(max(src[a + b[:1]]), max(tgt[a + b[:1]])) > 2000 for a, b in zip(naive, naive[1:]))
+    assert bench.padding_fraction(naive, src, tgt) > 2 * sampler.padding_fraction
+
+
+def test_model_configs_are_composed_as_hydra_does(bench) -> None:
+    big = bench.load_model_config("big", ["model.dropout=0.1"])
+    # big.yaml's own sizes over base.yaml's, the override over both.
+    assert (big["name"], big["n_layers"], big["d_model"], big["d_ff"], big["n_heads"]) == ("big", 6, 1024, 4096, 16)
+    assert big["dropout"] == 0.1 and big["attention"] == "sdpa" and big["label_smoothing"] == 0.1
+    with pytest.raises(SystemExit, match="--model huge: no such model config .*name one of base, big"):
+        bench.load_model_config("huge", [])
+    with pytest.raises(SystemExit, match="expected model.KEY=VALUE"):
+        bench.load_model_config("base", ["d_model=8"])
