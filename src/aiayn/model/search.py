@@ -143,7 +143,7 @@ def beam_search(
         live_scores, live_pos = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=-1)
         parent_rows = row_of(origin.gather(1, live_pos)).view(-1)
         tokens = torch.cat([tokens.index_select(0, parent_rows), token.gather(1, live_pos).view(-1, 1)], dim=1)
-        state = state.select(parent_rows)
+        state = _reorder_beams(state, parent_rows)
         scores = live_scores
 
         sentence_max = max_lengths[active]
@@ -162,12 +162,25 @@ def beam_search(
     return best
 
 
+def _reorder_beams(state: DecoderState, rows: Tensor) -> DecoderState:
+    """The state of the hypotheses ``rows``, each taken from a beam of its own sentence: only the
+    self-attention cache differs between a sentence's beams, so the source mask and the encoder-
+    decoder keys/values (the same for all of them) are kept as they are, not copied every step.
+    Any other state (e.g. a test's stand-in model) is reordered whole by its ``select``."""
+    if not isinstance(state, DecoderState):
+        return state.select(rows)
+    pick = lambda kv: None if kv is None else (kv[0].index_select(0, rows), kv[1].index_select(0, rows))
+    return replace(state, self_kv=[pick(kv) for kv in state.self_kv])
+
+
 def _record(best: list[list[int]], best_scores: Tensor, active: Tensor, new_scores: Tensor, tokens: Tensor,
             rows: Tensor) -> None:
     """Where ``new_scores`` beats a sentence's best so far, keep that hypothesis: the tokens of
     ``rows[i, 0]`` without BOS (a finished hypothesis's EOS is never stored in ``tokens``)."""
     improved = (new_scores > best_scores[active]).nonzero().squeeze(1)
-    for i in improved.tolist():
-        sentence = int(active[i])
-        best_scores[sentence] = new_scores[i]
-        best[sentence] = tokens[int(rows[i, 0]), 1:].tolist()
+    if improved.numel() == 0:
+        return
+    sentences = active[improved]
+    best_scores[sentences] = new_scores[improved]
+    for sentence, hypothesis in zip(sentences.tolist(), tokens[rows[improved, 0], 1:].tolist()):
+        best[sentence] = hypothesis
