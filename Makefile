@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install torch==$(TORCH_VERSION)
-	$(BIN)/pip install -e '.[dev]'
+	$(BIN)/pip install -e '.[dev,bench]'
 	touch $@
 
 train: install

@@ -95,7 +95,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         print(f"  {line}")
     print(f"  perplexity      {ppl:6.2f}  per wordpiece, {n_tokens} tokens")
     print(f"  decoding        {result.sentences_per_second:6.1f} sentences/s, {result.tokens_per_second:.0f} tokens/s "
-          f"(beam {decoding['beam_size']}, α {decoding['alpha']}, +{decoding['max_len_offset']}, {device})")
+          f"(beam {decoding['beam_size']}, α {decoding['alpha']}, +{decoding['max_len_offset']}, "
+          f"{'' if decoding.get('kv_cache', True) else 'no '}kv cache, {device})")
     print(f"  hypotheses      {hypotheses_file}")
     _log_to_wandb(cfg, trained, out_dir, name, metrics,
                   {k: v for k, v in extra.items() if k == "sacrebleu_signature"})

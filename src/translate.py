@@ -27,7 +27,7 @@ def main(cfg: DictConfig) -> None:
             lines = read_lines(cfg.input)
         else:
             lines = list(decode_lines(sys.stdin.buffer, "<stdin>"))
-        settings = {key: cfg[key] for key in ("beam_size", "alpha", "max_len_offset") if cfg[key] is not None}
+        settings = {key: cfg[key] for key in ("beam_size", "alpha", "max_len_offset", "kv_cache") if cfg[key] is not None}
         result = translate(trained.model, trained.vocab, lines, batch_size=cfg.batch_size,
                            **{**trained.decoding, **settings})
     except (DataError, ValueError) as error:

@@ -8,14 +8,22 @@ possible." The length penalty of reference [38] (Wu et al., 2016) is
 
 and a hypothesis is ranked by log P(Y|X) / lp(Y). |Y| counts the end-of-sentence token, as in
 tensor2tensor.
+
+Both searches decode incrementally: each step feeds only the newest token and reuses the decoder
+self-attention keys/values of the earlier positions (``kv_cache=True``, the default). The paper
+is silent on this; it is tensor2tensor's fast decoding. ``kv_cache=False`` re-runs the decoder
+over the whole prefix at every step instead (the encoder-decoder keys/values are still projected
+once per source); it gives the same outputs and exists to measure what the cache saves.
 """
 
 from __future__ import annotations
 
 import torch
+from dataclasses import replace
+
 from torch import Tensor
 
-from aiayn.model.transformer import Transformer
+from aiayn.model.transformer import DecoderState, Transformer
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
@@ -29,11 +37,27 @@ def _max_lengths(model: Transformer, src_mask: Tensor, max_len_offset: int) -> T
     return (src_lengths + max_len_offset).clamp(max=model.max_positions)
 
 
+def _next_logits(model: Transformer, tokens: Tensor, state: DecoderState, kv_cache: bool) -> tuple[Tensor, DecoderState]:
+    """Logits (rows, vocab) of the token after ``tokens`` (rows, t), BOS first.
+
+    With the cache, ``state`` holds the self-attention keys/values of ``tokens[:, :-1]`` and only
+    the last token is fed; without it, the whole prefix is decoded from a state with no self-
+    attention cache, keeping only the last position's logits, and ``state`` is returned unchanged.
+    """
+    if kv_cache:
+        logits, state, _ = model.decode(tokens[:, -1:], state)
+        return logits[:, -1], state
+    fresh = replace(state, self_kv=[None] * len(state.memory_kv), length=0)
+    logits, _, _ = model.decode(tokens, fresh)
+    return logits[:, -1], state
+
+
 @torch.no_grad()
 def greedy_search(
-    model: Transformer, src: Tensor, *, bos_id: int, eos_id: int, max_len_offset: int = 50
+    model: Transformer, src: Tensor, *, bos_id: int, eos_id: int, max_len_offset: int = 50, kv_cache: bool = True
 ) -> list[list[int]]:
-    """Pick the most probable token at every step. Returns token ids without BOS/EOS, per sentence."""
+    """Pick the most probable token at every step. Returns token ids without BOS/EOS, per sentence.
+    ``kv_cache``: reuse the self-attention keys/values of earlier steps (see the module docstring)."""
     memory, src_mask, _ = model.encode(src)
     state = model.start_decoding(memory, src_mask)
     max_lengths = _max_lengths(model, src_mask, max_len_offset)
@@ -41,8 +65,8 @@ def greedy_search(
     tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
     for step in range(1, int(max_lengths.max()) + 1):
-        logits, state, _ = model.decode(tokens[:, -1:], state)
-        next_token = logits[:, -1].argmax(-1)
+        logits, state = _next_logits(model, tokens, state, kv_cache)
+        next_token = logits.argmax(-1)
         tokens = torch.cat([tokens, next_token[:, None]], dim=1)
         finished |= (next_token == eos_id) | (step >= max_lengths)
         if finished.all():
@@ -65,6 +89,7 @@ def beam_search(
     beam_size: int = 4,
     alpha: float = 0.6,
     max_len_offset: int = 50,
+    kv_cache: bool = True,
 ) -> list[list[int]]:
     """Beam search over a batch of sentences at once; returns the best hypothesis per sentence
     (token ids without BOS/EOS), ranked by log-probability / lp.
@@ -75,6 +100,7 @@ def beam_search(
     A sentence stops when it reaches its maximum length or when even its best live hypothesis,
     given the largest length penalty it could still get, cannot beat its best finished one
     (log-probabilities only fall as a hypothesis grows). Finished sentences leave the batch.
+    ``kv_cache``: reuse the self-attention keys/values of earlier steps (see the module docstring).
     """
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a whole number of at least 1, got {beam_size!r}")
@@ -96,8 +122,8 @@ def beam_search(
 
     for step in range(1, int(max_lengths.max()) + 1):
         n = active.numel()
-        logits, state, _ = model.decode(tokens[:, -1:], state)
-        log_probs = logits[:, -1].float().log_softmax(-1)
+        logits, state = _next_logits(model, tokens, state, kv_cache)
+        log_probs = logits.float().log_softmax(-1)
         vocab = log_probs.size(-1)
         candidates = (scores.unsqueeze(-1) + log_probs.view(n, k, vocab)).view(n, k * vocab)
         top_scores, top_ids = candidates.topk(2 * k, dim=-1)
@@ -117,7 +143,7 @@ def beam_search(
         live_scores, live_pos = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=-1)
         parent_rows = row_of(origin.gather(1, live_pos)).view(-1)
         tokens = torch.cat([tokens.index_select(0, parent_rows), token.gather(1, live_pos).view(-1, 1)], dim=1)
-        state = state.select(parent_rows)
+        state = _reorder_beams(state, parent_rows)
         scores = live_scores
 
         sentence_max = max_lengths[active]
@@ -136,12 +162,25 @@ def beam_search(
     return best
 
 
+def _reorder_beams(state: DecoderState, rows: Tensor) -> DecoderState:
+    """The state of the hypotheses ``rows``, each taken from a beam of its own sentence: only the
+    self-attention cache differs between a sentence's beams, so the source mask and the encoder-
+    decoder keys/values (the same for all of them) are kept as they are, not copied every step.
+    Any other state (e.g. a test's stand-in model) is reordered whole by its ``select``."""
+    if not isinstance(state, DecoderState):
+        return state.select(rows)
+    pick = lambda kv: None if kv is None else (kv[0].index_select(0, rows), kv[1].index_select(0, rows))
+    return replace(state, self_kv=[pick(kv) for kv in state.self_kv])
+
+
 def _record(best: list[list[int]], best_scores: Tensor, active: Tensor, new_scores: Tensor, tokens: Tensor,
             rows: Tensor) -> None:
     """Where ``new_scores`` beats a sentence's best so far, keep that hypothesis: the tokens of
     ``rows[i, 0]`` without BOS (a finished hypothesis's EOS is never stored in ``tokens``)."""
     improved = (new_scores > best_scores[active]).nonzero().squeeze(1)
-    for i in improved.tolist():
-        sentence = int(active[i])
-        best_scores[sentence] = new_scores[i]
-        best[sentence] = tokens[int(rows[i, 0]), 1:].tolist()
+    if improved.numel() == 0:
+        return
+    sentences = active[improved]
+    best_scores[sentences] = new_scores[improved]
+    for sentence, hypothesis in zip(sentences.tolist(), tokens[rows[improved, 0], 1:].tolist()):
+        best[sentence] = hypothesis

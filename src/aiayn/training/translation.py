@@ -56,6 +56,7 @@ def translate(
     beam_size: int = 4,
     alpha: float = 0.6,
     max_len_offset: int = 50,
+    kv_cache: bool = True,
     batch_size: int = 64,
 ) -> Translations:
     """Beam-search translations of ``sentences``, ``batch_size`` sentences of similar length at
@@ -72,7 +73,8 @@ def translate(
         rows = todo[start : start + batch_size]
         src = collate([(i, ids[i], []) for i in rows])["src"]  # ids + EOS, right-padded
         hypotheses = beam_search(model, src.to(device), bos_id=vocab.bos_id, eos_id=vocab.eos_id,
-                                 beam_size=beam_size, alpha=alpha, max_len_offset=max_len_offset)
+                                 beam_size=beam_size, alpha=alpha, max_len_offset=max_len_offset,
+                                 kv_cache=kv_cache)
         output_tokens += sum(len(h) for h in hypotheses)
         for i, text in zip(rows, vocab.decode(hypotheses)):
             texts[i] = text

@@ -1,0 +1,175 @@
+"""Our Transformer side by side with its peers, at the same sizes, on the same inputs.
+
+    .venv/bin/python benchmarks/side_by_side.py [--model base] [--train-steps 10] [--sentences 100]
+        [--part both|train|decode] [--out FILE]
+
+(a) Training step — forward, label-smoothed loss (ε_ls 0.1), backward, Adam step (β 0.9/0.98,
+    ε 1e-9) — of ours against torch.nn.Transformer wrapped with the same embeddings × √d_model,
+    sinusoidal positions and tied output projection (benchmarks/peers.py), both starting from the
+    same weights, on the same batches: newstest2014 en→de pairs as subwords, cut by
+    TokenBatchSampler to ``--train-max-tokens`` padded tokens per side. Target tokens per second.
+(b) Beam search (beam 4, α 0.6, maximum length input + 50) of ours against Hugging Face's
+    MarianMTModel.generate(num_beams=4, length_penalty=0.6), the same weights copied into Marian,
+    on the first ``--sentences`` newstest2014 English sentences, batched by source tokens.
+    Sentences per second. Marian's length penalty is |Y|^α rather than GNMT's ((5 + |Y|)/6)^α,
+    and it decodes a whole batch to its longest input + 50; ``identical_outputs`` counts the
+    sentences whose outputs agree anyway.
+
+Ours and the peer alternate batch by batch, so that a busy machine slows both alike. Subwords and
+model sizes as in benchmarks/decode_speed.py (random weights; an 8k BPE learnt on the WMT slice,
+a 37k model vocabulary). Appends one JSON line per part to benchmarks/results/side_by_side.jsonl.
+A benchmark, not a test: nothing here asserts a figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import decode_speed  # noqa: E402  (data, model and machine helpers shared with the decoding benchmark)
+import peers  # noqa: E402
+
+from aiayn.data.batching import TokenBatchSampler  # noqa: E402
+from aiayn.data.datamodule import ParallelCorpus, TranslationCollator  # noqa: E402
+from aiayn.model import beam_search  # noqa: E402
+from aiayn.training.loss import label_smoothed_loss  # noqa: E402
+
+RESULTS = decode_speed.REPO / "benchmarks" / "results" / "side_by_side.jsonl"
+
+
+def training_batches(model, vocab, max_tokens: int, count: int) -> list[dict]:
+    """The first ``count`` batches (plus one for warm-up) of newstest2014 en→de by token budget."""
+    limit = model.max_positions - 1
+    src = [seq[:limit] for seq in vocab.encode(decode_speed.newstest2014("en"))]
+    tgt = [seq[:limit] for seq in vocab.encode(decode_speed.newstest2014("de"))]
+    corpus = ParallelCorpus(src, tgt)
+    sampler = TokenBatchSampler(corpus.src_lengths, corpus.tgt_lengths, max_tokens, shuffle=True, seed=0,
+                                num_replicas=1, rank=0, pad_to_equal=False)
+    collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
+    return [collate([corpus[i] for i in batch]) for batch, _ in zip(sampler, range(count + 1))]
+
+
+def compare_training(model, vocab, args) -> dict:
+    peer = peers.copy_to_torch(model, peers.torch_peer(model, dropout=model.embedding_dropout.p))
+    batches = training_batches(model, vocab, args.train_max_tokens, args.train_steps)
+    contenders = {}
+    for name, module in (("ours", model), ("torch_nn_transformer", peer)):
+        module.train()
+        optimizer = torch.optim.Adam(module.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        contenders[name] = (module, optimizer)
+
+    def step(name: str, batch: dict) -> float:
+        module, optimizer = contenders[name]
+        started = time.perf_counter()
+        logits = module(batch["src"], batch["tgt_in"])
+        loss, _, n_tokens = label_smoothed_loss(logits, batch["tgt_out"], 0.1, vocab.pad_id)
+        (loss / n_tokens).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return time.perf_counter() - started
+
+    seconds = {name: 0.0 for name in contenders}
+    for name in contenders:
+        step(name, batches[0])  # warm-up
+    tokens = 0
+    for batch in batches[1:]:
+        tokens += int((batch["tgt_out"] != vocab.pad_id).sum())
+        for name in contenders:
+            seconds[name] += step(name, batch)
+    speed = {name: round(tokens / s, 1) for name, s in seconds.items()}
+    return {"part": "training_step", "steps": len(batches) - 1, "target_tokens": tokens,
+            "max_tokens": args.train_max_tokens,
+            "seconds": {name: round(s, 3) for name, s in seconds.items()},
+            "tokens_per_second": speed,
+            "ratio_ours_over_peer": round(speed["ours"] / speed["torch_nn_transformer"], 3)}
+
+
+def compare_decoding(model, vocab, args) -> dict:
+    model.eval()
+    marian = peers.copy_to_marian(model, peers.marian_peer(model, bos_id=vocab.bos_id, eos_id=vocab.eos_id)).eval()
+    sentences = decode_speed.newstest2014("en")[: args.sentences]
+    ids = [seq[: model.max_positions - args.max_len_offset - 1] for seq in vocab.encode(sentences)]
+    batches = decode_speed.source_batches(ids, args.max_tokens, vocab)
+    ours_settings = dict(bos_id=vocab.bos_id, eos_id=vocab.eos_id, beam_size=args.beam_size, alpha=args.alpha,
+                         max_len_offset=args.max_len_offset)
+    marian_settings = dict(pad_id=vocab.pad_id, max_len_offset=args.max_len_offset, num_beams=args.beam_size,
+                           length_penalty=args.alpha)
+    run = {"ours": lambda src: beam_search(model, src, **ours_settings),
+           "marian_mt": lambda src: peers.marian_generate(marian, src, **marian_settings)}
+    for name in run:  # warm-up
+        run[name](batches[0][:2])
+    seconds = {name: 0.0 for name in run}
+    outputs = {name: [] for name in run}
+    for src in batches:
+        for name in run:
+            started = time.perf_counter()
+            outputs[name] += run[name](src)
+            seconds[name] += time.perf_counter() - started
+    count = len(outputs["ours"])
+    speed = {name: round(count / s, 3) for name, s in seconds.items()}
+    generated = {name: sum(map(len, hyps)) for name, hyps in outputs.items()}
+    return {"part": "beam_search", "sentences": count, "max_tokens": args.max_tokens, "beam_size": args.beam_size,
+            "alpha": args.alpha, "max_len_offset": args.max_len_offset,
+            "seconds": {name: round(s, 3) for name, s in seconds.items()},
+            "sentences_per_second": speed,
+            "generated_tokens": generated,
+            "tokens_per_second": {name: round(generated[name] / seconds[name], 1) for name in run},
+            "identical_outputs": sum(a == b for a, b in zip(outputs["ours"], outputs["marian_mt"])),
+            "ratio_ours_over_peer": round(speed["ours"] / speed["marian_mt"], 3)}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="base", help="a conf/model/*.yaml name (default base)")
+    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="model settings to change, e.g. n_layers=1 d_model=64 (CI-sized runs)")
+    parser.add_argument("--vocab-size", type=int, default=37000)
+    parser.add_argument("--subword-vocab", type=int, default=8000)
+    parser.add_argument("--part", choices=("both", "train", "decode"), default="both")
+    parser.add_argument("--train-steps", type=int, default=10, help="timed training steps per model")
+    parser.add_argument("--train-max-tokens", type=int, default=2000, help="padded tokens per side per batch")
+    parser.add_argument("--sentences", type=int, default=100, help="newstest2014 sentences to decode")
+    parser.add_argument("--max-tokens", type=int, default=2000, help="padded source tokens per decoding batch")
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--max-len-offset", type=int, default=50)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    args.checkpoint, args.device = None, "cpu"
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", message=".*nested tensors.*")  # nn.Transformer's fast path
+
+    model, vocab, sizes = decode_speed.build_model(args)
+    base = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": decode_speed.commit(),
+            "machine": decode_speed.machine(), "benchmark": "side_by_side", "device": "cpu", "settings": sizes}
+    records = []
+    if args.part in ("both", "train"):
+        records.append({**base, **compare_training(model, vocab, args)})
+    if args.part in ("both", "decode"):
+        import transformers
+
+        records.append({**base, "transformers": transformers.__version__, **compare_decoding(model, vocab, args)})
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "a", encoding="utf-8") as out:
+        for record in records:
+            out.write(json.dumps(record) + "\n")
+    for record in records:
+        unit = "tokens_per_second" if record["part"] == "training_step" else "sentences_per_second"
+        figures = ", ".join(f"{name} {value}" for name, value in record[unit].items())
+        print(f"{record['part']}: {unit} {figures}; ours / peer = {record['ratio_ours_over_peer']}")
+    return records
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""benchmarks/decode_speed.py and benchmarks/side_by_side.py at tiny sizes, so that they keep
+working (their figures come from full runs, never from here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--model", "small", "--override", "n_layers=1", "d_model=32", "d_ff=64", "n_heads=2", "d_k=16", "d_v=16",
+        "--vocab-size", "1200", "--subword-vocab", "1000", "--threads", "1"]
+
+
+def run(script: str, *args: str, data_root: Path, cache: Path) -> str:
+    env = {**os.environ, "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(cache)}
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_decode_speed_with_and_without_cache(tmp_path, data_root):
+    out = tmp_path / "decode.jsonl"
+    stdout = run("decode_speed.py", *TINY, "--sentences", "12", "--max-tokens", "150", "--max-len-offset", "4",
+                 "--out", str(out), data_root=data_root, cache=tmp_path / "cache")
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["kv_cache"] for r in records] == [True, False]
+    for record in records:
+        assert record["sentences"] == 12 and record["sentences_per_second"] > 0 and record["tokens_per_second"] > 0
+        assert record["same_outputs_with_and_without_cache"] is True
+        assert record["settings"]["batches"] > 1 and record["settings"]["d_model"] == 32
+        assert record["machine"]["cores"] and record["commit"]
+        # random weights: nearly every output runs to input length + 4
+        assert record["outputs_at_max_length"] >= 10
+        assert record["mean_output_length"] > 4
+    assert "cache speed-up" in stdout
+
+
+def test_side_by_side_runs(tmp_path, data_root):
+    out = tmp_path / "side.jsonl"
+    run("side_by_side.py", *TINY, "--train-steps", "2", "--train-max-tokens", "200", "--sentences", "6",
+        "--max-tokens", "120", "--max-len-offset", "3", "--out", str(out), data_root=data_root, cache=tmp_path / "cache")
+    training, decoding = [json.loads(line) for line in out.read_text().splitlines()]
+    assert training["part"] == "training_step" and training["steps"] == 2 and training["target_tokens"] > 0
+    assert set(training["tokens_per_second"]) == {"ours", "torch_nn_transformer"}
+    assert decoding["part"] == "beam_search" and decoding["sentences"] == 6
+    assert set(decoding["sentences_per_second"]) == {"ours", "marian_mt"}
+    assert decoding["ratio_ours_over_peer"] > 0 and 0 <= decoding["identical_outputs"] <= 6

@@ -1,0 +1,112 @@
+"""The peers of benchmarks/side_by_side.py compute our function once our weights are copied in:
+teacher-forced logits agree and greedy outputs are identical (torch.nn.Transformer, MarianMT)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.model import Transformer, greedy_search
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import peers  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+PAD, BOS, EOS = 0, 2, 3
+V = 40
+TINY = dict(n_layers=2, d_model=32, d_ff=64, n_heads=4, d_k=8, d_v=8, dropout=0.1, max_positions=64)
+
+
+def random_model(seed: int) -> Transformer:
+    torch.manual_seed(seed)
+    model = Transformer(V, V, **TINY).eval()
+    with torch.no_grad():  # random layer-norm gains and biases, so that their copying is tested too
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0, 0.1)
+            elif isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.normal_(0, 0.1)
+    return model
+
+
+def ragged_batch(lengths: list[int], seed: int, tgt: bool = False) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    batch = torch.full((len(lengths), max(lengths)), PAD)
+    for i, n in enumerate(lengths):
+        batch[i, :n] = torch.randint(4, V, (n,), generator=g)
+        if tgt:
+            batch[i, 0] = BOS
+        else:
+            batch[i, n - 1] = EOS
+    return batch
+
+
+SRC_LENGTHS = [6, 11, 3, 9]
+TGT_LENGTHS = [8, 5, 12, 7]
+
+
+def test_torch_transformer_logits_match():
+    model = random_model(0)
+    peer = peers.copy_to_torch(model, peers.torch_peer(model)).eval()
+    src, tgt_in = ragged_batch(SRC_LENGTHS, 1), ragged_batch(TGT_LENGTHS, 2, tgt=True)
+    with torch.no_grad():
+        ours, theirs = model(src, tgt_in), peer(src, tgt_in)
+    real = tgt_in != PAD
+    torch.testing.assert_close(theirs[real], ours[real], rtol=1e-4, atol=1e-4)
+    # A peer with its own random weights computes something else: the copy is what makes them equal.
+    with torch.no_grad():
+        assert not torch.allclose(peers.torch_peer(model).eval()(src, tgt_in)[real], ours[real], atol=1e-2)
+
+
+def test_marian_logits_match():
+    model = random_model(3)
+    peer = peers.copy_to_marian(model, peers.marian_peer(model, bos_id=BOS, eos_id=EOS)).eval()
+    src, tgt_in = ragged_batch(SRC_LENGTHS, 4), ragged_batch(TGT_LENGTHS, 5, tgt=True)
+    with torch.no_grad():
+        ours = model(src, tgt_in)
+        theirs = peer(**peers.marian_inputs(src, PAD), decoder_input_ids=tgt_in).logits
+    real = tgt_in != PAD
+    torch.testing.assert_close(theirs[real], ours[real], rtol=1e-4, atol=1e-4)
+
+
+def test_positions_differ_in_layout_and_are_replaced():
+    """Marian's own table puts sines then cosines; ours interleaves them (§3.5)."""
+    model = random_model(0)
+    fresh = peers.marian_peer(model, bos_id=BOS, eos_id=EOS)
+    table = model.src_positions.table[:TINY["max_positions"]]
+    own = fresh.model.encoder.embed_positions.weight
+    assert not torch.allclose(own, table, atol=1e-3)
+    torch.testing.assert_close(own[:, : TINY["d_model"] // 2], table[:, 0::2], rtol=1e-4, atol=1e-4)
+    copied = peers.copy_to_marian(model, fresh)
+    torch.testing.assert_close(copied.model.decoder.embed_positions.weight, table)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_greedy_outputs_identical(seed):
+    model = random_model(seed)
+    lengths = [5, 9, 2, 7, 12][: 3 + seed]
+    src = ragged_batch(lengths, 10 + seed)
+    offset = 6
+    ours = greedy_search(model, src, bos_id=BOS, eos_id=EOS, max_len_offset=offset)
+
+    torch_peer = peers.copy_to_torch(model, peers.torch_peer(model)).eval()
+    assert peers.torch_greedy(torch_peer, src, bos_id=BOS, eos_id=EOS, max_len_offset=offset) == ours
+
+    marian = peers.copy_to_marian(model, peers.marian_peer(model, bos_id=BOS, eos_id=EOS)).eval()
+    theirs = peers.marian_generate(marian, src, pad_id=PAD, max_len_offset=offset, num_beams=1)
+    # Marian runs every sentence to the batch's longest limit; ours stops each at its own.
+    assert [h[: n + offset] for h, n in zip(theirs, lengths)] == ours
+    assert sum(map(len, ours)) > len(lengths)  # real outputs, not all empty
+
+
+def test_peers_refuse_what_they_cannot_mirror():
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match="d_k = d_v = d_model / h"):
+        peers.torch_peer(Transformer(V, V, **{**TINY, "d_k": 4}))
+    with pytest.raises(ValueError, match="share_embeddings"):
+        peers.marian_peer(Transformer(V, V + 1, **TINY, share_embeddings=False), bos_id=BOS, eos_id=EOS)
