@@ -32,8 +32,6 @@ import html
 import inspect
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,37 +45,32 @@ from aiayn.data.readers import read_lines
 from aiayn.data.subwords import Subwords, train_or_load
 from aiayn.model import Transformer, beam_search
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, when imported from elsewhere
+import _common  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "decode_speed.jsonl"
 
 
-# --------------------------------------------------------------- machine and commit (local copies)
-# Small local copies of the machine/commit helpers; to be replaced by benchmarks/_common.py's.
+# ----------------------------------------------------------------------------- machine and commit
 
 
 def machine() -> dict[str, object]:
-    """CPU model, cores, memory, Python and torch versions, and the GPU if one is used."""
-    cpu = platform.processor() or platform.machine()
-    memory = None
+    """benchmarks/_common.py's machine record, with memory, torch's version and threads, and the
+    GPU if one is used."""
+    found = _common.machine()
     try:
-        info = Path("/proc/cpuinfo").read_text().splitlines()
-        cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
         meminfo = Path("/proc/meminfo").read_text().splitlines()
-        memory = round(int(next(line.split()[1] for line in meminfo if line.startswith("MemTotal"))) / 2**20, 1)
+        found["memory_gib"] = round(int(next(line.split()[1] for line in meminfo if line.startswith("MemTotal"))) / 2**20, 1)
     except (OSError, StopIteration):
-        pass
-    found = {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory, "python": platform.python_version(),
-             "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
+        found["memory_gib"] = None
+    found |= {"torch": torch.__version__, "torch_threads": torch.get_num_threads()}
     if torch.cuda.is_available():
         found["gpu"] = torch.cuda.get_device_name()
     return found
 
 
-def commit() -> str:
-    """The checked-out commit (short hash), with ``+dirty`` when tracked files are modified."""
-    run = lambda *args: subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    head = run("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
+commit = _common.commit
 
 
 # ------------------------------------------------------------------------------ data and model

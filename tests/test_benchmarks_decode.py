@@ -43,9 +43,12 @@ def test_side_by_side_runs(tmp_path, data_root):
     out = tmp_path / "side.jsonl"
     run("side_by_side.py", *TINY, "--train-steps", "2", "--train-max-tokens", "200", "--sentences", "6",
         "--max-tokens", "120", "--max-len-offset", "3", "--out", str(out), data_root=data_root, cache=tmp_path / "cache")
-    training, decoding = [json.loads(line) for line in out.read_text().splitlines()]
+    records = {record["part"]: record for record in map(json.loads, out.read_text().splitlines())}
+    training, decoding = records["training_step"], records["beam_search"]
     assert training["part"] == "training_step" and training["steps"] == 2 and training["target_tokens"] > 0
     assert set(training["tokens_per_second"]) == {"ours", "torch_nn_transformer"}
     assert decoding["part"] == "beam_search" and decoding["sentences"] == 6
     assert set(decoding["sentences_per_second"]) == {"ours", "marian_mt"}
     assert decoding["ratio_ours_over_peer"] > 0 and 0 <= decoding["identical_outputs"] <= 6
+    # Untrained weights: both searches generate (none ends every sentence at once).
+    assert decoding["generated_tokens"]["ours"] > 6 and decoding["generated_tokens"]["marian_mt"] > 6
