@@ -162,7 +162,7 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["+model.n_experts=4"], "train.py: model.n_experts is not a model setting; the settings are attention_dropout,"),
+    (["+model.n_experts=4"], "train.py: model.n_experts is not a model setting; the settings are attention, attention_dropout,"),
     (["model.d_model=0"], "train.py: model: d_model must be a positive whole number, got 0"),
     (["model.d_model=33"], "train.py: model: d_model must be even for the sinusoidal encoding, got 33"),
     (["model.n_heads=-2"], "train.py: model: n_heads must be a positive whole number, got -2"),
