@@ -18,9 +18,9 @@ once per source); it gives the same outputs and exists to measure what the cache
 
 from __future__ import annotations
 
-import torch
 from dataclasses import replace
 
+import torch
 from torch import Tensor
 
 from aiayn.model.transformer import DecoderState, Transformer

@@ -35,8 +35,6 @@ class NonFiniteLossError(RuntimeError):
     """Training stopped after too many consecutive steps with a non-finite loss or gradient."""
 
 
-
-
 class TranslationModule(L.LightningModule):
     """Teacher-forced training with label smoothing, Adam and the §5.3 schedule; validation and
     test report loss, per-token perplexity and sacreBLEU of beam-search output.
