@@ -50,10 +50,14 @@ class MultiHeadAttention(nn.Module):
     def split_heads(self, x: Tensor, d_head: int) -> Tensor:
         """(batch, length, h·d_head) → (batch, h, length, d_head)."""
         batch, length, _ = x.shape
-        return x.view(batch, length, self.n_heads, d_head).transpose(1, 2)
+        return x.view(batch, length, self.n_heads, d_head).transpose(1, 2)  # (batch, h, length, d_head)
 
     def project_keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """K = memory W^K and V = memory W^V, split into heads (cached once per source)."""
+        """K = memory W^K and V = memory W^V, split into heads (cached once per source).
+
+        ``memory``: (batch, k_len, d_model) → K (batch, h, k_len, d_k), V (batch, h, k_len, d_v).
+        """
+        # K: (batch, h, k_len, d_k), V: (batch, h, k_len, d_v)
         return self.split_heads(self.w_k(memory), self.d_k), self.split_heads(self.w_v(memory), self.d_v)
 
     def forward(
@@ -64,45 +68,53 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         return_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attend from ``query`` (batch, q_len, d_model) to projected ``keys_values``.
+        """Attend from ``query`` (batch, q_len, d_model) to projected ``keys_values``: K
+        (batch, h, k_len, d_k) and V (batch, h, k_len, d_v), as from ``project_keys_values``.
 
         ``mask`` is boolean, broadcastable to (batch, h, q_len, k_len), True where attention is
         allowed. ``causal`` masks position j > i (decoder self-attention, §3.2.3).
         Returns the output (batch, q_len, d_model) and, if asked, the attention weights
         (batch, h, q_len, k_len), which are computed explicitly for inspection (Figures 3–5).
         """
-        k, v = keys_values
-        q = self.split_heads(self.w_q(query), self.d_k)
+        k, v = keys_values  # (batch, h, k_len, d_k), (batch, h, k_len, d_v)
+        q = self.split_heads(self.w_q(query), self.d_k)  # (batch, h, q_len, d_k)
         q_len, k_len = q.size(-2), k.size(-2)
         if causal and q_len != k_len:
             # The queries are the last q_len of k_len positions: SDPA's is_causal would align them
             # with the first, so spell the mask out.
+            # (q_len, k_len), broadcast over batch and heads
             causal_mask = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril(k_len - q_len)
-            mask = causal_mask if mask is None else mask & causal_mask
+            mask = causal_mask if mask is None else mask & causal_mask  # broadcastable to (batch, h, q_len, k_len)
             causal = False
         dropout_p = self.attention_dropout if self.training else 0.0
         if return_weights or self.attention == "explicit":
-            out, weights = _explicit_attention(q, k, v, mask, causal, dropout_p)
+            out, weights = _explicit_attention(q, k, v, mask, causal, dropout_p)  # out (batch, h, q_len, d_v)
             weights = weights if return_weights else None
         else:
+            # (batch, h, q_len, d_v)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
             weights = None
         batch, _, q_len, _ = out.shape
-        out = out.transpose(1, 2).reshape(batch, q_len, self.n_heads * self.d_v)
-        return self.w_o(out), weights
+        out = out.transpose(1, 2).reshape(batch, q_len, self.n_heads * self.d_v)  # (batch, q_len, h·d_v)
+        return self.w_o(out), weights  # (batch, q_len, d_model), (batch, h, q_len, k_len) or None
 
 
 def _explicit_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout_p: float
 ) -> tuple[Tensor, Tensor]:
     """Eq. 1 written out: the plain path (``attention="explicit"``), and how the attention
-    weights themselves are computed when they are wanted."""
-    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    weights themselves are computed when they are wanted.
+
+    q: (batch, h, q_len, d_k), k: (batch, h, k_len, d_k), v: (batch, h, k_len, d_v) → the output
+    (batch, h, q_len, d_v) and the weights (batch, h, q_len, k_len).
+    """
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5  # (batch, h, q_len, d_k) @ (batch, h, d_k, k_len)
     if causal:
         q_len, k_len = scores.shape[-2:]
+        # (q_len, k_len), broadcast over batch and heads
         allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril(k_len - q_len)
         scores = scores.masked_fill(~allowed, float("-inf"))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1)
-    return F.dropout(weights, dropout_p) @ v, weights
+    weights = scores.softmax(dim=-1)  # (batch, h, q_len, k_len)
+    return F.dropout(weights, dropout_p) @ v, weights  # (batch, h, q_len, d_v), (batch, h, q_len, k_len)

@@ -25,7 +25,8 @@ class PositionwiseFeedForward(nn.Module):
         self.w_2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(F.relu(self.w_1(x)))
+        """x: (batch, length, d_model) → (batch, length, d_model), through a hidden (batch, length, d_ff)."""
+        return self.w_2(F.relu(self.w_1(x)))  # (batch, length, d_ff) → (batch, length, d_model)
 
 
 class ResidualNorm(nn.Module):
@@ -37,6 +38,7 @@ class ResidualNorm(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, sublayer_out: Tensor) -> Tensor:
+        """x, sublayer_out: (batch, length, d_model) → (batch, length, d_model)."""
         return self.norm(x + self.dropout(sublayer_out))
 
 
@@ -60,6 +62,9 @@ class EncoderLayer(nn.Module):
         self.residual_2 = ResidualNorm(d_model, dropout)
 
     def forward(self, x: Tensor, src_mask: Tensor, return_weights: bool = False) -> tuple[Tensor, LayerAttention]:
+        """x: (batch, src_len, d_model), ``src_mask``: (batch, 1, 1, src_len) → (batch, src_len, d_model),
+        and the self-attention weights (batch, h, src_len, src_len) if asked for."""
+        # attended: (batch, src_len, d_model)
         attended, weights = self.self_attention(
             x, self.self_attention.project_keys_values(x), mask=src_mask, return_weights=return_weights
         )
@@ -93,18 +98,28 @@ class DecoderLayer(nn.Module):
         once per source). ``self_kv_cache``: keys and values of the earlier target positions when
         decoding incrementally, or None for a whole target at once.
 
+        Shapes: x (batch, q_len, d_model), the q_len newest target positions (q_len = tgt_len for a
+        whole target, 1 per step when decoding incrementally); ``memory_kv`` K (batch, h, src_len,
+        d_k) and V (batch, h, src_len, d_v); ``src_mask`` (batch, 1, 1, src_len); ``self_kv_cache``
+        K (batch, h, k_len - q_len, d_k) and V (batch, h, k_len - q_len, d_v), where k_len counts
+        the target positions up to and including x.
+
         Returns the layer output, the self-attention keys/values up to and including x (the new
-        cache), and the attention weights if asked for.
+        cache), and the attention weights if asked for: (batch, q_len, d_model), K (batch, h,
+        k_len, d_k) and V (batch, h, k_len, d_v), self-attention weights (batch, h, q_len, k_len)
+        and cross-attention weights (batch, h, q_len, src_len).
         """
-        k, v = self.self_attention.project_keys_values(x)
+        k, v = self.self_attention.project_keys_values(x)  # (batch, h, q_len, d_k), (batch, h, q_len, d_v)
         if self_kv_cache is not None:
-            k = torch.cat([self_kv_cache[0], k], dim=2)
-            v = torch.cat([self_kv_cache[1], v], dim=2)
+            k = torch.cat([self_kv_cache[0], k], dim=2)  # (batch, h, k_len, d_k)
+            v = torch.cat([self_kv_cache[1], v], dim=2)  # (batch, h, k_len, d_v)
         # Position i of x is position k_len - q_len + i overall and sees the keys up to there
         # (one new token at a time needs no mask at all).
         causal = x.size(1) > 1
+        # attended: (batch, q_len, d_model)
         attended, self_weights = self.self_attention(x, (k, v), causal=causal, return_weights=return_weights)
         x = self.residual_1(x, attended)
+        # attended: (batch, q_len, d_model)
         attended, cross_weights = self.cross_attention(x, memory_kv, mask=src_mask, return_weights=return_weights)
         x = self.residual_2(x, attended)
         x = self.residual_3(x, self.feed_forward(x))

@@ -17,11 +17,12 @@ from torch import Tensor, nn
 
 def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
     """The (max_positions, d_model) table of §3.5: sines in even dimensions, cosines in odd."""
-    position = torch.arange(max_positions, dtype=torch.float64).unsqueeze(1)
+    position = torch.arange(max_positions, dtype=torch.float64).unsqueeze(1)  # (max_positions, 1)
+    # (⌈d_model/2⌉,): 1 / 10000^(2i/d_model)
     inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
-    table = torch.zeros(max_positions, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(position * inv_freq)
-    table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
+    table = torch.zeros(max_positions, d_model, dtype=torch.float64)  # (max_positions, d_model)
+    table[:, 0::2] = torch.sin(position * inv_freq)  # (max_positions, ⌈d_model/2⌉): dimensions 2i
+    table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])  # (max_positions, ⌊d_model/2⌋): dimensions 2i+1
     return table.float()
 
 
@@ -33,14 +34,15 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        """x: (batch, length, d_model); ``offset`` is the position of x[:, 0] (incremental decoding)."""
+        """x: (batch, length, d_model); ``offset`` is the position of x[:, 0] (incremental decoding).
+        Returns (batch, length, d_model)."""
         length = x.size(1)
         if offset + length > self.table.size(0):
             raise ValueError(
                 f"sequence of {offset + length} positions exceeds max_positions={self.table.size(0)}; "
                 "raise model.max_positions"
             )
-        return x + self.table[offset : offset + length].to(x.dtype)
+        return x + self.table[offset : offset + length].to(x.dtype)  # + (length, d_model), broadcast over batch
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -52,14 +54,16 @@ class LearnedPositionalEmbedding(nn.Module):
         nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x: (batch, length, d_model); ``offset`` is the position of x[:, 0] (incremental decoding).
+        Returns (batch, length, d_model)."""
         length = x.size(1)
         if offset + length > self.embedding.num_embeddings:
             raise ValueError(
                 f"sequence of {offset + length} positions exceeds max_positions="
                 f"{self.embedding.num_embeddings}; raise model.max_positions"
             )
-        positions = torch.arange(offset, offset + length, device=x.device)
-        return x + self.embedding(positions)
+        positions = torch.arange(offset, offset + length, device=x.device)  # (length,)
+        return x + self.embedding(positions)  # + (length, d_model), broadcast over batch
 
 
 def positional_encoding(kind: str, d_model: int, max_positions: int) -> nn.Module:

@@ -32,24 +32,27 @@ def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
 
 
 def _max_lengths(model: Transformer, src_mask: Tensor, max_len_offset: int) -> Tensor:
-    """Input length + offset per sentence, capped by the positions the model can encode."""
-    src_lengths = src_mask.flatten(1).sum(-1)
-    return (src_lengths + max_len_offset).clamp(max=model.max_positions)
+    """Input length + offset per sentence, capped by the positions the model can encode.
+
+    ``src_mask``: (batch, 1, 1, src_len) → (batch,)."""
+    src_lengths = src_mask.flatten(1).sum(-1)  # (batch, src_len) → (batch,)
+    return (src_lengths + max_len_offset).clamp(max=model.max_positions)  # (batch,)
 
 
 def _next_logits(model: Transformer, tokens: Tensor, state: DecoderState, kv_cache: bool) -> tuple[Tensor, DecoderState]:
-    """Logits (rows, vocab) of the token after ``tokens`` (rows, t), BOS first.
+    """Logits (rows, vocab) of the token after ``tokens`` (rows, t), BOS first; rows is batch for
+    greedy search, (active sentences)·beam for beam search.
 
     With the cache, ``state`` holds the self-attention keys/values of ``tokens[:, :-1]`` and only
     the last token is fed; without it, the whole prefix is decoded from a state with no self-
     attention cache, keeping only the last position's logits, and ``state`` is returned unchanged.
     """
     if kv_cache:
-        logits, state, _ = model.decode(tokens[:, -1:], state)
-        return logits[:, -1], state
+        logits, state, _ = model.decode(tokens[:, -1:], state)  # (rows, 1) → (rows, 1, vocab)
+        return logits[:, -1], state  # (rows, vocab)
     fresh = replace(state, self_kv=[None] * len(state.memory_kv), length=0)
-    logits, _, _ = model.decode(tokens, fresh)
-    return logits[:, -1], state
+    logits, _, _ = model.decode(tokens, fresh)  # (rows, t, vocab)
+    return logits[:, -1], state  # (rows, vocab)
 
 
 @torch.no_grad()
@@ -58,19 +61,20 @@ def greedy_search(
 ) -> list[list[int]]:
     """Pick the most probable token at every step. Returns token ids without BOS/EOS, per sentence.
     ``kv_cache``: reuse the self-attention keys/values of earlier steps (see the module docstring)."""
-    memory, src_mask, _ = model.encode(src)
+    memory, src_mask, _ = model.encode(src)  # (batch, src_len, d_model), (batch, 1, 1, src_len)
     state = model.start_decoding(memory, src_mask)
-    max_lengths = _max_lengths(model, src_mask, max_len_offset)
+    max_lengths = _max_lengths(model, src_mask, max_len_offset)  # (batch,)
     batch = src.size(0)
-    tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)  # (batch, 1): BOS
+    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)  # (batch,)
     for step in range(1, int(max_lengths.max()) + 1):
-        logits, state = _next_logits(model, tokens, state, kv_cache)
-        next_token = logits.argmax(-1)
-        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+        logits, state = _next_logits(model, tokens, state, kv_cache)  # (batch, vocab)
+        next_token = logits.argmax(-1)  # (batch,)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (batch, step + 1)
         finished |= (next_token == eos_id) | (step >= max_lengths)
         if finished.all():
             break
+    # each row of tokens (batch, 1 + steps) without its BOS: (steps,)
     return [_strip(row[1:].tolist(), eos_id, int(limit)) for row, limit in zip(tokens, max_lengths)]
 
 
@@ -108,56 +112,67 @@ def beam_search(
         raise ValueError(f"max_len_offset must be 0 or more, got {max_len_offset!r}")
     batch, k = src.size(0), beam_size
     device = src.device
-    memory, src_mask, _ = model.encode(src)
-    max_lengths = _max_lengths(model, src_mask, max_len_offset)
-    rows = torch.arange(batch, device=device).repeat_interleave(k)
+    memory, src_mask, _ = model.encode(src)  # (batch, src_len, d_model), (batch, 1, 1, src_len)
+    max_lengths = _max_lengths(model, src_mask, max_len_offset)  # (batch,)
+    rows = torch.arange(batch, device=device).repeat_interleave(k)  # (batch·beam,): each hypothesis's sentence
+    # memory (batch·beam, src_len, d_model), src_mask (batch·beam, 1, 1, src_len)
     state = model.start_decoding(memory.index_select(0, rows), src_mask.index_select(0, rows))
 
-    active = torch.arange(batch, device=device)  # which input sentences are still being searched
-    tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
-    scores = torch.full((batch, k), float("-inf"), device=device)
+    active = torch.arange(batch, device=device)  # (batch,): which input sentences are still being searched
+    tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)  # (batch·beam, 1): BOS
+    scores = torch.full((batch, k), float("-inf"), device=device)  # (batch, beam)
     scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 1
-    best_scores = torch.full((batch,), float("-inf"), device=device)
+    best_scores = torch.full((batch,), float("-inf"), device=device)  # (batch,)
     best: list[list[int]] = [[] for _ in range(batch)]
 
+    # In the loop, n ≤ batch counts the sentences still active: tokens is (n·beam, step), scores (n, beam).
     for step in range(1, int(max_lengths.max()) + 1):
         n = active.numel()
-        logits, state = _next_logits(model, tokens, state, kv_cache)
-        log_probs = logits.float().log_softmax(-1)
+        logits, state = _next_logits(model, tokens, state, kv_cache)  # (n·beam, vocab)
+        log_probs = logits.float().log_softmax(-1)  # (n·beam, vocab)
         vocab = log_probs.size(-1)
+        # (n, beam, 1) + (n, beam, vocab) → (n, beam·vocab)
         candidates = (scores.unsqueeze(-1) + log_probs.view(n, k, vocab)).view(n, k * vocab)
-        top_scores, top_ids = candidates.topk(2 * k, dim=-1)
-        origin, token = top_ids // vocab, top_ids % vocab
+        top_scores, top_ids = candidates.topk(2 * k, dim=-1)  # (n, 2·beam) each
+        origin, token = top_ids // vocab, top_ids % vocab  # (n, 2·beam): beam it extends, token it adds
+        # beam indices (n, m) → their rows (n, m) in the n·beam hypotheses
         row_of = lambda beam: (torch.arange(n, device=device)[:, None] * k + beam)
 
         # Candidates among the best `k` that end in EOS are finished hypotheses of length `step`
         # (EOS further down is ignored, so a beam of 1 is exactly greedy search).
-        is_eos = token == eos_id
+        is_eos = token == eos_id  # (n, 2·beam)
         finishes = is_eos.clone()
         finishes[:, k:] = False
+        # (n, 2·beam)
         finished_scores = (top_scores / length_penalty(step, alpha)).masked_fill(~finishes, float("-inf"))
-        step_best, step_pos = finished_scores.max(-1)
+        step_best, step_pos = finished_scores.max(-1)  # (n,) each
+        # rows: (n, 1), the beam each sentence's best finished candidate extends
         _record(best, best_scores, active, step_best, tokens, row_of(origin.gather(1, step_pos[:, None])))
 
         # The best `k` candidates not ending in EOS live on (at most k of the 2k end in EOS).
+        # (n, beam) each
         live_scores, live_pos = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=-1)
-        parent_rows = row_of(origin.gather(1, live_pos)).view(-1)
+        parent_rows = row_of(origin.gather(1, live_pos)).view(-1)  # (n, beam) → (n·beam,)
+        # (n·beam, step) + (n·beam, 1) → (n·beam, step + 1)
         tokens = torch.cat([tokens.index_select(0, parent_rows), token.gather(1, live_pos).view(-1, 1)], dim=1)
         state = _reorder_beams(state, parent_rows)
-        scores = live_scores
+        scores = live_scores  # (n, beam)
 
-        sentence_max = max_lengths[active]
-        at_max = step >= sentence_max
+        sentence_max = max_lengths[active]  # (n,)
+        at_max = step >= sentence_max  # (n,)
         if at_max.any():  # out of length: the best live hypothesis counts as finished, without EOS
+            # (n,)
             at_max_scores = (scores[:, 0] / length_penalty(step, alpha)).masked_fill(~at_max, float("-inf"))
+            # rows: (n, 1), each sentence's beam 0
             _record(best, best_scores, active, at_max_scores, tokens, row_of(torch.zeros_like(active)[:, None]))
-        can_improve = scores[:, 0] / length_penalty(sentence_max.float(), alpha) > best_scores[active]
-        keep = (~at_max & can_improve).nonzero().squeeze(1)
+        can_improve = scores[:, 0] / length_penalty(sentence_max.float(), alpha) > best_scores[active]  # (n,)
+        keep = (~at_max & can_improve).nonzero().squeeze(1)  # (n_kept,): indices into the n active
         if keep.numel() == 0:
             break
         if keep.numel() < n:
-            active = active[keep]
-            kept_rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
+            active = active[keep]  # (n_kept,)
+            kept_rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)  # (n_kept·beam,)
+            # tokens (n_kept·beam, step + 1), scores (n_kept, beam), state of n_kept·beam rows
             tokens, scores, state = tokens.index_select(0, kept_rows), scores[keep], state.select(kept_rows)
     return best
 
@@ -169,6 +184,7 @@ def _reorder_beams(state: DecoderState, rows: Tensor) -> DecoderState:
     Any other state (e.g. a test's stand-in model) is reordered whole by its ``select``."""
     if not isinstance(state, DecoderState):
         return state.select(rows)
+    # K (n·beam, h, length, d_k), V (n·beam, h, length, d_v), rows picked along dim 0
     pick = lambda kv: None if kv is None else (kv[0].index_select(0, rows), kv[1].index_select(0, rows))
     return replace(state, self_kv=[pick(kv) for kv in state.self_kv])
 
@@ -176,11 +192,15 @@ def _reorder_beams(state: DecoderState, rows: Tensor) -> DecoderState:
 def _record(best: list[list[int]], best_scores: Tensor, active: Tensor, new_scores: Tensor, tokens: Tensor,
             rows: Tensor) -> None:
     """Where ``new_scores`` beats a sentence's best so far, keep that hypothesis: the tokens of
-    ``rows[i, 0]`` without BOS (a finished hypothesis's EOS is never stored in ``tokens``)."""
-    improved = (new_scores > best_scores[active]).nonzero().squeeze(1)
+    ``rows[i, 0]`` without BOS (a finished hypothesis's EOS is never stored in ``tokens``).
+
+    Shapes, for n active sentences: ``best_scores`` (batch,), ``active`` (n,), ``new_scores`` (n,),
+    ``tokens`` (n·beam, t), ``rows`` (n, 1)."""
+    improved = (new_scores > best_scores[active]).nonzero().squeeze(1)  # (n_improved,): indices into the n
     if improved.numel() == 0:
         return
-    sentences = active[improved]
+    sentences = active[improved]  # (n_improved,)
     best_scores[sentences] = new_scores[improved]
+    # tokens[rows[improved, 0], 1:]: (n_improved, t - 1), BOS dropped
     for sentence, hypothesis in zip(sentences.tolist(), tokens[rows[improved, 0], 1:].tolist()):
         best[sentence] = hypothesis

@@ -27,7 +27,8 @@ class ScaledEmbedding(nn.Module):
         self.scale = math.sqrt(d_model)
 
     def forward(self, tokens: Tensor) -> Tensor:
-        return F.embedding(tokens, self.weight) * self.scale
+        """tokens: (batch, length) ids → (batch, length, d_model)."""
+        return F.embedding(tokens, self.weight) * self.scale  # (batch, length, d_model)
 
 
 @dataclass
@@ -35,16 +36,20 @@ class DecoderState:
     """What incremental decoding keeps between steps: the source padding mask, each layer's
     cross-attention keys/values (computed once per source) and self-attention cache."""
 
-    src_mask: Tensor
-    memory_kv: list[tuple[Tensor, Tensor]]
+    src_mask: Tensor  # (batch, 1, 1, src_len)
+    memory_kv: list[tuple[Tensor, Tensor]]  # per layer: K (batch, h, src_len, d_k), V (batch, h, src_len, d_v)
+    # per layer: K (batch, h, length, d_k), V (batch, h, length, d_v), or None before the first step
     self_kv: list[tuple[Tensor, Tensor] | None] = field(default_factory=list)
     length: int = 0  # target positions decoded so far
 
     def select(self, indices: Tensor) -> "DecoderState":
-        """Keep/reorder batch entries (beam search): every tensor indexed along dim 0."""
+        """Keep/reorder batch entries (beam search): every tensor indexed along dim 0.
+
+        ``indices``: (rows,) → every tensor's batch dimension becomes rows, e.g. batch·beam."""
+        # K (rows, h, len, d_k), V (rows, h, len, d_v)
         pick = lambda kv: None if kv is None else (kv[0].index_select(0, indices), kv[1].index_select(0, indices))
         return DecoderState(
-            src_mask=self.src_mask.index_select(0, indices),
+            src_mask=self.src_mask.index_select(0, indices),  # (rows, 1, 1, src_len)
             memory_kv=[pick(kv) for kv in self.memory_kv],
             self_kv=[pick(kv) for kv in self.self_kv],
             length=self.length,
@@ -124,13 +129,13 @@ class Transformer(nn.Module):
 
     def source_mask(self, src: Tensor) -> Tensor:
         """(batch, 1, 1, src_len), True at real source tokens: broadcasts over heads and queries."""
-        return (src != self.pad_id)[:, None, None, :]
+        return (src != self.pad_id)[:, None, None, :]  # (batch, src_len) → (batch, 1, 1, src_len)
 
     def encode(self, src: Tensor, return_weights: bool = False) -> tuple[Tensor, Tensor, list[LayerAttention]]:
         """src: (batch, src_len) token ids → memory (batch, src_len, d_model), source mask,
         per-layer attention weights (empty unless asked for)."""
-        src_mask = self.source_mask(src)
-        x = self.embedding_dropout(self.src_positions(self.src_embedding(src)))
+        src_mask = self.source_mask(src)  # (batch, 1, 1, src_len)
+        x = self.embedding_dropout(self.src_positions(self.src_embedding(src)))  # (batch, src_len, d_model)
         weights = []
         for layer in self.encoder_layers:
             x, layer_weights = layer(x, src_mask, return_weights)
@@ -138,9 +143,12 @@ class Transformer(nn.Module):
         return x, src_mask, weights if return_weights else []
 
     def start_decoding(self, memory: Tensor, src_mask: Tensor) -> DecoderState:
-        """Project the encoder output once per layer for encoder-decoder attention."""
+        """Project the encoder output once per layer for encoder-decoder attention.
+
+        ``memory``: (batch, src_len, d_model), ``src_mask``: (batch, 1, 1, src_len)."""
         return DecoderState(
             src_mask=src_mask,
+            # per layer: K (batch, h, src_len, d_k), V (batch, h, src_len, d_v)
             memory_kv=[layer.cross_attention.project_keys_values(memory) for layer in self.decoder_layers],
             self_kv=[None] * len(self.decoder_layers),
         )
@@ -152,23 +160,31 @@ class Transformer(nn.Module):
 
         Call with a whole shifted target for teacher forcing, or one token at a time: the state
         returned holds the self-attention keys/values of every position decoded so far.
+        Returns logits (batch, t, tgt_vocab), that state (K (batch, h, state.length + t, d_k) and
+        V (batch, h, state.length + t, d_v) per layer) and the attention weights if asked for.
         """
+        # (batch, t) → (batch, t, d_model)
         x = self.embedding_dropout(self.tgt_positions(self.tgt_embedding(tgt_in), offset=state.length))
         new_self_kv, weights = [], []
         for layer, memory_kv, cache in zip(self.decoder_layers, state.memory_kv, state.self_kv):
+            # x: (batch, t, d_model); kv: K (batch, h, state.length + t, d_k), V (batch, h, state.length + t, d_v)
             x, kv, layer_weights = layer(x, memory_kv, state.src_mask, cache, return_weights)
             new_self_kv.append(kv)
             weights.append(layer_weights)
         state = DecoderState(state.src_mask, state.memory_kv, new_self_kv, state.length + tgt_in.size(1))
-        return self.logits(x), state, weights if return_weights else []
+        return self.logits(x), state, weights if return_weights else []  # logits (batch, t, tgt_vocab)
 
     def logits(self, x: Tensor) -> Tensor:
+        """x: (batch, length, d_model) → pre-softmax logits (batch, length, tgt_vocab)."""
         if self.output_projection is not None:
-            return self.output_projection(x)
+            return self.output_projection(x)  # (batch, length, tgt_vocab)
+        # x @ weightᵀ with the tied weight (tgt_vocab, d_model): (batch, length, tgt_vocab)
         return F.linear(x, self.tgt_embedding.weight)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher-forced logits (batch, tgt_len, tgt_vocab) for target inputs ``tgt_in`` (BOS + y[:-1])."""
-        memory, src_mask, _ = self.encode(src)
+        """Teacher-forced logits (batch, tgt_len, tgt_vocab) for target inputs ``tgt_in`` (BOS + y[:-1]).
+
+        src: (batch, src_len) and tgt_in: (batch, tgt_len) token ids."""
+        memory, src_mask, _ = self.encode(src)  # (batch, src_len, d_model), (batch, 1, 1, src_len)
         logits, _, _ = self.decode(tgt_in, self.start_decoding(memory, src_mask))
         return logits
