@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import html
-import inspect
 import json
 import os
 import sys
@@ -40,10 +39,11 @@ import torch
 from omegaconf import OmegaConf
 
 from aiayn.data.batching import TokenBatchSampler
-from aiayn.data.datamodule import TranslationCollator
+from aiayn.data.corpus import TranslationCollator
 from aiayn.data.readers import read_lines
 from aiayn.data.subwords import Subwords, train_or_load
 from aiayn.model import Transformer, beam_search
+from aiayn.training.config import network_arguments
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, when imported from elsewhere
 import _common  # noqa: E402
@@ -99,8 +99,8 @@ def newstest2014(side: str = "en") -> list[str]:
 
 
 def model_config(name: str, overrides: list[str] = ()) -> dict:
-    """conf/model/<name>.yaml (following its ``defaults``) with ``key=value`` overrides, reduced
-    to the Transformer's own arguments."""
+    """conf/model/<name>.yaml (following its ``defaults``; the schema entry, ``/schema/...``,
+    holds no values) with ``key=value`` overrides: the Transformer's own arguments."""
     def load(stem: str) -> dict:
         path = REPO / "conf" / "model" / f"{stem}.yaml"
         if not path.is_file():
@@ -108,21 +108,20 @@ def model_config(name: str, overrides: list[str] = ()) -> dict:
         config = OmegaConf.to_container(OmegaConf.load(path))
         merged = {}
         for parent in config.pop("defaults", []):
-            if parent != "_self_":
+            if parent != "_self_" and not parent.startswith("/schema/"):
                 merged.update(load(parent))
         return {**merged, **config}
 
     config = load(name)
     config.update(OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides))))
-    known = set(inspect.signature(Transformer).parameters) - {"src_vocab_size", "tgt_vocab_size", "pad_id"}
-    return {key: value for key, value in config.items() if key in known}
+    return network_arguments(config)
 
 
 def build_model(args, vocab: Subwords | None = None) -> tuple[Transformer, Subwords, dict]:
     """The model to decode with and the subword model for its inputs: a trained checkpoint, or
     conf/model/<args.model> with random weights (seeded) and the WMT-slice subwords."""
     if args.checkpoint:
-        from aiayn.training.checkpoint import load_trained
+        from aiayn.checkpoints.trained import load_trained
 
         trained = load_trained(args.checkpoint, args.device)
         sizes = {"checkpoint": str(args.checkpoint), "step": trained.step}

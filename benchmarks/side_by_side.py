@@ -38,7 +38,7 @@ import decode_speed  # noqa: E402  (data, model and machine helpers shared with 
 import peers  # noqa: E402
 
 from aiayn.data.batching import TokenBatchSampler  # noqa: E402
-from aiayn.data.datamodule import ParallelCorpus, TranslationCollator  # noqa: E402
+from aiayn.data.corpus import ParallelCorpus, TranslationCollator  # noqa: E402
 from aiayn.model import beam_search  # noqa: E402
 from aiayn.training.loss import label_smoothed_loss  # noqa: E402
 

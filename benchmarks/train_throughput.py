@@ -15,7 +15,7 @@ sentencepiece model (``--subwords FILE.model``) gives. A timed step is what the 
 does: TranslationModule.training_loss (forward and label-smoothed loss), backward, Adam with the
 §5.3 schedule.
 
-Model FLOPs utilisation = FLOPs counted from the model's shapes (aiayn.training.flops, padded
+Model FLOPs utilisation = FLOPs counted from the model's shapes (aiayn.reporting.flops, padded
 positions included: they are computed) / measured time / the device's peak, given with
 ``--peak-tflops`` or measured with a large matrix product in the dtype used. Peak memory is the
 process's resident-set high-water mark on CPU and torch.cuda.max_memory_allocated on CUDA.
@@ -42,14 +42,15 @@ from typing import Any
 
 import numpy as np
 import torch
+from _common import REPO, commit, machine, now
 from omegaconf import OmegaConf
 
-from _common import REPO, commit, machine, now
 from aiayn.data.batching import TokenBatchSampler
-from aiayn.data.datamodule import ParallelCorpus, TranslationCollator
+from aiayn.data.corpus import ParallelCorpus, TranslationCollator
 from aiayn.data.readers import read_parallel
 from aiayn.data.subwords import BOS_ID, EOS_ID, PAD_ID, Subwords
-from aiayn.training.flops import Shapes, training_flops
+from aiayn.reporting.flops import Shapes, training_flops
+from aiayn.training.config import network_arguments
 from aiayn.training.module import TranslationModule
 
 RESULTS = REPO / "benchmarks" / "results" / "train_throughput.jsonl"
@@ -63,8 +64,9 @@ SUBWORDS_PER_WORD = 1.3
 
 
 def load_model_config(name: str, overrides: list[str]) -> dict[str, Any]:
-    """conf/model/<name>.yaml (or a yaml file path) with its `defaults` merged in as Hydra does,
-    then ``model.KEY=VALUE`` overrides."""
+    """conf/model/<name>.yaml (or a yaml file path) with its `defaults` merged in as Hydra does
+    (the schema entry, ``/schema/...``, left out: it holds no values of its own), then
+    ``model.KEY=VALUE`` overrides."""
     path = Path(name) if name.endswith((".yaml", ".yml")) else MODEL_DIR / f"{name}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in MODEL_DIR.glob("*.yaml")))
@@ -73,6 +75,8 @@ def load_model_config(name: str, overrides: list[str]) -> dict[str, Any]:
     merged = OmegaConf.create()
     defaults = list(config.pop("defaults", None) or ["_self_"])
     for entry in defaults if "_self_" in defaults else [*defaults, "_self_"]:
+        if entry != "_self_" and entry.startswith("/schema/"):
+            continue
         part = config if entry == "_self_" else OmegaConf.create(load_model_config(str(path.parent / f"{entry}.yaml"), []))
         merged = OmegaConf.merge(merged, part)
     for override in overrides:
@@ -162,7 +166,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model_config = load_model_config(args.model, args.set)
+    model_config = network_arguments(load_model_config(args.model, args.set))
     model_config["attention"] = args.attention
     max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS[device.type]
 
@@ -179,7 +183,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     batches = [collate([corpus[i] for i in sampled[step % len(sampled)]]) for step in range(total + profiled)]
 
     module = TranslationModule(
-        model=model_config, vocab_size=args.vocab_size, decoding={},
+        model=model_config, vocab_size=args.vocab_size, decoding={}, label_smoothing=0.1,  # ε_ls: loss.label_smoothing
         optim={"betas": [0.9, 0.98], "eps": 1e-9, "warmup_steps": 4000, "lr_factor": 1.0, "fused": args.fused_adam},
     ).to(device).train()
     if args.compile:
@@ -234,7 +238,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "settings": {**{key: value for key, value in vars(args).items() if key not in ("out", "data_root")},
                      "max_tokens": max_tokens},
-        "model": {key: model_config[key] for key in ("name", "n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v")},
+        "model": {"name": Path(args.model).stem,
+                  **{key: model_config[key] for key in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v")}},
         "parameters": sum(p.numel() for p in module.model.parameters()),
         "timed_steps": len(step_seconds),
         "tgt_tokens_per_s": tokens / seconds,

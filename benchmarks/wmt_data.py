@@ -111,7 +111,7 @@ def memory_mib() -> dict[str, float]:
 
 
 def datamodule(raw: Path, cache: Path, vocab_size: int, sample_pairs: int, max_tokens: int, workers: int | None = None):
-    from aiayn.data.wmt_datamodule import WMTDataModule
+    from aiayn.data.wmt.datamodule import WMTDataModule
 
     return WMTDataModule(str(raw), vocab_size=vocab_size, max_tokens=max_tokens, cache_dir=str(cache), download=False,
                          subword_sample_pairs=sample_pairs, prepare_workers=workers)
@@ -134,7 +134,7 @@ def bench_loader(raw: Path, cache: Path, vocab_size: int, sample_pairs: int, max
     """The training loader of an already prepared corpus, in this process: memory and speed."""
     import torch
 
-    import aiayn.data.wmt_datamodule  # noqa: F401  (imports are not the loader's memory)
+    import aiayn.data.wmt.datamodule  # noqa: F401  (imports are not the loader's memory)
 
     torch.set_num_threads(1)
     before = memory_mib()

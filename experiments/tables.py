@@ -20,8 +20,16 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from aiayn.experiments.tables import (TABLES, expand_sweep, format_parameter_report, local_runs, log_to_wandb,
-                                   parameter_report, table_rows, wandb_runs, write_table)
+from aiayn.reporting.table_files import log_to_wandb, write_table
+from aiayn.reporting.tables import (
+    TABLES,
+    expand_sweep,
+    format_parameter_report,
+    local_runs,
+    parameter_report,
+    table_rows,
+    wandb_runs,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"

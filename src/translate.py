@@ -1,46 +1,9 @@
 """Translate text with a checkpoint: `python src/translate.py ckpt=<file> [input=...] [output=...]`.
 
-One sentence a line in, one translation a line out, in the same order; an empty line gives an
-empty line; a line longer than the model can read is truncated with a warning.
+A thin entry point: the command is :mod:`aiayn.cli.translate` (also installed as ``aiayn-translate``).
 """
 
-from __future__ import annotations
-
-import logging
-import sys
-from pathlib import Path
-
-import hydra
-from omegaconf import DictConfig
-
-from aiayn.data.readers import DataError, decode_lines, read_lines
-from aiayn.training.checkpoint import load_trained
-from aiayn.training.translation import translate
-
-
-@hydra.main(version_base="1.3", config_path="../conf", config_name="translate")
-def main(cfg: DictConfig) -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        trained = load_trained(cfg.ckpt, cfg.device)
-        if cfg.input:
-            lines = read_lines(cfg.input)
-        else:
-            lines = list(decode_lines(sys.stdin.buffer, "<stdin>"))
-        settings = {key: cfg[key] for key in ("beam_size", "alpha", "max_len_offset", "kv_cache") if cfg[key] is not None}
-        result = translate(trained.model, trained.vocab, lines, batch_size=cfg.batch_size,
-                           **{**trained.decoding, **settings})
-    except (DataError, ValueError) as error:
-        print(f"translate.py: {error}", file=sys.stderr)
-        sys.exit(2)
-    text = "".join(line + "\n" for line in result.texts)
-    if cfg.output:
-        Path(cfg.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
-    print(f"translated {len(lines)} lines in {result.seconds:.1f} s ({result.sentences_per_second:.1f} sentences/s)"
-          + (f"; {result.truncated} truncated" if result.truncated else ""), file=sys.stderr)
-
+from aiayn.cli.translate import main
 
 if __name__ == "__main__":
     main()

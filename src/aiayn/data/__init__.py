@@ -1,13 +1,16 @@
 """Data: reading corpora (plain, gz, sgm), WMT14 preparation, subword vocabularies, binarised
 storage, token-budget batching and Lightning data modules.
 
+What every task shares is here (readers, subwords, batching, the parallel corpus and the base
+data module); each corpus has its own module or subpackage (``multi30k``, ``wmt``, ``parsing``).
+
 Names are re-exported lazily, so importing a light submodule (e.g. ``aiayn.data.readers``)
 does not import Lightning.
 """
 
 from __future__ import annotations
 
-import importlib
+from aiayn.data._lazy import lazy_exports
 
 _EXPORTS = {
     "DataError": "readers",
@@ -15,29 +18,20 @@ _EXPORTS = {
     "read_parallel": "readers",
     "iter_lines": "readers",
     "iter_parallel": "readers",
-    "read_sgm": "sgm",
-    "MappedCorpus": "storage",
-    "prepare_wmt": "preparation",
-    "WMTDataModule": "wmt_datamodule",
+    "read_sgm": "wmt.sgm",
+    "MappedCorpus": "wmt.storage",
+    "prepare_wmt": "wmt.preparation",
+    "WMTDataModule": "wmt.datamodule",
     "multi30k_files": "multi30k",
     "Subwords": "subwords",
     "train_or_load": "subwords",
     "TokenBatchSampler": "batching",
-    "ParallelCorpus": "datamodule",
-    "TranslationBatch": "datamodule",
-    "TranslationCollator": "datamodule",
+    "ParallelCorpus": "corpus",
+    "TranslationBatch": "corpus",
+    "TranslationCollator": "corpus",
     "TranslationDataModule": "datamodule",
-    "Multi30kDataModule": "datamodule",
-    "filter_pairs": "datamodule",
+    "Multi30kDataModule": "multi30k",
+    "filter_pairs": "corpus",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,118 +1,27 @@
-"""Parallel-corpus dataset, batch collation and the Lightning data modules built on them."""
+"""The Lightning data module of a line-aligned parallel corpus (:class:`TranslationDataModule`),
+which the corpus-specific data modules subclass; the dataset and collation are in
+:mod:`aiayn.data.corpus`."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TypedDict
 
 import lightning as L
-import numpy as np
-import torch
-from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from aiayn.data.batching import TokenBatchSampler
-from aiayn.data.multi30k import multi30k_files, multi30k_path
-from aiayn.data.readers import DataError, read_parallel
+from aiayn.data.corpus import ParallelCorpus, TranslationCollator, filter_pairs
+from aiayn.data.readers import read_parallel
 from aiayn.data.subwords import Subwords, train_or_load
+from aiayn.errors import DataError
+from aiayn.metrics.scorers import CorpusBleu, Scorer
 
 log = logging.getLogger(__name__)
 
 ROLES = ("train", "val", "test")
 _STAGE_ROLES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",), None: ROLES}
-
-
-class TranslationBatch(TypedDict):
-    """A collated batch; a plain dict of tensors at run time."""
-
-    src: Tensor  # (B, S) source ids + EOS, right-padded with pad_id
-    tgt_in: Tensor  # (B, T) BOS + target ids, right-padded
-    tgt_out: Tensor  # (B, T) target ids + EOS, right-padded
-    index: Tensor  # (B,) dataset indices
-
-
-class ParallelCorpus(Dataset):
-    """Encoded sentence pairs (no BOS/EOS), stored flat; item ``i`` is ``(i, src_ids, tgt_ids)``."""
-
-    def __init__(self, src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]], line_numbers: Sequence[int] | None = None):
-        if len(src_ids) != len(tgt_ids):
-            raise ValueError(f"{len(src_ids)} source sequences but {len(tgt_ids)} target sequences")
-        self._src, self._src_offsets = _pack(src_ids)
-        self._tgt, self._tgt_offsets = _pack(tgt_ids)
-        # 0-based line of each pair in the files it was read from (differs once pairs are filtered)
-        self.line_numbers = np.arange(len(src_ids)) if line_numbers is None else np.asarray(line_numbers, dtype=np.int64)
-
-    def __len__(self) -> int:
-        return len(self._src_offsets) - 1
-
-    def __getitem__(self, index: int) -> tuple[int, list[int], list[int]]:
-        s0, s1 = self._src_offsets[index], self._src_offsets[index + 1]
-        t0, t1 = self._tgt_offsets[index], self._tgt_offsets[index + 1]
-        return index, self._src[s0:s1].tolist(), self._tgt[t0:t1].tolist()
-
-    @property
-    def src_lengths(self) -> np.ndarray:
-        """Source lengths with the EOS that collation adds."""
-        return np.diff(self._src_offsets) + 1
-
-    @property
-    def tgt_lengths(self) -> np.ndarray:
-        """Target lengths with the BOS (input side) or EOS (output side) that collation adds."""
-        return np.diff(self._tgt_offsets) + 1
-
-
-def _pack(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
-    np.cumsum([len(s) for s in seqs], out=offsets[1:])
-    flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int32, count=int(offsets[-1]))
-    return flat, offsets
-
-
-class TranslationCollator:
-    """Collates ``(index, src_ids, tgt_ids)`` items into a :class:`TranslationBatch`."""
-
-    def __init__(self, pad_id: int, bos_id: int, eos_id: int):
-        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
-
-    def __call__(self, items: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> TranslationBatch:
-        size = len(items)
-        src_len = max(len(src) for _, src, _ in items) + 1
-        tgt_len = max(len(tgt) for _, _, tgt in items) + 1
-        src = np.full((size, src_len), self.pad_id, dtype=np.int64)
-        tgt_in = np.full((size, tgt_len), self.pad_id, dtype=np.int64)
-        tgt_out = np.full((size, tgt_len), self.pad_id, dtype=np.int64)
-        for row, (_, s, t) in enumerate(items):
-            src[row, : len(s)] = s
-            src[row, len(s)] = self.eos_id
-            tgt_in[row, 0] = self.bos_id
-            tgt_in[row, 1 : len(t) + 1] = t
-            tgt_out[row, : len(t)] = t
-            tgt_out[row, len(t)] = self.eos_id
-        return TranslationBatch(
-            src=torch.from_numpy(src),
-            tgt_in=torch.from_numpy(tgt_in),
-            tgt_out=torch.from_numpy(tgt_out),
-            index=torch.tensor([index for index, _, _ in items], dtype=torch.long),
-        )
-
-
-def filter_pairs(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]], max_length: int) -> tuple[list[int], dict[str, int]]:
-    """Indices of the pairs with both sides non-empty and at most ``max_length`` ids, and how
-    many were dropped by each rule (``"empty"`` first, then ``"too_long"``)."""
-    keep: list[int] = []
-    dropped = {"empty": 0, "too_long": 0}
-    for index, (src, tgt) in enumerate(zip(src_ids, tgt_ids, strict=True)):
-        if not src or not tgt:
-            dropped["empty"] += 1
-        elif len(src) > max_length or len(tgt) > max_length:
-            dropped["too_long"] += 1
-        else:
-            keep.append(index)
-    return keep, dropped
 
 
 class TranslationDataModule(L.LightningDataModule):
@@ -227,6 +136,15 @@ class TranslationDataModule(L.LightningDataModule):
         """The raw target lines of an evaluation split, indexed by dataset index."""
         return self._raw(self._references, split)
 
+    def scorer(self) -> Scorer:
+        """What evaluation scores decoded output with: sacreBLEU (§6.1)."""
+        return CorpusBleu()
+
+    def scoring_references(self, split: str) -> list[str]:
+        """What :meth:`scorer` scores an evaluation split's output against, indexed by dataset
+        index: the raw target lines."""
+        return self.references(split)
+
     def sources(self, split: str) -> list[str]:
         """The raw source lines of an evaluation split, indexed by dataset index."""
         return self._raw(self._sources, split)
@@ -310,37 +228,3 @@ def _require_lines(src: list[str], src_path: Path, tgt_path: Path) -> None:
 
 def _default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "aiayn"
-
-
-class Multi30kDataModule(TranslationDataModule):
-    """Multi30k task 1 (``<data_root>/multi30k/{split}.{lang}.gz``) as a :class:`TranslationDataModule`."""
-
-    def __init__(
-        self,
-        data_root: str,
-        src_lang: str = "en",
-        tgt_lang: str = "de",
-        vocab_size: int = 8000,
-        max_tokens: int = 4096,
-        max_length: int = 256,
-        cache_dir: str | None = None,
-        seed: int = 0,
-        num_workers: int = 0,
-        download: bool = True,
-        val_split: str = "val",
-        test_split: str = "test_2016_flickr",
-        eval_max_tokens: int | None = None,
-    ):
-        super().__init__(
-            data_root, src_lang, tgt_lang, vocab_size, max_tokens, max_length, cache_dir, seed,
-            num_workers, download, "train", val_split, test_split, eval_max_tokens,
-        )
-        if src_lang == tgt_lang:
-            raise ValueError(f"source and target language are both {src_lang!r}")
-        for split in self.splits.values():  # unknown splits or languages fail here, not later
-            for lang in (src_lang, tgt_lang):
-                multi30k_path(data_root, split, lang)
-        self.save_hyperparameters()
-
-    def split_files(self, split: str, download: bool) -> tuple[Path, Path]:
-        return multi30k_files(self.data_root, split, self.src_lang, self.tgt_lang, download=download)

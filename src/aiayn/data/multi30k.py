@@ -1,14 +1,16 @@
-"""Locating (and, when allowed, downloading) the Multi30k task 1 files."""
+"""Multi30k task 1: locating (and, when allowed, downloading) its files, and its
+:class:`Multi30kDataModule`."""
 
 from __future__ import annotations
 
 import logging
 import os
-import tempfile
-import urllib.request
 from pathlib import Path
 
-from aiayn.data.readers import DataError, read_lines
+from aiayn.data.datamodule import TranslationDataModule
+from aiayn.data.download import download_file
+from aiayn.data.readers import read_lines
+from aiayn.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -72,22 +74,43 @@ def _check(split: str, lang: str) -> None:
 
 
 def _download(url: str, path: Path) -> None:
-    """Fetch ``url`` into ``path`` through a temporary file renamed into place once it has been
-    checked to be complete; failures are logged, not raised."""
-    tmp_name = None
+    """Fetch ``url`` into ``path``, renamed into place only once it reads as complete gzipped
+    text; failures are logged, not raised."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".part.gz", delete=False) as tmp:
-            tmp_name = tmp.name
-            log.info("downloading %s to %s", url, path)
-            with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
-                while chunk := response.read(1 << 16):
-                    tmp.write(chunk)
-        read_lines(tmp_name)  # a truncated or non-gzip download fails here
-        os.replace(tmp_name, path)
-        tmp_name = None
+        download_file(url, path, DOWNLOAD_TIMEOUT_S, check=read_lines)  # a truncated or non-gzip download fails
     except (OSError, DataError) as error:  # URLError, timeouts and read-only folders are OSErrors
         log.warning("could not download %s to %s: %s", url, path, error)
-    finally:
-        if tmp_name is not None:
-            Path(tmp_name).unlink(missing_ok=True)
+
+
+class Multi30kDataModule(TranslationDataModule):
+    """Multi30k task 1 (``<data_root>/multi30k/{split}.{lang}.gz``) as a :class:`TranslationDataModule`."""
+
+    def __init__(
+        self,
+        data_root: str,
+        src_lang: str = "en",
+        tgt_lang: str = "de",
+        vocab_size: int = 8000,
+        max_tokens: int = 4096,
+        max_length: int = 256,
+        cache_dir: str | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+        download: bool = True,
+        val_split: str = "val",
+        test_split: str = "test_2016_flickr",
+        eval_max_tokens: int | None = None,
+    ):
+        super().__init__(
+            data_root, src_lang, tgt_lang, vocab_size, max_tokens, max_length, cache_dir, seed,
+            num_workers, download, "train", val_split, test_split, eval_max_tokens,
+        )
+        if src_lang == tgt_lang:
+            raise ValueError(f"source and target language are both {src_lang!r}")
+        for split in self.splits.values():  # unknown splits or languages fail here, not later
+            for lang in (src_lang, tgt_lang):
+                multi30k_path(data_root, split, lang)
+        self.save_hyperparameters()
+
+    def split_files(self, split: str, download: bool) -> tuple[Path, Path]:
+        return multi30k_files(self.data_root, split, self.src_lang, self.tgt_lang, download=download)

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from aiayn.errors import DataError
 
-class DataError(ValueError):
-    """A data file is missing, unreadable or malformed; the message names the file and the fix."""
+__all__ = ["DataError", "read_lines", "iter_lines", "iter_parallel", "decode_lines", "read_parallel"]
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:

@@ -7,12 +7,14 @@ import json
 import logging
 import os
 import re
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
 
-from aiayn.data.readers import DataError
+from aiayn.errors import DataError
+from aiayn.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -112,29 +114,30 @@ def train_or_load(
         return Subwords(model)
 
     folder.mkdir(parents=True, exist_ok=True)
-    prefix = folder / f".{key}.{os.getpid()}.tmp"
     log.info("training a %s sentencepiece model of %d ids on %d lines into %s", model_type, vocab_size, len(lines), model)
     spm.set_random_generator_seed(int(seed))
     try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(lines),
-            model_prefix=str(prefix),
-            vocab_size=int(vocab_size),
-            model_type=model_type,
-            character_coverage=float(character_coverage),
-            input_sentence_size=int(input_sentence_size),
-            shuffle_input_sentence="true",
-            hard_vocab_limit="true",
-            pad_id=PAD_ID,
-            unk_id=UNK_ID,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-            num_threads=os.cpu_count() or 1,
-            minloglevel=2,
-            **({"user_defined_symbols": list(user_defined_symbols)} if user_defined_symbols else {}),
-        )
-        os.replace(f"{prefix}.vocab", folder / f"{key}.vocab")
-        os.replace(f"{prefix}.model", model)  # last: the .model file marks a complete entry
+        with tempfile.TemporaryDirectory(dir=folder, prefix=f".{key}.") as scratch:  # removed whatever happens
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(lines),
+                model_prefix=f"{scratch}/{key}",
+                vocab_size=int(vocab_size),
+                model_type=model_type,
+                character_coverage=float(character_coverage),
+                input_sentence_size=int(input_sentence_size),
+                shuffle_input_sentence="true",
+                hard_vocab_limit="true",
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                num_threads=os.cpu_count() or 1,
+                minloglevel=2,
+                **({"user_defined_symbols": list(user_defined_symbols)} if user_defined_symbols else {}),
+            )
+            for suffix in (".vocab", ".model"):  # the .model last: it marks a complete entry
+                data = Path(f"{scratch}/{key}{suffix}").read_bytes()
+                atomic_write(folder / f"{key}{suffix}", lambda file, data=data: file.write(data))
     except RuntimeError as error:
         too_high = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", str(error))
         if too_high:
@@ -143,9 +146,6 @@ def train_or_load(
                 f"(at most {too_high[2]} here); lower task.vocab_size or train on more text"
             ) from None
         raise DataError(f"sentencepiece training for {model} failed: {error}") from None
-    finally:
-        for suffix in (".model", ".vocab"):
-            Path(f"{prefix}{suffix}").unlink(missing_ok=True)
     return Subwords(model)
 
 

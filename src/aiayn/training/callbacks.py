@@ -1,14 +1,46 @@
-"""Lightning callbacks of the training job."""
+"""Lightning callbacks of the training job: the attention pictures at the end of training, the
+run summary (dev PPL/BLEU, parameters, tokens, FLOPs) in summary.json and W&B, and the timed
+checkpoints of §6.1. conf/callbacks/default.yaml lists what a run uses; the factories here return
+None for a callback switched off, which then adds none."""
 
 from __future__ import annotations
 
 import logging
+import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
 
+from aiayn.reporting.flops import (
+    Shapes,
+    paper_estimate,
+    sustained_tflops,
+    training_flops,
+)
+from aiayn.reporting.summary import device_name, write_summary
+
 log = logging.getLogger(__name__)
+
+
+def timed_checkpoints(dirpath: str, every_n_minutes: float | None, keep: int) -> ModelCheckpoint | None:
+    """§6.1: a checkpoint every ``every_n_minutes`` minutes of training wall time,
+    ``<dirpath>/time-step<N>.ckpt``, the newest ``keep`` kept (-1: all; ``monitor="step"`` makes
+    "newest" the ranking), for src/average.py to average. None when ``every_n_minutes`` is None."""
+    if every_n_minutes is None:
+        return None
+    return ModelCheckpoint(dirpath=dirpath, filename="time-step{step:07d}", auto_insert_metric_name=False,
+                           train_time_interval=timedelta(minutes=every_n_minutes), save_top_k=keep,
+                           monitor="step", mode="max")
+
+
+def attention_pictures(enabled: bool, **options: Any) -> AttentionPicturesCallback | None:
+    """An AttentionPicturesCallback(**options), or None when not ``enabled``."""
+    return AttentionPicturesCallback(**options) if enabled else None
 
 
 class AttentionPicturesCallback(L.Callback):
@@ -39,10 +71,115 @@ class AttentionPicturesCallback(L.Callback):
                                      step=trainer.global_step)
 
     def _draw(self, trainer: L.Trainer, pl_module: L.LightningModule) -> tuple[list[Path], str]:
-        from aiayn.analysis.attention_maps import attention_maps, draw_attention  # matplotlib only when used
+        from aiayn.analysis.attention_maps import (  # matplotlib only when used
+            attention_maps,
+            draw_attention,
+        )
 
         datamodule = trainer.datamodule
         sentence = datamodule.sources(self.split)[self.index]
         maps = attention_maps(pl_module.model, datamodule.vocab, sentence, pl_module.decoding)
         paths = draw_attention(maps, Path(trainer.default_root_dir) / self.folder)
         return paths, f"{maps.source} → {maps.translation or '(empty translation)'}"
+
+
+class RunSummaryCallback(L.Callback):
+    """Counts every training batch (source and target tokens, FLOPs of its forward and backward
+    from the padded batch shape, see :mod:`aiayn.reporting.flops`), summed over all ranks, and
+    keeps the newest validation's perplexity and BLEU. At the end of training, rank zero writes
+    them to ``<trainer.default_root_dir>/summary.json`` and to the W&B run's summary.
+
+    Summary keys: ``dev/ppl``, ``dev/bleu`` (the last validation, at step ``dev/step``),
+    ``parameters``, ``steps``, ``training_time_s`` (wall time from the start to the end of
+    training, validation included, as the paper's 12 hours for 100K steps), ``tokens_seen``
+    (target tokens, padding left out), ``src_tokens_seen``, ``train_flops`` (counted),
+    ``flops_per_token`` (per target token), ``train_flops_paper_estimate`` (training time × processes
+    × the sustained TFLOPS of ``gpu``: the cost as if each process were that GPU; the paper: P100),
+    ``processes``, ``gpu_for_estimate``, ``device_name`` (the accelerator, else the CPU) and
+    ``finished_at`` (UTC).
+
+    The counts travel in checkpoints, so a resumed run goes on counting where it stopped.
+    """
+
+    def __init__(self, gpu: str | float = "P100"):
+        self.gpu = gpu
+        self.tflops = sustained_tflops(gpu)  # a bad setting fails before training starts
+        self.totals: torch.Tensor | None = None  # (source tokens, target tokens, FLOPs), all ranks
+        self.restored_totals = torch.zeros(3, dtype=torch.float64)
+        self.seconds_before = 0.0  # training time of the earlier attempts of a resumed run
+        self.started: float | None = None
+        self.dev: dict[str, float] = {}
+        self.shapes: Shapes | None = None
+
+    # -- counting ---------------------------------------------------------------------------
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.shapes = Shapes.from_config(pl_module.hparams.model, pl_module.hparams.vocab_size)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.totals = self.restored_totals.to(pl_module.device)
+        self.started = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        src, tgt = batch["src"], batch["tgt_out"]
+        flops = training_flops(self.shapes, src.size(0), src.size(1), tgt.size(1))
+        # On the device, so that counting never waits for it; one small sum over the ranks per batch.
+        counts = torch.stack([(src != pl_module.pad_id).sum(), (tgt != pl_module.pad_id).sum()]).to(torch.float64)
+        batch_totals = torch.cat([counts, torch.tensor([float(flops)], dtype=torch.float64, device=counts.device)])
+        if trainer.world_size > 1:
+            batch_totals = trainer.strategy.reduce(batch_totals, reduce_op="sum")
+        self.totals += batch_totals
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        metrics = trainer.callback_metrics
+        self.dev = {"dev/step": trainer.global_step}
+        for key in ("ppl", "bleu", "loss"):
+            if f"val/{key}" in metrics:
+                self.dev[f"dev/{key}"] = float(metrics[f"val/{key}"])
+
+    def training_seconds(self) -> float:
+        running = time.perf_counter() - self.started if self.started is not None else 0.0
+        return self.seconds_before + running
+
+    # -- the summary ------------------------------------------------------------------------
+    def summary(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        totals = (self.totals if self.totals is not None else self.restored_totals).tolist()
+        seconds = self.training_seconds()
+        return {
+            **self.dev,
+            "parameters": sum(p.numel() for p in pl_module.model.parameters()),
+            "steps": trainer.global_step,
+            "training_time_s": seconds,
+            "src_tokens_seen": int(totals[0]),
+            "tokens_seen": int(totals[1]),
+            "train_flops": totals[2],
+            "flops_per_token": totals[2] / totals[1] if totals[1] else None,
+            "train_flops_paper_estimate": paper_estimate(seconds, trainer.world_size, self.tflops),
+            "processes": trainer.world_size,
+            "gpu_for_estimate": self.gpu,
+            "device_name": device_name(pl_module.device),
+            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        summary = self.summary(trainer, pl_module)
+        if not trainer.is_global_zero:
+            return
+        path = write_summary(trainer.default_root_dir, summary)
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.experiment.summary.update(summary)
+        log.info("run summary in %s: %s", path, summary)
+
+    # -- resuming ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        totals = self.totals if self.totals is not None else self.restored_totals
+        return {"totals": totals.detach().cpu().tolist(), "training_time_s": self.training_seconds(),
+                "dev": dict(self.dev)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.restored_totals = torch.tensor(state_dict["totals"], dtype=torch.float64)
+        self.seconds_before = float(state_dict["training_time_s"])
+        self.dev = dict(state_dict.get("dev", {}))

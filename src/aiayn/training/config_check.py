@@ -1,41 +1,34 @@
 """Checks of a training config before anything is built, so that a bad setting is reported as
-one line saying what to change, not as a traceback from deep inside torch or Lightning."""
+one line saying what to change, not as a traceback from deep inside torch or Lightning.
+
+Keys and types are the schemas' business (aiayn.training.config); what they cannot say — ranges,
+one setting against another — is checked here."""
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
-from aiayn.model import Transformer
-from aiayn.training.flops import sustained_tflops
-from aiayn.training.model_config import TRAINING_KEYS, network_arguments
-
-
-class ConfigError(ValueError):
-    """A setting that cannot work; the message names it and what to do."""
+from aiayn.errors import ConfigError
+from aiayn.reporting.flops import sustained_tflops
+from aiayn.training.config import check_against_schemas, network_arguments
 
 
 def check_train_config(config: dict[str, Any]) -> None:
     """Raise ConfigError for the first impossible setting of a resolved training config."""
-    model = config.get("model") or {}
-    known = set(inspect.signature(Transformer).parameters) - {"src_vocab_size", "tgt_vocab_size", "pad_id"}
-    unknown = sorted(set(model) - known - set(TRAINING_KEYS))
-    if unknown:
-        raise ConfigError(
-            f"model.{unknown[0]} is not a model setting; the settings are {', '.join(sorted(known | set(TRAINING_KEYS)))}"
-        )
-    _range(model, "label_smoothing", 0.0, 1.0)
+    typed = check_against_schemas(config)
+    smoothing = typed["loss"]["label_smoothing"]
+    if not 0.0 <= smoothing < 1.0:
+        raise ConfigError(f"loss.label_smoothing must be in [0.0, 1.0), got {smoothing!r}")
     try:
-        network_arguments(model)
+        network_arguments(typed["model"], config.get("width_divisor", 1))
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    optim = config.get("optim") or {}
-    for section, values in (("model", model), ("optim", optim)):
-        for key in ("train_steps", "warmup_steps"):
-            if key in values and (isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < 1):
-                raise ConfigError(f"{section}.{key} must be a positive whole number, got {values[key]!r}")
-        if "lr_factor" in values and not (isinstance(values["lr_factor"], (int, float)) and values["lr_factor"] > 0):
-            raise ConfigError(f"{section}.lr_factor must be positive, got {values['lr_factor']!r}")
+    optim = typed["optim"]
+    for key in ("train_steps", "warmup_steps"):
+        if optim[key] < 1:
+            raise ConfigError(f"optim.{key} must be a positive whole number, got {optim[key]!r}")
+    if not optim["lr_factor"] > 0:
+        raise ConfigError(f"optim.lr_factor must be positive, got {optim['lr_factor']!r}")
 
     task = config.get("task") or {}
     if not isinstance(task.get("vocab_size"), int) or task["vocab_size"] < 8:
@@ -55,7 +48,3 @@ def check_train_config(config: dict[str, Any]) -> None:
     if (config.get("nonfinite") or {}).get("max_in_a_row", 1) < 1:
         raise ConfigError(f"nonfinite.max_in_a_row must be at least 1, got {config['nonfinite']['max_in_a_row']}")
 
-
-def _range(section: dict[str, Any], key: str, low: float, high: float) -> None:
-    if key in section and not (isinstance(section[key], (int, float)) and low <= section[key] < high):
-        raise ConfigError(f"model.{key} must be in [{low}, {high}), got {section[key]!r}")

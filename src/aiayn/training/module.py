@@ -8,26 +8,21 @@ from typing import Any
 
 import lightning as L
 import numpy as np
-import sacrebleu
 import torch
 import torch.distributed as dist
 from lightning.pytorch.loggers import WandbLogger
 from torchmetrics import MeanMetric
 
-from aiayn.metrics.parseval import parseval
+from aiayn.errors import UserError
+from aiayn.metrics.scorers import Scorer
 from aiayn.model import Transformer, beam_search
 from aiayn.training.loss import label_smoothed_loss
-from aiayn.training.model_config import network_arguments
 from aiayn.training.schedule import transformer_scheduler
 
 log = logging.getLogger(__name__)
 
-# What evaluation scores beam-search output with: sacreBLEU (translation, §6.1) or EVALB's
-# labelled-bracket F1 (parsing, §6.3; the datamodule then turns outputs into trees).
-METRICS = ("bleu", "parse_f1")
 
-
-class VocabularyMismatchError(ValueError):
+class VocabularyMismatchError(UserError):
     """The checkpoint being resumed was trained with another subword model than the data's."""
 
 
@@ -37,12 +32,15 @@ class NonFiniteLossError(RuntimeError):
 
 class TranslationModule(L.LightningModule):
     """Teacher-forced training with label smoothing, Adam and the §5.3 schedule; validation and
-    test report loss, per-token perplexity and sacreBLEU of beam-search output.
+    test report loss, per-token perplexity and the scores of beam-search output.
 
-    ``model`` is the model config (conf/model/*.yaml): the Transformer's arguments plus the
-    training recipe (aiayn.training.model_config). The datamodule attached to the trainer
-    supplies ``vocab`` (to detokenize hypotheses) and ``references(split)`` (the raw reference
-    sentences).
+    ``model`` holds the Transformer's keyword arguments, widths as trained (what
+    aiayn.training.config.network_arguments makes of a model config); ``label_smoothing`` is the
+    loss's ε_ls; ``optim`` is Adam's settings and the schedule's (conf/optim/*.yaml). The
+    datamodule attached to the trainer supplies ``vocab`` (to detokenize hypotheses), ``scorer()``
+    (an :class:`aiayn.metrics.Scorer`: sacreBLEU for translation, EVALB's F1 for parsing) and
+    ``scoring_references(split)`` (what the scorer compares hypotheses with); each of the
+    scorer's figures is logged as ``{stage}/{key}``.
 
     Speed switches that leave the results unchanged (up to rounding): ``compile_model`` compiles
     the Transformer's forward with ``torch.compile`` when fitting starts; ``optim["fused"]`` asks
@@ -55,6 +53,7 @@ class TranslationModule(L.LightningModule):
         vocab_size: int,
         optim: dict[str, Any],
         decoding: dict[str, Any],
+        label_smoothing: float = 0.1,
         pad_id: int = 0,
         bos_id: int = 2,
         eos_id: int = 3,
@@ -62,24 +61,20 @@ class TranslationModule(L.LightningModule):
         run_config: dict[str, Any] | None = None,
         seed: int = 0,
         max_nonfinite_in_a_row: int = 8,
-        metric: str = "bleu",
         compile_model: bool = False,
     ):
         super().__init__()
         # run_config (the whole resolved Hydra config) travels in checkpoints, not in the logger's
         # hyper-parameters: train.py logs it itself.
         self.save_hyperparameters(logger=False)
-        self.label_smoothing = float(model["label_smoothing"])
-        self.model = Transformer(vocab_size, vocab_size, pad_id=pad_id, **network_arguments(model))
+        self.label_smoothing = float(label_smoothing)
+        self.model = Transformer(vocab_size, vocab_size, pad_id=pad_id, **model)
         self.optim, self.decoding = dict(optim), dict(decoding)
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.bleu_sentences = bleu_sentences
-        if metric not in METRICS:
-            raise ValueError(f"unknown metric {metric!r}; choose one of {METRICS}")
-        self.metric = metric
         self.eval_loss, self.eval_nll = MeanMetric(), MeanMetric()
         self.hypotheses: list[tuple[int, str]] = []
-        self.bleu_signature: str | None = None
+        self.scorer: Scorer | None = None  # the datamodule's, from setup() on
         self._last_batch_end: float | None = None  # for target tokens/s between batch ends
         self._tokens = 0  # target tokens of the current training batch
         self.seed = seed
@@ -91,7 +86,8 @@ class TranslationModule(L.LightningModule):
         self.compile_model = compile_model
 
     def setup(self, stage: str) -> None:
-        """The datamodule (set up before this) must speak the model's vocabulary."""
+        """The datamodule (set up before this) must speak the model's vocabulary; it says how
+        evaluation scores the output."""
         vocab = self.trainer.datamodule.vocab
         expected = (self.hparams.vocab_size, self.pad_id, self.bos_id, self.eos_id)
         found = (vocab.vocab_size, vocab.pad_id, vocab.bos_id, vocab.eos_id)
@@ -100,6 +96,7 @@ class TranslationModule(L.LightningModule):
                 f"the data's vocabulary {vocab} has (size, pad, bos, eos) = {found} but the model expects "
                 f"{expected}; set task.vocab_size to the subword model's size"
             )
+        self.scorer = self.trainer.datamodule.scorer()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keep the subword model in the checkpoint, so that it translates on its own."""
@@ -254,26 +251,11 @@ class TranslationModule(L.LightningModule):
         if not hypotheses or self.trainer.sanity_checking:
             return
         indices = sorted(hypotheses)
-        if self.metric == "parse_f1":
-            self._log_parse_f1(stage, indices, [hypotheses[i] for i in indices])
-            return
-        references = self.trainer.datamodule.references(stage)
-        bleu = sacrebleu.BLEU()
-        score = bleu.corpus_score([hypotheses[i] for i in indices], [[references[i] for i in indices]])
-        self.bleu_signature = str(bleu.get_signature())
-        self.log(f"{stage}/bleu", score.score, prog_bar=True)
-        log.info("%s sacreBLEU on %d sentences: %.2f (%s)", stage, len(indices), score.score,
-                 self.bleu_signature)
-
-    def _log_parse_f1(self, stage: str, indices: list[int], outputs: list[str]) -> None:
-        gold, test = self.trainer.datamodule.output_trees(stage, indices, outputs)
-        result = parseval(gold, test)
-        self.log(f"{stage}/f1", result.f1, prog_bar=True)
-        self.log(f"{stage}/precision", result.precision)
-        self.log(f"{stage}/recall", result.recall)
-        self.log(f"{stage}/exact_match", result.exact_match)
-        log.info("%s F1 on %d sentences: %.2f (P %.2f, R %.2f, exact %.2f)", stage, len(indices), result.f1,
-                 result.precision, result.recall, result.exact_match)
+        references = self.trainer.datamodule.scoring_references(stage)
+        scores = self.scorer([hypotheses[i] for i in indices], [references[i] for i in indices])
+        for key, value in scores.items():
+            self.log(f"{stage}/{key}", value, prog_bar=key == self.scorer.name)
+        log.info("%s %s", stage, self.scorer.describe(scores, len(indices)))
 
 
 def _gather(pairs: list[tuple[int, str]]) -> dict[int, str]:

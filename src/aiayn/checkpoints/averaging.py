@@ -1,0 +1,129 @@
+"""Checkpoint averaging (§6.1): "For the base models, we used a single model obtained by averaging
+the last 5 checkpoints, which were written at 10-minute intervals. For the big models, we averaged
+the last 20 checkpoints."
+
+``last_checkpoints`` picks a run's newest checkpoints by global step (see
+:mod:`aiayn.checkpoints.io` for the names), ``average_checkpoints`` averages their weights into a
+checkpoint that loads like any other (:func:`aiayn.checkpoints.trained.load_trained`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints, read_checkpoint
+from aiayn.errors import DataError
+
+
+class _Accumulator:
+    """Running sum of state dicts: floating tensors summed in float64, everything else must equal
+    the first state dict's value. Holds one state dict's worth of memory, whatever the count."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.sums: dict[str, Any] = {}
+        self.dtypes: dict[str, torch.dtype] = {}
+
+    def add(self, state_dict: Mapping[str, Any], source: str = "") -> None:
+        where = f" in {source}" if source else f" in state dict {self.count}"
+        if self.count == 0:
+            for key, value in state_dict.items():
+                if isinstance(value, torch.Tensor) and value.is_floating_point():
+                    self.sums[key] = value.detach().to("cpu", torch.float64, copy=True)
+                    self.dtypes[key] = value.dtype
+                else:
+                    self.sums[key] = value.detach().cpu().clone() if isinstance(value, torch.Tensor) else value
+        else:
+            missing, extra = sorted(set(self.sums) - set(state_dict)), sorted(set(state_dict) - set(self.sums))
+            if missing or extra:
+                key = (missing or extra)[0]
+                raise ValueError(f"state dicts differ in keys: {key!r} is {'missing' if missing else 'extra'}{where}"
+                                 + (f" ({len(missing) + len(extra)} keys differ)" if len(missing) + len(extra) > 1
+                                    else ""))
+            for key, value in state_dict.items():
+                first = self.sums[key]
+                if isinstance(first, torch.Tensor):
+                    if not isinstance(value, torch.Tensor):
+                        raise ValueError(f"{key!r} is a tensor in the first state dict but a {type(value).__name__}"
+                                         f"{where}")
+                    if value.shape != first.shape:
+                        raise ValueError(f"{key!r} has shape {tuple(value.shape)}{where} but "
+                                         f"{tuple(first.shape)} in the first state dict")
+                    if key in self.dtypes:
+                        if not value.is_floating_point():
+                            raise ValueError(f"{key!r} is {value.dtype}{where} but {self.dtypes[key]} in the first "
+                                             "state dict")
+                        first.add_(value.detach().to("cpu", torch.float64))
+                    elif value.dtype != first.dtype or not torch.equal(value.detach().cpu(), first):
+                        raise ValueError(f"{key!r} is a {first.dtype} tensor (not averaged) that differs{where} "
+                                         "from the first state dict")
+                elif value != first:
+                    raise ValueError(f"{key!r} (a {type(first).__name__}) differs{where} from the first state dict")
+        self.count += 1
+
+    def mean(self) -> dict[str, Any]:
+        if self.count == 0:
+            raise ValueError("nothing to average: no state dicts")
+        return {key: (value / self.count).to(self.dtypes[key]) if key in self.dtypes else value
+                for key, value in self.sums.items()}
+
+
+def average_state_dicts(state_dicts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The element-wise mean of ``state_dicts``: floating tensors are averaged in float64 and cast
+    back to their dtype; other tensors (integer buffers) and values must be equal in all of them
+    and are taken from the first. Different key sets, shapes or unequal integer buffers raise
+    ValueError naming the key."""
+    accumulator = _Accumulator()
+    for state_dict in state_dicts:
+        accumulator.add(state_dict)
+    return accumulator.mean()
+
+
+def last_checkpoints(directory: str | os.PathLike, k: int) -> list[Path]:
+    """The ``k`` newest step checkpoints of ``directory`` (a run dir or its checkpoints/ folder),
+    oldest first. Raises DataError (one line naming the folder) when it holds fewer than ``k``."""
+    if k < 1:
+        raise ValueError(f"the number of checkpoints to average must be at least 1, not {k}")
+    found = list_checkpoints(directory)
+    folder = checkpoints_dir(directory)
+    if not found:
+        raise DataError(f"{folder}: no checkpoints (*.ckpt other than last.ckpt) found")
+    if len(found) < k:
+        raise DataError(f"{folder}: asked for the last {k} checkpoints but there are only {len(found)} "
+                        f"(steps {', '.join(str(step) for step, _ in found)})")
+    return [path for _, path in found[-k:]]
+
+
+def average_checkpoints(paths: Iterable[str | os.PathLike]) -> dict[str, Any]:
+    """The newest of ``paths`` (by ``global_step``; the last given on a tie) as a whole checkpoint
+    dict, with ``state_dict`` replaced by the average over all of them, and ``averaged_from`` (the
+    paths, in the order given) and ``averaged_steps`` (their global steps) added; ``torch.save`` it and it loads with ``load_trained``.
+    Checkpoints are read one at a time, so memory stays at about two of them."""
+    paths = [Path(path) for path in paths]
+    if not paths:
+        raise ValueError("nothing to average: no checkpoint paths")
+    accumulator = _Accumulator()
+    newest: dict[str, Any] | None = None
+    steps = []
+    for path in paths:
+        checkpoint = read_checkpoint(path)
+        try:
+            accumulator.add(checkpoint["state_dict"], source=str(path))
+        except ValueError as error:  # checkpoints of different models: the message names the file and key
+            raise DataError(str(error)) from None
+        steps.append(int(checkpoint.get("global_step", 0)))
+        if newest is None or int(checkpoint.get("global_step", 0)) >= int(newest.get("global_step", 0)):
+            newest = checkpoint
+        del checkpoint
+    assert newest is not None
+    newest["state_dict"] = accumulator.mean()
+    newest["averaged_from"] = [str(path) for path in paths]
+    newest["averaged_steps"] = steps
+    return newest
+
+

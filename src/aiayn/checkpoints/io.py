@@ -1,0 +1,111 @@
+"""Checkpoint files: reading one with a clear error, listing a run's checkpoints by step, loading
+lazily (memory-mapped), and saving atomically, by hand or as Lightning's CheckpointIO plugin.
+
+src/train.py writes two kinds of checkpoints into ``<run>/checkpoints/``: ``step0001000.ckpt``
+every ``checkpoint.every_n_train_steps`` steps and ``time-step0001000.ckpt`` every
+``checkpoint.every_n_minutes`` minutes of training (plus ``last.ckpt``, a copy of or link to the
+newest). Every one of them is written to a temporary file and renamed over the target, so a kill
+during a save leaves the previous file (or none), never a truncated one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from aiayn.errors import DataError
+from aiayn.files import atomic_write
+
+# Our two naming schemes (Lightning appends -v1, -v2 ... when a name is taken).
+CHECKPOINT_NAME = re.compile(r"^(?:time-)?step(\d+)(?:-v\d+)?\.ckpt$")
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """The raw checkpoint dict, with a clear error for a missing or foreign file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: checkpoint not found")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # torch raises several kinds for a file that is not a checkpoint
+        raise DataError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
+    missing = [key for key in ("state_dict", "hyper_parameters", "subwords") if key not in checkpoint]
+    if missing:
+        raise DataError(f"{path}: not an aiayn training checkpoint (no {', '.join(missing)})")
+    return checkpoint
+
+
+def checkpoint_step(path: str | os.PathLike) -> int | None:
+    """The global step in a checkpoint's file name (``step0001000.ckpt``, ``time-step0001000.ckpt``),
+    or None for other names."""
+    match = CHECKPOINT_NAME.match(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def checkpoints_dir(directory: str | os.PathLike) -> Path:
+    """``directory`` itself if it holds checkpoints, else its ``checkpoints/`` folder (a run dir)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise DataError(f"{directory}: no such directory")
+    if (directory / "checkpoints").is_dir() and not any(directory.glob("*.ckpt")):
+        return directory / "checkpoints"
+    return directory
+
+
+def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(global step, path) of every step checkpoint in ``directory`` (a run dir or its
+    checkpoints/ folder), oldest first, one per step. The step comes from the file name, else from
+    the file's ``global_step``; ``last*.ckpt`` (a copy of the newest) and averaged checkpoints are
+    left out. When several files hold the same step (a step and a time checkpoint written after
+    the same batch) the one named ``step...`` is kept, so no weights count twice."""
+    folder = checkpoints_dir(directory)
+    by_step: dict[int, Path] = {}
+    for path in sorted(folder.glob("*.ckpt")):
+        if path.name.startswith("last") or not path.is_file():
+            continue
+        step = checkpoint_step(path)
+        if step is None:  # a name of someone else's: ask the file itself
+            checkpoint = load_lazily(path)
+            if not isinstance(checkpoint, dict) or "global_step" not in checkpoint or "averaged_from" in checkpoint:
+                continue
+            step = int(checkpoint["global_step"])
+            del checkpoint
+        kept = by_step.get(step)
+        if kept is None or _preference(path) < _preference(kept):
+            by_step[step] = path
+    return sorted(by_step.items())
+
+
+def load_lazily(path: Path) -> Any:
+    """The checkpoint at ``path`` (memory-mapped where the format allows), or None if unreadable."""
+    for mmap in (True, False):
+        try:
+            return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+        except Exception:
+            continue
+    return None
+
+
+def _preference(path: Path) -> tuple[int, str]:
+    return (0 if path.name.startswith("step") else 1 if path.name.startswith("time-") else 2, path.name)
+
+
+def save_checkpoint_atomically(checkpoint: dict[str, Any], out: str | os.PathLike) -> Path:
+    """``torch.save`` to a temporary file beside ``out``, then rename it over ``out``: a reader
+    never sees half a file, and a crash leaves any earlier ``out`` whole."""
+    return atomic_write(out, lambda file: torch.save(checkpoint, file))
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, but through :func:`save_checkpoint_atomically`."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike,
+                        storage_options: Any | None = None) -> None:
+        if storage_options is not None or "://" in str(path):  # remote storage: Lightning's own
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        save_checkpoint_atomically(checkpoint, path)

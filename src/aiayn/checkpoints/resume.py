@@ -1,0 +1,152 @@
+"""Continuing a killed or preempted run from its newest checkpoint (checkpoints are written
+atomically, :mod:`aiayn.checkpoints.io`, so a kill never leaves the newest one half-written).
+
+``resume=auto`` looks in the run's own directory first, then in earlier directories of the same
+job (``outputs/<run name>/*`` for a single run, ``multirun/*/<job subdir>`` for a sweep job) whose
+checkpoints were trained with the same settings; ``resume=<file.ckpt or run dir>`` names one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints, load_lazily
+from aiayn.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# Settings a resumed run must share with the run that wrote the checkpoint (dotted paths into the
+# resolved config): the seed, the task and its vocabulary, the network, the loss and the
+# optimiser. Everything else — data locations, logging, hardware, validation — may change
+# between the two.
+IDENTITY_KEYS = (
+    "seed", "task.name", "task.vocab_size", "task.datamodule.src_lang", "task.datamodule.tgt_lang",
+    "task.datamodule.max_tokens", "task.datamodule.max_length", "model", "width_divisor", "loss", "optim",
+)
+# The length of the run: a run may resume to train for longer.
+LENGTH_KEYS = ("optim.train_steps",)
+# Speed switches change how the same numbers are computed, not which: a run may resume with them
+# switched either way (and from checkpoints written before they existed).
+SPEED_KEYS = ("optim.fused", "model.attention")
+
+
+@dataclass
+class Resume:
+    checkpoint: Path  # the file to continue from
+    run_dir: Path  # the run it belongs to: checkpoints and logs go on there
+    wandb_run_id: str | None
+
+
+def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[str, Any],
+                multirun: bool) -> Resume | None:
+    """The checkpoint ``spec`` asks for: None/"none" → a fresh run; "auto" → the newest readable
+    checkpoint of this run (None when there is none yet); else a checkpoint file or run dir."""
+    if spec is None or str(spec).lower() in ("none", "null", "false", ""):
+        return None
+    output_dir = Path(output_dir)
+    if str(spec) == "auto":
+        for run_dir in _job_dirs(output_dir, multirun):
+            found = _newest(run_dir)
+            if found is None:
+                continue
+            checkpoint, saved = found
+            differences = config_differences(saved, config)
+            if differences and run_dir != output_dir:
+                log.info("not resuming from %s: trained with other settings (%s)", checkpoint, "; ".join(differences))
+                continue
+            return _resume(checkpoint, run_dir, saved, config)
+        log.info("resume=auto: no checkpoint of this run yet; starting from scratch")
+        return None
+    path = Path(spec)
+    if path.is_dir():
+        found = _newest(path)
+        if found is None:
+            raise ConfigError(f"resume={spec}: no readable checkpoint in {checkpoints_dir(path)}")
+        checkpoint, saved = found
+    elif path.is_file():
+        checkpoint, saved = path, _load(path)
+        if saved is None:
+            raise ConfigError(f"resume={spec}: {checkpoint} is not a readable checkpoint")
+    else:
+        raise ConfigError(f"resume={spec}: no such checkpoint file or run directory")
+    return _resume(checkpoint, _run_dir_of(checkpoint), saved, config)
+
+
+def _resume(checkpoint: Path, run_dir: Path, saved: dict[str, Any] | None, config: dict[str, Any]) -> Resume:
+    differences = config_differences(saved, config)
+    if differences:
+        raise ConfigError(
+            f"{checkpoint} was trained with other settings than this run: {'; '.join(differences)}; "
+            "resume with the checkpoint's settings, or start a fresh run with resume=null"
+        )
+    for stale in checkpoints_dir(run_dir).glob(".*.tmp"):  # left by a save that was killed
+        stale.unlink(missing_ok=True)
+    log.info("resuming from %s (step %s)", checkpoint, saved.get("global_step"))
+    return Resume(checkpoint, run_dir, saved.get("wandb_run_id"))
+
+
+def newest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The newest step checkpoint of ``run_dir`` (a run dir or its checkpoints/) that loads;
+    unreadable ones (a copy cut short, say) are skipped with a warning."""
+    found = _newest(Path(run_dir))
+    return found[0] if found else None
+
+
+def _newest(run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """:func:`newest_checkpoint` and its contents (memory-mapped), read once."""
+    if not run_dir.is_dir():
+        return None
+    for _, path in reversed(list_checkpoints(run_dir)):
+        saved = _load(path)
+        if saved is not None and "optimizer_states" in saved:
+            return path, saved
+        log.warning("%s: not a readable training checkpoint; trying an older one", path)
+    return None
+
+
+def config_differences(saved: dict[str, Any] | None, config: dict[str, Any]) -> list[str]:
+    """``key: checkpoint's value → this run's`` for every identity setting that differs."""
+    old = ((saved or {}).get("hyper_parameters") or {}).get("run_config") or {}
+    if not old:
+        return []  # a checkpoint without its config (written by other code): nothing to compare
+    differences = []
+    for key in IDENTITY_KEYS:
+        a, b = _get(old, key), _get(config, key)
+        if isinstance(a, dict) or isinstance(b, dict):  # a section: name each setting that differs
+            a, b = a or {}, b or {}
+            for name in sorted(set(a) | set(b)):
+                if f"{key}.{name}" not in SPEED_KEYS + LENGTH_KEYS and a.get(name) != b.get(name):
+                    differences.append(f"{key}.{name}: {a.get(name)!r} → {b.get(name)!r}")
+        elif a != b:
+            differences.append(f"{key}: {a!r} → {b!r}")
+    return differences
+
+
+def _job_dirs(output_dir: Path, multirun: bool) -> list[Path]:
+    """This run's directory, then earlier directories of the same job, newest first."""
+    if multirun:  # multirun/<date>/<job subdir>
+        siblings = [d / output_dir.name for d in output_dir.parent.parent.iterdir() if d != output_dir.parent]
+    else:  # outputs/<run name>/<date>
+        siblings = [d for d in output_dir.parent.iterdir() if d != output_dir]
+    earlier = sorted((d for d in siblings if (d / "checkpoints").is_dir()), key=lambda d: d.name, reverse=True)
+    return [output_dir, *earlier]
+
+
+def _run_dir_of(checkpoint: Path) -> Path:
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    saved = load_lazily(path)  # memory-mapped: only the parts read are loaded
+    return saved if isinstance(saved, dict) else None
+
+
+def _get(config: dict[str, Any], dotted: str) -> Any:
+    value: Any = config
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value

@@ -1,0 +1,86 @@
+"""Loading a trained model back from a Lightning checkpoint written by src/train.py.
+
+A checkpoint holds the model weights, the module's hyper-parameters (model config, vocabulary
+size, decoding settings and the run's whole resolved config) and the serialized subword model,
+so nothing else is needed to translate with it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from aiayn.checkpoints.io import read_checkpoint
+from aiayn.data.subwords import Subwords
+from aiayn.model import Transformer
+from aiayn.training.config import network_arguments
+from aiayn.training.module import TranslationModule
+
+# What a model config held besides the network before the recipe moved to optim/loss: such
+# checkpoints keep it in hyper_parameters["model"] (with the widths before width_divisor).
+OLD_RECIPE_KEYS = ("name", "label_smoothing", "train_steps", "warmup_steps", "lr_factor", "validate_every_n_steps",
+                   "width_divisor")
+# Classes a run's config names (``_target_``) that have moved since: a checkpoint written before
+# the move still evaluates (src/evaluate.py instantiates its task's data module).
+MOVED_TARGETS = {
+    "aiayn.data.datamodule.Multi30kDataModule": "aiayn.data.multi30k.Multi30kDataModule",
+    "aiayn.data.wmt_datamodule.WMTDataModule": "aiayn.data.wmt.datamodule.WMTDataModule",
+    "aiayn.data.parsing.ParsingDataModule": "aiayn.data.parsing.datamodule.ParsingDataModule",
+    "aiayn.training.loggers.wandb_logger": "aiayn.reporting.loggers.wandb_logger",
+}
+
+
+@dataclass
+class TrainedModel:
+    model: Transformer  # in eval mode
+    vocab: Subwords
+    decoding: dict[str, Any]  # beam_size, alpha, max_len_offset
+    config: dict[str, Any]  # the training run's resolved config ({} for old checkpoints)
+    module: TranslationModule
+    step: int
+
+
+def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cpu",
+                 state_dict: dict[str, torch.Tensor] | None = None) -> TrainedModel:
+    """Rebuild the module from ``path`` (with ``state_dict``'s weights instead, if given: an
+    average of several checkpoints, say) on ``map_location`` ("auto": a GPU if there is one)."""
+    if map_location == "auto":
+        map_location = "cuda" if torch.cuda.is_available() else "cpu"
+    checkpoint = read_checkpoint(path)
+    module = TranslationModule(**module_arguments(checkpoint["hyper_parameters"]))
+    module.load_state_dict(state_dict if state_dict is not None else checkpoint["state_dict"])
+    module.to(map_location).eval()
+    return TrainedModel(
+        model=module.model,
+        vocab=Subwords(proto=checkpoint["subwords"]),
+        decoding=dict(module.decoding),
+        config=_moved_targets(dict(checkpoint["hyper_parameters"].get("run_config") or {})),
+        module=module,
+        step=int(checkpoint.get("global_step", 0)),
+    )
+
+
+def module_arguments(hyper_parameters: dict[str, Any]) -> dict[str, Any]:
+    """TranslationModule's arguments saved in a checkpoint; for a checkpoint written while the model
+    config still carried the recipe, its network's arguments and label smoothing taken apart."""
+    if "metric" in hyper_parameters:  # written while the module chose its scores by name; the data module does now
+        hyper_parameters = {k: v for k, v in hyper_parameters.items() if k != "metric"}
+    model = hyper_parameters.get("model") or {}
+    if "label_smoothing" in hyper_parameters or not any(key in model for key in OLD_RECIPE_KEYS):
+        return hyper_parameters
+    network = network_arguments({k: v for k, v in model.items() if k not in OLD_RECIPE_KEYS},
+                                model.get("width_divisor", 1))
+    return {**hyper_parameters, "model": network, "label_smoothing": model.get("label_smoothing", 0.1)}
+
+
+def _moved_targets(config: Any) -> Any:
+    """``config`` with every ``_target_`` of :data:`MOVED_TARGETS` renamed to where it lives now."""
+    if isinstance(config, dict):
+        return {key: MOVED_TARGETS.get(value, value) if key == "_target_" else _moved_targets(value)
+                for key, value in config.items()}
+    if isinstance(config, list):
+        return [_moved_targets(value) for value in config]
+    return config

@@ -1,0 +1,37 @@
+"""Average a run's last checkpoints (§6.1):
+`python src/average.py dir=<run dir or its checkpoints/> last=5 out=<file.ckpt>`.
+
+Writes `out` (atomically) as the newest of those checkpoints with the averaged weights, and prints
+which checkpoints went in. A missing folder, too few or mismatched checkpoints is one line on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
+from aiayn.checkpoints.io import save_checkpoint_atomically
+from aiayn.cli import CONFIG_DIR, tool_command
+from aiayn.cli.errors import reports_errors
+from aiayn.errors import ConfigError
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="average")
+@reports_errors  # one line on stderr, exit status 2, for what the user can fix
+def main(cfg: DictConfig) -> None:
+    for key in ("dir", "out"):
+        if OmegaConf.is_missing(cfg, key) or cfg[key] in (None, ""):
+            raise ConfigError(f"give {key}=...  (usage: {tool_command()} dir=<run dir> last=5 out=<file.ckpt>)")
+    if not isinstance(cfg.last, int) or isinstance(cfg.last, bool) or cfg.last < 1:
+        raise ConfigError(f"last must be a positive number of checkpoints, not {cfg.last!r}")
+    paths = last_checkpoints(cfg.dir, cfg.last)  # DataError: missing folder, too few checkpoints
+    checkpoint = average_checkpoints(paths)  # DataError: unreadable checkpoints, or of different models
+    for path, step in zip(paths, checkpoint["averaged_steps"]):
+        print(f"  step {step}: {path}")
+    out = save_checkpoint_atomically(checkpoint, cfg.out)
+    print(f"averaged {len(paths)} checkpoints (newest: step {checkpoint.get('global_step', '?')}) -> {out}")
+
+
+if __name__ == "__main__":
+    main()

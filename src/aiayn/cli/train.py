@@ -1,0 +1,103 @@
+"""Train a Transformer: `python src/train.py [task=...] [model=...] [hardware=...] [key=value ...]`.
+
+Composes conf/train.yaml, builds the data, the model and the Lightning Trainer, trains for
+trainer.max_steps, then evaluates the test split and prints its metrics. `resume=auto` continues
+the newest checkpoint of the run (see aiayn.checkpoints.resume).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import hydra
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from lightning.pytorch.loggers import WandbLogger
+from omegaconf import DictConfig, OmegaConf
+
+from aiayn.checkpoints.io import AtomicCheckpointIO
+from aiayn.checkpoints.resume import find_resume
+from aiayn.cli import CONFIG_DIR
+from aiayn.cli.errors import reports_errors
+from aiayn.errors import ConfigError
+from aiayn.training.config import network_arguments  # also registers the config schemas with Hydra
+from aiayn.training.config_check import check_train_config
+from aiayn.training.module import TranslationModule
+
+log = logging.getLogger("train")
+
+# The datamodule saves and restores the position in the epoch itself (TranslationDataModule.state_dict).
+warnings.filterwarnings("ignore", message="You.re resuming from a checkpoint that ended before the epoch ended")
+# A step with a non-finite loss returns None on purpose; the module logs each one it skips.
+warnings.filterwarnings("ignore", message="`training_step` returned `None`")
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+@reports_errors  # one line, exit 2, for what the user can fix; exit 1 for a run that stopped on its own
+def main(cfg: DictConfig) -> dict[str, float]:
+    torch.set_float32_matmul_precision("high")
+    return train(cfg)
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    config = OmegaConf.to_container(cfg, resolve=True)
+    check_train_config(config)
+    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    resume = find_resume(cfg.resume, cfg.paths.output_dir, config, multirun=multirun)
+    if resume is not None and str(resume.run_dir) != cfg.paths.output_dir:
+        log.info("continuing run %s (this attempt's config and log stay in %s)", resume.run_dir, cfg.paths.output_dir)
+        cfg.paths.output_dir = str(resume.run_dir)  # checkpoints and logs go on in the resumed run
+        config = OmegaConf.to_container(cfg, resolve=True)
+
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule = hydra.utils.instantiate(cfg.task.datamodule)
+    try:
+        module = TranslationModule(
+            model=network_arguments(config["model"], config["width_divisor"]),  # the widths trained
+            vocab_size=cfg.task.vocab_size,
+            optim=config["optim"],
+            label_smoothing=config["loss"]["label_smoothing"],
+            decoding=config["task"]["decoding"],
+            bleu_sentences=cfg.validation.bleu_sentences,
+            run_config=config,
+            seed=cfg.seed,
+            max_nonfinite_in_a_row=cfg.nonfinite.max_in_a_row,
+            compile_model=cfg.compile,
+        )
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"model: {error}") from None
+    logger = _logger(cfg, resume)
+    if logger:
+        logger.log_hyperparams(config)
+        logger.log_hyperparams({"parameters": sum(p.numel() for p in module.model.parameters())})
+    # conf/callbacks/default.yaml: step and timed checkpoints, attention pictures, run summary
+    # (built after a resume has moved paths.output_dir to the resumed run).
+    built = (hydra.utils.instantiate(entry) for entry in cfg.callbacks.values() if entry is not None)
+    callbacks = [callback for callback in built if callback is not None]
+    trainer_args = hydra.utils.instantiate(cfg.trainer, _convert_="all")  # a strategy may be an object
+    trainer = L.Trainer(**trainer_args, logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
+    trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
+    results = trainer.test(module, datamodule=datamodule)[0] if cfg.get("test_after_training", True) else {}
+    if trainer.is_global_zero and results:
+        print(f"test {cfg.task.datamodule.test_split}: " + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
+        if module.scorer is not None and module.scorer.signature:
+            print(f"sacreBLEU signature: {module.scorer.signature}")
+    if isinstance(logger, WandbLogger):
+        logger.experiment.finish()  # under --multirun the next job starts a W&B run of its own
+    return results
+
+
+def _logger(cfg: DictConfig, resume) -> object:
+    if not cfg.logger:
+        return False
+    extra = {}
+    if resume is not None and resume.wandb_run_id and str(cfg.logger.get("_target_", "")).endswith("wandb_logger"):
+        extra = {"id": resume.wandb_run_id, "resume": "allow"}  # the same W&B run goes on
+    return hydra.utils.instantiate(cfg.logger, **extra)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Draw a trained model's attention maps (the paper's Figures 3–5) for one sentence:
+`python src/visualize.py ckpt=<checkpoint> [text="A man is riding a bike."] [out=<dir>]`.
+
+Translates the sentence with the checkpoint's beam-search settings, writes one PNG per layer
+and kind (encoder self-attention, decoder self-attention, encoder-decoder attention) into
+``out`` (default ``<ckpt dir>/../attention``) and prints their paths, one a line.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from aiayn.cli import CONFIG_DIR, tool_command
+from aiayn.cli.errors import reports_errors
+from aiayn.errors import ConfigError, DataError
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="visualize")
+@reports_errors  # one line on stderr, exit status 2, for what the user can fix
+def main(cfg: DictConfig) -> None:
+    if not cfg.ckpt:
+        raise ConfigError(f"no checkpoint given; run it as `{tool_command()} ckpt=<checkpoint file>`")
+    ckpt = Path(cfg.ckpt).absolute()
+    if not ckpt.is_file():  # before the slow imports (torch, Lightning, matplotlib)
+        raise DataError(f"{ckpt}: checkpoint not found")
+    from aiayn.analysis import attention_maps, draw_attention, draw_positional_encoding
+    from aiayn.checkpoints.trained import load_trained
+
+    trained = load_trained(ckpt, map_location=cfg.device)
+    out = Path(cfg.out) if cfg.out else ckpt.parent.parent / "attention"
+    maps = attention_maps(trained.model, trained.vocab, str(cfg.text), trained.decoding)
+    paths = draw_attention(maps, out)
+    if cfg.positional_encoding:
+        paths.append(draw_positional_encoding(trained.model.d_model, cfg.positional_encoding_positions,
+                                              out / "positional_encoding.png"))
+    print(f"{maps.source} → {maps.translation or '(empty translation)'}", file=sys.stderr)
+    for path in paths:
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

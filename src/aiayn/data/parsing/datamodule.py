@@ -1,0 +1,184 @@
+"""English constituency parsing as translation (§6.3): the words of a sentence in, its
+linearised tree (Vinyals et al., 2015) out, in a :class:`TranslationDataModule`.
+
+Each split of the treebank is turned into three line-aligned files in the cache: ``.words``
+(the sentence, the source), ``.linear`` (the linearised tree, the target) and ``.gold`` (the
+preprocessed gold tree on one line, what F1 is computed against). The joint sentencepiece
+vocabulary keeps every bracket token (``(NP``, ``)NP``) and ``XX`` whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+from collections.abc import Sequence
+from glob import glob
+from pathlib import Path
+
+from aiayn.data.datamodule import TranslationDataModule
+from aiayn.data.parsing.linearize import delinearize, linearize, output_symbols
+from aiayn.data.parsing.treebank import (
+    ROOT_LABEL,
+    Tree,
+    iter_split,
+    parse_trees,
+    preprocess,
+    read_trees,
+    split_files,
+)
+from aiayn.data.readers import read_lines
+from aiayn.data.subwords import Subwords, train_or_load
+from aiayn.errors import DataError
+from aiayn.files import atomic_write_text
+from aiayn.metrics.scorers import ParseF1
+
+log = logging.getLogger(__name__)
+
+_FORMAT = 1  # bump when the derived files change meaning
+SPACE = "\u2581"  # sentencepiece's word-boundary mark
+
+
+class ParsingDataModule(TranslationDataModule):
+    """The WSJ treebank at ``<data_root>/<treebank>`` (Treebank-3 layout) as a parsing task.
+
+    ``train_split``, ``val_split`` and ``test_split`` are split specifications (sections
+    ``"02-21"`` or file ranges ``"wsj_0001-wsj_0159"``, see :func:`aiayn.data.parsing.treebank.parse_split`).
+    ``extra_trees`` (semi-supervised setting) are files (glob patterns allowed) of further
+    training trees in the same bracketed format, e.g. the high-confidence parsed corpus of
+    Vinyals et al.; when given, the WSJ training trees are repeated so that they make up
+    ``wsj_fraction`` of the training set (at least once).
+    """
+
+    def __init__(
+        self,
+        data_root: str,
+        treebank: str,
+        train_split: str,
+        val_split: str,
+        test_split: str,
+        vocab_size: int,
+        max_tokens: int,
+        max_length: int,
+        cache_dir: str | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+        eval_max_tokens: int | None = None,
+        extra_trees: Sequence[str] | None = None,
+        wsj_fraction: float = 0.1,
+        src_lang: str = "words",
+        tgt_lang: str = "linear",
+        download: bool = False,
+    ):
+        super().__init__(data_root, src_lang, tgt_lang, vocab_size, max_tokens, max_length, cache_dir, seed,
+                         num_workers, download, str(train_split), str(val_split), str(test_split), eval_max_tokens)
+        self.treebank = Path(treebank) if Path(treebank).is_absolute() else Path(data_root) / treebank
+        self.extra_trees = list(extra_trees or [])
+        if not 0.0 < wsj_fraction <= 1.0:
+            raise ValueError(f"wsj_fraction must be in (0, 1], got {wsj_fraction}")
+        self.wsj_fraction = float(wsj_fraction)
+        self._gold: dict[str, list[str]] = {}
+        self.save_hyperparameters()
+
+    # -- files ----------------------------------------------------------------------------
+    def split_files(self, split: str, download: bool = False) -> tuple[Path, Path]:
+        """The (words, linearised trees) files of a split, built from the treebank on first use."""
+        words, linear, _ = self._derived(split)
+        return words, linear
+
+    def gold_file(self, split: str) -> Path:
+        """The gold trees of a split, one preprocessed tree a line (EVALB's format)."""
+        return self._derived(self.splits.get(split, split))[2]
+
+    def _derived(self, split: str) -> tuple[Path, Path, Path]:
+        sources = split_files(self.treebank, split)
+        extra = self._extra_files() if split == self.splits["train"] else []
+        stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in [*sources, *extra]]
+        key = hashlib.sha256(json.dumps([_FORMAT, split, self.wsj_fraction if extra else None, self.seed if extra else None,
+                                         stats]).encode()).hexdigest()[:16]
+        folder = self.cache_dir / "parsing" / key
+        name = split.replace(",", "+").replace("/", "_")
+        paths = tuple(folder / f"{name}.{suffix}" for suffix in ("words", "linear", "gold"))
+        if all(path.is_file() for path in paths):
+            return paths
+        trees, dropped = [], 0
+        for path, raw in iter_split(self.treebank, split):
+            tree = preprocess(raw)
+            if tree is None:
+                dropped += 1
+            else:
+                trees.append(tree)
+        log.info("treebank split %s: %d trees from %d files (%d left empty by preprocessing, dropped)",
+                 split, len(trees), len(sources), dropped)
+        if extra:
+            trees = self._mix(trees, extra)
+        contents = (
+            [" ".join(tree.leaves()) for tree in trees],
+            [linearize(tree) for tree in trees],
+            [str(tree) for tree in trees],
+        )
+        for path, lines in zip(paths, contents):
+            atomic_write_text(path, "".join(line + "\n" for line in lines))
+        return paths
+
+    def _extra_files(self) -> list[Path]:
+        files: list[Path] = []
+        for pattern in self.extra_trees:
+            pattern = str(pattern if Path(pattern).is_absolute() else Path(self.data_root) / pattern)
+            matched = sorted(glob(pattern))
+            if not matched:
+                raise DataError(f"{pattern}: no files of extra training trees (task.datamodule.extra_trees); "
+                                f"fix the path or set extra_trees to null")
+            files.extend(Path(m) for m in matched)
+        return files
+
+    def _mix(self, wsj: list[Tree], extra_files: list[Path]) -> list[Tree]:
+        extra, dropped = [], 0
+        for path in extra_files:
+            for raw in read_trees(path):
+                tree = preprocess(raw)
+                if tree is None:
+                    dropped += 1
+                else:
+                    extra.append(tree)
+        # The paper mixes "the larger high-confidence and BerkleyParser corpora" with WSJ without
+        # giving the proportion; here WSJ is repeated to make up wsj_fraction of the whole.
+        copies = max(1, round(self.wsj_fraction * len(extra) / ((1 - self.wsj_fraction) * len(wsj))))\
+            if self.wsj_fraction < 1 else 1
+        mixed = wsj * copies + extra
+        random.Random(self.seed).shuffle(mixed)
+        log.info("semi-supervised training set: %d WSJ trees × %d + %d extra trees from %d files (%d empty, "
+                 "dropped) = %d", len(wsj), copies, len(extra), len(extra_files), dropped, len(mixed))
+        return mixed
+
+    # -- vocabulary -----------------------------------------------------------------------
+    def _train_or_load(self, src: list[str], tgt: list[str]) -> Subwords:
+        labels = sorted({token[1:] for line in tgt for token in line.split() if token.startswith("(")})
+        symbols = [SPACE + symbol for symbol in output_symbols(labels)]
+        return train_or_load(src + tgt, self.vocab_size, self.cache_dir, user_defined_symbols=symbols)
+
+    # -- trees ----------------------------------------------------------------------------
+    def gold_trees(self, split: str) -> list[str]:
+        """The gold trees of an evaluation split (one-line strings), indexed by dataset index."""
+        role = self._role(split)
+        if role not in self._gold:
+            self._gold[role] = read_lines(self.gold_file(self.splits[role]))
+        return self._gold[role]
+
+    def scorer(self) -> ParseF1:
+        """EVALB's F1 (§6.3) of the outputs read back as trees over their gold trees' words."""
+        return ParseF1(to_trees=output_trees)
+
+    def scoring_references(self, split: str) -> list[str]:
+        """The gold trees: what :meth:`scorer` scores an evaluation split's output against."""
+        return self.gold_trees(split)
+
+
+def output_trees(gold: Sequence[str], outputs: Sequence[str]) -> list[str]:
+    """Each output read back (:func:`delinearize`) over the words and tags of its gold tree."""
+    trees = []
+    for gold_line, output in zip(gold, outputs, strict=True):
+        reference = parse_trees(gold_line)[0] if gold_line.strip() else Tree(ROOT_LABEL)
+        trees.append(str(delinearize(output, reference.leaves(), reference.tags())))
+    return trees

@@ -1,0 +1,159 @@
+"""The WMT 2014 corpora of §5.1: which archives, where their files lie, fetching them (cleaning
+the training pairs is :mod:`aiayn.data.wmt.cleaning`).
+
+§5.1: "We trained on the standard WMT 2014 English-German dataset consisting of about 4.5 million
+sentence pairs … For English-French, we used the significantly larger WMT 2014 English-French
+dataset consisting of 36M sentences". The paper does not list the corpora; these are WMT14's
+constrained parallel data for the two pairs (the corpora the shared task published): EN-DE is
+Europarl v7 + Common Crawl + News Commentary v9, EN-FR adds the UN corpus and the 10^9
+French-English (Giga) corpus. newstest2013 is the development set (§6.2, Table 3) and the full
+newstest2014 the test set (Table 2).
+
+``raw_dir`` holds the archives' contents as they unpack (the upstream layout), e.g.
+``training/europarl-v7.de-en.en``, ``commoncrawl.de-en.en``, ``dev/newstest2013.en``,
+``test-full/newstest2014-deen-src.en.sgm``; any training file may also be gzipped (``….en.gz``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiayn.data.download import download_file
+from aiayn.errors import DataError
+
+log = logging.getLogger(__name__)
+
+DOWNLOAD_TIMEOUT_S = 60.0
+MIRROR_ENV = "AIAYN_WMT_MIRROR"
+"""A base URL to fetch the archives from instead of statmt.org: ``<mirror>/<archive name>``."""
+
+
+@dataclass(frozen=True)
+class Archive:
+    """One file WMT published: its name, its address, and what it unpacks to."""
+
+    name: str
+    upstream: str
+
+    @property
+    def url(self) -> str:
+        """Where it is fetched from: upstream, or ``$AIAYN_WMT_MIRROR/<name>``."""
+        mirror = os.environ.get(MIRROR_ENV)
+        return f"{mirror.rstrip('/')}/{self.name}" if mirror else self.upstream
+
+
+ARCHIVES = {
+    "europarl": Archive("training-parallel-europarl-v7.tgz", "https://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz"),
+    "commoncrawl": Archive("training-parallel-commoncrawl.tgz", "https://www.statmt.org/wmt13/training-parallel-commoncrawl.tgz"),
+    "news-commentary": Archive("training-parallel-nc-v9.tgz", "https://www.statmt.org/wmt14/training-parallel-nc-v9.tgz"),
+    "un": Archive("training-parallel-un.tgz", "https://www.statmt.org/wmt13/training-parallel-un.tgz"),
+    "giga": Archive("training-giga-fren.tar", "https://www.statmt.org/wmt10/training-giga-fren.tar"),
+    "dev": Archive("dev.tgz", "https://www.statmt.org/wmt14/dev.tgz"),
+    "test": Archive("test-full.tgz", "https://www.statmt.org/wmt14/test-full.tgz"),
+}
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A line-aligned training corpus: ``<raw_dir>/<stem>.<lang>`` (or ``.<lang>.gz``)."""
+
+    name: str
+    stem: str
+    archive: str
+
+
+TRAINING = {
+    frozenset({"en", "de"}): (
+        Corpus("europarl-v7", "training/europarl-v7.de-en", "europarl"),
+        Corpus("commoncrawl", "commoncrawl.de-en", "commoncrawl"),
+        Corpus("news-commentary-v9", "training/news-commentary-v9.de-en", "news-commentary"),
+    ),
+    frozenset({"en", "fr"}): (
+        Corpus("europarl-v7", "training/europarl-v7.fr-en", "europarl"),
+        Corpus("commoncrawl", "commoncrawl.fr-en", "commoncrawl"),
+        Corpus("news-commentary-v9", "training/news-commentary-v9.fr-en", "news-commentary"),
+        Corpus("un", "un/undoc.2000.fr-en", "un"),
+        Corpus("giga-fren", "giga-fren.release2.fixed", "giga"),
+    ),
+}
+DEV_STEM = "dev/newstest2013"  # plain text in dev.tgz: newstest2013.{en,de,fr}
+TEST_SGM = "test-full/newstest2014-{pair}-{role}.{lang}.sgm"  # pair: deen or fren; role: src or ref
+
+
+@dataclass
+class WMTFiles:
+    """Where each file of a language pair lies under ``raw_dir``."""
+
+    train: list[tuple[str, Path, Path]]  # (corpus name, source file, target file)
+    val: tuple[Path, Path]  # newstest2013, plain text
+    test: tuple[Path, Path]  # newstest2014, sgm
+
+
+def expected_files(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str) -> tuple[WMTFiles, dict[Path, str]]:
+    """The files of the pair ``src_lang``-``tgt_lang`` under ``raw_dir`` (a training file is
+    taken gzipped when only the ``.gz`` exists) and, for each, the archive key it comes from."""
+    raw_dir = Path(raw_dir)
+    pair = frozenset({src_lang, tgt_lang})
+    if src_lang == tgt_lang or pair not in TRAINING:
+        raise ValueError(f"no WMT14 data for {src_lang}-{tgt_lang}; choose en and one of de, fr (either direction)")
+    origin: dict[Path, str] = {}
+    train = []
+    for corpus in TRAINING[pair]:
+        paths = []
+        for lang in (src_lang, tgt_lang):
+            plain = raw_dir / f"{corpus.stem}.{lang}"
+            path = plain if plain.is_file() or not Path(f"{plain}.gz").is_file() else Path(f"{plain}.gz")
+            origin[path] = corpus.archive
+            paths.append(path)
+        train.append((corpus.name, *paths))
+    val = tuple(raw_dir / f"{DEV_STEM}.{lang}" for lang in (src_lang, tgt_lang))
+    (other,) = pair - {"en"}
+    sgm_pair = f"{other}en"
+    test = (
+        raw_dir / TEST_SGM.format(pair=sgm_pair, role="src", lang=src_lang),
+        raw_dir / TEST_SGM.format(pair=sgm_pair, role="ref", lang=tgt_lang),
+    )
+    origin.update({path: "dev" for path in val})
+    origin.update({path: "test" for path in test})
+    return WMTFiles(train, val, test), origin
+
+
+def locate(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str, download: bool) -> WMTFiles:
+    """The pair's files under ``raw_dir``; when some are missing and ``download`` is true, their
+    archives are fetched into ``<raw_dir>/archives/`` and unpacked into ``raw_dir`` first. A
+    :class:`DataError` lists every file still missing, with the archive it comes from."""
+    files, origin = expected_files(raw_dir, src_lang, tgt_lang)
+    missing = [path for path in origin if not path.is_file()]
+    if missing and download:
+        for key in dict.fromkeys(origin[path] for path in missing):
+            fetch_archive(ARCHIVES[key], Path(raw_dir))
+        files, origin = expected_files(raw_dir, src_lang, tgt_lang)
+        missing = [path for path in origin if not path.is_file()]
+    if missing:
+        how = "downloading failed (see the warnings above)" if download else "download=False"
+        listing = "\n".join(f"  {path}  (from {ARCHIVES[origin[path]].url})" for path in missing)
+        raise DataError(
+            f"WMT14 {src_lang}-{tgt_lang} files missing under {raw_dir} ({how}):\n{listing}\n"
+            f"Unpack those archives into {raw_dir} (training files may be gzipped, e.g. "
+            f"commoncrawl.de-en.en.gz), or point task.raw_dir at a folder that holds them"
+        )
+    return files
+
+
+def fetch_archive(archive: Archive, raw_dir: Path) -> None:
+    """Download ``archive`` into ``<raw_dir>/archives/`` (resuming a partial download) and unpack
+    it into ``raw_dir``; failures are logged, not raised (the caller lists what is missing)."""
+    target = raw_dir / "archives" / archive.name
+    try:
+        if not target.is_file():
+            download_file(archive.url, target, DOWNLOAD_TIMEOUT_S, resume=True)
+        log.info("unpacking %s into %s", target, raw_dir)
+        with tarfile.open(target) as tar:
+            tar.extractall(raw_dir, filter="data")
+    except (OSError, tarfile.TarError) as error:  # URLError and timeouts are OSErrors
+        log.warning("could not fetch or unpack %s (%s): %s", archive.url, target, error)
+

@@ -1,0 +1,103 @@
+"""Cleaning the WMT 2014 training pairs: the rules that drop a pair, the normalisation of each
+side, and the per-corpus report of what was removed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from aiayn.data.readers import iter_parallel
+from aiayn.data.wmt.archives import WMTFiles
+from aiayn.data.wmt.sgm import unescape
+from aiayn.files import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CleaningRules:
+    """What makes a training pair unusable; the paper is silent, these are our choices.
+
+    Applied in this order, after XML entities are decoded (WMT's Moses-processed releases
+    escape ``&``, ``'``, ``"``, ``<``, ``>``) and runs of whitespace are collapsed to one space:
+    ``empty`` a side has no text; ``too_long`` a side has more than ``max_words``
+    whitespace-separated words; ``ratio`` one side has more than ``max_ratio`` times the words of
+    the other (misaligned pairs, frequent in Common Crawl and the Giga corpus).
+    """
+
+    max_words: int = 250
+    max_ratio: float = 2.5
+
+    def check(self, src: str, tgt: str) -> str | None:
+        """The rule that removes the (cleaned) pair, or None to keep it."""
+        if not src or not tgt:
+            return "empty"
+        n_src, n_tgt = src.count(" ") + 1, tgt.count(" ") + 1
+        if n_src > self.max_words or n_tgt > self.max_words:
+            return "too_long"
+        if max(n_src, n_tgt) > self.max_ratio * min(n_src, n_tgt):
+            return "ratio"
+        return None
+
+
+RULES = ("empty", "too_long", "ratio")
+
+
+def normalize(text: str) -> str:
+    """A side as it is kept: XML entities decoded, whitespace runs collapsed, ends stripped."""
+    return " ".join(unescape(text).split())
+
+
+@dataclass
+class CleaningReport:
+    """Pairs read, removed by each rule and kept, per corpus and in total."""
+
+    corpora: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def count(self, corpus: str, outcome: str) -> None:
+        counts = self.corpora.setdefault(corpus, {"read": 0, **{rule: 0 for rule in RULES}, "kept": 0})
+        counts["read"] += 1
+        counts[outcome] += 1
+
+    @property
+    def total(self) -> dict[str, int]:
+        keys = ("read", *RULES, "kept")
+        return {key: sum(counts[key] for counts in self.corpora.values()) for key in keys}
+
+    def lines(self) -> list[str]:
+        """One line per corpus and one for the total, for the log."""
+        rows = [*self.corpora.items(), ("total", self.total)]
+        return [
+            f"{name}: read {c['read']}, removed {c['empty']} empty, {c['too_long']} too long, "
+            f"{c['ratio']} over the length ratio; kept {c['kept']}"
+            for name, c in rows
+        ]
+
+    def to_json(self) -> dict:
+        return {"corpora": self.corpora, "total": self.total}
+
+
+def clean_pairs(files: WMTFiles, rules: CleaningRules, report: CleaningReport) -> Iterator[tuple[str, str]]:
+    """The kept training pairs of every corpus in turn, normalised; ``report`` counts each
+    pair's fate as it streams (memory stays bounded)."""
+    for name, src_path, tgt_path in files.train:
+        log.info("reading %s: %s / %s", name, src_path, tgt_path)
+        for src, tgt in iter_parallel(src_path, tgt_path):
+            src, tgt = normalize(src), normalize(tgt)
+            rule = rules.check(src, tgt)
+            report.count(name, rule or "kept")
+            if rule is None:
+                yield src, tgt
+
+
+def write_json(path: Path, data: dict) -> None:
+    """``data`` as indented JSON, written atomically."""
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True))
+
+
+def rules_dict(rules: CleaningRules) -> dict:
+    return asdict(rules)

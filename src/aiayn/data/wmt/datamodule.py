@@ -1,0 +1,120 @@
+"""WMT 2014 English-German and English-French (§5.1) as a :class:`TranslationDataModule`.
+
+``prepare_data`` (Lightning runs it on one process per node, before ``setup`` on every rank)
+prepares the pair once (:func:`aiayn.data.wmt.preparation.prepare_wmt`); ``setup`` maps the
+binarised training pairs and encodes the small dev (newstest2013) and test (newstest2014) sets.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from aiayn.data.datamodule import TranslationDataModule
+from aiayn.data.subwords import Subwords
+from aiayn.data.wmt.archives import expected_files
+from aiayn.data.wmt.cleaning import CleaningRules
+from aiayn.data.wmt.preparation import (
+    TEST_SPLIT,
+    VAL_SPLIT,
+    is_prepared,
+    prepare_wmt,
+    prepared_dir,
+)
+from aiayn.data.wmt.storage import MappedCorpus
+
+log = logging.getLogger(__name__)
+
+
+class WMTDataModule(TranslationDataModule):
+    """WMT14 ``src_lang``→``tgt_lang`` (en↔de or en↔fr) from the raw corpora under ``raw_dir``.
+
+    ``max_words`` and ``max_ratio`` are the cleaning rules (:class:`aiayn.data.wmt.cleaning.CleaningRules`);
+    ``subword_sample_pairs`` bounds the pairs the subword model is learnt from;
+    ``prepare_workers`` is the number of encoding processes (default: one per CPU). The prepared
+    data lives under ``<cache_dir>/wmt14/``. The rest is :class:`TranslationDataModule`'s.
+    """
+
+    def __init__(
+        self,
+        raw_dir: str,
+        src_lang: str = "en",
+        tgt_lang: str = "de",
+        vocab_size: int = 37000,
+        max_tokens: int = 3200,
+        max_length: int = 256,
+        cache_dir: str | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+        download: bool = True,
+        val_split: str = VAL_SPLIT,
+        test_split: str = TEST_SPLIT,
+        eval_max_tokens: int | None = None,
+        max_words: int = 250,
+        max_ratio: float = 2.5,
+        subword_sample_pairs: int = 1_000_000,
+        prepare_workers: int | None = None,
+    ):
+        super().__init__(
+            raw_dir, src_lang, tgt_lang, vocab_size, max_tokens, max_length, cache_dir, seed,
+            num_workers, download, "train", val_split, test_split, eval_max_tokens,
+        )
+        expected_files(raw_dir, src_lang, tgt_lang)  # an unsupported pair fails here, not later
+        if (val_split, test_split) != (VAL_SPLIT, TEST_SPLIT):
+            raise ValueError(f"WMT14 splits are {VAL_SPLIT!r} (validation) and {TEST_SPLIT!r} (test), got {val_split!r}, {test_split!r}")
+        self.raw_dir = Path(raw_dir)
+        self.rules = CleaningRules(max_words=max_words, max_ratio=max_ratio)
+        self.subword_sample_pairs = subword_sample_pairs
+        self.prepare_workers = prepare_workers
+        self.save_hyperparameters()
+
+    @property
+    def prepared(self) -> Path:
+        """The folder of the prepared data (see :mod:`aiayn.data.wmt.preparation`)."""
+        return prepared_dir(self.cache_dir, self.src_lang, self.tgt_lang, self.vocab_size, self.rules, self.subword_sample_pairs)
+
+    def prepare_data(self) -> None:
+        """Prepare the pair once: locate or download, clean, learn subwords, binarise."""
+        prepare_wmt(
+            self.raw_dir, self.cache_dir, self.src_lang, self.tgt_lang, self.vocab_size, self.rules,
+            self.subword_sample_pairs, self.prepare_workers or os.cpu_count(), self.download,
+        )
+
+    def _ready(self) -> Path:
+        if not is_prepared(self.prepared):  # setup() without prepare_data(), e.g. outside a Trainer
+            self.prepare_data()
+        return self.prepared
+
+    def split_files(self, split: str, download: bool) -> tuple[Path, Path]:
+        """The prepared (source, target) text files of ``newstest2013`` or ``newstest2014``."""
+        if split not in (VAL_SPLIT, TEST_SPLIT):
+            raise KeyError(f"only the evaluation splits {VAL_SPLIT!r} and {TEST_SPLIT!r} are text files; the training pairs are binarised")
+        directory = self._ready()
+        return directory / f"{split}.{self.src_lang}", directory / f"{split}.{self.tgt_lang}"
+
+    def load_vocab(self) -> Subwords:
+        """The shared subword model the data was prepared with."""
+        if self.vocab is None:
+            self.vocab = Subwords(self._ready() / "sentencepiece.model")
+        return self.vocab
+
+    def _load(self, role: str) -> Dataset:
+        if role != "train":
+            return super()._load(role)
+        self.load_vocab()
+        corpus = MappedCorpus(self._ready(), "train")
+        src, tgt = corpus.stored_lengths("src"), corpus.stored_lengths("tgt")
+        empty = (src == 0) | (tgt == 0)
+        too_long = ~empty & ((src > self.max_length) | (tgt > self.max_length))
+        keep = np.flatnonzero(~(empty | too_long))
+        self.filtered = {"empty": int(empty.sum()), "too_long": int(too_long.sum())}
+        log.info(
+            "kept %d of %d prepared training pairs in %s: dropped %d with an empty side, "
+            "%d with a side over max_length=%d subword tokens",
+            len(keep), corpus.stored_size, corpus.directory, self.filtered["empty"], self.filtered["too_long"], self.max_length,
+        )
+        return MappedCorpus(corpus.directory, "train", None if len(keep) == corpus.stored_size else keep)

@@ -1,0 +1,65 @@
+"""Reading WMT's SGML test sets (``newstest2014-deen-src.en.sgm`` …) and decoding XML entities.
+
+WMT distributes its dev and test sets (§6.1: newstest2013 for development, newstest2014 for the
+reported BLEU) as ``<srcset>``/``<refset>`` files whose ``<doc>`` elements hold one
+``<seg id="N">text</seg>`` per line; the text has ``&amp;``, ``&lt;`` … escaped.
+"""
+
+from __future__ import annotations
+
+import html.entities
+import os
+import re
+from pathlib import Path
+
+from aiayn.data.readers import iter_lines
+from aiayn.errors import DataError
+
+_SEGMENT = re.compile(r"^\s*(?:<[A-Za-z]+>)*<seg(?:\s[^>]*)?>(.*)</seg>(?:</[A-Za-z]+>)*\s*$", re.IGNORECASE)  # <hl><seg …>…</seg></hl> too
+_TAG = re.compile(r"^\s*</?[A-Za-z][^<>]*>\s*$")
+_ENTITY = re.compile(r"&(#[0-9]+|#[xX][0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);")
+
+
+def unescape(text: str) -> str:
+    """``text`` with XML/HTML character references (``&amp;``, ``&apos;``, ``&#124;``, ``&#x27;``)
+    replaced by their characters; an unknown or malformed reference is left as it is."""
+    if "&" not in text:
+        return text
+    return _ENTITY.sub(_character, text)
+
+
+def _character(match: re.Match) -> str:
+    name = match.group(1)
+    try:
+        if name[0] == "#":
+            code = int(name[2:], 16) if name[1] in "xX" else int(name[1:])
+            return chr(code)
+    except (ValueError, OverflowError):
+        return match.group(0)
+    if name == "apos":  # XML's, not in HTML 4's table
+        return "'"
+    return html.entities.html5.get(f"{name};", match.group(0))
+
+
+def read_sgm(path: str | os.PathLike) -> list[str]:
+    """The text of every ``<seg>`` of an SGML file, in file order, entities decoded and
+    surrounding whitespace stripped. A line that opens a segment but does not close it (or any
+    line that is neither a segment nor a lone tag) is a :class:`DataError` naming file and line."""
+    path = Path(path)
+    segments: list[str] = []
+    for number, line in enumerate(iter_lines(path), start=1):
+        match = _SEGMENT.match(line)
+        if match:
+            if "<seg" in match.group(1).lower() or "</seg>" in match.group(1).lower():
+                raise DataError(f"{path}: line {number} holds more than one <seg>; WMT files have one segment per line")
+            segments.append(unescape(match.group(1)).strip())
+        elif "<seg" in line.lower() or "</seg>" in line.lower():
+            raise DataError(
+                f"{path}: line {number} has a broken segment ({line.strip()[:80]!r}): expected "
+                f"'<seg id=\"N\">text</seg>' on one line; the file is damaged, fetch it again"
+            )
+        elif line.strip() and not _TAG.match(line):
+            raise DataError(f"{path}: line {number} is neither a tag nor a segment ({line.strip()[:80]!r}); not a WMT sgm file?")
+    if not segments:
+        raise DataError(f"{path}: no <seg> elements found; not a WMT sgm file?")
+    return segments

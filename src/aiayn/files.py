@@ -1,0 +1,64 @@
+"""Writing files so that a reader never sees half of one: everything aiayn writes that another
+process (or a later run) reads back goes through a temporary file renamed over the target.
+
+A kill or crash during the write leaves the previous file whole (or no file), and the temporary
+is removed when the write fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str = "", *, resumable: bool = False) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write (a file, or a folder when ``path`` does not
+    exist yet); renamed over ``path`` when the block ends without error, removed when it fails.
+    A block that removes the temporary itself leaves ``path`` as it was (another process wrote
+    it first, say).
+
+    ``suffix`` ends the temporary's name, for readers that go by it (``.gz``). ``resumable``: the
+    temporary is ``<path>.part``, the same for every process and call, and is kept when the block
+    fails, so that a later block carries on from what it holds (an interrupted download)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if resumable:
+        temporary = path.with_name(f"{path.name}.part{suffix}")
+    else:
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp{suffix}")
+        _remove(temporary)  # left by a killed process that had the same id
+    try:
+        yield temporary
+        if os.path.lexists(temporary):
+            os.replace(temporary, path)
+    except BaseException:
+        if not resumable:
+            _remove(temporary)
+        raise
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
+    """``write(file)`` into a temporary binary file, flushed to disk, then renamed over ``path``."""
+    with atomic_path(path) as temporary:
+        with open(temporary, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())  # on disk before the rename makes it the file
+    return Path(path)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """``text`` as UTF-8 into ``path``, atomically."""
+    return atomic_write(path, lambda file: file.write(text.encode("utf-8")))

@@ -1,0 +1,182 @@
+"""Checkpoint averaging (§6.1): the averaging itself on real torch.save'd files, the choice of the
+last k checkpoints, src/average.py end to end on checkpoints of a real tiny training run, and the
+time-based checkpoints src/train.py writes for it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.checkpoints.averaging import (
+    average_checkpoints,
+    average_state_dicts,
+    last_checkpoints,
+)
+from aiayn.checkpoints.io import list_checkpoints
+from aiayn.errors import DataError
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A model and run small enough for seconds on a CPU (as tests/test_cli_train.py's TINY).
+TINY = [
+    "model.n_layers=1", "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
+    "task.vocab_size=500", "task.datamodule.max_tokens=1024", "task.decoding.max_len_offset=5",
+    "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
+    "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0", "optim.warmup_steps=2", "logger=none",
+]
+
+
+def fake_checkpoint(step: int, seed: int = 0) -> dict:
+    """A checkpoint shaped like train.py's: float32 and float16 weights, an integer buffer."""
+    generator = torch.Generator().manual_seed(seed)
+    state_dict = {
+        "model.w": torch.randn(3, 4, generator=generator),
+        "model.b": torch.randn(4, generator=generator).half(),
+        "model.count": torch.tensor([7, 8], dtype=torch.int64),
+    }
+    return {"state_dict": state_dict, "hyper_parameters": {"vocab_size": 5}, "subwords": b"proto",
+            "global_step": step, "epoch": 0}
+
+
+def test_averaging_copies_of_one_checkpoint_gives_it_exactly(tmp_path: Path) -> None:
+    checkpoint = fake_checkpoint(step=100, seed=1)
+    paths = []
+    for i in range(5):
+        paths.append(tmp_path / f"copy{i}.ckpt")
+        torch.save(checkpoint, paths[-1])
+    averaged = average_checkpoints(paths)
+    assert averaged["state_dict"].keys() == checkpoint["state_dict"].keys()
+    for key, value in checkpoint["state_dict"].items():
+        assert averaged["state_dict"][key].dtype == value.dtype
+        assert torch.equal(averaged["state_dict"][key], value), key
+    assert averaged["averaged_from"] == [str(path) for path in paths]
+    assert averaged["global_step"] == 100 and averaged["subwords"] == b"proto"
+
+
+def test_average_of_two_state_dicts_is_their_mean() -> None:
+    first = {"w": torch.tensor([1.0, 2.0]), "h": torch.tensor([1.0], dtype=torch.bfloat16),
+             "n": torch.tensor(3)}
+    second = {"w": torch.tensor([3.0, 5.0]), "h": torch.tensor([2.0], dtype=torch.bfloat16),
+              "n": torch.tensor(3)}
+    mean = average_state_dicts([first, second])
+    assert torch.equal(mean["w"], torch.tensor([2.0, 3.5])) and mean["w"].dtype == torch.float32
+    assert torch.equal(mean["h"], torch.tensor([1.5], dtype=torch.bfloat16))
+    assert torch.equal(mean["n"], torch.tensor(3)) and mean["n"].dtype == torch.int64
+
+    with pytest.raises(ValueError, match="'extra'"):
+        average_state_dicts([first, {**second, "extra": torch.zeros(1)}])
+    with pytest.raises(ValueError, match="'h'"):
+        average_state_dicts([first, {k: v for k, v in second.items() if k != "h"}])
+    with pytest.raises(ValueError, match=r"'w' has shape \(3,\)"):
+        average_state_dicts([first, {**second, "w": torch.zeros(3)}])
+    with pytest.raises(ValueError, match="'n'"):
+        average_state_dicts([first, {**second, "n": torch.tensor(4)}])
+    with pytest.raises(ValueError):
+        average_state_dicts([])
+
+
+def test_last_checkpoints_in_step_order_over_both_naming_schemes(tmp_path: Path) -> None:
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    names = {"step0000100.ckpt": 100, "time-step0000150.ckpt": 150, "step0000200.ckpt": 200,
+             "time-step0000200.ckpt": 200, "time-step0000250.ckpt": 250,
+             "epoch=0-step=300.ckpt": 300}  # a foreign name: its step is read from the file
+    for i, (name, step) in enumerate(names.items()):
+        torch.save(fake_checkpoint(step), folder / name)
+        os.utime(folder / name, (1e9 - i, 1e9 - i))  # modification times say nothing: oldest last
+    shutil.copy(folder / "epoch=0-step=300.ckpt", folder / "last.ckpt")
+    torch.save({**fake_checkpoint(999), "averaged_from": ["x"]}, folder / "averaged.ckpt")  # no input
+
+    # One file per step: the step checkpoint wins over the time checkpoint of the same step.
+    assert [step for step, _ in list_checkpoints(folder)] == [100, 150, 200, 250, 300]
+    expected = [folder / "step0000200.ckpt", folder / "time-step0000250.ckpt", folder / "epoch=0-step=300.ckpt"]
+    assert last_checkpoints(folder, 3) == expected
+    assert last_checkpoints(tmp_path / "run", 3) == expected  # the run dir works as well
+    assert last_checkpoints(folder, 1) == [folder / "epoch=0-step=300.ckpt"]
+    with pytest.raises(DataError, match="only 5"):
+        last_checkpoints(folder, 6)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="no checkpoints"):
+        last_checkpoints(tmp_path / "empty", 5)
+
+
+# -- real runs -------------------------------------------------------------------------------
+KEEP_TIMED = 2
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:
+    """A tiny real training run: a step checkpoint after every step, and time checkpoints every
+    0.06 ms (so after every step too), of which the newest KEEP_TIMED stay."""
+    tmp = tmp_path_factory.mktemp("averaging")
+    run = tmp / "run"
+    overrides = [*TINY, "checkpoint.every_n_train_steps=1", "checkpoint.every_n_minutes=0.000001",
+                 f"checkpoint.keep_timed={KEEP_TIMED}", f"hydra.run.dir={run}"]
+    env = {**os.environ, "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(tmp / "cache")}
+    result = subprocess.run([sys.executable, "src/train.py", *overrides], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"train.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return run
+
+
+def average_cli(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "src" / "average.py"), *arguments], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_train_writes_rolling_time_checkpoints(run_dir: Path) -> None:
+    folder = run_dir / "checkpoints"
+    assert sorted(p.name for p in folder.glob("step*.ckpt")) == [f"step{s:07d}.ckpt" for s in (1, 2, 3, 4)]
+    timed = sorted(p.name for p in folder.glob("time-*.ckpt"))
+    assert timed == ["time-step0000003.ckpt", "time-step0000004.ckpt"], timed  # the newest KEEP_TIMED
+    checkpoint = torch.load(folder / "time-step0000004.ckpt", map_location="cpu", weights_only=False)
+    assert checkpoint["global_step"] == 4 and "subwords" in checkpoint
+
+
+def test_average_cli_end_to_end(run_dir: Path, tmp_path: Path) -> None:
+    from aiayn.checkpoints.trained import load_trained
+
+    work = tmp_path / "cwd"
+    work.mkdir()
+    out = work / "averaged.ckpt"
+    result = average_cli(f"dir={run_dir}", "last=3", f"out={out}", cwd=work)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert os.listdir(work) == ["averaged.ckpt"]  # nothing else: no Hydra folder, no log file
+    assert [line.split(":")[0].strip() for line in result.stdout.splitlines() if "step " in line][:3] == [
+        "step 2", "step 3", "step 4"]
+
+    # The step checkpoints (not also the time checkpoints of the same steps) went in.
+    inputs = [torch.load(run_dir / "checkpoints" / f"step{s:07d}.ckpt", map_location="cpu", weights_only=False)
+              for s in (2, 3, 4)]
+    averaged = torch.load(out, map_location="cpu", weights_only=False)
+    assert averaged["global_step"] == 4
+    assert [Path(p).name for p in averaged["averaged_from"]] == [f"step{s:07d}.ckpt" for s in (2, 3, 4)]
+    trained = load_trained(out)
+    assert trained.step == 4
+    loaded = trained.module.state_dict()
+    changed = 0
+    for key, value in averaged["state_dict"].items():
+        mean = sum(c["state_dict"][key].double() for c in inputs) / 3
+        torch.testing.assert_close(value, mean.to(value.dtype), rtol=1e-6, atol=1e-7)
+        assert torch.equal(loaded[key], value), key
+        changed += not torch.equal(value, inputs[-1]["state_dict"][key])
+    assert changed > 0, "the weights moved between steps 2 and 4, so their mean is not the last one"
+
+
+def test_average_cli_errors_are_one_line(tmp_path: Path, run_dir: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for arguments, expected in [((f"dir={empty}", "last=5"), str(empty)),
+                                ((f"dir={run_dir}", "last=5"), "only 4"),
+                                ((f"dir={tmp_path / 'missing'}",), "no such directory")]:
+        result = average_cli(*arguments, f"out={tmp_path / 'out.ckpt'}", cwd=tmp_path)
+        assert result.returncode == 2, result.stdout + result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0] and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "out.ckpt").exists()

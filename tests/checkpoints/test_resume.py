@@ -1,0 +1,171 @@
+"""A training run killed with SIGKILL mid-epoch and resumed with resume=auto goes on exactly as
+the uninterrupted run: the same loss at every later step, one W&B run; checkpoints are written
+atomically, so a kill during a save leaves the newest one whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.checkpoints.io import AtomicCheckpointIO
+from aiayn.checkpoints.resume import find_resume, newest_checkpoint
+from tests.helpers.wandb_offline import read_run
+from tests.cli.test_train import REPO, TINY_MODEL
+
+# 12 batches an epoch, a checkpoint every 5 steps, validation at each epoch's end: a run of 30
+# steps crosses two epoch ends, and a kill after step 15 lands mid-epoch (epoch 1, batch 3).
+RUN = [
+    *TINY_MODEL, "model.dropout=0.3", "task.datamodule.max_tokens=512", "task.decoding.max_len_offset=5",
+    "optim.warmup_steps=10", "trainer.max_steps=30", "trainer.limit_train_batches=12", "trainer.val_check_interval=12",
+    "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0",
+    "checkpoint.every_n_train_steps=5", "checkpoint.every_n_minutes=null", "visualize_at_end=false",
+    "logger=wandb", "run_name=resume-test",
+]
+
+
+def _command(run_dir: Path, *overrides: str) -> list[str]:
+    return [sys.executable, "src/train.py", *RUN, f"hydra.run.dir={run_dir}", *overrides]
+
+
+@pytest.fixture(scope="module")
+def environment(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("home")  # no ~/.netrc: W&B runs offline
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    return {**env, "HOME": str(home), "WANDB_SILENT": "true", "AIAYN_DATA_ROOT": str(data_root),
+            "AIAYN_CACHE_DIR": str(tmp_path_factory.mktemp("cache")), "OMP_NUM_THREADS": "1"}
+
+
+def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"train.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return result
+
+
+def _losses(run_file: Path) -> dict[int, float]:
+    history = read_run(run_file, strict=False).history
+    return {int(row["trainer/global_step"]): row["train/loss"] for row in history if "train/loss" in row}
+
+
+def test_sigkill_mid_epoch_then_resume_repeats_the_uninterrupted_run(tmp_path: Path, environment) -> None:
+    whole = tmp_path / "whole"
+    _run(_command(whole), environment)
+    expected = _losses(whole)
+    assert sorted(expected) == list(range(30)), "one loss per step (logged at steps 0..29)"
+
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(_command(killed), cwd=REPO, env=environment,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not (killed / "checkpoints" / "step0000015.ckpt").exists():
+        assert process.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "no checkpoint at step 15 within 5 minutes"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL
+    newest = newest_checkpoint(killed)
+    stopped_at = torch.load(newest, map_location="cpu", weights_only=False)["global_step"]
+    assert 15 <= stopped_at < 30 and stopped_at % 12 != 0, "killed mid-epoch, after step 15"
+
+    resumed = _run(_command(killed, "resume=auto"), environment)
+    assert "test test_2016_flickr:" in resumed.stdout
+
+    runs = sorted((killed / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2, "the first attempt and the resumed one"
+    # (the killed attempt's own .wandb file may hold nothing: W&B writes it in 32 KiB blocks)
+    second = read_run(runs[1], strict=False)
+    assert {r.name.rsplit("-", 1)[1] for r in runs} == {second.run_id}, "one W&B run, continued"
+    after = _losses(runs[1])
+    assert sorted(after) == list(range(stopped_at, 30))
+    for step in after:  # same data order, dropout draws, learning rate and optimizer state
+        assert after[step] == expected[step], f"step {step}: {after[step]} after resuming, {expected[step]} without"
+    assert second.exit_code == 0 and "test/bleu" in second.summary
+    # The run summary (aiayn.reporting.summary) counts on across the kill: tokens seen and
+    # training FLOPs come out as without it, and the training time adds up both attempts.
+    whole_summary = json.loads((whole / "summary.json").read_text())
+    resumed_summary = json.loads((killed / "summary.json").read_text())
+    for key in ("steps", "tokens_seen", "src_tokens_seen", "train_flops", "dev/ppl", "dev/step"):
+        assert resumed_summary[key] == whole_summary[key], key
+    assert resumed_summary["train_flops"] > 0 and resumed_summary["training_time_s"] > 0
+    assert second.summary["tokens_seen"] == whole_summary["tokens_seen"]
+
+
+def test_resume_auto_without_a_checkpoint_starts_afresh_and_a_changed_model_is_refused(tmp_path: Path, environment) -> None:
+    config = {"seed": 1, "model": {"d_model": 32}}
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert find_resume("auto", fresh, config, multirun=False) is None
+    assert find_resume(None, tmp_path, config, multirun=False) is None
+
+    run_dir = tmp_path / "run"
+    _run(_command(run_dir, "trainer.max_steps=5", "logger=none"), environment)
+    result = subprocess.run(_command(run_dir, "resume=auto", "model.d_model=64", "model.d_k=32", "logger=none"),
+                            cwd=REPO, env=environment, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("train.py: ") and "model.d_model: 32 → 64" in message and "resume=null" in message
+    assert "Traceback" not in result.stderr
+
+
+_SAVER = """
+import sys, torch
+from aiayn.checkpoints.io import AtomicCheckpointIO
+io = AtomicCheckpointIO()
+big = {"state_dict": {"w": torch.zeros(64 * 2**20)}, "optimizer_states": [], "global_step": 2}
+print("saving", flush=True)
+while True:  # until killed: each save replaces the file
+    io.save_checkpoint(big, sys.argv[1])
+"""
+
+
+def test_kill_during_save_leaves_the_newest_checkpoint_whole(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    target = folder / "step0000002.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.ones(3)}, "optimizer_states": [],
+                                          "global_step": 1}, target)
+    process = subprocess.Popen([sys.executable, "-c", _SAVER, str(target)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "saving"
+    deadline = time.monotonic() + 120
+    while not any(p.stat().st_size > 2**20 for p in folder.glob(".*.tmp") if p.exists()):
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)  # mid-write: the temporary file is over 1 MiB of 256 MiB
+    process.wait()
+    assert list(folder.glob(".*.tmp")), "the kill did land during a save"
+    saved = torch.load(target, weights_only=False)  # the previous checkpoint, whole
+    assert saved["global_step"] == 1 and torch.equal(saved["state_dict"]["w"], torch.ones(3))
+    assert newest_checkpoint(tmp_path) == target
+
+
+def test_newest_checkpoint_skips_a_truncated_file(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    io = AtomicCheckpointIO()
+    for step in (5, 10):
+        io.save_checkpoint({"state_dict": {"w": torch.full((1000,), float(step))}, "optimizer_states": [],
+                            "global_step": step}, folder / f"step{step:07d}.ckpt")
+    newest = folder / "step0000010.ckpt"
+    newest.write_bytes(newest.read_bytes()[:2000])  # e.g. a copy that was cut short
+    assert newest_checkpoint(tmp_path) == folder / "step0000005.ckpt"
+
+
+def test_speed_switches_may_change_on_resume_but_the_recipe_may_not() -> None:
+    from aiayn.checkpoints.resume import config_differences
+
+    old = {"seed": 1, "optim": {"betas": [0.9, 0.98], "lr_factor": 1.0},  # written before the switches existed
+           "model": {"d_model": 512, "train_steps": 10}}
+    saved = {"hyper_parameters": {"run_config": old}}
+    faster = {"seed": 1, "optim": {"betas": [0.9, 0.98], "lr_factor": 1.0, "fused": True},
+              "model": {"d_model": 512, "train_steps": 20, "attention": "explicit"}, "compile": True}
+    assert config_differences(saved, faster) == []
+    changed = {**faster, "optim": {**faster["optim"], "lr_factor": 2.0}, "model": {**faster["model"], "d_model": 256}}
+    assert config_differences(saved, changed) == [
+        "optim: {'betas': [0.9, 0.98], 'lr_factor': 1.0} → {'betas': [0.9, 0.98], 'lr_factor': 2.0}",
+        "model.d_model: 512 → 256",
+    ]
