@@ -6,12 +6,14 @@ import functools
 import http.server
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+import aiayn.training.config  # noqa: F401  registers the config schemas that conf/ composes with
+from tests.helpers.runs import REPO, TINY_RUN, TrainedRun, snapshot, train
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +27,30 @@ def data_root() -> Path:
             pytrace=False,
         )
     return root
+
+
+@pytest.fixture(scope="session")
+def subword_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One AIAYN_CACHE_DIR for the session's tiny runs on Multi30k, so that their 500-subword
+    sentencepiece model is trained once. The cache is keyed by the settings and the lines, so runs
+    with other data add their own models beside it; tests of the cache itself use their own folder."""
+    return tmp_path_factory.mktemp("subword-cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, data_root: Path, subword_cache: Path) -> Iterator[TrainedRun]:
+    """One tiny src/train.py run on Multi30k (tests.helpers.runs.TINY_RUN: 2 layers, 4 steps, a step
+    and a time checkpoint after every step, attention pictures at the end), shared by the tests of
+    evaluate, translate, average, visualize and bad input. Read-only: a test that writes (reports,
+    averaged checkpoints, pictures) writes to its own tmp_path or into a copy; the session fails
+    at its end if anything in the run's directory changed."""
+    run_dir = tmp_path_factory.mktemp("tiny-run") / "run"
+    train(run_dir, *TINY_RUN, data_root=data_root, cache_dir=subword_cache)
+    before = snapshot(run_dir)
+    yield TrainedRun(run_dir, subword_cache, tuple(TINY_RUN))
+    after = snapshot(run_dir)
+    changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+    assert not changed, f"tests wrote into the shared tiny run {run_dir}: {changed}"
 
 
 @pytest.fixture(scope="module")

@@ -1,27 +1,29 @@
 """Attention maps (the paper's Figures 3–5) and their pictures: aiayn.analysis on a real subword
 model of Multi30k lines, the end-of-training callback of src/train.py and src/visualize.py on a
-real checkpoint."""
+real checkpoint (the session's `tiny_run`, tests/conftest.py: two layers, so six pictures)."""
 
 from __future__ import annotations
 
 import gc
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from PIL import Image
 
-from aiayn.analysis import AttentionMaps, attention_maps, draw_attention, draw_positional_encoding
+from aiayn.analysis import (
+    AttentionMaps,
+    attention_maps,
+    draw_attention,
+    draw_positional_encoding,
+)
 from aiayn.analysis.attention_maps import attention_figure_size
 from aiayn.data.readers import read_lines
 from aiayn.data.subwords import train_or_load
 from aiayn.model import Transformer, beam_search
+from tests.helpers.runs import TrainedRun, run_tool
 
-REPO = Path(__file__).resolve().parents[1]
 TEXT = "A man is riding a bike."
 N_LAYERS, N_HEADS = 2, 5  # 5 heads: a grid of two rows with empty panels at the end
 DECODING = dict(beam_size=2, alpha=0.6, max_len_offset=5)
@@ -92,7 +94,7 @@ def test_draw_attention_writes_one_picture_per_layer_and_kind(maps: AttentionMap
     assert not [o for o in gc.get_objects() if type(o) is Figure], "no figure outlives its drawing"
 
 
-def test_draw_positional_encoding(tmp_path: Path) -> None:
+def test_draw_positional_encoding_writes_one_png_where_asked(tmp_path: Path) -> None:
     path = draw_positional_encoding(64, 100, tmp_path / "pe" / "positional.png")
     assert path == tmp_path / "pe" / "positional.png" and path.stat().st_size > 10_000
     with Image.open(path) as image:
@@ -101,35 +103,20 @@ def test_draw_positional_encoding(tmp_path: Path) -> None:
 
 # -- end to end: the callback of src/train.py and src/visualize.py on a real checkpoint ---------------
 
-TINY = [  # tests/test_cli_train.py's TINY with two layers (six pictures) and shorter runs
-    "model.n_layers=2", "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
-    "task.vocab_size=500", "task.datamodule.max_tokens=1024", "task.decoding.max_len_offset=5",
-    "trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
-    "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0", "checkpoint.every_n_train_steps=2",
-    "optim.warmup_steps=2", "logger=none",
-]
+@pytest.fixture
+def run_dir(tiny_run: TrainedRun) -> Path:
+    """The session's tiny training run (read only): two layers, attention drawn at the end."""
+    return tiny_run.run_dir
 
 
-def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True,
-                          text=True, timeout=300)
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:
-    run_dir = tmp_path_factory.mktemp("train") / "run"
-    env = {"AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(tmp_path_factory.mktemp("train_cache"))}
-    result = run(["src/train.py", *TINY, f"hydra.run.dir={run_dir}"], REPO, env)
-    assert result.returncode == 0, f"train.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    return run_dir
-
-
+@pytest.mark.cli
 def test_training_ends_by_drawing_attention(run_dir: Path) -> None:
     pictures = sorted((run_dir / "attention").glob("*.png"))
     assert [p.name for p in pictures] == sorted(expected_names(2))
     assert all(p.stat().st_size > 10_000 for p in pictures)
 
 
+@pytest.mark.cli
 def test_visualize_draws_a_checkpoint(run_dir: Path, tmp_path: Path) -> None:
     # A copy of the run's checkpoint in a fresh folder: the pictures go to <ckpt dir>/../attention.
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
@@ -137,8 +124,8 @@ def test_visualize_draws_a_checkpoint(run_dir: Path, tmp_path: Path) -> None:
     shutil.copy(run_dir / "checkpoints" / "last.ckpt", ckpt)
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    result = run([str(REPO / "src" / "visualize.py"), f"ckpt={ckpt}", "text=Two dogs play in the snow.",
-                  "positional_encoding=true"], cwd)
+    result = run_tool("src/visualize.py", f"ckpt={ckpt}", "text=Two dogs play in the snow.", "positional_encoding=true",
+                      cwd=cwd, timeout=300)
     assert result.returncode == 0, result.stderr[-5000:]
     out = tmp_path / "run" / "attention"
     names = expected_names(2) + ["positional_encoding.png"]
@@ -149,12 +136,13 @@ def test_visualize_draws_a_checkpoint(run_dir: Path, tmp_path: Path) -> None:
     assert list(cwd.iterdir()) == [], "Hydra writes nothing beside (no .hydra/, no log file)"
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("ckpt", ["missing", "not given", "not a checkpoint"])
 def test_visualize_without_a_checkpoint_says_so(ckpt: str, tmp_path: Path) -> None:
     (tmp_path / "text.ckpt").write_text("not a checkpoint")
     args = {"missing": [f"ckpt={tmp_path / 'nope.ckpt'}"], "not given": [],
             "not a checkpoint": [f"ckpt={tmp_path / 'text.ckpt'}"]}[ckpt]
-    result = run([str(REPO / "src" / "visualize.py"), *args, f"out={tmp_path / 'out'}"], tmp_path)
+    result = run_tool("src/visualize.py", *args, f"out={tmp_path / 'out'}", cwd=tmp_path, check=False, timeout=300)
     assert result.returncode == 2 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("visualize.py: "), result.stderr

@@ -4,22 +4,20 @@ working (their figures come from full runs, never from here)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+import pytest
+
+from tests.helpers.runs import run_tool
+
+pytestmark = pytest.mark.cli  # runs the benchmark scripts as processes; -m 'not cli' skips them
+
 TINY = ["--model", "small", "--override", "n_layers=1", "d_model=32", "d_ff=64", "n_heads=2", "d_k=16", "d_v=16",
         "--vocab-size", "1200", "--subword-vocab", "1000", "--threads", "1"]
 
 
 def run(script: str, *args: str, data_root: Path, cache: Path) -> str:
-    env = {**os.environ, "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(cache)}
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
+    return run_tool(f"benchmarks/{script}", *args, data_root=data_root, cache_dir=cache).stdout
 
 
 def test_decode_speed_with_and_without_cache(tmp_path, data_root):
@@ -39,7 +37,7 @@ def test_decode_speed_with_and_without_cache(tmp_path, data_root):
     assert "cache speed-up" in stdout
 
 
-def test_side_by_side_runs(tmp_path, data_root):
+def test_side_by_side_measures_both_parts_against_both_peers(tmp_path, data_root):
     out = tmp_path / "side.jsonl"
     run("side_by_side.py", *TINY, "--train-steps", "2", "--train-max-tokens", "200", "--sentences", "6",
         "--max-tokens", "120", "--max-len-offset", "3", "--out", str(out), data_root=data_root, cache=tmp_path / "cache")

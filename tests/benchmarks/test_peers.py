@@ -4,14 +4,14 @@ teacher-forced logits agree and greedy outputs are identical (torch.nn.Transform
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from aiayn.model import Transformer, greedy_search
+from tests.helpers.runs import REPO
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 import peers  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from aiayn.data.batching import TokenBatchSampler
+from tests.helpers.runs import REPO, run_tool
 
-REPO = Path(__file__).resolve().parents[1]
 TINY = ["--model", "small", "--set", "model.n_layers=1", "--set", "model.d_model=32", "--set", "model.d_ff=64",
         "--set", "model.n_heads=2", "--set", "model.d_k=16", "--set", "model.d_v=16", "--vocab-size", "500",
         "--max-tokens", "1024", "--threads", "1"]
@@ -32,11 +32,11 @@ def bench():
 
 
 def _run(data_root: Path, *args: str) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "AIAYN_DATA_ROOT": str(data_root)}
-    return subprocess.run([sys.executable, "benchmarks/train_throughput.py", *args], cwd=REPO, env=environment,
-                          capture_output=True, text=True, timeout=300)
+    return run_tool("benchmarks/train_throughput.py", *args, env=os.environ, data_root=data_root, check=False,
+                    timeout=300)
 
 
+@pytest.mark.cli  # runs the benchmark as a process
 def test_benchmark_writes_one_record_per_run(tmp_path: Path, data_root: Path) -> None:
     out = tmp_path / "results.jsonl"
     for extra in ([], ["--attention", "explicit", "--fused-adam", "--precision", "bf16"]):
@@ -90,9 +90,10 @@ def test_padding_of_the_sampler_and_of_corpus_order(bench, data_root: Path) -> N
 
 def test_model_configs_are_composed_as_hydra_does(bench) -> None:
     big = bench.load_model_config("big", ["model.dropout=0.1"])
-    # big.yaml's own sizes over base.yaml's, the override over both.
-    assert (big["name"], big["n_layers"], big["d_model"], big["d_ff"], big["n_heads"]) == ("big", 6, 1024, 4096, 16)
-    assert big["dropout"] == 0.1 and big["attention"] == "sdpa" and big["label_smoothing"] == 0.1
+    # big.yaml's own sizes over base.yaml's, the override over both; the network's arguments only.
+    assert (big["n_layers"], big["d_model"], big["d_ff"], big["n_heads"]) == (6, 1024, 4096, 16)
+    assert big["dropout"] == 0.1 and big["attention"] == "sdpa" and big["_target_"] == "aiayn.model.Transformer"
+    assert "label_smoothing" not in big and "train_steps" not in big
     with pytest.raises(SystemExit, match="--model huge: no such model config .*name one of base, big"):
         bench.load_model_config("huge", [])
     with pytest.raises(SystemExit, match="expected model.KEY=VALUE"):

@@ -4,9 +4,8 @@ figures come from the full run, never from here)."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.runs import REPO
 
 
 def _benchmark():

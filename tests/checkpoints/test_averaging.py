@@ -1,13 +1,12 @@
 """Checkpoint averaging (§6.1): the averaging itself on real torch.save'd files, the choice of the
-last k checkpoints, src/average.py end to end on checkpoints of a real tiny training run, and the
-time-based checkpoints src/train.py writes for it."""
+last k checkpoints, src/average.py end to end on checkpoints of a real tiny training run (the
+session's `tiny_run`, tests/conftest.py), and the time-based checkpoints src/train.py writes for it."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,16 +19,7 @@ from aiayn.checkpoints.averaging import (
 )
 from aiayn.checkpoints.io import list_checkpoints
 from aiayn.errors import DataError
-
-REPO = Path(__file__).resolve().parents[2]
-
-# A model and run small enough for seconds on a CPU (as tests/test_cli_train.py's TINY).
-TINY = [
-    "model.n_layers=1", "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
-    "task.vocab_size=500", "task.datamodule.max_tokens=1024", "task.decoding.max_len_offset=5",
-    "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
-    "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0", "optim.warmup_steps=2", "logger=none",
-]
+from tests.helpers.runs import TrainedRun, run_tool
 
 
 def fake_checkpoint(step: int, seed: int = 0) -> dict:
@@ -107,39 +97,29 @@ def test_last_checkpoints_in_step_order_over_both_naming_schemes(tmp_path: Path)
 
 
 # -- real runs -------------------------------------------------------------------------------
-KEEP_TIMED = 2
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:
-    """A tiny real training run: a step checkpoint after every step, and time checkpoints every
-    0.06 ms (so after every step too), of which the newest KEEP_TIMED stay."""
-    tmp = tmp_path_factory.mktemp("averaging")
-    run = tmp / "run"
-    overrides = [*TINY, "checkpoint.every_n_train_steps=1", "checkpoint.every_n_minutes=0.000001",
-                 f"checkpoint.keep_timed={KEEP_TIMED}", f"hydra.run.dir={run}"]
-    env = {**os.environ, "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(tmp / "cache")}
-    result = subprocess.run([sys.executable, "src/train.py", *overrides], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, f"train.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    return run
+@pytest.fixture
+def run_dir(tiny_run: TrainedRun) -> Path:
+    """The session's tiny training run (read only): a step checkpoint after every step, and time
+    checkpoints every 0.06 ms (so after every step too), of which the newest 2 stay (tests.helpers.runs.TINY_RUN)."""
+    return tiny_run.run_dir
 
 
 def average_cli(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "src" / "average.py"), *arguments], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return run_tool("src/average.py", *arguments, cwd=cwd, check=False, timeout=120)
 
 
+@pytest.mark.cli
 def test_train_writes_rolling_time_checkpoints(run_dir: Path) -> None:
     folder = run_dir / "checkpoints"
     assert sorted(p.name for p in folder.glob("step*.ckpt")) == [f"step{s:07d}.ckpt" for s in (1, 2, 3, 4)]
     timed = sorted(p.name for p in folder.glob("time-*.ckpt"))
-    assert timed == ["time-step0000003.ckpt", "time-step0000004.ckpt"], timed  # the newest KEEP_TIMED
+    assert timed == ["time-step0000003.ckpt", "time-step0000004.ckpt"], timed  # the newest checkpoint.keep_timed=2
     checkpoint = torch.load(folder / "time-step0000004.ckpt", map_location="cpu", weights_only=False)
     assert checkpoint["global_step"] == 4 and "subwords" in checkpoint
 
 
-def test_average_cli_end_to_end(run_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.cli
+def test_average_cli_writes_the_mean_of_the_last_step_checkpoints(run_dir: Path, tmp_path: Path) -> None:
     from aiayn.checkpoints.trained import load_trained
 
     work = tmp_path / "cwd"
@@ -169,6 +149,7 @@ def test_average_cli_end_to_end(run_dir: Path, tmp_path: Path) -> None:
     assert changed > 0, "the weights moved between steps 2 and 4, so their mean is not the last one"
 
 
+@pytest.mark.cli
 def test_average_cli_errors_are_one_line(tmp_path: Path, run_dir: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()

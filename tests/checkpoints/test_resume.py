@@ -17,8 +17,8 @@ import torch
 
 from aiayn.checkpoints.io import AtomicCheckpointIO
 from aiayn.checkpoints.resume import find_resume, newest_checkpoint
+from tests.helpers.runs import REPO, TINY_MODEL, run_command
 from tests.helpers.wandb_offline import read_run
-from tests.cli.test_train import REPO, TINY_MODEL
 
 # 12 batches an epoch, a checkpoint every 5 steps, validation at each epoch's end: a run of 30
 # steps crosses two epoch ends, and a kill after step 15 lands mid-epoch (epoch 1, batch 3).
@@ -36,17 +36,15 @@ def _command(run_dir: Path, *overrides: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def environment(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> dict[str, str]:
+def environment(tmp_path_factory: pytest.TempPathFactory, data_root: Path, subword_cache: Path) -> dict[str, str]:
     home = tmp_path_factory.mktemp("home")  # no ~/.netrc: W&B runs offline
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     return {**env, "HOME": str(home), "WANDB_SILENT": "true", "AIAYN_DATA_ROOT": str(data_root),
-            "AIAYN_CACHE_DIR": str(tmp_path_factory.mktemp("cache")), "OMP_NUM_THREADS": "1"}
+            "AIAYN_CACHE_DIR": str(subword_cache), "OMP_NUM_THREADS": "1"}
 
 
-def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, f"train.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    return result
+def _run(command: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
+    return run_command(command, env=env, check=check)
 
 
 def _losses(run_file: Path) -> dict[int, float]:
@@ -54,6 +52,7 @@ def _losses(run_file: Path) -> dict[int, float]:
     return {int(row["trainer/global_step"]): row["train/loss"] for row in history if "train/loss" in row}
 
 
+@pytest.mark.cli
 def test_sigkill_mid_epoch_then_resume_repeats_the_uninterrupted_run(tmp_path: Path, environment) -> None:
     whole = tmp_path / "whole"
     _run(_command(whole), environment)
@@ -97,6 +96,7 @@ def test_sigkill_mid_epoch_then_resume_repeats_the_uninterrupted_run(tmp_path: P
     assert second.summary["tokens_seen"] == whole_summary["tokens_seen"]
 
 
+@pytest.mark.cli
 def test_resume_auto_without_a_checkpoint_starts_afresh_and_a_changed_model_is_refused(tmp_path: Path, environment) -> None:
     config = {"seed": 1, "model": {"d_model": 32}}
     fresh = tmp_path / "fresh"
@@ -106,8 +106,8 @@ def test_resume_auto_without_a_checkpoint_starts_afresh_and_a_changed_model_is_r
 
     run_dir = tmp_path / "run"
     _run(_command(run_dir, "trainer.max_steps=5", "logger=none"), environment)
-    result = subprocess.run(_command(run_dir, "resume=auto", "model.d_model=64", "model.d_k=32", "logger=none"),
-                            cwd=REPO, env=environment, capture_output=True, text=True, timeout=600)
+    result = _run(_command(run_dir, "resume=auto", "model.d_model=64", "model.d_k=32", "logger=none"), environment,
+                  check=False)
     assert result.returncode == 2
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith("train.py: ") and "model.d_model: 32 → 64" in message and "resume=null" in message
@@ -155,17 +155,21 @@ def test_newest_checkpoint_skips_a_truncated_file(tmp_path: Path) -> None:
     assert newest_checkpoint(tmp_path) == folder / "step0000005.ckpt"
 
 
-def test_speed_switches_may_change_on_resume_but_the_recipe_may_not() -> None:
+def test_speed_switches_and_steps_may_change_on_resume_but_the_recipe_may_not() -> None:
     from aiayn.checkpoints.resume import config_differences
 
-    old = {"seed": 1, "optim": {"betas": [0.9, 0.98], "lr_factor": 1.0},  # written before the switches existed
-           "model": {"d_model": 512, "train_steps": 10}}
+    old = {"seed": 1, "optim": {"betas": [0.9, 0.98], "lr_factor": 1.0, "train_steps": 10},  # before the switches
+           "model": {"d_model": 512}, "loss": {"label_smoothing": 0.1}, "width_divisor": 1}
     saved = {"hyper_parameters": {"run_config": old}}
-    faster = {"seed": 1, "optim": {"betas": [0.9, 0.98], "lr_factor": 1.0, "fused": True},
-              "model": {"d_model": 512, "train_steps": 20, "attention": "explicit"}, "compile": True}
+    faster = {"seed": 1, "optim": {"betas": [0.9, 0.98], "lr_factor": 1.0, "fused": True, "train_steps": 20},
+              "model": {"d_model": 512, "attention": "explicit"}, "loss": {"label_smoothing": 0.1},
+              "width_divisor": 1, "compile": True, "trainer": {"max_steps": 20, "val_check_interval": 5}}
     assert config_differences(saved, faster) == []
-    changed = {**faster, "optim": {**faster["optim"], "lr_factor": 2.0}, "model": {**faster["model"], "d_model": 256}}
+    changed = {**faster, "optim": {**faster["optim"], "lr_factor": 2.0}, "model": {**faster["model"], "d_model": 256},
+               "loss": {"label_smoothing": 0.0}, "width_divisor": 2}
     assert config_differences(saved, changed) == [
-        "optim: {'betas': [0.9, 0.98], 'lr_factor': 1.0} → {'betas': [0.9, 0.98], 'lr_factor': 2.0}",
         "model.d_model: 512 → 256",
+        "width_divisor: 1 → 2",
+        "loss.label_smoothing: 0.1 → 0.0",
+        "optim.lr_factor: 1.0 → 2.0",
     ]

@@ -11,7 +11,6 @@ import gzip
 import importlib.util
 import logging
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,12 +18,12 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from aiayn.data.datamodule import Multi30kDataModule
-from aiayn.data.readers import DataError, read_lines, read_parallel
-from aiayn.training.averaging import last_checkpoints
-from aiayn.training.checkpoint import read_checkpoint
-from tests.test_cli_evaluate_translate import run as run_script
-from tests.test_cli_train import REPO, TINY
+from aiayn.checkpoints.averaging import last_checkpoints
+from aiayn.checkpoints.io import read_checkpoint
+from aiayn.data.multi30k import Multi30kDataModule
+from aiayn.data.readers import read_lines, read_parallel
+from aiayn.errors import DataError
+from tests.helpers.runs import REPO, TINY, TrainedRun, run_tool
 
 _spec = importlib.util.spec_from_file_location("train_entry_point", REPO / "src" / "train.py")
 train_entry_point = importlib.util.module_from_spec(_spec)
@@ -38,13 +37,13 @@ def _write(path: Path, lines: list[str] | bytes) -> Path:
     return path
 
 
-def test_1_parallel_files_of_different_lengths(tmp_path):
+def test_parallel_files_of_different_lengths_name_both_files_and_counts(tmp_path):
     a, b = _write(tmp_path / "a.en", ["one", "two", "three"]), _write(tmp_path / "a.de", ["eins", "zwei"])
     with pytest.raises(DataError, match=rf"{a} has 3 lines, {b} has 2; they must be aligned line by line"):
         read_parallel(a, b)
 
 
-def test_2_truncated_gzip(tmp_path):
+def test_a_truncated_gzip_names_the_file_and_the_last_line_read(tmp_path):
     full = gzip.compress("".join(f"line {i} with some words\n" for i in range(5000)).encode())
     path = tmp_path / "cut.en.gz"
     path.write_bytes(full[: len(full) // 2])
@@ -52,13 +51,13 @@ def test_2_truncated_gzip(tmp_path):
         read_lines(path)
 
 
-def test_3_bytes_that_are_not_utf8(tmp_path):
+def test_bytes_that_are_not_utf8_name_the_file_line_and_byte(tmp_path):
     path = _write(tmp_path / "latin1.de", "eins\nzwei\nGr\xfc\xdfe\n".encode("latin-1"))
     with pytest.raises(DataError, match=rf"{path}: line 3 is not valid UTF-8 \(byte 3 of the line\); re-encode"):
         read_lines(path)
 
 
-def test_4_missing_file(tmp_path):
+def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(DataError, match=rf"{tmp_path / 'nope.en'}: file not found; check the path or the data root"):
         read_lines(tmp_path / "nope.en")
 
@@ -80,13 +79,13 @@ def _datamodule(root: Path, tmp_path: Path, **kwargs) -> Multi30kDataModule:
                                             **kwargs})
 
 
-def test_5_empty_training_files(tmp_path, data_root):
+def test_empty_training_files_are_an_error_naming_them(tmp_path, data_root):
     root = _multi30k_copy(tmp_path / "data", data_root, [], [])
     with pytest.raises(DataError, match=r"train.en.gz / .*train.de.gz: no lines; a split needs one sentence pair"):
         _datamodule(root, tmp_path).setup("fit")
 
 
-def test_6_empty_and_overlong_training_lines_are_skipped_and_counted(tmp_path, data_root, caplog):
+def test_empty_and_overlong_training_lines_are_skipped_and_counted(tmp_path, data_root, caplog):
     en, de = read_parallel(data_root / "multi30k" / "train.en.gz", data_root / "multi30k" / "train.de.gz")
     en, de = en[:2000], de[:2000]
     en[10], de[20] = "", "   "  # an empty side each
@@ -100,14 +99,14 @@ def test_6_empty_and_overlong_training_lines_are_skipped_and_counted(tmp_path, d
     assert "dropped 2 with an empty side, 1 with a side over max_length=150" in caplog.text
 
 
-def test_7_every_training_pair_filtered(tmp_path, data_root):
+def test_every_training_pair_filtered_says_to_raise_max_length(tmp_path, data_root):
     en, de = read_parallel(data_root / "multi30k" / "train.en.gz", data_root / "multi30k" / "train.de.gz")
     root = _multi30k_copy(tmp_path / "data", data_root, en[:500], de[:500])
     with pytest.raises(DataError, match=r"every one of the 500 training pairs was dropped .*raise max_length"):
         _datamodule(root, tmp_path, max_length=2).setup("fit")
 
 
-def test_7b_a_vocabulary_larger_than_the_text_allows(tmp_path, data_root):
+def test_a_vocabulary_larger_than_the_text_allows_says_to_lower_vocab_size(tmp_path, data_root):
     root = _multi30k_copy(tmp_path / "data", data_root, ["a b c d e f g"] * 50, ["h i j k l m n"] * 50)
     with pytest.raises(DataError, match=r"too few distinct pieces for a vocabulary of 100 subwords \(at most \d+ "
                                         r"here\); lower task.vocab_size"):
@@ -115,13 +114,13 @@ def test_7b_a_vocabulary_larger_than_the_text_allows(tmp_path, data_root):
 
 
 # -- checkpoints --------------------------------------------------------------------------------
-def test_8_a_text_file_as_checkpoint(tmp_path):
+def test_a_text_file_as_checkpoint_is_not_a_readable_checkpoint(tmp_path):
     path = _write(tmp_path / "model.ckpt", ["this is not a checkpoint"])
     with pytest.raises(DataError, match=rf"{path}: not a readable checkpoint"):
         read_checkpoint(path)
 
 
-def test_9_a_truncated_checkpoint(tmp_path):
+def test_a_truncated_checkpoint_is_not_a_readable_checkpoint(tmp_path):
     path = tmp_path / "cut.ckpt"
     torch.save({"state_dict": {"w": torch.zeros(10000)}, "hyper_parameters": {}, "subwords": b""}, path)
     path.write_bytes(path.read_bytes()[:5000])
@@ -129,14 +128,14 @@ def test_9_a_truncated_checkpoint(tmp_path):
         read_checkpoint(path)
 
 
-def test_10_someone_elses_checkpoint(tmp_path):
+def test_someone_elses_checkpoint_is_not_an_aiayn_checkpoint(tmp_path):
     path = tmp_path / "other.ckpt"
     torch.save({"state_dict": {}, "epoch": 3}, path)
     with pytest.raises(DataError, match=rf"{path}: not an aiayn training checkpoint \(no hyper_parameters, subwords\)"):
         read_checkpoint(path)
 
 
-def test_11_averaging_more_checkpoints_than_there_are(tmp_path):
+def test_averaging_more_checkpoints_than_there_are_names_the_steps_found(tmp_path):
     folder = tmp_path / "checkpoints"
     folder.mkdir()
     torch.save({"global_step": 5}, folder / "step0000005.ckpt")
@@ -146,16 +145,19 @@ def test_11_averaging_more_checkpoints_than_there_are(tmp_path):
 
 # -- training configuration ---------------------------------------------------------------------
 def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
-    """train.py's own error handling, in this process: (exit status, its one line)."""
+    """train.py's own error handling, in this process: (exit status, its one line). Called with a
+    config, Hydra's ``main`` runs the task function (under aiayn.cli.errors' wrapper) directly."""
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=[*TINY, "logger=none", f"paths.output_dir={tmp_path / 'run'}", *overrides])
+        cfg = compose("train", overrides=[*TINY, "logger=none", f"paths.output_dir={tmp_path / 'run'}",
+                                          "run_name=bad-input", *overrides])  # both come from Hydra's run
     stderr = tmp_path / "stderr"
     with open(stderr, "w") as handle, pytest.raises(SystemExit) as exit_:
         real, sys.stderr = sys.stderr, handle
+        argv, sys.argv = sys.argv, [str(REPO / "src" / "train.py")]  # errors name the tool as invoked
         try:
-            train_entry_point.run(cfg)
+            train_entry_point.main(cfg)
         finally:
-            sys.stderr = real
+            sys.stderr, sys.argv = real, argv
     lines = stderr.read_text().strip().splitlines()
     assert len(lines) == 1, lines
     return exit_.value.code, lines[0]
@@ -167,8 +169,9 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["model.d_model=33"], "train.py: model: d_model must be even for the sinusoidal encoding, got 33"),
     (["model.n_heads=-2"], "train.py: model: n_heads must be a positive whole number, got -2"),
     (["model.dropout=1.5"], "train.py: model: dropout must be in [0, 1), got 1.5"),
-    (["model.label_smoothing=-0.1"], "train.py: model.label_smoothing must be in [0.0, 1.0), got -0.1"),
-    (["model.warmup_steps=0"], "train.py: model.warmup_steps must be a positive whole number, got 0"),
+    (["loss.label_smoothing=-0.1"], "train.py: loss.label_smoothing must be in [0.0, 1.0), got -0.1"),
+    (["optim.warmup_steps=0"], "train.py: optim.warmup_steps must be a positive whole number, got 0"),
+    (["width_divisor=3"], "train.py: width_divisor=3 does not divide model.d_model=32"),
     (["optim.lr_factor=0"], "train.py: optim.lr_factor must be positive, got 0"),
     (["task.vocab_size=3"], "train.py: task.vocab_size must be a whole number of at least 8, got 3"),
     (["task.datamodule.max_tokens=100", "task.datamodule.max_length=128"],
@@ -177,61 +180,59 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["nonfinite.max_in_a_row=0"], "train.py: nonfinite.max_in_a_row must be at least 1, got 0"),
     (["resume=/no/such/run"], "train.py: resume=/no/such/run: no such checkpoint file or run directory"),
 ], ids=lambda value: value[0] if isinstance(value, list) else None)
-def test_12_impossible_settings(tmp_path, overrides, message):
+def test_an_impossible_setting_is_named_in_one_line_and_exits_2(tmp_path, overrides, message):
     code, line = _train(tmp_path, *overrides)
     assert code == 2 and line.startswith(message), line
 
 
-def test_13_a_data_root_without_the_data(tmp_path):
+def test_a_data_root_without_the_data_names_the_missing_file_and_exits_2(tmp_path):
     code, line = _train(tmp_path, f"paths.data_root={tmp_path / 'empty'}", "task.datamodule.download=false")
     assert code == 2
     assert line.startswith("train.py: Multi30k files missing") and str(tmp_path / "empty" / "multi30k" / "train.en.gz") in line
 
 
-# -- command lines ------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("bad-input")
-    run_script("src/train.py", *TINY, "logger=none", "visualize_at_end=false", f"hydra.run.dir={root / 'run'}",
-               data_root=data_root, cache_dir=root / "cache")
-    return root / "run", root / "cache"
-
-
-def test_14_unknown_setting_on_the_command_line(trained_run, data_root):
-    result = run_script("src/train.py", "model.n_experts=4", data_root=data_root, cache_dir=trained_run[1], check=False)
+# -- command lines (checkpoints: the session's tiny trained run, `tiny_run` in tests/conftest.py) --
+@pytest.mark.cli
+def test_an_unknown_setting_on_the_command_line_is_refused_without_a_traceback(subword_cache, data_root):
+    result = run_tool("src/train.py", "model.n_experts=4", data_root=data_root, cache_dir=subword_cache, check=False)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert result.stderr.startswith("Could not override 'model.n_experts'.\nTo append to your config use +model.n_experts=4")
 
 
-def test_15_translate_stdin_that_is_not_utf8(trained_run, data_root):
-    result = subprocess.run([sys.executable, "src/translate.py", f"ckpt={trained_run[0] / 'checkpoints' / 'last.ckpt'}"],
-                            cwd=REPO, input="A dog.\nA \xe9t\xe9 cat.\n".encode("latin-1"), capture_output=True, timeout=300)
+@pytest.mark.cli
+def test_translate_stdin_that_is_not_utf8_names_the_line_and_byte(tiny_run: TrainedRun):
+    result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", stdin="A dog.\nA \xe9t\xe9 cat.\n".encode("latin-1"),
+                      check=False, timeout=300)
     assert result.returncode == 2
     assert result.stderr.decode().strip().splitlines()[-1] == (
         "translate.py: <stdin>: line 2 is not valid UTF-8 (byte 3 of the line); re-encode the file as UTF-8")
 
 
-def test_16_translate_with_an_impossible_beam(trained_run, data_root, tmp_path):
+@pytest.mark.cli
+def test_translate_with_beam_size_0_names_the_setting_and_exits_2(tiny_run: TrainedRun, data_root, tmp_path):
     source = _write(tmp_path / "in.en", ["A dog runs."])
-    result = run_script("src/translate.py", f"ckpt={trained_run[0] / 'checkpoints' / 'last.ckpt'}", f"input={source}",
-                        "beam_size=0", data_root=data_root, cache_dir=trained_run[1], check=False)
+    result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", f"input={source}", "beam_size=0",
+                      data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == "translate.py: beam_size must be a whole number of at least 1, got 0"
 
 
-def test_17_evaluate_a_file_that_is_not_a_checkpoint(trained_run, data_root, tmp_path):
+@pytest.mark.cli
+def test_evaluate_on_a_file_that_is_not_a_checkpoint_names_it_and_exits_2(subword_cache, data_root, tmp_path):
     bogus = _write(tmp_path / "notes.ckpt", ["notes"])
-    result = run_script("src/evaluate.py", f"ckpt={bogus}", data_root=data_root, cache_dir=trained_run[1], check=False)
+    result = run_tool("src/evaluate.py", f"ckpt={bogus}", data_root=data_root, cache_dir=subword_cache, check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith(f"evaluate.py: {bogus}: not a readable checkpoint")
 
 
-def test_18_resume_on_data_whose_vocabulary_differs(trained_run, data_root, tmp_path):
+@pytest.mark.cli
+def test_resume_on_data_whose_vocabulary_differs_is_refused(tiny_run: TrainedRun, data_root, tmp_path):
     en, de = read_parallel(data_root / "multi30k" / "train.en.gz", data_root / "multi30k" / "train.de.gz")
     other = _multi30k_copy(tmp_path / "data", data_root, en[:6000], de[:6000])  # another subword model
-    run_dir, cache = trained_run
-    result = run_script("src/train.py", *TINY, "logger=none", f"hydra.run.dir={tmp_path / 'again'}",
-                        f"resume={run_dir}", "trainer.max_steps=6", data_root=other, cache_dir=cache, check=False)
+    # The run's own settings, so that the subword model is the one difference.
+    result = run_tool("src/train.py", *tiny_run.overrides, f"hydra.run.dir={tmp_path / 'again'}",
+                      f"resume={tiny_run.run_dir}", "trainer.max_steps=6", data_root=other,
+                      cache_dir=tiny_run.cache_dir, check=False)
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith(
         "train.py: the checkpoint's subword model differs from the one built for this data")

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.data.treebank import parse_trees
+from aiayn.data.parsing.treebank import parse_trees
 from aiayn.metrics.parseval import parseval
-from tests.test_cli_evaluate_translate import run
-from tests.test_cli_train import TINY
+from tests.helpers.runs import REPO, TINY, run_tool
+
+pytestmark = pytest.mark.cli  # end-to-end runs of the tools; -m 'not cli' skips them
 
 # The sample split, as a user runs it (its max_length fits the small model's 256 positions).
 PARSING = ["task=wsj", "task.split=sample"]
@@ -21,8 +22,8 @@ PARSING = ["task=wsj", "task.split=sample"]
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> tuple[Path, Path, Path]:
     root = tmp_path_factory.mktemp("parsing")
-    run("src/train.py", *TINY, *PARSING, "logger=csv", "visualize_at_end=false", f"hydra.run.dir={root / 'run'}",
-        data_root=data_root, cache_dir=root / "cache")
+    run_tool("src/train.py", *TINY, *PARSING, "logger=csv", "visualize_at_end=false",
+             f"hydra.run.dir={root / 'run'}", data_root=data_root, cache_dir=root / "cache")
     return root / "run", root / "run" / "checkpoints" / "last.ckpt", root / "cache"
 
 
@@ -40,8 +41,8 @@ def test_train_validates_and_tests_with_f1(trained) -> None:
 
 def test_evaluate_reports_f1_and_writes_evalb_files(trained, data_root: Path, tmp_path: Path) -> None:
     _, ckpt, cache = trained
-    result = run("src/evaluate.py", f"ckpt={ckpt}", "split=test", f"out_dir={tmp_path}", "wandb=disabled",
-                 data_root=data_root, cache_dir=cache)
+    result = run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=test", f"out_dir={tmp_path}", "wandb=disabled",
+                      data_root=data_root, cache_dir=cache)
     for label in ("F1", "precision", "recall", "exact match", "EVALB files"):
         assert label in result.stdout, result.stdout
     report = json.loads(next(tmp_path.glob("wsj_0180-wsj_0199.step*.json")).read_text())
@@ -65,9 +66,10 @@ def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from aiayn.data.readers import DataError
+    from aiayn.errors import DataError
+    from aiayn.metrics import ParseF1
+    from aiayn.training.config import network_arguments
     from aiayn.training.module import TranslationModule
-    from tests.test_cli_train import REPO
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         wsj = compose("train", overrides=["task=wsj", "model=parsing", f"paths.data_root={data_root}",
@@ -75,17 +77,19 @@ def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
         semi = compose("train", overrides=["task=wsj_semi"])
         sample = compose("train", overrides=["task=wsj", "task.split=sample"])
     task = OmegaConf.to_container(wsj.task, resolve=True)
-    assert task["vocab_size"] == 16000 and task["metric"] == "parse_f1"
+    assert task["vocab_size"] == 16000
     assert (task["datamodule"]["train_split"], task["datamodule"]["val_split"], task["datamodule"]["test_split"]) == \
         ("02-21", "22", "23")
     assert task["decoding"] == {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300, "kv_cache": True}
     assert semi.task.vocab_size == 32000 and list(semi.task.datamodule.extra_trees) == ["parsing_semi/*"]
     assert sample.task.vocab_size == 2000 and sample.task.datamodule.test_split == "wsj_0180-wsj_0199"
     with torch.device("meta"):
-        module = TranslationModule(model=OmegaConf.to_container(wsj.model), vocab_size=16000, decoding={},
-                                   optim=OmegaConf.to_container(wsj.optim, resolve=True), metric="parse_f1")
+        module = TranslationModule(model=network_arguments(OmegaConf.to_container(wsj.model)), vocab_size=16000,
+                                   decoding={}, label_smoothing=wsj.loss.label_smoothing,
+                                   optim=OmegaConf.to_container(wsj.optim, resolve=True))
     assert len(module.model.encoder_layers) == len(module.model.decoder_layers) == 4 and module.model.d_model == 1024
     # the standard split needs the full treebank, which the shared data does not have
     datamodule = hydra.utils.instantiate(task["datamodule"])
+    assert isinstance(datamodule.scorer(), ParseF1)  # validation and test log f1, precision, recall, exact_match
     with pytest.raises(DataError, match="treebank_3/parsed/mrg/wsj: no such folder"):
         datamodule.split_files(datamodule.splits["train"])

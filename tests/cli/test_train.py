@@ -6,45 +6,18 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.runs import REPO, TINY, train
 
-# A model and run small enough for seconds on a CPU; everything else is the default job's config.
-TINY_MODEL = [
-    "model.n_layers=1", "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
-    "task.vocab_size=500",
-]
-TINY = [
-    *TINY_MODEL, "task.datamodule.max_tokens=1024", "task.decoding.max_len_offset=5",
-    "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.limit_val_batches=2",
-    "trainer.limit_test_batches=2", "trainer.num_sanity_val_steps=0", "checkpoint.every_n_train_steps=2",
-    "optim.warmup_steps=2",
-]
+pytestmark = pytest.mark.cli  # end-to-end runs of the tools; -m 'not cli' skips them
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")  # the subword model is trained once for this module
-
-
-def train(run_dir: Path, cache_dir: Path, data_root: Path, *overrides: str, env: dict | None = None
-          ) -> subprocess.CompletedProcess:
-    command = [sys.executable, "src/train.py", *TINY, f"hydra.run.dir={run_dir}", *overrides]
-    environment = {**(os.environ if env is None else env), "AIAYN_DATA_ROOT": str(data_root),
-                   "AIAYN_CACHE_DIR": str(cache_dir)}
-    result = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, f"train.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    return result
-
-
-def test_train_validates_with_bleu_and_tests(tmp_path: Path, cache_dir: Path, data_root: Path) -> None:
+def test_train_validates_with_bleu_and_tests(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
     run_dir = tmp_path / "run"
-    result = train(run_dir, cache_dir, data_root, "logger=csv")
+    result = train(run_dir, *TINY, "logger=csv", data_root=data_root, cache_dir=subword_cache)
 
     # The run ends by evaluating the test split and printing its metrics, BLEU among them.
     summary = [line for line in result.stdout.splitlines() if line.startswith("test test_2016_flickr:")]
@@ -67,9 +40,10 @@ def test_train_validates_with_bleu_and_tests(tmp_path: Path, cache_dir: Path, da
     assert len(list((run_dir / "checkpoints").glob("step*.ckpt"))) == 2
 
 
-def test_train_with_two_gloo_processes(tmp_path: Path, cache_dir: Path, data_root: Path) -> None:
+def test_train_with_two_gloo_processes(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
     # logger=none: Lightning's CSVLogger cannot follow a ddp_spawn fit with a ddp_spawn test.
-    result = train(tmp_path / "run", cache_dir, data_root, "hardware=cpu2_ddp", "logger=none")
+    result = train(tmp_path / "run", *TINY, "hardware=cpu2_ddp", "logger=none", data_root=data_root,
+                   cache_dir=subword_cache)
     output = result.stdout + result.stderr
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in output and "GLOBAL_RANK: 1, MEMBER: 2/2" in output
     assert sum(line.startswith("test test_2016_flickr:") for line in result.stdout.splitlines()) == 1
@@ -85,10 +59,10 @@ TABLE3_ROWS = {  # row: (overrides of model=base, what the built model must have
     "C d_model=256": (["model.d_model=256", "model.d_k=32", "model.d_v=32"], dict(d_model=256, d_k=32, d_v=32)),
     "C d_ff=4096": (["model.d_ff=4096"], dict(d_ff=4096)),
     "D P_drop=0.2": (["model.dropout=0.2"], dict(dropout=0.2)),
-    "D eps_ls=0.2": (["model.label_smoothing=0.2"], dict(label_smoothing=0.2)),
+    "D eps_ls=0.2": (["loss.label_smoothing=0.2"], dict(label_smoothing=0.2)),
     "E learned": (["model.positional=learned"], dict(positional="learned")),
     "big": (["model.d_model=1024", "model.d_ff=4096", "model.n_heads=16", "model.dropout=0.3",
-             "model.train_steps=300000"], dict(d_model=1024, d_ff=4096, n_heads=16, dropout=0.3, train_steps=300000)),
+             "optim.train_steps=300000"], dict(d_model=1024, d_ff=4096, n_heads=16, dropout=0.3, train_steps=300000)),
 }
 
 
@@ -100,6 +74,7 @@ def test_every_table3_row_is_an_override_of_base(row: str) -> None:
     from omegaconf import OmegaConf
 
     from aiayn.model.positional import LearnedPositionalEmbedding
+    from aiayn.training.config import network_arguments
     from aiayn.training.module import TranslationModule
 
     overrides, expected = TABLE3_ROWS[row]
@@ -107,8 +82,9 @@ def test_every_table3_row_is_an_override_of_base(row: str) -> None:
         cfg = compose("train", overrides=["model=base", *overrides])
     assert cfg.trainer.max_steps == expected.get("train_steps", 100000)
     with torch.device("meta"):  # structure only: nothing is allocated
-        module = TranslationModule(model=OmegaConf.to_container(cfg.model), vocab_size=37000,
-                                   optim=OmegaConf.to_container(cfg.optim, resolve=True), decoding={})
+        module = TranslationModule(model=network_arguments(OmegaConf.to_container(cfg.model), cfg.width_divisor),
+                                   vocab_size=37000, optim=OmegaConf.to_container(cfg.optim, resolve=True),
+                                   label_smoothing=cfg.loss.label_smoothing, decoding={})
     model = module.model
     layer = model.encoder_layers[0]
     built = dict(
@@ -123,15 +99,15 @@ def test_every_table3_row_is_an_override_of_base(row: str) -> None:
     assert built == {**base, **{k: v for k, v in expected.items() if k in base}}
 
 
-def test_wandb_offline_run_holds_config_and_metrics(tmp_path: Path, cache_dir: Path, data_root: Path) -> None:
+def test_wandb_offline_run_holds_config_and_metrics(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
     """With no API key, logger=wandb runs offline and the local run file has everything."""
-    from aiayn.training.wandb_offline import read_run
+    from tests.helpers.wandb_offline import read_run
 
     run_dir = tmp_path / "run"
     # No key, no mode: what a fresh machine has (HOME moved so that no ~/.netrc is found).
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "HOME": str(tmp_path),
            "WANDB_SILENT": "true"}
-    train(run_dir, cache_dir, data_root, "logger=wandb", "run_name=wandb-test", env=env)
+    train(run_dir, *TINY, "logger=wandb", "run_name=wandb-test", env=env, data_root=data_root, cache_dir=subword_cache)
 
     run = read_run(run_dir)
     assert run.name == "wandb-test" and run.project == "aiayn" and run.exit_code == 0

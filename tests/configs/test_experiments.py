@@ -13,14 +13,21 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from aiayn.experiments.tables import count_parameters, expand_sweep, parameter_report, table_rows
+from aiayn.errors import ConfigError
 from aiayn.model import Transformer
 from aiayn.model.positional import LearnedPositionalEmbedding
-from aiayn.training.config_check import ConfigError, check_train_config
-from aiayn.training.flops import Shapes, forward_flops, paper_estimate, training_flops
+from aiayn.reporting.flops import Shapes, forward_flops, paper_estimate, training_flops
+from aiayn.reporting.tables import (
+    count_parameters,
+    expand_sweep,
+    parameter_report,
+    table_rows,
+)
+from aiayn.training.config import network_arguments
+from aiayn.training.config_check import check_train_config
 from aiayn.training.module import TranslationModule
+from tests.helpers.runs import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 
 BASE = dict(n_layers=6, d_model=512, d_ff=2048, n_heads=8, d_k=64, d_v=64, dropout=0.1, label_smoothing=0.1,
@@ -39,6 +46,7 @@ TABLE3 = {
     "E_learned": dict(positional="learned"),
     "big": dict(d_model=1024, d_ff=4096, n_heads=16, dropout=0.3),
 }
+NETWORK = {key: value for key, value in BASE.items() if key != "label_smoothing"}  # a model config's part
 TABLE2 = {  # row: (task, model, P_drop, checkpoints averaged)
     "base_en_de": ("wmt_en_de", "base", 0.1, 5), "big_en_de": ("wmt_en_de", "big", 0.3, 20),
     "base_en_fr": ("wmt_en_fr", "base", 0.1, 5), "big_en_fr": ("wmt_en_fr", "big", 0.1, 20),
@@ -53,8 +61,10 @@ def compose_train(*overrides: str, hydra_config: bool = False):
 def built_structure(cfg) -> dict:
     """What the model a config builds really has (on the meta device: nothing allocated)."""
     with torch.device("meta"):
-        module = TranslationModule(model=OmegaConf.to_container(cfg.model, resolve=True), vocab_size=37000,
-                                   optim=OmegaConf.to_container(cfg.optim, resolve=True), decoding={})
+        module = TranslationModule(model=network_arguments(OmegaConf.to_container(cfg.model, resolve=True),
+                                                           cfg.width_divisor),
+                                   vocab_size=37000, optim=OmegaConf.to_container(cfg.optim, resolve=True),
+                                   label_smoothing=cfg.loss.label_smoothing, decoding={})
     model = module.model
     layer = model.encoder_layers[0]
     assert len(model.decoder_layers) == len(model.encoder_layers)
@@ -104,16 +114,17 @@ def test_at_cpu_scale_every_row_keeps_its_shape_at_an_eighth_of_the_width(row: s
 
 
 def test_the_width_divisor_must_divide_every_width() -> None:
-    model = {**BASE, "d_k": 64, "width_divisor": 3}
-    with pytest.raises(ConfigError, match=r"model.width_divisor=3 does not divide model.d_model=512"):
-        check_train_config({"model": model, "task": {"vocab_size": 8000}})
-    with pytest.raises(ConfigError, match="model.width_divisor must be a positive whole number"):
-        check_train_config({"model": {**BASE, "width_divisor": 0}, "task": {"vocab_size": 8000}})
-    # What is counted follows what is built: parameters and FLOPs at the divided widths.
-    halved = {**BASE, "width_divisor": 2}
-    assert count_parameters(halved, 1000) == count_parameters(
-        {**BASE, "d_model": 256, "d_ff": 1024, "d_k": 32, "d_v": 32}, 1000)
+    with pytest.raises(ConfigError, match=r"^width_divisor=3 does not divide model.d_model=512$"):
+        check_train_config({"model": NETWORK, "width_divisor": 3, "task": {"vocab_size": 8000}})
+    with pytest.raises(ConfigError, match="^width_divisor must be a positive whole number, got 0$"):
+        check_train_config({"model": NETWORK, "width_divisor": 0, "task": {"vocab_size": 8000}})
+    # What is built, counted and saved are the divided widths: one function divides them.
+    halved = network_arguments(NETWORK, 2)
+    assert halved == {**NETWORK, "d_model": 256, "d_ff": 1024, "d_k": 32, "d_v": 32}
+    assert count_parameters(halved, 1000) < count_parameters(NETWORK, 1000)
     assert Shapes.from_config(halved, 1000) == Shapes(6, 256, 1024, 8, 32, 32, 1000)
+    cfg = compose_train("experiment=table3_base", "+scale=multi30k_cpu", "paths.output_dir=/tmp/unused")
+    assert cfg.width_divisor == 8 and cfg.model.d_model == 512  # the row's width; scale/ divides it
 
 
 @pytest.mark.parametrize("row", ["base", "big"])
@@ -137,7 +148,7 @@ def test_every_table2_row_composes_with_its_recipe(row: str) -> None:
     cfg = compose_train(f"experiment=table2_{row}", "task=multi30k_en_de")
     expected = {**BASE, **(TABLE3["big"] if model == "big" else {}), "dropout": dropout}
     assert built_structure(cfg) == expected
-    assert cfg.trainer.max_steps == (300000 if model == "big" else 100000)
+    assert cfg.trainer.max_steps == cfg.optim.train_steps == (300000 if model == "big" else 100000)
     assert cfg.experiment.average_last == averaged and cfg.checkpoint.keep_timed >= averaged
     assert cfg.checkpoint.every_n_minutes == 10  # §6.1: checkpoints at 10-minute intervals
     assert cfg.logger.group == "table2" and cfg.logger.name == f"table2-{row}"
@@ -211,7 +222,7 @@ def test_multi_node_ddp_settings_compose() -> None:
 
 # -- cost and parameters ----------------------------------------------------------------------------
 def test_counted_flops_equal_torchs_flop_counter_on_a_real_model(single_thread) -> None:
-    """The formula of aiayn.training.flops against torch's own count of every matrix product of a
+    """The formula of aiayn.reporting.flops against torch's own count of every matrix product of a
     real forward pass (and forward + backward: 3× the forward)."""
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -239,7 +250,7 @@ def test_the_papers_cost_estimate_gives_table2s_figures() -> None:
 
 
 def test_a_bad_cost_gpu_is_a_config_error() -> None:
-    cfg = OmegaConf.to_container(compose_train("cost.gpu=A100", "paths.output_dir=/tmp"), resolve=True)
+    cfg = OmegaConf.to_container(compose_train("cost.gpu=A100", "paths.output_dir=/tmp", "run_name=bad-gpu"), resolve=True)
     with pytest.raises(ConfigError, match="cost.gpu='A100'"):
         check_train_config(cfg)
 
@@ -286,7 +297,7 @@ def test_every_row_composes_with_its_wmt_task_and_the_papers_dev_and_test_sets(t
     cfg = compose_train(f"experiment={table}_{row}", "paths.output_dir=/tmp/unused")
     task = TABLE2[row][0] if table == "table2" else "wmt_en_de"
     data = cfg.task.datamodule
-    assert cfg.task.name == task and data._target_ == "aiayn.data.wmt_datamodule.WMTDataModule"
+    assert cfg.task.name == task and data._target_ == "aiayn.data.wmt.datamodule.WMTDataModule"
     assert cfg.task.vocab_size == (37000 if task == "wmt_en_de" else 32000)
     assert (data.val_split, data.test_split) == ("newstest2013", "newstest2014")
     assert dict(cfg.task.decoding) == {"beam_size": 4, "alpha": 0.6, "max_len_offset": 50, "kv_cache": True}

@@ -9,8 +9,10 @@ import lightning as L
 import pytest
 import torch
 
-from aiayn.data.datamodule import Multi30kDataModule, ParallelCorpus, TranslationCollator, filter_pairs
-from aiayn.data.readers import DataError, read_lines
+from aiayn.data.corpus import ParallelCorpus, TranslationCollator, filter_pairs
+from aiayn.data.multi30k import Multi30kDataModule
+from aiayn.data.readers import read_lines
+from aiayn.errors import DataError
 
 VOCAB = 1000
 
@@ -124,12 +126,12 @@ def test_filtering_matches_a_hand_count(data_root, cache, dm, caplog):
     assert len(small.dataset("val")) == 1_014 and len(small.references("val")) == 1_014
 
 
-def test_filter_pairs_rules():
+def test_filter_pairs_drops_empty_and_over_long_pairs_and_counts_each():
     keep, dropped = filter_pairs([[5], [], [5, 6, 7], [5, 6], [5]], [[5], [5], [5], [], [5, 6, 7]], max_length=2)
     assert keep == [0] and dropped == {"empty": 2, "too_long": 2}
 
 
-def test_collator_and_corpus_by_hand():
+def test_corpus_lengths_count_eos_and_the_collator_pads_and_shifts_by_hand():
     corpus = ParallelCorpus([[10, 11], [12]], [[20], [21, 22, 23]])
     assert len(corpus) == 2 and corpus[1] == (1, [12], [21, 22, 23])
     assert corpus.src_lengths.tolist() == [3, 2] and corpus.tgt_lengths.tolist() == [2, 4]
@@ -140,7 +142,7 @@ def test_collator_and_corpus_by_hand():
     assert batch["index"].tolist() == [1, 0]
 
 
-def test_worker_processes(data_root, cache, dm):
+def test_validation_with_a_worker_process_sees_every_sentence_once(data_root, cache, dm):
     module = Multi30kDataModule(str(data_root), vocab_size=VOCAB, cache_dir=str(cache), download=False, num_workers=1)
     module.setup("validate")
     loader = module.val_dataloader()
@@ -185,7 +187,7 @@ def test_lightning_trainer_drives_the_sampler_epochs(data_root, cache):
     assert trainer.train_dataloader.batch_sampler.epoch == 1
 
 
-def test_missing_data_and_bad_settings(tmp_path):
+def test_missing_data_and_unknown_splits_languages_and_stages_are_refused(tmp_path):
     module = Multi30kDataModule(str(tmp_path), cache_dir=str(tmp_path / "cache"), download=False)
     with pytest.raises(DataError, match="AIAYN_DATA_ROOT"):
         module.prepare_data()

@@ -9,18 +9,19 @@ import pytest
 
 from aiayn.data import multi30k
 from aiayn.data.multi30k import multi30k_files, multi30k_url
-from aiayn.data.readers import DataError, read_lines, read_parallel
+from aiayn.data.readers import read_lines, read_parallel
+from aiayn.errors import DataError
 
 
 @pytest.mark.parametrize("split, count", [("train", 29_000), ("val", 1_014), ("test_2016_flickr", 1_000)])
 @pytest.mark.parametrize("lang", ["en", "de"])
-def test_real_gz_line_counts(data_root, split, lang, count):
+def test_multi30k_files_have_their_line_counts_and_no_line_ends(data_root, split, lang, count):
     lines = read_lines(data_root / "multi30k" / f"{split}.{lang}.gz")
     assert len(lines) == count
     assert all("\n" not in line and "\r" not in line for line in lines)
 
 
-def test_real_first_lines(data_root):
+def test_multi30k_train_files_read_as_29000_aligned_pairs(data_root):
     en, de = read_parallel(data_root / "multi30k" / "train.en.gz", data_root / "multi30k" / "train.de.gz")
     assert en[0] == "Two young, White males are outside near many bushes."
     assert de[0] == "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche."
@@ -63,7 +64,7 @@ def test_truncated_gz_names_file_and_last_good_line(data_root, tmp_path):
     assert 0 < last_good < 29_000
 
 
-def test_not_gzip_at_all(tmp_path):
+def test_a_gz_file_that_is_not_gzip_is_a_data_error_naming_it(tmp_path):
     path = tmp_path / "page.gz"
     path.write_text("<html>404</html>\n")
     with pytest.raises(DataError, match="corrupt gzip") as info:
@@ -71,7 +72,7 @@ def test_not_gzip_at_all(tmp_path):
     assert str(path) in str(info.value)
 
 
-def test_missing_file(tmp_path):
+def test_a_missing_file_is_a_data_error_naming_it(tmp_path):
     path = tmp_path / "nope.en.gz"
     with pytest.raises(DataError, match="not found") as info:
         read_lines(path)

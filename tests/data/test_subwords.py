@@ -7,8 +7,9 @@ import unicodedata
 
 import pytest
 
-from aiayn.data.readers import DataError, read_lines
+from aiayn.data.readers import read_lines
 from aiayn.data.subwords import Subwords, train_or_load
+from aiayn.errors import DataError
 
 
 def _normalized(text: str) -> str:
@@ -89,12 +90,12 @@ def test_other_settings_or_lines_give_another_model(subwords, lines, cache, capl
     assert subwords.path.is_file()
 
 
-def test_vocab_too_large_for_the_data(tmp_path):
+def test_a_vocabulary_larger_than_the_data_allows_says_to_lower_vocab_size(tmp_path):
     with pytest.raises(DataError, match=r"too few distinct pieces for a vocabulary of 500 subwords \(at most \d+ here\); lower task.vocab_size"):
         train_or_load(["a b c", "d e f"], 500, tmp_path)
 
 
-def test_no_lines(tmp_path):
+def test_training_subwords_on_no_lines_is_a_data_error(tmp_path):
     with pytest.raises(DataError, match="no lines"):
         train_or_load([], 500, tmp_path)
 

@@ -1,0 +1,2 @@
+"""What the tests share and are not tests: running the tools and the tiny run's settings (runs.py),
+reading W&B offline run files (wandb_offline.py)."""

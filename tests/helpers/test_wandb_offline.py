@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.training.wandb_offline import (
+from tests.helpers.wandb_offline import (
     BLOCK_SIZE,
     OfflineRun,
     TruncatedWandbFile,
@@ -158,7 +158,7 @@ def test_flipped_byte_is_reported_with_file_and_offset(plain_run, tmp_path, flip
         assert info.value.offset == chunk_at and info.value.path == path
 
 
-def test_truncated_final_record(plain_run, tmp_path):
+def test_a_cut_final_record_is_an_error_when_strict_and_skipped_otherwise(plain_run, tmp_path):
     full = find_run_file(plain_run)
     complete = read_run(full)
     path = _copy(full, tmp_path)
@@ -199,7 +199,7 @@ def test_truncated_inside_multi_block_record(plain_run, tmp_path):
         list(iter_records(path))
 
 
-def test_not_a_wandb_file(tmp_path):
+def test_a_file_that_is_not_a_wandb_log_is_refused_and_a_cut_header_is_truncated(tmp_path):
     path = tmp_path / "run-x.wandb"
     path.write_bytes(b"PK\x03\x04 definitely not a transaction log")
     with pytest.raises(WandbFileError, match="not a W&B transaction log"):
@@ -210,7 +210,7 @@ def test_not_a_wandb_file(tmp_path):
         list(iter_records(path))
 
 
-def test_run_lookup_errors(tmp_path):
+def test_finding_the_run_file_fails_on_none_and_names_each_of_several(tmp_path):
     with pytest.raises(FileNotFoundError, match="offline-run"):
         find_run_file(tmp_path)
     for name in ("offline-run-20250101_000000-aaaa", "offline-run-20250101_000001-bbbb"):

@@ -15,7 +15,13 @@ import pytest
 import sacrebleu
 from sacrebleu.metrics import BLEU
 
-from aiayn.metrics import BleuResult, moses_tokenize, sacrebleu_score, split_compounds, tokenized_bleu
+from aiayn.metrics import (
+    BleuResult,
+    moses_tokenize,
+    sacrebleu_score,
+    split_compounds,
+    tokenized_bleu,
+)
 
 PERL_ATAT = r"s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g"  # get_ende_bleu.sh, verbatim
 
@@ -232,4 +238,4 @@ def test_metrics_import_nothing_else_of_aiayn():
         "print(ours, heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == "['aiayn', 'aiayn.metrics', 'aiayn.metrics.bleu'] []"
+    assert out == "['aiayn', 'aiayn.metrics', 'aiayn.metrics.bleu', 'aiayn.metrics.parseval', 'aiayn.metrics.scorers'] []"

@@ -9,7 +9,6 @@ import torch
 
 from aiayn.model.attention import MultiHeadAttention
 
-
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 

@@ -15,7 +15,6 @@ from aiayn.model.positional import (
     sinusoidal_table,
 )
 
-
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
@@ -95,7 +94,7 @@ def test_learned_positions_trainable_and_offset():
     assert torch.all(grad[:5] == 0) and torch.all(grad[8:] == 0)
 
 
-def test_positional_encoding_factory():
+def test_positional_encoding_builds_the_kind_named_and_refuses_others():
     assert isinstance(positional_encoding("sinusoidal", 8, 16), SinusoidalPositionalEncoding)
     assert isinstance(positional_encoding("learned", 8, 16), LearnedPositionalEmbedding)
     with pytest.raises(ValueError, match="unknown positional"):

@@ -9,7 +9,6 @@ import torch
 
 from aiayn.model import Transformer, beam_search, greedy_search, length_penalty
 
-
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
@@ -66,7 +65,7 @@ def sequence_log_prob(model, src_row: torch.Tensor, hypothesis: list[int], with_
 # ------------------------------------------------------------------------------ length penalty
 
 
-def test_length_penalty_values():
+def test_length_penalty_is_gnmts_and_grows_with_length():
     assert length_penalty(1, 0.6) == pytest.approx(1.0, abs=1e-15)
     assert length_penalty(10, 0.6) == pytest.approx((15 / 6) ** 0.6, rel=1e-15)
     assert length_penalty(10, 0.6) == pytest.approx(1.73286, abs=1e-5)  # 2.5^0.6

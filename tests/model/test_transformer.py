@@ -13,7 +13,6 @@ from aiayn.model import DecoderState, Transformer
 from aiayn.model.layers import DecoderLayer, EncoderLayer
 from aiayn.model.positional import sinusoidal_table
 
-
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
@@ -64,7 +63,7 @@ def test_decoder_depends_on_source():
 
 
 @pytest.mark.parametrize("pad_id", [0, 4])
-def test_padding_invariance(pad_id):
+def test_padding_changes_no_output_at_the_real_positions(pad_id):
     model = small_model(seed=3, pad_id=pad_id)
     long_src, short_src = tokens(1, 7, seed=6)[0], tokens(1, 3, seed=7)[0]
     long_tgt, short_tgt = tokens(1, 6, seed=8)[0], tokens(1, 2, seed=9)[0]
@@ -312,7 +311,7 @@ def paper_models():
 
 
 @pytest.mark.parametrize("name", ["base", "big"])
-def test_parameter_counts(paper_models, name):
+def test_parameter_counts_equal_the_hand_count_and_the_papers_within_3_percent(paper_models, name):
     cfg, paper = CONFIGS[name]
     model = paper_models[name]
     count = sum(p.numel() for p in model.parameters())
@@ -350,7 +349,7 @@ def test_dropout_active_in_train_and_off_in_eval():
         torch.testing.assert_close(no_dropout(src, tgt), c, rtol=0, atol=1e-12)
 
 
-def test_dropout_placement():
+def test_dropout_on_every_sub_layer_output_and_on_the_embedding_sums():
     """§5.4: dropout on every sub-layer output (before the residual sum) and on the sums of the
     embeddings and positional encodings: 1 + 2N (encoder) + 3N (decoder) dropouts of rate P_drop."""
     model = small_model(seed=13, dropout=0.25, n_layers=3)

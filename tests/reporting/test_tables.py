@@ -9,15 +9,14 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from aiayn.training.flops import Shapes
-from aiayn.training.wandb_offline import read_run
-
-REPO = Path(__file__).resolve().parents[1]
+from aiayn.reporting.flops import Shapes
+from aiayn.training.config import network_arguments
+from tests.helpers.runs import REPO, run_tool
+from tests.helpers.wandb_offline import read_run
 
 # Small enough for seconds on a CPU. The rows keep what they vary (here N and ε_ls); the width is cut.
 TINY = [
@@ -37,10 +36,8 @@ def offline_env(home: Path, data_root: Path, cache_dir: Path) -> dict[str, str]:
 
 
 def multirun(sweep_dir: Path, env: dict[str, str], *overrides: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "src/train.py", "--multirun", *overrides, *TINY, f"hydra.sweep.dir={sweep_dir}"]
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, f"train.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    return result
+    return run_tool("src/train.py", "--multirun", *overrides, *TINY, f"hydra.sweep.dir={sweep_dir}", env=env,
+                    timeout=900)
 
 
 def tables_command(*args: str) -> int:
@@ -51,14 +48,15 @@ def tables_command(*args: str) -> int:
     return command.main(list(args))
 
 
-def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture) -> None:
-    env = offline_env(tmp_path, data_root, tmp_path / "cache")
+@pytest.mark.cli
+def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, subword_cache: Path,
+                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    env = offline_env(tmp_path, data_root, subword_cache)
     sweep = tmp_path / "multirun"
     # Dev-only, as Table 3 is (no test split after training), and at half width, as the CPU-sized
     # table runs at a quarter.
     result = multirun(sweep, env, "experiment=table3_C_N2,table3_D_ls0", "+scale=multi30k", "logger=wandb",
-                      "test_after_training=false", "model.width_divisor=2")
+                      "test_after_training=false", "width_divisor=2")
     assert "test test_2016_flickr" not in result.stdout
 
     # Every job is a W&B run of its own: group = the table, name and tags = the row, the summary
@@ -77,7 +75,9 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, mon
         assert not any(key.startswith("test/") for key in summary)
         assert summary["tokens_seen"] > 0 and summary["src_tokens_seen"] > 0 and summary["training_time_s"] > 0
         # Counted FLOPs: at least the per-position work of every target token (padding only adds).
-        shapes = Shapes.from_config(run.config["model"], run.config["task"]["vocab_size"])
+        trained = network_arguments(run.config["model"], run.config["width_divisor"])
+        shapes = Shapes.from_config(trained, run.config["task"]["vocab_size"])
+        assert (shapes.d_model, shapes.d_k) == (16, 8)  # TINY's widths halved
         d, n = shapes.d_model, shapes.n_layers
         per_position = 2 * d * shapes.n_heads * (3 * shapes.d_k + 2 * shapes.d_v) + 2 * shapes.n_heads * shapes.d_v * d
         floor = 3 * (n * (per_position + 4 * d * shapes.d_ff) + 2 * d * shapes.vocab_size)
@@ -107,7 +107,7 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, mon
         assert float(line["train FLOPs"]) == pytest.approx(summary["train_flops"])
         assert (line["paper PPL"], line["paper BLEU"], line["paper params ×10^6"]) == paper
         assert (line["scale"], line["task"], line["seed"], line["steps"]) == ("multi30k", "multi30k_en_de", "1234", "2")
-        # The widths trained: TINY's divided by model.width_divisor=2.
+        # The widths trained: TINY's divided by width_divisor=2.
         assert (line["d_model"], line["d_ff"], line["d_k"], line["d_v"], line["h"]) == ("16", "32", "8", "8", "2")
     unmeasured = next(line for line in lines if line["row"] == "big")
     assert unmeasured["PPL (dev)"] == "" and unmeasured["paper PPL"] == "4.33" and unmeasured["paper BLEU"] == "26.4"
@@ -134,19 +134,18 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, mon
     assert [row[row_column] for row in table["data"]][:2] == ["base", "(A) h=1, d_k=d_v=512"]
 
 
+@pytest.mark.cli
 @pytest.mark.slow
-def test_table2_rebuilt_from_an_averaged_evaluation(tmp_path: Path, data_root: Path,
+def test_table2_rebuilt_from_an_averaged_evaluation(tmp_path: Path, data_root: Path, subword_cache: Path,
                                                     capsys: pytest.CaptureFixture) -> None:
     """A Table 2 row at Multi30k scale, logged as CSV (no W&B: summary.json is read), evaluated
     with checkpoint averaging by src/evaluate.py; the rebuilt Table 2 takes its test BLEU."""
-    env = offline_env(tmp_path, data_root, tmp_path / "cache")
+    env = offline_env(tmp_path, data_root, subword_cache)
     sweep = tmp_path / "multirun"
     multirun(sweep, env, "experiment=table2_base_en_de", "+scale=multi30k", "logger=csv")
     run_dir = next(sweep.glob("0_table2-base_en_de"))
-    evaluate = subprocess.run([sys.executable, "src/evaluate.py", f"ckpt={run_dir}/checkpoints/last.ckpt",
-                               "average_last=2", "split=test", "wandb=disabled", "decoding.beam_size=1"],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert evaluate.returncode == 0, evaluate.stderr[-3000:]
+    run_tool("src/evaluate.py", f"ckpt={run_dir}/checkpoints/last.ckpt", "average_last=2", "split=test",
+             "wandb=disabled", "decoding.beam_size=1", env=env, timeout=900)
     report = json.loads(next((run_dir / "eval").glob("*.avg2.json")).read_text())
 
     out = tmp_path / "tables"

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_train import REPO, TINY_MODEL
+from tests.helpers.runs import REPO, TINY_MODEL
+
+pytestmark = pytest.mark.cli  # end-to-end runs of the tools; -m 'not cli' skips them
 
 RUN = [
     *TINY_MODEL, "task.datamodule.max_tokens=512", "trainer.max_steps=100000",

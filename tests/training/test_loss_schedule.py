@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from aiayn.training.loss import label_smoothed_loss
 from aiayn.training.schedule import transformer_lr, transformer_scheduler
 
-
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 

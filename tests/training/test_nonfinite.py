@@ -9,11 +9,10 @@ import lightning as L
 import pytest
 import torch
 
-from aiayn.data.datamodule import Multi30kDataModule
+from aiayn.data.multi30k import Multi30kDataModule
 from aiayn.training.module import NonFiniteLossError, TranslationModule
 
-MODEL = dict(n_layers=1, d_model=32, d_ff=64, n_heads=2, d_k=16, d_v=16, dropout=0.1, max_positions=256,
-             label_smoothing=0.1)
+MODEL = dict(n_layers=1, d_model=32, d_ff=64, n_heads=2, d_k=16, d_v=16, dropout=0.1, max_positions=256)
 OPTIM = dict(betas=[0.9, 0.98], eps=1e-9, warmup_steps=4, lr_factor=1.0)
 DECODING = dict(beam_size=1, alpha=0.6, max_len_offset=5)
 
@@ -28,7 +27,8 @@ def datamodule(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Mul
 
 def _module(max_in_a_row: int = 3) -> TranslationModule:
     torch.manual_seed(0)
-    return TranslationModule(MODEL, 500, OPTIM, DECODING, seed=0, max_nonfinite_in_a_row=max_in_a_row)
+    return TranslationModule(MODEL, 500, OPTIM, DECODING, label_smoothing=0.1, seed=0,
+                             max_nonfinite_in_a_row=max_in_a_row)
 
 
 def _trainer(tmp_path: Path, steps: int) -> L.Trainer:

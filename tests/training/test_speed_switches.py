@@ -15,7 +15,7 @@ from aiayn.training.module import TranslationModule
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PAD, BOS, EOS, VOCAB = 0, 2, 3, 50
 TINY = dict(n_layers=2, d_model=16, d_ff=32, n_heads=2, d_k=8, d_v=6, dropout=0.0, max_positions=64)
 
@@ -88,8 +88,7 @@ def test_attention_setting_is_checked_and_in_the_model_configs():
 
 
 # -- the training module: bf16 autocast, torch.compile, fused Adam --------------------------------
-MODEL_CONFIG = {**TINY, "name": "tiny", "label_smoothing": 0.1, "train_steps": 10, "warmup_steps": 4,
-                "lr_factor": 1.0, "validate_every_n_steps": 10}
+MODEL_CONFIG = dict(TINY)  # the network's arguments; label smoothing at the module's default, 0.1
 
 
 def _module(fused: bool = False, seed: int = 0) -> TranslationModule:
@@ -172,6 +171,8 @@ def test_fused_adam_makes_the_plain_adam_updates():
 
 def test_train_config_documents_the_switches_off_by_default():
     config = OmegaConf.load(REPO / "conf" / "train.yaml")
-    assert config.compile is False and config.optim.fused is False
-    text = (REPO / "conf" / "train.yaml").read_text()
-    assert "fused: false  #" in text and "compile: false" in text
+    assert config.compile is False and OmegaConf.load(REPO / "conf" / "optim" / "base.yaml").fused is False
+    assert "compile: false" in (REPO / "conf" / "train.yaml").read_text()
+    assert "fused: false  #" in (REPO / "conf" / "optim" / "base.yaml").read_text()  # every recipe starts from it
+    for name in ("small", "big", "parsing"):
+        assert "fused" not in OmegaConf.load(REPO / "conf" / "optim" / f"{name}.yaml")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.data.parsing import ParsingDataModule, output_trees
+from aiayn.data.parsing.datamodule import ParsingDataModule, output_trees
 from aiayn.data.readers import read_lines
 from aiayn.metrics.parseval import parseval
 
@@ -36,6 +36,10 @@ def test_splits_are_words_to_linearised_trees(datamodule: ParsingDataModule) -> 
     assert len(words) == len(linear) == len(gold) == 273
     # the gold trees read back from their own linearisation score 100
     assert parseval(gold, output_trees(gold, linear)).f1 == 100.0
+    # what validation and test score outputs with: F1 against the gold trees
+    assert datamodule.scoring_references("val") == gold
+    scores = datamodule.scorer()(linear, gold)
+    assert scores == {"f1": 100.0, "precision": 100.0, "recall": 100.0, "exact_match": 100.0}
 
 
 def test_bracket_tokens_are_single_pieces(datamodule: ParsingDataModule) -> None:

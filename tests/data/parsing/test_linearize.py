@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aiayn.data.linearize import delinearize, linearize
-from aiayn.data.treebank import iter_split, parse_trees, preprocess
+from aiayn.data.parsing.linearize import delinearize, linearize
+from aiayn.data.parsing.treebank import iter_split, parse_trees, preprocess
 
 TREE = parse_trees("(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))")[0]
 WORDS, TAGS = TREE.leaves(), TREE.tags()

@@ -6,10 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.data.readers import DataError
-from aiayn.data.treebank import (
-    iter_split, parse_split, parse_trees, preprocess, read_trees, split_files, strip_function_tags,
+from aiayn.data.parsing.treebank import (
+    iter_split,
+    parse_split,
+    parse_trees,
+    preprocess,
+    read_trees,
+    split_files,
+    strip_function_tags,
 )
+from aiayn.errors import DataError
 
 
 @pytest.fixture(scope="module")

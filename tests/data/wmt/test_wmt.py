@@ -1,16 +1,14 @@
 """WMT14 preparation on a miniature raw tree built from the real shared files (no network):
 readers (plain, gz, sgm), cleaning report, subwords, binarised storage, batches, errors, and
-src/prepare.py + src/train.py with task=wmt_en_de."""
+src/prepare.py + src/train.py with task=wmt_en_de. The folder is prepared by running src/prepare.py
+(the `prepared` fixture), so every test that uses it, directly or through `dm`, is marked ``cli``."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import logging
-import os
 import shutil
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,14 +17,16 @@ import numpy as np
 import pytest
 
 from aiayn.data.batching import TokenBatchSampler
-from aiayn.data.preparation import prepare_wmt
-from aiayn.data.readers import DataError, read_lines
-from aiayn.data.sgm import read_sgm, unescape
-from aiayn.data.storage import MappedCorpus, write_corpus
-from aiayn.data.wmt import CleaningRules, locate, normalize
-from aiayn.data.wmt_datamodule import WMTDataModule
+from aiayn.data.readers import read_lines
+from aiayn.data.wmt.archives import locate
+from aiayn.data.wmt.cleaning import CleaningRules, normalize
+from aiayn.data.wmt.datamodule import WMTDataModule
+from aiayn.data.wmt.preparation import prepare_wmt
+from aiayn.data.wmt.sgm import read_sgm, unescape
+from aiayn.data.wmt.storage import MappedCorpus, write_corpus
+from aiayn.errors import DataError
+from tests.helpers.runs import TINY, run_tool
 
-REPO = Path(__file__).resolve().parents[1]
 VOCAB = 500
 # the training sample's 10,000 lines, split over the three EN-DE corpora as WMT ships them
 CORPORA = (("training/europarl-v7.de-en", 0, 5000, False), ("commoncrawl.de-en", 5000, 8000, True),
@@ -66,13 +66,9 @@ def cache(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def prepared(raw_tree, cache) -> Path:
     """Prepared through the entry point, as a user runs it."""
-    env = {**os.environ, "AIAYN_CACHE_DIR": str(cache)}
-    result = subprocess.run(
-        [sys.executable, "src/prepare.py", "task=wmt_en_de", f"task.raw_dir={raw_tree}", f"task.vocab_size={VOCAB}",
-         "task.datamodule.download=false", "task.datamodule.prepare_workers=2", f"hydra.run.dir={cache}/prepare-run"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, f"prepare.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    result = run_tool("src/prepare.py", "task=wmt_en_de", f"task.raw_dir={raw_tree}", f"task.vocab_size={VOCAB}",
+                      "task.datamodule.download=false", "task.datamodule.prepare_workers=2",
+                      f"hydra.run.dir={cache}/prepare-run", cache_dir=cache, timeout=300)
     line = next(line for line in result.stdout.splitlines() if line.startswith("prepared wmt_en_de in "))
     folder = Path(line.split(" in ", 1)[1].split(" (")[0])
     assert folder.parent == cache / "wmt14"
@@ -105,7 +101,7 @@ def test_sgm_segments_equal_the_plain_test_set(data_root, sgm, plain):
     assert not any("&amp;" in s or "&quot;" in s or "&lt;" in s for s in segments)
 
 
-def test_unescape():
+def test_unescape_decodes_entities_and_normalize_collapses_whitespace():
     assert unescape("Parliament &apos;s &quot;x&quot; &amp; &lt;b&gt; &#124; &#x41;") == "Parliament 's \"x\" & <b> | A"
     assert unescape("AT&T &bogus; &#xZZ;") == "AT&T &bogus; &#xZZ;"
     assert normalize("  a \t b&apos;  ") == "a b'"
@@ -166,7 +162,8 @@ def test_missing_files_are_listed_with_their_archives(raw_tree, tmp_path):
 # --- the prepared folder ---------------------------------------------------------------------
 
 
-def test_cleaning_report_and_storage(data_root, prepared):
+@pytest.mark.cli
+def test_prepare_counts_each_cleaning_rule_and_stores_the_kept_pairs_unescaped(data_root, prepared):
     report = json.loads((prepared / "report.json").read_text())
     total = report["cleaning"]["total"]
     assert total["read"] == 10_000 and [report["cleaning"]["corpora"][n]["read"] for n in
@@ -214,6 +211,7 @@ def test_mapped_corpus_round_trip_and_pickling(tmp_path):
 # --- the datamodule --------------------------------------------------------------------------
 
 
+@pytest.mark.cli
 def test_datamodule_splits_and_references(dm, data_root, prepared):
     assert dm.prepared == prepared and dm.vocab.vocab_size == VOCAB
     stored = MappedCorpus(prepared, "train").stored_size
@@ -224,6 +222,7 @@ def test_datamodule_splits_and_references(dm, data_root, prepared):
     assert len(dm.dataset("val")) == 3000 and len(dm.dataset("test")) == 3003
 
 
+@pytest.mark.cli
 def test_max_length_filter_is_counted_and_logged(raw_tree, cache, prepared, caplog):
     lengths = MappedCorpus(prepared, "train")
     src, tgt = lengths.stored_lengths("src"), lengths.stored_lengths("tgt")
@@ -240,6 +239,7 @@ def test_max_length_filter_is_counted_and_logged(raw_tree, cache, prepared, capl
     assert train[0][1] == lengths[int(train.line_numbers[0])][1]
 
 
+@pytest.mark.cli
 def test_batches_within_budget_and_each_example_once_across_two_ranks(dm, caplog):
     train = dm.dataset("train")
     per_rank = []
@@ -276,10 +276,11 @@ def test_batches_within_budget_and_each_example_once_across_two_ranks(dm, caplog
     assert again == train_0
 
 
+@pytest.mark.cli
 def test_worker_processes_map_the_same_files(dm):
     from torch.utils.data import DataLoader
 
-    from aiayn.data.datamodule import TranslationCollator
+    from aiayn.data.corpus import TranslationCollator
 
     train = dm.dataset("train")
     sampler = TokenBatchSampler(train.src_lengths, train.tgt_lengths, 4096, shuffle=False)
@@ -299,17 +300,13 @@ def test_unsupported_pair_and_splits(tmp_path):
 # --- end to end ------------------------------------------------------------------------------
 
 
+@pytest.mark.cli
 def test_train_cli_on_the_miniature_tree(raw_tree, cache, prepared, tmp_path):
-    from tests.test_cli_train import TINY
-
     run_dir = tmp_path / "run"
-    command = [sys.executable, "src/train.py", "task=wmt_en_de", f"task.raw_dir={raw_tree}", *TINY,
-               f"task.vocab_size={VOCAB}", "task.datamodule.num_workers=0", "task.datamodule.download=false",
-               "trainer.max_steps=2", "trainer.val_check_interval=2", "validation.bleu_sentences=8",
-               "visualize_at_end=false", "logger=csv", f"hydra.run.dir={run_dir}"]
-    env = {**os.environ, "AIAYN_CACHE_DIR": str(cache)}
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, f"train.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    result = run_tool("src/train.py", "task=wmt_en_de", f"task.raw_dir={raw_tree}", *TINY,
+                      f"task.vocab_size={VOCAB}", "task.datamodule.num_workers=0", "task.datamodule.download=false",
+                      "trainer.max_steps=2", "trainer.val_check_interval=2", "validation.bleu_sentences=8",
+                      "visualize_at_end=false", "logger=csv", f"hydra.run.dir={run_dir}", cache_dir=cache)
     summary = [line for line in result.stdout.splitlines() if line.startswith("test newstest2014:")]
     assert len(summary) == 1 and "test/bleu=" in summary[0]
     log = (run_dir / "train.log").read_text()
@@ -324,17 +321,17 @@ def test_train_cli_on_the_miniature_tree(raw_tree, cache, prepared, tmp_path):
 @pytest.fixture
 def mirror(loopback_http, monkeypatch):
     """The folder a loopback HTTP server serves, set as the WMT mirror."""
-    from aiayn.data import wmt
+    from aiayn.data.wmt import archives
 
     root, url = loopback_http
-    monkeypatch.setenv(wmt.MIRROR_ENV, url)
+    monkeypatch.setenv(archives.MIRROR_ENV, url)
     return root
 
 
 def test_missing_archives_are_downloaded_and_unpacked(raw_tree, tmp_path, mirror):
     import tarfile
 
-    from aiayn.data.wmt import ARCHIVES
+    from aiayn.data.wmt.archives import ARCHIVES
 
     members = {"europarl": ["training/europarl-v7.de-en.en", "training/europarl-v7.de-en.de"],
                "commoncrawl": ["commoncrawl.de-en.en.gz", "commoncrawl.de-en.de.gz"],

@@ -1,0 +1,191 @@
+"""The tools' one error wrapper (aiayn.cli.errors) and their own --help pages.
+
+End to end (real processes, marked ``cli``): for each of the six tools a user error is exactly one
+line on stderr, ``<tool as invoked>: ...``, exit status 2, no traceback; nothing here trains, so
+each takes seconds (the time to import torch). In process: which exceptions the wrapper reports and
+how, raised for real.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from omegaconf.errors import MissingMandatoryValue
+
+from aiayn.cli import config_options
+from aiayn.cli.errors import USER_ERROR, check_decoding, describe, reports_errors
+from aiayn.errors import ConfigError, DataError
+from aiayn.training.module import NonFiniteLossError
+from tests.helpers.runs import REPO, run_command
+
+TOOLS = ("train", "prepare", "evaluate", "translate", "average", "visualize")
+BIN = Path(sys.executable).parent
+
+
+def run(command: list[str], cwd: Path, data_root: Path | None = None) -> subprocess.CompletedProcess:
+    """``command`` from ``cwd`` (outside the checkout), its cache there; its exit status is the test's to check."""
+    return run_command(command, cwd=cwd, data_root=data_root, cache_dir=cwd / "cache", check=False, timeout=300)
+
+
+def console_script(tool: str) -> str:
+    path = BIN / f"aiayn-{tool}"
+    if not path.is_file():
+        pytest.fail(f"{path} is not installed; run `pip install -e .` (pyproject.toml [project.scripts])", pytrace=False)
+    return str(path)
+
+
+def user_error(tool: str, tmp: Path) -> tuple[list[str], str]:
+    """A quick mistake for ``tool``: its arguments and the start of the line it must give."""
+    bogus = tmp / "notes.ckpt"
+    bogus.write_text("notes, not a checkpoint\n")
+    return {
+        "train": ([f"resume={tmp / 'no' / 'run'}", "logger=none", f"hydra.run.dir={tmp / 'run'}"],
+                  f"resume={tmp / 'no' / 'run'}: no such checkpoint file or run directory"),
+        "prepare": (["task=multi30k_en_de", f"paths.data_root={tmp / 'empty'}", "task.datamodule.download=false",
+                     f"hydra.run.dir={tmp / 'prepare'}"], "Multi30k files missing"),
+        "evaluate": ([], "ckpt is missing: give ckpt=<value>"),
+        "translate": ([f"ckpt={bogus}"], f"{bogus}: not a readable checkpoint"),
+        "average": ([f"dir={tmp / 'missing'}", f"out={tmp / 'out.ckpt'}"], f"{tmp / 'missing'}: no such directory"),
+        "visualize": ([f"ckpt={tmp / 'nope.ckpt'}"], f"{tmp / 'nope.ckpt'}: checkpoint not found"),
+    }[tool]
+
+
+def assert_one_line(result: subprocess.CompletedProcess, prefix: str, message: str) -> None:
+    assert result.returncode == USER_ERROR, result.stdout[-2000:] + result.stderr[-5000:]
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"{prefix}: {message}"), lines[0]
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_user_error_is_one_line_named_after_the_script(tool: str, tmp_path: Path) -> None:
+    arguments, message = user_error(tool, tmp_path)
+    result = run([sys.executable, str(REPO / "src" / f"{tool}.py"), *arguments], cwd=tmp_path)
+    assert_one_line(result, f"{tool}.py", message)
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("tool", ["average", "visualize", "evaluate"])
+def test_a_console_script_names_itself(tool: str, tmp_path: Path) -> None:
+    arguments, message = user_error(tool, tmp_path)
+    result = run([console_script(tool), *arguments], cwd=tmp_path)
+    assert_one_line(result, f"aiayn-{tool}", message)
+    if tool == "evaluate":  # what to run for help is the command as invoked
+        assert result.stderr.strip().endswith("(see aiayn-evaluate --help)")
+
+
+@pytest.mark.cli
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_asking_for_a_gpu_without_one_says_to_use_the_cpu(tmp_path: Path, data_root: Path) -> None:
+    result = run([console_script("train"), "hardware=gpu", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"],
+                 cwd=tmp_path, data_root=data_root)
+    assert result.returncode == USER_ERROR and "Traceback" not in result.stderr, result.stderr[-5000:]
+    last = result.stderr.strip().splitlines()[-1]  # after Lightning's "Seed set to ..."
+    assert last.startswith("aiayn-train: this machine has no usable CUDA GPU (") and last.endswith("; use hardware=cpu")
+
+
+TRAIN_ONLY_GROUPS = ("hardware:", "experiment:", "logger:", "model:")
+OWN_SETTINGS = {
+    "train": ["== Config groups", "hardware: cpu", "experiment: table", "trainer:", "resume: null"],
+    "prepare": ["task: multi30k_de_en, multi30k_en_de, wmt_en_de", "seed: 1234"],
+    "evaluate": ["task: multi30k_de_en, multi30k_en_de, wmt_en_de", "ckpt: ???", "average_last: null", "beam_size:"],
+    "translate": ["ckpt: ???", "input: null", "beam_size: null", "kv_cache: null"],
+    "average": ["dir: ???", "last: 5", "out: ???"],
+    "visualize": ["ckpt: null", "text: A man is riding a bike.", "positional_encoding: true"],
+}
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("tool", TOOLS)
+def test_help_shows_the_tools_own_settings(tool: str, tmp_path: Path) -> None:
+    result = run([console_script(tool), "--help"], cwd=tmp_path)  # from outside the checkout
+    assert result.returncode == 0, result.stderr[-3000:]
+    page = result.stdout
+    assert page.startswith(f"aiayn-{tool}: ") and f"usage: aiayn-{tool} " in page and "example: " in page, page[:500]
+    for text in OWN_SETTINGS[tool]:
+        assert text in page, f"{text!r} not in aiayn-{tool} --help:\n{page}"
+    if tool != "train":
+        lines = page.splitlines()
+        assert not [line for line in lines if line.startswith(TRAIN_ONLY_GROUPS)], page
+    if tool not in ("train", "prepare", "evaluate"):
+        assert "== Config group" not in page, page
+    assert not list(tmp_path.iterdir()), "--help writes nothing"
+
+
+@pytest.mark.cli
+def test_help_of_a_script_names_the_script(tmp_path: Path) -> None:
+    result = run([sys.executable, str(REPO / "src" / "translate.py"), "--help"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("translate.py: ") and f"usage: python {REPO / 'src' / 'translate.py'} ckpt=" in result.stdout
+
+
+# -- in process: the wrapper itself -------------------------------------------------------------
+def _raise(error: BaseException):
+    def task(cfg):
+        raise error
+    return reports_errors(task)
+
+
+def test_wrapper_reports_a_user_error_as_one_line(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["/somewhere/aiayn-average", "dir=x"])
+    with pytest.raises(SystemExit) as exit_:
+        _raise(DataError("/x: no such directory\n(second line)"))(OmegaConf.create({}))
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == "aiayn-average: /x: no such directory (second line)\n"
+
+
+def test_wrapper_passes_other_errors_and_results_through() -> None:
+    with pytest.raises(KeyError):
+        _raise(KeyError("a bug"))(OmegaConf.create({}))
+    assert describe(ValueError("plain")) is None and describe(RuntimeError("plain")) is None
+    assert reports_errors(lambda cfg: cfg.x + 1)(OmegaConf.create({"x": 1})) == 2
+
+
+def test_what_the_wrapper_reports(tmp_path: Path) -> None:
+    with pytest.raises(MissingMandatoryValue) as missing:
+        _ = OmegaConf.create({"ckpt": "???"}).ckpt
+    message, status = describe(missing.value)
+    assert status == 2 and message.startswith("ckpt is missing: give ckpt=<value>")
+
+    for path, kind in [(tmp_path / "absent.txt", FileNotFoundError), (tmp_path, IsADirectoryError)]:
+        with pytest.raises(kind) as error:
+            path.read_text()
+        message, status = describe(error.value)
+        assert status == 2 and message.startswith(f"{path}: ") and "\n" not in message
+
+    assert describe(NonFiniteLossError("stopped after 8 non-finite steps in a row")) == (
+        "stopped after 8 non-finite steps in a row", 1)
+    message, status = describe(RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer"))
+    assert status == 1 and message.startswith("a training process failed, so the job stopped")
+    assert message.endswith("Connection closed by peer. Continue from the newest checkpoint with resume=auto")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_without_a_gpu_names_the_setting_to_change() -> None:
+    with pytest.raises((AssertionError, RuntimeError)) as error:
+        torch.zeros(1, device="cuda")
+    message, status = describe(error.value, OmegaConf.create({"device": "cuda"}))
+    assert status == 2 and message.startswith("this machine has no usable CUDA GPU (") and message.endswith("device=cpu")
+    assert describe(error.value, OmegaConf.create({"trainer": {}}))[0].endswith("use hardware=cpu")
+
+
+def test_decoding_settings_are_checked_before_loading() -> None:
+    check_decoding({"beam_size": 4, "alpha": 0.6, "max_len_offset": 0, "kv_cache": None, "batch_size": 64})
+    for settings, message in [({"beam_size": 0}, "beam_size must be a whole number of at least 1, got 0"),
+                              ({"batch_size": 2.5}, "batch_size must be a whole number of at least 1, got 2.5"),
+                              ({"max_len_offset": -1}, "max_len_offset must be a whole number of at least 0"),
+                              ({"alpha": "high"}, "alpha (the length penalty's exponent) must be a number"),
+                              ({"kv_cache": "yes"}, "kv_cache must be true or false")]:
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            check_decoding(settings)
+
+
+def test_help_lists_a_groups_options() -> None:
+    assert config_options("task").split(", ") == sorted(p.stem for p in (REPO / "conf" / "task").glob("*.yaml"))

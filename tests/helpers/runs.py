@@ -1,0 +1,101 @@
+"""What the tests share to run the tools: the checkout, the tiny run's settings, and running a
+tool (src/*.py, benchmarks/*.py, a console script) as its own process, as a user runs it.
+
+Test modules import these from here, never from one another.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A model and run small enough for seconds on a CPU (conf/debug/tiny.yaml, as users run it);
+# everything else is the default job's config.
+TINY = ["debug=tiny"]
+# The tiny model alone, for runs of other lengths.
+TINY_MODEL = [
+    "model.n_layers=1", "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
+    "task.vocab_size=500",
+]
+
+# The session's one tiny trained run (the `tiny_run` fixture of tests/conftest.py), read by the tests
+# of evaluate, translate, average, visualize and bad input. On top of TINY it has what each of them
+# needs: 2 layers (six attention pictures, drawn at the end of training), a step checkpoint after
+# every step (steps 1-4) and a time checkpoint after every step too, of which the newest 2 stay.
+TINY_RUN = [
+    *TINY, "model.n_layers=2", "logger=none", "visualize_at_end=true", "checkpoint.every_n_train_steps=1",
+    "checkpoint.every_n_minutes=0.000001", "checkpoint.keep_timed=2",
+]
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """A finished src/train.py run: its directory, the AIAYN_CACHE_DIR it used, and its overrides."""
+
+    run_dir: Path
+    cache_dir: Path
+    overrides: tuple[str, ...]
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    @property
+    def last(self) -> Path:
+        return self.checkpoints / "last.ckpt"
+
+
+def offline_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) with W&B offline and quiet."""
+    return {**(os.environ if base is None else base), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+
+
+def run_command(command: Sequence[str], *, cwd: Path = REPO, env: Mapping[str, str] | None = None,
+                data_root: Path | None = None, cache_dir: Path | None = None, stdin: str | bytes | None = None,
+                check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``command`` and return its result (str output; bytes when ``stdin`` is bytes).
+
+    ``env`` is the environment to start from (default: this process's, with W&B offline and
+    quiet); ``data_root`` and ``cache_dir`` set AIAYN_DATA_ROOT and AIAYN_CACHE_DIR. Without
+    ``stdin`` the process reads an empty stdin. With ``check``, a non-zero exit fails the test
+    with the command and the end of its output."""
+    environment = offline_environment() if env is None else dict(env)
+    if data_root is not None:
+        environment["AIAYN_DATA_ROOT"] = str(data_root)
+    if cache_dir is not None:
+        environment["AIAYN_CACHE_DIR"] = str(cache_dir)
+    result = subprocess.run(list(command), cwd=cwd, env=environment, capture_output=True, timeout=timeout,
+                            text=not isinstance(stdin, bytes),
+                            **({"stdin": subprocess.DEVNULL} if stdin is None else {"input": stdin}))
+    if check and result.returncode != 0:
+        stdout, stderr = (output.decode(errors="replace") if isinstance(output, bytes) else output
+                          for output in (result.stdout, result.stderr))
+        raise AssertionError(f"exit status {result.returncode} from\n  {' '.join(map(str, command))}\n(in {cwd})\n"
+                             f"--- stdout (end) ---\n{stdout[-3000:]}\n--- stderr (end) ---\n{stderr[-5000:]}")
+    return result
+
+
+def run_tool(script: str, *args: str, cwd: Path = REPO, **options) -> subprocess.CompletedProcess:
+    """``python <script> <args>``, ``script`` relative to the checkout (``src/train.py``,
+    ``benchmarks/decode_speed.py``); from another ``cwd`` it is given by its full path. The
+    options are run_command's."""
+    path = script if cwd == REPO else str(REPO / script)
+    return run_command([sys.executable, path, *args], cwd=cwd, **options)
+
+
+def train(run_dir: Path, *overrides: str, **options) -> subprocess.CompletedProcess:
+    """``src/train.py`` with ``overrides`` into ``run_dir`` (hydra.run.dir); options as run_command's."""
+    return run_tool("src/train.py", *overrides, f"hydra.run.dir={run_dir}", **options)
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under ``folder``: its size and modification time, to tell whether
+    anything was written there."""
+    return {str(path.relative_to(folder)): (path.lstat().st_size, path.lstat().st_mtime_ns)
+            for path in sorted(folder.rglob("*"))}

@@ -1,0 +1,46 @@
+"""The scorers evaluation calls: sacreBLEU's corpus BLEU and EVALB's F1, with their log lines."""
+
+from __future__ import annotations
+
+import pytest
+from sacrebleu.metrics import BLEU
+
+from aiayn.metrics import CorpusBleu, ParseF1, Scorer
+from aiayn.metrics.parseval import parseval
+
+HYPOTHESES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch."]
+REFERENCES = ["Ein Mann fährt ein Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest."]
+GOLD = ["(TOP (S (NP (DT The) (NN dog)) (VP (VBD ran)) (. .)))", "(TOP (S (NP (PRP It)) (VP (VBD rained))))"]
+FLAT = ["(TOP (S (DT The) (NN dog) (VBD ran) (. .)))", "(TOP (S (NP (PRP It)) (VP (VBD rained))))"]
+
+
+def test_corpus_bleu_is_sacrebleu_with_its_signature() -> None:
+    scorer = CorpusBleu()
+    assert isinstance(scorer, Scorer) and scorer.name == "bleu" and scorer.signature is None
+    bleu = BLEU()
+    expected = bleu.corpus_score(HYPOTHESES, [REFERENCES]).score
+    assert scorer(HYPOTHESES, REFERENCES) == {"bleu": pytest.approx(expected)}
+    assert scorer.signature == str(bleu.get_signature())
+    assert scorer.describe({"bleu": 27.345}, 3) == f"sacreBLEU on 3 sentences: 27.34 ({scorer.signature})"
+
+
+def test_parse_f1_scores_trees_as_parseval() -> None:
+    scorer = ParseF1()
+    assert scorer.name == "f1" and scorer.signature is None
+    result = parseval(GOLD, FLAT)
+    assert scorer(FLAT, GOLD) == {"f1": result.f1, "precision": result.precision, "recall": result.recall,
+                                  "exact_match": result.exact_match}
+    assert scorer.describe({"f1": 85.714, "precision": 100.0, "recall": 75.0, "exact_match": 50.0}, 2) == \
+        "F1 on 2 sentences: 85.71 (P 100.00, R 75.00, exact 50.00)"
+
+
+def test_parse_f1_reads_outputs_back_with_to_trees() -> None:
+    seen = []
+
+    def to_trees(gold, outputs):
+        seen.append((list(gold), list(outputs)))
+        return list(gold)  # every output read back as its gold tree
+
+    scorer = ParseF1(to_trees=to_trees)
+    assert scorer(["x", "y"], GOLD)["f1"] == 100.0
+    assert seen == [(GOLD, ["x", "y"])]

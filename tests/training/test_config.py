@@ -1,0 +1,146 @@
+"""The training config's layout (conf/train.yaml): the network apart from its recipe. conf/model/
+holds the Transformer's arguments only, conf/optim/ the recipe of each model, `loss` the label
+smoothing; typed schemas reject unknown keys and wrong types; debug=tiny is the tests' tiny run."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import fields
+from pathlib import Path
+
+import hydra
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from lightning.pytorch.callbacks import ModelCheckpoint
+from omegaconf import OmegaConf
+
+from aiayn.errors import ConfigError
+from aiayn.model import Transformer
+from aiayn.training.callbacks import AttentionPicturesCallback, RunSummaryCallback
+from aiayn.training.config import ModelConfig, check_against_schemas, network_arguments
+from aiayn.training.config_check import check_train_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def compose_train(*overrides: str, run_name: str = "test"):
+    """conf/train.yaml as Hydra composes it; what only a Hydra run knows (its directory, the
+    model chosen for run_name) is given."""
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("train", overrides=[*overrides, "paths.output_dir=/tmp/run", f"run_name={run_name}"])
+
+
+def run_name(*overrides: str) -> str:
+    """run_name as a Hydra run resolves it (from the model chosen: ${hydra:runtime.choices.model})."""
+    from hydra.core.hydra_config import HydraConfig
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    try:
+        return cfg.run_name
+    finally:
+        HydraConfig.instance().cfg = None
+
+
+@pytest.mark.parametrize("model, steps, warmup, factor", [
+    ("small", 2000, 300, 0.5), ("base", 100000, 4000, 1.0), ("parsing", 100000, 4000, 1.0), ("big", 300000, 4000, 1.0),
+])
+def test_each_model_brings_its_recipe(model: str, steps: int, warmup: int, factor: float) -> None:
+    cfg = compose_train(f"model={model}")
+    assert (cfg.optim.train_steps, cfg.optim.warmup_steps, cfg.optim.lr_factor) == (steps, warmup, factor)
+    assert cfg.trainer.max_steps == steps and cfg.trainer.val_check_interval == 1000
+    assert list(cfg.optim.betas) == [0.9, 0.98] and cfg.optim.eps == 1e-9 and cfg.loss.label_smoothing == 0.1
+    assert run_name(f"model={model}") == f"multi30k_en_de-{model}"
+
+
+def test_the_recipe_and_its_parts_are_overridden_on_their_own() -> None:
+    cfg = compose_train("model=base", "optim=small")  # another model's recipe
+    assert (cfg.model.d_model, cfg.optim.train_steps, cfg.optim.warmup_steps) == (512, 2000, 300)
+    cfg = compose_train("optim.train_steps=50", "optim.warmup_steps=7", "loss.label_smoothing=0.0")
+    assert (cfg.trainer.max_steps, cfg.optim.warmup_steps, cfg.loss.label_smoothing) == (50, 7, 0.0)
+    cfg = compose_train("experiment=table3_big", "optim=base", "task=multi30k_en_de")  # an experiment's model too
+    assert cfg.model.d_model == 1024 and cfg.trainer.max_steps == 100000
+
+
+@pytest.mark.parametrize("model", ["small", "base", "big", "parsing"])
+def test_a_model_config_instantiates_the_transformer_as_it_is(model: str) -> None:
+    cfg = compose_train(f"model={model}")
+    # The schema is the Transformer's signature, less what the task gives (vocabulary sizes, pad id).
+    arguments = set(inspect.signature(Transformer).parameters) - {"src_vocab_size", "tgt_vocab_size", "pad_id"}
+    assert set(cfg.model) == {f.name for f in fields(ModelConfig)} == {"_target_", *arguments}
+    with torch.device("meta"):
+        built = hydra.utils.instantiate(cfg.model, src_vocab_size=100, tgt_vocab_size=100, pad_id=0)
+        again = Transformer(100, 100, pad_id=0, **network_arguments(OmegaConf.to_container(cfg.model)))
+    assert isinstance(built, Transformer)
+    assert [(n, p.shape) for n, p in built.named_parameters()] == [(n, p.shape) for n, p in again.named_parameters()]
+
+
+@pytest.mark.parametrize("override, error", [
+    ("model.n_experts=4", "Key 'n_experts' not in 'ModelConfig'"),
+    ("model.d_model=wide", "could not be converted to Integer"),
+    ("optim.warmup_steps=1.5", "could not be converted to Integer"),
+    ("optim.label_smoothing=0.1", "Key 'label_smoothing' not in 'OptimConfig'"),
+    ("loss.epsilon=0.1", "Key 'epsilon' not in 'LossConfig'"),
+    ("loss.label_smoothing=some", "could not be converted to Float"),
+])
+def test_the_schemas_reject_unknown_keys_and_wrong_types(override: str, error: str) -> None:
+    with pytest.raises(ConfigCompositionException) as raised:
+        compose_train(override)
+    assert error in str(raised.value.__cause__)
+
+
+def test_keys_added_with_plus_or_in_code_are_checked_against_the_schemas() -> None:
+    config = OmegaConf.to_container(compose_train("+model.n_experts=4"), resolve=True)
+    with pytest.raises(ConfigError, match="^model.n_experts is not a model setting; the settings are attention, "):
+        check_train_config(config)
+    with pytest.raises(ConfigError, match="^optim.warmup_steps: Value 'many' of type 'str' could not be converted"):
+        check_against_schemas({"optim": {"warmup_steps": "many"}})
+    with pytest.raises(ConfigError, match="^loss.smoothing is not a loss setting"):
+        check_against_schemas({"loss": {"smoothing": 0.1}})
+    assert check_against_schemas({"model": {"d_model": 8}})["model"] == {
+        **{k: v for k, v in OmegaConf.to_container(OmegaConf.structured(ModelConfig)).items()}, "d_model": 8}
+
+
+def test_the_width_divisor_is_set_apart_and_applied_once() -> None:
+    cfg = compose_train("experiment=table3_C_N2", "+scale=multi30k_cpu")
+    assert cfg.width_divisor == 8 and (cfg.model.d_model, cfg.model.d_ff) == (512, 2048)  # the row's widths
+    network = network_arguments(OmegaConf.to_container(cfg.model), cfg.width_divisor)
+    assert {k: network[k] for k in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v")} == dict(
+        n_layers=2, d_model=64, d_ff=256, n_heads=8, d_k=8, d_v=8)
+    assert "_target_" not in network and network_arguments(network) == network
+
+
+def test_debug_tiny_is_the_tests_tiny_run() -> None:
+    """`debug=tiny` composes to what tests/cli/test_train.py spelled out key by key before it."""
+    spelled_out = [
+        "model.n_layers=1", "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
+        "task.vocab_size=500", "task.datamodule.max_tokens=1024", "task.decoding.max_len_offset=5",
+        "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.limit_val_batches=2",
+        "trainer.limit_test_batches=2", "trainer.num_sanity_val_steps=0", "checkpoint.every_n_train_steps=2",
+        "optim.warmup_steps=2",
+    ]
+    for extra in ([], ["task=wsj", "task.split=sample", "model=parsing"], ["experiment=table3_C_N2", "task=multi30k_en_de"]):
+        tiny = OmegaConf.to_container(compose_train(*extra, "debug=tiny"), resolve=True)
+        spelled = OmegaConf.to_container(compose_train(*extra, *spelled_out), resolve=True)
+        spelled["optim"]["train_steps"] = 4  # debug=tiny sets the steps where they live; max_steps follows
+        assert tiny == spelled
+
+
+def test_the_callbacks_are_built_from_their_config(tmp_path: Path) -> None:
+    cfg = compose_train("cost.gpu=K80")
+    cfg.paths.output_dir = str(tmp_path)
+    built = [hydra.utils.instantiate(entry) for entry in cfg.callbacks.values()]
+    steps, timed, pictures, summary = built
+    assert isinstance(steps, ModelCheckpoint) and isinstance(timed, ModelCheckpoint)
+    assert (steps.dirpath, steps.filename, steps._every_n_train_steps, steps.save_top_k, steps.save_last) == (
+        str(tmp_path / "checkpoints"), "step{step:07d}", 1000, -1, True)
+    assert (timed.filename, timed._train_time_interval.total_seconds(), timed.save_top_k, timed.monitor) == (
+        "time-step{step:07d}", 600, 20, "step")
+    assert isinstance(pictures, AttentionPicturesCallback) and isinstance(summary, RunSummaryCallback)
+    assert summary.gpu == "K80"
+    # Switched off: the step checkpoints alone and the summary.
+    cfg = compose_train("checkpoint.every_n_minutes=null", "visualize_at_end=false")
+    assert [hydra.utils.instantiate(entry) for entry in cfg.callbacks.values()][1:3] == [None, None]
