@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import pytest
@@ -41,7 +42,7 @@ def test_batches_group_similar_lengths(lengths):
     src, tgt = lengths
     sampler = TokenBatchSampler(src, tgt, 1000, shuffle=False)
     batches = list(sampler)
-    for earlier, later in zip(batches, batches[1:]):  # consecutive runs of the length order
+    for earlier, later in itertools.pairwise(batches):  # consecutive runs of the length order
         assert max(src[i] for i in earlier) <= min(src[i] for i in later)
 
 
@@ -85,7 +86,28 @@ def test_more_ranks_than_batches(lengths):
     few = [TokenBatchSampler(src[:2], tgt[:2], 4096, shuffle=True, num_replicas=4, rank=r) for r in range(4)]
     assert [len(list(s)) for s in few] == [1, 1, 1, 1], "two examples for four ranks: repeated"
     evaluation = [TokenBatchSampler(src, tgt, 4096, shuffle=False, num_replicas=4, rank=r, pad_to_equal=False) for r in range(4)]
-    assert [len(list(s)) for s in evaluation] == [len(s) for s in evaluation] == [1, 0, 0, 0]
+    assert [list(s) for s in evaluation] == [evaluation[0].batches[:], [[]], [[]], [[]]], "whole batch, then empty ones"
+    assert [len(s) for s in evaluation] == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("num_replicas", [2, 3, 8])
+def test_evaluation_with_more_ranks_than_batches_gives_every_rank_a_batch(data_root, num_replicas):
+    """A DDP rank without an evaluation batch stops Lightning ("within local rank has zero length");
+    every rank gets at least one, possibly empty, and together they hold the batches one process
+    evaluates, every sentence exactly once."""
+    en, de = read_parallel(data_root / "multi30k" / "val.en.gz", data_root / "multi30k" / "val.de.gz")
+    src, tgt = [len(line.split()) + 1 for line in en], [len(line.split()) + 1 for line in de]
+    budget = 100_000  # the whole dev set (1,014 sentences) in one batch
+    alone = TokenBatchSampler(src, tgt, budget, shuffle=False, pad_to_equal=False)
+    assert len(alone.batches) < num_replicas
+    ranks = [TokenBatchSampler(src, tgt, budget, shuffle=False, num_replicas=num_replicas, rank=r, pad_to_equal=False)
+             for r in range(num_replicas)]
+    shares = [list(sampler) for sampler in ranks]
+    assert [len(share) for share in shares] == [len(sampler) for sampler in ranks] == [1] * num_replicas
+    assert sorted(batch for share in shares for batch in share if batch) == sorted(alone), "one process's batches"
+    counts = Counter(i for share in shares for batch in share for i in batch)
+    assert sorted(counts) == list(range(len(src))) and set(counts.values()) == {1}, "every sentence exactly once"
+    assert ranks[0].padding_fraction == alone.padding_fraction
 
 
 def test_epoch_order_is_seeded(lengths):

@@ -1,5 +1,7 @@
-"""A 2-process CPU DDP run whose rank dies mid-training ends, every process of it, within a
-bounded time, with a one-line message saying how to continue — no hang."""
+"""DDP faults: a 2-process CPU DDP run whose rank dies mid-training ends, every process of it,
+within a bounded time, with a one-line message saying how to continue — no hang; a rank that hangs
+is bounded by the process group's timeout (``distributed.timeout_minutes``, not Lightning's 30
+minutes); more training processes than the machine has CPU cores or GPUs are refused up front."""
 
 from __future__ import annotations
 
@@ -8,13 +10,16 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import torch
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 
+from aiayn.errors import ConfigError
+from aiayn.training.distributed import check_processes, cpu_cores, strategy_with_timeout, training_processes
 from tests.helpers.runs import REPO, TINY_MODEL
-
-pytestmark = pytest.mark.cli  # end-to-end runs of the tools; -m 'not cli' skips them
 
 RUN = [
     *TINY_MODEL, "task.datamodule.max_tokens=512", "trainer.max_steps=100000",
@@ -48,6 +53,7 @@ def _ranks(process: subprocess.Popen, strategy: str) -> list[int]:
     return [process.pid] + [pid for pid in _children(process.pid) if "src/train.py" in command(pid)]  # ddp
 
 
+@pytest.mark.cli  # an end-to-end run of the tool; -m 'not cli' skips it
 @pytest.mark.parametrize("strategy, victim", [("ddp_spawn", 1), ("ddp_spawn", 0), ("ddp", 1)])
 def test_a_dead_rank_ends_the_job_cleanly(tmp_path: Path, data_root: Path, strategy: str, victim: int) -> None:
     env = {**os.environ, "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(tmp_path / "cache"),
@@ -78,3 +84,95 @@ def test_a_dead_rank_ends_the_job_cleanly(tmp_path: Path, data_root: Path, strat
         lines = [line for line in stderr.splitlines() if line.startswith("train.py: ")]
         assert lines and "a training process failed, so the job stopped" in lines[-1], stderr[-3000:]
         assert "resume=auto" in lines[-1]
+
+
+# -- the process group's timeout ------------------------------------------------------------
+
+@pytest.mark.parametrize("name, start_method, find_unused", [
+    ("ddp", "popen", None), ("ddp_spawn", "spawn", None), ("ddp_fork", "fork", None),
+    ("ddp_find_unused_parameters_true", "popen", True), ("ddp_spawn_find_unused_parameters_false", "spawn", False),
+])
+def test_a_ddp_strategy_name_becomes_a_ddp_strategy_with_the_timeout(name, start_method, find_unused) -> None:
+    strategy = strategy_with_timeout(name, 10)
+    assert type(strategy) is DDPStrategy
+    assert strategy._timeout == timedelta(minutes=10)  # Lightning's own default: 30 minutes
+    assert strategy._start_method == start_method, "the name's start method is kept"
+    assert strategy._ddp_kwargs.get("find_unused_parameters") == find_unused
+    assert strategy_with_timeout(name, 0.5)._timeout == timedelta(seconds=30)
+
+
+def test_a_built_ddp_strategy_gets_the_timeout_and_others_are_left_alone() -> None:
+    built = DDPStrategy(start_method="spawn", find_unused_parameters=True)
+    assert strategy_with_timeout(built, 3) is built
+    assert built._timeout == timedelta(minutes=3) and built._start_method == "spawn"
+    single = SingleDeviceStrategy(device=torch.device("cpu"))
+    for strategy in ("auto", "fsdp", "single_device", single):
+        assert strategy_with_timeout(strategy, 10) is strategy
+    assert strategy_with_timeout("ddp", None) == "ddp", "null: Lightning's default"
+
+
+def test_auto_with_several_processes_is_the_ddp_lightning_would_pick() -> None:
+    """``trainer.devices=2`` on ``hardware=cpu`` (strategy auto): Lightning picks ddp, with the timeout here."""
+    processes = training_processes({"accelerator": "cpu", "devices": 2, "num_nodes": 1})
+    assert processes == 2
+    strategy = strategy_with_timeout("auto", 10, processes=processes)
+    assert type(strategy) is DDPStrategy and strategy._start_method == "popen"
+    assert strategy._timeout == timedelta(minutes=10)
+    assert strategy_with_timeout("auto", 10, processes=1) == "auto"
+    assert training_processes({"accelerator": "cpu", "devices": 1, "num_nodes": 3}) == 3
+
+
+@pytest.mark.parametrize("minutes", [0, -5, "ten", True])
+def test_a_timeout_that_is_not_a_positive_number_is_refused(minutes) -> None:
+    with pytest.raises(ConfigError, match="^distributed.timeout_minutes must be a positive number of minutes"):
+        strategy_with_timeout("ddp", minutes)
+
+
+# -- how many processes this machine can run --------------------------------------------------
+
+def test_more_cpu_processes_than_cores_are_refused() -> None:
+    cores = cpu_cores()
+    asked = cores + 1
+    gpus = "hardware=gpu8_ddp" + ("" if asked == 8 else f" trainer.devices={asked}")
+    for devices in (asked, str(asked)):
+        with pytest.raises(ConfigError) as refused:
+            check_processes({"accelerator": "cpu", "devices": devices, "strategy": "ddp_spawn"})
+        assert str(refused.value) == (
+            f"trainer.devices={devices} asks for {asked} CPU training processes but this machine has {cores} CPU "
+            f"core{'s' if cores > 1 else ''}; use trainer.devices={cores} or fewer, or {gpus} on a machine with "
+            f"{asked} GPUs")
+    if cores < 8:  # the README's trainer.devices=8 on a smaller machine
+        with pytest.raises(ConfigError, match=r"^trainer.devices=8 asks for 8 CPU .* or hardware=gpu8_ddp on a machine "
+                                              r"with 8 GPUs$"):
+            check_processes({"accelerator": "cpu", "devices": 8})
+    if not torch.cuda.is_available():  # accelerator auto is the CPU here
+        with pytest.raises(ConfigError, match=f"asks for {asked} CPU training processes"):
+            check_processes({"accelerator": "auto", "devices": asked})
+    for devices in (1, cores, str(cores), "auto"):
+        check_processes({"accelerator": "cpu", "devices": devices})  # no error
+    check_processes({"accelerator": "cpu", "devices": [0, 1, 2] * cores})  # not a count: Lightning's to refuse
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a machine without a usable CUDA GPU")
+@pytest.mark.parametrize("accelerator", ["gpu", "cuda"])
+@pytest.mark.parametrize("devices", [1, 8, "auto", -1, "0,1", [0]])
+def test_gpu_processes_without_a_gpu_are_refused(accelerator, devices) -> None:
+    with pytest.raises(ConfigError, match=f"^trainer.accelerator={accelerator} asks for a GPU but this machine has "
+                                          "no usable CUDA GPU; use hardware=cpu$"):
+        check_processes({"accelerator": accelerator, "devices": devices})
+    check_processes({"accelerator": "auto", "devices": 1})  # auto: the CPU here
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="on a machine with a CUDA GPU")
+def test_more_gpu_processes_than_gpus_are_refused() -> None:
+    count = torch.cuda.device_count()
+    for devices in (count + 1, str(count + 1)):
+        with pytest.raises(ConfigError, match=f"^trainer.devices={devices} asks for {count + 1} GPU training processes "
+                                              f"but this machine has {count} usable CUDA GPU"):
+            check_processes({"accelerator": "gpu", "devices": devices})
+    for devices in ([count], f"0,{count}"):
+        with pytest.raises(ConfigError, match=f"names CUDA GPU {count} but this machine has {count}"):
+            check_processes({"accelerator": "cuda", "devices": devices})
+    for devices in (count, -1, "auto", "-1", list(range(count)), ",".join(map(str, range(count)))):
+        check_processes({"accelerator": "gpu", "devices": devices})
+    assert training_processes({"accelerator": "gpu", "devices": -1, "num_nodes": 2}) == 2 * count

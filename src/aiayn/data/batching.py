@@ -23,7 +23,11 @@ class TokenBatchSampler(Sampler[list[int]]):
     holding the most examples are split in two until their number is a multiple of
     ``num_replicas``, so every rank gets the same number and each example is still seen exactly
     once per epoch (only when there are too few examples to split, the first batches of the order
-    are repeated instead); without it (evaluation) batches are left whole and counts may differ by one.
+    are repeated instead). Without it (evaluation) batches are left whole, as one process cuts them,
+    so that every metric is computed on the same batches however many ranks share the work; counts
+    may differ by one, and a rank left without a batch (a split of fewer batches than ranks) gets
+    one empty batch (``[]``, no examples): every rank must run the evaluation loop, whose first
+    step and end take part in collectives with the other ranks.
 
     Resuming mid-epoch: :meth:`resume` makes the next iteration over epoch ``epoch`` start after
     the first ``batches_done`` batches of this rank's share, so a restarted run sees the rest of
@@ -121,14 +125,24 @@ class TokenBatchSampler(Sampler[list[int]]):
         skip = 0
         if self._resume is not None and self._resume[0] == self.epoch:
             skip, self._resume = self._resume[1], None
-        for position in self._epoch_order()[self.rank :: self.num_replicas][skip:]:
+        share = self._epoch_order()[self.rank :: self.num_replicas]
+        if not share and self._empty_share_padded():
+            yield []
+            return
+        for position in share[skip:]:
             yield list(self.batches[position])
 
     def __len__(self) -> int:
         count = len(self.batches)
         if self.pad_to_equal:
             return math.ceil(count / self.num_replicas)
-        return len(range(self.rank, count, self.num_replicas))
+        share = len(range(self.rank, count, self.num_replicas))
+        return 1 if not share and self._empty_share_padded() else share
+
+    def _empty_share_padded(self) -> bool:
+        """Whether this rank, having no batch of its own, yields one empty batch instead (evaluation
+        with several ranks: Lightning refuses a rank with no batch while others have some)."""
+        return not self.pad_to_equal and self.num_replicas > 1
 
     @property
     def padding_fraction(self) -> float:
@@ -141,7 +155,7 @@ def _sort_order(src: np.ndarray, tgt: np.ndarray, tie: np.ndarray) -> np.ndarray
     three fit in 63 bits, which sorts millions of examples several times faster."""
     if len(src) == 0 or src.min() < 0 or tgt.min() < 0:
         return np.lexsort((tie, tgt, src))
-    tie_bits, tgt_bits = int(len(tie)).bit_length(), int(tgt.max()).bit_length()
+    tie_bits, tgt_bits = len(tie).bit_length(), int(tgt.max()).bit_length()
     if tie_bits + tgt_bits + int(src.max()).bit_length() > 63:
         return np.lexsort((tie, tgt, src))
     key = (src << (tgt_bits + tie_bits)) | (tgt << tie_bits) | tie.astype(np.int64)

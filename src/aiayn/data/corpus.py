@@ -67,8 +67,8 @@ class TranslationCollator:
 
     def __call__(self, items: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> TranslationBatch:
         size = len(items)
-        src_len = max(len(src) for _, src, _ in items) + 1
-        tgt_len = max(len(tgt) for _, _, tgt in items) + 1
+        src_len = max((len(src) for _, src, _ in items), default=0) + 1  # no items: an empty batch
+        tgt_len = max((len(tgt) for _, _, tgt in items), default=0) + 1
         src = np.full((size, src_len), self.pad_id, dtype=np.int64)
         tgt_in = np.full((size, tgt_len), self.pad_id, dtype=np.int64)
         tgt_out = np.full((size, tgt_len), self.pad_id, dtype=np.int64)

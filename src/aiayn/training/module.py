@@ -225,6 +225,10 @@ class TranslationModule(L.LightningModule):
         self._log_evaluation("test")
 
     def _evaluate(self, batch: dict[str, torch.Tensor], bleu_sentences: int | None) -> None:
+        if batch["index"].numel() == 0:  # a rank's empty share of a split with fewer batches than ranks
+            for metric in (self.eval_loss, self.eval_nll):
+                metric.update(torch.zeros((), device=self.device), 0)  # adds nothing; the rank took part
+            return
         logits = self.model(batch["src"], batch["tgt_in"])
         loss_sum, nll_sum, n_tokens = label_smoothed_loss(logits, batch["tgt_out"], self.label_smoothing,
                                                           self.pad_id)
