@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import logging
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -179,6 +180,42 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
      "raise max_tokens to at least 130 or lower max_length"),
     (["nonfinite.max_in_a_row=0"], "train.py: nonfinite.max_in_a_row must be at least 1, got 0"),
     (["resume=/no/such/run"], "train.py: resume=/no/such/run: no such checkpoint file or run directory"),
+    # Keys nobody reads, added with `+`: at the root, in each section Hydra does not type.
+    (["+n_experts=4"], "train.py: n_experts is not a setting; the settings are callbacks, checkpoint,"),
+    (["+validation.bleu_sentence=10"], "train.py: validation.bleu_sentence is not a setting in validation; "
+                                       "did you mean bleu_sentences?"),
+    (["+trainer.max_step=10"], "train.py: trainer.max_step is not a Lightning Trainer argument; did you mean "
+                               "max_steps"),
+    (["+task.datamodule.max_token=10"], "train.py: task.datamodule.max_token is not an argument of "
+                                        "Multi30kDataModule; did you mean max_tokens"),
+    (["+task.decoding.beam=5"], "train.py: task.decoding.beam is not a setting in task.decoding; did you mean "
+                                "beam_size?"),
+    (["+checkpoint.every=5"], "train.py: checkpoint.every is not a setting in checkpoint;"),
+    # Ranges that would otherwise fail at the first validation, or later.
+    (["task.decoding.beam_size=0"], "train.py: task.decoding.beam_size must be a whole number of at least 1, got 0"),
+    (["task.decoding.alpha=-0.5"], "train.py: task.decoding.alpha (the length penalty's exponent) must be a "
+                                   "number, 0 or more, got -0.5"),
+    (["task.decoding.max_len_offset=-1"], "train.py: task.decoding.max_len_offset must be a whole number of at "
+                                          "least 0, got -1"),
+    (["validation.bleu_sentences=-5"], "train.py: validation.bleu_sentences must be a whole number, 0 or more"),
+    (["model.n_layers=0"], "train.py: model.n_layers must be at least 1 (N: the layers of each stack), got 0"),
+    (["task.datamodule.max_tokens=0"], "train.py: task.datamodule.max_tokens must be a positive whole number, got 0"),
+    (["task.datamodule.eval_max_tokens=-1"], "train.py: task.datamodule.eval_max_tokens must be a positive whole "
+                                             "number, got -1"),
+    (["checkpoint.keep_timed=0"], "train.py: checkpoint.keep_timed must be how many checkpoints to keep, 1 or "
+                                  "more (-1: all), got 0"),
+    (["checkpoint.every_n_minutes=0"], "train.py: checkpoint.every_n_minutes must be a positive number of minutes"),
+    (["checkpoint.every_n_train_steps=0"], "train.py: checkpoint.every_n_train_steps must be a positive whole "
+                                           "number, got 0"),
+    (["trainer.accumulate_grad_batches=0"], "train.py: trainer.accumulate_grad_batches must be a positive whole "
+                                            "number, got 0"),
+    (["trainer.val_check_interval=0"], "train.py: trainer.val_check_interval must be a whole number of steps"),
+    (["optim.betas=[0.9,1.5]"], "train.py: optim.betas must be two numbers in [0, 1) (Adam's β1, β2), got [0.9, 1.5]"),
+    (["distributed.timeout_minutes=0"], "train.py: distributed.timeout_minutes must be a positive number of "
+                                        "minutes, got 0"),
+    (["compile=yes"], "train.py: compile must be true or false, got 'yes'"),
+    # More training processes than the machine has cores.
+    ([f"trainer.devices={(os.cpu_count() or 1) + 1}", "trainer.strategy=ddp_spawn"], "train.py: trainer.devices="),
 ], ids=lambda value: value[0] if isinstance(value, list) else None)
 def test_an_impossible_setting_is_named_in_one_line_and_exits_2(tmp_path, overrides, message):
     code, line = _train(tmp_path, *overrides)
@@ -193,10 +230,53 @@ def test_a_data_root_without_the_data_names_the_missing_file_and_exits_2(tmp_pat
 
 # -- command lines (checkpoints: the session's tiny trained run, `tiny_run` in tests/conftest.py) --
 @pytest.mark.cli
-def test_an_unknown_setting_on_the_command_line_is_refused_without_a_traceback(subword_cache, data_root):
-    result = run_tool("src/train.py", "model.n_experts=4", data_root=data_root, cache_dir=subword_cache, check=False)
-    assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert result.stderr.startswith("Could not override 'model.n_experts'.\nTo append to your config use +model.n_experts=4")
+@pytest.mark.parametrize("override, message", [
+    ("model.n_experts=4", "train.py: model.n_experts is not a setting here (Key 'n_experts' not in 'ModelConfig'); "
+                          "`python "),
+    ("model=huge", "train.py: In 'train': Could not find 'model/huge'. Available options in 'model': base, big, "
+                   "parsing, small"),
+    ("model.d_model=abc", "train.py: Error merging override model.d_model=abc. Value 'abc' of type 'str' could not "
+                          "be converted to Integer"),
+    ("trainer.devices=[", "train.py: no viable alternative at input '['"),
+    ("run_name=${nope}", "train.py: Interpolation key 'nope' not found"),
+])
+def test_what_hydra_cannot_compose_is_one_line_and_exit_2(override, message, tmp_path, data_root):
+    """Refused while composing, before any of aiayn runs: no traceback, no Hydra report, no folder."""
+    result = run_tool("src/train.py", override, cwd=tmp_path, data_root=data_root, check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), lines
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.cli
+def test_a_run_refused_before_training_leaves_no_output_folder(tmp_path, data_root):
+    result = run_tool("src/train.py", *TINY, "logger=none", "task.decoding.beam_size=0", cwd=tmp_path,
+                      data_root=data_root, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "train.py: task.decoding.beam_size must be a whole number of at least 1, got 0")
+    assert not (tmp_path / "outputs").exists(), list((tmp_path / "outputs").rglob("*"))
+
+
+@pytest.mark.cli
+def test_a_sweep_of_a_dozen_overrides_gets_folders_the_file_system_accepts(tmp_path, subword_cache, data_root):
+    """The sweep subdir is built from the overrides; past a file name's 255 bytes it is shortened
+    (with a hash of the whole), so each job still gets its own folder."""
+    overrides = [*TINY, "logger=none", "optim.train_steps=1", "test_after_training=false", "visualize_at_end=false",
+                 "trainer.val_check_interval=1", "trainer.limit_val_batches=1", "checkpoint.every_n_minutes=null",
+                 "validation.bleu_sentences=4", "task.decoding.max_len_offset=2", "nonfinite.max_in_a_row=3",
+                 "cost.gpu=K80", "seed=1,2", f"task.datamodule.cache_dir={subword_cache}",
+                 "model.dropout=0.123456789", "loss.label_smoothing=0.0987654321"]
+    result = run_tool("src/train.py", "--multirun", *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                      cwd=tmp_path, data_root=data_root, cache_dir=subword_cache, check=False, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = sorted(path for path in (tmp_path / "sweep").iterdir() if path.is_dir())
+    assert [job.name[:2] for job in jobs] == ["0_", "1_"]
+    for job in jobs:
+        assert len(job.name.encode()) <= 255 and "~" in job.name
+        assert (job / "checkpoints" / "last.ckpt").exists()
+        assert "seed=" in (job / ".hydra" / "overrides.yaml").read_text()
 
 
 @pytest.mark.cli
@@ -236,3 +316,33 @@ def test_resume_on_data_whose_vocabulary_differs_is_refused(tiny_run: TrainedRun
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith(
         "train.py: the checkpoint's subword model differs from the one built for this data")
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("tool", ["train", "prepare", "evaluate", "translate", "average", "visualize"])
+def test_every_tool_refuses_a_setting_it_does_not_have_in_one_line(tool, tmp_path, data_root):
+    result = run_tool(f"src/{tool}.py", "beam_sise=4", cwd=tmp_path, data_root=data_root, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{tool}.py: beam_sise is not a setting here"), lines
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("tool, arguments, message", [
+    ("average", ["last=0", "out={tmp}/avg.ckpt"], "last must be a positive number of checkpoints, not 0"),
+    ("average", ["out={tmp}"], "out={tmp} is a folder; give the file to write"),
+    ("visualize", ["positional_encoding_positions=0"], "positional_encoding_positions must be a positive whole "
+                                                        "number, got 0"),
+    ("visualize", ["text= "], "text is empty: give the sentence to draw"),
+    ("visualize", ["out={tmp}/file.txt"], "out={tmp}/file.txt is a file; give a folder for the pictures"),
+], ids=lambda value: value if isinstance(value, str) and "=" not in value else None)
+def test_average_and_visualize_settings_are_checked_before_any_work(tool, arguments, message, tiny_run: TrainedRun,
+                                                                   tmp_path):
+    (tmp_path / "file.txt").write_text("not a folder\n")
+    where = [f"dir={tiny_run.run_dir}"] if tool == "average" else [f"ckpt={tiny_run.last}"]
+    result = run_tool(f"src/{tool}.py", *where, *(argument.format(tmp=tmp_path) for argument in arguments),
+                      cwd=tmp_path, check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{tool}.py: {message.format(tmp=tmp_path)}"), lines
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file.txt"]  # nothing written

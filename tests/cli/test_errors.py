@@ -87,8 +87,10 @@ def test_asking_for_a_gpu_without_one_says_to_use_the_cpu(tmp_path: Path, data_r
     result = run([console_script("train"), "hardware=gpu", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"],
                  cwd=tmp_path, data_root=data_root)
     assert result.returncode == USER_ERROR and "Traceback" not in result.stderr, result.stderr[-5000:]
-    last = result.stderr.strip().splitlines()[-1]  # after Lightning's "Seed set to ..."
-    assert last.startswith("aiayn-train: this machine has no usable CUDA GPU (") and last.endswith("; use hardware=cpu")
+    # Refused with the rest of the config, before anything is built or written.
+    assert result.stderr.strip().splitlines() == [
+        "aiayn-train: trainer.accelerator=gpu asks for a GPU but this machine has no usable CUDA GPU; use hardware=cpu"]
+    assert not (tmp_path / "run").exists()
 
 
 TRAIN_ONLY_GROUPS = ("hardware:", "experiment:", "logger:", "model:")

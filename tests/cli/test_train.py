@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -105,9 +106,20 @@ def test_wandb_offline_run_holds_config_and_metrics(tmp_path: Path, subword_cach
 
     run_dir = tmp_path / "run"
     # No key, no mode: what a fresh machine has (HOME moved so that no ~/.netrc is found).
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "HOME": str(tmp_path),
-           "WANDB_SILENT": "true"}
-    train(run_dir, *TINY, "logger=wandb", "run_name=wandb-test", env=env, data_root=data_root, cache_dir=subword_cache)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "HOME": str(tmp_path)}
+    result = train(run_dir, *TINY, "logger=wandb", "run_name=wandb-test", env=env, data_root=data_root,
+                   cache_dir=subword_cache)
+
+    # Quiet, honest output: where the W&B run is and how to upload it, said once by aiayn; no
+    # logger advertisements, no "Epoch 0/-2" for a run bounded by steps, the rate readable.
+    output = result.stdout + result.stderr
+    offline = next((run_dir / "wandb").glob("offline-run-*"))
+    assert f"(offline) in {offline}; upload it with `wandb sync {offline}`" in output
+    for noise in ("wandb leet", "💡", "litlogger", "anonymous setting", "/-2", "LeafSpec", "sync_dist", "v_num"):
+        assert noise not in output, noise
+    assert "Epoch 0 (to step 4)" in output
+    rate = re.search(r"train/lr:\s+(\S+)", output)
+    assert rate and re.fullmatch(r"\d\.\d\de-\d\d", rate.group(1)), output[-3000:]
 
     run = read_run(run_dir)
     assert run.name == "wandb-test" and run.project == "aiayn" and run.exit_code == 0

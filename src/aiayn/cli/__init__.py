@@ -8,6 +8,7 @@ its own (``conf/hydra/help/<tool>.yaml``, which uses the resolvers registered he
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -34,6 +35,19 @@ def config_options(group: str) -> str:
     return ", ".join(sorted(path.stem for path in Path(CONFIG_DIR, group).glob("*.yaml")))
 
 
+def dirname(text: str, limit: int = 120) -> str:
+    """``text`` as a folder name: itself when it is at most ``limit`` bytes long, else its start
+    (slashes made underscores) and a hash of the whole, so that a sweep job with a dozen overrides
+    gets a name the file system accepts (255 bytes at most) and two jobs never share one."""
+    if len(text.encode()) <= limit:
+        return text
+    digest = hashlib.sha1(text.encode()).hexdigest()[:10]
+    start = text.encode()[: limit - len(digest) - 1].decode(errors="ignore").replace(os.sep, "_")
+    return f"{start}~{digest}"
+
+
+# For conf/train.yaml's sweep folders: ${aiayn.dirname:${hydra.job.override_dirname}}.
+OmegaConf.register_new_resolver("aiayn.dirname", dirname, replace=True)
 # For conf/hydra/help/*.yaml: ${aiayn.tool:}, ${aiayn.command:}, ${aiayn.config_options:task}.
 OmegaConf.register_new_resolver("aiayn.tool", tool_name, replace=True)
 OmegaConf.register_new_resolver("aiayn.command", tool_command, replace=True)

@@ -7,16 +7,19 @@ which checkpoints went in. A missing folder, too few or mismatched checkpoints i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
 from aiayn.checkpoints.io import save_checkpoint_atomically
 from aiayn.cli import CONFIG_DIR, tool_command
-from aiayn.cli.errors import reports_errors
+from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.errors import ConfigError
 
 
+@reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="average")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
 def main(cfg: DictConfig) -> None:
@@ -25,6 +28,8 @@ def main(cfg: DictConfig) -> None:
             raise ConfigError(f"give {key}=...  (usage: {tool_command()} dir=<run dir> last=5 out=<file.ckpt>)")
     if not isinstance(cfg.last, int) or isinstance(cfg.last, bool) or cfg.last < 1:
         raise ConfigError(f"last must be a positive number of checkpoints, not {cfg.last!r}")
+    if Path(cfg.out).is_dir():
+        raise ConfigError(f"out={cfg.out} is a folder; give the file to write, e.g. out={Path(cfg.out) / 'averaged.ckpt'}")
     paths = last_checkpoints(cfg.dir, cfg.last)  # DataError: missing folder, too few checkpoints
     checkpoint = average_checkpoints(paths)  # DataError: unreadable checkpoints, or of different models
     for path, step in zip(paths, checkpoint["averaged_steps"]):

@@ -14,7 +14,11 @@ A run that stopped on its own is one line and exit status 1: non-finite losses t
 a row (``NonFiniteLossError``), or another DDP rank that died (this rank's collective lost its
 peer, or ``ddp_spawn`` saw a child exit); the line says to continue with ``resume=auto``.
 
-Anything else propagates with its traceback (Hydra prints it; exit status 1): that is a bug.
+Before the task function runs, Hydra composes the config: an override it cannot parse or apply,
+a group option that does not exist, an interpolation it cannot resolve is also one line and exit
+status 2 (:func:`reports_composition_errors`, which wraps ``@hydra.main``).
+
+Anything else propagates with its traceback (exit status 1): that is a bug.
 
 Exception classes are looked up in ``sys.modules`` rather than imported, so the wrapper costs no
 import of torch or Lightning: an exception of a class whose module was never imported cannot occur.
@@ -29,10 +33,11 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from omegaconf.errors import MissingMandatoryValue
+from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
 from aiayn.cli import tool_command, tool_name
-from aiayn.errors import ConfigError, UserError
+from aiayn.errors import UserError
+from aiayn.training.config_check import check_decoding  # noqa: F401 - the tools check their decoding settings
 
 USER_ERROR = 2  # exit status: the user can fix it
 STOPPED = 1  # exit status: the run stopped on its own (resume=auto continues it)
@@ -53,6 +58,8 @@ def reports_errors(task: Callable[[Any], Result]) -> Callable[[Any], Result]:
 
     @functools.wraps(task)
     def run(cfg: Any) -> Result:
+        global _task_started
+        _task_started = True
         try:
             return task(cfg)
         except Exception as error:
@@ -64,6 +71,54 @@ def reports_errors(task: Callable[[Any], Result]) -> Callable[[Any], Result]:
     return run
 
 
+_task_started = False  # set once a tool's task function runs: composition is over
+
+
+def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Result]:
+    """Wrap a tool's ``@hydra.main`` function so that what Hydra refuses while composing the config
+    (an unknown key, a bad override, a group option that does not exist) is one line and exit 2
+    rather than Hydra's multi-line report and exit 1."""
+
+    @functools.wraps(main)
+    def run(*args: Any, **kwargs: Any) -> Result:
+        # Hydra re-raises instead of printing its own report and exiting with 1.
+        os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+        try:
+            return main(*args, **kwargs)
+        except Exception as error:
+            if _task_started or not _is_composition_error(error):
+                raise
+            fail(composition_message(error))
+
+    return run
+
+
+def _is_composition_error(error: BaseException) -> bool:
+    hydra_errors = sys.modules.get("hydra.errors")
+    kinds = (OmegaConfBaseException,) + ((hydra_errors.HydraException,) if hydra_errors else ())
+    return isinstance(error, kinds)
+
+
+def composition_message(error: BaseException) -> str:
+    """One line for an error Hydra raised while composing: its own first lines, the cause
+    (omegaconf's) and, for a missing group option, the options there are."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if "Config search path:" in lines:  # a missing config: keep what it says and the options, not the search path
+        lines = lines[: lines.index("Config search path:")]
+    if any(line.startswith("Available options in") for line in lines):
+        at = next(i for i, line in enumerate(lines) if line.startswith("Available options in"))
+        lines = [*lines[:at], f"{lines[at]} {', '.join(lines[at + 1:])}"]
+    match = re.match(r"Could not override '([^']+)'\.", lines[0]) if lines else None
+    cause = error.__cause__
+    because = str(cause).strip().splitlines()[0] if cause is not None and str(cause).strip() else ""
+    if match:
+        return (f"{match.group(1)} is not a setting here ({because or lines[0]}); `{tool_command()} --cfg job` "
+                "prints every setting, `--help` the groups")
+    message = " ".join(line if line.endswith((":", ".")) or line.startswith("Available") else f"{line}."
+                       for line in lines)
+    return f"{message} {because}".strip() if because and because not in message else message
+
+
 def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
     """(one-line message, exit status) for an error the tools report without a traceback; None
     for any other (a bug)."""
@@ -72,8 +127,14 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
     if isinstance(error, MissingMandatoryValue):
         key = error.full_key or "a setting"
         return f"{key} is missing: give {key}=<value> (see {tool_command()} --help)", USER_ERROR
+    if isinstance(error, InterpolationResolutionError):
+        where = f"{error.full_key}: " if getattr(error, "full_key", None) else ""
+        return f"{where}{str(error).strip().splitlines()[0]}", USER_ERROR
     if isinstance(error, (FileNotFoundError, IsADirectoryError, PermissionError)):
         return _os_error(error), USER_ERROR
+    preemption = sys.modules.get("aiayn.training.preemption")  # stopped on a signal after saving: exit 75
+    if preemption is not None and (preempted := preemption.describe(error)) is not None:
+        return preempted
     if _is(error, "aiayn.training.module", "NonFiniteLossError"):
         return str(error), STOPPED
     if _a_rank_failed(error):
@@ -87,23 +148,6 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return f"this machine has no usable CUDA GPU ({first[:200]}); use {setting}", USER_ERROR
     return None
-
-
-def check_decoding(settings: dict[str, Any]) -> None:
-    """Raise ConfigError for a decoding setting given on the command line (None: not given) that
-    beam search would refuse, before the checkpoint is loaded (evaluate.py, translate.py)."""
-    def whole(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    for key, least in (("beam_size", 1), ("batch_size", 1), ("max_len_offset", 0)):
-        value = settings.get(key)
-        if value is not None and (not whole(value) or value < least):
-            raise ConfigError(f"{key} must be a whole number of at least {least}, got {value!r}")
-    alpha = settings.get("alpha")
-    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0):
-        raise ConfigError(f"alpha (the length penalty's exponent) must be a number, 0 or more, got {alpha!r}")
-    if settings.get("kv_cache") not in (None, True, False):
-        raise ConfigError(f"kv_cache must be true or false, got {settings['kv_cache']!r}")
 
 
 def _os_error(error: OSError) -> str:

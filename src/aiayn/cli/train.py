@@ -8,7 +8,9 @@ the newest checkpoint of the run (see aiayn.checkpoints.resume).
 from __future__ import annotations
 
 import logging
+import shutil
 import warnings
+from pathlib import Path
 
 import hydra
 import lightning as L
@@ -21,10 +23,12 @@ from omegaconf import DictConfig, OmegaConf
 from aiayn.checkpoints.io import AtomicCheckpointIO
 from aiayn.checkpoints.resume import find_resume
 from aiayn.cli import CONFIG_DIR
-from aiayn.cli.errors import reports_errors
-from aiayn.errors import ConfigError
+from aiayn.cli.errors import reports_composition_errors, reports_errors
+from aiayn.errors import ConfigError, UserError
+from aiayn.reporting.loggers import describe_wandb_run, quiet_lightning
 from aiayn.training.config import network_arguments  # also registers the config schemas with Hydra
 from aiayn.training.config_check import check_train_config
+from aiayn.training.distributed import strategy_with_timeout, training_processes
 from aiayn.training.module import TranslationModule
 
 log = logging.getLogger("train")
@@ -33,27 +37,29 @@ log = logging.getLogger("train")
 warnings.filterwarnings("ignore", message="You.re resuming from a checkpoint that ended before the epoch ended")
 # A step with a non-finite loss returns None on purpose; the module logs each one it skips.
 warnings.filterwarnings("ignore", message="`training_step` returned `None`")
+# The evaluation metrics logged are already the same on every rank (torchmetrics syncs the losses;
+# the hypotheses are gathered before scoring), so Lightning's advice to sync them again is moot.
+warnings.filterwarnings("ignore", message=".*when logging on epoch level in distributed setting")
+# torch's own deprecation inside Lightning's pytree helper: nothing a user can act on.
+warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)` is deprecated")
 
 
+@reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 @reports_errors  # one line, exit 2, for what the user can fix; exit 1 for a run that stopped on its own
 def main(cfg: DictConfig) -> dict[str, float]:
     torch.set_float32_matmul_precision("high")
+    quiet_lightning()
     return train(cfg)
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
-    config = OmegaConf.to_container(cfg, resolve=True)
-    check_train_config(config)
-    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    resume = find_resume(cfg.resume, cfg.paths.output_dir, config, multirun=multirun)
-    if resume is not None and str(resume.run_dir) != cfg.paths.output_dir:
-        log.info("continuing run %s (this attempt's config and log stay in %s)", resume.run_dir, cfg.paths.output_dir)
-        cfg.paths.output_dir = str(resume.run_dir)  # checkpoints and logs go on in the resumed run
-        config = OmegaConf.to_container(cfg, resolve=True)
-
-    L.seed_everything(cfg.seed, workers=True)
-    datamodule = hydra.utils.instantiate(cfg.task.datamodule)
+    run_dir = Path(cfg.paths.output_dir)
+    try:
+        config, resume, datamodule = _before_training(cfg)
+    except UserError:
+        _remove_unstarted_run(run_dir)  # a run that never started leaves no folder behind
+        raise
     try:
         module = TranslationModule(
             model=network_arguments(config["model"], config["width_divisor"]),  # the widths trained
@@ -73,11 +79,16 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if logger:
         logger.log_hyperparams(config)
         logger.log_hyperparams({"parameters": sum(p.numel() for p in module.model.parameters())})
+        if isinstance(logger, WandbLogger) and logger.experiment.settings is not None:
+            log.info(describe_wandb_run(logger))
     # conf/callbacks/default.yaml: step and timed checkpoints, attention pictures, run summary
     # (built after a resume has moved paths.output_dir to the resumed run).
     built = (hydra.utils.instantiate(entry) for entry in cfg.callbacks.values() if entry is not None)
     callbacks = [callback for callback in built if callback is not None]
     trainer_args = hydra.utils.instantiate(cfg.trainer, _convert_="all")  # a strategy may be an object
+    # A hung rank ends the job after distributed.timeout_minutes, not Lightning's 30 minutes.
+    trainer_args["strategy"] = strategy_with_timeout(trainer_args.get("strategy", "auto"),
+                                                     cfg.distributed.timeout_minutes, training_processes(trainer_args))
     trainer = L.Trainer(**trainer_args, logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
     results = trainer.test(module, datamodule=datamodule)[0] if cfg.get("test_after_training", True) else {}
@@ -88,6 +99,35 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if isinstance(logger, WandbLogger):
         logger.experiment.finish()  # under --multirun the next job starts a W&B run of its own
     return results
+
+
+def _before_training(cfg: DictConfig):
+    """Every check that needs no training: the whole config, the checkpoint to resume, and the
+    data files of every split the run will read. Returns (config, resume, datamodule)."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    check_train_config(config)
+    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    resume = find_resume(cfg.resume, cfg.paths.output_dir, config, multirun=multirun)
+    if resume is not None and str(resume.run_dir) != cfg.paths.output_dir:
+        log.info("continuing run %s (this attempt's config and log stay in %s)", resume.run_dir, cfg.paths.output_dir)
+        cfg.paths.output_dir = str(resume.run_dir)  # checkpoints and logs go on in the resumed run
+        config = OmegaConf.to_container(cfg, resolve=True)
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule = hydra.utils.instantiate(cfg.task.datamodule)
+    return config, resume, datamodule
+
+
+def _remove_unstarted_run(run_dir: Path) -> None:
+    """Remove the folder Hydra made for a run that stopped before training (a bad setting): it
+    holds only Hydra's record of the config and the log. A folder with anything else — an earlier
+    attempt's checkpoints — is kept."""
+    if not run_dir.is_dir() or any(p.name != ".hydra" and p.suffix != ".log" for p in run_dir.iterdir()):
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in run_dir.parents:  # outputs/<run name>/ when it held only this run
+        if parent == Path.cwd() or not parent.is_dir() or any(parent.iterdir()):
+            break
+        parent.rmdir()
 
 
 def _logger(cfg: DictConfig, resume) -> object:

@@ -15,15 +15,23 @@ import hydra
 from omegaconf import DictConfig
 
 from aiayn.cli import CONFIG_DIR, tool_command
-from aiayn.cli.errors import reports_errors
+from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.errors import ConfigError, DataError
 
 
+@reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="visualize")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
 def main(cfg: DictConfig) -> None:
     if not cfg.ckpt:
         raise ConfigError(f"no checkpoint given; run it as `{tool_command()} ckpt=<checkpoint file>`")
+    if not str(cfg.text).strip():
+        raise ConfigError("text is empty: give the sentence to draw, text='A man is riding a bike.'")
+    positions = cfg.positional_encoding_positions
+    if isinstance(positions, bool) or not isinstance(positions, int) or positions < 1:
+        raise ConfigError(f"positional_encoding_positions must be a positive whole number, got {positions!r}")
+    if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
+        raise ConfigError(f"out={cfg.out} is a file; give a folder for the pictures")
     ckpt = Path(cfg.ckpt).absolute()
     if not ckpt.is_file():  # before the slow imports (torch, Lightning, matplotlib)
         raise DataError(f"{ckpt}: checkpoint not found")

@@ -3,6 +3,7 @@ no network wait), written under the run directory and uploadable later with ``wa
 
 from __future__ import annotations
 
+import logging
 import netrc
 import os
 from typing import Any
@@ -27,4 +28,33 @@ def wandb_logger(project: str, save_dir: str, mode: str = "auto", **kwargs: Any)
     if mode == "auto":
         mode = "online" if wandb_has_credentials() else "offline"
     os.makedirs(save_dir, exist_ok=True)
-    return WandbLogger(project=project, save_dir=save_dir, offline=(mode == "offline"), **kwargs)
+    import wandb
+
+    # wandb's own console lines (its version, `wandb leet`, the run history at the end) are left
+    # out: describe_wandb_run says where the run is and how to upload it.
+    kwargs.setdefault("settings", wandb.Settings(silent=True))
+    logger = WandbLogger(project=project, save_dir=save_dir, offline=(mode == "offline"), **kwargs)
+    # Lightning always passes wandb.init an `anonymous` setting, which wandb 0.2x+ warns is ignored.
+    if getattr(logger, "_wandb_init", {}).get("anonymous", "unset") is None:
+        logger._wandb_init.pop("anonymous")
+    return logger
+
+
+def describe_wandb_run(logger: WandbLogger) -> str:
+    """Where a W&B run is: its page online; offline, its folder and the command that uploads it."""
+    run = logger.experiment
+    if getattr(run, "offline", False) or run.settings.mode == "offline":
+        folder = os.path.dirname(run.dir.rstrip(os.sep))  # <save_dir>/wandb/offline-run-<time>-<id>
+        return f"W&B run {run.id} (offline) in {folder}; upload it with `wandb sync {folder}`"
+    return f"W&B run {run.id}: {run.url}"
+
+
+class _NoAdvertisements(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip:")
+
+
+def quiet_lightning() -> None:
+    """Drop Lightning's tips about its hosted products from the run's output."""
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(_NoAdvertisements())

@@ -1,50 +1,225 @@
-"""Checks of a training config before anything is built, so that a bad setting is reported as
-one line saying what to change, not as a traceback from deep inside torch or Lightning.
+"""Checks of a whole training config before anything is built or written, so that a bad setting
+is reported at once, as one line naming it and saying what to change — not as a traceback from
+deep inside torch or Lightning, and not hours into a run at its first validation.
 
-Keys and types are the schemas' business (aiayn.training.config); what they cannot say — ranges,
-one setting against another — is checked here."""
+Keys and types of ``model``, ``optim`` and ``loss`` are the schemas' business
+(aiayn.training.config). Here: keys everywhere else (the root, ``validation``, ``checkpoint``,
+``trainer`` against Lightning's Trainer, ``task.datamodule`` against its class, ``task.decoding``
+against beam search), ranges, one setting against another, and what this machine can run.
+"""
 
 from __future__ import annotations
 
+import difflib
+import inspect
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import sustained_tflops
 from aiayn.training.config import check_against_schemas, network_arguments
 
+# The settings at the root of conf/train.yaml (and of what its groups add there).
+# tests/training/test_config_check.py checks this list against the composed configs.
+ROOT_SETTINGS = (
+    "task", "model", "optim", "loss", "paths", "callbacks", "trainer", "logger", "seed", "run_name",
+    "width_divisor", "compile", "resume", "nonfinite", "cost", "test_after_training", "validation",
+    "visualize_at_end", "checkpoint", "distributed", "experiment",
+)
+TASK_SETTINGS = ("name", "vocab_size", "datamodule", "decoding", "raw_dir", "split", "splits")
+DECODING_SETTINGS = ("beam_size", "alpha", "max_len_offset", "kv_cache")
 
-def check_train_config(config: dict[str, Any]) -> None:
+
+def check_train_config(config: Mapping[str, Any]) -> None:
     """Raise ConfigError for the first impossible setting of a resolved training config."""
+    _known("", config, ROOT_SETTINGS)
     typed = check_against_schemas(config)
+    _check_network(typed["model"], config.get("width_divisor", 1))
+    _check_recipe(typed)
+    _check_task(config.get("task") or {})
+    _check_run(config)
+    _check_trainer(config.get("trainer") or {})
+
+
+def check_decoding(settings: Mapping[str, Any], prefix: str = "") -> None:
+    """Raise ConfigError for a beam-search setting it would refuse (None: not given). ``prefix``
+    names where the settings are (``task.decoding.``; nothing for evaluate.py/translate.py's own)."""
+    for key, least in (("beam_size", 1), ("batch_size", 1), ("max_len_offset", 0)):
+        value = settings.get(key)
+        if value is not None and (not _whole(value) or value < least):
+            raise ConfigError(f"{prefix}{key} must be a whole number of at least {least}, got {value!r}")
+    alpha = settings.get("alpha")
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0):
+        raise ConfigError(f"{prefix}alpha (the length penalty's exponent) must be a number, 0 or more, got {alpha!r}")
+    if settings.get("kv_cache") not in (None, True, False):
+        raise ConfigError(f"{prefix}kv_cache must be true or false, got {settings['kv_cache']!r}")
+
+
+def _check_network(model: dict[str, Any], width_divisor: Any) -> None:
+    if model["n_layers"] < 1:
+        raise ConfigError(f"model.n_layers must be at least 1 (N: the layers of each stack), got {model['n_layers']}")
+    try:
+        network = network_arguments(model, width_divisor)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    try:
+        _build_on_meta_device(network)  # the Transformer's own checks, without allocating its weights
+    except ValueError as error:
+        raise ConfigError(f"model: {error}") from None
+
+
+def _build_on_meta_device(network: dict[str, Any]) -> None:
+    import hydra
+    import torch
+
+    with torch.device("meta"):
+        hydra.utils.get_class(network.get("_target_", "aiayn.model.Transformer"))(
+            src_vocab_size=8, tgt_vocab_size=8, **{k: v for k, v in network.items() if k != "_target_"})
+
+
+def _check_recipe(typed: dict[str, dict[str, Any]]) -> None:
     smoothing = typed["loss"]["label_smoothing"]
     if not 0.0 <= smoothing < 1.0:
         raise ConfigError(f"loss.label_smoothing must be in [0.0, 1.0), got {smoothing!r}")
-    try:
-        network_arguments(typed["model"], config.get("width_divisor", 1))
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
     optim = typed["optim"]
     for key in ("train_steps", "warmup_steps"):
         if optim[key] < 1:
             raise ConfigError(f"optim.{key} must be a positive whole number, got {optim[key]!r}")
     if not optim["lr_factor"] > 0:
         raise ConfigError(f"optim.lr_factor must be positive, got {optim['lr_factor']!r}")
+    beta1, beta2 = (list(optim["betas"]) + [None, None])[:2]
+    if len(optim["betas"]) != 2 or not all(0.0 <= b < 1.0 for b in (beta1, beta2)):
+        raise ConfigError(f"optim.betas must be two numbers in [0, 1) (Adam's β1, β2), got {optim['betas']!r}")
+    if not optim["eps"] > 0:
+        raise ConfigError(f"optim.eps must be positive, got {optim['eps']!r}")
 
-    task = config.get("task") or {}
-    if not isinstance(task.get("vocab_size"), int) or task["vocab_size"] < 8:
+
+def _check_task(task: Mapping[str, Any]) -> None:
+    _known("task", task, TASK_SETTINGS)
+    if not _whole(task.get("vocab_size")) or task["vocab_size"] < 8:
         raise ConfigError(f"task.vocab_size must be a whole number of at least 8, got {task.get('vocab_size')!r}")
+    decoding = task.get("decoding") or {}
+    _known("task.decoding", decoding, DECODING_SETTINGS)
+    check_decoding(decoding, "task.decoding.")
     data = task.get("datamodule") or {}
+    _check_datamodule_keys(data)
+    for key in ("max_tokens", "eval_max_tokens", "max_length"):
+        value = data.get(key)
+        if key in data and value is not None and (not _whole(value) or value < 1):
+            raise ConfigError(f"task.datamodule.{key} must be a positive whole number, got {value!r}")
     max_tokens, max_length = data.get("max_tokens"), data.get("max_length")
-    if isinstance(max_tokens, int) and isinstance(max_length, int) and max_tokens < max_length + 2:
+    if _whole(max_tokens) and _whole(max_length) and max_tokens < max_length + 2:
         raise ConfigError(
             f"task.datamodule.max_tokens={max_tokens} cannot hold one pair of max_length={max_length} subwords "
             f"plus BOS/EOS; raise max_tokens to at least {max_length + 2} or lower max_length"
         )
+    if _whole(data.get("num_workers")) and data["num_workers"] < 0:
+        raise ConfigError(f"task.datamodule.num_workers must be 0 or more, got {data['num_workers']}")
+
+
+def _check_datamodule_keys(data: Mapping[str, Any]) -> None:
+    """Every key of task.datamodule is an argument of the class it builds."""
+    target = data.get("_target_")
+    if not target:
+        raise ConfigError("task.datamodule._target_ is missing: name the data module class (see conf/task/*.yaml)")
+    import hydra
+
+    try:
+        kind = hydra.utils.get_class(target)
+    except Exception:  # noqa: BLE001 - Hydra wraps the import error in its own
+        raise ConfigError(f"task.datamodule._target_={target}: no such class") from None
+    parameters = inspect.signature(kind.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    _known("task.datamodule", {k: v for k, v in data.items() if k != "_target_"},
+           [name for name in parameters if name != "self"], what=f"argument of {kind.__name__}")
+
+
+def _check_run(config: Mapping[str, Any]) -> None:
+    validation = config.get("validation") or {}
+    _known("validation", validation, ("bleu_sentences",))
+    bleu = validation.get("bleu_sentences")
+    if bleu is not None and (not _whole(bleu) or bleu < 0):
+        raise ConfigError(f"validation.bleu_sentences must be a whole number, 0 or more (null: every validation "
+                          f"sentence), got {bleu!r}")
+    checkpoint = config.get("checkpoint") or {}
+    _known("checkpoint", checkpoint, ("every_n_train_steps", "save_top_k", "every_n_minutes", "keep_timed"))
+    every = checkpoint.get("every_n_train_steps")
+    if every is not None and (not _whole(every) or every < 1):
+        raise ConfigError(f"checkpoint.every_n_train_steps must be a positive whole number, got {every!r}")
+    for key in ("save_top_k", "keep_timed"):
+        value = checkpoint.get(key)
+        if value is not None and (not _whole(value) or value == 0 or value < -1):
+            raise ConfigError(f"checkpoint.{key} must be how many checkpoints to keep, 1 or more (-1: all), "
+                              f"got {value!r}")
+    minutes = checkpoint.get("every_n_minutes")
+    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or minutes <= 0):
+        raise ConfigError(f"checkpoint.every_n_minutes must be a positive number of minutes (null: no timed "
+                          f"checkpoints), got {minutes!r}")
+    for key in ("compile", "test_after_training", "visualize_at_end"):
+        if key in config and not isinstance(config[key], bool):
+            raise ConfigError(f"{key} must be true or false, got {config[key]!r}")
+    if not _whole(config.get("seed", 0)):
+        raise ConfigError(f"seed must be a whole number, got {config.get('seed')!r}")
     gpu = (config.get("cost") or {}).get("gpu", "P100")
     try:
         sustained_tflops(gpu)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    if (config.get("nonfinite") or {}).get("max_in_a_row", 1) < 1:
-        raise ConfigError(f"nonfinite.max_in_a_row must be at least 1, got {config['nonfinite']['max_in_a_row']}")
+    nonfinite = config.get("nonfinite") or {}
+    if not _whole(nonfinite.get("max_in_a_row", 1)) or nonfinite.get("max_in_a_row", 1) < 1:
+        raise ConfigError(f"nonfinite.max_in_a_row must be at least 1, got {nonfinite['max_in_a_row']}")
+    distributed = config.get("distributed") or {}
+    _known("distributed", distributed, ("timeout_minutes",))
+    timeout = distributed.get("timeout_minutes", 1)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ConfigError(f"distributed.timeout_minutes must be a positive number of minutes, got {timeout!r}")
+    callbacks = config.get("callbacks") or {}
+    for name, entry in callbacks.items():
+        if entry is not None and not (isinstance(entry, Mapping) and entry.get("_target_")):
+            raise ConfigError(f"callbacks.{name} must be null or have a _target_ (see conf/callbacks/default.yaml), "
+                              f"got {entry!r}")
 
+
+def _check_trainer(trainer: Mapping[str, Any]) -> None:
+    """Keys against Lightning's Trainer; the counts Lightning would only refuse later; the
+    processes and devices this machine has."""
+    from lightning.pytorch import Trainer
+
+    parameters = [name for name in inspect.signature(Trainer.__init__).parameters if name != "self"]
+    # train.py passes these itself.
+    _known("trainer", trainer, [p for p in parameters if p not in ("logger", "callbacks", "plugins")],
+           what="Lightning Trainer argument")
+    for key in ("accumulate_grad_batches", "num_nodes"):
+        value = trainer.get(key)
+        if value is not None and (not _whole(value) or value < 1):
+            raise ConfigError(f"trainer.{key} must be a positive whole number, got {value!r}")
+    interval = trainer.get("val_check_interval")
+    if interval is not None and (isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0
+                                 or (isinstance(interval, float) and interval > 1.0)):
+        raise ConfigError(f"trainer.val_check_interval must be a whole number of steps (or a fraction of an epoch "
+                          f"in (0, 1]), got {interval!r}")
+    from aiayn.training.distributed import check_processes
+
+    check_processes(dict(trainer))
+
+
+def _known(section: str, values: Mapping[str, Any], settings: Iterable[str], what: str = "setting") -> None:
+    """Raise ConfigError naming the first key of ``values`` that is not one of ``settings``,
+    with the nearest known ones."""
+    settings = list(settings)
+    unknown = sorted(set(values) - set(settings))
+    if not unknown:
+        return
+    key = unknown[0]
+    name = f"{section}.{key}" if section else key
+    close = difflib.get_close_matches(key, settings, n=3, cutoff=0.75) or [
+        setting for setting in settings if setting.startswith(key) or key.startswith(setting)][:3]
+    hint = f"did you mean {' or '.join(close)}?" if close else f"the {what}s are {', '.join(sorted(settings))}"
+    article = "an" if what[0] in "aeiou" else "a"
+    where = f" in {section}" if section and what == "setting" else ""
+    raise ConfigError(f"{name} is not {article} {what}{where}; {hint}")
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

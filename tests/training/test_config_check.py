@@ -1,0 +1,61 @@
+"""The whole training config checked before anything runs (aiayn.training.config_check): every
+config the project ships passes, and the lists of known keys are those the configs have. The
+one-line refusals of bad settings, one kind each, are in tests/cli/test_bad_input.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from aiayn.cli import dirname
+from aiayn.errors import ConfigError
+from aiayn.training.config_check import DECODING_SETTINGS, ROOT_SETTINGS, TASK_SETTINGS, check_train_config
+from tests.helpers.runs import REPO
+
+EXPERIMENTS = sorted(path.stem for path in (REPO / "conf" / "experiment").glob("*.yaml"))
+SHIPPED = [
+    [], ["debug=tiny"], ["model=base"], ["model=big", "task=wmt_en_fr"], ["task=wmt_en_de"], ["task=multi30k_de_en"],
+    ["task=wsj", "model=parsing"], ["task=wsj_semi", "model=parsing"], ["logger=csv"], ["logger=none"],
+    ["hardware=cpu2_ddp"], ["experiment=table3_base", "+scale=multi30k_cpu"],
+    ["experiment=table3_base", "+scale=multi30k"], *[[f"experiment={name}"] for name in EXPERIMENTS],
+]
+
+
+def resolved(*overrides: str) -> dict:
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[*overrides, "paths.output_dir=/tmp/run", "run_name=test"])
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+@pytest.mark.parametrize("overrides", SHIPPED, ids=lambda overrides: " ".join(overrides) or "default")
+def test_every_shipped_config_passes_the_check(overrides: list[str]) -> None:
+    config = resolved(*overrides)
+    check_train_config(config)
+    assert set(config) <= set(ROOT_SETTINGS)
+    assert set(config["task"]) <= set(TASK_SETTINGS) and set(config["task"]["decoding"]) == set(DECODING_SETTINGS)
+
+
+def test_every_known_root_setting_is_in_some_shipped_config() -> None:
+    seen = set().union(*(resolved(*overrides) for overrides in SHIPPED))
+    assert seen == set(ROOT_SETTINGS)
+
+
+def test_a_gpu_config_on_a_machine_without_one_is_refused_up_front() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ConfigError, match="no usable CUDA GPU.*hardware=cpu"):
+        check_train_config(resolved("hardware=gpu"))
+
+
+def test_a_long_sweep_folder_name_is_shortened_with_a_hash_of_the_whole() -> None:
+    assert dirname("seed=1,model.d_model=64") == "seed=1,model.d_model=64"  # short names stay as they were
+    long_a = ",".join(f"key{i}=/some/path/value{i}" for i in range(40))
+    long_b = long_a.replace("value39", "value40")  # differs only at the end
+    a, b = dirname(long_a), dirname(long_b)
+    assert len(a.encode()) <= 120 and "/" not in a and a != b and a.startswith("key0=_some_path")
+    assert dirname("é" * 200).encode().decode()  # a multi-byte character is not cut in half
