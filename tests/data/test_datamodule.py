@@ -203,6 +203,52 @@ def test_missing_data_and_unknown_splits_languages_and_stages_are_refused(tmp_pa
         module.setup("train")
 
 
+def _linked_copy(data_root, root, leave_out=()):
+    """``root/multi30k/`` linking every real Multi30k file but those named in ``leave_out``."""
+    (root / "multi30k").mkdir(parents=True)
+    for file in (data_root / "multi30k").glob("*.gz"):
+        if file.name not in leave_out:
+            (root / "multi30k" / file.name).symlink_to(file)
+    return root
+
+
+def test_setup_fit_names_a_missing_test_file_before_anything_is_loaded(data_root, tmp_path):
+    root = _linked_copy(data_root, tmp_path / "data", leave_out={"test_2016_flickr.de.gz"})
+    module = Multi30kDataModule(str(root), vocab_size=VOCAB, cache_dir=str(tmp_path / "cache"), download=False)
+    missing = root / "multi30k" / "test_2016_flickr.de.gz"
+    with pytest.raises(DataError) as info:
+        module.setup("fit")
+    assert str(info.value) == (
+        f"Multi30k files missing or unreadable (download=False): {missing} (test split 'test_2016_flickr': missing; "
+        "from https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/test_2016_flickr.de.gz). "
+        "Fetch them there, or point AIAYN_DATA_ROOT / task.data_root at a folder whose multi30k/ holds them")
+    assert module.split_sizes == {} and module.vocab is None  # before any training work
+    module.setup("validate")  # a stage that does not read the test split is not held up by it
+    assert module.split_sizes == {"val": 1_014}
+
+
+def test_trainer_fit_stops_on_a_missing_test_file_before_the_first_step(data_root, tmp_path):
+    root = _linked_copy(data_root, tmp_path / "data", leave_out={"test_2016_flickr.en.gz"})
+    module = Multi30kDataModule(str(root), vocab_size=VOCAB, cache_dir=str(tmp_path / "cache"), download=False)
+    probe = _Probe()
+    trainer = L.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    with pytest.raises(DataError, match=rf"{root / 'multi30k' / 'test_2016_flickr.en.gz'} \(test split"):
+        trainer.fit(probe, datamodule=module)
+    assert probe.epochs == [] and trainer.global_step == 0
+
+
+def test_every_missing_file_of_every_split_is_named_in_one_error(data_root, tmp_path):
+    root = _linked_copy(data_root, tmp_path / "data", leave_out={"train.de.gz", "val.en.gz", "test_2016_flickr.de.gz"})
+    module = Multi30kDataModule(str(root), cache_dir=str(tmp_path / "cache"), download=False)
+    with pytest.raises(DataError) as info:
+        module.prepare_data()
+    message = str(info.value)
+    for split, name in (("train", "train.de.gz"), ("val", "val.en.gz"), ("test_2016_flickr", "test_2016_flickr.de.gz")):
+        assert f"{root / 'multi30k' / name} (" in message and f"split '{split}': missing; from https://" in message
+    assert "train.en.gz" not in message
+
+
 def test_raw_lines_only_for_evaluation_splits(dm):
     with pytest.raises(KeyError, match="evaluation splits only"):
         dm.references("train")

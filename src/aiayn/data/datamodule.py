@@ -22,6 +22,10 @@ log = logging.getLogger(__name__)
 
 ROLES = ("train", "val", "test")
 _STAGE_ROLES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",), None: ROLES}
+# The splits whose files setup(stage) checks first: fitting checks the test split too, which a
+# training run reads once training ends (trainer.test), so that a missing file fails the run
+# before its first step rather than after its last.
+_STAGE_FILES = {"fit": ROLES, "validate": ("val",), "test": ("test",), "predict": ("test",), None: ROLES}
 
 
 class TranslationDataModule(L.LightningDataModule):
@@ -74,10 +78,51 @@ class TranslationDataModule(L.LightningDataModule):
         """The (source, target) files of ``split``, fetched first if allowed and missing."""
         raise NotImplementedError
 
+    def required_files(self, split: str) -> dict[Path, str]:
+        """Every file ``split`` is read from, each with where it comes from (an address, or what
+        to do to get it), found without fetching or building anything. The default: the two
+        files :meth:`split_files` names."""
+        return {path: "" for path in self.split_files(split, False)}
+
+    def fetch_files(self, split: str) -> None:
+        """Fetch or build what ``split`` needs, where the module can (``download``); what is
+        still missing afterwards :meth:`check_files` reports with every other missing file."""
+        if self.download:
+            try:
+                self.split_files(split, True)
+            except DataError:
+                pass  # listed by check_files, with the files of the other splits
+
+    def check_files(self, roles: tuple[str, ...] = ROLES) -> None:
+        """Check that every file the splits of ``roles`` (``"train"``, ``"val"``, ``"test"``)
+        are read from is there and readable, fetching missing ones first where allowed
+        (:meth:`fetch_files`). One :class:`DataError` names every file still missing or
+        unreadable, each with where to get it.
+
+        ``setup("fit")`` runs it for all three splits before anything is loaded, so a training
+        run whose test split is missing fails before its first step; ``prepare_data`` runs it
+        too, and ``setup`` of another stage for the splits that stage reads."""
+        problems: dict[Path, str] = {}
+        for role in dict.fromkeys(roles):
+            split = self.splits[role]
+            self.fetch_files(split)
+            for path, source in self.required_files(split).items():
+                if not path.is_file():
+                    problems.setdefault(path, f"{role} split {split!r}: missing" + (f"; {source}" if source else ""))
+                elif not os.access(path, os.R_OK):
+                    problems.setdefault(path, f"{role} split {split!r}: not readable; check its permissions")
+        if problems:
+            listing = "; ".join(f"{path} ({problem})" for path, problem in problems.items())
+            raise DataError(self.missing_files_message(listing))
+
+    def missing_files_message(self, listing: str) -> str:
+        """The error :meth:`check_files` raises, around ``listing`` (each file and its problem)."""
+        return f"files this run reads are missing or unreadable: {listing}"
+
     def prepare_data(self) -> None:
-        """Locate (or download) every split's files and train or reuse the subword model."""
-        for split in self.splits.values():
-            self.split_files(split, self.download)
+        """Check (fetching what is missing, where allowed) every split's files, then train or
+        reuse the subword model."""
+        self.check_files(ROLES)
         self.load_vocab()
 
     def load_vocab(self) -> Subwords:
@@ -94,9 +139,12 @@ class TranslationDataModule(L.LightningDataModule):
         return train_or_load(src + tgt, self.vocab_size, self.cache_dir)
 
     def setup(self, stage: str | None = None) -> None:
-        """Load the subword model and the splits ``stage`` needs; splits already loaded are kept."""
+        """Check the files of every split the run will read (for ``"fit"``: train, validation
+        and test, see :meth:`check_files`), then load the subword model and the splits ``stage``
+        needs; splits already loaded are kept."""
         if stage not in _STAGE_ROLES:
             raise ValueError(f"unknown stage {stage!r}; expected one of {tuple(_STAGE_ROLES)}")
+        self.check_files(_STAGE_FILES[stage])
         for role in _STAGE_ROLES[stage]:
             if role not in self._datasets:
                 self._datasets[role] = self._load(role)
@@ -211,6 +259,10 @@ class TranslationDataModule(L.LightningDataModule):
                 "%.1f%% of their tokens are padding", max_tokens, rank, num_replicas, len(sampler.batches),
                 100 * sampler.padding_fraction,
             )
+        elif rank == 0 and len(sampler.batches) < num_replicas:
+            log.info("%s batches of at most %d padded tokens: %d for %d ranks; ranks %d to %d evaluate an empty "
+                     "batch (the metrics are those of one process)", role, max_tokens, len(sampler.batches),
+                     num_replicas, len(sampler.batches), num_replicas - 1)
         vocab = self.vocab
         return DataLoader(
             dataset,

@@ -114,3 +114,13 @@ class Multi30kDataModule(TranslationDataModule):
 
     def split_files(self, split: str, download: bool) -> tuple[Path, Path]:
         return multi30k_files(self.data_root, split, self.src_lang, self.tgt_lang, download=download)
+
+    def required_files(self, split: str) -> dict[Path, str]:
+        """The split's two files, each with its upstream address."""
+        return {multi30k_path(self.data_root, split, lang): f"from {multi30k_url(split, lang)}"
+                for lang in (self.src_lang, self.tgt_lang)}
+
+    def missing_files_message(self, listing: str) -> str:
+        how = "download failed (see the warnings above)" if self.download else "download=False"
+        return (f"Multi30k files missing or unreadable ({how}): {listing}. Fetch them there, or point "
+                f"AIAYN_DATA_ROOT / task.data_root at a folder whose {SUBDIR}/ holds them")

@@ -8,9 +8,10 @@ import pytest
 
 from aiayn.data.parsing.datamodule import ParsingDataModule, output_trees
 from aiayn.data.readers import read_lines
+from aiayn.errors import DataError
 from aiayn.metrics.parseval import parseval
 
-SAMPLE_SPLIT = dict(train_split="wsj_0001-wsj_0159", val_split="wsj_0160-wsj_0179", test_split="wsj_0180-wsj_0199")
+SAMPLE_SPLIT = {"train_split": "wsj_0001-wsj_0159", "val_split": "wsj_0160-wsj_0179", "test_split": "wsj_0180-wsj_0199"}
 
 
 def make(data_root: Path, cache: Path, **kwargs) -> ParsingDataModule:
@@ -60,3 +61,30 @@ def test_semi_supervised_mixing_repeats_wsj(data_root: Path, tmp_path: Path) -> 
     assert len(read_lines(words)) == wsj * copies + 1993
     with pytest.raises(Exception, match="no files of extra training trees"):
         make(data_root, tmp_path, extra_trees=[str(tmp_path / "missing/*.mrg")]).split_files(SAMPLE_SPLIT["train_split"])
+
+
+def test_setup_fit_names_the_missing_test_files_before_anything_is_loaded(data_root: Path, tmp_path: Path) -> None:
+    # a treebank copy without the test split's files (wsj_0180-wsj_0199)
+    wsj = tmp_path / "treebank" / "parsed" / "mrg" / "wsj"
+    for path in sorted((data_root / "ptb_sample" / "parsed" / "mrg" / "wsj").glob("*/wsj_*.mrg")):
+        if path.name < "wsj_0180":
+            (wsj / path.parent.name).mkdir(parents=True, exist_ok=True)
+            (wsj / path.parent.name / path.name).symlink_to(path)
+    dm = make(data_root, tmp_path / "cache", treebank=str(tmp_path / "treebank"))
+    with pytest.raises(DataError) as info:
+        dm.setup("fit")
+    assert str(info.value).startswith(
+        f"treebank files missing or unreadable: {wsj / '01' / 'wsj_0180.mrg'} (test split 'wsj_0180-wsj_0199': missing; "
+        "no file from wsj_0180 to wsj_0199; from the Penn Treebank WSJ, LDC99T42 (https://catalog.ldc.upenn.edu/LDC99T42)")
+    assert dm.split_sizes == {} and not (tmp_path / "cache" / "parsing").exists()  # nothing derived yet
+
+
+def test_a_missing_section_of_a_section_split_is_named(data_root: Path, tmp_path: Path) -> None:
+    dm = make(data_root, tmp_path, train_split="00-02", val_split="01", test_split="23")
+    with pytest.raises(DataError) as info:
+        dm.check_files()
+    wsj = data_root / "ptb_sample" / "parsed" / "mrg" / "wsj"
+    message = str(info.value)
+    assert f"{wsj / '02'} (train split '00-02': missing; no wsj_02NN.mrg file of section 02; from the Penn" in message
+    assert f"{wsj / '23'} (test split '23': missing; no wsj_23NN.mrg file of section 23; from the Penn" in message
+    assert f"{wsj / '00'} (" not in message and f"{wsj / '01'} (" not in message

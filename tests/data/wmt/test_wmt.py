@@ -1,11 +1,11 @@
-"""WMT14 preparation on a miniature raw tree built from the real shared files (no network):
-readers (plain, gz, sgm), cleaning report, subwords, binarised storage, batches, errors, and
+"""WMT14 preparation on a miniature raw tree built from the real shared files (no network; the
+tree is `raw_tree` of conftest.py): readers (plain, gz, sgm), cleaning report, subwords,
+binarised storage, reuse of a preparation only for the same raw files, batches, errors, and
 src/prepare.py + src/train.py with task=wmt_en_de. The folder is prepared by running src/prepare.py
 (the `prepared` fixture), so every test that uses it, directly or through `dm`, is marked ``cli``."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import shutil
@@ -28,34 +28,6 @@ from aiayn.errors import DataError
 from tests.helpers.runs import TINY, run_tool
 
 VOCAB = 500
-# the training sample's 10,000 lines, split over the three EN-DE corpora as WMT ships them
-CORPORA = (("training/europarl-v7.de-en", 0, 5000, False), ("commoncrawl.de-en", 5000, 8000, True),
-           ("training/news-commentary-v9.de-en", 8000, 10_000, False))
-
-
-def build_raw_tree(data_root: Path, root: Path) -> Path:
-    """A miniature WMT14 EN-DE raw tree in the layout of the upstream archives."""
-    wmt = data_root / "wmt14"
-    en = read_lines(wmt / "train_sample" / "src-train.txt.gz")
-    de = read_lines(wmt / "train_sample" / "tgt-train.txt.gz")
-    for stem, start, end, gz in CORPORA:
-        for lang, lines in (("en", en), ("de", de)):
-            path = root / f"{stem}.{lang}{'.gz' if gz else ''}"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            data = "".join(f"{line}\n" for line in lines[start:end]).encode("utf-8")
-            path.write_bytes(gzip.compress(data) if gz else data)
-    (root / "dev").mkdir()
-    for lang in ("en", "de"):
-        shutil.copyfile(wmt / f"newstest2013.{lang}", root / "dev" / f"newstest2013.{lang}")
-    (root / "test-full").mkdir()
-    for name in ("newstest2014-deen-src.en.sgm", "newstest2014-deen-ref.de.sgm"):
-        shutil.copyfile(wmt / "sgm" / name, root / "test-full" / name)
-    return root
-
-
-@pytest.fixture(scope="module")
-def raw_tree(data_root, tmp_path_factory) -> Path:
-    return build_raw_tree(data_root, tmp_path_factory.mktemp("wmt14_raw"))
 
 
 @pytest.fixture(scope="module")
@@ -121,12 +93,8 @@ def test_sgm_broken_segment_names_file_and_line(data_root, tmp_path):
 # --- errors in the raw tree ------------------------------------------------------------------
 
 
-def _copy_tree(raw_tree: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(raw_tree, tmp_path / "raw"))
-
-
-def test_mismatched_line_counts_name_file_and_line(raw_tree, tmp_path):
-    root = _copy_tree(raw_tree, tmp_path)
+def test_mismatched_line_counts_name_file_and_line(raw_copy, tmp_path):
+    root = raw_copy
     short = root / "training" / "news-commentary-v9.de-en.de"
     short.write_text("".join(f"{line}\n" for line in read_lines(short)[:1500]), encoding="utf-8")
     with pytest.raises(DataError, match="ends after line 1500") as info:
@@ -135,8 +103,8 @@ def test_mismatched_line_counts_name_file_and_line(raw_tree, tmp_path):
     assert not list((tmp_path / "cache" / "wmt14").iterdir())  # nothing half-prepared is left
 
 
-def test_truncated_gz_names_file_and_line(raw_tree, tmp_path):
-    root = _copy_tree(raw_tree, tmp_path)
+def test_truncated_gz_names_file_and_line(raw_copy, tmp_path):
+    root = raw_copy
     path = root / "commoncrawl.de-en.de.gz"
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
@@ -145,8 +113,8 @@ def test_truncated_gz_names_file_and_line(raw_tree, tmp_path):
     assert str(path) in str(info.value)
 
 
-def test_missing_files_are_listed_with_their_archives(raw_tree, tmp_path):
-    root = _copy_tree(raw_tree, tmp_path)
+def test_missing_files_are_listed_with_their_archives(raw_copy, tmp_path):
+    root = raw_copy
     (root / "commoncrawl.de-en.en.gz").unlink()
     shutil.rmtree(root / "test-full")
     with pytest.raises(DataError) as info:
@@ -155,8 +123,16 @@ def test_missing_files_are_listed_with_their_archives(raw_tree, tmp_path):
     assert str(root / "commoncrawl.de-en.en") in message and "training-parallel-commoncrawl.tgz" in message
     assert str(root / "test-full" / "newstest2014-deen-src.en.sgm") in message and "wmt14/test-full.tgz" in message
     assert "europarl" not in message and "task.raw_dir" in message
+    (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match="WMT14 en-fr files missing"):
         locate(tmp_path / "empty", "en", "fr", download=False)
+
+
+def test_a_raw_dir_that_does_not_exist_is_named_without_listing_every_file(tmp_path):
+    with pytest.raises(DataError) as info:
+        locate(tmp_path / "nowhere", "en", "de", download=False)
+    assert str(info.value).startswith(f"task.raw_dir={tmp_path / 'nowhere'} does not exist: point task.raw_dir at")
+    assert "download=true" in str(info.value) and "europarl" not in str(info.value)
 
 
 # --- the prepared folder ---------------------------------------------------------------------
@@ -206,6 +182,61 @@ def test_mapped_corpus_round_trip_and_pickling(tmp_path):
     assert pickle.loads(state)[0] == corpus[0]
     with pytest.raises(DataError, match="prepare the data again"):
         MappedCorpus(tmp_path, "other")
+
+
+# --- reuse: only of a folder prepared from the same raw files -----------------------------------
+
+
+def _prepare(raw: Path, cache: Path) -> Path:
+    return prepare_wmt(raw, cache, "en", "de", VOCAB, workers=1, download=False)
+
+
+@pytest.mark.cli
+def test_the_same_raw_tree_is_reused_and_a_copy_with_one_file_changed_is_prepared_anew(raw_tree, cache, prepared,
+                                                                                        raw_copy, caplog):
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
+        assert _prepare(raw_tree, cache) == prepared
+    assert f"reusing the prepared WMT14 en-de data in {prepared}" in caplog.text
+    # another raw tree, the same but for news-commentary's last 500 pairs, with the same settings
+    for lang in ("en", "de"):
+        path = raw_copy / "training" / f"news-commentary-v9.de-en.{lang}"
+        path.write_text("".join(f"{line}\n" for line in read_lines(path)[:1500]), encoding="utf-8")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
+        other = _prepare(raw_copy, cache)
+    assert other != prepared and other.parent == prepared.parent and "reusing the prepared" not in caplog.text
+    ours, theirs = (json.loads((folder / "report.json").read_text()) for folder in (prepared, other))
+    assert [report["cleaning"]["corpora"]["news-commentary-v9"]["read"] for report in (ours, theirs)] == [2000, 1500]
+    assert theirs["train_pairs"] < ours["train_pairs"] and MappedCorpus(other, "train").stored_size == theirs["train_pairs"]
+    assert (ours["raw_dir"], theirs["raw_dir"]) == (str(raw_tree.resolve()), str(raw_copy.resolve()))
+    assert MappedCorpus(prepared, "train").stored_size == ours["train_pairs"]  # the first preparation is untouched
+
+
+def test_a_raw_file_changed_since_the_preparation_has_it_prepared_again(raw_copy, tmp_path, caplog):
+    cache = tmp_path / "cache"
+    first = _prepare(raw_copy, cache)
+    dev = raw_copy / "dev" / "newstest2013.de"
+    lines = read_lines(dev)
+    assert read_lines(first / "newstest2013.de")[0] == lines[0]
+    lines[0] = "Ein anderer erster Satz."  # the raw file fixed (or changed) after the preparation
+    dev.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
+        again = _prepare(raw_copy, cache)
+    assert again == first
+    changed = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(changed) == 1 and changed[0].startswith(f"raw file {dev} changed since the preparation at {first} (")
+    assert changed[0].endswith("; preparing again") and "reusing the prepared" not in caplog.text
+    assert read_lines(again / "newstest2013.de")[0] == "Ein anderer erster Satz."
+    assert [p.name for p in cache.joinpath("wmt14").iterdir() if p.is_dir()] == [first.name]  # no stale copy left
+    # unchanged since: reused; and still reused once the raw corpora are deleted (the folder holds all a run reads)
+    for remove in (None, raw_copy / "training"):
+        if remove is not None:
+            shutil.rmtree(remove)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="aiayn.data"):
+            assert _prepare(raw_copy, cache) == first
+        assert f"reusing the prepared WMT14 en-de data in {first}" in caplog.text
+    assert "4 raw files of the preparation at" in caplog.text
 
 
 # --- the datamodule --------------------------------------------------------------------------
@@ -290,6 +321,23 @@ def test_worker_processes_map_the_same_files(dm):
     assert inline == workers
 
 
+@pytest.mark.cli
+def test_setup_fit_names_a_missing_test_file_before_anything_is_loaded(raw_tree, prepared, tmp_path):
+    cache = tmp_path / "cache"
+    folder = Path(shutil.copytree(prepared, cache / "wmt14" / prepared.name))
+    (folder / "newstest2014.de").unlink()
+    module = WMTDataModule(str(raw_tree), vocab_size=VOCAB, cache_dir=str(cache), download=False)
+    assert module.prepared == folder
+    with pytest.raises(DataError) as info:
+        module.setup("fit")
+    message = str(info.value)
+    assert message.startswith("the prepared WMT14 en-de data is incomplete: ")
+    assert f"{folder / 'newstest2014.de'} (test split 'newstest2014': missing; part of the preparation at {folder})" in message
+    assert f"Delete {folder}; the next run (or src/prepare.py) prepares it again" in message
+    assert "newstest2013" not in message
+    assert module.split_sizes == {}  # found before the training pairs were even mapped
+
+
 def test_unsupported_pair_and_splits(tmp_path):
     with pytest.raises(ValueError, match="no WMT14 data for en-cs"):
         WMTDataModule(str(tmp_path), tgt_lang="cs")
@@ -357,6 +405,27 @@ def test_missing_archives_are_downloaded_and_unpacked(raw_tree, tmp_path, mirror
     shutil.rmtree(raw / "test-full")
     (raw / "archives" / "test-full.tgz").unlink()
     (mirror / "test-full.tgz").unlink()
-    with pytest.raises(DataError, match="downloading failed") as info:
+    with pytest.raises(DataError, match=r"could not fetch \S+/test-full.tgz into ") as info:
         locate(raw, "en", "de", download=True)
     assert str(raw / "test-full" / "newstest2014-deen-src.en.sgm") in str(info.value)
+    assert not [p for p in raw.iterdir() if p.name.startswith(".unpacking-")]  # no temporary folder left
+
+
+def test_a_truncated_archive_unpacks_nothing_and_is_named(raw_tree, tmp_path):
+    import tarfile
+
+    raw = tmp_path / "raw"
+    (raw / "archives").mkdir(parents=True)
+    whole = tmp_path / "test-full.tgz"
+    with tarfile.open(whole, "w:gz") as tar:
+        for name in ("newstest2014-deen-src.en.sgm", "newstest2014-deen-ref.de.sgm"):
+            tar.add(raw_tree / "test-full" / name, arcname=f"test-full/{name}")
+    data = whole.read_bytes()
+    (raw / "archives" / "test-full.tgz").write_bytes(data[: len(data) * 3 // 4])  # the second file cut short
+    from aiayn.data.wmt.archives import ARCHIVES, fetch_archive
+
+    failure = fetch_archive(ARCHIVES["test"], raw)
+    assert failure.startswith(f"{raw / 'archives' / 'test-full.tgz'} is not a readable tar archive")
+    assert "delete it so that it is downloaded again from" in failure
+    assert not (raw / "test-full").exists()  # not even the first, whole member: nothing half-unpacked
+    assert [p.name for p in raw.iterdir()] == ["archives"]

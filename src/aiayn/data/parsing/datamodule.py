@@ -26,6 +26,7 @@ from aiayn.data.parsing.treebank import (
     parse_trees,
     preprocess,
     read_trees,
+    split_coverage,
     split_files,
 )
 from aiayn.data.readers import read_lines
@@ -37,6 +38,7 @@ from aiayn.metrics.scorers import ParseF1
 log = logging.getLogger(__name__)
 
 _FORMAT = 1  # bump when the derived files change meaning
+TREEBANK_SOURCE = "the Penn Treebank WSJ, LDC99T42 (https://catalog.ldc.upenn.edu/LDC99T42), in LDC's Treebank-3 layout"
 SPACE = "\u2581"  # sentencepiece's word-boundary mark
 
 
@@ -87,6 +89,24 @@ class ParsingDataModule(TranslationDataModule):
         words, linear, _ = self._derived(split)
         return words, linear
 
+    def required_files(self, split: str) -> dict[Path, str]:
+        """The treebank files of ``split`` and, for training, the extra trees; what is absent is
+        named by where it was expected (a section's folder, a file range's first file)."""
+        found, absent = split_coverage(self.treebank, split)
+        files = dict.fromkeys(found, "")
+        files.update({path: f"{what}; from {TREEBANK_SOURCE}" for path, what in absent.items()})
+        if split == self.splits["train"]:
+            for pattern in self.extra_trees:
+                matched = sorted(glob(self._pattern(pattern)))
+                if matched:
+                    files.update(dict.fromkeys(map(Path, matched), ""))
+                else:
+                    files[Path(self._pattern(pattern))] = "no file of extra training trees (task.datamodule.extra_trees)"
+        return files
+
+    def missing_files_message(self, listing: str) -> str:
+        return f"treebank files missing or unreadable: {listing}"
+
     def gold_file(self, split: str) -> Path:
         """The gold trees of a split, one preprocessed tree a line (EVALB's format)."""
         return self._derived(self.splits.get(split, split))[2]
@@ -125,13 +145,17 @@ class ParsingDataModule(TranslationDataModule):
     def _extra_files(self) -> list[Path]:
         files: list[Path] = []
         for pattern in self.extra_trees:
-            pattern = str(pattern if Path(pattern).is_absolute() else Path(self.data_root) / pattern)
+            pattern = self._pattern(pattern)
             matched = sorted(glob(pattern))
             if not matched:
                 raise DataError(f"{pattern}: no files of extra training trees (task.datamodule.extra_trees); "
                                 f"fix the path or set extra_trees to null")
             files.extend(Path(m) for m in matched)
         return files
+
+    def _pattern(self, pattern: str) -> str:
+        """An extra-trees pattern as given, or under ``data_root`` when relative."""
+        return str(pattern if Path(pattern).is_absolute() else Path(self.data_root) / pattern)
 
     def _mix(self, wsj: list[Tree], extra_files: list[Path]) -> list[Tree]:
         extra, dropped = [], 0

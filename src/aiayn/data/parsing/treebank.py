@@ -59,7 +59,7 @@ class Tree:
         while stack:
             node = stack.pop()
             if isinstance(node, str):
-                raise ValueError(f"a word {node!r} outside a preterminal in {self}")
+                raise ValueError(f"a word {node!r} outside a preterminal in {self}")  # noqa: TRY004 - a malformed tree
             if node.is_preterminal:
                 out.append((node.label, node.children[0]))
             else:
@@ -229,6 +229,30 @@ def split_files(root: str | os.PathLike, spec: str) -> list[Path]:
                         f"{', '.join(f'{s:02d}' for s in present) or 'none'} (a partial copy such as the "
                         f"10% sample needs a split by files, e.g. task.split=sample)")
     return chosen
+
+
+def split_coverage(root: str | os.PathLike, spec: str) -> tuple[list[Path], dict[Path, str]]:
+    """The treebank files of a split that are there, in order, and what of the split is not:
+    each a path where files were expected (the treebank's ``parsed/mrg/wsj`` folder, a section's
+    folder, or a file range's first file) with what is missing there. A range of whole sections
+    (``"02-21"``) needs files in each of its sections; a file range, at least one file."""
+    base = Path(root) / WSJ_DIR
+    if not base.is_dir():
+        return [], {base: "no such folder (the treebank root must hold parsed/mrg/wsj/, LDC's Treebank-3 layout)"}
+    files = treebank_files(root)
+    found: dict[Path, None] = {}
+    absent: dict[Path, str] = {}
+    for lo, hi in parse_split(spec):
+        chosen = [path for key, path in files.items() if lo <= key <= hi]
+        found.update(dict.fromkeys(chosen))
+        if lo[1] == 0 and hi[1] == 99:
+            for section in range(lo[0], hi[0] + 1):
+                if not any(key[0] == section for key in files):
+                    absent[base / f"{section:02d}"] = f"no wsj_{section:02d}NN.mrg file of section {section:02d}"
+        elif not chosen:
+            first, last = (f"wsj_{s:02d}{n:02d}" for s, n in (lo, hi))
+            absent[base / f"{lo[0]:02d}" / f"{first}.mrg"] = f"no file from {first} to {last}"
+    return list(found), absent
 
 
 def iter_split(root: str | os.PathLike, spec: str) -> Iterator[tuple[Path, Tree]]:

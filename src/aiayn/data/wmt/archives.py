@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiayn.data.download import download_file
 from aiayn.errors import DataError
+from aiayn.files import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -125,16 +128,27 @@ def expected_files(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str) -> 
 def locate(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str, download: bool) -> WMTFiles:
     """The pair's files under ``raw_dir``; when some are missing and ``download`` is true, their
     archives are fetched into ``<raw_dir>/archives/`` and unpacked into ``raw_dir`` first. A
-    :class:`DataError` lists every file still missing, with the archive it comes from."""
+    :class:`DataError` lists every file still missing, with the archive it comes from, and every
+    archive that could not be fetched or unpacked (one that is not a tar archive, say)."""
+    raw = Path(raw_dir)
+    if not download and not raw.is_dir():
+        what = "is not a folder" if raw.exists() else "does not exist"
+        raise DataError(
+            f"task.raw_dir={raw} {what}: point task.raw_dir at the folder where WMT's archives are unpacked "
+            f"(docs/wmt.md lists them), or set task.datamodule.download=true to fetch them into it"
+        )
     files, origin = expected_files(raw_dir, src_lang, tgt_lang)
     missing = [path for path in origin if not path.is_file()]
+    failures = []
     if missing and download:
         for key in dict.fromkeys(origin[path] for path in missing):
-            fetch_archive(ARCHIVES[key], Path(raw_dir))
+            failure = fetch_archive(ARCHIVES[key], raw)
+            if failure:
+                failures.append(failure)
         files, origin = expected_files(raw_dir, src_lang, tgt_lang)
         missing = [path for path in origin if not path.is_file()]
     if missing:
-        how = "downloading failed (see the warnings above)" if download else "download=False"
+        how = "download=False" if not download else "; ".join(failures) or "the archives lack them"
         listing = "\n".join(f"  {path}  (from {ARCHIVES[origin[path]].url})" for path in missing)
         raise DataError(
             f"WMT14 {src_lang}-{tgt_lang} files missing under {raw_dir} ({how}):\n{listing}\n"
@@ -144,16 +158,37 @@ def locate(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str, download: b
     return files
 
 
-def fetch_archive(archive: Archive, raw_dir: Path) -> None:
+def fetch_archive(archive: Archive, raw_dir: Path) -> str | None:
     """Download ``archive`` into ``<raw_dir>/archives/`` (resuming a partial download) and unpack
-    it into ``raw_dir``; failures are logged, not raised (the caller lists what is missing)."""
+    it into ``raw_dir``. A failure is logged and returned as one sentence naming the archive
+    and what to do (the caller lists it with the files still missing); None when it worked."""
     target = raw_dir / "archives" / archive.name
     try:
         if not target.is_file():
             download_file(archive.url, target, DOWNLOAD_TIMEOUT_S, resume=True)
-        log.info("unpacking %s into %s", target, raw_dir)
-        with tarfile.open(target) as tar:
-            tar.extractall(raw_dir, filter="data")
-    except (OSError, tarfile.TarError) as error:  # URLError and timeouts are OSErrors
-        log.warning("could not fetch or unpack %s (%s): %s", archive.url, target, error)
+        unpack(target, raw_dir)
+    except (tarfile.TarError, EOFError, zlib.error) as error:  # downloaded whole (or put there) but not a readable tar archive
+        failure = (f"{target} is not a readable tar archive ({error}); delete it so that it is downloaded "
+                   f"again from {archive.url}")
+    except OSError as error:  # URLError and timeouts are OSErrors
+        failure = f"could not fetch {archive.url} into {target} ({error})"
+    else:
+        return None
+    log.warning("%s", failure)
+    return failure
 
+
+def unpack(archive: Path, raw_dir: Path) -> None:
+    """Unpack ``archive`` into ``raw_dir`` through a temporary folder beside its files: they are
+    moved into place only once the whole archive has been read, so a truncated or damaged
+    archive leaves no half-written corpus behind to be prepared as if it were whole."""
+    log.info("unpacking %s into %s", archive, raw_dir)
+    with atomic_path(raw_dir / f".unpacking-{archive.name}") as temporary:
+        with tarfile.open(archive) as tar:
+            tar.extractall(temporary, filter="data")
+        for path in sorted(temporary.rglob("*")):
+            if path.is_file() or path.is_symlink():
+                place = raw_dir / path.relative_to(temporary)
+                place.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, place)
+        shutil.rmtree(temporary)  # emptied: nothing to rename

@@ -1,8 +1,10 @@
 """WMT 2014 English-German and English-French (§5.1) as a :class:`TranslationDataModule`.
 
 ``prepare_data`` (Lightning runs it on one process per node, before ``setup`` on every rank)
-prepares the pair once (:func:`aiayn.data.wmt.preparation.prepare_wmt`); ``setup`` maps the
-binarised training pairs and encodes the small dev (newstest2013) and test (newstest2014) sets.
+prepares the pair once (:func:`aiayn.data.wmt.preparation.prepare_wmt`), or checks that the
+prepared folder still matches the raw files; ``setup`` checks the prepared files of every split
+the run reads, then maps the binarised training pairs and encodes the small dev (newstest2013)
+and test (newstest2014) sets.
 """
 
 from __future__ import annotations
@@ -14,18 +16,17 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from aiayn.data.datamodule import TranslationDataModule
+from aiayn.data.datamodule import ROLES, TranslationDataModule
 from aiayn.data.subwords import Subwords
 from aiayn.data.wmt.archives import expected_files
 from aiayn.data.wmt.cleaning import CleaningRules
 from aiayn.data.wmt.preparation import (
     TEST_SPLIT,
     VAL_SPLIT,
-    is_prepared,
     prepare_wmt,
     prepared_dir,
 )
-from aiayn.data.wmt.storage import MappedCorpus
+from aiayn.data.wmt.storage import MappedCorpus, corpus_files
 
 log = logging.getLogger(__name__)
 
@@ -70,24 +71,47 @@ class WMTDataModule(TranslationDataModule):
         self.rules = CleaningRules(max_words=max_words, max_ratio=max_ratio)
         self.subword_sample_pairs = subword_sample_pairs
         self.prepare_workers = prepare_workers
+        self._matched = False  # whether this process has prepared the data or checked it against the raw files
         self.save_hyperparameters()
 
     @property
     def prepared(self) -> Path:
         """The folder of the prepared data (see :mod:`aiayn.data.wmt.preparation`)."""
-        return prepared_dir(self.cache_dir, self.src_lang, self.tgt_lang, self.vocab_size, self.rules, self.subword_sample_pairs)
+        return prepared_dir(self.raw_dir, self.cache_dir, self.src_lang, self.tgt_lang, self.vocab_size, self.rules,
+                            self.subword_sample_pairs)
 
     def prepare_data(self) -> None:
-        """Prepare the pair once: locate or download, clean, learn subwords, binarise."""
+        """Prepare the pair once (locate or download, clean, learn subwords, binarise), or reuse
+        the folder prepared from the same raw files; then check the prepared files of every split."""
         prepare_wmt(
             self.raw_dir, self.cache_dir, self.src_lang, self.tgt_lang, self.vocab_size, self.rules,
             self.subword_sample_pairs, self.prepare_workers or os.cpu_count(), self.download,
         )
+        self._matched = True
+        self.check_files(ROLES)
 
     def _ready(self) -> Path:
-        if not is_prepared(self.prepared):  # setup() without prepare_data(), e.g. outside a Trainer
+        if not self._matched:  # setup() on a rank that did not run prepare_data(), or outside a Trainer
             self.prepare_data()
         return self.prepared
+
+    def fetch_files(self, split: str) -> None:
+        """Prepare the data (or check the preparation against the raw files) if this process has not."""
+        self._ready()
+
+    def required_files(self, split: str) -> dict[Path, str]:
+        """The prepared files ``split`` is read from: the subword model and the binarised pairs
+        for ``"train"``, the two text files for the evaluation splits."""
+        directory = self.prepared
+        if split == self.splits["train"]:
+            paths = [directory / "sentencepiece.model", *(p for pair in corpus_files(directory, "train").values() for p in pair)]
+        else:
+            paths = list(self.split_files(split, self.download))
+        return {path: f"part of the preparation at {directory}" for path in paths}
+
+    def missing_files_message(self, listing: str) -> str:
+        return (f"the prepared WMT14 {self.src_lang}-{self.tgt_lang} data is incomplete: {listing}. Delete "
+                f"{self.prepared}; the next run (or src/prepare.py) prepares it again from task.raw_dir={self.raw_dir}")
 
     def split_files(self, split: str, download: bool) -> tuple[Path, Path]:
         """The prepared (source, target) text files of ``newstest2013`` or ``newstest2014``."""

@@ -1,15 +1,19 @@
 """Preparing a WMT14 pair once: clean, learn the shared subwords, binarise (§5.1).
 
 ``prepare_wmt`` turns the raw corpora (:mod:`aiayn.data.wmt.archives`) into a prepared folder
-``<cache_dir>/wmt14/<src>-<tgt>-<vocab>-<key>/`` (the key hashes the settings):
+``<cache_dir>/wmt14/<src>-<tgt>-<vocab>-<key>/`` (the key hashes the settings and the raw
+folder's resolved path, so another raw tree is prepared into a folder of its own):
 
 - ``sentencepiece.model``: the shared source-target vocabulary (§5.1: byte-pair encoding of about
   37k tokens for EN-DE; 32k word-pieces for EN-FR, for which a BPE model of 32k stands in);
 - ``train.{src,tgt}.{ids,offsets}.npy``: the cleaned training pairs, encoded (:mod:`aiayn.data.wmt.storage`);
 - ``newstest2013.<lang>``, ``newstest2014.<lang>``: dev and test sentences as raw text (the
   test set read from WMT's sgm), one per line, for encoding at load time and for sacreBLEU;
-- ``report.json``: how many pairs each cleaning rule removed, per corpus, and the other counts;
-- ``meta.json``: the settings, written last: its presence marks a complete folder.
+- ``report.json``: how many pairs each cleaning rule removed, per corpus, the corpora skipped
+  (both files empty) and the other counts;
+- ``meta.json``: the settings and a fingerprint of every raw file read, written last: its
+  presence marks a complete folder, and a raw file whose fingerprint changed since (a damaged
+  file fetched again, say) has the folder prepared again.
 
 Memory stays bounded whatever the corpus size: the corpora are streamed, the subword model is
 learnt from a uniform random sample of at most ``sample_pairs`` pairs (reservoir sampling), and
@@ -25,11 +29,12 @@ import os
 import random
 import shutil
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from aiayn.data.readers import read_lines
 from aiayn.data.subwords import train_or_load
-from aiayn.data.wmt.archives import locate
+from aiayn.data.wmt.archives import WMTFiles, expected_files, locate
 from aiayn.data.wmt.cleaning import (
     CleaningReport,
     CleaningRules,
@@ -44,26 +49,75 @@ from aiayn.files import atomic_path
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when the prepared folder's contents change meaning
+FORMAT = 2  # bump when the prepared folder's contents change meaning (2: raw folder in the key, raw fingerprints)
 CHUNK_PAIRS = 200_000  # pairs per encoding job
 VAL_SPLIT, TEST_SPLIT = "newstest2013", "newstest2014"
 
 
-def prepared_dir(cache_dir: str | os.PathLike, src_lang: str, tgt_lang: str, vocab_size: int, rules: CleaningRules,
-                 sample_pairs: int) -> Path:
-    """Where the data prepared with these settings lives (or will)."""
-    settings = _settings(src_lang, tgt_lang, vocab_size, rules, sample_pairs)
+def prepared_dir(raw_dir: str | os.PathLike, cache_dir: str | os.PathLike, src_lang: str, tgt_lang: str, vocab_size: int,
+                 rules: CleaningRules, sample_pairs: int) -> Path:
+    """Where the data prepared from ``raw_dir`` with these settings lives (or will)."""
+    settings = {**_settings(src_lang, tgt_lang, vocab_size, rules, sample_pairs), "raw_dir": _resolved(raw_dir)}
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     return Path(cache_dir) / "wmt14" / f"{src_lang}-{tgt_lang}-{vocab_size}-{key}"
 
 
 def _settings(src_lang: str, tgt_lang: str, vocab_size: int, rules: CleaningRules, sample_pairs: int) -> dict:
-    return dict(format=FORMAT, src_lang=src_lang, tgt_lang=tgt_lang, vocab_size=int(vocab_size),
-                rules=rules_dict(rules), sample_pairs=int(sample_pairs), seed=0)
+    return {"format": FORMAT, "src_lang": src_lang, "tgt_lang": tgt_lang, "vocab_size": int(vocab_size),
+            "rules": rules_dict(rules), "sample_pairs": int(sample_pairs), "seed": 0}
+
+
+def _resolved(raw_dir: str | os.PathLike) -> str:
+    return str(Path(raw_dir).expanduser().resolve())
 
 
 def is_prepared(directory: Path) -> bool:
     return (directory / "meta.json").is_file()
+
+
+def raw_fingerprints(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str) -> dict[str, list[int] | None]:
+    """``[size, mtime_ns]`` of every raw file the pair is prepared from (training corpora, dev
+    and test sets), by its path under ``raw_dir``; None for a file that is not there.
+
+    Size and modification time rather than a hash of the contents: the training corpora run to
+    gigabytes (EN-FR: 36M pairs), which would take minutes to hash at every run's start, while a
+    stat costs nothing, and writing a file again (fetched anew, unpacked again, edited) changes
+    its modification time. Only a rewrite that keeps both size and time to the nanosecond goes
+    unseen (a copy made with the times preserved, e.g. ``cp -p``, of a same-size file)."""
+    raw = Path(raw_dir)
+    _, origin = expected_files(raw, src_lang, tgt_lang)
+    prints: dict[str, list[int] | None] = {}
+    for path in origin:
+        try:
+            status = path.stat()
+        except OSError:  # not there (or not reachable): the folder itself may be gone
+            prints[path.relative_to(raw).as_posix()] = None
+        else:
+            prints[path.relative_to(raw).as_posix()] = [status.st_size, status.st_mtime_ns]
+    return prints
+
+
+def outdated(directory: Path, raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str) -> str | None:
+    """Why the complete folder ``directory`` no longer matches the raw files under ``raw_dir``
+    (one sentence), or None when it does. A raw file that is no longer there does not count:
+    the prepared folder holds everything training and evaluation read, so the raw corpora may
+    be deleted once prepared."""
+    try:
+        meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
+        stored, when = meta["raw_files"], meta["prepared_at"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{directory / 'meta.json'} is unreadable or from an older version"
+    gone = 0
+    for name, now in raw_fingerprints(raw_dir, src_lang, tgt_lang).items():
+        if now is None:
+            gone += 1
+        elif stored.get(name) != now:
+            kind = "changed" if stored.get(name) is not None else "appeared"
+            return f"raw file {Path(raw_dir) / name} {kind} since the preparation at {directory} ({when})"
+    if gone:
+        log.info("%d raw files of the preparation at %s are no longer under %s; the prepared folder does not need them",
+                 gone, directory, raw_dir)
+    return None
 
 
 def prepare_wmt(
@@ -72,75 +126,57 @@ def prepare_wmt(
     src_lang: str,
     tgt_lang: str,
     vocab_size: int,
-    rules: CleaningRules = CleaningRules(),
+    rules: CleaningRules | None = None,
     sample_pairs: int = 1_000_000,
     workers: int | None = None,
     download: bool = True,
 ) -> Path:
-    """Prepare the pair (see the module docstring) unless a complete folder with the same
-    settings exists; returns the folder. The raw files are needed only the first time."""
-    out = prepared_dir(cache_dir, src_lang, tgt_lang, vocab_size, rules, sample_pairs)
+    """Prepare the pair (see the module docstring) unless a complete folder prepared from the
+    same raw files with the same settings exists; returns the folder. ``rules``: the cleaning
+    rules (default: :class:`CleaningRules`'s)."""
+    rules = rules if rules is not None else CleaningRules()
+    out = prepared_dir(raw_dir, cache_dir, src_lang, tgt_lang, vocab_size, rules, sample_pairs)
     if is_prepared(out):
-        log.info("reusing the prepared WMT14 %s-%s data in %s", src_lang, tgt_lang, out)
-        return out
+        why = outdated(out, raw_dir, src_lang, tgt_lang)
+        if why is None:
+            log.info("reusing the prepared WMT14 %s-%s data in %s", src_lang, tgt_lang, out)
+            return out
+        log.warning("%s; preparing again", why)
     started = time.perf_counter()
     files = locate(raw_dir, src_lang, tgt_lang, download)
+    fingerprints = raw_fingerprints(raw_dir, src_lang, tgt_lang)  # before reading: a later change shows next time
     with atomic_path(out) as tmp:  # built beside ``out``, renamed to it once complete
         tmp.mkdir()
-        # 1. Clean while streaming into one text file; sample pairs for the subword model.
+        # 1. Dev and test sets as raw text lines (never cleaned or filtered); small, so read
+        #    first: a damaged sgm file stops preparation in seconds, not after the encoding.
+        sizes = _write_eval_sets(files, tmp, src_lang, tgt_lang)
+
+        # 2. Clean while streaming into one text file; sample pairs for the subword model.
         report = CleaningReport()
-        tsv, chunks, sample = tmp / "train.tsv", [], []
-        rng = random.Random(0)
-        with open(tsv, "wb") as handle:
-            start = position = kept = 0
-            for src, tgt in clean_pairs(files, rules, report):
-                if "\t" in src or "\t" in tgt:  # cannot happen after whitespace normalisation
-                    raise AssertionError("tab in a normalised sentence")
-                data = f"{src}\t{tgt}\n".encode("utf-8")
-                handle.write(data)
-                position += len(data)
-                kept += 1
-                if kept % CHUNK_PAIRS == 0:
-                    chunks.append((start, position))
-                    start = position
-                if len(sample) < sample_pairs:
-                    sample.append((src, tgt))
-                else:
-                    slot = rng.randrange(kept)
-                    if slot < sample_pairs:
-                        sample[slot] = (src, tgt)
-            if position > start:
-                chunks.append((start, position))
+        tsv = tmp / "train.tsv"
+        chunks, sample, kept = _clean(files, rules, report, tsv, sample_pairs)
         for line in report.lines():
             log.info("cleaning %s", line)
+        if len(report.skipped) == len(files.train):
+            listing = "; ".join(f"{name} ({' / '.join(entry['files'])})" for name, entry in report.skipped.items())
+            raise DataError(f"every WMT14 {src_lang}-{tgt_lang} training corpus is empty: {listing}; unpack their "
+                            f"archives into {raw_dir} again, or point task.raw_dir at a folder that holds them")
         if kept == 0:
             raise DataError(f"no training pair of {[str(p) for _, p, _ in files.train]} survived cleaning; see the counts above")
         cleaned_s = time.perf_counter() - started
 
-        # 2. The shared subword vocabulary (§3.4 shares the embeddings, so one model for both sides).
+        # 3. The shared subword vocabulary (§3.4 shares the embeddings, so one model for both sides).
         lines = [src for src, _ in sample] + [tgt for _, tgt in sample]
         vocab = train_or_load(lines, vocab_size, cache_dir, input_sentence_size=len(lines))
         del lines, sample
         shutil.copyfile(vocab.path, tmp / "sentencepiece.model")
         subwords_s = time.perf_counter() - started - cleaned_s
 
-        # 3. Encode once, in parallel, into the memory-mapped arrays.
+        # 4. Encode once, in parallel, into the memory-mapped arrays.
         workers = workers or os.cpu_count() or 1
         count = encode_tsv(tsv, chunks, tmp / "sentencepiece.model", tmp, "train", vocab.vocab_size, workers)
         tsv.unlink()
         encoded_s = time.perf_counter() - started - cleaned_s - subwords_s
-
-        # 4. Dev and test sets as raw text lines (never cleaned or filtered).
-        sizes = {}
-        for split, (src_path, tgt_path), reader in ((VAL_SPLIT, files.val, read_lines), (TEST_SPLIT, files.test, read_sgm)):
-            src, tgt = reader(src_path), reader(tgt_path)
-            if len(src) != len(tgt):
-                raise DataError(f"{split}: {src_path} has {len(src)} sentences but {tgt_path} has {len(tgt)}; they must be aligned")
-            for lang, lines_ in ((src_lang, src), (tgt_lang, tgt)):
-                if any("\n" in line or "\r" in line for line in lines_):
-                    raise DataError(f"{split}: a sentence of {src_path if lang == src_lang else tgt_path} spans several lines")
-                (tmp / f"{split}.{lang}").write_text("".join(f"{line}\n" for line in lines_), encoding="utf-8")
-            sizes[split] = len(src)
 
         corpus = MappedCorpus(tmp, "train")
         tokens = {side: int(corpus.stored_lengths(side).sum()) for side in ("src", "tgt")}
@@ -152,6 +188,7 @@ def prepare_wmt(
             "train_subword_tokens": tokens,
             "subwords": {"vocab_size": vocab.vocab_size, "sample_pairs": min(sample_pairs, kept), "model": "bpe"},
             "eval_sizes": sizes,
+            "raw_dir": _resolved(raw_dir),
             "raw_files": {
                 "train": [[name, str(s), str(t)] for name, s, t in files.train],
                 VAL_SPLIT: [str(p) for p in files.val],
@@ -162,11 +199,13 @@ def prepare_wmt(
             "workers": workers,
         }
         write_json(tmp / "report.json", summary)
-        write_json(tmp / "meta.json", _settings(src_lang, tgt_lang, vocab_size, rules, sample_pairs))
-        if is_prepared(out):  # another process finished first: keep its folder (ours, removed, is not renamed)
-            shutil.rmtree(tmp)
+        meta = {**_settings(src_lang, tgt_lang, vocab_size, rules, sample_pairs), "raw_dir": _resolved(raw_dir),
+                "raw_files": fingerprints, "prepared_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        write_json(tmp / "meta.json", meta)
+        if is_prepared(out) and outdated(out, raw_dir, src_lang, tgt_lang) is None:
+            shutil.rmtree(tmp)  # another process finished first: keep its folder (ours, removed, is not renamed)
         else:
-            shutil.rmtree(out, ignore_errors=True)  # an incomplete folder (no meta.json)
+            shutil.rmtree(out, ignore_errors=True)  # an incomplete folder (no meta.json), or an outdated one
     log.info(
         "prepared WMT14 %s-%s in %s: %d training pairs (%d source, %d target subword tokens) in %.0f s "
         "(%.0f pairs/s); cleaning report in %s",
@@ -174,3 +213,50 @@ def prepare_wmt(
         out / "report.json",
     )
     return out
+
+
+def _write_eval_sets(files: WMTFiles, directory: Path, src_lang: str, tgt_lang: str) -> dict[str, int]:
+    """``newstest2013.<lang>`` (plain text) and ``newstest2014.<lang>`` (from the sgm files) in
+    ``directory``, one sentence a line; returns the sentences of each."""
+    sizes = {}
+    for split, (src_path, tgt_path), reader in ((VAL_SPLIT, files.val, read_lines), (TEST_SPLIT, files.test, read_sgm)):
+        src, tgt = reader(src_path), reader(tgt_path)
+        if len(src) != len(tgt):
+            raise DataError(f"{split}: {src_path} has {len(src)} sentences but {tgt_path} has {len(tgt)}; they must be aligned")
+        for lang, lines in ((src_lang, src), (tgt_lang, tgt)):
+            if any("\n" in line or "\r" in line for line in lines):
+                raise DataError(f"{split}: a sentence of {src_path if lang == src_lang else tgt_path} spans several lines")
+            (directory / f"{split}.{lang}").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+        sizes[split] = len(src)
+    return sizes
+
+
+def _clean(files: WMTFiles, rules: CleaningRules, report: CleaningReport, tsv: Path,
+           sample_pairs: int) -> tuple[list[tuple[int, int]], list[tuple[str, str]], int]:
+    """Stream the cleaned training pairs into ``tsv`` (``source<TAB>target`` lines); returns its
+    byte ranges of ``CHUNK_PAIRS`` pairs each (the encoding jobs), a uniform random sample of at
+    most ``sample_pairs`` pairs (reservoir sampling, for the subword model), and the pairs kept."""
+    chunks: list[tuple[int, int]] = []
+    sample: list[tuple[str, str]] = []
+    rng = random.Random(0)
+    with open(tsv, "wb") as handle:
+        start = position = kept = 0
+        for src, tgt in clean_pairs(files, rules, report):
+            if "\t" in src or "\t" in tgt:  # cannot happen after whitespace normalisation
+                raise AssertionError("tab in a normalised sentence")
+            data = f"{src}\t{tgt}\n".encode()
+            handle.write(data)
+            position += len(data)
+            kept += 1
+            if kept % CHUNK_PAIRS == 0:
+                chunks.append((start, position))
+                start = position
+            if len(sample) < sample_pairs:
+                sample.append((src, tgt))
+            else:
+                slot = rng.randrange(kept)
+                if slot < sample_pairs:
+                    sample[slot] = (src, tgt)
+        if position > start:
+            chunks.append((start, position))
+    return chunks, sample, kept
