@@ -96,6 +96,29 @@ def test_last_checkpoints_in_step_order_over_both_naming_schemes(tmp_path: Path)
         last_checkpoints(tmp_path / "empty", 5)
 
 
+def test_last_checkpoints_ending_at_a_given_one_take_it_and_those_before_it(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for name, step in {"step0000100.ckpt": 100, "time-step0000150.ckpt": 150, "step0000200.ckpt": 200,
+                       "time-step0000200.ckpt": 200, "step0000300.ckpt": 300}.items():
+        torch.save(fake_checkpoint(step), folder / name)
+    shutil.copy(folder / "step0000300.ckpt", folder / "last.ckpt")
+
+    # Not the newest of the folder (300): the one given and the k - 1 before it by step.
+    assert last_checkpoints(folder, 2, ending_at=folder / "step0000200.ckpt") == [
+        folder / "time-step0000150.ckpt", folder / "step0000200.ckpt"]
+    # The file given is used itself, not another of the same step.
+    assert last_checkpoints(folder, 2, ending_at=folder / "time-step0000200.ckpt") == [
+        folder / "time-step0000150.ckpt", folder / "time-step0000200.ckpt"]
+    assert last_checkpoints(folder, 1, ending_at=folder / "step0000100.ckpt") == [folder / "step0000100.ckpt"]
+    # last.ckpt: its step is read from the file.
+    assert last_checkpoints(folder, 3, ending_at=folder / "last.ckpt") == [
+        folder / "time-step0000150.ckpt", folder / "step0000200.ckpt", folder / "last.ckpt"]
+    with pytest.raises(DataError, match=r"asked for the 3 checkpoints ending at time-step0000150.ckpt \(step 150\) "
+                                        r"but there are only 2 up to it \(steps 100, 150\)"):
+        last_checkpoints(folder, 3, ending_at=folder / "time-step0000150.ckpt")
+
+
 # -- real runs -------------------------------------------------------------------------------
 @pytest.fixture
 def run_dir(tiny_run: TrainedRun) -> Path:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hydra
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -167,6 +168,17 @@ def test_what_the_wrapper_reports(tmp_path: Path) -> None:
     message, status = describe(RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer"))
     assert status == 1 and message.startswith("a training process failed, so the job stopped")
     assert message.endswith("Connection closed by peer. Continue from the newest checkpoint with resume=auto")
+
+    # A user error raised by a class that hydra.utils.instantiate builds (a data module) is still one.
+    with pytest.raises(Exception) as wrapped:
+        hydra.utils.instantiate({"_target_": f"{__name__}.RefusesToBeBuilt"})
+    assert type(wrapped.value).__name__ == "InstantiationException"
+    assert describe(wrapped.value) == ("/data/x.en: file not found; check the path or the data root", 2)
+
+
+class RefusesToBeBuilt:
+    def __init__(self) -> None:
+        raise DataError("/data/x.en: file not found; check the path or the data root")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints, read_checkpoint
+from aiayn.checkpoints.io import checkpoint_step, checkpoints_dir, list_checkpoints, read_checkpoint
 from aiayn.errors import DataError
 
 
@@ -84,13 +84,26 @@ def average_state_dicts(state_dicts: Iterable[Mapping[str, Any]]) -> dict[str, A
     return accumulator.mean()
 
 
-def last_checkpoints(directory: str | os.PathLike, k: int) -> list[Path]:
+def last_checkpoints(directory: str | os.PathLike, k: int, ending_at: str | os.PathLike | None = None) -> list[Path]:
     """The ``k`` newest step checkpoints of ``directory`` (a run dir or its checkpoints/ folder),
-    oldest first. Raises DataError (one line naming the folder) when it holds fewer than ``k``."""
+    oldest first. With ``ending_at`` (a checkpoint file, ``last.ckpt`` too) the ``k`` end there
+    instead: that file itself and the ``k`` - 1 newest of ``directory`` before its global step.
+    Raises DataError (one line naming the folder) when it holds fewer than ``k``."""
     if k < 1:
         raise ValueError(f"the number of checkpoints to average must be at least 1, not {k}")
     found = list_checkpoints(directory)
     folder = checkpoints_dir(directory)
+    if ending_at is not None:
+        end = Path(ending_at)
+        step = checkpoint_step(end)
+        if step is None:  # last.ckpt or a name of someone else's: ask the file itself
+            step = int(read_checkpoint(end).get("global_step", 0))
+        before = [(s, path) for s, path in found if s < step]
+        if len(before) < k - 1:
+            raise DataError(f"{folder}: asked for the {k} checkpoints ending at {end.name} (step {step}) but there "
+                            f"are only {len(before) + 1} up to it (steps "
+                            f"{', '.join(str(s) for s, _ in [*before, (step, end)])})")
+        return [path for _, path in before[len(before) - (k - 1):]] + [end]
     if not found:
         raise DataError(f"{folder}: no checkpoints (*.ckpt other than last.ckpt) found")
     if len(found) < k:

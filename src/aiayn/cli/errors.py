@@ -122,6 +122,8 @@ def composition_message(error: BaseException) -> str:
 def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
     """(one-line message, exit status) for an error the tools report without a traceback; None
     for any other (a bug)."""
+    if _is(error, "hydra.errors", "InstantiationException") and isinstance(error.__cause__, UserError):
+        error = error.__cause__  # raised by a class hydra.utils.instantiate built (a data module)
     if isinstance(error, UserError):
         return str(error), USER_ERROR
     if isinstance(error, MissingMandatoryValue):

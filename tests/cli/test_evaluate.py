@@ -1,0 +1,255 @@
+"""src/evaluate.py on the session's tiny trained run (`tiny_run`, tests/conftest.py): the data it
+reads (``data_root`` reaching each task's data module, WMT's too), the checkpoints it averages,
+the files it writes, and its bad-input errors. Real data, real sentencepiece, real sacreBLEU."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from aiayn.cli.evaluate import main as evaluate_main
+from aiayn.data.readers import read_lines
+from aiayn.data.wmt.sgm import read_sgm
+from tests.helpers.runs import REPO, TINY, TrainedRun, run_tool
+
+pytestmark = pytest.mark.cli  # the tiny run is a real training process
+
+WMT_VOCAB = 500
+# A miniature WMT14 EN-DE raw tree (the upstream archives' layout): the first 3,000 lines of the
+# shared training sample, 1,000 per corpus; newstest2013; the full newstest2014 in sgm.
+CORPORA = (("training/europarl-v7.de-en", 0, 1000), ("commoncrawl.de-en", 1000, 2000),
+           ("training/news-commentary-v9.de-en", 2000, 3000))
+
+
+def evaluate(*arguments: str, **options):
+    """``src/evaluate.py`` with ``arguments`` and W&B off; options as run_tool's."""
+    return run_tool("src/evaluate.py", *arguments, "wandb=disabled", **options)
+
+
+def report_of(out_dir: Path, pattern: str) -> dict:
+    (path,) = out_dir.glob(pattern)
+    return json.loads(path.read_text())
+
+
+# -- data_root reaches every task's data module -----------------------------------------------
+@pytest.fixture(scope="module")
+def wmt_root(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data root whose ``wmt14_raw/`` (conf/task/wmt_en_de.yaml's ``raw_dir``) holds a
+    miniature WMT14 EN-DE tree built from the shared files."""
+    root = tmp_path_factory.mktemp("wmt-data-root")
+    raw, wmt = root / "wmt14_raw", data_root / "wmt14"
+    en, de = read_lines(wmt / "train_sample" / "src-train.txt.gz"), read_lines(wmt / "train_sample" / "tgt-train.txt.gz")
+    for stem, start, end in CORPORA:
+        for lang, lines in (("en", en), ("de", de)):
+            path = raw / f"{stem}.{lang}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(f"{line}\n" for line in lines[start:end]), encoding="utf-8")
+    (raw / "dev").mkdir()
+    (raw / "test-full").mkdir()
+    for lang in ("en", "de"):
+        shutil.copyfile(wmt / f"newstest2013.{lang}", raw / "dev" / f"newstest2013.{lang}")
+    for name in ("newstest2014-deen-src.en.sgm", "newstest2014-deen-ref.de.sgm"):
+        shutil.copyfile(wmt / "sgm" / name, raw / "test-full" / name)
+    return root
+
+
+@pytest.fixture
+def wmt_cache(tmp_path: Path) -> Path:
+    """Where the test prepares the miniature WMT data: its own, so that each test reads the raw
+    files (a folder prepared before would be taken as it is, wherever raw_dir pointed)."""
+    return tmp_path / "cache"
+
+
+def wmt_task(cache: Path, trained_data_root: str) -> dict:
+    """conf/task/wmt_en_de.yaml as a training run resolves it into its checkpoint, on a machine
+    whose data root was ``trained_data_root``: a 500-subword model, no download."""
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[*TINY, "task=wmt_en_de", f"task.vocab_size={WMT_VOCAB}",
+                                          f"paths.data_root={trained_data_root}", f"paths.cache_dir={cache}",
+                                          "task.datamodule.download=false", "task.datamodule.prepare_workers=1"])
+    return {"task": OmegaConf.to_container(cfg.task, resolve=True),
+            "paths": {"data_root": trained_data_root, "cache_dir": str(cache)}}
+
+
+def test_a_wmt_checkpoint_reads_newstest2014_under_the_data_root(tiny_run: TrainedRun, wmt_root: Path,
+                                                                  wmt_cache: Path, tmp_path: Path) -> None:
+    """A checkpoint of a WMT run, trained where the data root was another folder, evaluated with
+    AIAYN_DATA_ROOT set (as the Makefile does): WMT's raw_dir follows the data root here. (The
+    checkpoint is the tiny Multi30k run's with its stored training config made a WMT run's: the
+    network and its subword model stay Multi30k's, the task and the data are WMT's.)"""
+    checkpoint = torch.load(tiny_run.last, map_location="cpu", weights_only=False)
+    run_config = checkpoint["hyper_parameters"]["run_config"]
+    run_config.update(wmt_task(wmt_cache, "/training/machine/data"))
+    assert run_config["task"]["datamodule"]["raw_dir"] == "/training/machine/data/wmt14_raw"
+    ckpt = tmp_path / "run" / "checkpoints" / "step0000004.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    torch.save(checkpoint, ckpt)
+
+    result = evaluate(f"ckpt={ckpt}", "split=test", "decoding.beam_size=1", data_root=wmt_root,
+                      cache_dir=wmt_cache, timeout=300)
+    report = report_of(tmp_path / "run" / "eval", "newstest2014.step4.*.json")
+    assert result.stdout.startswith("newstest2014: 3003 sentences, step 4")
+    assert report["task"] == "wmt_en_de" and report["split"] == "newstest2014" and report["sentences"] == 3003
+    assert len(Path(report["hypotheses"]).read_text(encoding="utf-8").splitlines()) == 3003
+    # The references scored against are newstest2014's, read from the sgm under the data root.
+    (prepared,) = (wmt_cache / "wmt14").glob("*/newstest2014.de")
+    assert read_lines(prepared) == [" ".join(line.split()) for line in
+                                    read_sgm(wmt_root / "wmt14_raw" / "test-full" / "newstest2014-deen-ref.de.sgm")]
+
+
+def test_another_task_on_the_command_line_reads_under_data_root(tiny_run: TrainedRun, data_root: Path, wmt_root: Path,
+                                                                 wmt_cache: Path, tmp_path: Path) -> None:
+    """task=wmt_en_de on a Multi30k en→de checkpoint: the task's raw_dir is resolved with
+    ``data_root=`` as its data root (which wins over AIAYN_DATA_ROOT, here the shared data)."""
+    evaluate(f"ckpt={tiny_run.last}", "task=wmt_en_de", f"task.vocab_size={WMT_VOCAB}", "task.datamodule.download=false",
+             "task.datamodule.prepare_workers=1", f"data_root={wmt_root}", "split=val", "decoding.beam_size=1",
+             f"out_dir={tmp_path}", data_root=data_root, cache_dir=wmt_cache, timeout=300)
+    report = report_of(tmp_path, "newstest2013.step4.beam1.*.json")
+    assert report["task"] == "wmt_en_de" and report["sentences"] == 3000 and report["decoding"]["max_len_offset"] == 50
+
+
+def test_data_root_moves_every_path_of_the_checkpoints_task_under_it() -> None:
+    """The checkpoint's own task, resolved where it was trained, read under another data root:
+    each path under the training data root moves (Multi30k's data_root, WMT's raw_dir), the rest stays."""
+    from aiayn.cli.evaluate import _task
+
+    trained = {"task": {"name": "x", "raw_dir": "/old/root/wmt14_raw", "datamodule": {
+        "data_root": "/old/root", "raw_dir": "/old/root/wmt14_raw", "treebank": "ptb_sample", "cache_dir": "/cache",
+        "extra_trees": ["/old/rooted/x", "/old/root/semi/*"], "src_lang": "en"}},
+        "paths": {"data_root": "/old/root/"}}
+    cfg = OmegaConf.create({"data_root": "/new", "task": None})
+    moved = _task(cfg, trained, Path("x.ckpt"))
+    assert moved["raw_dir"] == "/new/wmt14_raw"
+    assert moved["datamodule"] == {"data_root": "/new", "raw_dir": "/new/wmt14_raw", "treebank": "ptb_sample",
+                                   "cache_dir": "/cache", "extra_trees": ["/old/rooted/x", "/new/semi/*"],
+                                   "src_lang": "en"}
+    assert _task(OmegaConf.create({"data_root": None, "task": None}), trained, Path("x.ckpt")) == trained["task"]
+
+
+# -- averaging: the k checkpoints ending at the one given -------------------------------------
+def test_average_last_averages_the_checkpoints_ending_at_the_one_given(tiny_run: TrainedRun, data_root: Path,
+                                                                     tmp_path: Path) -> None:
+    from aiayn.checkpoints.averaging import average_checkpoints
+    from aiayn.checkpoints.trained import load_trained
+    from aiayn.data.readers import read_parallel
+    from aiayn.inference import perplexity
+
+    folder = tiny_run.checkpoints
+    result = evaluate(f"ckpt={folder / 'step0000002.ckpt'}", "average_last=2", "split=test_2017_mscoco",
+                      f"out_dir={tmp_path}", data_root=data_root, cache_dir=tiny_run.cache_dir)
+    # Steps 1 and 2, not the folder's newest (3 and 4), and said so in the name, the line and the report.
+    assert result.stdout.splitlines()[0] == (
+        "test_2017_mscoco: 461 sentences, steps 1–2, average of 2 checkpoints (step0000001.ckpt, step0000002.ckpt)")
+    report = report_of(tmp_path, "test_2017_mscoco.step1-2.beam4.alpha0.6.len+5.avg2.json")
+    assert report["averaged"] == [str(folder / "step0000001.ckpt"), str(folder / "step0000002.ckpt")]
+    assert report["averaged_steps"] == [1, 2] and report["step"] == 2
+    assert Path(report["hypotheses"]) == tmp_path / "test_2017_mscoco.step1-2.beam4.alpha0.6.len+5.avg2.hyp.de"
+    # The perplexity reported is that of the average of steps 1 and 2.
+    trained = load_trained(folder / "step0000002.ckpt", state_dict=average_checkpoints(report["averaged"])["state_dict"])
+    sources, references = read_parallel(*(data_root / "multi30k" / f"test_2017_mscoco.{lang}.gz" for lang in ("en", "de")))
+    assert report["test_2017_mscoco/ppl"] == pytest.approx(perplexity(trained.model, trained.vocab, sources,
+                                                                      references, 4096)[0])
+
+    # From last.ckpt (its step read from the file): step 3 and last.ckpt itself.
+    result = evaluate(f"ckpt={tiny_run.last}", "average_last=2", "split=test_2017_mscoco", f"out_dir={tmp_path}",
+                      data_root=data_root, cache_dir=tiny_run.cache_dir)
+    assert result.stdout.splitlines()[0].endswith("steps 3–4, average of 2 checkpoints (step0000003.ckpt, last.ckpt)")
+    assert report_of(tmp_path, "test_2017_mscoco.step3-4.*.avg2.json")["averaged_steps"] == [3, 4]
+
+
+# -- names: a sweep of decoding settings leaves one report per setting ------------------------
+def test_evaluations_with_other_decoding_settings_leave_their_own_reports(tiny_run: TrainedRun, data_root: Path,
+                                                                          tmp_path: Path) -> None:
+    for alpha in ("0.6", "1.0"):
+        evaluate(f"ckpt={tiny_run.last}", "split=test_2017_mscoco", f"decoding.alpha={alpha}", f"out_dir={tmp_path}",
+                 data_root=data_root, cache_dir=tiny_run.cache_dir)
+    evaluate(f"ckpt={tiny_run.last}", "split=test_2017_mscoco", "decoding.beam_size=2", "decoding.kv_cache=false",
+             f"out_dir={tmp_path}", data_root=data_root, cache_dir=tiny_run.cache_dir)
+    reports = {path.name: json.loads(path.read_text()) for path in tmp_path.glob("*.json")}
+    assert sorted(reports) == ["test_2017_mscoco.step4.beam2.alpha0.6.len+5.nokv.json",
+                               "test_2017_mscoco.step4.beam4.alpha0.6.len+5.json",
+                               "test_2017_mscoco.step4.beam4.alpha1.len+5.json"]
+    assert [reports[name]["decoding"]["alpha"] for name in sorted(reports)] == [0.6, 0.6, 1.0]
+    for report in reports.values():  # each names its own hypotheses, all kept
+        assert len(Path(report["hypotheses"]).read_text(encoding="utf-8").splitlines()) == 461
+
+
+# -- bad input: one line on stderr, exit status 2 ---------------------------------------------
+def _evaluate_in_process(tmp_path: Path, *overrides: str) -> tuple[int, str]:
+    """evaluate.py's own error handling, in this process: (exit status, its one line). Called with
+    a config, Hydra's ``main`` runs the task function (under aiayn.cli.errors' wrapper) directly."""
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=["wandb=disabled", f"out_dir={tmp_path / 'eval'}", *overrides])
+    stderr = tmp_path / "stderr"
+    with open(stderr, "w") as handle, pytest.raises(SystemExit) as exit_:
+        real, sys.stderr = sys.stderr, handle
+        argv, sys.argv = sys.argv, [str(REPO / "src" / "evaluate.py")]  # errors name the tool as invoked
+        try:
+            evaluate_main(cfg)
+        finally:
+            sys.stderr, sys.argv = real, argv
+    lines = stderr.read_text().strip().splitlines()
+    assert len(lines) == 1, lines
+    assert not (tmp_path / "eval").exists()  # refused before anything is written
+    return exit_.value.code, lines[0]
+
+
+BAD_INPUT = [
+    (["average_last=0"], ("average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint alone), "
+                         "got 0")),
+    (["average_last=-2"], "average_last must be a whole number of checkpoints, 1 or more"),
+    (["average_last=five"], ("average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint "
+                            "alone), got 'five'")),
+    (["average_last=2.5"], "average_last must be a whole number of checkpoints, 1 or more"),
+    (["ckpt={folder}/step0000003.ckpt", "average_last=4"],
+     ("{folder}: asked for the 4 checkpoints ending at step0000003.ckpt (step 3) but there are only 3 up to it "
+      "(steps 1, 2, 3)")),
+    (["split=test2016"], ("split=test2016: task multi30k_en_de has no such split; its splits are val, "
+                         "test (test_2016_flickr), train, test_2017_flickr, test_2017_mscoco, test_2018_flickr")),
+    (["task=wmt_en_de", "split=train", "task.datamodule.download=false"],
+     "split=train: task wmt_en_de has no such split; its splits are val (newstest2013), test (newstest2014)"),
+    (["ckpt={run}"], "ckpt={run} is a directory; give one checkpoint file, e.g. ckpt={folder}/last.ckpt"),
+    (["decoding.beam_size=0"], "decoding.beam_size must be a whole number of at least 1, got 0"),
+    (["decoding.alpha=-1"], "decoding.alpha (the length penalty's exponent) must be a number, 0 or more, got -1"),
+    (["batch_size=0"], "batch_size must be a whole number of at least 1, got 0"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", BAD_INPUT, ids=[" ".join(overrides) for overrides, _ in BAD_INPUT])
+def test_bad_input_is_one_line_and_exit_status_2(tiny_run: TrainedRun, tmp_path: Path, overrides: list[str],
+                                                 message: str) -> None:
+    where = {"run": tiny_run.run_dir, "folder": tiny_run.checkpoints}
+    overrides = [override.format(**where) for override in overrides]
+    ckpt = [] if any(override.startswith("ckpt=") for override in overrides) else [f"ckpt={tiny_run.last}"]
+    code, line = _evaluate_in_process(tmp_path, *ckpt, *overrides)
+    assert code == 2 and line.startswith(f"evaluate.py: {message.format(**where)}"), line
+
+
+def test_a_directory_as_ckpt_on_the_command_line_is_one_line(tiny_run: TrainedRun, tmp_path: Path) -> None:
+    result = evaluate(f"ckpt={tiny_run.checkpoints}", check=False, cwd=tmp_path, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        (f"evaluate.py: ckpt={tiny_run.checkpoints} is a directory; give one checkpoint file, e.g. "
+         f"ckpt={tiny_run.last} (average_last=<k> averages the k checkpoints ending at it)")]
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_treebank_split_that_is_no_sections_or_files_is_refused(data_root: Path, tmp_path: Path) -> None:
+    """Parsing tasks take any sections or files of the treebank as a split, nothing else."""
+    from aiayn.cli.evaluate import _check_split
+    from aiayn.data.parsing.datamodule import ParsingDataModule
+    from aiayn.errors import ConfigError
+
+    datamodule = ParsingDataModule(str(data_root), "ptb_sample", "wsj_0001-wsj_0159", "wsj_0160-wsj_0179",
+                                   "wsj_0180-wsj_0199", 2000, 2048, 250, cache_dir=str(tmp_path))
+    _check_split(datamodule, "wsj_0190-wsj_0199", "wsj_0190-wsj_0199", "wsj")  # another file range: fine
+    with pytest.raises(ConfigError, match=r"^split=section23: bad treebank split item 'section23' .*; task wsj's "
+                                          r"splits are val \(wsj_0160-wsj_0179\), test \(wsj_0180-wsj_0199\)$"):
+        _check_split(datamodule, "section23", "section23", "wsj")
