@@ -42,14 +42,16 @@ def test_train_validates_with_bleu_and_tests(tmp_path: Path, subword_cache: Path
 
 
 def test_train_with_two_gloo_processes(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
-    # logger=none: Lightning's CSVLogger cannot follow a ddp_spawn fit with a ddp_spawn test.
-    result = train(tmp_path / "run", *TINY, "hardware=cpu2_ddp", "logger=none", data_root=data_root,
+    result = train(tmp_path / "run", *TINY, "hardware=cpu2_ddp", "logger=csv", data_root=data_root,
                    cache_dir=subword_cache)
     output = result.stdout + result.stderr
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in output and "GLOBAL_RANK: 1, MEMBER: 2/2" in output
     assert sum(line.startswith("test test_2016_flickr:") for line in result.stdout.splitlines()) == 1
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())  # counted over both ranks
     assert summary["processes"] == 2 and summary["steps"] == 4 and summary["train_flops"] > 0
+    # The test stage, in processes of its own, adds its metrics to the training's file.
+    rows = list(csv.DictReader(open(next((tmp_path / "run").glob("csv/version_*/metrics.csv")))))
+    assert sum(bool(row.get("train/loss")) for row in rows) == 4 and sum(bool(row.get("test/bleu")) for row in rows) == 1
 
 
 TABLE3_ROWS = {  # row: (overrides of model=base, what the built model must have)

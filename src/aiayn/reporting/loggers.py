@@ -3,12 +3,14 @@ no network wait), written under the run directory and uploadable later with ``wa
 
 from __future__ import annotations
 
+import csv
 import logging
 import netrc
 import os
 from typing import Any
 
-from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 
 def wandb_has_credentials() -> bool:
@@ -58,3 +60,28 @@ def quiet_lightning() -> None:
     """Drop Lightning's tips about its hosted products from the run's output."""
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         logging.getLogger(name).addFilter(_NoAdvertisements())
+
+
+
+class _MetricsWriter(ExperimentWriter):
+    """Lightning's CSV writer, told the columns its file already has: with ``ddp_spawn`` the test
+    stage runs in new processes whose writer starts with none, and Lightning's would rewrite the
+    file's header with the test metrics alone and fail on the training rows."""
+
+    def _record_new_keys(self) -> set[str]:
+        if not self.metrics_keys and self._fs.isfile(self.metrics_file_path):
+            with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+                self.metrics_keys.extend(next(csv.reader(file), []))
+        return super()._record_new_keys()
+
+
+class MetricsCSVLogger(CSVLogger):
+    """``logger=csv``: Lightning's CSVLogger (``<save_dir>/<name>/version_<n>/metrics.csv``) whose
+    file keeps every stage's metrics, in one process or many."""
+
+    @property
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _MetricsWriter(log_dir=self.log_dir)
+        return self._experiment
