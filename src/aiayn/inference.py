@@ -1,11 +1,18 @@
 """Translating and scoring raw sentences with a trained model: what evaluate.py and translate.py
-share."""
+share.
+
+:class:`Translator` translates a stream of sentences (read in chunks: a file's windows, the lines
+typed so far) and gives each translation back as soon as it and every one before it are done, in
+input order, so that a writer never holds more than a batch's worth of finished work and output
+can be written while the input is still being read. :func:`translate` is the whole-list form.
+"""
 
 from __future__ import annotations
 
 import logging
 import math
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -35,19 +42,94 @@ class Translations:
         return self.output_tokens / self.seconds if self.seconds else float("nan")
 
 
-def encode_sources(model: Transformer, vocab: Subwords, sentences: list[str]) -> tuple[list[list[int]], int]:
+def encode_sources(model: Transformer, vocab: Subwords, sentences: Sequence[str],
+                   first_line: int = 1) -> tuple[list[list[int]], int]:
     """Subword ids of each sentence, cut to the positions the model has (EOS included); also
-    returns how many were cut, with a warning, since the model cannot read past them."""
+    returns how many were cut, with a warning naming the input line (``first_line`` is the
+    number of ``sentences[0]``), since the model cannot read past them."""
     limit = model.max_positions - 1
-    ids = vocab.encode(sentences)
+    ids = vocab.encode(list(sentences))
     truncated = [i for i, seq in enumerate(ids) if len(seq) > limit]
     for i in truncated:
-        log.warning("input line %d has %d subword tokens; truncated to the model's %d", i + 1, len(ids[i]), limit)
+        log.warning("input line %d has %d subword tokens; truncated to the model's %d", first_line + i, len(ids[i]),
+                    limit)
         ids[i] = ids[i][:limit]
     return ids, len(truncated)
 
 
-@torch.no_grad()
+class Translator:
+    """Beam-search translation of sentences that arrive in chunks, given back in input order.
+
+    Each chunk is sorted by length and cut into batches of ``batch_size`` sentences (similar
+    lengths together: little padding); after each batch, :meth:`stream` yields the longest run of
+    translations, in input order, that is now complete, so a chunk's translations are all out
+    by the time the next chunk is asked for. An empty (or blank) sentence translates to "".
+
+    The counters add up over everything streamed: ``sentences``, ``output_tokens`` (EOS not
+    counted), ``truncated`` (inputs cut to the model's maximum length) and ``seconds``, the wall
+    time of encoding, search and decoding only (not the time spent waiting for input or writing)."""
+
+    def __init__(self, model: Transformer, vocab: Subwords, *, beam_size: int = 4, alpha: float = 0.6,
+                 max_len_offset: int = 50, kv_cache: bool = True, batch_size: int = 64):
+        self.model, self.vocab, self.batch_size = model, vocab, batch_size
+        self.search = {"beam_size": beam_size, "alpha": alpha, "max_len_offset": max_len_offset, "kv_cache": kv_cache}
+        self.collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
+        self.sentences = self.output_tokens = self.truncated = 0
+        self.seconds = 0.0
+
+    @property
+    def sentences_per_second(self) -> float:
+        return self.sentences / self.seconds if self.seconds else 0.0  # 0.0: nothing translated yet
+
+    @torch.no_grad()
+    def stream(self, chunks: Iterable[Sequence[str]]) -> Iterator[list[str]]:
+        """For each chunk of sentences, after each of its batches: the translations newly
+        complete from the start of the input on (never an empty list)."""
+        for chunk in chunks:
+            started = time.perf_counter()
+            for ready in self._chunk(chunk):
+                self.seconds += time.perf_counter() - started
+                yield ready
+                started = time.perf_counter()
+            self.seconds += time.perf_counter() - started
+
+    def _chunk(self, sentences: Sequence[str]) -> Iterator[list[str]]:
+        device = next(self.model.parameters()).device
+        ids, truncated = encode_sources(self.model, self.vocab, sentences, first_line=self.sentences + 1)
+        self.sentences += len(sentences)
+        self.truncated += truncated
+        texts: list[str | None] = [None] * len(sentences)
+        todo = []
+        for i, (sentence, seq) in enumerate(zip(sentences, ids)):
+            if sentence.strip() and seq:
+                todo.append(i)
+            else:
+                texts[i] = ""
+        todo.sort(key=lambda i: len(ids[i]))
+        written = 0  # translations of this chunk yielded so far
+
+        def complete() -> list[str]:
+            nonlocal written
+            end = written
+            while end < len(texts) and texts[end] is not None:
+                end += 1
+            ready, written = texts[written:end], end
+            return ready
+
+        if ready := complete():  # empty lines before the first one to translate
+            yield ready
+        for start in range(0, len(todo), self.batch_size):
+            rows = todo[start : start + self.batch_size]
+            src = self.collate([(i, ids[i], []) for i in rows])["src"]  # ids + EOS, right-padded
+            hypotheses = beam_search(self.model, src.to(device), bos_id=self.vocab.bos_id, eos_id=self.vocab.eos_id,
+                                     **self.search)
+            self.output_tokens += sum(len(h) for h in hypotheses)
+            for i, text in zip(rows, self.vocab.decode(hypotheses)):
+                texts[i] = text
+            if ready := complete():
+                yield ready
+
+
 def translate(
     model: Transformer,
     vocab: Subwords,
@@ -61,24 +143,10 @@ def translate(
 ) -> Translations:
     """Beam-search translations of ``sentences``, ``batch_size`` sentences of similar length at
     a time, returned in input order. An empty (or blank) sentence translates to ""."""
-    started = time.perf_counter()
-    device = next(model.parameters()).device
-    texts = [""] * len(sentences)
-    ids, truncated = encode_sources(model, vocab, sentences)
-    todo = [i for i, (sentence, seq) in enumerate(zip(sentences, ids)) if sentence.strip() and seq]
-    output_tokens = 0
-    todo.sort(key=lambda i: len(ids[i]))  # similar lengths together: little padding
-    collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
-    for start in range(0, len(todo), batch_size):
-        rows = todo[start : start + batch_size]
-        src = collate([(i, ids[i], []) for i in rows])["src"]  # ids + EOS, right-padded
-        hypotheses = beam_search(model, src.to(device), bos_id=vocab.bos_id, eos_id=vocab.eos_id,
-                                 beam_size=beam_size, alpha=alpha, max_len_offset=max_len_offset,
-                                 kv_cache=kv_cache)
-        output_tokens += sum(len(h) for h in hypotheses)
-        for i, text in zip(rows, vocab.decode(hypotheses)):
-            texts[i] = text
-    return Translations(texts, output_tokens, time.perf_counter() - started, truncated)
+    translator = Translator(model, vocab, beam_size=beam_size, alpha=alpha, max_len_offset=max_len_offset,
+                            kv_cache=kv_cache, batch_size=batch_size)
+    texts = [text for ready in translator.stream([sentences]) for text in ready]
+    return Translations(texts, translator.output_tokens, translator.seconds, translator.truncated)
 
 
 @torch.no_grad()

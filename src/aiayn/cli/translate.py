@@ -2,44 +2,225 @@
 
 One sentence a line in, one translation a line out, in the same order; an empty line gives an
 empty line; a line longer than the model can read is truncated with a warning.
+
+Input is read in chunks of at most ``buffer_size`` lines, each sorted by length and translated in
+batches of ``batch_size``. Translations are written as they finish, in input order (after each
+batch, the longest run from the start that is complete), straight into ``output`` (created, with
+its folder, before anything is translated; stdout without it) and flushed after every write: a
+run killed midway leaves a file that holds the translations of the first lines, each whole, and
+a line that is not UTF-8 stops the run after every line before it is translated and written.
+
+``interactive`` says how stdin is read (fairseq-interactive's way of answering as you type):
+``true`` translates each line alone as soon as it is read; ``false`` fills whole chunks (the
+fastest for a file piped in); ``auto`` (the default) is ``true`` for a terminal and, for a pipe,
+translates together the lines that have arrived and answers them before waiting for more, so a
+long file piped in is still batched while a line fed alone into an open pipe is answered at once.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import select
+import signal
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 import hydra
 from omegaconf import DictConfig
 
 from aiayn.checkpoints.trained import load_trained
 from aiayn.cli import CONFIG_DIR
-from aiayn.cli.errors import check_decoding, reports_errors
-from aiayn.data.readers import decode_lines, read_lines
-from aiayn.inference import translate
+from aiayn.cli.errors import check_decoding, reports_composition_errors, reports_errors
+from aiayn.data.readers import decode_lines, iter_lines
+from aiayn.errors import ConfigError, UserError
+from aiayn.inference import Translator
+
+READ_BYTES = 1 << 16  # what one read of stdin asks for
 
 
+@reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
 def main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     settings = {key: cfg[key] for key in ("beam_size", "alpha", "max_len_offset", "kv_cache") if cfg[key] is not None}
     check_decoding({**settings, "batch_size": cfg.batch_size})
+    _check_settings(cfg)
+    source = _input_file(cfg.input)
+    output = _output_file(cfg.output, source)
     trained = load_trained(cfg.ckpt, cfg.device)
-    if cfg.input:
-        lines = read_lines(cfg.input)
+    translator = Translator(trained.model, trained.vocab, batch_size=cfg.batch_size, **{**trained.decoding, **settings})
+    chunks = _chunks(cfg, source)
+    writer = None
+    try:
+        with _opened(output, cfg.output) as out:
+            writer = LineWriter(out)
+            for ready in translator.stream(chunks):
+                writer.write(ready)
+    except KeyboardInterrupt:  # Ctrl-C, the way out of an interactive session: what is written stays
+        _summary(writer.lines if writer else 0, translator)
+        sys.exit(130)
+    except BrokenPipeError:  # the reader of the output has gone (`| head -3`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        sys.exit(128 + signal.SIGPIPE)
+    _summary(writer.lines, translator)
+
+
+def _summary(lines: int, translator: Translator) -> None:
+    print(f"translated {lines} lines in {translator.seconds:.1f} s ({translator.sentences_per_second:.1f} sentences/s)"
+          + (f"; {translator.truncated} truncated" if translator.truncated else ""), file=sys.stderr)
+
+
+class LineWriter:
+    """Writes translations one a line, each group flushed at once (to the operating system: a kill
+    of the process loses none of it), so that what is written is always a whole prefix of the
+    output; ``lines`` counts the lines written."""
+
+    def __init__(self, out: TextIO):
+        self.out, self.lines = out, 0
+
+    def write(self, texts: list[str]) -> None:
+        self.out.write("".join(text + "\n" for text in texts))
+        self.out.flush()
+        self.lines += len(texts)
+
+
+def _check_settings(cfg: DictConfig) -> None:
+    if cfg.interactive not in ("auto", True, False):
+        raise ConfigError(f"interactive must be auto, true or false, got {cfg.interactive!r}")
+    size = cfg.buffer_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ConfigError(f"buffer_size must be a whole number of at least 1, got {size!r}")
+
+
+def _input_file(given: str | None) -> Path | None:
+    """The input file (None: stdin), refused when it is not there or is a folder."""
+    if not given:
+        return None
+    path = Path(given)
+    if path.is_dir():
+        raise ConfigError(f"input={given} is a directory; give the file of sentences to translate")
+    if not path.is_file():
+        raise ConfigError(f"input={given}: no such file; give the file of sentences to translate "
+                          "(without input=, stdin is read)")
+    return path
+
+
+def _output_file(given: str | None, source: Path | None) -> Path | None:
+    """The output file (None: stdout), its folder created; refused, before any translating,
+    when it is a folder, the input itself, or in a folder that cannot be made or written to."""
+    if not given:
+        return None
+    path = Path(given)
+    if path.is_dir():
+        raise ConfigError(f"output={given} is a directory; give the file to write the translations to, "
+                          f"e.g. output={path / 'translations.txt'}")
+    if source is not None and path.exists() and os.path.samefile(path, source):
+        raise ConfigError(f"output={given} is the input file; give another file to write the translations to")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        blocking = next((folder for folder in path.parents if folder.exists()), None)
+        why = f"{blocking} is a file" if blocking is not None and not blocking.is_dir() else error.strerror or error
+        raise ConfigError(f"output={given}: cannot create its folder {path.parent} ({why}); "
+                          "give a path in a folder you can write to") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"output={given}: not writable; give a path in a folder you can write to")
+    return path
+
+
+@contextmanager
+def _opened(path: Path | None, given: str | None) -> Iterator[TextIO]:
+    """``output`` opened for writing (emptied first), or stdout; an error opening it is the user's."""
+    if path is None:
+        yield sys.stdout
+        return
+    try:
+        handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by the with below
+    except OSError as error:
+        raise ConfigError(f"output={given}: cannot be written ({error.strerror or error}); "
+                          "give a path in a folder you can write to") from None
+    with handle:
+        yield handle
+
+
+def _chunks(cfg: DictConfig, source: Path | None) -> Iterator[list[str]]:
+    """The input in the chunks ``interactive`` asks for (see the module docstring)."""
+    if source is not None:
+        lines, arrived = iter_lines(source), None
     else:
-        lines = list(decode_lines(sys.stdin.buffer, "<stdin>"))
-    result = translate(trained.model, trained.vocab, lines, batch_size=cfg.batch_size,
-                       **{**trained.decoding, **settings})
-    text = "".join(line + "\n" for line in result.texts)
-    if cfg.output:
-        Path(cfg.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
-    print(f"translated {len(lines)} lines in {result.seconds:.1f} s ({result.sentences_per_second:.1f} sentences/s)"
-          + (f"; {result.truncated} truncated" if result.truncated else ""), file=sys.stderr)
+        stdin = AvailableLines(sys.stdin.fileno())
+        lines, arrived = decode_lines(stdin, "<stdin>"), stdin.ready
+    mode = cfg.interactive
+    if mode == "auto" and source is None and sys.stdin.isatty():
+        mode = True
+    if mode is True:
+        return chunked(lines, 1)
+    return chunked(lines, cfg.buffer_size, arrived if mode == "auto" else None)
+
+
+def chunked(lines: Iterator[str], size: int, arrived: Callable[[], bool] | None = None) -> Iterator[list[str]]:
+    """``lines`` in chunks of at most ``size``; with ``arrived``, a chunk also ends when it says
+    the next line has not arrived yet (the chunk is translated while the input waits). When
+    reading a line fails (a line that is not UTF-8), the lines before it are still given as a
+    chunk, then the error is raised."""
+    chunk: list[str] = []
+    try:
+        for line in lines:
+            chunk.append(line)
+            if len(chunk) == size or (arrived is not None and not arrived()):
+                yield chunk
+                chunk = []
+    except UserError:
+        if chunk:
+            yield chunk
+        raise
+    if chunk:
+        yield chunk
+
+
+class AvailableLines:
+    """The raw lines (bytes, ``\\n`` kept) of a file descriptor, read as they arrive, and
+    :meth:`ready` to ask, without waiting, whether the next one is here."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buffer, self.ended = fd, bytearray(), False
+
+    def __iter__(self) -> AvailableLines:
+        return self
+
+    def __next__(self) -> bytes:
+        while True:
+            end = self.buffer.find(b"\n")
+            if end >= 0 or (self.ended and self.buffer):
+                size = end + 1 if end >= 0 else len(self.buffer)
+                line = bytes(self.buffer[:size])
+                del self.buffer[:size]
+                return line
+            if self.ended:
+                raise StopIteration
+            self._read()  # waits for input
+
+    def ready(self) -> bool:
+        """Whether the next line (or the end of the input) is here: what has arrived is read, but
+        nothing is waited for."""
+        while b"\n" not in self.buffer and not self.ended:
+            readable, _, _ = select.select([self.fd], [], [], 0)
+            if not readable:
+                return False
+            self._read()
+        return True
+
+    def _read(self) -> None:
+        data = os.read(self.fd, READ_BYTES)
+        if data:
+            self.buffer += data
+        else:
+            self.ended = True
 
 
 if __name__ == "__main__":
