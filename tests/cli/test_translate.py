@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from aiayn.checkpoints.trained import TrainedModel, load_trained
-from aiayn.cli.translate import AvailableLines, LineWriter, chunked
+from aiayn.cli.line_input import AvailableLines, chunked
+from aiayn.cli.translate import LineWriter
 from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.errors import DataError
 from aiayn.inference import Translator, translate
