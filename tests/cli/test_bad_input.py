@@ -191,6 +191,12 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["+task.decoding.beam=5"], "train.py: task.decoding.beam is not a setting in task.decoding; did you mean "
                                 "beam_size?"),
     (["+checkpoint.every=5"], "train.py: checkpoint.every is not a setting in checkpoint;"),
+    (["+callbacks.preemption.signal=[SIGTERM]"], "train.py: callbacks.preemption.signal is not an argument of "
+                                                 "preemption_handling; did you mean signals?"),
+    (["logger=csv", "+logger.save_dirs=x"], "train.py: logger.save_dirs is not an argument of MetricsCSVLogger; "
+                                            "did you mean save_dir?"),
+    (["callbacks.preemption.signals=[SIGTERM,SIGFOO]"], "train.py: callbacks.preemption.signals: 'SIGFOO' is not a "
+                                                        "signal a process can handle here"),
     # Ranges that would otherwise fail at the first validation, or later.
     (["task.decoding.beam_size=0"], "train.py: task.decoding.beam_size must be a whole number of at least 1, got 0"),
     (["task.decoding.alpha=-0.5"], "train.py: task.decoding.alpha (the length penalty's exponent) must be a "

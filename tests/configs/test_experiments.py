@@ -189,13 +189,15 @@ def test_the_slurm_launcher_gives_submitit_the_jobs_resources(tmp_path: Path) ->
     partition, nodes, GPUs and tasks per node (one task per GPU: a DDP rank each) and time limit,
     and submitit turns them into the sbatch directives. No cluster needed."""
     from hydra.utils import instantiate
-    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
     from submitit.slurm.slurm import SlurmExecutor, _make_sbatch_string
 
     cfg = compose_train("hydra/launcher=slurm", "hardware=gpu8_ddp", "trainer.num_nodes=2",
                         "hydra.launcher.partition=gpu-long", "hydra.launcher.timeout_min=600",
                         "experiment=table3_big", "+scale=multi30k", hydra_config=True)
+    # After composing: Hydra's first plugin scan (in a process that has not composed before)
+    # executes the plugin's modules anew, so classes imported before it would be other objects.
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
     launcher = instantiate(cfg.hydra.launcher)
     assert isinstance(launcher, SlurmLauncher)
     params = launcher.params

@@ -21,6 +21,8 @@ from aiayn.model import Transformer
 from aiayn.training.callbacks import AttentionPicturesCallback, RunSummaryCallback
 from aiayn.training.config import ModelConfig, check_against_schemas, network_arguments
 from aiayn.training.config_check import check_train_config
+from aiayn.training.preemption import PreemptionCallback
+from aiayn.training.progress import StepRichProgressBar, StepTQDMProgressBar
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -133,7 +135,7 @@ def test_the_callbacks_are_built_from_their_config(tmp_path: Path) -> None:
     cfg = compose_train("cost.gpu=K80")
     cfg.paths.output_dir = str(tmp_path)
     built = [hydra.utils.instantiate(entry) for entry in cfg.callbacks.values()]
-    steps, timed, pictures, summary = built
+    steps, timed, pictures, summary, bar, preemption = built
     assert isinstance(steps, ModelCheckpoint) and isinstance(timed, ModelCheckpoint)
     assert (steps.dirpath, steps.filename, steps._every_n_train_steps, steps.save_top_k, steps.save_last) == (
         str(tmp_path / "checkpoints"), "step{step:07d}", 1000, -1, True)
@@ -141,6 +143,7 @@ def test_the_callbacks_are_built_from_their_config(tmp_path: Path) -> None:
         "time-step{step:07d}", 600, 20, "step")
     assert isinstance(pictures, AttentionPicturesCallback) and isinstance(summary, RunSummaryCallback)
     assert summary.gpu == "K80"
+    assert isinstance(bar, (StepRichProgressBar, StepTQDMProgressBar)) and isinstance(preemption, PreemptionCallback)
     # Switched off: the step checkpoints alone and the summary.
     cfg = compose_train("checkpoint.every_n_minutes=null", "visualize_at_end=false")
     assert [hydra.utils.instantiate(entry) for entry in cfg.callbacks.values()][1:3] == [None, None]

@@ -102,7 +102,7 @@ def _check_task(task: Mapping[str, Any]) -> None:
     _known("task.decoding", decoding, DECODING_SETTINGS)
     check_decoding(decoding, "task.decoding.")
     data = task.get("datamodule") or {}
-    _check_datamodule_keys(data)
+    _check_target_keys("task.datamodule", data)
     for key in ("max_tokens", "eval_max_tokens", "max_length"):
         value = data.get(key)
         if key in data and value is not None and (not _whole(value) or value < 1):
@@ -117,21 +117,22 @@ def _check_task(task: Mapping[str, Any]) -> None:
         raise ConfigError(f"task.datamodule.num_workers must be 0 or more, got {data['num_workers']}")
 
 
-def _check_datamodule_keys(data: Mapping[str, Any]) -> None:
-    """Every key of task.datamodule is an argument of the class it builds."""
-    target = data.get("_target_")
+def _check_target_keys(section: str, entry: Mapping[str, Any]) -> None:
+    """Every key of ``entry`` (a config Hydra instantiates: the data module, a callback, the
+    logger) is an argument of the class or function its ``_target_`` names."""
+    target = entry.get("_target_")
     if not target:
-        raise ConfigError("task.datamodule._target_ is missing: name the data module class (see conf/task/*.yaml)")
+        raise ConfigError(f"{section}._target_ is missing: name the class to build (see conf/)")
     import hydra
 
     try:
-        kind = hydra.utils.get_class(target)
+        kind = hydra.utils.get_object(target)
     except Exception:  # noqa: BLE001 - Hydra wraps the import error in its own
-        raise ConfigError(f"task.datamodule._target_={target}: no such class") from None
-    parameters = inspect.signature(kind.__init__).parameters
+        raise ConfigError(f"{section}._target_={target}: no such class or function") from None
+    parameters = inspect.signature(kind.__init__ if inspect.isclass(kind) else kind).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return
-    _known("task.datamodule", {k: v for k, v in data.items() if k != "_target_"},
+    _known(section, {k: v for k, v in entry.items() if not k.startswith("_")},
            [name for name in parameters if name != "self"], what=f"argument of {kind.__name__}")
 
 
@@ -179,6 +180,16 @@ def _check_run(config: Mapping[str, Any]) -> None:
         if entry is not None and not (isinstance(entry, Mapping) and entry.get("_target_")):
             raise ConfigError(f"callbacks.{name} must be null or have a _target_ (see conf/callbacks/default.yaml), "
                               f"got {entry!r}")
+        if entry is not None:
+            _check_target_keys(f"callbacks.{name}", entry)
+    logger = config.get("logger")
+    if isinstance(logger, Mapping) and logger:
+        _check_target_keys("logger", logger)
+    preemption = callbacks.get("preemption")
+    if isinstance(preemption, Mapping) and preemption.get("enabled", True):
+        from aiayn.training.preemption import signal_numbers
+
+        signal_numbers(preemption.get("signals") or ())  # ConfigError naming a signal that is not one
 
 
 def _check_trainer(trainer: Mapping[str, Any]) -> None:

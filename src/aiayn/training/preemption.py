@@ -1,0 +1,348 @@
+"""Stopping a training run cleanly when it is told to go: SIGTERM (a kill, SLURM's time limit or
+preemption), SIGUSR1 (SLURM's warning before the time limit, ``#SBATCH --signal=USR1@120``) or
+SIGUSR2 (the same warning as submitit asks for it, conf/hydra/launcher/slurm.yaml).
+
+On such a signal the run finishes the step under way (the optimizer step included), saves
+``checkpoints/step<N>.ckpt`` through the trainer (atomically, :class:`aiayn.checkpoints.io.AtomicCheckpointIO`;
+``last.ckpt`` then points at it), logs that step's metrics, finishes the W&B run so that its files
+are complete, requeues the SLURM job when it runs under SLURM, and raises :class:`Preempted`: the
+tools print one line, ``preempted by SIGTERM at step N ...; ... resume=auto``, and exit with status
+:data:`EXIT_STATUS` (75). ``resume=auto`` continues from that checkpoint exactly (aiayn.checkpoints.resume).
+
+How it lives with what else handles these signals:
+
+* The handler only records the signal (nothing else is safe at an arbitrary point of the step);
+  :meth:`PreemptionCallback.on_train_batch_end` acts on it at the next step boundary. It does not
+  call the handler it replaces: that is Lightning's (below) or submitit's, which requeues and exits
+  from inside the handler, before any checkpoint.
+* Lightning's own SIGTERM handling (its ``_SignalConnector``, installed when ``fit`` starts the
+  stage) forwards the signal to the processes of a ``ddp`` launch, broadcasts from inside the
+  handler (a collective at an arbitrary point, which can deadlock against the step's own), and
+  makes the loops raise ``SIGTERMException``, a ``SystemExit`` with status 0, without a
+  checkpoint. So from the sanity check (else ``on_train_start``) to the end of training this
+  callback's handler replaces it; Lightning's is back for whatever follows (the test evaluation),
+  and Lightning puts the process's own handlers back when ``fit`` ends. Before that (setting up,
+  starting the training data loader) a signal ends the process as it would without Lightning (the
+  handler the process had before, else the signal's default action: see the forwarding below). Lightning's SLURM auto-requeue (its SIGUSR1
+  handler, which saves ``hpc_ckpt_<n>.ckpt`` from inside the handler, where ``resume=auto`` never
+  looks) is switched off in favour of this.
+* DDP: the signal may reach only some ranks (a ``kill`` of one process); SLURM signals every task.
+  Every rank takes part in one reduction of the flag (the signal's number, 0 for none; the maximum
+  over the ranks) at every step boundary: one all-reduce of one number per optimizer step, beside
+  the step's own, so that all ranks stop after the same step, at most one step after the signal,
+  and save together (``trainer.save_checkpoint`` is collective; rank 0 writes).
+* ``ddp_spawn``: the launching process is no rank and would die of SIGTERM, taking the ranks with
+  it. :func:`preemption_handling`, which builds the callback in that process, has it pass these
+  signals on to the ranks instead; a process without spawned ranks does what it did before.
+
+Requeueing (``requeue``; only under SLURM, ``SLURM_JOB_ID`` set): after saving, rank 0 runs
+``scontrol requeue <job>``, as Lightning's SLURM auto-requeue does; SLURM starts the same batch
+script again, whose command must continue the run: ``resume=auto`` (or a run directory). A job
+whose command has no such ``resume`` is not requeued (it would start afresh), and the line says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import subprocess
+import threading
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import torch.distributed as dist
+from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.loggers import WandbLogger
+
+from aiayn.errors import ConfigError
+from aiayn.files import atomic_path
+
+log = logging.getLogger(__name__)
+
+# EX_TEMPFAIL of sysexits.h, "temporary failure, try again": the run stopped on purpose at a step
+# boundary; the same command with resume=auto goes on.
+EXIT_STATUS = 75
+
+_stopping = False  # this process is on its way out after a preemption: the signals are ignored
+
+
+class Preempted(RuntimeError):
+    """Training stopped on a signal after saving the step it had reached; the message is one line
+    that names the step, the checkpoint, and how the run goes on."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+
+
+def describe(error: BaseException) -> tuple[str, int] | None:
+    """(one-line message, :data:`EXIT_STATUS`) for a preempted run, else None. Under ``ddp_spawn``
+    the launching process gets the rank's :class:`Preempted` as torch's ``ProcessRaisedException``,
+    whose text ends with the rank's traceback; its last line holds the message."""
+    if isinstance(error, Preempted):
+        return str(error), EXIT_STATUS
+    if type(error).__name__ == "ProcessRaisedException" and type(error).__module__.startswith("torch.multiprocessing"):
+        last = str(error).strip().splitlines()[-1] if str(error).strip() else ""
+        prefix = f"{__name__}.{Preempted.__name__}: "
+        if last.startswith(prefix):
+            return last[len(prefix):], EXIT_STATUS
+    return None
+
+
+def preemption_handling(enabled: bool, dirpath: str, signals: list[str] | tuple[str, ...] = ("SIGTERM",),
+                        requeue: bool = True, resume: str | None = None) -> PreemptionCallback | None:
+    """The :class:`PreemptionCallback` of conf/callbacks/default.yaml, or None when not ``enabled``.
+    Also makes this process pass ``signals`` on to the ranks it spawns (``ddp_spawn``)."""
+    if not enabled:
+        return None
+    numbers = signal_numbers(signals)
+    _forward_to_spawned_ranks(numbers)
+    return PreemptionCallback(dirpath, numbers, requeue=requeue, resume=resume)
+
+
+class PreemptionCallback(Checkpoint):
+    """On one of ``signals``, save ``<dirpath>/step<N>.ckpt`` at the next step boundary and stop
+    training with :class:`Preempted` (see the module's docstring). ``requeue``: under SLURM, requeue
+    the job after saving, when ``resume`` (the run's setting) makes the requeued job continue.
+
+    A :class:`Checkpoint`, so that Lightning runs it after every other callback at the end of a
+    batch: the checkpoint holds their state after the step (tokens counted, say), as a
+    ModelCheckpoint's does."""
+
+    def __init__(self, dirpath: str, signals: list[int], requeue: bool = True, resume: str | None = None):
+        self.dirpath = Path(dirpath)
+        self.signals = list(signals)
+        self.requeue = requeue
+        self.resume = resume
+        self.received: int | None = None  # the first of `signals` this process got
+        self._previous: dict[int, Any] = {}  # the handlers ours replaced while training
+        self._checked_step: int | None = None
+        self._saved: tuple[int, Path] | None = None  # (step, checkpoint) once saved: stop at the next hook
+
+    # -- the signal ----------------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.received is None:
+            self.received = signum  # only this: the step goes on, the boundary acts
+
+    def _install(self) -> None:
+        if self._previous:
+            return  # installed already (at the sanity check)
+        if threading.current_thread() is not threading.main_thread():
+            log.warning("preemption: not in the main thread, so no signal handlers; a signal ends training as before")
+            return
+        for signum in self.signals:
+            self._previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, self._on_signal)
+
+    def _restore(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in self._previous.items():  # None: one not set from Python; the default then
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        self._previous = {}
+
+    # -- the hooks -----------------------------------------------------------------------------
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Before Lightning installs its handlers: one owner of requeueing (see the module's docstring).
+        environment = getattr(trainer.strategy, "cluster_environment", None)
+        if environment is None:  # a single-device strategy keeps it in the connector only
+            environment = getattr(getattr(trainer, "_accelerator_connector", None), "cluster_environment", None)
+        if getattr(environment, "auto_requeue", False):
+            environment.auto_requeue = False
+
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.received, self._saved = None, None
+        self._install()  # a signal during the sanity check stops training after its first step
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._previous:
+            self.received, self._saved = None, None
+        self._checked_step = trainer.global_step  # a resumed run's first boundary is the next step
+        self._install()
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        step = trainer.global_step
+        if step == self._checked_step or self._saved is not None:
+            return  # no optimizer step since the last boundary (gradient accumulation)
+        self._checked_step = step
+        # Every rank, every step: stop when any rank got a signal (the highest-numbered one, to name it).
+        received = torch.tensor(self.received or 0, device=trainer.strategy.root_device)
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            dist.all_reduce(received, op=dist.ReduceOp.MAX)  # one collective (Lightning's reduce adds a barrier)
+        received = int(received.item())
+        if not received:
+            return
+        self.received = received
+        path = self.dirpath / f"step{step:07d}.ckpt"
+        log.warning("preemption: %s; saving step %d to %s", signal.Signals(received).name, step, path)
+        if not self._saved_just_now(trainer, path):  # else a ModelCheckpoint saved this step a moment ago
+            trainer.save_checkpoint(path, weights_only=False)  # collective; rank 0 writes, atomically
+            if trainer.is_global_zero:
+                self._point_last_at(trainer, path)
+        self._saved = (step, path)
+        # The step's metrics are logged after this hook; the run stops at the next one.
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        self._stop_if_saved(trainer)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._stop_if_saved(trainer)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._stop_if_saved(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._stop_if_saved(trainer)
+        self._restore()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if not isinstance(exception, Preempted):
+            self._restore()
+        # Preempted: ours stay until Lightning puts back the handlers from before `fit` (the
+        # forwarding below, which then ignores these signals), so that the SIGTERM SLURM sends
+        # after a requeue never reaches Lightning's handler and its collective.
+
+    # -- stopping ------------------------------------------------------------------------------
+    def _stop_if_saved(self, trainer: L.Trainer) -> None:
+        if self._saved is None:
+            return
+        global _stopping
+        _stopping = True
+        step, path = self._saved
+        message = None
+        if trainer.is_global_zero:  # every rank reaches this hook, the same one
+            _finish_wandb(trainer)
+            message = f"preempted by {signal.Signals(self.received).name} at step {step}; saved {path}; {self._go_on()}"
+        message = trainer.strategy.broadcast(message, src=0)  # also: no rank leaves before rank 0 is done
+        raise Preempted(message)
+
+    def _go_on(self) -> str:
+        """How the run continues: the requeued SLURM job, or the user with resume=auto."""
+        again = "continue with the same command and resume=auto"
+        job = _slurm_job()
+        if not self.requeue or job is None:
+            return again
+        if not _continues_itself(self.resume):
+            return (f"SLURM job {job} not requeued: its command has resume={self.resume}, so it would start "
+                    f"afresh; {again}")
+        failure = _requeue(job)
+        if failure:
+            return f"requeueing SLURM job {job} failed ({failure}); {again}"
+        return f"SLURM job {job} requeued: it continues from this checkpoint (resume={self.resume})"
+
+    def _saved_just_now(self, trainer: L.Trainer, path: Path) -> bool:
+        """Whether a ModelCheckpoint (which runs before this callback) wrote ``path`` at this step:
+        its ``best_model_path`` names the file it wrote last (with no metric to monitor)."""
+        return any(getattr(callback, "best_model_path", None) and Path(callback.best_model_path).resolve() ==
+                   path.resolve() for callback in trainer.checkpoint_callbacks if callback is not self)
+
+    def _point_last_at(self, trainer: L.Trainer, path: Path) -> None:
+        """``last.ckpt`` (written by a ModelCheckpoint with ``save_last`` into the same folder)
+        always names the newest checkpoint: make it a link to ``path``."""
+        if not any(getattr(callback, "save_last", None) and callback.dirpath
+                   and Path(callback.dirpath).resolve() == path.parent.resolve()
+                   for callback in trainer.checkpoint_callbacks if callback is not self):
+            return
+        with atomic_path(path.parent / "last.ckpt") as temporary:
+            os.symlink(path.name, temporary)
+
+
+def _finish_wandb(trainer: L.Trainer) -> None:
+    """Mark the W&B run as preempted and finish it, so that its files are complete (offline) or
+    uploaded (online); the resumed run continues it under the same id."""
+    for logger in trainer.loggers:
+        if not isinstance(logger, WandbLogger):
+            continue
+        try:
+            run = logger.experiment
+            run.mark_preempting()
+            run.finish(exit_code=EXIT_STATUS)
+        except Exception as error:  # noqa: BLE001 - the checkpoint is saved; W&B must not hide that
+            log.warning("preemption: could not finish the W&B run: %s: %s", type(error).__name__, error)
+
+
+def _slurm_job() -> str | None:
+    """This job's id as ``scontrol`` takes it (``<array job>_<task>`` for an array task), or None
+    outside SLURM."""
+    array_job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array_job and task:
+        return f"{array_job}_{task}"
+    return os.environ.get("SLURM_JOB_ID") or None
+
+
+def _continues_itself(resume: str | None) -> bool:
+    """Whether the same command, run again, continues this run: ``resume=auto`` or a run directory."""
+    return resume is not None and (str(resume) == "auto" or Path(str(resume)).is_dir())
+
+
+def _requeue(job: str) -> str | None:
+    """``scontrol requeue <job>``: None when it worked, else what went wrong."""
+    try:
+        done = subprocess.run(["scontrol", "requeue", job], check=False, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        return "no scontrol command here"
+    except subprocess.TimeoutExpired:
+        return "scontrol did not answer within 60 s"
+    if done.returncode != 0:
+        said = " ".join((done.stderr or done.stdout).split())[:200]
+        return f"scontrol exit status {done.returncode}{': ' + said if said else ''}"
+    log.info("preemption: SLURM job %s requeued", job)
+    return None
+
+
+def signal_numbers(names: list[str] | tuple[str, ...]) -> list[int]:
+    """The numbers of the ``callbacks.preemption.signals`` setting (``SIGTERM`` or ``TERM``, any
+    case); ConfigError for a name that is no signal a process can handle here."""
+    numbers = []
+    for name in names:
+        upper = str(name).upper()
+        number = getattr(signal, upper if upper.startswith("SIG") else f"SIG{upper}", None)
+        if not isinstance(number, signal.Signals) or number in (signal.SIGKILL, signal.SIGSTOP):
+            raise ConfigError(f"callbacks.preemption.signals: {name!r} is not a signal a process can handle here; "
+                              "use names such as SIGTERM, SIGUSR1, SIGUSR2")
+        numbers.append(int(number))
+    return numbers
+
+
+# -- the launching process of ddp_spawn -----------------------------------------------------------
+_before_forwarding: dict[int, Any] = {}  # signal → the handler this process had before
+_forwarding_pid: int | None = None  # the process that installed the forwarding
+
+
+def _forward_to_spawned_ranks(signals: list[int]) -> None:
+    """Handle ``signals`` in this process by passing them on to the training processes it has
+    spawned (``ddp_spawn``), which stop at a step boundary; with none, as before (its earlier
+    handler, else the default action). Installed once per process; a process forked from it (a
+    data loader worker) ignores them: its rank handles them and ends it."""
+    global _forwarding_pid
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _forwarding_pid = os.getpid()
+    for signum in signals:
+        if signum not in _before_forwarding:
+            _before_forwarding[signum] = signal.getsignal(signum)
+            signal.signal(signum, _forward)
+
+
+def _forward(signum: int, frame: Any) -> None:
+    if os.getpid() != _forwarding_pid:
+        return  # a forked child that inherited this handler
+    # The training processes of ddp_spawn are this process's non-daemonic multiprocessing children
+    # (data loader workers, also such children, are daemonic and stop with their rank).
+    ranks = [p for p in multiprocessing.active_children() if not p.daemon]
+    for rank in ranks:
+        with suppress(ProcessLookupError):
+            os.kill(rank.pid, signum)
+    if ranks or _stopping:
+        return
+    before = _before_forwarding.get(signum)
+    if callable(before):
+        before(signum, frame)
+    elif before in (signal.SIG_DFL, None):  # what the signal would have done: end the process
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
