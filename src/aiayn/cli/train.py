@@ -115,7 +115,7 @@ def _before_training(cfg: DictConfig):
         config = OmegaConf.to_container(cfg, resolve=True)
     L.seed_everything(cfg.seed, workers=True)
     datamodule = hydra.utils.instantiate(cfg.task.datamodule)
-    if int(os.environ.get("LOCAL_RANK", 0)) == 0:  # the other ranks of a node see the same files
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:  # the other ranks of a node see the same files
         datamodule.check_files()  # train, dev and test: all there (fetched where allowed) before any folder is made
     return config, resume, datamodule
 
