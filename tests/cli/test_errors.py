@@ -203,3 +203,24 @@ def test_decoding_settings_are_checked_before_loading() -> None:
 
 def test_help_lists_a_groups_options() -> None:
     assert config_options("task").split(", ") == sorted(p.stem for p in (REPO / "conf" / "task").glob("*.yaml"))
+
+
+def test_a_dead_rank_is_reported_before_lightnings_launcher_kills_the_job(capsys, monkeypatch) -> None:
+    """Lightning's `ddp` launcher SIGKILLs the whole job (its own process too) once it sees a dead
+    rank; the one line comes first. A real dead child, and a stand-in process for the launcher."""
+    from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
+
+    from aiayn.cli.errors import report_dead_ranks_before_lightning_kills
+
+    monkeypatch.setattr(sys, "argv", ["src/train.py"])
+    report_dead_ranks_before_lightning_kills()
+    report_dead_ranks_before_lightning_kills()  # once is enough: the line is not said twice
+    rank_1 = subprocess.Popen(["sleep", "60"])
+    launcher = subprocess.Popen(["sleep", "60"])
+    rank_1.kill()
+    rank_1.wait()
+    assert _ChildProcessObserver(main_pid=launcher.pid, child_processes=[rank_1])._run() is True
+    assert launcher.wait(timeout=10) == -9  # Lightning's SIGKILL still ends the job
+    assert capsys.readouterr().err.splitlines() == [
+        "train.py: a training process failed, so the job stopped (rank 1 was killed by signal 9). "
+        "Continue from the newest checkpoint with resume=auto"]

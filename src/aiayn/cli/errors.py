@@ -152,6 +152,34 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
     return None
 
 
+def report_dead_ranks_before_lightning_kills() -> None:
+    """With the ``ddp`` strategy, Lightning's launching process (rank 0) watches the ranks it
+    started, every 5 s; when one has died it SIGKILLs them all and itself, which may come before
+    this rank's own collective notices the lost peer and reports it (:func:`describe`). Then the
+    job would end with Lightning's log line alone; this makes it say the one line first."""
+    try:
+        from lightning.fabric.strategies.launchers import subprocess_script
+    except ImportError:
+        return
+    observer = getattr(subprocess_script, "_ChildProcessObserver", None)
+    if observer is None or getattr(observer._terminate_all, "reports", False):
+        return
+    terminate_all = observer._terminate_all
+
+    def report_then_terminate(self: Any) -> None:
+        dead = [(rank, process.returncode) for rank, process in enumerate(self._child_processes, start=1)
+                if process.returncode]
+        if dead:
+            rank, code = dead[0]
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            print(f"{tool_name()}: a training process failed, so the job stopped (rank {rank} {how}). "
+                  "Continue from the newest checkpoint with resume=auto", file=sys.stderr, flush=True)
+        terminate_all(self)
+
+    report_then_terminate.reports = True
+    observer._terminate_all = report_then_terminate
+
+
 def _os_error(error: OSError) -> str:
     if error.filename is None:
         return str(error)

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from aiayn.checkpoints.io import AtomicCheckpointIO
 from aiayn.checkpoints.resume import find_resume
 from aiayn.cli import CONFIG_DIR
-from aiayn.cli.errors import reports_composition_errors, reports_errors
+from aiayn.cli.errors import report_dead_ranks_before_lightning_kills, reports_composition_errors, reports_errors
 from aiayn.errors import ConfigError, UserError
 from aiayn.reporting.loggers import describe_wandb_run, quiet_lightning
 from aiayn.training.config import network_arguments  # also registers the config schemas with Hydra
@@ -51,6 +51,7 @@ warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)`
 def main(cfg: DictConfig) -> dict[str, float]:
     torch.set_float32_matmul_precision("high")
     quiet_lightning()
+    report_dead_ranks_before_lightning_kills()
     return train(cfg)
 
 
