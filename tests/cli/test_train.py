@@ -46,6 +46,8 @@ def test_train_with_two_gloo_processes(tmp_path: Path, subword_cache: Path, data
                    cache_dir=subword_cache)
     output = result.stdout + result.stderr
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in output and "GLOBAL_RANK: 1, MEMBER: 2/2" in output
+    # The spawned ranks report what the data module kept and dropped, once (rank 0), as one process does.
+    assert output.count("kept 29000 of 29000 training pairs") == 1, output[-3000:]
     assert sum(line.startswith("test test_2016_flickr:") for line in result.stdout.splitlines()) == 1
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())  # counted over both ranks
     assert summary["processes"] == 2 and summary["steps"] == 4 and summary["train_flops"] > 0
