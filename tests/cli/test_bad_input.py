@@ -216,6 +216,8 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["trainer.accumulate_grad_batches=0"], "train.py: trainer.accumulate_grad_batches must be a positive whole "
                                             "number, got 0"),
     (["trainer.val_check_interval=0"], "train.py: trainer.val_check_interval must be a whole number of steps"),
+    (["trainer.precision=banana"], "train.py: trainer: Precision 'banana' is invalid."),
+    (["trainer.gradient_clip_algorithm=sideways"], "train.py: trainer: `gradient_clip_algorithm` sideways is invalid."),
     (["optim.betas=[0.9,1.5]"], "train.py: optim.betas must be two numbers in [0, 1) (Adam's β1, β2), got [0.9, 1.5]"),
     (["distributed.timeout_minutes=0"], "train.py: distributed.timeout_minutes must be a positive number of "
                                         "minutes, got 0"),

@@ -18,6 +18,7 @@ import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
@@ -59,39 +60,17 @@ def train(cfg: DictConfig) -> dict[str, float]:
     run_dir = Path(cfg.paths.output_dir)
     try:
         config, resume, datamodule = _before_training(cfg)
+        module = _module(cfg, config)
+        logger = _logger(cfg, resume)  # nothing written until its first use, below
+        trainer = _trainer(cfg, logger)
     except UserError:
         _remove_unstarted_run(run_dir)  # a run that never started leaves no folder behind
         raise
-    try:
-        module = TranslationModule(
-            model=network_arguments(config["model"], config["width_divisor"]),  # the widths trained
-            vocab_size=cfg.task.vocab_size,
-            optim=config["optim"],
-            label_smoothing=config["loss"]["label_smoothing"],
-            decoding=config["task"]["decoding"],
-            bleu_sentences=cfg.validation.bleu_sentences,
-            run_config=config,
-            seed=cfg.seed,
-            max_nonfinite_in_a_row=cfg.nonfinite.max_in_a_row,
-            compile_model=cfg.compile,
-        )
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"model: {error}") from None
-    logger = _logger(cfg, resume)
     if logger:
         logger.log_hyperparams(config)
         logger.log_hyperparams({"parameters": sum(p.numel() for p in module.model.parameters())})
         if isinstance(logger, WandbLogger) and logger.experiment.settings is not None:
             log.info(describe_wandb_run(logger))
-    # conf/callbacks/default.yaml: step and timed checkpoints, attention pictures, run summary
-    # (built after a resume has moved paths.output_dir to the resumed run).
-    built = (hydra.utils.instantiate(entry) for entry in cfg.callbacks.values() if entry is not None)
-    callbacks = [callback for callback in built if callback is not None]
-    trainer_args = hydra.utils.instantiate(cfg.trainer, _convert_="all")  # a strategy may be an object
-    # A hung rank ends the job after distributed.timeout_minutes, not Lightning's 30 minutes.
-    trainer_args["strategy"] = strategy_with_timeout(trainer_args.get("strategy", "auto"),
-                                                     cfg.distributed.timeout_minutes, training_processes(trainer_args))
-    trainer = L.Trainer(**trainer_args, logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
     results = trainer.test(module, datamodule=datamodule)[0] if cfg.get("test_after_training", True) else {}
     if trainer.is_global_zero and results:
@@ -132,6 +111,40 @@ def _remove_unstarted_run(run_dir: Path) -> None:
         if parent == Path.cwd() or not parent.is_dir() or any(parent.iterdir()):
             break
         parent.rmdir()
+
+
+def _module(cfg: DictConfig, config: dict) -> TranslationModule:
+    try:
+        return TranslationModule(
+            model=network_arguments(config["model"], config["width_divisor"]),  # the widths trained
+            vocab_size=cfg.task.vocab_size,
+            optim=config["optim"],
+            label_smoothing=config["loss"]["label_smoothing"],
+            decoding=config["task"]["decoding"],
+            bleu_sentences=cfg.validation.bleu_sentences,
+            run_config=config,
+            seed=cfg.seed,
+            max_nonfinite_in_a_row=cfg.nonfinite.max_in_a_row,
+            compile_model=cfg.compile,
+        )
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"model: {error}") from None
+
+
+def _trainer(cfg: DictConfig, logger) -> L.Trainer:
+    """Lightning's Trainer from ``trainer.*``, the callbacks of conf/callbacks/ (built after a
+    resume has moved paths.output_dir to the resumed run) and atomic checkpoint writes. A setting
+    Lightning refuses is a ConfigError naming it, before anything is written."""
+    built = (hydra.utils.instantiate(entry) for entry in cfg.callbacks.values() if entry is not None)
+    callbacks = [callback for callback in built if callback is not None]
+    trainer_args = hydra.utils.instantiate(cfg.trainer, _convert_="all")  # a strategy may be an object
+    # A hung rank ends the job after distributed.timeout_minutes, not Lightning's 30 minutes.
+    trainer_args["strategy"] = strategy_with_timeout(trainer_args.get("strategy", "auto"),
+                                                     cfg.distributed.timeout_minutes, training_processes(trainer_args))
+    try:
+        return L.Trainer(**trainer_args, logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
+    except (TypeError, ValueError, MisconfigurationException) as error:
+        raise ConfigError(f"trainer: {str(error).strip()}") from None
 
 
 def _logger(cfg: DictConfig, resume) -> object:
