@@ -11,11 +11,10 @@ Where the peers differ from ours and how each is bridged:
   embeddings × √d_model, our sinusoid table and the output projection tied to the embeddings.
   It needs d_k = d_v = d_model / h.
 * ``MarianMTModel`` is post-norm, scales embeddings by √d_model and ties the output projection;
-  its configuration is set to ReLU, our layer-norm ε (torch's default 1e-5, both), no dropout at
-  inference, BOS as the decoder start token and no forced EOS at the maximum length. Its attention
-  and output biases (``final_logits_bias``) are zeroed. Its sinusoid table puts all sines in the
-  first half of the dimensions and all cosines in the second; ours interleaves them (§3.5), so
-  the table is overwritten with ours.
+  its configuration and the copy of our weights are those of src/export.py
+  (:mod:`aiayn.export.marian`): ReLU, our layer-norm ε, BOS as the decoder start token, no forced
+  EOS at the maximum length, zero attention and output biases, and d_model reordered so that our
+  interleaved sinusoids (§3.5) are Marian's sines-then-cosines table.
 * Marian's ``generate`` keeps every sentence of a batch going to one shared maximum length; ours
   stops each at its own (input length + 50). Its length penalty divides by |Y|^α rather than
   GNMT's ((5 + |Y|) / 6)^α; α is the same number.
@@ -29,36 +28,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.export import marian
 from aiayn.model import Transformer
 from aiayn.model.positional import sinusoidal_table
 
 
 def model_sizes(model: Transformer) -> dict[str, int]:
     """The sizes of ``model`` that a peer needs: vocabulary, N, d_model, d_ff, h, d_k, d_v."""
-    layer = model.encoder_layers[0]
-    attention = layer.self_attention
-    return dict(
-        vocab_size=model.src_embedding.weight.size(0),
-        n_layers=len(model.encoder_layers),
-        d_model=model.d_model,
-        d_ff=layer.feed_forward.w_1.out_features,
-        n_heads=attention.n_heads,
-        d_k=attention.d_k,
-        d_v=attention.d_v,
-        max_positions=model.max_positions,
-    )
+    return marian.model_sizes(model)
 
 
 def _check_shareable(model: Transformer) -> dict[str, int]:
-    if model.output_projection is not None or model.tgt_embedding is not model.src_embedding:
-        raise ValueError("the peers tie one embedding to both stacks and the output; build the model with share_embeddings")
-    if not isinstance(model.src_positions, type(model.tgt_positions)) or model.src_positions is not model.tgt_positions:
-        raise ValueError("the peers use the fixed sinusoids; build the model with positional='sinusoidal'")
-    sizes = model_sizes(model)
-    if sizes["d_k"] * sizes["n_heads"] != sizes["d_model"] or sizes["d_v"] != sizes["d_k"]:
-        raise ValueError(f"the peers need d_k = d_v = d_model / h, got d_k={sizes['d_k']}, d_v={sizes['d_v']}, "
-                         f"d_model={sizes['d_model']}, h={sizes['n_heads']}")
-    return sizes
+    """``model``'s sizes, or a ValueError (aiayn's ConfigError) naming what the peers cannot mirror:
+    separate embeddings, learned positions, heads not d_model / h wide (the same as MarianMT's)."""
+    return marian.check_expressible(model)
 
 
 # ---------------------------------------------------------------------------------- nn.Transformer
@@ -155,55 +138,17 @@ def _strip(ids: list[int], eos_id: int, limit: int) -> list[int]:
 
 
 def marian_peer(model: Transformer, *, bos_id: int, eos_id: int, dropout: float = 0.1):
-    """A ``MarianMTModel`` of ``model``'s sizes (its own random weights), configured as ours."""
-    from transformers import MarianConfig, MarianMTModel
+    """A ``MarianMTModel`` of ``model``'s sizes (its own random weights), configured as ours
+    (aiayn.export.marian, the mapping src/export.py writes)."""
+    from transformers import MarianMTModel
 
-    sizes = _check_shareable(model)
-    config = MarianConfig(
-        vocab_size=sizes["vocab_size"], d_model=sizes["d_model"], max_position_embeddings=sizes["max_positions"],
-        encoder_layers=sizes["n_layers"], decoder_layers=sizes["n_layers"],
-        encoder_attention_heads=sizes["n_heads"], decoder_attention_heads=sizes["n_heads"],
-        encoder_ffn_dim=sizes["d_ff"], decoder_ffn_dim=sizes["d_ff"],
-        activation_function="relu", scale_embedding=True, dropout=dropout, attention_dropout=0.0,
-        activation_dropout=0.0, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-        pad_token_id=model.pad_id, eos_token_id=eos_id, bos_token_id=bos_id, decoder_start_token_id=bos_id,
-        forced_eos_token_id=None,
-    )
-    return MarianMTModel(config)
+    return MarianMTModel(marian.marian_config(model, bos_id=bos_id, eos_id=eos_id, dropout=dropout))
 
 
-@torch.no_grad()
 def copy_to_marian(model: Transformer, peer):
-    """Copy our weights into a ``MarianMTModel`` from :func:`marian_peer`: zero attention biases
-    and ``final_logits_bias``, our sinusoid table in place of Marian's."""
-    peer.model.shared.weight.copy_(model.src_embedding.weight)
-    for stack in (peer.model.encoder, peer.model.decoder):
-        stack.embed_positions.weight.copy_(model.src_positions.table[: stack.embed_positions.weight.size(0)])
-    peer.final_logits_bias.zero_()
-    stacks = ((model.encoder_layers, peer.model.encoder.layers, "encoder"),
-              (model.decoder_layers, peer.model.decoder.layers, "decoder"))
-    for ours, theirs, kind in stacks:
-        for layer, other in zip(ours, theirs, strict=True):
-            _copy_marian_attention(layer.self_attention, other.self_attn)
-            other.self_attn_layer_norm.load_state_dict(layer.residual_1.norm.state_dict())
-            if kind == "decoder":
-                _copy_marian_attention(layer.cross_attention, other.encoder_attn)
-                other.encoder_attn_layer_norm.load_state_dict(layer.residual_2.norm.state_dict())
-                other.final_layer_norm.load_state_dict(layer.residual_3.norm.state_dict())
-            else:
-                other.final_layer_norm.load_state_dict(layer.residual_2.norm.state_dict())
-            other.fc1.load_state_dict(layer.feed_forward.w_1.state_dict())
-            other.fc2.load_state_dict(layer.feed_forward.w_2.state_dict())
-    if peer.lm_head.weight.data_ptr() != peer.model.shared.weight.data_ptr():
-        peer.lm_head.weight.copy_(model.src_embedding.weight)
-    return peer
-
-
-def _copy_marian_attention(ours, theirs) -> None:
-    for mine, other in ((ours.w_q, theirs.q_proj), (ours.w_k, theirs.k_proj), (ours.w_v, theirs.v_proj),
-                        (ours.w_o, theirs.out_proj)):
-        other.weight.copy_(mine.weight)
-        other.bias.zero_()
+    """Copy our weights into a ``MarianMTModel`` from :func:`marian_peer`, d_model reordered to
+    Marian's sinusoid layout, its extra biases zero (:func:`aiayn.export.marian.copy_to_marian`)."""
+    return marian.copy_to_marian(model, peer)
 
 
 def marian_inputs(src: Tensor, pad_id: int) -> dict[str, Tensor]:

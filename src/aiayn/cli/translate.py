@@ -1,4 +1,5 @@
-"""Translate text with a checkpoint: `python src/translate.py ckpt=<file> [input=...] [output=...]`.
+"""Translate text with a checkpoint: `python src/translate.py ckpt=<file> [input=...] [output=...]`
+(or an exported model: `engine=ctranslate2 model_dir=<folder>`).
 
 One sentence a line in, one translation a line out, in the same order; an empty line gives an
 empty line; a line longer than the model can read is truncated with a warning.
@@ -15,6 +16,11 @@ a line that is not UTF-8 stops the run after every line before it is translated 
 fastest for a file piped in); ``auto`` (the default) is ``true`` for a terminal and, for a pipe,
 translates together the lines that have arrived and answers them before waiting for more, so a
 long file piped in is still batched while a line fed alone into an open pipe is answered at once.
+
+``engine=ctranslate2 model_dir=<folder>`` translates with a CTranslate2 export of a checkpoint
+(src/export.py format=ctranslate2) instead, through the same reading and writing; its beam search
+normalises by |Y|^α rather than GNMT's length penalty (its ``beam_size=1`` is greedy search, which
+aiayn's ``beam_size=1 alpha=0`` is too).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from pathlib import Path
 from typing import TextIO
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from aiayn.checkpoints.trained import load_trained
 from aiayn.cli import CONFIG_DIR
@@ -38,6 +44,9 @@ from aiayn.cli.line_input import AvailableLines, chunked
 from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.errors import ConfigError
 from aiayn.inference import Translator
+
+# What translates: aiayn's own beam search over a checkpoint, or a CTranslate2 export (src/export.py).
+ENGINES = ("aiayn", "ctranslate2")
 
 
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
@@ -50,8 +59,7 @@ def main(cfg: DictConfig) -> None:
     _check_settings(cfg)
     source = _input_file(cfg.input)
     output = _output_file(cfg.output, source)
-    trained = load_trained(cfg.ckpt, cfg.device)
-    translator = Translator(trained.model, trained.vocab, batch_size=cfg.batch_size, **{**trained.decoding, **settings})
+    translator = _translator(cfg, settings)
     chunks = _chunks(cfg, source)
     writer = None
     try:
@@ -66,6 +74,18 @@ def main(cfg: DictConfig) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         sys.exit(128 + signal.SIGPIPE)
     _summary(writer.lines, translator)
+
+
+def _translator(cfg: DictConfig, settings: dict) -> Translator:
+    """aiayn's own :class:`Translator` of ``ckpt``, or (``engine=ctranslate2``) the CTranslate2
+    translator of the exported folder ``model``, which has the same ``stream`` and counters."""
+    if cfg.engine == "ctranslate2":
+        from aiayn.export.ctranslate2 import CTranslate2Translator
+
+        search = {key: settings[key] for key in ("beam_size", "alpha", "max_len_offset") if key in settings}
+        return CTranslate2Translator(cfg.model_dir, batch_size=cfg.batch_size, device=cfg.device, **search)
+    trained = load_trained(cfg.ckpt, cfg.device)
+    return Translator(trained.model, trained.vocab, batch_size=cfg.batch_size, **{**trained.decoding, **settings})
 
 
 def _summary(lines: int, translator: Translator) -> None:
@@ -88,6 +108,21 @@ class LineWriter:
 
 
 def _check_settings(cfg: DictConfig) -> None:
+    if cfg.engine not in ENGINES:
+        raise ConfigError(f"engine={cfg.engine} is not one of {', '.join(ENGINES)}")
+    if cfg.engine == "ctranslate2":
+        if not cfg.model_dir:
+            raise ConfigError("engine=ctranslate2 needs model_dir=<folder>, a CTranslate2 export of src/export.py "
+                              "format=ctranslate2")
+        if not OmegaConf.is_missing(cfg, "ckpt"):
+            raise ConfigError(f"ckpt={cfg.ckpt} is for engine=aiayn; with engine=ctranslate2 give the exported "
+                              "folder as model_dir=<folder>")
+        if not Path(cfg.model_dir).is_dir():
+            raise ConfigError(f"model_dir={cfg.model_dir}: no such folder; give a CTranslate2 export of src/export.py "
+                              "format=ctranslate2")
+    elif cfg.model_dir is not None:
+        raise ConfigError(f"model_dir={cfg.model_dir} is for engine=ctranslate2; add engine=ctranslate2, or give a "
+                          "checkpoint as ckpt=<file.ckpt>")
     if cfg.interactive not in ("auto", True, False):
         raise ConfigError(f"interactive must be auto, true or false, got {cfg.interactive!r}")
     size = cfg.buffer_size

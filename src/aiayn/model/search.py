@@ -139,7 +139,8 @@ def beam_search(
         row_of = lambda beam: (torch.arange(n, device=device)[:, None] * k + beam)
 
         # Candidates among the best `k` that end in EOS are finished hypotheses of length `step`
-        # (EOS further down is ignored, so a beam of 1 is exactly greedy search).
+        # (EOS further down is ignored, so a beam of 1 with α = 0 is exactly greedy search; with
+        # α > 0 a longer hypothesis may still beat the first one finished).
         is_eos = token == eos_id  # (n, 2·beam)
         finishes = is_eos.clone()
         finishes[:, k:] = False

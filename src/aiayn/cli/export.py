@@ -1,0 +1,75 @@
+"""Export a checkpoint for the tools everyone serves with:
+`python src/export.py ckpt=<file.ckpt> format=hf|ctranslate2 out=<folder> [average_last=k] [quantization=int8]`.
+
+``format=hf`` writes a Hugging Face MarianMT folder (weights, tokenizer files, generation settings,
+model card); ``format=ctranslate2`` converts that into a CTranslate2 model (``quantization=int8``:
+8-bit weights). ``average_last=k`` exports the average of the checkpoint and the k - 1 before it by
+step (§6.1). A model MarianMT cannot express (separate vocabularies, learned positions, heads not
+d_model / h wide), a missing package or a bad setting is one line on stderr, exit 2, before
+anything is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from aiayn.cli import CONFIG_DIR, tool_command
+from aiayn.cli.errors import reports_composition_errors, reports_errors
+from aiayn.errors import ConfigError
+
+FORMATS = ("hf", "ctranslate2")
+
+
+@reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="export")
+@reports_errors  # one line on stderr, exit status 2, for what the user can fix
+def main(cfg: DictConfig) -> None:
+    for key in ("ckpt", "out"):
+        if OmegaConf.is_missing(cfg, key) or cfg[key] in (None, ""):
+            raise ConfigError(f"give {key}=...  (usage: {tool_command()} ckpt=<file.ckpt> format=hf out=<folder>)")
+    if cfg.format not in FORMATS:
+        raise ConfigError(f"format={cfg.format} is not one of {', '.join(FORMATS)}")
+    if cfg.quantization is not None and cfg.format != "ctranslate2":
+        raise ConfigError(f"quantization={cfg.quantization} is for format=ctranslate2 only; leave it out for "
+                          f"format={cfg.format}")
+    k = cfg.average_last if cfg.average_last is not None else 1
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint "
+                          f"alone), got {cfg.average_last!r}")
+    ckpt = Path(cfg.ckpt)
+    if ckpt.is_dir():
+        raise ConfigError(f"ckpt={ckpt} is a folder; give one checkpoint file in it, e.g. ckpt={ckpt / 'last.ckpt'}")
+
+    from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
+    from aiayn.checkpoints.trained import load_trained
+    from aiayn.export.marian import check_expressible, require
+
+    require("transformers")
+    if cfg.format == "ctranslate2":
+        require("ctranslate2")
+    averaged = last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [ckpt]  # DataError: too few
+    trained = load_trained(ckpt, "cpu")
+    check_expressible(trained.model, str(ckpt))  # ConfigError naming the setting Marian cannot hold
+    steps = [trained.step]
+    if k > 1:  # §6.1: the weights averaged over the k checkpoints ending at the one given
+        average = average_checkpoints(averaged)
+        trained.module.load_state_dict(average["state_dict"])
+        steps = list(average["averaged_steps"])
+    if cfg.format == "hf":
+        from aiayn.export.huggingface import export_huggingface
+
+        out = export_huggingface(trained, Path(cfg.out), ckpt=ckpt, steps=steps)
+    else:
+        from aiayn.export.ctranslate2 import export_ctranslate2
+
+        out = export_ctranslate2(trained, Path(cfg.out), ckpt=ckpt, steps=steps, quantization=cfg.quantization)
+    what = f"step {steps[-1]}" + (f", averaged over steps {', '.join(map(str, steps))}" if len(steps) > 1 else "")
+    print(f"exported {ckpt} ({what}) as {cfg.format}"
+          + (f" ({cfg.quantization})" if cfg.quantization else "") + f" -> {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Write a trained model as a Hugging Face MarianMT folder: ``config.json``, ``generation_config.json``
+and the weights (:mod:`aiayn.export.marian`), the tokenizer's files (:mod:`aiayn.export.tokenizer`)
+and the model card (:mod:`aiayn.export.card`). ``MarianMTModel.from_pretrained``,
+``MarianTokenizer.from_pretrained`` load it as it is (and, with transformers 4, ``pipeline("translation")``).
+
+The folder is written beside its destination and renamed into place, so an export that stops
+midway leaves no half-written folder, and exporting again replaces an earlier export.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from aiayn.checkpoints.trained import TrainedModel
+from aiayn.errors import ConfigError
+from aiayn.export.card import CardFacts, measured_bleu, model_card
+from aiayn.export.marian import model_sizes, to_marian
+from aiayn.export.tokenizer import save_tokenizer
+
+
+def card_facts(trained: TrainedModel, ckpt: Path, steps: list[int]) -> CardFacts:
+    """What the model card says, from the checkpoint's own config and the run's reports."""
+    task = trained.config.get("task") or {}
+    datamodule = dict(task.get("datamodule") or {})
+    data = {key: datamodule[key] for key in ("_target_", "src_lang", "tgt_lang", "vocab_size", "max_tokens",
+                                             "test_split") if key in datamodule}
+    network = dict(trained.config.get("model") or {})
+    network["vocab_size"] = trained.vocab.vocab_size
+    name = str(ckpt) if len(steps) == 1 else f"averaged, newest {ckpt}"
+    return CardFacts(name=name, task=str(task.get("name", "translation")), src_lang=datamodule.get("src_lang"),
+                     tgt_lang=datamodule.get("tgt_lang"), steps=steps, model=network,
+                     decoding={k: trained.decoding[k] for k in ("beam_size", "alpha", "max_len_offset")
+                               if k in trained.decoding},
+                     data=data, bleu=measured_bleu(ckpt, steps))
+
+
+def save_huggingface(trained: TrainedModel, out: Path, facts: CardFacts, where: str) -> None:
+    """Write the MarianMT folder of ``trained`` into ``out`` (an empty or new folder)."""
+    model, vocab = trained.model, trained.vocab
+    marian = to_marian(model.cpu(), bos_id=vocab.bos_id, eos_id=vocab.eos_id,
+                       dropout=float(model.embedding_dropout.p), where=where)
+    generation = marian.generation_config
+    generation.decoder_start_token_id, generation.bos_token_id = vocab.bos_id, vocab.bos_id
+    generation.eos_token_id, generation.pad_token_id, generation.forced_eos_token_id = vocab.eos_id, vocab.pad_id, None
+    generation.num_beams = int(trained.decoding.get("beam_size", 4))
+    generation.length_penalty = float(trained.decoding.get("alpha", 0.6))  # |Y|^α there: see the model card
+    generation.max_length = model_sizes(model)["max_positions"]
+    marian.save_pretrained(str(out))
+    save_tokenizer(vocab, out, src_lang=facts.src_lang, tgt_lang=facts.tgt_lang,
+                   max_positions=model_sizes(model)["max_positions"])
+    (out / "README.md").write_text(model_card(facts), encoding="utf-8")
+
+
+@contextmanager
+def replacing_folder(out: Path):
+    """Yield a fresh folder beside ``out``; when the block ends without an error it becomes ``out``
+    (replacing an earlier export there), otherwise it is removed. ``out`` must be a new folder, an
+    empty one or an earlier export (it holds ``config.json``)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out={out} is a file; give a folder to export into")
+    if out.is_dir() and any(out.iterdir()) and not (out / "config.json").is_file():
+        raise ConfigError(f"out={out} is a folder holding other files; give a new or empty folder to export into")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as error:
+        raise ConfigError(f"out={out}: cannot write there ({error.strerror or error}); "
+                          "give a folder you can write to") from None
+    try:
+        yield scratch
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(scratch, 0o777 & ~umask)  # a folder as any other the user makes (mkdtemp's is private)
+        if out.is_dir():
+            shutil.rmtree(out)
+        os.replace(scratch, out)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def export_huggingface(trained: TrainedModel, out: Path, *, ckpt: Path, steps: list[int]) -> Path:
+    """Export ``trained`` (its weights as they are: averaged already, if asked) into ``out``."""
+    with replacing_folder(out) as scratch:
+        save_huggingface(trained, scratch, card_facts(trained, ckpt, steps), str(ckpt))
+    return out

@@ -1,0 +1,123 @@
+"""src/export.py end to end: a checkpoint (or the average of the last ones) exported as a Hugging Face
+MarianMT folder and as a CTranslate2 model, served by translate.py engine=ctranslate2 with aiayn's
+own output; what cannot be exported, and bad settings, refused in one line before anything is
+written. On the session's tiny trained run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
+from aiayn.checkpoints.io import read_checkpoint
+from aiayn.checkpoints.trained import module_arguments
+from aiayn.export.marian import marian_order
+from aiayn.training.module import TranslationModule
+from tests.helpers.runs import TrainedRun, run_tool
+
+pytestmark = pytest.mark.cli
+transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")
+
+SENTENCES = ["A man is riding a bike.", "", "Two dogs play in the snow.", "A woman sings on a stage."]
+
+
+def export(tiny_run: TrainedRun, data_root: Path, *arguments: str, check: bool = True):
+    return run_tool("src/export.py", *arguments, data_root=data_root, cache_dir=tiny_run.cache_dir, check=check)
+
+
+def test_hf_export_of_averaged_checkpoints_loads_with_transformers(tiny_run, data_root, tmp_path):
+    out = tmp_path / "exported" / "hf"
+    result = export(tiny_run, data_root, f"ckpt={tiny_run.checkpoints / 'step0000004.ckpt'}", "average_last=2",
+                    f"out={out}")
+    assert "averaged over steps 3, 4" in result.stdout and str(out) in result.stdout
+    marian = transformers.MarianMTModel.from_pretrained(str(out))
+    tokenizer = transformers.MarianTokenizer.from_pretrained(str(out))
+    assert tokenizer("A dog.").input_ids[-1] == tokenizer.eos_token_id
+    average = average_checkpoints(last_checkpoints(tiny_run.checkpoints, 2,
+                                                   ending_at=tiny_run.checkpoints / "step0000004.ckpt"))
+    embedding = average["state_dict"]["model.src_embedding.weight"]
+    order = marian_order(embedding.size(1))
+    torch.testing.assert_close(marian.model.shared.weight, embedding[:, order])  # the average, d_model reordered
+    assert "the average of 2 checkpoints at steps 3, 4" in (out / "README.md").read_text(encoding="utf-8")
+    # exporting again replaces the earlier export
+    export(tiny_run, data_root, f"ckpt={tiny_run.last}", f"out={out}")
+    assert "the average" not in (out / "README.md").read_text(encoding="utf-8")
+    assert sorted(p.name for p in out.parent.iterdir()) == ["hf"]  # no scratch folder left beside it
+
+
+def test_ctranslate2_export_serves_translate_with_our_output(tiny_run, data_root, tmp_path):
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
+    out = tmp_path / "ct2"
+    export(tiny_run, data_root, f"ckpt={tiny_run.last}", "format=ctranslate2", f"out={out}")
+    source = tmp_path / "source.en"
+    source.write_text("".join(line + "\n" for line in SENTENCES), encoding="utf-8")
+    # beam 1 with α 0 is aiayn's greedy search (a length penalty could let a longer beam-1 hypothesis win)
+    greedy = ["beam_size=1", "alpha=0.0", "max_len_offset=5", "device=cpu", f"input={source}"]
+    ours = run_tool("src/translate.py", f"ckpt={tiny_run.last}", *greedy, "output=" + str(tmp_path / "ours.de"),
+                    data_root=data_root, cache_dir=tiny_run.cache_dir)
+    theirs = run_tool("src/translate.py", "engine=ctranslate2", f"model_dir={out}", *greedy,
+                      "output=" + str(tmp_path / "ct2.de"), data_root=data_root, cache_dir=tiny_run.cache_dir)
+    assert "translated 4 lines" in theirs.stderr and ours.returncode == 0
+    assert (tmp_path / "ct2.de").read_text(encoding="utf-8") == (tmp_path / "ours.de").read_text(encoding="utf-8")
+
+
+def checkpoint_with(tiny_run: TrainedRun, folder: Path, **model_settings) -> Path:
+    """The tiny run's last checkpoint rewritten as one of a model with ``model_settings`` (its own weights)."""
+    checkpoint = read_checkpoint(tiny_run.last)
+    hyper_parameters = dict(checkpoint["hyper_parameters"])
+    hyper_parameters["model"] = {**hyper_parameters["model"], **model_settings}
+    torch.manual_seed(0)
+    module = TranslationModule(**module_arguments(hyper_parameters))
+    path = folder / f"{'-'.join(model_settings)}.ckpt"
+    torch.save({**checkpoint, "hyper_parameters": hyper_parameters, "state_dict": module.state_dict()}, path)
+    return path
+
+
+@pytest.mark.parametrize("case", ["learned positions", "separate vocabularies", "format", "quantization for hf",
+                                  "out is a file", "average_last"])
+def test_bad_export_is_one_line_and_writes_nothing(case, tiny_run, data_root, tmp_path):
+    out = tmp_path / "out"
+    refused = {"learned positions": {"positional": "learned"}, "separate vocabularies": {"share_embeddings": False}}
+    ckpt = checkpoint_with(tiny_run, tmp_path, **refused[case]) if case in refused else None
+    arguments, expected = {
+        "learned positions": ([f"ckpt={ckpt}"],
+                              "was trained with model.positional=learned; MarianMT recomputes fixed sinusoids"),
+        "separate vocabularies": ([f"ckpt={ckpt}"], "was trained with model.share_embeddings=false"),
+        "format": ([f"ckpt={tiny_run.last}", "format=onnx"], "format=onnx is not one of hf, ctranslate2"),
+        "quantization for hf": ([f"ckpt={tiny_run.last}", "quantization=int8"],
+                                "quantization=int8 is for format=ctranslate2 only"),
+        "out is a file": ([f"ckpt={tiny_run.last}"], "is a file; give a folder to export into"),
+        "average_last": ([f"ckpt={tiny_run.last}", "average_last=0"], "average_last must be a whole number"),
+    }[case]
+    if case == "out is a file":
+        out.write_text("keep me")
+    result = export(tiny_run, data_root, *arguments, f"out={out}", check=False)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("export.py: ") and expected in lines[0]
+    assert (out.read_text() == "keep me") if case == "out is a file" else not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no scratch folder
+
+
+def test_translate_engine_settings_are_checked(tiny_run, data_root, tmp_path):
+    cases = {
+        ("engine=ctranslate2",): "engine=ctranslate2 needs model_dir=<folder>",
+        ("engine=ctranslate2", f"model_dir={tmp_path / 'none'}"): "no such folder",
+        ("engine=ctranslate2", f"model_dir={tmp_path}", f"ckpt={tiny_run.last}"): "is for engine=aiayn",
+        (f"ckpt={tiny_run.last}", f"model_dir={tmp_path}"): "is for engine=ctranslate2",
+        ("engine=onnx", f"ckpt={tiny_run.last}"): "engine=onnx is not one of aiayn, ctranslate2",
+        ("engine=ctranslate2", f"model_dir={tmp_path}"): "not a CTranslate2 export of aiayn",
+    }
+    for arguments, expected in cases.items():
+        result = run_tool("src/translate.py", *arguments, stdin="A dog.\n", data_root=data_root, check=False)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and expected in lines[0], (arguments, result.stderr)
+        assert result.stdout == ""
+
+
+def test_export_help_names_the_formats():
+    result = run_tool("src/export.py", "--help")  # needs no checkpoint
+    assert result.stdout.startswith("export.py: export a checkpoint")
+    assert "format=hf|ctranslate2" in result.stdout and "quantization: null" in result.stdout

@@ -1,0 +1,82 @@
+"""A checkpoint converted to CTranslate2 (src/aiayn/export/ctranslate2.py) translates as ours:
+identical greedy outputs on real Multi30k sentences; int8 weights load and translate; the
+translator streams in input order as aiayn's does."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aiayn.checkpoints.trained import load_trained
+from aiayn.data.corpus import TranslationCollator
+from aiayn.errors import ConfigError, DataError
+from aiayn.model import greedy_search
+
+pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")
+pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
+
+from aiayn.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+OFFSET = 8
+
+
+@pytest.fixture(scope="module")
+def ct2_export(tiny_run, tiny_trained, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ct2") / "float32"
+    return export_ctranslate2(load_trained(tiny_run.last, "cpu"), out, ckpt=tiny_run.last, steps=[tiny_trained.step])
+
+
+def ours_greedy(trained, sentences):
+    vocab = trained.vocab
+    src = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)(
+        [(i, ids, []) for i, ids in enumerate(vocab.encode(sentences))])["src"]
+    return greedy_search(trained.model, src, bos_id=vocab.bos_id, eos_id=vocab.eos_id, max_len_offset=OFFSET)
+
+
+def test_greedy_outputs_are_ours(ct2_export, tiny_trained, multi30k_pairs):
+    english, _ = multi30k_pairs
+    translator = CTranslate2Translator(ct2_export, beam_size=1, max_len_offset=OFFSET, threads=1)
+    ours = ours_greedy(tiny_trained, english)
+    assert translator.translate_ids(tiny_trained.vocab.encode(english)) == ours
+    assert sum(map(len, ours)) > len(english)  # real outputs, not all empty
+
+
+def test_stream_keeps_input_order_and_empty_lines(ct2_export, tiny_trained, multi30k_pairs):
+    english, _ = multi30k_pairs
+    lines = ["", english[0], "   ", *english[1:5]]
+    translator = CTranslate2Translator(ct2_export, beam_size=1, max_len_offset=OFFSET, batch_size=2, threads=1)
+    batches = list(translator.stream([lines[:4], lines[4:]]))
+    assert [len(batch) for batch in batches] == [2, 2, 2, 1]  # each batch given back as soon as it is done
+    expected = tiny_trained.vocab.decode(ours_greedy(tiny_trained, english[:5]))
+    assert [text for batch in batches for text in batch] == ["", expected[0], "", *expected[1:]]
+    assert translator.sentences == len(lines) and translator.output_tokens > 0 and translator.seconds > 0
+
+
+def test_export_carries_settings_subwords_and_card(ct2_export, tiny_trained):
+    settings = json.loads((ct2_export / "aiayn.json").read_text())
+    assert settings["decoding"] == {k: tiny_trained.decoding[k] for k in ("beam_size", "alpha", "max_len_offset")}
+    assert settings["max_positions"] == tiny_trained.model.max_positions and settings["quantization"] == "float32"
+    assert (ct2_export / "source.spm").read_bytes() == tiny_trained.vocab.serialized()
+    assert "|Y|^α" in (ct2_export / "README.md").read_text(encoding="utf-8")
+    config = json.loads((ct2_export / "config.json").read_text())
+    assert config["decoder_start_token"] == "<s>" and config["eos_token"] == "</s>"
+
+
+def test_int8_weights_load_and_translate(ct2_export, tiny_run, tiny_trained, tmp_path, multi30k_pairs):
+    english, _ = multi30k_pairs
+    out = export_ctranslate2(load_trained(tiny_run.last, "cpu"), tmp_path / "int8", ckpt=tiny_run.last,
+                             steps=[tiny_trained.step], quantization="int8")
+    assert json.loads((out / "aiayn.json").read_text())["quantization"] == "int8"
+    texts = [text for batch in CTranslate2Translator(out, threads=1).stream([english[:4]]) for text in batch]
+    assert len(texts) == 4 and all(texts)
+    assert (out / "model.bin").stat().st_size < 0.6 * (ct2_export / "model.bin").stat().st_size  # 8-bit weights
+
+
+def test_unknown_quantization_and_foreign_folder_are_refused(tiny_trained, tiny_run, tmp_path):
+    with pytest.raises(ConfigError, match="quantization=int3 is not one of"):
+        export_ctranslate2(tiny_trained, tmp_path / "x", ckpt=tiny_run.last, steps=[1], quantization="int3")
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(DataError, match="not a CTranslate2 export of aiayn"):
+        CTranslate2Translator(tmp_path)
