@@ -90,6 +90,7 @@ TINY = {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "d_k": 16, "d_v"
     ({"positional": "learned"}, "model.positional=learned"),
     ({"d_k": 8, "d_v": 8}, "model.d_k=8"),
     ({"d_v": 8}, "model.d_v=8"),
+    ({"attention_window": 3}, "model.attention_window=3"),
 ])
 def test_what_marian_cannot_express_is_refused_by_name(settings, named):
     torch.manual_seed(0)

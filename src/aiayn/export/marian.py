@@ -62,8 +62,9 @@ def model_sizes(model: Transformer) -> dict[str, int]:
 def check_expressible(model: Transformer, where: str = "the model") -> dict[str, int]:
     """``model``'s sizes, or a :class:`ConfigError` naming the setting MarianMT cannot express:
     separate source and target embeddings (``model.share_embeddings=false``), learned positions
-    (``model.positional=learned``: Marian recomputes fixed sinusoids on loading), or heads whose
-    d_k, d_v are not d_model / h (Marian's heads are d_model / h wide, for keys and values alike)."""
+    (``model.positional=learned``: Marian recomputes fixed sinusoids on loading), heads whose
+    d_k, d_v are not d_model / h (Marian's heads are d_model / h wide, for keys and values alike),
+    or restricted self-attention (``model.attention_window``: Marian always attends to every position)."""
     if model.output_projection is not None or model.tgt_embedding is not model.src_embedding:
         raise ConfigError(f"{where} was trained with model.share_embeddings=false (separate source and target "
                           "embeddings and output projection); MarianMT ties one embedding to both stacks and the "
@@ -72,6 +73,10 @@ def check_expressible(model: Transformer, where: str = "the model") -> dict[str,
         raise ConfigError(f"{where} was trained with model.positional=learned; MarianMT recomputes fixed sinusoids "
                           "when it loads a model and cannot hold learned positions: export a model trained with "
                           "model.positional=sinusoidal")
+    if getattr(model, "attention_window", None) is not None:
+        raise ConfigError(f"{where} was trained with model.attention_window={model.attention_window} (self-attention "
+                          "restricted to a neighbourhood, §4); MarianMT's attention sees every position and cannot "
+                          "hold the restriction: export a model trained with model.attention_window=null")
     sizes = model_sizes(model)
     if sizes["d_k"] * sizes["n_heads"] != sizes["d_model"] or sizes["d_v"] != sizes["d_k"]:
         raise ConfigError(f"{where} has model.d_k={sizes['d_k']}, model.d_v={sizes['d_v']} with "

@@ -12,6 +12,14 @@ to rounding): ``"sdpa"`` by ``torch.nn.functional.scaled_dot_product_attention``
 dispatches to fused kernels (flash / memory-efficient attention) where the hardware has them, or
 ``"explicit"``, Eq. 1 written out as matrix products and a softmax (the plain reference path; it
 is also what computes the weights when they are asked for, Figures 3–5).
+
+Restricted self-attention (§4): "self-attention could be restricted to considering only a
+neighborhood of size r in the input sequence centered around the respective output position".
+With ``window=r`` a query at position i sees the keys at positions j with |i − j| ≤ r: r on each
+side, 2r + 1 positions in all (the reading by which Table 1 counts it O(r·n·d)); with ``causal``
+as well, i − r ≤ j ≤ i. It is a boolean mask combined with the padding and causal masks, so both
+kinds of Eq. 1 and incremental decoding (the queries being the newest of the cached keys) apply it
+alike. ``window=None`` is full attention, the paper's models.
 """
 
 from __future__ import annotations
@@ -29,16 +37,18 @@ class MultiHeadAttention(nn.Module):
     (d_model→d_v) per head, and W^O (h·d_v→d_model).
 
     The projections carry no bias, as in tensor2tensor (the paper's code); the paper's equations
-    have none either.
+    have none either. ``window``: restricted self-attention, r positions on each side (§4; see the
+    module docstring), or None to attend to every position.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_k: int, d_v: int, attention_dropout: float = 0.0,
-                 attention: str = "sdpa"):
+                 attention: str = "sdpa", window: int | None = None):
         super().__init__()
         if attention not in ATTENTION_KINDS:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {attention!r}")
         self.n_heads, self.d_k, self.d_v = n_heads, d_k, d_v
         self.attention = attention
+        self.window = window
         self.w_q = nn.Linear(d_model, n_heads * d_k, bias=False)
         self.w_k = nn.Linear(d_model, n_heads * d_k, bias=False)
         self.w_v = nn.Linear(d_model, n_heads * d_v, bias=False)
@@ -72,19 +82,27 @@ class MultiHeadAttention(nn.Module):
         (batch, h, k_len, d_k) and V (batch, h, k_len, d_v), as from ``project_keys_values``.
 
         ``mask`` is boolean, broadcastable to (batch, h, q_len, k_len), True where attention is
-        allowed. ``causal`` masks position j > i (decoder self-attention, §3.2.3).
+        allowed. ``causal`` masks position j > i (decoder self-attention, §3.2.3). The queries are
+        the last q_len of the k_len positions (all of them but when decoding incrementally); a
+        ``window`` keeps each to its neighbourhood of those positions.
         Returns the output (batch, q_len, d_model) and, if asked, the attention weights
         (batch, h, q_len, k_len), which are computed explicitly for inspection (Figures 3–5).
         """
         k, v = keys_values  # (batch, h, k_len, d_k), (batch, h, k_len, d_v)
         q = self.split_heads(self.w_q(query), self.d_k)  # (batch, h, q_len, d_k)
         q_len, k_len = q.size(-2), k.size(-2)
-        if causal and q_len != k_len:
-            # The queries are the last q_len of k_len positions: SDPA's is_causal would align them
-            # with the first, so spell the mask out.
-            # (q_len, k_len), broadcast over batch and heads
-            causal_mask = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril(k_len - q_len)
-            mask = causal_mask if mask is None else mask & causal_mask  # broadcastable to (batch, h, q_len, k_len)
+        # A window reaching every key (r ≥ k_len − 1) restricts nothing: full attention as it is.
+        restricted = self.window is not None and self.window < k_len - 1
+        if restricted or (causal and q_len != k_len):
+            # SDPA's is_causal would align the queries with the first q_len positions, and it takes
+            # no window: spell the mask out. (q_len, k_len), broadcast over batch and heads.
+            allowed = allowed_positions(q_len, k_len, self.window if restricted else None, causal, q.device)
+            if restricted and mask is not None:
+                # Every query keeps its own position, the centre of its window: a padded position
+                # more than r past the sentence's end would otherwise see no key at all, and the NaN
+                # of that empty softmax would reach later layers through its value (0 · NaN = NaN).
+                mask = mask | allowed_positions(q_len, k_len, 0, False, q.device)  # (batch, 1, q_len, k_len)
+            mask = allowed if mask is None else mask & allowed  # broadcastable to (batch, h, q_len, k_len)
             causal = False
         dropout_p = self.attention_dropout if self.training else 0.0
         if return_weights or self.attention == "explicit":
@@ -97,6 +115,20 @@ class MultiHeadAttention(nn.Module):
         batch, _, q_len, _ = out.shape
         out = out.transpose(1, 2).reshape(batch, q_len, self.n_heads * self.d_v)  # (batch, q_len, h·d_v)
         return self.w_o(out), weights  # (batch, q_len, d_model), (batch, h, q_len, k_len) or None
+
+
+def allowed_positions(q_len: int, k_len: int, window: int | None, causal: bool, device=None) -> Tensor:
+    """(q_len, k_len), True where a query may see a key. The queries are positions
+    k_len − q_len … k_len − 1 of the k_len keys; query position i sees key position j where
+    |i − j| ≤ ``window`` (None: no limit) and, if ``causal``, j ≤ i."""
+    i = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # (q_len, 1)
+    j = torch.arange(k_len, device=device)[None, :]  # (1, k_len)
+    allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+    if window is not None:
+        allowed &= (i - j).abs() <= window  # the neighbourhood of size r on each side (§4)
+    if causal:
+        allowed &= j <= i  # no attending to later positions (§3.2.3)
+    return allowed
 
 
 def _explicit_attention(

@@ -51,12 +51,15 @@ class LayerAttention:
 
 
 class EncoderLayer(nn.Module):
-    """Multi-head self-attention, then the position-wise feed-forward network (§3.1)."""
+    """Multi-head self-attention, then the position-wise feed-forward network (§3.1).
+
+    ``attention_window``: self-attention restricted to r positions on each side (§4), or None."""
 
     def __init__(self, d_model: int, d_ff: int, n_heads: int, d_k: int, d_v: int, dropout: float,
-                 attention_dropout: float = 0.0, attention: str = "sdpa"):
+                 attention_dropout: float = 0.0, attention: str = "sdpa", attention_window: int | None = None):
         super().__init__()
-        self.self_attention = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, attention)
+        self.self_attention = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, attention,
+                                                 window=attention_window)
         self.residual_1 = ResidualNorm(d_model, dropout)
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff)
         self.residual_2 = ResidualNorm(d_model, dropout)
@@ -74,12 +77,16 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, then the feed-forward network (§3.1)."""
+    """Masked self-attention, encoder-decoder attention, then the feed-forward network (§3.1).
+
+    ``attention_window``: self-attention restricted to the r positions before each and itself
+    (§4), or None; encoder-decoder attention always sees the whole source."""
 
     def __init__(self, d_model: int, d_ff: int, n_heads: int, d_k: int, d_v: int, dropout: float,
-                 attention_dropout: float = 0.0, attention: str = "sdpa"):
+                 attention_dropout: float = 0.0, attention: str = "sdpa", attention_window: int | None = None):
         super().__init__()
-        self.self_attention = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, attention)
+        self.self_attention = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, attention,
+                                                 window=attention_window)
         self.residual_1 = ResidualNorm(d_model, dropout)
         self.cross_attention = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, attention)
         self.residual_2 = ResidualNorm(d_model, dropout)
@@ -114,7 +121,7 @@ class DecoderLayer(nn.Module):
             k = torch.cat([self_kv_cache[0], k], dim=2)  # (batch, h, k_len, d_k)
             v = torch.cat([self_kv_cache[1], v], dim=2)  # (batch, h, k_len, d_v)
         # Position i of x is position k_len - q_len + i overall and sees the keys up to there
-        # (one new token at a time needs no mask at all).
+        # (one new token at a time needs no causal mask; a window still keeps it to the last r + 1).
         causal = x.size(1) > 1
         # attended: (batch, q_len, d_model)
         attended, self_weights = self.self_attention(x, (k, v), causal=causal, return_weights=return_weights)

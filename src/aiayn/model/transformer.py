@@ -64,6 +64,9 @@ class Transformer(nn.Module):
     only ever follows the real tokens, so the causal mask already keeps it from them.
     ``attention`` picks how Eq. 1 is computed, ``"sdpa"`` (fused) or ``"explicit"``
     (aiayn.model.attention); it changes speed, not the parameters or the results.
+    ``attention_window`` restricts self-attention to a neighbourhood of r positions on each side
+    (§4; the decoder's causally, the r before and itself), None attending to every position as
+    the paper's models do; encoder-decoder attention is never restricted.
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class Transformer(nn.Module):
         max_positions: int = 1024,
         share_embeddings: bool = True,
         pad_id: int = 0,
+        attention_window: int | None = None,
     ):
         super().__init__()
         if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 0:
@@ -96,7 +100,12 @@ class Transformer(nn.Module):
         for name, value in dict(dropout=dropout, attention_dropout=attention_dropout).items():
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+        if attention_window is not None and (
+                isinstance(attention_window, bool) or not isinstance(attention_window, int) or attention_window < 1):
+            raise ValueError(f"attention_window must be a whole number of at least 1 (r, the positions on each "
+                             f"side self-attention sees, §4) or null for full attention, got {attention_window!r}")
         self.d_model, self.pad_id, self.max_positions = d_model, pad_id, max_positions
+        self.attention_window = attention_window
         if share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs one shared vocabulary, got source {src_vocab_size} and target "
@@ -114,7 +123,7 @@ class Transformer(nn.Module):
         self.tgt_positions = self.src_positions if positional == "sinusoidal" else positional_encoding(
             positional, d_model, max_positions)
         self.embedding_dropout = nn.Dropout(dropout)  # §5.4: on the sums of embeddings and positions
-        layer_args = (d_model, d_ff, n_heads, d_k, d_v, dropout, attention_dropout, attention)
+        layer_args = (d_model, d_ff, n_heads, d_k, d_v, dropout, attention_dropout, attention, attention_window)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(n_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(n_layers))
         self._init_linear_weights()

@@ -26,6 +26,13 @@ masked self-attention counts the whole T×T score matrix (it is computed, then m
 embeddings lookups, softmax, layer normalisation, biases, dropout, the loss and the optimizer are
 left out (each is O(d_model) per position, against O(d_model²) for what is counted).
 
+Restricted self-attention (§4, ``model.attention_window`` r) counts the keys of each query's
+neighbourhood rather than of the whole sequence: min(S, 2r + 1) in the encoder (r on each side)
+and min(T, r + 1) in the decoder (the r before and itself), the O(r·n·d) of Table 1. That is the
+restricted model's cost as a banded kernel computes it; this project's attention computes the
+dense scores and masks them, as it does for the causal mask. A window reaching the whole
+sequence counts as full attention.
+
 **The paper's estimate** (§6.1, footnote): training time × number of GPUs × the sustained
 single-precision capacity of one GPU, for which the paper used K80 2.8, K40 3.7, M40 6.0 and
 P100 9.5 TFLOPS. The paper trained on 8 P100s: base 12 hours (3.3·10^18), big 3.5 days (2.3·10^19).
@@ -56,13 +63,15 @@ class Shapes:
     d_k: int
     d_v: int
     vocab_size: int
+    attention_window: int | None = None  # r of restricted self-attention (§4); None: full attention
 
     @classmethod
     def from_config(cls, model: Mapping[str, Any], vocab_size: int) -> "Shapes":
         """From the network's arguments as built (TranslationModule.hparams.model, or
         aiayn.training.config.network_arguments of a model config: width_divisor applied)."""
+        window = model.get("attention_window")
         return cls(int(model["n_layers"]), int(model["d_model"]), int(model["d_ff"]), int(model["n_heads"]),
-                   int(model["d_k"]), int(model["d_v"]), int(vocab_size))
+                   int(model["d_k"]), int(model["d_v"]), int(vocab_size), None if window is None else int(window))
 
 
 def forward_flops(shapes: Shapes, sentences: int, src_len: int, tgt_len: int) -> int:
@@ -76,9 +85,13 @@ def forward_flops(shapes: Shapes, sentences: int, src_len: int, tgt_len: int) ->
     def attend(keys: int) -> int:
         return 2 * h * (s.d_k + s.d_v) * keys  # Q·Kᵀ and the weighted sum of V (Eq. 1)
 
-    encoder = src_len * n * (projections + attend(src_len) + feed_forward)
+    r = s.attention_window
+    # Keys per query of self-attention: the whole sequence, or a neighbourhood of it (§4).
+    encoder_keys = src_len if r is None else min(src_len, 2 * r + 1)  # r on each side
+    decoder_keys = tgt_len if r is None else min(tgt_len, r + 1)  # the r before and itself
+    encoder = src_len * n * (projections + attend(encoder_keys) + feed_forward)
     cross = 2 * d * h * s.d_k + 2 * h * s.d_v * d + attend(src_len)  # queries and output, per target position
-    decoder = tgt_len * n * (projections + attend(tgt_len) + cross + feed_forward)
+    decoder = tgt_len * n * (projections + attend(decoder_keys) + cross + feed_forward)
     memory = src_len * n * 2 * d * h * (s.d_k + s.d_v)  # the memory's keys and values, once per layer
     logits = tgt_len * 2 * d * s.vocab_size
     return sentences * (encoder + decoder + memory + logits)

@@ -43,6 +43,9 @@ class ModelConfig:
     positional: str = "sinusoidal"  # sinusoidal (§3.5) or learned (Table 3 row E)
     max_positions: int = 1024  # the longest sequence the positional encodings cover
     share_embeddings: bool = True  # one matrix for both embeddings and the pre-softmax projection (§3.4)
+    # Restricted self-attention (§4): each position sees r positions on each side (the decoder's the
+    # r before it); null: every position, as in the paper's models.
+    attention_window: int | None = None
 
 
 @dataclass
