@@ -19,8 +19,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from aiayn.cli import config_options
-from aiayn.cli.errors import USER_ERROR, check_decoding, describe, reports_errors
+from aiayn.cli.errors import USER_ERROR, describe, reports_errors
 from aiayn.errors import ConfigError, DataError
+from aiayn.training.config_check import check_decoding
 from aiayn.training.module import NonFiniteLossError
 from tests.helpers.runs import REPO, run_command
 

@@ -37,7 +37,6 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from aiayn.cli import tool_command, tool_name
 from aiayn.errors import UserError
-from aiayn.training.config_check import check_decoding  # noqa: F401 - the tools check their decoding settings
 
 USER_ERROR = 2  # exit status: the user can fix it
 STOPPED = 1  # exit status: the run stopped on its own (resume=auto continues it)

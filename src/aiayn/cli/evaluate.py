@@ -25,7 +25,7 @@ from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
 from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints
 from aiayn.checkpoints.trained import load_trained
 from aiayn.cli import CONFIG_DIR
-from aiayn.cli.errors import check_decoding, reports_composition_errors, reports_errors
+from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.data.multi30k import SPLITS, Multi30kDataModule
 from aiayn.data.parsing.datamodule import ParsingDataModule
 from aiayn.data.parsing.treebank import parse_split
@@ -38,6 +38,7 @@ from aiayn.metrics.bleu import sacrebleu_score, tokenized_bleu
 from aiayn.metrics.parseval import parseval
 from aiayn.metrics.scorers import ParseF1
 from aiayn.reporting.loggers import wandb_logger
+from aiayn.training.config_check import check_decoding
 
 
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2

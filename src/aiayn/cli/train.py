@@ -69,7 +69,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if logger:
         logger.log_hyperparams(config)
         logger.log_hyperparams({"parameters": sum(p.numel() for p in module.model.parameters())})
-        if isinstance(logger, WandbLogger) and logger.experiment.settings is not None:
+        if isinstance(logger, WandbLogger):
             log.info(describe_wandb_run(logger))
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
     results = trainer.test(module, datamodule=datamodule)[0] if cfg.get("test_after_training", True) else {}

@@ -39,11 +39,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from aiayn.checkpoints.trained import load_trained
 from aiayn.cli import CONFIG_DIR
-from aiayn.cli.errors import check_decoding, reports_composition_errors, reports_errors
+from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.cli.line_input import AvailableLines, chunked
 from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.errors import ConfigError
 from aiayn.inference import Translator
+from aiayn.training.config_check import check_decoding
 
 # What translates: aiayn's own beam search over a checkpoint, or a CTranslate2 export (src/export.py).
 ENGINES = ("aiayn", "ctranslate2")
