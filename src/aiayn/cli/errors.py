@@ -47,8 +47,15 @@ Result = TypeVar("Result")
 def fail(message: str, status: int = USER_ERROR) -> NoReturn:
     """Print ``<tool>: message`` as one line on stderr and exit with ``status``."""
     line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
-    print(f"{tool_name()}: {line}", file=sys.stderr, flush=True)
+    say(line)
     sys.exit(status)
+
+
+def say(line: str) -> None:
+    """``<tool>: line`` on stderr in one write, newline included: the DDP ranks of a job share
+    stderr, and print's separate write of the newline lets their lines run into one another."""
+    sys.stderr.write(f"{tool_name()}: {line}\n")
+    sys.stderr.flush()
 
 
 def reports_errors(task: Callable[[Any], Result]) -> Callable[[Any], Result]:
@@ -171,8 +178,8 @@ def report_dead_ranks_before_lightning_kills() -> None:
         if dead:
             rank, code = dead[0]
             how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-            print(f"{tool_name()}: a training process failed, so the job stopped (rank {rank} {how}). "
-                  "Continue from the newest checkpoint with resume=auto", file=sys.stderr, flush=True)
+            say(f"a training process failed, so the job stopped (rank {rank} {how}). "
+                "Continue from the newest checkpoint with resume=auto")
         terminate_all(self)
 
     report_then_terminate.reports = True
