@@ -19,7 +19,9 @@ import torch
 
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import ParallelCorpus, TranslationCollator
+from aiayn.data.parsing.constraints import TreeConstraint
 from aiayn.data.subwords import Subwords
+from aiayn.errors import ConfigError
 from aiayn.model import Transformer, beam_search
 from aiayn.training.loss import label_smoothed_loss
 
@@ -57,6 +59,15 @@ def encode_sources(model: Transformer, vocab: Subwords, sentences: Sequence[str]
     return ids, len(truncated)
 
 
+def tree_constraint(vocab: Subwords) -> TreeConstraint:
+    """The constraint of decoding to well-formed trees (§6.3's parsers); a model whose vocabulary
+    has no tree symbols is a ConfigError."""
+    try:
+        return TreeConstraint(vocab)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 class Translator:
     """Beam-search translation of sentences that arrive in chunks, given back in input order.
 
@@ -70,9 +81,10 @@ class Translator:
     time of encoding, search and decoding only (not the time spent waiting for input or writing)."""
 
     def __init__(self, model: Transformer, vocab: Subwords, *, beam_size: int = 4, alpha: float = 0.6,
-                 max_len_offset: int = 50, kv_cache: bool = True, batch_size: int = 64):
+                 max_len_offset: int = 50, kv_cache: bool = True, constrained: bool = False, batch_size: int = 64):
         self.model, self.vocab, self.batch_size = model, vocab, batch_size
-        self.search = {"beam_size": beam_size, "alpha": alpha, "max_len_offset": max_len_offset, "kv_cache": kv_cache}
+        self.search = {"beam_size": beam_size, "alpha": alpha, "max_len_offset": max_len_offset, "kv_cache": kv_cache,
+                       "constraint": tree_constraint(vocab) if constrained else None}
         self.collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
         self.sentences = self.output_tokens = self.truncated = 0
         self.seconds = 0.0
@@ -139,12 +151,14 @@ def translate(
     alpha: float = 0.6,
     max_len_offset: int = 50,
     kv_cache: bool = True,
+    constrained: bool = False,
     batch_size: int = 64,
 ) -> Translations:
     """Beam-search translations of ``sentences``, ``batch_size`` sentences of similar length at
-    a time, returned in input order. An empty (or blank) sentence translates to ""."""
+    a time, returned in input order. An empty (or blank) sentence translates to "". ``constrained``:
+    only well-formed trees over the input's words (a parsing model, :func:`tree_constraint`)."""
     translator = Translator(model, vocab, beam_size=beam_size, alpha=alpha, max_len_offset=max_len_offset,
-                            kv_cache=kv_cache, batch_size=batch_size)
+                            kv_cache=kv_cache, constrained=constrained, batch_size=batch_size)
     texts = [text for ready in translator.stream([sentences]) for text in ready]
     return Translations(texts, translator.output_tokens, translator.seconds, translator.truncated)
 

@@ -307,6 +307,17 @@ def test_translate_with_beam_size_0_names_the_setting_and_exits_2(tiny_run: Trai
 
 
 @pytest.mark.cli
+def test_evaluate_constrained_on_a_translation_model_is_refused_before_decoding(tiny_run: TrainedRun, data_root,
+                                                                               tmp_path):
+    result = run_tool("src/evaluate.py", f"ckpt={tiny_run.last}", "decoding.constrained=true", f"out_dir={tmp_path}",
+                      "wandb=disabled", data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "evaluate.py: constrained decoding needs a parsing model: its vocabulary has no tree symbols")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.cli
 def test_evaluate_on_a_file_that_is_not_a_checkpoint_names_it_and_exits_2(subword_cache, data_root, tmp_path):
     bogus = _write(tmp_path / "notes.ckpt", ["notes"])
     result = run_tool("src/evaluate.py", f"ckpt={bogus}", data_root=data_root, cache_dir=subword_cache, check=False)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from aiayn.data.parsing.linearize import LEAF, delinearize, linearize
 from aiayn.data.parsing.treebank import parse_trees
 from aiayn.metrics.parseval import parseval
 from tests.helpers.runs import REPO, TINY, run_tool
@@ -35,6 +36,8 @@ def test_train_validates_and_tests_with_f1(trained) -> None:
     for key in ("test/f1", "test/precision", "test/recall", "test/exact_match"):
         assert len(logged(key)) == 1 and 0.0 <= logged(key)[0] <= 100.0
     assert "val/bleu" not in rows[0]
+    summary = json.loads((run_dir / "summary.json").read_text())  # what the tables and W&B's summary read
+    assert summary["dev/f1"] == pytest.approx(logged("val/f1")[-1]) and summary["dev/step"] == 4 and "dev/bleu" not in summary
     config = (run_dir / ".hydra" / "config.yaml").read_text()
     assert "split: sample" in config and "beam_size: 21" in config and "alpha: 0.3" in config
 
@@ -57,6 +60,35 @@ def test_evaluate_reports_f1_and_writes_evalb_files(trained, data_root: Path, tm
     assert report["test/exact_match"] == pytest.approx(scores.exact_match)
     assert report["parseval"]["error_sentences"] == 0 and report["decoding"]["beam_size"] == 21
     assert report["split"] == "wsj_0180-wsj_0199"
+    # constrained decoding, the parsing tasks' default: every output as decoded is a well-formed
+    # tree with one XX per word, which the repair gives back unchanged
+    assert report["decoding"]["constrained"] is True and ".constrained" in report["hypotheses"]
+    hypotheses = Path(report["hypotheses"]).read_text().splitlines()
+    for gold_line, output in zip(gold, hypotheses):
+        words = parse_trees(gold_line)[0].leaves()
+        assert output.split().count(LEAF) == len(words) and linearize(delinearize(output, words)) == output
+
+
+def test_evaluate_unconstrained_is_plain_beam_search(trained, data_root: Path, tmp_path: Path) -> None:
+    """decoding.constrained=false: the search of translation, whose outputs the repair reads."""
+    _, ckpt, cache = trained
+    run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=test", f"out_dir={tmp_path}", "wandb=disabled",
+             "decoding.constrained=false", data_root=data_root, cache_dir=cache)
+    report = json.loads(next(tmp_path.glob("wsj_0180-wsj_0199.step*.json")).read_text())
+    assert report["decoding"]["constrained"] is False and ".constrained" not in report["hypotheses"]
+    assert report["parseval"]["error_sentences"] == 0  # the repair still gives a tree over every sentence
+
+
+def test_a_checkpoint_from_before_constrained_decoding_decodes_constrained(trained, tmp_path: Path) -> None:
+    import torch
+
+    from aiayn.checkpoints.trained import load_trained
+
+    _, ckpt, _ = trained
+    checkpoint = torch.load(ckpt, map_location="cpu", weights_only=False)
+    del checkpoint["hyper_parameters"]["decoding"]["constrained"]
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+    assert load_trained(tmp_path / "old.ckpt").decoding["constrained"] is True
 
 
 def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
@@ -80,7 +112,8 @@ def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
     assert task["vocab_size"] == 16000
     assert (task["datamodule"]["train_split"], task["datamodule"]["val_split"], task["datamodule"]["test_split"]) == \
         ("02-21", "22", "23")
-    assert task["decoding"] == {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300, "kv_cache": True}
+    assert task["decoding"] == {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300, "kv_cache": True,
+                                "constrained": True}
     assert semi.task.vocab_size == 32000 and list(semi.task.datamodule.extra_trees) == ["parsing_semi/*"]
     assert sample.task.vocab_size == 2000 and sample.task.datamodule.test_split == "wsj_0180-wsj_0199"
     with torch.device("meta"):

@@ -59,3 +59,18 @@ def test_a_long_sweep_folder_name_is_shortened_with_a_hash_of_the_whole() -> Non
     a, b = dirname(long_a), dirname(long_b)
     assert len(a.encode()) <= 120 and "/" not in a and a != b and a.startswith("key0=_some_path")
     assert dirname("é" * 200).encode().decode()  # a multi-byte character is not cut in half
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["task.decoding.constrained=true"], "task.decoding.constrained=true decodes linearised trees, for parsing tasks"),
+    (["task=wsj", "task.decoding.constrained=maybe"], "task.decoding.constrained must be true or false"),
+])
+def test_constrained_decoding_is_for_parsing_tasks_and_a_boolean(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_train_config(resolved(*overrides))
+
+
+def test_parsing_tasks_decode_constrained_and_translation_tasks_do_not() -> None:
+    assert resolved("task=wsj")["task"]["decoding"]["constrained"] is True
+    assert resolved("task=wsj_semi")["task"]["decoding"]["constrained"] is True
+    assert resolved()["task"]["decoding"]["constrained"] is False

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from aiayn.checkpoints.io import read_checkpoint
+from aiayn.data.parsing.constraints import is_parsing_task
 from aiayn.data.subwords import Subwords
 from aiayn.model import Transformer
 from aiayn.training.config import network_arguments
@@ -37,7 +38,7 @@ MOVED_TARGETS = {
 class TrainedModel:
     model: Transformer  # in eval mode
     vocab: Subwords
-    decoding: dict[str, Any]  # beam_size, alpha, max_len_offset
+    decoding: dict[str, Any]  # beam_size, alpha, max_len_offset, kv_cache, constrained
     config: dict[str, Any]  # the training run's resolved config ({} for old checkpoints)
     module: TranslationModule
     step: int
@@ -53,11 +54,14 @@ def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cp
     module = TranslationModule(**module_arguments(checkpoint["hyper_parameters"]))
     module.load_state_dict(state_dict if state_dict is not None else checkpoint["state_dict"])
     module.to(map_location).eval()
+    config = _moved_targets(dict(checkpoint["hyper_parameters"].get("run_config") or {}))
+    # A checkpoint from before constrained decoding: on for a parsing task, as its config now says.
+    module.decoding.setdefault("constrained", is_parsing_task(config.get("task") or {}))
     return TrainedModel(
         model=module.model,
         vocab=Subwords(proto=checkpoint["subwords"]),
         decoding=dict(module.decoding),
-        config=_moved_targets(dict(checkpoint["hyper_parameters"].get("run_config") or {})),
+        config=config,
         module=module,
         step=int(checkpoint.get("global_step", 0)),
     )

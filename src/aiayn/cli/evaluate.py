@@ -33,7 +33,7 @@ from aiayn.data.readers import read_lines, read_parallel
 from aiayn.data.wmt.datamodule import WMTDataModule
 from aiayn.data.wmt.preparation import TEST_SPLIT, VAL_SPLIT
 from aiayn.errors import ConfigError
-from aiayn.inference import perplexity, translate
+from aiayn.inference import perplexity, translate, tree_constraint
 from aiayn.metrics.bleu import sacrebleu_score, tokenized_bleu
 from aiayn.metrics.parseval import parseval
 from aiayn.metrics.scorers import ParseF1
@@ -79,6 +79,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     sources, references = read_parallel(*datamodule.split_files(split, datamodule.download))
     decoding = {**(task["decoding"] if cfg.get("task") else trained.decoding),
                 **{key: value for key, value in cfg.decoding.items() if value is not None}}
+    if decoding.get("constrained"):
+        tree_constraint(trained.vocab)  # a model without tree symbols is refused before any decoding
 
     ppl, n_tokens = perplexity(trained.model, trained.vocab, sources, references, cfg.max_tokens)
     result = translate(trained.model, trained.vocab, sources, batch_size=cfg.batch_size, **decoding)
@@ -114,7 +116,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     print(f"  perplexity      {ppl:6.2f}  per wordpiece, {n_tokens} tokens")
     print(f"  decoding        {result.sentences_per_second:6.1f} sentences/s, {result.tokens_per_second:.0f} tokens/s "
           f"(beam {decoding['beam_size']}, α {decoding['alpha']}, +{decoding['max_len_offset']}, "
-          f"{'' if decoding.get('kv_cache', True) else 'no '}kv cache, {device})")
+          f"{'' if decoding.get('kv_cache', True) else 'no '}kv cache, "
+          f"{'constrained to trees, ' if decoding.get('constrained') else ''}{device})")
     print(f"  hypotheses      {hypotheses_file}")
     _log_to_wandb(cfg, trained, out_dir, name, metrics,
                   {key: value for key, value in extra.items() if key == "sacrebleu_signature"})
@@ -130,6 +133,8 @@ def report_name(split: str, steps: list[int], decoding: dict) -> str:
     settings = f"beam{decoding['beam_size']}.alpha{float(decoding['alpha']):g}.len+{decoding['max_len_offset']}"
     if not decoding.get("kv_cache", True):
         settings += ".nokv"
+    if decoding.get("constrained"):
+        settings += ".constrained"
     averaged = f".avg{len(steps)}" if len(steps) > 1 else ""
     return f"{split.replace('/', '_')}.{step}.{settings}{averaged}"
 

@@ -55,7 +55,8 @@ ENGINES = ("aiayn", "ctranslate2")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
 def main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    settings = {key: cfg[key] for key in ("beam_size", "alpha", "max_len_offset", "kv_cache") if cfg[key] is not None}
+    settings = {key: cfg[key] for key in ("beam_size", "alpha", "max_len_offset", "kv_cache", "constrained")
+                if cfg[key] is not None}
     check_decoding({**settings, "batch_size": cfg.batch_size})
     _check_settings(cfg)
     source = _input_file(cfg.input)
@@ -118,6 +119,9 @@ def _check_settings(cfg: DictConfig) -> None:
         if not OmegaConf.is_missing(cfg, "ckpt"):
             raise ConfigError(f"ckpt={cfg.ckpt} is for engine=aiayn; with engine=ctranslate2 give the exported "
                               "folder as model_dir=<folder>")
+        if cfg.constrained:
+            raise ConfigError("constrained=true is aiayn's own search; CTranslate2 cannot constrain its output: "
+                              "use engine=aiayn ckpt=<file.ckpt>")
         if not Path(cfg.model_dir).is_dir():
             raise ConfigError(f"model_dir={cfg.model_dir}: no such folder; give a CTranslate2 export of src/export.py "
                               "format=ctranslate2")

@@ -14,16 +14,42 @@ self-attention keys/values of the earlier positions (``kv_cache=True``, the defa
 is silent on this; it is tensor2tensor's fast decoding. ``kv_cache=False`` re-runs the decoder
 over the whole prefix at every step instead (the encoder-decoder keys/values are still projected
 once per source); it gives the same outputs and exists to measure what the cache saves.
+
+Both take an optional ``constraint`` (:class:`OutputConstraint`): at every step the tokens it
+does not allow get log-probability -inf, so only outputs of a given form are found (the parser's
+well-formed trees, ``aiayn.data.parsing.constraints``). Without one the search is as above.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from aiayn.model.transformer import DecoderState, Transformer
+
+
+class ConstraintState(Protocol):
+    """Where each hypothesis (row) stands with respect to an :class:`OutputConstraint`."""
+
+    def allowed(self) -> Tensor:
+        """(rows, vocab) bool: the tokens each hypothesis may take next."""
+
+    def select(self, rows: Tensor) -> ConstraintState:
+        """The states of the hypotheses ``rows`` (rows,)."""
+
+    def advance(self, tokens: Tensor) -> ConstraintState:
+        """The states after each hypothesis takes its token of ``tokens`` (rows,)."""
+
+
+class OutputConstraint(Protocol):
+    """Restricts the outputs a search may produce (e.g. to well-formed trees, §6.3)."""
+
+    def start(self, src: Tensor, max_lengths: Tensor) -> ConstraintState:
+        """The state of each source of ``src`` (batch, src_len) before its first output token;
+        ``max_lengths`` (batch,) is the most output tokens each may have, EOS included."""
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
@@ -57,9 +83,11 @@ def _next_logits(model: Transformer, tokens: Tensor, state: DecoderState, kv_cac
 
 @torch.no_grad()
 def greedy_search(
-    model: Transformer, src: Tensor, *, bos_id: int, eos_id: int, max_len_offset: int = 50, kv_cache: bool = True
+    model: Transformer, src: Tensor, *, bos_id: int, eos_id: int, max_len_offset: int = 50, kv_cache: bool = True,
+    constraint: OutputConstraint | None = None,
 ) -> list[list[int]]:
-    """Pick the most probable token at every step. Returns token ids without BOS/EOS, per sentence.
+    """Pick the most probable token at every step (the most probable allowed one, with a
+    ``constraint``). Returns token ids without BOS/EOS, per sentence.
     ``kv_cache``: reuse the self-attention keys/values of earlier steps (see the module docstring)."""
     memory, src_mask, _ = model.encode(src)  # (batch, src_len, d_model), (batch, 1, 1, src_len)
     state = model.start_decoding(memory, src_mask)
@@ -67,9 +95,14 @@ def greedy_search(
     batch = src.size(0)
     tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)  # (batch, 1): BOS
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)  # (batch,)
+    constrained = constraint.start(src, max_lengths) if constraint is not None else None
     for step in range(1, int(max_lengths.max()) + 1):
         logits, state = _next_logits(model, tokens, state, kv_cache)  # (batch, vocab)
+        if constrained is not None:
+            logits = logits.masked_fill(~constrained.allowed(), float("-inf"))
         next_token = logits.argmax(-1)  # (batch,)
+        if constrained is not None:
+            constrained = constrained.advance(next_token)
         tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (batch, step + 1)
         finished |= (next_token == eos_id) | (step >= max_lengths)
         if finished.all():
@@ -94,6 +127,7 @@ def beam_search(
     alpha: float = 0.6,
     max_len_offset: int = 50,
     kv_cache: bool = True,
+    constraint: OutputConstraint | None = None,
 ) -> list[list[int]]:
     """Beam search over a batch of sentences at once; returns the best hypothesis per sentence
     (token ids without BOS/EOS), ranked by log-probability / lp.
@@ -105,6 +139,7 @@ def beam_search(
     given the largest length penalty it could still get, cannot beat its best finished one
     (log-probabilities only fall as a hypothesis grows). Finished sentences leave the batch.
     ``kv_cache``: reuse the self-attention keys/values of earlier steps (see the module docstring).
+    ``constraint``: only the tokens it allows are candidates (the others score -inf).
     """
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a whole number of at least 1, got {beam_size!r}")
@@ -117,6 +152,8 @@ def beam_search(
     rows = torch.arange(batch, device=device).repeat_interleave(k)  # (batch·beam,): each hypothesis's sentence
     # memory (batch·beam, src_len, d_model), src_mask (batch·beam, 1, 1, src_len)
     state = model.start_decoding(memory.index_select(0, rows), src_mask.index_select(0, rows))
+    # (batch·beam,) constraint states, or None
+    constrained = constraint.start(src, max_lengths).select(rows) if constraint is not None else None
 
     active = torch.arange(batch, device=device)  # (batch,): which input sentences are still being searched
     tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)  # (batch·beam, 1): BOS
@@ -130,6 +167,8 @@ def beam_search(
         n = active.numel()
         logits, state = _next_logits(model, tokens, state, kv_cache)  # (n·beam, vocab)
         log_probs = logits.float().log_softmax(-1)  # (n·beam, vocab)
+        if constrained is not None:
+            log_probs = log_probs.masked_fill(~constrained.allowed(), float("-inf"))
         vocab = log_probs.size(-1)
         # (n, beam, 1) + (n, beam, vocab) → (n, beam·vocab)
         candidates = (scores.unsqueeze(-1) + log_probs.view(n, k, vocab)).view(n, k * vocab)
@@ -157,6 +196,8 @@ def beam_search(
         # (n·beam, step) + (n·beam, 1) → (n·beam, step + 1)
         tokens = torch.cat([tokens.index_select(0, parent_rows), token.gather(1, live_pos).view(-1, 1)], dim=1)
         state = _reorder_beams(state, parent_rows)
+        if constrained is not None:
+            constrained = constrained.select(parent_rows).advance(tokens[:, -1])
         scores = live_scores  # (n, beam)
 
         sentence_max = max_lengths[active]  # (n,)
@@ -175,6 +216,7 @@ def beam_search(
             kept_rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)  # (n_kept·beam,)
             # tokens (n_kept·beam, step + 1), scores (n_kept, beam), state of n_kept·beam rows
             tokens, scores, state = tokens.index_select(0, kept_rows), scores[keep], state.select(kept_rows)
+            constrained = constrained.select(kept_rows) if constrained is not None else None
     return best
 
 

@@ -89,7 +89,7 @@ class RunSummaryCallback(L.Callback):
     keeps the newest validation's perplexity and BLEU. At the end of training, rank zero writes
     them to ``<trainer.default_root_dir>/summary.json`` and to the W&B run's summary.
 
-    Summary keys: ``dev/ppl``, ``dev/bleu`` (the last validation, at step ``dev/step``),
+    Summary keys: ``dev/ppl``, ``dev/bleu`` (``dev/f1`` for parsing; the last validation, at step ``dev/step``),
     ``parameters``, ``steps``, ``training_time_s`` (wall time from the start to the end of
     training, validation included, as the paper's 12 hours for 100K steps), ``tokens_seen``
     (target tokens, padding left out), ``src_tokens_seen``, ``train_flops`` (counted),
@@ -135,7 +135,7 @@ class RunSummaryCallback(L.Callback):
             return
         metrics = trainer.callback_metrics
         self.dev = {"dev/step": trainer.global_step}
-        for key in ("ppl", "bleu", "loss"):
+        for key in ("ppl", "bleu", "f1", "loss"):
             if f"val/{key}" in metrics:
                 self.dev[f"dev/{key}"] = float(metrics[f"val/{key}"])
 

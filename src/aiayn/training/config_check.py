@@ -15,6 +15,7 @@ import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from aiayn.data.parsing.constraints import is_parsing_task
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import sustained_tflops
 from aiayn.training.config import check_against_schemas, network_arguments
@@ -27,7 +28,7 @@ ROOT_SETTINGS = (
     "visualize_at_end", "checkpoint", "distributed", "experiment",
 )
 TASK_SETTINGS = ("name", "vocab_size", "datamodule", "decoding", "raw_dir", "split", "splits")
-DECODING_SETTINGS = ("beam_size", "alpha", "max_len_offset", "kv_cache")
+DECODING_SETTINGS = ("beam_size", "alpha", "max_len_offset", "kv_cache", "constrained")
 
 
 def check_train_config(config: Mapping[str, Any]) -> None:
@@ -51,8 +52,9 @@ def check_decoding(settings: Mapping[str, Any], prefix: str = "") -> None:
     alpha = settings.get("alpha")
     if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0):
         raise ConfigError(f"{prefix}alpha (the length penalty's exponent) must be a number, 0 or more, got {alpha!r}")
-    if settings.get("kv_cache") not in (None, True, False):
-        raise ConfigError(f"{prefix}kv_cache must be true or false, got {settings['kv_cache']!r}")
+    for key in ("kv_cache", "constrained"):
+        if settings.get(key) not in (None, True, False):
+            raise ConfigError(f"{prefix}{key} must be true or false, got {settings[key]!r}")
 
 
 def _check_network(model: dict[str, Any], width_divisor: Any) -> None:
@@ -103,6 +105,9 @@ def _check_task(task: Mapping[str, Any]) -> None:
     check_decoding(decoding, "task.decoding.")
     data = task.get("datamodule") or {}
     _check_target_keys("task.datamodule", data)
+    if decoding.get("constrained") and not is_parsing_task(task):
+        raise ConfigError(f"task.decoding.constrained=true decodes linearised trees, for parsing tasks; task "
+                          f"{task.get('name')} has no trees: set it to false")
     for key in ("max_tokens", "eval_max_tokens", "max_length"):
         value = data.get(key)
         if key in data and value is not None and (not _whole(value) or value < 1):
