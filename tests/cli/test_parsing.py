@@ -79,6 +79,24 @@ def test_evaluate_unconstrained_is_plain_beam_search(trained, data_root: Path, t
     assert report["parseval"]["error_sentences"] == 0  # the repair still gives a tree over every sentence
 
 
+def test_the_words_linearisation_trains_and_decodes_trees_of_the_words(data_root: Path, tmp_path: Path) -> None:
+    """task.datamodule.linearization=words: the leaves are the words, copied from the input by
+    constrained decoding, so every output holds the sentence's words in order."""
+    run_tool("src/train.py", *TINY, *PARSING, "task.datamodule.linearization=words", "task.datamodule.max_length=400",
+             "model.max_positions=512", "logger=none", "visualize_at_end=false", "test_after_training=false",
+             f"hydra.run.dir={tmp_path / 'run'}", data_root=data_root, cache_dir=tmp_path / "cache")
+    run_tool("src/evaluate.py", f"ckpt={tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}", "split=val",
+             f"out_dir={tmp_path / 'eval'}", "wandb=disabled", data_root=data_root, cache_dir=tmp_path / "cache")
+    report = json.loads(next((tmp_path / "eval").glob("*.json")).read_text())
+    gold = Path(report["evalb_gold"]).read_text().splitlines()
+    hypotheses = Path(report["hypotheses"]).read_text().splitlines()
+    assert len(hypotheses) == 273 and report["decoding"]["constrained"] is True
+    for gold_line, output in zip(gold, hypotheses):
+        words = parse_trees(gold_line)[0].leaves()
+        assert linearize(delinearize(output, words), "words") == output
+        assert [token for token in output.split() if token[0] not in "()"] == words
+
+
 def test_a_checkpoint_from_before_constrained_decoding_decodes_constrained(trained, tmp_path: Path) -> None:
     import torch
 

@@ -243,7 +243,9 @@ class TranslationModule(L.LightningModule):
             settings = {key: value for key, value in self.decoding.items() if key != "constrained"}
             if self.decoding.get("constrained"):  # only well-formed trees over the input's words (parsing)
                 if self._constraint is None:
-                    self._constraint = TreeConstraint(self.trainer.datamodule.vocab)
+                    datamodule = self.trainer.datamodule
+                    self._constraint = TreeConstraint(datamodule.vocab,
+                                                      leaves=getattr(datamodule, "linearization", None))
                 settings["constraint"] = self._constraint
             hypotheses = beam_search(self.model, batch["src"][selected], bos_id=self.bos_id, eos_id=self.eos_id,
                                      **settings)

@@ -21,10 +21,13 @@ SAMPLE_SPLIT = {"train_split": "wsj_0001-wsj_0159", "val_split": "wsj_0160-wsj_0
 SMALL = dict(n_layers=1, d_model=32, d_ff=64, n_heads=2, d_k=16, d_v=16, dropout=0.0, max_positions=512)
 
 
-@pytest.fixture(scope="module")
-def datamodule(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> ParsingDataModule:
+@pytest.fixture(scope="module", params=["xx", "words"])
+def datamodule(request: pytest.FixtureRequest, data_root: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> ParsingDataModule:
+    """The sample with each linearisation: leaves as XX (the paper's) or as the words."""
     dm = ParsingDataModule(data_root=str(data_root), treebank="ptb_sample", vocab_size=600, max_tokens=4096,
-                           max_length=400, cache_dir=str(tmp_path_factory.mktemp("cache")), **SAMPLE_SPLIT)
+                           max_length=600, cache_dir=str(tmp_path_factory.mktemp("cache")),
+                           linearization=request.param, **SAMPLE_SPLIT)
     dm.setup("fit")
     dm.setup("test")
     return dm
@@ -51,18 +54,21 @@ def random_model(vocab: Subwords, seed: int) -> Transformer:
 
 def well_formed(output: str, words: list[str]) -> bool:
     """A linearised tree with one root, labelled closings that match, no empty constituent and
-    one ``XX`` per word: exactly what :func:`linearize` gives for some tree over ``words``."""
-    tokens = output.split()
-    return tokens.count(LEAF) == len(words) and linearize(delinearize(output, words)) == output
+    one leaf per word (``XX``, or the word itself in order): exactly what :func:`linearize` gives
+    for some tree over ``words``."""
+    leaves = "xx" if LEAF in output.split() else "words"
+    return linearize(delinearize(output, words), leaves) == output
 
 
 def test_words_are_counted_as_whitespace_words(datamodule: ParsingDataModule, constraint: TreeConstraint) -> None:
+    assert constraint.leaves == datamodule.linearization
     for split in ("val", "test"):
         sentences = datamodule.sources(split)
         counted = constraint.words(sources(datamodule.vocab, sentences)).tolist()
         assert counted == [len(sentence.split()) for sentence in sentences]
 
 
+@pytest.mark.parametrize("datamodule", ["xx"], indirect=True)
 def test_the_allowed_tokens_follow_the_tree_step_by_step(datamodule: ParsingDataModule,
                                                          constraint: TreeConstraint) -> None:
     vocab = datamodule.vocab
@@ -86,6 +92,46 @@ def test_the_allowed_tokens_follow_the_tree_step_by_step(datamodule: ParsingData
     ]:
         state = state.advance(torch.tensor(vocab.encode([token])[0]))
         assert allowed() == expected, token
+
+
+@pytest.mark.parametrize("datamodule", ["words"], indirect=True)
+def test_words_are_copied_piece_by_piece(datamodule: ParsingDataModule, constraint: TreeConstraint) -> None:
+    vocab = datamodule.vocab
+    assert constraint.leaves == "words" and TreeConstraint(vocab).leaves == "words"
+    pierre, vinken = (vocab.encode([word])[0] for word in ("Pierre", "Vinken"))
+    assert len(pierre) > 1, "a word of several pieces, to test that nothing comes between them"
+    state = constraint.start(sources(vocab, ["Pierre Vinken"]), torch.tensor([40]))
+    labels = set(constraint.labels)
+    opens = {vocab.encode([f"({label}"])[0][0] for label in labels}
+    close = lambda label: vocab.encode([f"){label}"])[0][0]
+    allowed = lambda: set(state.allowed()[0].nonzero().squeeze(1).tolist())
+    assert allowed() == opens
+    steps = [(vocab.encode(["(S"])[0][0], opens | {pierre[0]}), (pierre[0], {pierre[1]})]
+    steps += [(piece, {following}) for piece, following in zip(pierre[1:], pierre[2:])]
+    steps += [(pierre[-1], opens | {vinken[0]}), *[(piece, set()) for piece in vinken]]  # the root stays open
+    for token, expected in steps:
+        state = state.advance(torch.tensor([token]))
+        if expected:
+            assert allowed() == expected, vocab.pieces([token])
+    assert allowed() == {close("S")}  # every piece placed: only the root's closing bracket
+    state = state.advance(torch.tensor([close("S")]))
+    assert allowed() == {vocab.eos_id}
+
+
+@pytest.mark.parametrize("datamodule", ["words"], indirect=True)
+def test_the_words_linearisation_leaves_are_the_sources_pieces(datamodule: ParsingDataModule) -> None:
+    """What the constraint copies is what training saw: a tree's leaves, encoded in the target,
+    are the source's pieces in order."""
+    vocab = datamodule.vocab
+    symbols = {piece for piece in vocab.pieces(range(vocab.vocab_size)) if piece[1:2] in ("(", ")")}
+    compared = 0
+    for words, linear in zip(datamodule.sources("val"), datamodule.references("val")):
+        if any(token[0] in "()" and "\u2581" + token not in symbols for token in linear.split()):
+            continue  # a label the training trees never had: no symbol of its own
+        ids = vocab.encode([linear])[0]
+        assert [i for i, piece in zip(ids, vocab.pieces(ids)) if piece not in symbols] == vocab.encode([words])[0]
+        compared += 1
+    assert compared >= 270
 
 
 @pytest.mark.parametrize("search", ["beam4", "beam21", "greedy"])
@@ -117,7 +163,8 @@ def test_random_walks_through_the_allowed_tokens_end_in_a_tree_within_the_limit(
     vocab = datamodule.vocab
     sentences = datamodule.sources("val")
     words = [len(sentence.split()) for sentence in sentences]
-    limits = torch.tensor(words) + 3 + room
+    leaves = words if datamodule.linearization == "xx" else [len(vocab.encode([s])[0]) for s in sentences]
+    limits = torch.tensor(leaves) + 3 + room
     state = constraint.start(sources(vocab, sentences), limits)
     generator = torch.Generator().manual_seed(room)
     outputs: list[list[int]] = [[] for _ in sentences]
@@ -136,7 +183,7 @@ def test_random_walks_through_the_allowed_tokens_end_in_a_tree_within_the_limit(
         assert length <= limit
         assert well_formed(vocab.decode([output])[0], sentence.split())
     if room == 0:  # no room for anything but the root: exactly the smallest tree
-        assert all(output.index(vocab.eos_id) == n + 2 for output, n in zip(outputs, words))
+        assert all(output.index(vocab.eos_id) == n + 2 for output, n in zip(outputs, leaves))
 
 
 def test_without_a_constraint_the_search_is_unchanged(datamodule: ParsingDataModule) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from aiayn.data.parsing.linearize import delinearize, linearize
 from aiayn.data.parsing.treebank import iter_split, parse_trees, preprocess
 
@@ -13,6 +15,9 @@ WORDS, TAGS = TREE.leaves(), TREE.tags()
 
 def test_linearisation_of_a_tree() -> None:
     assert linearize(TREE) == "(S (NP XX )NP (VP XX (NP XX XX )NP )VP XX )S"
+    assert linearize(TREE, "words") == "(S (NP John )NP (VP has (NP a dog )NP )VP . )S"
+    with pytest.raises(ValueError, match="leaves must be one of xx, words"):
+        linearize(TREE, "tags")
 
 
 def test_every_tree_of_the_sample_comes_back(data_root: Path) -> None:
@@ -20,6 +25,7 @@ def test_every_tree_of_the_sample_comes_back(data_root: Path) -> None:
     for _, raw in iter_split(data_root / "ptb_sample", "00-01"):
         tree = preprocess(raw)
         assert delinearize(linearize(tree), tree.leaves(), tree.tags()) == tree, str(tree)
+        assert delinearize(linearize(tree, "words"), tree.leaves(), tree.tags()) == tree, str(tree)
         count += 1
     assert count == 3914
 

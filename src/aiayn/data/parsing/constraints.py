@@ -26,6 +26,10 @@ survive, not their scores.
 
 The words of a source are counted as its pieces that begin a word (sentencepiece's ``▁``): one
 per whitespace-separated word.
+
+With the ``words`` linearisation (leaves written as the words themselves) a leaf is the input's
+next subword, copied: the output's leaves are exactly the input's pieces in order, and no
+bracket or end-of-sentence comes between two pieces of one word.
 """
 
 from __future__ import annotations
@@ -66,7 +70,10 @@ class TreeConstraint:
     words; on the treebank sample the deepest tree has 28 levels and no word has more than 6
     brackets opened right before it, so the defaults only rule out runaway outputs."""
 
-    def __init__(self, vocab: Subwords, *, max_depth: int = 64, max_opens_per_word: int = 12):
+    def __init__(self, vocab: Subwords, *, leaves: str | None = None, max_depth: int = 64,
+                 max_opens_per_word: int = 12):
+        """``leaves``: the linearisation's leaves, ``xx`` or ``words`` (None: ``xx`` when the
+        vocabulary has the ``XX`` symbol, else ``words``)."""
         pieces = vocab.pieces(range(vocab.vocab_size))
         kind, label = [_OTHER] * len(pieces), [-1] * len(pieces)
         labels: dict[str, int] = {}
@@ -78,10 +85,16 @@ class TreeConstraint:
                 kind[i] = _OPEN if symbol[0] == "(" else _CLOSE
                 label[i] = labels.setdefault(symbol[1:], len(labels))
         kind[vocab.eos_id] = _EOS
-        if _LEAF not in kind or _OPEN not in kind:
+        if _OPEN not in kind or _CLOSE not in kind:
             raise ValueError("constrained decoding needs a parsing model: its vocabulary has no tree symbols "
-                             f"('{SPACE}{LEAF}', '{SPACE}(L', '{SPACE})L'); use constrained=false")
+                             f"('{SPACE}(L', '{SPACE})L'); use constrained=false")
+        self.leaves = leaves or ("xx" if _LEAF in kind else "words")
+        if self.leaves not in ("xx", "words"):
+            raise ValueError(f"leaves must be xx or words, got {leaves!r}")
+        if self.leaves == "xx" and _LEAF not in kind:
+            raise ValueError(f"the vocabulary has no '{SPACE}{LEAF}' symbol for the xx linearisation's leaves")
         special = {vocab.pad_id, vocab.unk_id, vocab.bos_id, vocab.eos_id}
+        self.pad_id, self.bos_id, self.eos_id = vocab.pad_id, vocab.bos_id, vocab.eos_id
         self.kind = torch.tensor(kind)  # (vocab,)
         self.label = torch.tensor(label)  # (vocab,): the label index of a bracket, -1 otherwise
         # (vocab,): the pieces that begin a word of the input (tree symbols never occur there)
@@ -101,17 +114,25 @@ class TreeConstraint:
         starts_word = self.tables(src.device)[2]
         return starts_word[src].sum(-1)
 
+    def leaf_count(self, src: Tensor) -> Tensor:
+        """The leaf tokens an output of each source (batch, src_len) has: one ``XX`` per word, or
+        (``words``) one per subword of the input → (batch,)."""
+        if self.leaves == "xx":
+            return self.words(src)
+        return ((src != self.pad_id) & (src != self.bos_id) & (src != self.eos_id)).sum(-1)
+
     def start(self, src: Tensor, max_lengths: Tensor) -> TreeState:
         """The state of sources ``src`` (batch, src_len) before any output token, whose outputs
         may have ``max_lengths`` (batch,) tokens, end-of-sentence included."""
         batch, device = src.size(0), src.device
         zeros = torch.zeros(batch, dtype=torch.long, device=device)
-        words = self.words(src)
+        leaves = self.leaf_count(src)
         return TreeState(
-            self, words=words, max_lengths=max_lengths.to(device),
-            # a sentence whose smallest tree (root, words, closing, EOS) does not fit is decoded with the
-            # structural rules only; the repair of delinearize reads whatever comes out
-            roomy=max_lengths.to(device) >= words + 3,
+            self, leaves=leaves, max_lengths=max_lengths.to(device),
+            # a sentence whose smallest tree (root, leaves, closing, EOS) does not fit is decoded with
+            # the structural rules only; the repair of delinearize reads whatever comes out
+            roomy=max_lengths.to(device) >= leaves + 3,
+            src=src if self.leaves == "words" else None,
             placed=zeros, depth=zeros, opens_in_a_row=zeros, length=0,
             last_opened=torch.zeros(batch, dtype=torch.bool, device=device),
             ended=torch.zeros(batch, dtype=torch.bool, device=device),
@@ -120,15 +141,16 @@ class TreeConstraint:
 
 @dataclass(frozen=True)
 class TreeState:
-    """Per hypothesis (rows): the words placed, the open constituents' labels (``stack``, ``depth``
+    """Per hypothesis (rows): the leaves placed, the open constituents' labels (``stack``, ``depth``
     deep), the opening brackets since the last word, whether the last token opened a constituent
     and whether EOS was taken; ``length`` output tokens so far (the same for every row)."""
 
     constraint: TreeConstraint
-    words: Tensor  # (rows,)
+    leaves: Tensor  # (rows,) leaf tokens the output must have
     max_lengths: Tensor  # (rows,)
     roomy: Tensor  # (rows,) bool: the length limit can hold a tree over the words
-    placed: Tensor  # (rows,)
+    src: Tensor | None  # (rows, src_len): the input, whose pieces the words linearisation copies
+    placed: Tensor  # (rows,) leaf tokens placed
     depth: Tensor  # (rows,)
     opens_in_a_row: Tensor  # (rows,)
     last_opened: Tensor  # (rows,) bool
@@ -138,33 +160,46 @@ class TreeState:
 
     def allowed(self) -> Tensor:
         """(rows, vocab) bool: the tokens each hypothesis may take next."""
-        kind, label, _ = self.constraint.tables(self.words.device)
-        left = self.words - self.placed  # (rows,) words still to place
+        kind, label, starts_word = self.constraint.tables(self.leaves.device)
+        left = self.leaves - self.placed  # (rows,) leaves still to place
         started = self.length > 0
+        if self.src is None:  # XX, one per word
+            is_leaf = (kind == _LEAF)[None]  # (1, vocab)
+            inside_word = torch.zeros_like(self.ended)  # (rows,)
+        else:  # the input's next piece; between two pieces of a word nothing else
+            following = self._next_piece()  # (rows,)
+            is_leaf = torch.arange(kind.numel(), device=kind.device)[None] == following[:, None]  # (rows, vocab)
+            inside_word = (left > 0) & (self.placed > 0) & ~starts_word[following]
         # output tokens still possible after the next one (EOS counted), and what each kind of
-        # token leaves to do: the words left, one closing bracket per open constituent, EOS
+        # token leaves to do: the leaves left, one closing bracket per open constituent, EOS
         room = self.max_lengths - (self.length + 1)  # (rows,)
-        fits = lambda words, depth: ~self.roomy | (room >= words + depth + 1)  # (rows,)
+        fits = lambda leaves, depth: ~self.roomy | (room >= leaves + depth + 1)  # (rows,)
         live = ~self.ended
-        may_open = (live & (left > 0) & (self.depth < self.constraint.max_depth)
+        may_open = (live & (left > 0) & ~inside_word & (self.depth < self.constraint.max_depth)
                     & (self.opens_in_a_row < self.constraint.max_opens_per_word) & fits(left, self.depth + 1))
         if started:  # one root: nothing opens at depth 0 once the output has begun
             may_open &= self.depth > 0
         may_place = live & (left > 0) & (self.depth > 0) & fits(left - 1, self.depth)
-        may_close = (live & (self.depth > 0) & ~self.last_opened & ((self.depth > 1) | (left == 0))
+        may_close = (live & (self.depth > 0) & ~inside_word & ~self.last_opened & ((self.depth > 1) | (left == 0))
                      & fits(left, self.depth - 1))
-        may_end = self.ended | ((self.depth == 0) & (left == 0) & (started | (self.words == 0)))
+        may_end = self.ended | ((self.depth == 0) & (left == 0) & (started | (self.leaves == 0)))
         innermost = self.stack.gather(1, (self.depth - 1).clamp(min=0)[:, None])  # (rows, 1)
         # (rows, 1) & (1, vocab) → (rows, vocab)
         return (((kind == _OPEN)[None] & may_open[:, None])
-                | ((kind == _LEAF)[None] & may_place[:, None])
+                | (is_leaf & may_place[:, None])
                 | ((kind == _CLOSE)[None] & may_close[:, None] & (label[None] == innermost))
                 | ((kind == _EOS)[None] & may_end[:, None]))
+
+    def _next_piece(self) -> Tensor:
+        """(rows,): the input piece the words linearisation places next (any, when none is left)."""
+        at = self.placed.clamp(max=self.src.size(1) - 1)[:, None]  # the pieces come first in src
+        return self.src.gather(1, at).squeeze(1)
 
     def select(self, rows: Tensor) -> TreeState:
         """The states of hypotheses ``rows`` (beam reordering, finished sentences leaving)."""
         pick = lambda t: t.index_select(0, rows)
-        return replace(self, words=pick(self.words), max_lengths=pick(self.max_lengths), roomy=pick(self.roomy),
+        return replace(self, leaves=pick(self.leaves), max_lengths=pick(self.max_lengths), roomy=pick(self.roomy),
+                       src=pick(self.src) if self.src is not None else None,
                        placed=pick(self.placed), depth=pick(self.depth), opens_in_a_row=pick(self.opens_in_a_row),
                        last_opened=pick(self.last_opened), ended=pick(self.ended), stack=pick(self.stack))
 
@@ -173,7 +208,8 @@ class TreeState:
         (only a hypothesis of score -inf takes one) leaves its counters within bounds."""
         kind, label, _ = self.constraint.tables(tokens.device)
         kinds, labels = kind[tokens], label[tokens]  # (rows,) each
-        opens, closes, leaves = kinds == _OPEN, kinds == _CLOSE, kinds == _LEAF
+        opens, closes = kinds == _OPEN, kinds == _CLOSE
+        leaves = kinds == _LEAF if self.src is None else (tokens == self._next_piece()) & (self.placed < self.leaves)
         at = self.depth.clamp(max=self.constraint.max_depth - 1)[:, None]  # (rows, 1)
         stack = self.stack.scatter(1, at, torch.where(opens[:, None], labels[:, None], self.stack.gather(1, at)))
         return replace(

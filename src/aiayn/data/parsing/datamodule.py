@@ -18,7 +18,7 @@ from glob import glob
 from pathlib import Path
 
 from aiayn.data.datamodule import TranslationDataModule
-from aiayn.data.parsing.linearize import delinearize, linearize, output_symbols
+from aiayn.data.parsing.linearize import LINEARIZATIONS, delinearize, linearize, output_symbols
 from aiayn.data.parsing.treebank import (
     ROOT_LABEL,
     Tree,
@@ -72,6 +72,7 @@ class ParsingDataModule(TranslationDataModule):
         src_lang: str = "words",
         tgt_lang: str = "linear",
         download: bool = False,
+        linearization: str = "xx",
     ):
         super().__init__(data_root, src_lang, tgt_lang, vocab_size, max_tokens, max_length, cache_dir, seed,
                          num_workers, download, str(train_split), str(val_split), str(test_split), eval_max_tokens)
@@ -80,6 +81,9 @@ class ParsingDataModule(TranslationDataModule):
         if not 0.0 < wsj_fraction <= 1.0:
             raise ValueError(f"wsj_fraction must be in (0, 1], got {wsj_fraction}")
         self.wsj_fraction = float(wsj_fraction)
+        if linearization not in LINEARIZATIONS:
+            raise ValueError(f"linearization must be one of {', '.join(LINEARIZATIONS)}, got {linearization!r}")
+        self.linearization = linearization
         self._gold: dict[str, list[str]] = {}
         self.save_hyperparameters()
 
@@ -116,7 +120,8 @@ class ParsingDataModule(TranslationDataModule):
         extra = self._extra_files() if split == self.splits["train"] else []
         stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in [*sources, *extra]]
         key = hashlib.sha256(json.dumps([_FORMAT, split, self.wsj_fraction if extra else None, self.seed if extra else None,
-                                         stats]).encode()).hexdigest()[:16]
+                                         stats] + ([self.linearization] if self.linearization != "xx" else [])
+                                        ).encode()).hexdigest()[:16]
         folder = self.cache_dir / "parsing" / key
         name = split.replace(",", "+").replace("/", "_")
         paths = tuple(folder / f"{name}.{suffix}" for suffix in ("words", "linear", "gold"))
@@ -135,7 +140,7 @@ class ParsingDataModule(TranslationDataModule):
             trees = self._mix(trees, extra)
         contents = (
             [" ".join(tree.leaves()) for tree in trees],
-            [linearize(tree) for tree in trees],
+            [linearize(tree, self.linearization) for tree in trees],
             [str(tree) for tree in trees],
         )
         for path, lines in zip(paths, contents):
@@ -179,7 +184,7 @@ class ParsingDataModule(TranslationDataModule):
     # -- vocabulary -----------------------------------------------------------------------
     def _train_or_load(self, src: list[str], tgt: list[str]) -> Subwords:
         labels = sorted({token[1:] for line in tgt for token in line.split() if token.startswith("(")})
-        symbols = [SPACE + symbol for symbol in output_symbols(labels)]
+        symbols = [SPACE + symbol for symbol in output_symbols(labels, self.linearization)]
         return train_or_load(src + tgt, self.vocab_size, self.cache_dir, user_defined_symbols=symbols)
 
     # -- trees ----------------------------------------------------------------------------

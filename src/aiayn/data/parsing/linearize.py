@@ -21,21 +21,32 @@ LEAF = "XX"
 """The normalised part-of-speech tag (Vinyals et al., 2015: "we normalized all POS tags to XX")."""
 
 
-def linearize(tree: Tree) -> str:
-    """The output sequence of a tree, space-separated; the root (``TOP``) is left out."""
+LINEARIZATIONS = ("xx", "words")
+"""How leaves are written: ``xx``, Vinyals et al.'s (the paper's), or ``words``, the word itself."""
+
+
+def linearize(tree: Tree, leaves: str = "xx") -> str:
+    """The output sequence of a tree, space-separated; the root (``TOP``) is left out.
+
+    ``leaves="words"`` writes each word instead of ``XX`` (not the paper's; our option for small
+    data): ``(S (NP John )NP (VP has (NP a dog )NP )VP . )S``. The decoder then reads the words
+    it has placed, and constrained decoding copies them from the input
+    (:mod:`aiayn.data.parsing.constraints`), so it never loses count of them."""
+    if leaves not in LINEARIZATIONS:
+        raise ValueError(f"leaves must be one of {', '.join(LINEARIZATIONS)}, got {leaves!r}")
     tokens: list[str] = []
     for child in tree.children:
-        _walk(child, tokens)
+        _walk(child, tokens, leaves == "words")
     return " ".join(tokens)
 
 
-def _walk(node: Tree | str, tokens: list[str]) -> None:
+def _walk(node: Tree | str, tokens: list[str], words: bool) -> None:
     if isinstance(node, str) or node.is_preterminal:
-        tokens.append(LEAF)
+        tokens.append((node if isinstance(node, str) else node.children[0]) if words else LEAF)
         return
     tokens.append(f"({node.label}")
     for child in node.children:
-        _walk(child, tokens)
+        _walk(child, tokens, words)
     tokens.append(f"){node.label}")
 
 
@@ -51,9 +62,11 @@ def constituent_labels(trees: Sequence[Tree]) -> list[str]:
     return sorted(labels)
 
 
-def output_symbols(labels: Sequence[str]) -> list[str]:
-    """The output tokens of a label set: ``(L`` and ``)L`` for each label, and ``XX``."""
-    return [LEAF] + [symbol for label in labels for symbol in (f"({label}", f"){label}")]
+def output_symbols(labels: Sequence[str], leaves: str = "xx") -> list[str]:
+    """The output tokens of a label set: ``(L`` and ``)L`` for each label, and ``XX`` (for the
+    ``xx`` linearisation; with ``words`` the leaves are the words' own subwords)."""
+    brackets = [symbol for label in labels for symbol in (f"({label}", f"){label}")]
+    return [LEAF, *brackets] if leaves == "xx" else brackets
 
 
 def delinearize(output: str, words: Sequence[str], tags: Sequence[str] | None = None) -> Tree:
