@@ -109,6 +109,7 @@ def test_translate_engine_settings_are_checked(tiny_run, data_root, tmp_path):
         (f"ckpt={tiny_run.last}", f"model_dir={tmp_path}"): "is for engine=ctranslate2",
         ("engine=onnx", f"ckpt={tiny_run.last}"): "engine=onnx is not one of aiayn, ctranslate2",
         ("engine=ctranslate2", f"model_dir={tmp_path}"): "not a CTranslate2 export of aiayn",
+        ("engine=ctranslate2", f"model_dir={tmp_path}", "constrained=true"): "CTranslate2 cannot constrain its output",
     }
     for arguments, expected in cases.items():
         result = run_tool("src/translate.py", *arguments, stdin="A dog.\n", data_root=data_root, check=False)
