@@ -3,6 +3,7 @@ finished output of a beam or greedy search is a well-formed tree over exactly th
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from aiayn.model import Transformer, beam_search, greedy_search
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 SAMPLE_SPLIT = {"train_split": "wsj_0001-wsj_0159", "val_split": "wsj_0160-wsj_0179", "test_split": "wsj_0180-wsj_0199"}
-SMALL = dict(n_layers=1, d_model=32, d_ff=64, n_heads=2, d_k=16, d_v=16, dropout=0.0, max_positions=512)
+SMALL = {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "d_k": 16, "d_v": 16, "dropout": 0.0, "max_positions": 512}
 
 
 @pytest.fixture(scope="module", params=["xx", "words"])
@@ -80,7 +81,7 @@ def test_the_allowed_tokens_follow_the_tree_step_by_step(datamodule: ParsingData
                                                                    state.allowed()[0].tolist()) if ok}
 
     labels = set(constraint.labels)
-    opens, closes = {f"({label}" for label in labels}, {f"){label}" for label in labels}
+    opens = {f"({label}" for label in labels}
     assert allowed() == opens  # a root first: no word, closing bracket or EOS
     for token, expected in [
         ("(S", opens | {LEAF}),  # no ")S" right after "(S": no empty constituent
@@ -107,7 +108,7 @@ def test_words_are_copied_piece_by_piece(datamodule: ParsingDataModule, constrai
     allowed = lambda: set(state.allowed()[0].nonzero().squeeze(1).tolist())
     assert allowed() == opens
     steps = [(vocab.encode(["(S"])[0][0], opens | {pierre[0]}), (pierre[0], {pierre[1]})]
-    steps += [(piece, {following}) for piece, following in zip(pierre[1:], pierre[2:])]
+    steps += [(piece, {following}) for piece, following in itertools.pairwise(pierre)]
     steps += [(pierre[-1], opens | {vinken[0]}), *[(piece, set()) for piece in vinken]]  # the root stays open
     for token, expected in steps:
         state = state.advance(torch.tensor([token]))
@@ -140,7 +141,7 @@ def test_every_output_of_a_random_model_is_a_tree_over_the_words(datamodule: Par
     vocab = datamodule.vocab
     sentences = datamodule.sources("val")[: 8 if search == "beam21" else 24]
     model, src = random_model(vocab, seed=3), sources(vocab, sentences)
-    settings = dict(bos_id=vocab.bos_id, eos_id=vocab.eos_id, max_len_offset=300, constraint=constraint)
+    settings = {"bos_id": vocab.bos_id, "eos_id": vocab.eos_id, "max_len_offset": 300, "constraint": constraint}
     if search == "greedy":
         hypotheses = greedy_search(model, src, **settings)
     else:
@@ -206,7 +207,7 @@ def test_without_a_constraint_the_search_is_unchanged(datamodule: ParsingDataMod
     vocab = datamodule.vocab
     src = sources(vocab, datamodule.sources("val")[:8])
     model = random_model(vocab, seed=7)
-    settings = dict(bos_id=vocab.bos_id, eos_id=vocab.eos_id, beam_size=4, alpha=0.3, max_len_offset=30)
+    settings = {"bos_id": vocab.bos_id, "eos_id": vocab.eos_id, "beam_size": 4, "alpha": 0.3, "max_len_offset": 30}
     assert beam_search(model, src, **settings) == beam_search(model, src, constraint=Anything(), **settings)
 
 
