@@ -144,3 +144,18 @@ def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
     assert isinstance(datamodule.scorer(), ParseF1)  # validation and test log f1, precision, recall, exact_match
     with pytest.raises(DataError, match="treebank_3/parsed/mrg/wsj: no such folder"):
         datamodule.split_files(datamodule.splits["train"])
+
+
+def test_attention_maps_of_a_parser_decode_a_tree(trained) -> None:
+    """visualize.py and the end-of-training pictures decode with the checkpoint's settings,
+    constrained decoding included."""
+    from aiayn.analysis.attention_maps import attention_maps
+    from aiayn.checkpoints.trained import load_trained
+
+    _, ckpt, _ = trained
+    model = load_trained(ckpt)
+    words = "The company said it expects a loss .".split()
+    maps = attention_maps(model.model, model.vocab, " ".join(words), model.decoding)
+    assert model.decoding["constrained"] is True
+    assert linearize(delinearize(maps.translation, words)) == maps.translation  # a tree, one XX per word
+    assert maps.translation.split().count(LEAF) == len(words)
