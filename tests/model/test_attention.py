@@ -177,3 +177,35 @@ def test_multi_head_by_hand_random_projections():
     expected = torch.cat(heads, dim=-1) @ Wo.T
     out, _ = mha(query, mha.project_keys_values(memory))
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["training", "decoding"])
+def test_stacked_projections_equal_the_three_of_the_paper(grad):
+    """project_self / project_keys_values take one product with W^Q, W^K, W^V stacked; they give
+    each projection's own result, and the gradient of each weight as if it were applied alone."""
+    mha = _mha(16, 2, 5, 3)
+    x = torch.randn(3, 4, 16, dtype=torch.float64)
+    with torch.set_grad_enabled(grad):
+        q, (k, v) = mha.project_self(x)
+        k2, v2 = mha.project_keys_values(x)
+    alone = (mha.split_heads(mha.w_q(x), 5), mha.split_heads(mha.w_k(x), 5), mha.split_heads(mha.w_v(x), 3))
+    for fused, plain in zip((q, k, v, k2, v2), (*alone, *alone[1:])):
+        assert fused.shape == plain.shape and torch.allclose(fused, plain, atol=1e-12)
+    if grad:
+        weights = [mha.w_q.weight, mha.w_k.weight, mha.w_v.weight]
+        stacked = torch.autograd.grad((q.sin().sum() + k.cos().sum() + v.square().sum()), weights)
+        plain = torch.autograd.grad((alone[0].sin().sum() + alone[1].cos().sum() + alone[2].square().sum()), weights)
+        assert all(torch.allclose(a, b, atol=1e-12) for a, b in zip(stacked, plain))
+
+
+def test_one_query_on_the_cpu_equals_sdpa():
+    """A decoding step (one query) takes the written-out Eq. 1 on the CPU; it must equal SDPA's."""
+    mha = _mha(16, 4, 4, 4)
+    query, memory = torch.randn(5, 1, 16, dtype=torch.float64), torch.randn(5, 7, 16, dtype=torch.float64)
+    mask = torch.ones(5, 1, 1, 7, dtype=torch.bool)
+    mask[2:, ..., 4:] = False
+    out, _ = mha(query, mha.project_keys_values(memory), mask=mask)
+    q = mha.split_heads(mha.w_q(query), 4)
+    k, v = mha.project_keys_values(memory)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (5, 4, 1, 4)
+    assert torch.allclose(out, mha.w_o(expected.transpose(1, 2).reshape(5, 1, 16)), atol=1e-12)

@@ -20,6 +20,12 @@ side, 2r + 1 positions in all (the reading by which Table 1 counts it O(r·n·d)
 as well, i − r ≤ j ≤ i. It is a boolean mask combined with the padding and causal masks, so both
 kinds of Eq. 1 and incremental decoding (the queries being the newest of the cached keys) apply it
 alike. ``window=None`` is full attention, the paper's models.
+
+Speed, not semantics (the paper is silent; every choice gives the same numbers up to rounding):
+self-attention projects Q, K and V with one matrix product (W^Q, W^K and W^V stacked, the
+parameters staying the paper's three), encoder-decoder attention K and V likewise, once per
+source; and a single query (one decoding step) on the CPU takes the written-out Eq. 1, which is
+about 3× faster there than SDPA's CPU kernels, built for many queries (benchmarks/decode_speed.py).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ class MultiHeadAttention(nn.Module):
         self.w_k = nn.Linear(d_model, n_heads * d_k, bias=False)
         self.w_v = nn.Linear(d_model, n_heads * d_v, bias=False)
         self.w_o = nn.Linear(n_heads * d_v, d_model, bias=False)
+        self._stacks: dict[tuple[str, ...], tuple[tuple, Tensor]] = {}  # see _stacked
         # §5.4 names no dropout on the attention weights; tensor2tensor's default for the paper's
         # runs was 0.0, so it is off unless asked for.
         self.attention_dropout = attention_dropout
@@ -67,8 +74,40 @@ class MultiHeadAttention(nn.Module):
 
         ``memory``: (batch, k_len, d_model) → K (batch, h, k_len, d_k), V (batch, h, k_len, d_v).
         """
-        # K: (batch, h, k_len, d_k), V: (batch, h, k_len, d_v)
-        return self.split_heads(self.w_k(memory), self.d_k), self.split_heads(self.w_v(memory), self.d_v)
+        k, v = self._project(memory, "w_k", "w_v")  # (batch, k_len, h·d_k), (batch, k_len, h·d_v)
+        return self.split_heads(k, self.d_k), self.split_heads(v, self.d_v)
+
+    def project_self(self, x: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """Self-attention's Q = x W^Q, K = x W^K and V = x W^V, split into heads, from one product.
+
+        ``x``: (batch, length, d_model) → Q (batch, h, length, d_k) and the keys/values as from
+        ``project_keys_values``: K (batch, h, length, d_k), V (batch, h, length, d_v).
+        """
+        q, k, v = self._project(x, "w_q", "w_k", "w_v")  # (batch, length, h·d_k), … h·d_k, … h·d_v
+        return self.split_heads(q, self.d_k), (self.split_heads(k, self.d_k), self.split_heads(v, self.d_v))
+
+    def _project(self, x: Tensor, *names: str) -> list[Tensor]:
+        """``x`` (…, d_model) through each of the projections ``names`` (…, its width), as one
+        matrix product with their weights stacked, or one by one where they are not plain linear
+        layers (int8-quantised for decoding, aiayn.decoding_speed)."""
+        layers = [getattr(self, name) for name in names]
+        if any(type(layer) is not nn.Linear for layer in layers):
+            return [layer(x) for layer in layers]
+        widths = [layer.out_features for layer in layers]
+        return list(F.linear(x, self._stacked(*names)).split(widths, dim=-1))  # (…, Σ widths) split
+
+    def _stacked(self, *names: str) -> Tensor:
+        """The weights of the projections ``names`` stacked row-wise, for one matrix product. While
+        no gradient is taken (decoding) the stack is kept until a weight changes (its version or
+        storage), instead of being copied at every step."""
+        weights = [getattr(self, name).weight for name in names]
+        if torch.is_grad_enabled():
+            return torch.cat(weights)  # part of the graph: gradients flow back to each projection
+        key = tuple((w.data_ptr(), w._version, w.dtype) for w in weights)
+        cached = self._stacks.get(names)
+        if cached is None or cached[0] != key:
+            cached = self._stacks[names] = (key, torch.cat(weights))
+        return cached[1]
 
     def forward(
         self,
@@ -88,8 +127,20 @@ class MultiHeadAttention(nn.Module):
         Returns the output (batch, q_len, d_model) and, if asked, the attention weights
         (batch, h, q_len, k_len), which are computed explicitly for inspection (Figures 3–5).
         """
-        k, v = keys_values  # (batch, h, k_len, d_k), (batch, h, k_len, d_v)
         q = self.split_heads(self.w_q(query), self.d_k)  # (batch, h, q_len, d_k)
+        return self.attend(q, keys_values, mask, causal, return_weights)
+
+    def attend(
+        self,
+        q: Tensor,
+        keys_values: tuple[Tensor, Tensor],
+        mask: Tensor | None = None,
+        causal: bool = False,
+        return_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``forward`` for queries already projected and split into heads, (batch, h, q_len, d_k)
+        (from ``project_self``); the rest as there."""
+        k, v = keys_values  # (batch, h, k_len, d_k), (batch, h, k_len, d_v)
         q_len, k_len = q.size(-2), k.size(-2)
         # A window reaching every key (r ≥ k_len − 1) restricts nothing: full attention as it is.
         restricted = self.window is not None and self.window < k_len - 1
@@ -105,7 +156,9 @@ class MultiHeadAttention(nn.Module):
             mask = allowed if mask is None else mask & allowed  # broadcastable to (batch, h, q_len, k_len)
             causal = False
         dropout_p = self.attention_dropout if self.training else 0.0
-        if return_weights or self.attention == "explicit":
+        # One query on the CPU (a decoding step): the written-out form is faster there.
+        single_query_on_cpu = q_len == 1 and q.device.type == "cpu"
+        if return_weights or self.attention == "explicit" or single_query_on_cpu:
             out, weights = _explicit_attention(q, k, v, mask, causal, dropout_p)  # out (batch, h, q_len, d_v)
             weights = weights if return_weights else None
         else:

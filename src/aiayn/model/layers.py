@@ -67,10 +67,9 @@ class EncoderLayer(nn.Module):
     def forward(self, x: Tensor, src_mask: Tensor, return_weights: bool = False) -> tuple[Tensor, LayerAttention]:
         """x: (batch, src_len, d_model), ``src_mask``: (batch, 1, 1, src_len) → (batch, src_len, d_model),
         and the self-attention weights (batch, h, src_len, src_len) if asked for."""
+        q, kv = self.self_attention.project_self(x)  # Q (batch, h, src_len, d_k), K and V
         # attended: (batch, src_len, d_model)
-        attended, weights = self.self_attention(
-            x, self.self_attention.project_keys_values(x), mask=src_mask, return_weights=return_weights
-        )
+        attended, weights = self.self_attention.attend(q, kv, mask=src_mask, return_weights=return_weights)
         x = self.residual_1(x, attended)
         x = self.residual_2(x, self.feed_forward(x))
         return x, LayerAttention(self_attention=weights)
@@ -116,7 +115,8 @@ class DecoderLayer(nn.Module):
         k_len, d_k) and V (batch, h, k_len, d_v), self-attention weights (batch, h, q_len, k_len)
         and cross-attention weights (batch, h, q_len, src_len).
         """
-        k, v = self.self_attention.project_keys_values(x)  # (batch, h, q_len, d_k), (batch, h, q_len, d_v)
+        # Q (batch, h, q_len, d_k); K (batch, h, q_len, d_k), V (batch, h, q_len, d_v)
+        q, (k, v) = self.self_attention.project_self(x)
         if self_kv_cache is not None:
             k = torch.cat([self_kv_cache[0], k], dim=2)  # (batch, h, k_len, d_k)
             v = torch.cat([self_kv_cache[1], v], dim=2)  # (batch, h, k_len, d_v)
@@ -124,7 +124,7 @@ class DecoderLayer(nn.Module):
         # (one new token at a time needs no causal mask; a window still keeps it to the last r + 1).
         causal = x.size(1) > 1
         # attended: (batch, q_len, d_model)
-        attended, self_weights = self.self_attention(x, (k, v), causal=causal, return_weights=return_weights)
+        attended, self_weights = self.self_attention.attend(q, (k, v), causal=causal, return_weights=return_weights)
         x = self.residual_1(x, attended)
         # attended: (batch, q_len, d_model)
         attended, cross_weights = self.cross_attention(x, memory_kv, mask=src_mask, return_weights=return_weights)

@@ -158,7 +158,9 @@ class Transformer(nn.Module):
         return DecoderState(
             src_mask=src_mask,
             # per layer: K (batch, h, src_len, d_k), V (batch, h, src_len, d_v)
-            memory_kv=[layer.cross_attention.project_keys_values(memory) for layer in self.decoder_layers],
+            # (contiguous: every decoding step reads them whole)
+            memory_kv=[tuple(t.contiguous() for t in layer.cross_attention.project_keys_values(memory))
+                       for layer in self.decoder_layers],
             self_kv=[None] * len(self.decoder_layers),
         )
 
