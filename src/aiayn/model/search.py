@@ -159,10 +159,12 @@ def beam_search(
     tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)  # (batch·beam, 1): BOS
     scores = torch.full((batch, k), float("-inf"), device=device)  # (batch, beam)
     scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 1
-    best_scores = torch.full((batch,), float("-inf"), device=device)  # (batch,)
-    best: list[list[int]] = [[] for _ in range(batch)]
+    # The best finished hypothesis of each sentence so far, kept on the device (no host
+    # synchronisation per step): its score, tokens (without BOS/EOS) and length.
+    best = _Best(batch, int(max_lengths.max()), device)
 
     # In the loop, n ≤ batch counts the sentences still active: tokens is (n·beam, step), scores (n, beam).
+    # The loop waits on the device once per step: for the stopping test (which sentences go on).
     for step in range(1, int(max_lengths.max()) + 1):
         n = active.numel()
         logits, state = _next_logits(model, tokens, state, kv_cache)  # (n·beam, vocab)
@@ -174,8 +176,8 @@ def beam_search(
         candidates = (scores.unsqueeze(-1) + log_probs.view(n, k, vocab)).view(n, k * vocab)
         top_scores, top_ids = candidates.topk(2 * k, dim=-1)  # (n, 2·beam) each
         origin, token = top_ids // vocab, top_ids % vocab  # (n, 2·beam): beam it extends, token it adds
-        # beam indices (n, m) → their rows (n, m) in the n·beam hypotheses
-        row_of = lambda beam: (torch.arange(n, device=device)[:, None] * k + beam)
+        first_row = torch.arange(n, device=device)[:, None] * k  # (n, 1): each sentence's first hypothesis
+        # (beam indices (n, m) → their rows (n, m) in the n·beam hypotheses: first_row + beam)
 
         # Candidates among the best `k` that end in EOS are finished hypotheses of length `step`
         # (EOS further down is ignored, so a beam of 1 with α = 0 is exactly greedy search; with
@@ -186,13 +188,13 @@ def beam_search(
         # (n, 2·beam)
         finished_scores = (top_scores / length_penalty(step, alpha)).masked_fill(~finishes, float("-inf"))
         step_best, step_pos = finished_scores.max(-1)  # (n,) each
-        # rows: (n, 1), the beam each sentence's best finished candidate extends
-        _record(best, best_scores, active, step_best, tokens, row_of(origin.gather(1, step_pos[:, None])))
+        # the hypotheses (n·beam, step) that each sentence's best finished candidate extends: (n, step - 1)
+        best.record(active, step_best, tokens[first_row[:, 0] + origin.gather(1, step_pos[:, None])[:, 0], 1:])
 
         # The best `k` candidates not ending in EOS live on (at most k of the 2k end in EOS).
         # (n, beam) each
         live_scores, live_pos = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=-1)
-        parent_rows = row_of(origin.gather(1, live_pos)).view(-1)  # (n, beam) → (n·beam,)
+        parent_rows = (first_row + origin.gather(1, live_pos)).view(-1)  # (n, beam) → (n·beam,)
         # (n·beam, step) + (n·beam, 1) → (n·beam, step + 1)
         tokens = torch.cat([tokens.index_select(0, parent_rows), token.gather(1, live_pos).view(-1, 1)], dim=1)
         state = _reorder_beams(state, parent_rows)
@@ -202,12 +204,10 @@ def beam_search(
 
         sentence_max = max_lengths[active]  # (n,)
         at_max = step >= sentence_max  # (n,)
-        if at_max.any():  # out of length: the best live hypothesis counts as finished, without EOS
-            # (n,)
-            at_max_scores = (scores[:, 0] / length_penalty(step, alpha)).masked_fill(~at_max, float("-inf"))
-            # rows: (n, 1), each sentence's beam 0
-            _record(best, best_scores, active, at_max_scores, tokens, row_of(torch.zeros_like(active)[:, None]))
-        can_improve = scores[:, 0] / length_penalty(sentence_max.float(), alpha) > best_scores[active]  # (n,)
+        # Out of length: the best live hypothesis counts as finished, without EOS. (n,)
+        at_max_scores = (scores[:, 0] / length_penalty(step, alpha)).masked_fill(~at_max, float("-inf"))
+        best.record(active, at_max_scores, tokens[first_row[:, 0], 1:])  # each sentence's beam 0: (n, step)
+        can_improve = scores[:, 0] / length_penalty(sentence_max.float(), alpha) > best.scores[active]  # (n,)
         keep = (~at_max & can_improve).nonzero().squeeze(1)  # (n_kept,): indices into the n active
         if keep.numel() == 0:
             break
@@ -217,7 +217,31 @@ def beam_search(
             # tokens (n_kept·beam, step + 1), scores (n_kept, beam), state of n_kept·beam rows
             tokens, scores, state = tokens.index_select(0, kept_rows), scores[keep], state.select(kept_rows)
             constrained = constrained.select(kept_rows) if constrained is not None else None
-    return best
+    return best.hypotheses()
+
+
+class _Best:
+    """Each sentence's best finished hypothesis so far, on the device: ``scores`` (batch,),
+    ``tokens`` (batch, longest) without BOS/EOS, ``lengths`` (batch,)."""
+
+    def __init__(self, batch: int, longest: int, device: torch.device):
+        self.scores = torch.full((batch,), float("-inf"), device=device)
+        self.tokens = torch.zeros(batch, longest, dtype=torch.long, device=device)
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)
+
+    def record(self, active: Tensor, new_scores: Tensor, hypotheses: Tensor) -> None:
+        """Where ``new_scores`` (n,) beats the best score of the sentence ``active`` (n,), that
+        sentence's best becomes its row of ``hypotheses`` (n, length)."""
+        improved = new_scores > self.scores[active]  # (n,)
+        self.scores[active] = torch.where(improved, new_scores, self.scores[active])
+        length = hypotheses.size(1)
+        # (n, length): the new hypothesis where improved, the old tokens elsewhere
+        self.tokens[active, :length] = torch.where(improved[:, None], hypotheses, self.tokens[active, :length])
+        self.lengths[active] = torch.where(improved, length, self.lengths[active])
+
+    def hypotheses(self) -> list[list[int]]:
+        """Token ids of each sentence's best hypothesis (one transfer to the host)."""
+        return [row[:length] for row, length in zip(self.tokens.tolist(), self.lengths.tolist())]
 
 
 def _reorder_beams(state: DecoderState, rows: Tensor) -> DecoderState:
@@ -230,20 +254,3 @@ def _reorder_beams(state: DecoderState, rows: Tensor) -> DecoderState:
     # K (n·beam, h, length, d_k), V (n·beam, h, length, d_v), rows picked along dim 0
     pick = lambda kv: None if kv is None else (kv[0].index_select(0, rows), kv[1].index_select(0, rows))
     return replace(state, self_kv=[pick(kv) for kv in state.self_kv])
-
-
-def _record(best: list[list[int]], best_scores: Tensor, active: Tensor, new_scores: Tensor, tokens: Tensor,
-            rows: Tensor) -> None:
-    """Where ``new_scores`` beats a sentence's best so far, keep that hypothesis: the tokens of
-    ``rows[i, 0]`` without BOS (a finished hypothesis's EOS is never stored in ``tokens``).
-
-    Shapes, for n active sentences: ``best_scores`` (batch,), ``active`` (n,), ``new_scores`` (n,),
-    ``tokens`` (n·beam, t), ``rows`` (n, 1)."""
-    improved = (new_scores > best_scores[active]).nonzero().squeeze(1)  # (n_improved,): indices into the n
-    if improved.numel() == 0:
-        return
-    sentences = active[improved]  # (n_improved,)
-    best_scores[sentences] = new_scores[improved]
-    # tokens[rows[improved, 0], 1:]: (n_improved, t - 1), BOS dropped
-    for sentence, hypothesis in zip(sentences.tolist(), tokens[rows[improved, 0], 1:].tolist()):
-        best[sentence] = hypothesis
