@@ -1,0 +1,103 @@
+"""aiayn.decoding_speed: each switch (int8, bf16, compile) against the plain fp32 path, on random
+models and on the session's tiny trained run (real checkpoint, real sentencepiece)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from aiayn.checkpoints.trained import TrainedModel, load_trained
+from aiayn.decoding_speed import for_decoding
+from aiayn.inference import translate
+from aiayn.model import Transformer, beam_search, greedy_search
+from tests.helpers.runs import TrainedRun
+
+BOS, EOS, PAD = 1, 2, 0
+SENTENCES = ["A dog runs on the beach.", "Two men play football in a park.", "A woman sings.",
+             "A little girl in a pink dress climbs the stairs of a wooden house.", "People walk down the street."]
+
+
+@pytest.fixture(scope="module")
+def model(single_thread) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(40, 40, n_layers=2, d_model=32, d_ff=64, n_heads=4, d_k=8, d_v=8, dropout=0.0).eval()
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_run: TrainedRun, single_thread) -> TrainedModel:
+    return load_trained(tiny_run.last)
+
+
+def sources() -> torch.Tensor:
+    torch.manual_seed(1)
+    src = torch.randint(3, 40, (6, 9))
+    src[3:, 6:] = PAD  # three shorter sentences
+    return src
+
+
+def relative_error(fast: torch.Tensor, plain: torch.Tensor) -> float:
+    return float((fast.float() - plain).norm() / plain.norm())
+
+
+def test_no_switch_gives_the_model_itself(model: Transformer) -> None:
+    assert for_decoding(model) is model
+
+
+def test_int8_quantises_every_product_keeps_logits_close_and_leaves_the_model_given_alone(model: Transformer) -> None:
+    src, tgt_in = sources(), sources()[:, :5]
+    int8 = for_decoding(model, int8=True)
+
+    assert not any(type(m) is nn.Linear for m in int8.modules())  # every projection, the tied one too
+    assert type(model.decoder_layers[0].self_attention.w_q) is nn.Linear and model.output_projection is None
+    with torch.no_grad():
+        plain, fast = model(src, tgt_in), int8(src, tgt_in)
+    assert 0 < relative_error(fast, plain) < 0.05  # quantised (not the same numbers), but close
+
+
+@pytest.mark.parametrize("switches", [{"int8": True}, {"precision": "bf16"}], ids=["int8", "bf16"])
+def test_a_switch_translates_nearly_as_the_plain_model(trained: TrainedModel, switches: dict) -> None:
+    # The 4-step model's distributions are flat, so rounding may flip a near tie; most must agree.
+    settings = {"beam_size": 2, "alpha": 20.0, "max_len_offset": 5}
+    plain = translate(trained.model, trained.vocab, SENTENCES, **settings).texts
+    fast = translate(for_decoding(trained.model, **switches), trained.vocab, SENTENCES, **settings).texts
+    assert all(plain) and sum(a == b for a, b in zip(plain, fast)) >= len(SENTENCES) - 1
+
+
+def test_bf16_keeps_the_search_scores_in_fp32(model: Transformer) -> None:
+    bf16 = for_decoding(model, precision="bf16")
+    assert next(bf16.parameters()).dtype == torch.bfloat16 and next(model.parameters()).dtype == torch.float32
+    hypotheses = beam_search(bf16, sources(), bos_id=BOS, eos_id=EOS, max_len_offset=4)
+    assert len(hypotheses) == 6 and all(len(h) <= 9 + 4 for h in hypotheses)
+
+
+def test_stacked_projections_follow_weights_changed_in_place(model: Transformer) -> None:
+    """Decoding keeps W^Q, W^K, W^V stacked between steps; a weight changed in place (an optimizer
+    step, a load of averaged weights) must be seen at once."""
+    src = sources()
+    before = greedy_search(model, src, bos_id=BOS, eos_id=EOS, max_len_offset=4)
+    changed = Transformer(40, 40, n_layers=2, d_model=32, d_ff=64, n_heads=4, d_k=8, d_v=8, dropout=0.0).eval()
+    expected = greedy_search(changed, src, bos_id=BOS, eos_id=EOS, max_len_offset=4)
+    original = {name: value.clone() for name, value in model.state_dict().items()}
+    try:
+        model.load_state_dict(changed.state_dict())  # copies in place: same storage, new versions
+        assert greedy_search(model, src, bos_id=BOS, eos_id=EOS, max_len_offset=4) == expected != before
+    finally:
+        model.load_state_dict(original)
+    assert greedy_search(model, src, bos_id=BOS, eos_id=EOS, max_len_offset=4) == before
+
+
+def test_switches_that_cannot_go_together_are_refused(model: Transformer) -> None:
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, fp16"):
+        for_decoding(model, precision="int4")
+    with pytest.raises(ValueError, match="cannot be combined with precision=bf16"):
+        for_decoding(model, precision="bf16", int8=True)
+
+
+@pytest.mark.slow
+def test_a_compiled_decoder_step_gives_the_eager_outputs(model: Transformer) -> None:
+    src = sources()
+    compiled = for_decoding(model, compile=True)
+    for search in (greedy_search, beam_search):
+        assert search(compiled, src, bos_id=BOS, eos_id=EOS, max_len_offset=4) == search(
+            model, src, bos_id=BOS, eos_id=EOS, max_len_offset=4)
