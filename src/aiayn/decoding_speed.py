@@ -26,14 +26,26 @@ from aiayn.model import Transformer
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def switches_of(cfg) -> dict:
+    """The switches set in a translate/evaluate config (``precision``, ``int8``, ``compile``),
+    checked: a ValueError names a wrong one."""
+    switches = {"precision": cfg.get("precision", "fp32"), "int8": cfg.get("int8", False),
+                "compile": cfg.get("compile", False)}
+    if switches["precision"] not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {switches['precision']!r}")
+    for key in ("int8", "compile"):
+        if not isinstance(switches[key], bool):
+            raise ValueError(f"{key} must be true or false, got {switches[key]!r}")
+    if switches["int8"] and switches["precision"] != "fp32":
+        raise ValueError(f"int8 quantises fp32 weights; it cannot be combined with precision={switches['precision']}")
+    return switches
+
+
 def for_decoding(model: Transformer, *, precision: str = "fp32", int8: bool = False,
                  compile: bool = False) -> Transformer:
     """``model`` ready to decode with the switches asked for (see the module docstring): the
     model itself when none is, else a copy in eval mode."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if int8 and precision != "fp32":
-        raise ValueError(f"int8 quantises fp32 weights; it cannot be combined with precision={precision}")
+    switches_of({"precision": precision, "int8": int8, "compile": compile})
     if precision == "fp32" and not int8 and not compile:
         return model
     fast = copy.deepcopy(model).eval()

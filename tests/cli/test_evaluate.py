@@ -172,11 +172,15 @@ def test_evaluations_with_other_decoding_settings_leave_their_own_reports(tiny_r
                  data_root=data_root, cache_dir=tiny_run.cache_dir)
     evaluate(f"ckpt={tiny_run.last}", "split=test_2017_mscoco", "decoding.beam_size=2", "decoding.kv_cache=false",
              f"out_dir={tmp_path}", data_root=data_root, cache_dir=tiny_run.cache_dir)
+    evaluate(f"ckpt={tiny_run.last}", "split=test_2017_mscoco", "int8=true", f"out_dir={tmp_path}",
+             data_root=data_root, cache_dir=tiny_run.cache_dir)
     reports = {path.name: json.loads(path.read_text()) for path in tmp_path.glob("*.json")}
     assert sorted(reports) == ["test_2017_mscoco.step4.beam2.alpha0.6.len+5.nokv.json",
+                               "test_2017_mscoco.step4.beam4.alpha0.6.len+5.int8.json",
                                "test_2017_mscoco.step4.beam4.alpha0.6.len+5.json",
                                "test_2017_mscoco.step4.beam4.alpha1.len+5.json"]
-    assert [reports[name]["decoding"]["alpha"] for name in sorted(reports)] == [0.6, 0.6, 1.0]
+    assert [reports[name]["decoding"]["alpha"] for name in sorted(reports)] == [0.6, 0.6, 0.6, 1.0]
+    assert [reports[name]["speed_switches"]["int8"] for name in sorted(reports)] == [False, True, False, False]
     for report in reports.values():  # each names its own hypotheses, all kept
         assert len(Path(report["hypotheses"]).read_text(encoding="utf-8").splitlines()) == 461
 
@@ -219,6 +223,8 @@ BAD_INPUT = [
     (["decoding.beam_size=0"], "decoding.beam_size must be a whole number of at least 1, got 0"),
     (["decoding.alpha=-1"], "decoding.alpha (the length penalty's exponent) must be a number, 0 or more, got -1"),
     (["batch_size=0"], "batch_size must be a whole number of at least 1, got 0"),
+    (["precision=fp8"], "precision must be one of fp32, bf16, fp16, got 'fp8'"),
+    (["int8=true", "precision=bf16"], "int8 quantises fp32 weights; it cannot be combined with precision=bf16"),
 ]
 
 

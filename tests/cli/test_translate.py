@@ -266,6 +266,8 @@ BAD = {  # (the bad setting, given tmp_path; the start of the one line)
                                    "output={tmp}/in.en/out.de: cannot create its folder {tmp}/in.en ({tmp}/in.en is a file)"),
     "output is the input": (lambda tmp: f"output={tmp}/in.en", "output={tmp}/in.en is the input file"),
     "output folder not writable": (lambda tmp: _not_writable(tmp), "output={tmp}/locked/out.de: not writable"),
+    "precision=fp8": (lambda tmp: "precision=fp8", "precision must be one of fp32, bf16, fp16, got 'fp8'"),
+    "int8=yes": (lambda tmp: "int8=yes", "int8 must be true or false, got 'yes'"),
 }
 
 

@@ -32,6 +32,7 @@ from aiayn.data.parsing.treebank import parse_split
 from aiayn.data.readers import read_lines, read_parallel
 from aiayn.data.wmt.datamodule import WMTDataModule
 from aiayn.data.wmt.preparation import TEST_SPLIT, VAL_SPLIT
+from aiayn.decoding_speed import for_decoding, switches_of
 from aiayn.errors import ConfigError
 from aiayn.inference import perplexity, translate, tree_constraint
 from aiayn.metrics.bleu import sacrebleu_score, tokenized_bleu
@@ -57,6 +58,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     except ConfigError as error:  # named as given here: decoding.beam_size=...
         raise ConfigError(f"decoding.{error}") from None
     check_decoding({"batch_size": cfg.batch_size})
+    try:
+        switches = switches_of(cfg)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     _check_checkpoint_file(ckpt)
     averaged = last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [ckpt]  # DataError: too few
     trained = load_trained(ckpt, cfg.device)
@@ -83,11 +88,12 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         tree_constraint(trained.vocab)  # a model without tree symbols is refused before any decoding
 
     ppl, n_tokens = perplexity(trained.model, trained.vocab, sources, references, cfg.max_tokens)
-    result = translate(trained.model, trained.vocab, sources, batch_size=cfg.batch_size, **decoding)
+    model = for_decoding(trained.model, **switches)
+    result = translate(model, trained.vocab, sources, batch_size=cfg.batch_size, **decoding)
 
     out_dir = Path(cfg.out_dir) if cfg.out_dir else ckpt.resolve().parent.parent / "eval"
     out_dir.mkdir(parents=True, exist_ok=True)
-    name = report_name(split, steps, decoding)
+    name = report_name(split, steps, {**decoding, **switches})
     hypotheses_file = out_dir / f"{name}.hyp.{datamodule.tgt_lang}"
     hypotheses_file.write_text("".join(text + "\n" for text in result.texts), encoding="utf-8")
     scorer = datamodule.scorer()
@@ -104,7 +110,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     report = {
         "checkpoint": str(ckpt), "averaged": [str(p) for p in averaged], "averaged_steps": steps,
         "step": trained.step, "task": task["name"], "split": split, "sentences": len(sources), "decoding": decoding,
-        "device": device, "hypotheses": str(hypotheses_file), **extra, "ppl_tokens": n_tokens, **metrics,
+        "speed_switches": switches, "device": device, "hypotheses": str(hypotheses_file), **extra, "ppl_tokens": n_tokens, **metrics,
     }
     (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
 
@@ -135,6 +141,10 @@ def report_name(split: str, steps: list[int], decoding: dict) -> str:
         settings += ".nokv"
     if decoding.get("constrained"):
         settings += ".constrained"
+    if decoding.get("precision", "fp32") != "fp32":  # the outputs of other arithmetic keep apart
+        settings += f".{decoding['precision']}"
+    if decoding.get("int8"):
+        settings += ".int8"
     averaged = f".avg{len(steps)}" if len(steps) > 1 else ""
     return f"{split.replace('/', '_')}.{step}.{settings}{averaged}"
 

@@ -42,6 +42,7 @@ from aiayn.cli import CONFIG_DIR
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.cli.line_input import AvailableLines, chunked
 from aiayn.data.readers import decode_lines, iter_lines
+from aiayn.decoding_speed import for_decoding, switches_of
 from aiayn.errors import ConfigError
 from aiayn.inference import Translator
 from aiayn.training.config_check import check_decoding
@@ -87,7 +88,11 @@ def _translator(cfg: DictConfig, settings: dict) -> Translator:
         search = {key: settings[key] for key in ("beam_size", "alpha", "max_len_offset") if key in settings}
         return CTranslate2Translator(cfg.model_dir, batch_size=cfg.batch_size, device=cfg.device, **search)
     trained = load_trained(cfg.ckpt, cfg.device)
-    return Translator(trained.model, trained.vocab, batch_size=cfg.batch_size, **{**trained.decoding, **settings})
+    try:
+        model = for_decoding(trained.model, **switches_of(cfg))
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    return Translator(model, trained.vocab, batch_size=cfg.batch_size, **{**trained.decoding, **settings})
 
 
 def _summary(lines: int, translator: Translator) -> None:
@@ -122,12 +127,19 @@ def _check_settings(cfg: DictConfig) -> None:
         if cfg.constrained:
             raise ConfigError("constrained=true is aiayn's own search; CTranslate2 cannot constrain its output: "
                               "use engine=aiayn ckpt=<file.ckpt>")
+        if cfg.int8 or cfg.compile or cfg.precision != "fp32":
+            raise ConfigError("precision, int8 and compile are aiayn's own switches; a CTranslate2 model has its "
+                              "type from the export (src/export.py format=ctranslate2 quantization=int8)")
         if not Path(cfg.model_dir).is_dir():
             raise ConfigError(f"model_dir={cfg.model_dir}: no such folder; give a CTranslate2 export of src/export.py "
                               "format=ctranslate2")
     elif cfg.model_dir is not None:
         raise ConfigError(f"model_dir={cfg.model_dir} is for engine=ctranslate2; add engine=ctranslate2, or give a "
                           "checkpoint as ckpt=<file.ckpt>")
+    try:
+        switches_of(cfg)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     if cfg.interactive not in ("auto", True, False):
         raise ConfigError(f"interactive must be auto, true or false, got {cfg.interactive!r}")
     size = cfg.buffer_size
