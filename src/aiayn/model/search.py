@@ -87,28 +87,36 @@ def greedy_search(
     constraint: OutputConstraint | None = None,
 ) -> list[list[int]]:
     """Pick the most probable token at every step (the most probable allowed one, with a
-    ``constraint``). Returns token ids without BOS/EOS, per sentence.
+    ``constraint``). Returns token ids without BOS/EOS, per sentence. A sentence leaves the batch
+    when it ends (EOS or its maximum length), so the others do not carry it along.
     ``kv_cache``: reuse the self-attention keys/values of earlier steps (see the module docstring)."""
     memory, src_mask, _ = model.encode(src)  # (batch, src_len, d_model), (batch, 1, 1, src_len)
     state = model.start_decoding(memory, src_mask)
     max_lengths = _max_lengths(model, src_mask, max_len_offset)  # (batch,)
-    batch = src.size(0)
-    tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)  # (batch, 1): BOS
-    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)  # (batch,)
+    batch, longest = src.size(0), int(max_lengths.max())
+    # Each sentence's output so far, EOS after its end: (batch, longest)
+    outputs = torch.full((batch, longest), eos_id, dtype=torch.long, device=src.device)
+    active = torch.arange(batch, device=src.device)  # (n,): the sentences still being decoded
+    tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)  # (n, 1): BOS
     constrained = constraint.start(src, max_lengths) if constraint is not None else None
-    for step in range(1, int(max_lengths.max()) + 1):
-        logits, state = _next_logits(model, tokens, state, kv_cache)  # (batch, vocab)
+    for step in range(1, longest + 1):
+        logits, state = _next_logits(model, tokens, state, kv_cache)  # (n, vocab)
         if constrained is not None:
             logits = logits.masked_fill(~constrained.allowed(), float("-inf"))
-        next_token = logits.argmax(-1)  # (batch,)
+        next_token = logits.argmax(-1)  # (n,)
         if constrained is not None:
             constrained = constrained.advance(next_token)
-        tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (batch, step + 1)
-        finished |= (next_token == eos_id) | (step >= max_lengths)
-        if finished.all():
+        outputs[active, step - 1] = next_token
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (n, step + 1)
+        # The stopping test, the one wait on the device per step: who has neither ended nor run out.
+        going = ((next_token != eos_id) & (step < max_lengths[active])).nonzero().squeeze(1)  # (n_going,)
+        if going.numel() == 0:
             break
-    # each row of tokens (batch, 1 + steps) without its BOS: (steps,)
-    return [_strip(row[1:].tolist(), eos_id, int(limit)) for row, limit in zip(tokens, max_lengths)]
+        if going.numel() < active.numel():  # finished sentences leave the batch
+            active, tokens, state = active[going], tokens[going], state.select(going)
+            constrained = constrained.select(going) if constrained is not None else None
+    # each row of outputs (batch, longest): (longest,) cut at its EOS and its limit
+    return [_strip(row, eos_id, limit) for row, limit in zip(outputs.tolist(), max_lengths.tolist())]
 
 
 def _strip(ids: list[int], eos_id: int, limit: int) -> list[int]:
