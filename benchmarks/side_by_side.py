@@ -5,8 +5,9 @@
 
 (a) Training step — forward, label-smoothed loss (ε_ls 0.1), backward, Adam step (β 0.9/0.98,
     ε 1e-9) — of ours against torch.nn.Transformer wrapped with the same embeddings × √d_model,
-    sinusoidal positions and tied output projection (benchmarks/peers.py), both starting from the
-    same weights, on the same batches: newstest2014 en→de pairs as subwords, cut by
+    sinusoidal positions and tied output projection (benchmarks/peers.py), and against fairseq's
+    TransformerModel (benchmarks/fairseq_peer.py, when installed), all starting from the same
+    weights, on the same batches: newstest2014 en→de pairs as subwords, cut by
     TokenBatchSampler to ``--train-max-tokens`` padded tokens per side. Target tokens per second.
 (b) Beam search (beam 4, α 0.6, maximum length input + 50) of ours against Hugging Face's
     MarianMTModel.generate(num_beams=4, length_penalty=0.6), the same weights copied into Marian,
@@ -14,6 +15,18 @@
     Sentences per second. Marian's length penalty is |Y|^α rather than GNMT's ((5 + |Y|)/6)^α,
     and it decodes a whole batch to its longest input + 50; ``identical_outputs`` counts the
     sentences whose outputs agree anyway.
+
+(c) ``--part trained --checkpoint FILE``: a trained Multi30k model decoding test2016 (or its first
+    ``--sentences``) as every engine decodes it, from the same subword ids in the same batches of
+    ``--batch-size`` length-sorted sentences: ours (fp32, and int8 through aiayn.decoding_speed),
+    fairseq's ``SequenceGenerator`` on a copy of the weights (benchmarks/fairseq_peer.py; skipped
+    when fairseq is not installed) and CTranslate2 (float32 and int8) on the model exported as
+    src/export.py exports it. Beam 4 and greedy; sentences/s, generated tokens/s, sacreBLEU,
+    identical outputs, and each batch's sentences/s (min/median/max). Stopping rules differ:
+    ours stops a sentence when no live hypothesis can beat its best finished one (tensor2tensor's
+    rule, given the largest length penalty still possible); fairseq and CTranslate2 stop when
+    ``beam`` hypotheses have finished, fairseq runs every sentence to the batch's limit, and both
+    normalise by |Y|^α. ``generated_tokens`` counts the tokens each returns.
 
 Ours and the peer alternate batch by batch, so that a busy machine slows both alike. Subwords and
 model sizes as in benchmarks/decode_speed.py (random weights; an 8k BPE learnt on the WMT slice,
@@ -60,11 +73,22 @@ def training_batches(model, vocab, max_tokens: int, count: int) -> list[dict]:
 def compare_training(model, vocab, args) -> dict:
     peer = peers.copy_to_torch(model, peers.torch_peer(model, dropout=model.embedding_dropout.p))
     batches = training_batches(model, vocab, args.train_max_tokens, args.train_steps)
+    modules = {"ours": model, "torch_nn_transformer": peer}
+    forward = {name: module for name, module in modules.items()}  # (src, tgt_in) → logits
+    try:
+        import fairseq_peer
+
+        modules["fairseq"] = fairseq_peer.fairseq_peer(model, bos_id=vocab.bos_id, eos_id=vocab.eos_id,
+                                                       pad_id=vocab.pad_id, unk_id=vocab.unk_id)
+        forward["fairseq"] = lambda src, tgt_in: fairseq_peer.fairseq_logits(modules["fairseq"], src, tgt_in)
+        warnings.filterwarnings("ignore", message=".*mismatched key_padding_mask.*")
+    except ImportError:
+        print("fairseq is not installed: its column is left out (see benchmarks/fairseq_peer.py)", file=sys.stderr)
     contenders = {}
-    for name, module in (("ours", model), ("torch_nn_transformer", peer)):
+    for name, module in modules.items():
         module.train()
         optimizer = torch.optim.Adam(module.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-        contenders[name] = (module, optimizer)
+        contenders[name] = (forward[name], optimizer)
 
     def step(name: str, batch: dict) -> float:
         module, optimizer = contenders[name]
@@ -89,7 +113,8 @@ def compare_training(model, vocab, args) -> dict:
             "max_tokens": args.train_max_tokens,
             "seconds": {name: round(s, 3) for name, s in seconds.items()},
             "tokens_per_second": speed,
-            "ratio_ours_over_peer": round(speed["ours"] / speed["torch_nn_transformer"], 3)}
+            "ratio_ours_over_peer": round(speed["ours"] / speed["torch_nn_transformer"], 3),
+            **({"ratio_ours_over_fairseq": round(speed["ours"] / speed["fairseq"], 3)} if "fairseq" in speed else {})}
 
 
 def compare_decoding(model, vocab, args) -> dict:
@@ -126,6 +151,107 @@ def compare_decoding(model, vocab, args) -> dict:
             "ratio_ours_over_peer": round(speed["ours"] / speed["marian_mt"], 3)}
 
 
+def compare_trained(args) -> list[dict]:
+    """Part (c): every engine on the same batches of a trained model's test set, beam 4 then greedy."""
+    import statistics
+    import tempfile
+
+    from aiayn.checkpoints.trained import load_trained
+    from aiayn.data.readers import read_lines
+    from aiayn.decoding_speed import for_decoding
+    from aiayn.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
+    from aiayn.metrics.bleu import sacrebleu_score
+
+    trained = load_trained(args.checkpoint, "cpu")
+    model, vocab = trained.model.eval(), trained.vocab
+    data = decode_speed.data_root() / "multi30k"
+    sources = read_lines(data / "test_2016_flickr.en.gz")[: args.sentences]
+    references = read_lines(data / "test_2016_flickr.de.gz")[: args.sentences]
+    ids = [seq[: model.max_positions - 1] for seq in vocab.encode(sources)]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    batches = [order[start : start + args.batch_size] for start in range(0, len(order), args.batch_size)]
+    collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
+
+    def tensor(rows: list[int]) -> torch.Tensor:  # ids + EOS, right-padded: (batch, src_len)
+        return collate([(i, ids[i], []) for i in rows])["src"]
+
+    scratch = tempfile.TemporaryDirectory(prefix="aiayn-side-by-side-")
+    ct2 = {kind: CTranslate2Translator(export_ctranslate2(trained, Path(scratch.name) / kind, ckpt=args.checkpoint,
+                                                          steps=[trained.step], quantization=quantization),
+                                       batch_size=args.batch_size, threads=torch.get_num_threads())
+           for kind, quantization in (("float32", None), ("int8", "int8"))}
+    int8 = for_decoding(model, int8=True)
+
+    def ours(net):
+        def run(rows, beam):
+            from aiayn.model import search
+
+            src = tensor(rows)
+            if beam == 1:
+                return search.greedy_search(net, src, bos_id=vocab.bos_id, eos_id=vocab.eos_id,
+                                            max_len_offset=args.max_len_offset)
+            return beam_search(net, src, bos_id=vocab.bos_id, eos_id=vocab.eos_id, beam_size=beam, alpha=args.alpha,
+                               max_len_offset=args.max_len_offset)
+        return run
+
+    def ctranslate2(translator):
+        def run(rows, beam):
+            translator.beam_size = beam
+            return translator.translate_ids([ids[i] for i in rows])
+        return run
+
+    engines = {"ours": ours(model), "ours_int8": ours(int8)}
+    try:
+        import fairseq_peer
+
+        peer = fairseq_peer.fairseq_peer(model, bos_id=vocab.bos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id,
+                                         unk_id=vocab.unk_id).eval()
+        engines["fairseq"] = lambda rows, beam: fairseq_peer.fairseq_beam_search(
+            peer, tensor(rows), beam_size=beam, alpha=args.alpha if beam > 1 else 0.0,
+            max_len_offset=args.max_len_offset)
+    except ImportError:
+        print("fairseq is not installed: its column is left out (see benchmarks/fairseq_peer.py)", file=sys.stderr)
+    engines["ctranslate2_float32"] = ctranslate2(ct2["float32"])
+    engines["ctranslate2_int8"] = ctranslate2(ct2["int8"])
+
+    records = []
+    for beam in (args.beam_size, 1):
+        for run in engines.values():  # warm-up
+            run(batches[0][:4], beam)
+        seconds = {name: [] for name in engines}
+        outputs = {name: {} for name in engines}
+        for rows in batches:
+            for name, run in engines.items():
+                started = time.perf_counter()
+                for i, hypothesis in zip(rows, run(rows, beam)):
+                    outputs[name][i] = hypothesis
+                seconds[name].append(time.perf_counter() - started)
+        ours_outputs = [outputs["ours"][i] for i in range(len(ids))]
+        for name in engines:
+            hypotheses = [outputs[name][i] for i in range(len(ids))]
+            total = sum(seconds[name])
+            per_batch = sorted(len(rows) / s for rows, s in zip(batches, seconds[name]))
+            generated = sum(map(len, hypotheses))
+            records.append({
+                "part": "trained_decoding", "engine": name, "beam_size": beam, "alpha": args.alpha if beam > 1 else 0.0,
+                "max_len_offset": args.max_len_offset, "checkpoint": str(args.checkpoint), "step": trained.step,
+                "test_set": "multi30k test_2016_flickr en-de", "sentences": len(ids), "batch_size": args.batch_size,
+                "seconds": round(total, 3), "sentences_per_second": round(len(ids) / total, 2),
+                "batch_sentences_per_second": {"min": round(per_batch[0], 2),
+                                               "median": round(statistics.median(per_batch), 2),
+                                               "max": round(per_batch[-1], 2)},
+                "generated_tokens": generated, "tokens_per_second": round(generated / total, 1),
+                "ms_per_generated_token": round(1000 * total / generated, 3) if generated else None,
+                "sacrebleu": round(sacrebleu_score(vocab.decode(hypotheses), references).score, 2),
+                "identical_to_ours": sum(a == b for a, b in zip(hypotheses, ours_outputs)),
+            })
+            print(f"beam {beam} {name}: {records[-1]['sentences_per_second']} sentences/s, "
+                  f"{records[-1]['tokens_per_second']} tokens/s, BLEU {records[-1]['sacrebleu']}", file=sys.stderr,
+                  flush=True)
+    scratch.cleanup()
+    return records
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="base", help="a conf/model/*.yaml name (default base)")
@@ -133,10 +259,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="model settings to change, e.g. n_layers=1 d_model=64 (CI-sized runs)")
     parser.add_argument("--vocab-size", type=int, default=37000)
     parser.add_argument("--subword-vocab", type=int, default=8000)
-    parser.add_argument("--part", choices=("both", "train", "decode"), default="both")
+    parser.add_argument("--part", choices=("both", "train", "decode", "trained"), default="both")
+    parser.add_argument("--checkpoint", type=Path, default=None, help="--part trained: a Multi30k checkpoint")
+    parser.add_argument("--batch-size", type=int, default=128, help="--part trained: sentences per batch")
     parser.add_argument("--train-steps", type=int, default=10, help="timed training steps per model")
     parser.add_argument("--train-max-tokens", type=int, default=2000, help="padded tokens per side per batch")
-    parser.add_argument("--sentences", type=int, default=100, help="newstest2014 sentences to decode")
+    parser.add_argument("--sentences", type=int, default=None,
+                        help="sentences to decode: newstest2014's first 100 (parts a, b) or test2016's 1,000 (c)")
     parser.add_argument("--max-tokens", type=int, default=2000, help="padded source tokens per decoding batch")
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
@@ -145,9 +274,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    args.checkpoint, args.device = None, "cpu"
+    args.device = "cpu"
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.part == "trained":
+        if args.checkpoint is None:
+            parser.error("--part trained needs --checkpoint FILE (a model trained on Multi30k, e.g. the default job's)")
+        base = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": decode_speed.commit(),
+                "machine": decode_speed.machine(), "benchmark": "side_by_side", "device": "cpu",
+                "threads": torch.get_num_threads()}
+        records = [{**base, **record} for record in compare_trained(args)]
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.out, "a", encoding="utf-8") as out:
+            for record in records:
+                out.write(json.dumps(record) + "\n")
+        return records
+    args.checkpoint = None  # parts (a) and (b) build a random-weight model
+    args.sentences = args.sentences or 100
     warnings.filterwarnings("ignore", message=".*nested tensors.*")  # nn.Transformer's fast path
 
     model, vocab, sizes = decode_speed.build_model(args)
