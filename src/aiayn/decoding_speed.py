@@ -34,7 +34,7 @@ def switches_of(cfg) -> dict:
     if switches["precision"] not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {switches['precision']!r}")
     for key in ("int8", "compile"):
-        if not isinstance(switches[key], bool):
+        if type(switches[key]) is not bool:
             raise ValueError(f"{key} must be true or false, got {switches[key]!r}")
     if switches["int8"] and switches["precision"] != "fp32":
         raise ValueError(f"int8 quantises fp32 weights; it cannot be combined with precision={switches['precision']}")
