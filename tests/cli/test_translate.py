@@ -211,8 +211,10 @@ def test_lines_before_one_that_is_not_utf8_are_written_first(tiny_run: TrainedRu
 def test_ctrl_c_ends_an_interactive_session_without_a_traceback(tiny_run: TrainedRun, trained: TrainedModel,
                                                                 data_root: Path, tmp_path: Path) -> None:
     with open(tmp_path / "stderr", "w+", encoding="utf-8") as stderr:
+        # As from a terminal, SIGINT at its default: a test run started in the background (nohup, `&`)
+        # passes SIGINT on ignored, and then Python never turns it into KeyboardInterrupt.
         process = start(tiny_run, data_root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                        encoding="utf-8")
+                        encoding="utf-8", preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             answers = read_lines_in_background(process.stdout)
             process.stdin.write("A dog runs.\n")
