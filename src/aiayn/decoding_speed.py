@@ -21,6 +21,7 @@ import warnings
 import torch
 from torch import nn
 
+from aiayn.errors import ConfigError
 from aiayn.model import Transformer
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -28,16 +29,16 @@ PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float
 
 def switches_of(cfg) -> dict:
     """The switches set in a translate/evaluate config (``precision``, ``int8``, ``compile``),
-    checked: a ValueError names a wrong one."""
+    checked: a ConfigError (a ValueError) names a wrong one."""
     switches = {"precision": cfg.get("precision", "fp32"), "int8": cfg.get("int8", False),
                 "compile": cfg.get("compile", False)}
     if switches["precision"] not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {switches['precision']!r}")
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {switches['precision']!r}")
     for key in ("int8", "compile"):
         if type(switches[key]) is not bool:
-            raise ValueError(f"{key} must be true or false, got {switches[key]!r}")
+            raise ConfigError(f"{key} must be true or false, got {switches[key]!r}")
     if switches["int8"] and switches["precision"] != "fp32":
-        raise ValueError(f"int8 quantises fp32 weights; it cannot be combined with precision={switches['precision']}")
+        raise ConfigError(f"int8 quantises fp32 weights; it cannot be combined with precision={switches['precision']}")
     return switches
 
 
@@ -62,7 +63,7 @@ def quantize_int8(model: Transformer) -> Transformer:
     """``model`` (on the CPU, changed in place and returned) with int8 dynamic quantisation of its
     linear layers and of the pre-softmax projection."""
     if next(model.parameters()).device.type != "cpu":
-        raise ValueError("int8 decoding runs on the CPU (torch's dynamic quantisation has CPU kernels only); "
+        raise ConfigError("int8 decoding runs on the CPU (torch's dynamic quantisation has CPU kernels only); "
                          "use device=cpu, or precision=bf16 on a GPU")
     if model.output_projection is None:
         # The tied projection is F.linear with the embedding matrix: give it a Linear of its own

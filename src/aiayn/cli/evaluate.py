@@ -58,10 +58,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     except ConfigError as error:  # named as given here: decoding.beam_size=...
         raise ConfigError(f"decoding.{error}") from None
     check_decoding({"batch_size": cfg.batch_size})
-    try:
-        switches = switches_of(cfg)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
+    switches = switches_of(cfg)  # precision, int8 and compile
     _check_checkpoint_file(ckpt)
     averaged = last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [ckpt]  # DataError: too few
     trained = load_trained(ckpt, cfg.device)
@@ -110,7 +107,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     report = {
         "checkpoint": str(ckpt), "averaged": [str(p) for p in averaged], "averaged_steps": steps,
         "step": trained.step, "task": task["name"], "split": split, "sentences": len(sources), "decoding": decoding,
-        "speed_switches": switches, "device": device, "hypotheses": str(hypotheses_file), **extra, "ppl_tokens": n_tokens, **metrics,
+        "speed_switches": switches, "device": device, "hypotheses": str(hypotheses_file), **extra,
+        "ppl_tokens": n_tokens, **metrics,
     }
     (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
 
