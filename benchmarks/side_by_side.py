@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import sys
 import time
@@ -48,11 +49,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import decode_speed  # noqa: E402  (data, model and machine helpers shared with the decoding benchmark)
+import fairseq_peer  # noqa: E402  (imports fairseq only when used)
 import peers  # noqa: E402
 
 from aiayn.data.batching import TokenBatchSampler  # noqa: E402
 from aiayn.data.corpus import ParallelCorpus, TranslationCollator  # noqa: E402
-from aiayn.model import beam_search  # noqa: E402
+from aiayn.model import beam_search, greedy_search  # noqa: E402
 from aiayn.training.loss import label_smoothed_loss  # noqa: E402
 
 RESULTS = decode_speed.REPO / "benchmarks" / "results" / "side_by_side.jsonl"
@@ -70,20 +72,25 @@ def training_batches(model, vocab, max_tokens: int, count: int) -> list[dict]:
     return [collate([corpus[i] for i in batch]) for batch, _ in zip(sampler, range(count + 1))]
 
 
+def fairseq_of(model, vocab):
+    """fairseq's TransformerModel holding ``model``'s weights, or None (with a line saying so)
+    where fairseq is not installed: it is a benchmark-only peer (benchmarks/fairseq_peer.py)."""
+    if importlib.util.find_spec("fairseq") is None:
+        print("fairseq is not installed: its column is left out (see benchmarks/fairseq_peer.py)", file=sys.stderr)
+        return None
+    warnings.filterwarnings("ignore", message=".*mismatched key_padding_mask.*")  # fairseq's own masks
+    return fairseq_peer.fairseq_peer(model, bos_id=vocab.bos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id,
+                                     unk_id=vocab.unk_id)
+
+
 def compare_training(model, vocab, args) -> dict:
     peer = peers.copy_to_torch(model, peers.torch_peer(model, dropout=model.embedding_dropout.p))
     batches = training_batches(model, vocab, args.train_max_tokens, args.train_steps)
     modules = {"ours": model, "torch_nn_transformer": peer}
     forward = {name: module for name, module in modules.items()}  # (src, tgt_in) → logits
-    try:
-        import fairseq_peer
-
-        modules["fairseq"] = fairseq_peer.fairseq_peer(model, bos_id=vocab.bos_id, eos_id=vocab.eos_id,
-                                                       pad_id=vocab.pad_id, unk_id=vocab.unk_id)
-        forward["fairseq"] = lambda src, tgt_in: fairseq_peer.fairseq_logits(modules["fairseq"], src, tgt_in)
-        warnings.filterwarnings("ignore", message=".*mismatched key_padding_mask.*")
-    except ImportError:
-        print("fairseq is not installed: its column is left out (see benchmarks/fairseq_peer.py)", file=sys.stderr)
+    if fairseq := fairseq_of(model, vocab):
+        modules["fairseq"] = fairseq
+        forward["fairseq"] = lambda src, tgt_in: fairseq_peer.fairseq_logits(fairseq, src, tgt_in)
     contenders = {}
     for name, module in modules.items():
         module.train()
@@ -184,12 +191,10 @@ def compare_trained(args) -> list[dict]:
 
     def ours(net):
         def run(rows, beam):
-            from aiayn.model import search
-
             src = tensor(rows)
             if beam == 1:
-                return search.greedy_search(net, src, bos_id=vocab.bos_id, eos_id=vocab.eos_id,
-                                            max_len_offset=args.max_len_offset)
+                return greedy_search(net, src, bos_id=vocab.bos_id, eos_id=vocab.eos_id,
+                                     max_len_offset=args.max_len_offset)
             return beam_search(net, src, bos_id=vocab.bos_id, eos_id=vocab.eos_id, beam_size=beam, alpha=args.alpha,
                                max_len_offset=args.max_len_offset)
         return run
@@ -201,16 +206,11 @@ def compare_trained(args) -> list[dict]:
         return run
 
     engines = {"ours": ours(model), "ours_int8": ours(int8)}
-    try:
-        import fairseq_peer
-
-        peer = fairseq_peer.fairseq_peer(model, bos_id=vocab.bos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id,
-                                         unk_id=vocab.unk_id).eval()
+    if peer := fairseq_of(model, vocab):
+        peer.eval()
         engines["fairseq"] = lambda rows, beam: fairseq_peer.fairseq_beam_search(
             peer, tensor(rows), beam_size=beam, alpha=args.alpha if beam > 1 else 0.0,
             max_len_offset=args.max_len_offset)
-    except ImportError:
-        print("fairseq is not installed: its column is left out (see benchmarks/fairseq_peer.py)", file=sys.stderr)
     engines["ctranslate2_float32"] = ctranslate2(ct2["float32"])
     engines["ctranslate2_int8"] = ctranslate2(ct2["int8"])
 
