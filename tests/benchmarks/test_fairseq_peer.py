@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from aiayn.model import Transformer, greedy_search
+from tests.helpers import peer_models
+from tests.helpers.peer_models import BOS, EOS, PAD, UNK  # fairseq's own order is BOS, PAD, EOS, UNK
 from tests.helpers.runs import REPO
 
 pytest.importorskip("fairseq")
@@ -24,7 +26,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Support for mismatched key_padding_mask and attn_mask"),
 ]
 
-PAD, UNK, BOS, EOS = 0, 1, 2, 3  # aiayn.data.subwords; fairseq's own order is BOS, PAD, EOS, UNK
 IDS = {"bos_id": BOS, "eos_id": EOS, "pad_id": PAD, "unk_id": UNK}
 V = 50
 SMALL = {"n_layers": 2, "d_model": 64, "d_ff": 128, "n_heads": 4, "d_k": 16, "d_v": 16, "dropout": 0.0,
@@ -32,26 +33,11 @@ SMALL = {"n_layers": 2, "d_model": 64, "d_ff": 128, "n_heads": 4, "d_k": 16, "d_
 
 
 def random_model(seed: int) -> Transformer:
-    torch.manual_seed(seed)
-    model = Transformer(V, V, **SMALL).eval()
-    with torch.no_grad():  # random layer-norm gains and biases, so that their copying is tested too
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0, 0.1)
-            elif isinstance(module, torch.nn.Linear) and module.bias is not None:
-                module.bias.normal_(0, 0.1)
-    return model
+    return peer_models.random_model(seed, V, **SMALL)
 
 
 def ragged_batch(lengths: list[int], seed: int, tgt: bool = False) -> torch.Tensor:
-    """Right-padded: sources end in EOS, targets (BOS + y[:-1]) start with BOS."""
-    g = torch.Generator().manual_seed(seed)
-    batch = torch.full((len(lengths), max(lengths)), PAD)
-    for i, n in enumerate(lengths):
-        batch[i, :n] = torch.randint(4, V, (n,), generator=g)
-        batch[i, 0 if tgt else n - 1] = BOS if tgt else EOS
-    return batch
+    return peer_models.ragged_batch(lengths, seed, V, tgt)
 
 
 def left_padded(batch: torch.Tensor) -> torch.Tensor:

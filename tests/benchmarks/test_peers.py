@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from aiayn.model import Transformer, greedy_search
+from tests.helpers import peer_models
+from tests.helpers.peer_models import BOS, EOS, PAD
 from tests.helpers.runs import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -16,34 +18,16 @@ import peers  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-PAD, BOS, EOS = 0, 2, 3
 V = 40
 TINY = dict(n_layers=2, d_model=32, d_ff=64, n_heads=4, d_k=8, d_v=8, dropout=0.1, max_positions=64)
 
 
 def random_model(seed: int) -> Transformer:
-    torch.manual_seed(seed)
-    model = Transformer(V, V, **TINY).eval()
-    with torch.no_grad():  # random layer-norm gains and biases, so that their copying is tested too
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0, 0.1)
-            elif isinstance(module, torch.nn.Linear) and module.bias is not None:
-                module.bias.normal_(0, 0.1)
-    return model
+    return peer_models.random_model(seed, V, **TINY)
 
 
 def ragged_batch(lengths: list[int], seed: int, tgt: bool = False) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    batch = torch.full((len(lengths), max(lengths)), PAD)
-    for i, n in enumerate(lengths):
-        batch[i, :n] = torch.randint(4, V, (n,), generator=g)
-        if tgt:
-            batch[i, 0] = BOS
-        else:
-            batch[i, n - 1] = EOS
-    return batch
+    return peer_models.ragged_batch(lengths, seed, V, tgt)
 
 
 SRC_LENGTHS = [6, 11, 3, 9]
