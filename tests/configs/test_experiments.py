@@ -31,7 +31,7 @@ from tests.helpers.runs import REPO
 CONF = REPO / "conf"
 
 BASE = dict(n_layers=6, d_model=512, d_ff=2048, n_heads=8, d_k=64, d_v=64, dropout=0.1, label_smoothing=0.1,
-            positional="sinusoidal")
+            positional="sinusoidal", attention_window=None)
 # Table 3 of the paper, row by row: what differs from the base model (unlisted values are the base's).
 TABLE3 = {
     "base": {},
@@ -46,6 +46,9 @@ TABLE3 = {
     "E_learned": dict(positional="learned"),
     "big": dict(d_model=1024, d_ff=4096, n_heads=16, dropout=0.3),
 }
+# Not rows of the paper: (F), restricted self-attention (§4's future work), r positions each side.
+RESTRICTED = {"F_r1": dict(attention_window=1), "F_r2": dict(attention_window=2), "F_r4": dict(attention_window=4)}
+ROWS = TABLE3 | RESTRICTED  # every table3_*.yaml
 NETWORK = {key: value for key, value in BASE.items() if key != "label_smoothing"}  # a model config's part
 TABLE2 = {  # row: (task, model, P_drop, checkpoints averaged)
     "base_en_de": ("wmt_en_de", "base", 0.1, 5), "big_en_de": ("wmt_en_de", "big", 0.3, 20),
@@ -75,19 +78,20 @@ def built_structure(cfg) -> dict:
         d_v=layer.self_attention.w_v.out_features // layer.self_attention.n_heads,
         dropout=layer.residual_1.dropout.p, label_smoothing=module.label_smoothing,
         positional="learned" if isinstance(model.src_positions, LearnedPositionalEmbedding) else "sinusoidal",
+        attention_window=model.attention_window,
     )
 
 
-def test_the_table3_configs_are_exactly_the_papers_rows() -> None:
+def test_the_table3_configs_are_exactly_the_papers_rows_and_the_restricted_attention_rows() -> None:
     names = sorted(p.stem for p in (CONF / "experiment").glob("table3_*.yaml"))
-    assert names == sorted(f"table3_{row}" for row in TABLE3)
+    assert names == sorted(f"table3_{row}" for row in ROWS)
 
 
-@pytest.mark.parametrize("row", list(TABLE3))
+@pytest.mark.parametrize("row", list(ROWS))
 def test_every_table3_row_composes_and_builds_its_model(row: str) -> None:
     # Until the WMT tasks exist on this branch the rows are composed with the Multi30k switch.
     cfg = compose_train(f"experiment=table3_{row}", "+scale=multi30k")
-    assert built_structure(cfg) == {**BASE, **TABLE3[row]}
+    assert built_structure(cfg) == {**BASE, **ROWS[row]}
     assert cfg.task.name == "multi30k_en_de" and cfg.experiment.scale == "multi30k"
     assert cfg.trainer.max_steps == 4000 and cfg.optim.warmup_steps == 800
     assert (cfg.task.decoding.beam_size, cfg.task.decoding.alpha) == (4, 0.6)  # the caption: beam 4, α 0.6
@@ -101,10 +105,10 @@ def test_every_table3_row_composes_and_builds_its_model(row: str) -> None:
     assert "table3_base" in file.defaults or {"override /task": "wmt_en_de"} in file.defaults
 
 
-@pytest.mark.parametrize("row", list(TABLE3))
+@pytest.mark.parametrize("row", list(ROWS))
 def test_at_cpu_scale_every_row_keeps_its_shape_at_an_eighth_of_the_width(row: str) -> None:
     cfg = compose_train(f"experiment=table3_{row}", "+scale=multi30k_cpu")
-    paper = {**BASE, **TABLE3[row]}
+    paper = {**BASE, **ROWS[row]}
     eighth = {k: v // 8 if k in ("d_model", "d_ff", "d_k", "d_v") else v for k, v in paper.items()}
     assert built_structure(cfg) == eighth
     assert cfg.task.name == "multi30k_en_de" and cfg.experiment.scale == "multi30k_cpu"
@@ -130,7 +134,7 @@ def test_the_width_divisor_must_divide_every_width() -> None:
 @pytest.mark.parametrize("row", ["base", "big"])
 def test_at_the_papers_scale_rows_train_the_papers_steps(row: str) -> None:
     cfg = compose_train(f"experiment=table3_{row}", "task=multi30k_en_de")  # the task named: WMT data not needed
-    assert built_structure(cfg) == {**BASE, **TABLE3[row]}
+    assert built_structure(cfg) == {**BASE, **ROWS[row]}
     assert cfg.trainer.max_steps == (300000 if row == "big" else 100000) and cfg.optim.warmup_steps == 4000
     assert cfg.trainer.val_check_interval == 1000
 
@@ -162,8 +166,8 @@ def test_the_table3_multirun_expands_to_exactly_the_tables_rows(scale: list[str]
     """A dry run of `python src/train.py --multirun 'experiment=glob(table3_*)' [+scale=multi30k]`:
     Hydra's own sweeper expands it into one job per row (each composes: the test above)."""
     jobs = expand_sweep(CONF, ["experiment=glob(table3_*)", *scale])
-    assert sorted(jobs) == sorted([f"experiment=table3_{row}", *scale] for row in TABLE3)
-    assert len(jobs) == 20
+    assert sorted(jobs) == sorted([f"experiment=table3_{row}", *scale] for row in ROWS)
+    assert len(jobs) == len(ROWS) == 23
     # Each job gets a directory of its own: the job number and the row (run_name).
     cfg = compose_train(*jobs[0], "task=multi30k_en_de", hydra_config=True)
     assert OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["subdir"] == "${hydra.job.num}_${run_name}"
@@ -270,7 +274,7 @@ def analytic_parameters(model: dict, vocab: int) -> int:
 
 def test_the_parameter_report_covers_every_row_and_counts_right() -> None:
     report = {entry["row"]: entry for entry in parameter_report(CONF, 37000)}
-    assert set(report) == set(TABLE3)
+    assert set(report) == set(ROWS)
     rows = {row.row: row for row in table_rows(CONF, "table3")}
     for name, entry in report.items():
         assert entry["parameters"] == analytic_parameters(rows[name].model, 37000) == count_parameters(
@@ -289,12 +293,12 @@ def test_the_parameter_report_from_the_command_line(capsys: pytest.CaptureFixtur
     big = next(line for line in text.splitlines() if line.startswith("big"))
     assert big.split()[-1] == "213"  # the paper's figure beside ours
     report = json.loads(run_tables_command(capsys, "params", "--vocab", "32000", "--json"))
-    assert report["vocab_size"] == 32000 and len(report["rows"]) == 20
+    assert report["vocab_size"] == 32000 and len(report["rows"]) == len(ROWS)
     base = next(row for row in report["rows"] if row["row"] == "base")
     assert base["parameters"] == analytic_parameters({**BASE, "max_positions": 1024}, 32000)
 
 
-@pytest.mark.parametrize("table, row", [("table3", row) for row in TABLE3] + [("table2", row) for row in TABLE2])
+@pytest.mark.parametrize("table, row", [("table3", row) for row in ROWS] + [("table2", row) for row in TABLE2])
 def test_every_row_composes_with_its_wmt_task_and_the_papers_dev_and_test_sets(table: str, row: str) -> None:
     cfg = compose_train(f"experiment={table}_{row}", "paths.output_dir=/tmp/unused")
     task = TABLE2[row][0] if table == "table2" else "wmt_en_de"
@@ -306,4 +310,4 @@ def test_every_row_composes_with_its_wmt_task_and_the_papers_dev_and_test_sets(t
                                        "constrained": False}
     check_train_config(OmegaConf.to_container(cfg, resolve=True))
     if table == "table3":
-        assert built_structure(cfg) == {**BASE, **TABLE3[row]}
+        assert built_structure(cfg) == {**BASE, **ROWS[row]}
