@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from aiayn.reporting.flops import Shapes
+from aiayn.reporting.tables import table_rows
 from aiayn.training.config import network_arguments
 from tests.helpers.runs import REPO, run_tool
 from tests.helpers.wandb_offline import read_run
@@ -91,11 +92,12 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, sub
     monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "tables"
     assert tables_command("rebuild", "--runs", str(sweep), "--out", str(out), "--tables", "table3") == 0
-    assert "table3: 2 runs of 20 lines" in capsys.readouterr().out
+    rows = len(table_rows(REPO / "conf", "table3"))  # base, (A)…(F), big
+    assert f"table3: 2 runs of {rows} lines" in capsys.readouterr().out
 
     # CSV: every row of the table, the two measured beside the paper's figures.
-    lines = list(csv.DictReader(open(out / "table3.csv")))
-    assert len(lines) == 20 and lines[0]["row"] == "base" and lines[-1]["row"] == "big"
+    lines = list(csv.DictReader((out / "table3.csv").read_text().splitlines()))
+    assert len(lines) == rows and lines[0]["row"] == "base" and lines[-1]["row"] == "big"
     measured = {line["row"]: line for line in lines if line["run"]}
     assert set(measured) == {"(C) N=2", "(D) eps_ls=0.0"}
     for label, name, paper in (("(C) N=2", "table3-C_N2", ("6.11", "23.7", "36")),
@@ -106,16 +108,20 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, sub
         assert float(line["params ×10^6"]) == pytest.approx(summary["parameters"] / 1e6)
         assert float(line["train FLOPs"]) == pytest.approx(summary["train_flops"])
         assert (line["paper PPL"], line["paper BLEU"], line["paper params ×10^6"]) == paper
+        # No base run among them: no difference of their own, and no noise band; the paper's differences.
+        assert (line["ΔPPL"], line["ΔBLEU"], line["within noise"], line["attention window"]) == ("", "", "", "")
+        assert float(line["paper ΔPPL"]) == pytest.approx(float(paper[0]) - 4.92)
         assert (line["scale"], line["task"], line["seed"], line["steps"]) == ("multi30k", "multi30k_en_de", "1234", "2")
         # The widths trained: TINY's divided by width_divisor=2.
         assert (line["d_model"], line["d_ff"], line["d_k"], line["d_v"], line["h"]) == ("16", "32", "8", "8", "2")
     unmeasured = next(line for line in lines if line["row"] == "big")
     assert unmeasured["PPL (dev)"] == "" and unmeasured["paper PPL"] == "4.33" and unmeasured["paper BLEU"] == "26.4"
 
-    # Markdown: a header naming the source, the column names, 20 rows.
+    # Markdown: a header naming the source, the column names, a line per row, then the differences.
     markdown = (out / "table3.md").read_text().splitlines()
     assert str(sweep) in markdown[0] and markdown[1].startswith("| row | N | d_model")
-    assert len([line for line in markdown if line.startswith("| (")]) == 18  # (A)…(E); base and big besides
+    assert len([line for line in markdown if line.startswith("| (")]) == rows - 2  # (A)…(F); base and big besides
+    assert "Noise band: no base run at this scale, so no differences." in markdown
     assert f"{runs['table3-C_N2'].summary['dev/ppl']:.2f}" in next(line for line in markdown if "(C) N=2" in line)
 
     # PNG chart.
@@ -128,10 +134,10 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, sub
     logged = read_run(out)
     assert logged.config == {} or "table3" not in logged.config
     entry = next(h["table3"] for h in logged.history if "table3" in h)
-    assert entry["_type"] == "table-file" and entry["nrows"] == 20
+    assert entry["_type"] == "table-file" and entry["nrows"] == rows
     table = json.loads(next((out / "wandb").glob(f"offline-run-*/files/{entry['path']}")).read_text())
     row_column = table["columns"].index("row")
-    assert [row[row_column] for row in table["data"]][:2] == ["base", "(A) h=1, d_k=d_v=512"]
+    assert [line[row_column] for line in table["data"]][:2] == ["base", "(A) h=1, d_k=d_v=512"]
 
 
 @pytest.mark.cli
@@ -150,7 +156,7 @@ def test_table2_rebuilt_from_an_averaged_evaluation(tmp_path: Path, data_root: P
 
     out = tmp_path / "tables"
     assert tables_command("rebuild", "--runs", str(sweep), "--out", str(out), "--tables", "table2", "--no-wandb") == 0
-    lines = list(csv.DictReader(open(out / "table2.csv")))
+    lines = list(csv.DictReader((out / "table2.csv").read_text().splitlines()))
     assert [line["row"] for line in lines] == ["Transformer (base model) EN-DE", "Transformer (big) EN-DE",
                                                "Transformer (base model) EN-FR", "Transformer (big) EN-FR"]
     line = lines[0]

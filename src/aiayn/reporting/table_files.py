@@ -1,16 +1,24 @@
 """A rebuilt table (:func:`aiayn.reporting.tables.build_table`) written out: markdown, CSV, a
-chart of each row beside the paper's figures, and a W&B run holding them as ``wandb.Table``s."""
+chart, and a W&B run holding them as ``wandb.Table``s.
+
+Table 2's chart puts each row's BLEU beside the paper's. Table 3's puts each row's difference
+from the base runs of its scale beside the paper's difference from its base, over the noise band
+of the base runs' seeds; its markdown ends with that band and a line per row (see
+:func:`noise_markdown`)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiayn.reporting.tables import Row, Run, build_table
+from aiayn.reporting.tables import WITHIN_NOISE_RULE, BaseSpread, Row, Run, base_spread, build_table, within_noise
+
+DELTAS = ("ΔPPL", "paper ΔPPL", "ΔBLEU", "paper ΔBLEU")
 
 
 def _cell(value: Any) -> str:
@@ -23,10 +31,18 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _signed(value: float | None) -> str:
+    """A difference, signed, to 2 decimals ("" when there is none)."""
+    if value is None or math.isnan(value):
+        return ""
+    return f"{0.0 if round(value, 2) == 0 else value:+.2f}"
+
+
 def to_markdown(lines: list[dict[str, Any]], columns: list[str] | None = None) -> str:
     columns = columns or list(lines[0])
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    out += ["| " + " | ".join(_cell(line.get(c)) for c in columns) + " |" for line in lines]
+    out += ["| " + " | ".join(_signed(line.get(c)) if c in DELTAS else _cell(line.get(c)) for c in columns) + " |"
+            for line in lines]
     return "\n".join(out) + "\n"
 
 
@@ -40,21 +56,96 @@ def to_csv(lines: list[dict[str, Any]]) -> str:
 
 # Columns of the markdown table (the CSV has them all).
 MARKDOWN_COLUMNS = {
-    "table3": ["row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "steps", "PPL (dev)",
-               "paper PPL", "BLEU (dev)", "paper BLEU", "params ×10^6", "paper params ×10^6", "train FLOPs",
-               "estimate FLOPs", "seed", "scale"],
+    "table3": ["row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "attention window", "steps",
+               "PPL (dev)", "paper PPL", "ΔPPL", "paper ΔPPL", "BLEU (dev)", "paper BLEU", "ΔBLEU", "paper ΔBLEU",
+               "within noise", "params ×10^6", "paper params ×10^6", "train FLOPs", "estimate FLOPs", "seed",
+               "scale"],
     "table2": ["row", "BLEU (test)", "sacreBLEU (test)", "paper BLEU", "averaged", "params ×10^6", "train FLOPs",
                "estimate FLOPs", "paper FLOPs", "steps", "seed", "scale"],
 }
 
 
-def draw_chart(table: str, lines: list[dict[str, Any]], path: Path | str) -> Path:
-    """Bars of BLEU (and for Table 3 perplexity) per row, measured beside the paper's."""
+def _scales(lines: list[dict[str, Any]]) -> list[str]:
+    """The scales that have runs, the one with most runs first (then by name)."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        if line.get("run") is not None:
+            counts[line["scale"]] = counts.get(line["scale"], 0) + 1
+    return sorted(counts, key=lambda scale: (-counts[scale], scale))
+
+
+def _by_row(lines: list[dict[str, Any]], scale: str | None) -> dict[str, list[dict[str, Any]]]:
+    """Each row's label (in the table's order) and its lines run at ``scale``."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        rows.setdefault(line["row"], [])
+        if line.get("run") is not None and line["scale"] == scale:
+            rows[line["row"]].append(line)
+    return rows
+
+
+def _paper_deltas(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each row's label and its first line (the paper's figures are the same in all of them)."""
+    first: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        first.setdefault(line["row"], line)
+    return first
+
+
+def noise_markdown(lines: list[dict[str, Any]], spreads: dict[str, BaseSpread], paper_base: dict[str, Any]) -> str:
+    """Table 3's lines after the table: what the differences are, then per scale with runs the
+    noise band of the base runs and a line per row run at that scale: its ΔBLEU (the mean over
+    its seeds), the paper's ΔBLEU, and whether it is within noise (:func:`within_noise` of that
+    mean; with several seeds, how many of them are)."""
+    definitions = ("ΔPPL, ΔBLEU: a run's dev perplexity and dev BLEU minus the mean of the base runs trained at "
+                   "the same scale. paper ΔPPL, paper ΔBLEU: the row's figure in the paper minus the paper's base "
+                   f"(PPL {_cell(paper_base.get('ppl')) or '–'}, BLEU {_cell(paper_base.get('bleu')) or '–'}). "
+                   "Noise band: the base runs' smallest and largest difference from their mean; sd: their sample "
+                   f"standard deviation (ddof=1). {WITHIN_NOISE_RULE}.")
+    out = ["", "## Differences from base", "", definitions, ""]
+    scales = _scales(lines)
+    if not scales:
+        out += ["No runs: no differences.", ""]
+    paper = _paper_deltas(lines)
+    for scale in scales:
+        spread = spreads.get(scale)
+        out += [f"### Scale `{scale}`", ""]
+        if spread is None:
+            out += ["Noise band: no base run at this scale, so no differences.", ""]
+        else:
+            seeds = ", ".join("–" if seed is None else str(seed) for seed in spread.seeds)
+            text = (f"Noise band: {spread.runs} base run{'s' if spread.runs != 1 else ''} "
+                    f"(seed{'s' if spread.runs != 1 else ''} {seeds}); mean dev BLEU {_cell(spread.bleu_mean) or '–'}, "
+                    f"mean dev PPL {_cell(spread.ppl_mean) or '–'}.")
+            for name, band, sd in (("BLEU", spread.bleu_band, spread.bleu_sd), ("PPL", spread.ppl_band, spread.ppl_sd)):
+                text += (f" {name} band [{_signed(band[0])}, {_signed(band[1])}], sd {sd:.2f}." if band is not None
+                         else f" {name} band: none (fewer than 2 base runs with dev {name}).")
+            out += [text, ""]
+        for label, runs in _by_row(lines, scale).items():
+            if not runs:
+                continue
+            deltas = [line["ΔBLEU"] for line in runs if line["ΔBLEU"] is not None]
+            mean = statistics.fmean(deltas) if deltas else None
+            seeds = f"mean over {len(deltas)} seeds" if len(deltas) > 1 else f"{len(runs)} run{'s' if len(runs) > 1 else ''}"
+            verdict = within_noise(mean, spread.bleu_band if spread else None)
+            if verdict is not None and len(deltas) > 1:
+                verdict += f" ({sum(line['within noise'] == 'yes' for line in runs)} of {len(deltas)} seeds)"
+            out.append(f"- {label}: ΔBLEU {_signed(mean) or '–'} ({seeds}), "
+                       f"paper ΔBLEU {_signed(paper[label]['paper ΔBLEU']) or '–'}, within noise: {verdict or '–'}")
+        out.append("")
+    return "\n".join(out)
+
+
+def draw_chart(table: str, lines: list[dict[str, Any]], path: Path | str,
+               spreads: dict[str, BaseSpread] | None = None) -> Path:
+    """Table 2: bars of test BLEU per row beside the paper's. Table 3: the differences from base
+    (:func:`_draw_differences`; ``spreads`` gives the noise bands)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    metrics = [("BLEU (dev)", "paper BLEU", "BLEU"), ("PPL (dev)", "paper PPL", "perplexity (dev, per wordpiece)")] \
-        if table == "table3" else [("BLEU (test)", "paper BLEU", "BLEU (newstest2014)")]
+    if table == "table3":
+        return _draw_differences(lines, spreads or {}, path)
+    metrics = [("BLEU (test)", "paper BLEU", "BLEU (newstest2014)")]
     labels = [line["row"] + (f" s{line['seed']}" if line.get("seed") is not None else "") for line in lines]
     figure = Figure(figsize=(max(6.0, 0.45 * len(lines) + 2), 3.2 * len(metrics)), layout="constrained")
     FigureCanvasAgg(figure)
@@ -68,8 +159,62 @@ def draw_chart(table: str, lines: list[dict[str, Any]], path: Path | str) -> Pat
         ax.set_ylabel(title)
         ax.set_xticks(list(positions), labels, rotation=60, ha="right", fontsize=7)
         ax.legend(fontsize=8)
-    axes[0].set_title({"table3": "Table 3: variations on the Transformer",
-                       "table2": "Table 2: WMT 2014 newstest2014"}[table])
+    axes[0].set_title("Table 2: WMT 2014 newstest2014")
+    path = Path(path)
+    figure.savefig(path, dpi=120)
+    return path
+
+
+def _draw_differences(lines: list[dict[str, Any]], spreads: dict[str, BaseSpread], path: Path | str) -> Path:
+    """Table 3's chart: two panels per scale that has runs, one pair under the other (most runs
+    first; one pair of the paper's differences only when there are no runs). Top: ΔBLEU per row, the bar the
+    mean over the row's seeds at that scale, a dot per seed when there are several, beside the
+    paper's ΔBLEU; the grey band is the scale's BLEU noise band, dotted lines the within-noise
+    limits where they reach past it. Bottom: the same for ΔPPL. A row without a difference at
+    that scale has no bar of its own."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    paper = _paper_deltas(lines)
+    labels = list(paper)
+    scales: list[str | None] = list(_scales(lines)) or [None]
+    figure = Figure(figsize=(max(6.0, 0.4 * len(labels) + 2), 7.0 * len(scales)), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(2 * len(scales), 1, squeeze=False)[:, 0]
+    positions = list(range(len(labels)))
+    nan = float("nan")
+    for column, scale in enumerate(scales):
+        spread = spreads.get(scale) if scale is not None else None
+        rows = _by_row(lines, scale)
+        for ax, metric, band, title in (
+                (axes[2 * column], "BLEU", spread.bleu_band if spread else None, "ΔBLEU (dev)"),
+                (axes[2 * column + 1], "PPL", spread.ppl_band if spread else None, "ΔPPL (dev, per wordpiece)")):
+            if band is not None:
+                ax.axhspan(*band, color="0.85", zorder=0, label=f"noise band ({spread.runs} base runs)")
+                half = (band[1] - band[0]) / 2
+                if metric == "BLEU":
+                    for limit, end in ((min(band[0], -half), band[0]), (max(band[1], half), band[1])):
+                        if limit != end:
+                            ax.axhline(limit, color="0.5", linestyle=":", linewidth=0.8, zorder=0)
+            seeds = {label: [line[f"Δ{metric}"] for line in rows[label] if line[f"Δ{metric}"] is not None]
+                     for label in labels}
+            here = [statistics.fmean(seeds[label]) if seeds[label] else nan for label in labels]
+            theirs = [nan if paper[label][f"paper Δ{metric}"] is None else paper[label][f"paper Δ{metric}"]
+                      for label in labels]
+            ax.bar([p - 0.2 for p in positions], here, width=0.4, label="here (mean over seeds)")
+            ax.bar([p + 0.2 for p in positions], theirs, width=0.4, label="paper")
+            dotted = False
+            for position, label in zip(positions, labels):
+                if len(seeds[label]) > 1:
+                    ax.plot([position - 0.2] * len(seeds[label]), seeds[label], "o", color="black", markersize=3,
+                            label=None if dotted else "a seed", zorder=3)
+                    dotted = True
+            ax.axhline(0, color="0.3", linewidth=0.6)
+            ax.set_ylabel(title)
+            ax.set_xticks(positions, labels, rotation=60, ha="right", fontsize=7)
+            ax.legend(fontsize=7)
+        axes[2 * column].set_title("Table 3: difference from base, " +
+                                  (f"scale {scale}" if scale is not None else "the paper's only (no runs)"))
     path = Path(path)
     figure.savefig(path, dpi=120)
     return path
@@ -85,15 +230,22 @@ class Written:
 
 
 def write_table(table: str, rows: list[Row], runs: list[Run], out_dir: Path | str, header: str = "") -> Written:
-    """``<out_dir>/<table>.md``, ``.csv`` and ``.png``."""
+    """``<out_dir>/<table>.md``, ``.csv`` and ``.png`` (Table 3: the differences from base, see
+    :func:`noise_markdown` and :func:`_draw_differences`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    lines = build_table(rows, [run for run in runs if run.table == table])
+    runs = [run for run in runs if run.table == table]
+    lines = build_table(rows, runs)
     markdown = out_dir / f"{table}.md"
-    markdown.write_text(header + to_markdown(lines, MARKDOWN_COLUMNS[table]))
+    text = header + to_markdown(lines, MARKDOWN_COLUMNS[table])
+    spreads = base_spread(runs) if table == "table3" else None
+    if table == "table3":
+        paper_base = next((row.paper for row in rows if row.row == "base"), {})
+        text += noise_markdown(lines, spreads, paper_base)
+    markdown.write_text(text)
     csv_path = out_dir / f"{table}.csv"
     csv_path.write_text(to_csv(lines))
-    chart = draw_chart(table, lines, out_dir / f"{table}.png")
+    chart = draw_chart(table, lines, out_dir / f"{table}.png", spreads)
     return Written(table, lines, markdown, csv_path, chart)
 
 

@@ -7,7 +7,11 @@ The rows and the paper's figures come from the experiment configs (``conf/experi
 (or the W&B run's summary, read from the W&B project). Table 2's test BLEU comes from
 ``src/evaluate.py``'s report in ``<run dir>/eval/`` (checkpoint averaging, §6.1).
 
-Table 3 (§6.2): dev perplexity per wordpiece, dev BLEU, parameters ×10^6. Table 2 (§6.1):
+Table 3 (§6.2): dev perplexity per wordpiece, dev BLEU, parameters ×10^6, and each run's
+difference from the base model trained at the same scale (:func:`base_spread`, ΔPPL and ΔBLEU)
+beside the paper's difference, with a noise band from repeated base runs (:func:`within_noise`).
+Rows (F) are restricted self-attention (§4, ``model.attention_window``), which the paper's
+Table 3 does not have. Table 2 (§6.1):
 newstest2014 BLEU and the training cost in FLOPs, counted and estimated the paper's way (see
 :mod:`aiayn.reporting.flops`). :mod:`aiayn.reporting.table_files` writes a rebuilt table out.
 """
@@ -17,9 +21,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
+import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 from omegaconf import OmegaConf
@@ -67,6 +74,11 @@ class Run:
     def row(self) -> str | None:
         return (self.config.get("experiment") or {}).get("row")
 
+    @property
+    def scale(self) -> str:
+        """The scale the run was trained at (``experiment.scale``); "paper" without one."""
+        return (self.config.get("experiment") or {}).get("scale") or "paper"
+
 
 # -- the rows, from the experiment configs ------------------------------------------------------
 def table_rows(conf_dir: Path | str, table: str) -> list[Row]:
@@ -74,7 +86,7 @@ def table_rows(conf_dir: Path | str, table: str) -> list[Row]:
     return list(_table_rows(Path(conf_dir).resolve(), table))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _table_rows(conf_dir: Path, table: str) -> tuple[Row, ...]:
     from hydra import compose, initialize_config_dir
 
@@ -94,13 +106,22 @@ def _table_rows(conf_dir: Path, table: str) -> tuple[Row, ...]:
     return tuple(sorted(rows, key=_paper_order))
 
 
+# Table 3's rows within their groups, as the paper lists them; (F) follows, by radius.
+TABLE3_ORDER = ["A_h1", "A_h4", "A_h16", "A_h32", "B_dk16", "B_dk32", "C_N2", "C_N4", "C_N8", "C_dmodel256",
+                "C_dmodel1024", "C_dff1024", "C_dff4096", "D_pdrop0", "D_pdrop02", "D_ls0", "D_ls02", "E_learned"]
+WINDOW_ROW = re.compile(r"F_r(\d+)")
+
+
 def _paper_order(row: Row) -> tuple:
-    """Table 3: base, (A)…(E), big, each group as the paper lists it; Table 2: base, big × pairs."""
+    """Table 3: base, (A)…(E) as the paper lists them, then (F) (restricted self-attention,
+    ``F_r<radius>``) by radius, then big; a row of a group not listed here comes after its group's
+    known rows (by name). Table 2: base, big × pairs."""
     if row.table == "table3":
         group = {"base": 0, "big": 99}.get(row.row, ord(row.row[0]))
-        within = ["A_h1", "A_h4", "A_h16", "A_h32", "B_dk16", "B_dk32", "C_N2", "C_N4", "C_N8", "C_dmodel256",
-                  "C_dmodel1024", "C_dff1024", "C_dff4096", "D_pdrop0", "D_pdrop02", "D_ls0", "D_ls02"]
-        return group, within.index(row.row) if row.row in within else len(within), row.row
+        if row.row in TABLE3_ORDER:
+            return group, TABLE3_ORDER.index(row.row), 0, row.row
+        window = WINDOW_ROW.fullmatch(row.row)
+        return group, len(TABLE3_ORDER), int(window[1]) if window else float("inf"), row.row
     return row.row.split("_", 1)[1:], row.row.startswith("big"), row.row
 
 
@@ -216,18 +237,103 @@ def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
 
 
 # -- the tables ----------------------------------------------------------------------------------
+@dataclass
+class BaseSpread:
+    """The base runs of Table 3 at one scale: their mean, the spread of their seeds around it.
+
+    A band is ``(min − mean, max − mean)`` of the base runs' values of one metric; it and the
+    sample standard deviation (ddof=1) need at least 2 base runs with that metric, else None."""
+
+    scale: str
+    runs: int  # base runs at this scale
+    seeds: list[Any]
+    ppl_mean: float | None
+    bleu_mean: float | None
+    ppl_band: tuple[float, float] | None
+    bleu_band: tuple[float, float] | None
+    ppl_sd: float | None
+    bleu_sd: float | None
+
+
+def base_spread(runs: Iterable[Run]) -> dict[str, BaseSpread]:
+    """Table 3's base runs (row ``base``) by scale, each scale's mean, band and sd."""
+    by_scale: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.table == "table3" and run.row == "base":
+            by_scale.setdefault(run.scale, []).append(run)
+    spreads = {}
+    for scale, base in sorted(by_scale.items()):
+        base.sort(key=lambda r: (r.config.get("seed", 0), r.source))
+        figures = {}
+        for metric in ("ppl", "bleu"):
+            values = [r.summary[f"dev/{metric}"] for r in base if r.summary.get(f"dev/{metric}") is not None]
+            mean = statistics.fmean(values) if values else None
+            several = len(values) >= 2
+            figures |= {f"{metric}_mean": mean,
+                        f"{metric}_band": (min(values) - mean, max(values) - mean) if several else None,
+                        f"{metric}_sd": statistics.stdev(values) if several else None}
+        spreads[scale] = BaseSpread(scale=scale, runs=len(base), seeds=[r.config.get("seed") for r in base],
+                                    **figures)
+    return spreads
+
+
+WITHIN_NOISE_RULE = ("Within noise: ΔBLEU lies in [min(lo, −w), max(hi, w)], ends included, where [lo, hi] is "
+                     "the BLEU noise band (the base runs' smallest and largest difference from their mean) and "
+                     "w = (hi − lo) / 2 its half-width; no band (fewer than 2 base runs at the scale), no verdict")
+
+
+def within_noise(delta: float | None, band: tuple[float, float] | None) -> str | None:
+    """"yes" when ``delta`` lies in the ``band`` ``(lo, hi)`` widened to at least ±half-width:
+    ``min(lo, −w) ≤ delta ≤ max(hi, w)`` with ``w = (hi − lo) / 2``, ends included; else "no".
+    None without a band or without a delta. (A lopsided band, e.g. (−0.1, 0.5), becomes
+    (−0.3, 0.5): a seed spread says as much about falling short as about doing better.)"""
+    if delta is None or band is None:
+        return None
+    lo, hi = band
+    half = (hi - lo) / 2
+    return "yes" if min(lo, -half) <= delta <= max(hi, half) else "no"
+
+
 def build_table(rows: list[Row], runs: list[Run]) -> list[dict[str, Any]]:
     """One line per run of a row (a row without runs: one line with the paper's figures only),
-    in the paper's order."""
+    in the paper's order. Table 3's lines also hold their difference from the base runs of the
+    same scale and from the paper's base (see :func:`_differences`)."""
     by_row: dict[str, list[Run]] = {}
     for run in runs:
         by_row.setdefault(run.row, []).append(run)
+    spreads = base_spread(runs)
+    paper_base = next((row.paper for row in rows if row.table == "table3" and row.row == "base"), {})
     lines = []
     for row in rows:
         matching = sorted(by_row.get(row.row, []), key=lambda r: (r.config.get("seed", 0), r.source))
         for run in matching or [None]:
-            lines.append(_line(row, run))
+            line = _line(row, run)
+            if row.table == "table3":
+                _differences(line, row, run, spreads, paper_base)
+            lines.append(line)
     return lines
+
+
+def _differences(line: dict[str, Any], row: Row, run: Run | None, spreads: dict[str, BaseSpread],
+                 paper_base: dict[str, Any]) -> None:
+    """ΔPPL, ΔBLEU: the run's dev figure minus the mean of the base runs of its scale (None
+    without either); paper ΔPPL, ΔBLEU: the row's paper figure minus the paper's base (None where
+    the paper lists none); within noise: :func:`within_noise` of ΔBLEU and the scale's BLEU band."""
+    spread = spreads.get(run.scale) if run else None
+
+    def delta(value: float | None, mean: float | None) -> float | None:
+        return None if value is None or mean is None else value - mean
+
+    def paper_delta(metric: str) -> float | None:
+        theirs, base = row.paper.get(metric), paper_base.get(metric)
+        return None if theirs is None or base is None else round(theirs - base, 4)
+
+    bleu = delta(line["BLEU (dev)"], spread.bleu_mean if spread else None)
+    line |= {
+        "ΔPPL": delta(line["PPL (dev)"], spread.ppl_mean if spread else None), "paper ΔPPL": paper_delta("ppl"),
+        "ΔBLEU": bleu, "paper ΔBLEU": paper_delta("bleu"),
+        "within noise": within_noise(bleu, spread.bleu_band if spread else None),
+    }
 
 
 def _line(row: Row, run: Run | None) -> dict[str, Any]:
@@ -242,9 +348,12 @@ def _line(row: Row, run: Run | None) -> dict[str, Any]:
     }
     if row.table == "table3":
         line |= {
+            "attention window": model.get("attention_window"),  # r of restricted self-attention; None: full
             "PPL (dev)": summary.get("dev/ppl"), "paper PPL": row.paper.get("ppl"),
             "BLEU (dev)": summary.get("dev/bleu"), "paper BLEU": row.paper.get("bleu"),
             "params ×10^6": params / 1e6 if params else None, "paper params ×10^6": row.paper.get("params_m"),
+            # filled in by _differences, which knows the base runs
+            "ΔPPL": None, "paper ΔPPL": None, "ΔBLEU": None, "paper ΔBLEU": None, "within noise": None,
         }
     else:
         test = run.test if run else {}
@@ -260,7 +369,7 @@ def _line(row: Row, run: Run | None) -> dict[str, Any]:
         "steps": summary.get("steps"), "tokens": summary.get("tokens_seen"),
         "hours": summary["training_time_s"] / 3600 if summary.get("training_time_s") is not None else None,
         "seed": run.config.get("seed") if run else None,
-        "scale": ((run.config.get("experiment") or {}).get("scale") or "paper") if run else None,
+        "scale": run.scale if run else None,
         "task": (run.config.get("task") or {}).get("name") if run else None,
         "device": summary.get("device_name"), "finished": summary.get("finished_at"),
         "run": run.source if run else None,
