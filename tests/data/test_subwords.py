@@ -105,3 +105,32 @@ def test_loading_a_broken_model_file(tmp_path):
     path.write_bytes(b"not a model")
     with pytest.raises(DataError, match="broken.model"):
         Subwords(path)
+
+
+def test_jobs_started_together_share_one_build_of_a_cache_entry(lines, tmp_path, caplog):
+    """While one job builds an entry (it holds the entry's lock), another that wants the same
+    entry waits, then reuses what the first wrote instead of training and overwriting it: its
+    checkpoints must name the model the first job's checkpoints name."""
+    import threading
+
+    from filelock import FileLock
+
+    built = train_or_load(lines, 1000, tmp_path / "built")  # what "the first job" will have written
+    cache = tmp_path / "shared"
+    folder = cache / "sentencepiece"
+    folder.mkdir(parents=True)
+    lock = folder / f".{built.path.stem}.lock"
+    results: list[Subwords] = []
+    waiter = threading.Thread(target=lambda: results.append(train_or_load(lines, 1000, cache)))
+    with caplog.at_level(logging.INFO, logger="aiayn.data.subwords"):
+        with FileLock(lock):  # the first job is training
+            waiter.start()
+            waiter.join(timeout=1.0)
+            assert waiter.is_alive() and not results  # waiting, not training
+            for suffix in (".vocab", ".model"):  # the first job writes its model
+                folder.joinpath(built.path.stem + suffix).write_bytes(built.path.with_suffix(suffix).read_bytes())
+        waiter.join(timeout=60)  # the lock is released: the waiter goes on
+    assert results and results[0].path == folder / built.path.name
+    assert results[0].serialized() == built.serialized()
+    assert "built by another job meanwhile" in caplog.text and "training a" not in caplog.text
+    assert not lock.exists()  # nothing left beside the model

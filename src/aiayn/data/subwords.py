@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
+from filelock import FileLock
 
 from aiayn.errors import DataError
 from aiayn.files import atomic_write
@@ -112,8 +113,27 @@ def train_or_load(
     if model.is_file():
         log.info("reusing sentencepiece model %s", model)
         return Subwords(model)
-
     folder.mkdir(parents=True, exist_ok=True)
+    # Jobs started together (a sweep's parallel rows, DDP ranks) build the same entry once: the
+    # others wait for it and reuse it. Multi-threaded training is not bit-for-bit repeatable, so
+    # two builds could differ, and a checkpoint must keep naming the model its run trained with.
+    # The lock file goes once the model is there: later jobs find the model and never lock.
+    lock = folder / f".{key}.lock"
+    with FileLock(lock):
+        if model.is_file():
+            log.info("reusing sentencepiece model %s (built by another job meanwhile)", model)
+        else:
+            _train(lines, folder, key, vocab_size, model_type, character_coverage, input_sentence_size, seed,
+                   user_defined_symbols)
+        lock.unlink(missing_ok=True)
+    return Subwords(model)
+
+
+def _train(lines: Sequence[str], folder: Path, key: str, vocab_size: int, model_type: str,
+           character_coverage: float, input_sentence_size: int, seed: int,
+           user_defined_symbols: Sequence[str]) -> None:
+    """Train ``<folder>/<key>.model`` (and ``.vocab``) from ``lines``; written atomically."""
+    model = folder / f"{key}.model"
     log.info("training a %s sentencepiece model of %d ids on %d lines into %s", model_type, vocab_size, len(lines), model)
     spm.set_random_generator_seed(int(seed))
     try:
@@ -146,7 +166,6 @@ def train_or_load(
                 f"(at most {too_high[2]} here); lower task.vocab_size or train on more text"
             ) from None
         raise DataError(f"sentencepiece training for {model} failed: {error}") from None
-    return Subwords(model)
 
 
 def _content_hash(lines: Iterable[str]) -> bytes:
