@@ -4,11 +4,20 @@
     python experiments/tables.py rebuild --wandb <entity>/<project>
     python experiments/tables.py params --vocab 37000 [--json]
     python experiments/tables.py sweep 'experiment=glob(table3_*)' +scale=multi30k   # dry run of a multirun
+    python experiments/tables.py run --root multirun/table3_cpu [--part K/M] [--parallel P] [--dry-run] \
+        'experiment=glob(table3_*)' +scale=multi30k_cpu
 
 ``rebuild`` finds every finished run of a table experiment (conf/experiment/table2_*, table3_*)
 under the --runs folders (or in a W&B project), writes <out>/table3.{md,csv,png} and
 <out>/table2.{md,csv,png}, each row beside the paper's figures, and logs the tables to W&B as
 wandb.Table (offline without an API key; --no-wandb to skip). See experiments/README.md.
+
+``run`` trains a sweep's jobs, each in its fixed directory <root>/<name> (named by the overrides
+that differ between jobs), skipping those with summary.json and resuming those started before
+(resume=auto): run the same command again to go on after a stop. --part K/M takes every M-th job
+from the K-th; --parallel P runs P jobs at a time, each on its own share of the CPUs. Each job's
+output goes to <root>/<name>.log. Exit 0 when all its jobs finished, 1 if any failed, 130 on
+interrupt. The logic is aiayn.cli.sweep.
 """
 
 from __future__ import annotations
@@ -16,10 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from aiayn.cli import sweep as sweeps
 from aiayn.reporting.table_files import log_to_wandb, write_table
 from aiayn.reporting.tables import (
     TABLES,
@@ -52,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     sweep = commands.add_parser("sweep", help="list the jobs of `python src/train.py --multirun <overrides>`, "
                                               "without running them")
     sweep.add_argument("overrides", nargs="+", help="the multirun's overrides, e.g. 'experiment=glob(table3_*)'")
+    run = commands.add_parser("run", help="train a sweep's jobs in fixed, resumable directories, several at once")
+    run.add_argument("--root", type=Path, required=True, help="the folder of the jobs' directories and logs")
+    run.add_argument("--part", metavar="K/M", help="only the jobs i (in sweep order) with i %% M == K-1")
+    run.add_argument("--parallel", type=int, default=1, metavar="P", help="jobs at a time (default 1)")
+    run.add_argument("--dry-run", action="store_true", help="list the jobs, their states and commands; run nothing")
+    run.add_argument("overrides", nargs="+", help="the multirun's overrides, e.g. 'experiment=glob(table3_*)'")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
@@ -69,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"#{number} : {' '.join(job)}")
         print(f"{len(jobs)} jobs")
         return 0
+
+    if args.command == "run":
+        return run_sweep(parser, args)
 
     if not args.runs and not args.wandb:
         parser.error("name the runs: --runs <folder> (repeatable) and/or --wandb <entity>/<project>")
@@ -92,6 +112,38 @@ def main(argv: list[str] | None = None) -> int:
         written.append(result)
     if not args.no_wandb:
         print(f"tables logged to W&B: {log_to_wandb(written, save_dir=args.out)}")
+    return 0
+
+
+def run_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``run``: plan the sweep, keep the part asked for, then list it (--dry-run) or train it."""
+    if args.parallel < 1:
+        parser.error(f"--parallel must be at least 1, got {args.parallel}")
+    try:
+        everything = sweeps.plan(CONF, args.overrides, args.root)
+        jobs = sweeps.select_part(everything, args.part)
+    except ValueError as error:
+        parser.error(str(error))
+    states = [job.state for job in jobs]
+    counts = ", ".join(f"{states.count(state)} {state}" for state in (sweeps.DONE, sweeps.PARTIAL, sweeps.NEW))
+    part = f" (part {args.part} of {len(everything)})" if args.part else ""
+    if args.dry_run:
+        for job, state in zip(jobs, states):
+            print(f"{job.name}  [{state}]  {shlex.join(job.command(sys.executable, REPO))}")
+        print(f"{len(jobs)} jobs{part}: {counts}; dry run, nothing started")
+        return 0
+    print(f"{len(jobs)} jobs{part} in {args.root}: {counts}; {args.parallel} at a time", flush=True)
+    try:
+        failed = sweeps.run(jobs, parallel=args.parallel, python=sys.executable, repo=REPO)
+    except KeyboardInterrupt:
+        print("interrupted: the stopped jobs resume when the same command runs again", file=sys.stderr)
+        return 130
+    if failed:
+        print(f"{len(failed)} of {len(jobs)} jobs failed:", file=sys.stderr)
+        for job in failed:
+            print(f"  {job.name} (exit {job.returncode}): {job.log}", file=sys.stderr)
+        return 1
+    print(f"all {len(jobs)} jobs finished")
     return 0
 
 

@@ -1,0 +1,267 @@
+"""A table's sweep run in resumable parts, several jobs at once (``experiments/tables.py run``).
+
+:func:`plan` expands a Hydra multirun's overrides into jobs, each with a fixed directory
+``<root>/<name>`` named by its overrides that differ between the sweep's jobs, so that the same
+command run again finds the same directories: a job whose directory has ``summary.json`` is done
+and skipped, one whose directory exists without it goes on from its newest checkpoint
+(``resume=auto``), and the rest start fresh. :func:`select_part` keeps one part ``K/M`` of the
+jobs (for several machines, or several sittings); :func:`run` trains the jobs that are not done,
+at most ``parallel`` at a time, each on its own share of the CPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from aiayn.reporting.summary import SUMMARY_FILE
+from aiayn.reporting.tables import expand_sweep
+
+REPO = Path(__file__).resolve().parents[3]
+
+DONE, PARTIAL, NEW = "done", "partial", "new"
+# Overrides the runner sets itself on every job.
+RESERVED_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir", "resume")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=-]")
+_PART = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
+# A value Hydra's override grammar takes unquoted (else it is single-quoted).
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_/.:+-]+")
+_TERMINATE_WAIT_S = 30.0
+
+
+@dataclass
+class Job:
+    """One job of a sweep: its overrides and its fixed directory ``<root>/<name>``."""
+
+    index: int  # its place in the sweep's expansion
+    name: str
+    overrides: tuple[str, ...]
+    dir: Path
+    returncode: int | None = None  # once run
+
+    @property
+    def log(self) -> Path:
+        """Where its output goes (appended on every attempt): ``<root>/<name>.log``."""
+        return self.dir.parent / f"{self.name}.log"
+
+    @property
+    def state(self) -> str:
+        """``done`` (summary.json written), ``partial`` (started, will resume) or ``new``."""
+        if (self.dir / SUMMARY_FILE).is_file():
+            return DONE
+        return PARTIAL if self.dir.exists() else NEW
+
+    def command(self, python: str | os.PathLike = sys.executable, repo: str | os.PathLike = REPO) -> list[str]:
+        """``python <repo>/src/train.py <overrides> hydra.run.dir=<dir> resume=auto``."""
+        return [str(python), str(Path(repo) / "src" / "train.py"), *self.overrides,
+                f"hydra.run.dir={_quoted(str(self.dir))}", "resume=auto"]
+
+
+def _key(override: str) -> str:
+    """The config key an override sets (``+scale=x`` → ``scale``, ``~a.b`` → ``a.b``)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _value(override: str) -> str:
+    return override.split("=", 1)[1] if "=" in override else ""
+
+
+def _quoted(value: str) -> str:
+    if _PLAIN_VALUE.fullmatch(value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def job_names(jobs: Sequence[Sequence[str]]) -> list[str]:
+    """Each job's directory name: its experiment (the value of ``experiment=``, whether or not it
+    varies), then ``<key><value>`` for each other override that differs between the jobs, joined
+    by ``-``, characters outside ``[A-Za-z0-9._=-]`` made ``_`` (``table3_base-seed1235``). A job
+    with neither is named ``job``. Raises ValueError when two jobs would share a name."""
+    values = [{_key(override): _value(override) for override in job} for job in jobs]
+    keys = {key for job in values for key in job}
+    varying = {key for key in keys if len({job.get(key) for job in values}) > 1}
+    names = []
+    for job, settings in zip(jobs, values):
+        parts = []
+        for override in job:
+            key = _key(override)
+            if key == "experiment":
+                parts.insert(0, settings[key])
+            elif key in varying:
+                parts.append(f"{key}{settings[key]}")
+        if not parts:
+            parts = ["job"]
+        name = _UNSAFE.sub("_", "-".join(parts))
+        names.append("_" + name if name.startswith(".") else name)
+    seen: dict[str, int] = {}
+    for number, name in enumerate(names):
+        if name in seen:
+            first = seen[name]
+            raise ValueError(f"jobs #{first} ({' '.join(jobs[first])}) and #{number} ({' '.join(jobs[number])}) "
+                             f"would share the directory name {name!r}; make their overrides differ")
+        seen[name] = number
+    return names
+
+
+def plan(conf_dir: str | os.PathLike, overrides: Sequence[str], root: str | os.PathLike) -> list[Job]:
+    """The jobs of ``python src/train.py --multirun <overrides>``, in Hydra's order, each with its
+    directory ``<root>/<name>`` (see :func:`job_names`). Raises ValueError for an override the
+    runner sets itself (hydra.run.dir, resume, ...) and for colliding names."""
+    for override in overrides:
+        if _key(override) in RESERVED_KEYS:
+            raise ValueError(f"{override!r}: the sweep runner sets {_key(override)} itself; leave it out")
+    expanded = expand_sweep(conf_dir, list(overrides))
+    root = Path(root).resolve()
+    return [Job(index, name, tuple(job), root / name)
+            for index, (job, name) in enumerate(zip(expanded, job_names(expanded)))]
+
+
+def parse_part(part: str) -> tuple[int, int]:
+    """``"K/M"`` → (K, M), 1 <= K <= M; else ValueError with a one-line message."""
+    match = _PART.fullmatch(str(part))
+    k, m = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    if not match or m < 1 or not 1 <= k <= m:
+        raise ValueError(f"part {part!r}: expected K/M with 1 <= K <= M, e.g. 1/3 (the first of three parts)")
+    return k, m
+
+
+def select_part(jobs: Sequence[Job], part: str | None) -> list[Job]:
+    """Part ``K/M`` of the jobs: those whose place i in the expansion has i % M == K - 1
+    (all of them for None)."""
+    if part is None:
+        return list(jobs)
+    k, m = parse_part(part)
+    return [job for job in jobs if job.index % m == k - 1]
+
+
+def cpu_shares(parallel: int, cpus: Sequence[int] | None = None) -> list[list[int] | None]:
+    """The CPUs of each of ``parallel`` slots: this process's CPUs (``os.sched_getaffinity``) in
+    ``parallel`` disjoint, contiguous sets. None for each slot where affinity is left alone: one
+    slot, or a system without sched_setaffinity. With more slots than CPUs, slots share one CPU each."""
+    if parallel <= 1 or (cpus is None and not hasattr(os, "sched_setaffinity")):
+        return [None] * max(parallel, 1)
+    cpus = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
+    shares = []
+    for slot in range(parallel):
+        share = cpus[slot * len(cpus) // parallel:(slot + 1) * len(cpus) // parallel]
+        shares.append(share or [cpus[slot % len(cpus)]])
+    return shares
+
+
+def _describe(cpus: Sequence[int]) -> str:
+    ranges, start = [], None
+    for position, cpu in enumerate(cpus):
+        if start is None:
+            start = cpu
+        if position + 1 == len(cpus) or cpus[position + 1] != cpu + 1:
+            ranges.append(f"{start}" if start == cpu else f"{start}-{cpu}")
+            start = None
+    return ",".join(ranges)
+
+
+@dataclass
+class _Running:
+    job: Job
+    process: subprocess.Popen
+    slot: int
+    started: float
+
+
+def _start(job: Job, slot: int, share: list[int] | None, python: str, repo: Path,
+           env: Mapping[str, str] | None) -> _Running:
+    command = job.command(python, repo)
+    environment = dict(os.environ if env is None else env)
+    preexec = None
+    if share is not None:
+        environment["OMP_NUM_THREADS"] = environment["MKL_NUM_THREADS"] = str(len(share))
+        preexec = lambda: os.sched_setaffinity(0, share)  # in the child, before exec
+    job.dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(job.log, "a") as log:
+        log.write(f"\n=== {datetime.now():%Y-%m-%d %H:%M:%S} {shlex.join(command)}"
+                  f"{f'  [cpus {_describe(share)}]' if share else ''}\n")
+        log.flush()
+        # preexec_fn only calls sched_setaffinity, and the runner starts no threads of its own.
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   env=environment, preexec_fn=preexec)  # noqa: PLW1509
+    where = f" on cpus {_describe(share)}" if share else ""
+    print(f"start {job.name} ({job.state}){where} -> {job.log}", flush=True)
+    return _Running(job, process, slot, time.monotonic())
+
+
+def _terminate(running: Sequence[_Running]) -> None:
+    """SIGTERM to each child, then SIGKILL to those still there after a while."""
+    for entry in running:
+        if entry.process.poll() is None:
+            entry.process.terminate()
+    deadline = time.monotonic() + _TERMINATE_WAIT_S
+    for entry in running:
+        try:
+            entry.process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            entry.process.kill()
+            entry.process.wait()
+        print(f"stopped {entry.job.name} (exit {entry.process.returncode}); run again to resume it", flush=True)
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def run(jobs: Sequence[Job], parallel: int = 1, python: str | os.PathLike = sys.executable,
+        repo: str | os.PathLike = REPO, env: Mapping[str, str] | None = None, poll_s: float = 0.5) -> list[Job]:
+    """Train the jobs that are not done, at most ``parallel`` at a time, each as
+    ``python <repo>/src/train.py <overrides> hydra.run.dir=<dir> resume=auto`` with its output
+    appended to ``<root>/<name>.log``. With ``parallel`` > 1 each slot runs on its own share of
+    the CPUs (:func:`cpu_shares`) with OMP/MKL threads to match. Prints a line as each job starts
+    and ends. Returns the jobs that failed (non-zero exit, or no summary.json); a failure does not
+    stop the others. Ctrl-C or SIGTERM stops the running jobs (their checkpoints stay, for a
+    later run to resume) and raises KeyboardInterrupt."""
+    if parallel < 1:
+        raise ValueError(f"parallel must be at least 1, not {parallel}")
+    pending = [job for job in jobs if job.state != DONE]
+    for job in jobs:
+        if job.state == DONE:
+            print(f"skip {job.name}: done ({job.dir / SUMMARY_FILE})", flush=True)
+    shares = cpu_shares(parallel)
+    repo, python = Path(repo), str(python)
+    running: list[_Running] = []
+    failed: list[Job] = []
+    free = list(range(parallel))
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        while pending or running:
+            while pending and free:
+                slot = free.pop(0)
+                running.append(_start(pending.pop(0), slot, shares[slot], python, repo, env))
+            time.sleep(poll_s)
+            for entry in [entry for entry in running if entry.process.poll() is not None]:
+                running.remove(entry)
+                free.append(entry.slot)
+                free.sort()
+                job, code = entry.job, entry.process.returncode
+                job.returncode = code
+                minutes = (time.monotonic() - entry.started) / 60
+                finished = code == 0 and job.state == DONE
+                note = "" if finished or code != 0 else f", but no {SUMMARY_FILE}"
+                print(f"end {job.name}: exit {code}{note} after {minutes:.1f} min", flush=True)
+                if not finished:
+                    failed.append(job)
+    except KeyboardInterrupt:
+        _terminate(running)
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return sorted(failed, key=lambda job: job.index)

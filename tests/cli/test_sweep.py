@@ -1,0 +1,138 @@
+"""`experiments/tables.py run` and aiayn.cli.sweep: a sweep's jobs in fixed, resumable
+directories, several at once, with real tiny training runs (src/train.py, debug=tiny)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from aiayn.cli import sweep
+from tests.helpers.runs import REPO, TINY, offline_environment, run_tool, snapshot
+
+CONF = REPO / "conf"
+# Two tiny jobs; logger=none: nothing to write but the checkpoints and the summary.
+OVERRIDES = [*TINY, "logger=none", "seed=1,2"]
+
+
+def _environment(data_root: Path, cache_dir: Path) -> dict[str, str]:
+    return {**offline_environment(), "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(cache_dir)}
+
+
+def _run(jobs: list[sweep.Job], environment: dict[str, str], parallel: int = 1) -> tuple[list[sweep.Job], str]:
+    """sweep.run's failed jobs and what it printed."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        failed = sweep.run(jobs, parallel=parallel, env=environment, poll_s=0.2)
+    return failed, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory, data_root: Path, subword_cache: Path):
+    """The two tiny jobs of OVERRIDES run two at a time: (root, jobs, printed lines)."""
+    root = tmp_path_factory.mktemp("sweep") / "table"
+    jobs = sweep.plan(CONF, OVERRIDES, root)
+    failed, printed = _run(jobs, _environment(data_root, subword_cache), parallel=2)
+    assert not failed, "\n\n".join(job.log.read_text()[-3000:] for job in failed)
+    return root, jobs, printed
+
+
+def test_plan_names_each_job_by_what_differs(tmp_path: Path) -> None:
+    jobs = sweep.plan(CONF, ["debug=tiny", "seed=1,2"], tmp_path / "root")
+    assert [job.name for job in jobs] == ["seed1", "seed2"]
+    assert [job.dir for job in jobs] == [tmp_path / "root" / "seed1", tmp_path / "root" / "seed2"]
+    assert [job.overrides for job in jobs] == [("debug=tiny", "seed=1"), ("debug=tiny", "seed=2")]
+    assert all(job.state == sweep.NEW for job in jobs)
+    again = sweep.plan(CONF, ["debug=tiny", "seed=1,2"], tmp_path / "root")
+    assert [(job.name, job.dir) for job in again] == [(job.name, job.dir) for job in jobs]
+    command = jobs[0].command("python", REPO)
+    assert command[1:] == [str(REPO / "src" / "train.py"), "debug=tiny", "seed=1",
+                           f"hydra.run.dir={tmp_path / 'root' / 'seed1'}", "resume=auto"]
+
+
+def test_job_names() -> None:
+    names = sweep.job_names([["experiment=table3_A_h1", "seed=1235", "+scale=x"],
+                             ["experiment=table3_A_h4", "seed=1236", "+scale=x"]])
+    assert names == ["table3_A_h1-seed1235", "table3_A_h4-seed1236"]
+    assert sweep.job_names([["experiment=table3_base", "debug=tiny"]]) == ["table3_base"]
+    # The experiment names the job even where only the seed varies (base's repeats beside the table).
+    assert sweep.job_names([["experiment=table3_base", "seed=1235"], ["experiment=table3_base", "seed=1236"]]) == [
+        "table3_base-seed1235", "table3_base-seed1236"]
+    assert sweep.job_names([["debug=tiny"]]) == ["job"]
+    assert sweep.job_names([["a.b=x/y z"], ["a.b=1"]]) == ["a.bx_y_z", "a.b1"]
+    with pytest.raises(ValueError, match="would share the directory name 'a.bx_y'"):
+        sweep.job_names([["a.b=x/y"], ["a.b=x y"]])
+    with pytest.raises(ValueError, match="sets resume itself"):
+        sweep.plan(CONF, ["seed=1,2", "resume=none"], "root")
+
+
+def test_parts_partition_the_jobs(tmp_path: Path) -> None:
+    jobs = sweep.plan(CONF, ["debug=tiny", "seed=1,2,3,4,5"], tmp_path)
+    first, second = sweep.select_part(jobs, "1/2"), sweep.select_part(jobs, "2/2")
+    assert [job.name for job in first] == ["seed1", "seed3", "seed5"]
+    assert [job.name for job in second] == ["seed2", "seed4"]
+    assert sweep.select_part(jobs, None) == jobs and sweep.select_part(jobs, "1/1") == jobs
+    for bad in ("0/2", "3/2", "x", "1/0", "1/2/3", ""):
+        with pytest.raises(ValueError, match=r"expected K/M with 1 <= K <= M") as error:
+            sweep.select_part(jobs, bad)
+        assert "\n" not in str(error.value)
+
+
+def test_cpu_shares_are_disjoint() -> None:
+    assert sweep.cpu_shares(1) == [None]
+    assert sweep.cpu_shares(2, cpus=[0, 1, 2, 3, 4]) == [[0, 1], [2, 3, 4]]
+    assert sweep.cpu_shares(3, cpus=[4, 5]) == [[4], [4], [5]]  # more slots than CPUs: one each
+
+
+@pytest.mark.cli
+def test_run_two_jobs_at_once_then_nothing(swept, data_root: Path, subword_cache: Path) -> None:
+    root, jobs, printed = swept
+    assert printed.count("start ") == 2 and "end seed1: exit 0" in printed and "end seed2: exit 0" in printed
+    for job in jobs:
+        assert json.loads((job.dir / "summary.json").read_text())["steps"] == 4
+        assert "resume=auto" in job.log.read_text() and "cpus " in job.log.read_text()
+    replanned = sweep.plan(CONF, OVERRIDES, root)
+    assert [job.state for job in replanned] == [sweep.DONE, sweep.DONE]
+    before = snapshot(root)
+    failed, again = _run(replanned, _environment(data_root, subword_cache), parallel=2)
+    assert not failed and "start " not in again and again.count("skip ") == 2
+    assert snapshot(root) == before  # no log line, no file touched
+
+
+@pytest.mark.cli
+def test_partial_job_resumes_from_its_checkpoint(swept, tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
+    """A job stopped after step 2 (its later checkpoints and summary gone) goes on from step 2."""
+    _, jobs, _ = swept
+    shutil.copytree(jobs[0].dir, tmp_path / jobs[0].name)
+    stopped = tmp_path / jobs[0].name
+    for name in ("summary.json", "checkpoints/step0000004.ckpt", "checkpoints/last.ckpt"):
+        (stopped / name).unlink()
+    planned = sweep.plan(CONF, OVERRIDES, tmp_path)
+    assert [job.state for job in planned] == [sweep.PARTIAL, sweep.NEW]
+    failed, printed = _run(sweep.select_part(planned, "1/2"), _environment(data_root, subword_cache))
+    log = planned[0].log.read_text()
+    assert not failed, log[-3000:]
+    assert "start seed1 (partial)" in printed and "seed2" not in printed
+    assert "resuming from" in log and "step0000002.ckpt (step 2)" in log
+    assert "cpus " not in log  # one at a time: affinity and threads left alone
+    assert json.loads((stopped / "summary.json").read_text())["steps"] == 4
+    assert planned[0].state == sweep.DONE and not planned[1].dir.exists()
+
+
+@pytest.mark.cli
+def test_cli_dry_run_lists_and_runs_nothing(swept, tmp_path: Path) -> None:
+    root, _, _ = swept
+    result = run_tool("experiments/tables.py", "run", "--root", str(tmp_path / "new"), "--dry-run", *OVERRIDES)
+    assert "seed1  [new]" in result.stdout and "seed2  [new]" in result.stdout
+    assert f"hydra.run.dir={tmp_path / 'new' / 'seed1'} resume=auto" in result.stdout
+    assert "2 jobs: 0 done, 0 partial, 2 new; dry run" in result.stdout
+    assert not (tmp_path / "new").exists()
+    done = run_tool("experiments/tables.py", "run", "--root", str(root), "--dry-run", "--part", "2/2", *OVERRIDES)
+    assert "seed2  [done]" in done.stdout and "seed1" not in done.stdout
+    assert "1 jobs (part 2/2 of 2): 1 done, 0 partial, 0 new" in done.stdout
+    bad = run_tool("experiments/tables.py", "run", "--root", str(root), "--part", "3/2", *OVERRIDES, check=False)
+    assert bad.returncode == 2 and "part '3/2': expected K/M" in bad.stderr
