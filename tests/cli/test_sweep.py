@@ -59,9 +59,15 @@ def test_job_names() -> None:
                              ["experiment=table3_A_h4", "seed=1236", "+scale=x"]])
     assert names == ["table3_A_h1-seed1235", "table3_A_h4-seed1236"]
     assert sweep.job_names([["experiment=table3_base", "debug=tiny"]]) == ["table3_base"]
-    # The experiment names the job even where only the seed varies (base's repeats beside the table).
-    assert sweep.job_names([["experiment=table3_base", "seed=1235"], ["experiment=table3_base", "seed=1236"]]) == [
-        "table3_base-seed1235", "table3_base-seed1236"]
+    # The experiment and the seed name the job whether or not they vary: base's repeats and the
+    # whole table's sweep find the same directory for base at seed 1234.
+    repeats = sweep.job_names([["experiment=table3_base", "seed=1234"], ["experiment=table3_base", "seed=1235"]])
+    table = sweep.job_names([["experiment=table3_A_h1", "seed=1234"], ["experiment=table3_base", "seed=1234"]])
+    assert repeats == ["table3_base-seed1234", "table3_base-seed1235"]
+    assert table == ["table3_A_h1-seed1234", "table3_base-seed1234"]
+    assert sweep.job_names([["seed=1234", "experiment=table3_base", "x=1"], ["seed=1234", "experiment=table3_base",
+                                                                            "x=2"]]) == [
+        "table3_base-seed1234-x1", "table3_base-seed1234-x2"]
     assert sweep.job_names([["debug=tiny"]]) == ["job"]
     assert sweep.job_names([["a.b=x/y z"], ["a.b=1"]]) == ["a.bx_y_z", "a.b1"]
     with pytest.raises(ValueError, match="would share the directory name 'a.bx_y'"):

@@ -83,10 +83,13 @@ def _quoted(value: str) -> str:
 
 
 def job_names(jobs: Sequence[Sequence[str]]) -> list[str]:
-    """Each job's directory name: its experiment (the value of ``experiment=``, whether or not it
-    varies), then ``<key><value>`` for each other override that differs between the jobs, joined
-    by ``-``, characters outside ``[A-Za-z0-9._=-]`` made ``_`` (``table3_base-seed1235``). A job
-    with neither is named ``job``. Raises ValueError when two jobs would share a name."""
+    """Each job's directory name: its experiment (the value of ``experiment=``) and its seed
+    (``seed<N>``), whenever the job sets them, then ``<key><value>`` for each other override that
+    differs between the jobs, joined by ``-``, characters outside ``[A-Za-z0-9._=-]`` made ``_``
+    (``table3_base-seed1235``). So one run of a row and seed has one directory, whichever sweep
+    names it: base's repeats (``experiment=table3_base seed=1234,1235,1236``) and the whole table
+    (``'experiment=glob(table3_*)' seed=1234``) share ``table3_base-seed1234``. A job with none of
+    these is named ``job``. Raises ValueError when two jobs would share a name."""
     values = [{_key(override): _value(override) for override in job} for job in jobs]
     keys = {key for job in values for key in job}
     varying = {key for key in keys if len({job.get(key) for job in values}) > 1}
@@ -97,6 +100,8 @@ def job_names(jobs: Sequence[Sequence[str]]) -> list[str]:
             key = _key(override)
             if key == "experiment":
                 parts.insert(0, settings[key])
+            elif key == "seed":
+                parts.insert(1 if "experiment" in settings else 0, f"seed{settings[key]}")
             elif key in varying:
                 parts.append(f"{key}{settings[key]}")
         if not parts:
