@@ -129,6 +129,16 @@ def test_partial_job_resumes_from_its_checkpoint(swept, tmp_path: Path, data_roo
     assert planned[0].state == sweep.DONE and not planned[1].dir.exists()
 
 
+def test_a_job_another_runner_trains_is_left_to_it(tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
+    """Two runners on one root (two parts, or the same command twice): a job whose lock another
+    runner holds is skipped, not trained twice in the same directory."""
+    jobs = sweep.plan(CONF, OVERRIDES, tmp_path)
+    with jobs[0].lock:  # "another runner" is training seed1
+        failed, printed = _run(jobs[:1], _environment(data_root, subword_cache))
+    assert not failed and "skip seed1: another runner is training it" in printed and "start " not in printed
+    assert not jobs[0].dir.exists()
+
+
 @pytest.mark.cli
 def test_cli_dry_run_lists_and_runs_nothing(swept, tmp_path: Path) -> None:
     root, _, _ = swept

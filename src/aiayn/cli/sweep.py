@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from aiayn.reporting.summary import SUMMARY_FILE
 from aiayn.reporting.tables import expand_sweep
 
@@ -53,6 +55,12 @@ class Job:
     def log(self) -> Path:
         """Where its output goes (appended on every attempt): ``<root>/<name>.log``."""
         return self.dir.parent / f"{self.name}.log"
+
+    @property
+    def lock(self) -> FileLock:
+        """Held by the runner that trains the job (``<root>/.<name>.lock``): two runners on one
+        root — two parts, or the same command twice — never train one job at once."""
+        return FileLock(self.dir.parent / f".{self.name}.lock")
 
     @property
     def state(self) -> str:
@@ -180,10 +188,27 @@ class _Running:
     process: subprocess.Popen
     slot: int
     started: float
+    lock: FileLock
+
+
+def _claim(job: Job) -> FileLock | None:
+    """The job's lock, held, when no other runner trains it and it is not done; else None."""
+    job.dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = job.lock
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"skip {job.name}: another runner is training it", flush=True)
+        return None
+    if job.state == DONE:  # finished by another runner since this one planned
+        lock.release()
+        print(f"skip {job.name}: done ({job.dir / SUMMARY_FILE})", flush=True)
+        return None
+    return lock
 
 
 def _start(job: Job, slot: int, share: list[int] | None, python: str, repo: Path,
-           env: Mapping[str, str] | None) -> _Running:
+           env: Mapping[str, str] | None, lock: FileLock) -> _Running:
     command = job.command(python, repo)
     environment = dict(os.environ if env is None else env)
     preexec = None
@@ -200,7 +225,7 @@ def _start(job: Job, slot: int, share: list[int] | None, python: str, repo: Path
                                    env=environment, preexec_fn=preexec)  # noqa: PLW1509
     where = f" on cpus {_describe(share)}" if share else ""
     print(f"start {job.name} ({job.state}){where} -> {job.log}", flush=True)
-    return _Running(job, process, slot, time.monotonic())
+    return _Running(job, process, slot, time.monotonic(), lock)
 
 
 def _terminate(running: Sequence[_Running]) -> None:
@@ -248,11 +273,15 @@ def run(jobs: Sequence[Job], parallel: int = 1, python: str | os.PathLike = sys.
     try:
         while pending or running:
             while pending and free:
-                slot = free.pop(0)
-                running.append(_start(pending.pop(0), slot, shares[slot], python, repo, env))
+                job = pending.pop(0)
+                lock = _claim(job)
+                if lock is not None:
+                    slot = free.pop(0)
+                    running.append(_start(job, slot, shares[slot], python, repo, env, lock))
             time.sleep(poll_s)
             for entry in [entry for entry in running if entry.process.poll() is not None]:
                 running.remove(entry)
+                entry.lock.release()
                 free.append(entry.slot)
                 free.sort()
                 job, code = entry.job, entry.process.returncode
@@ -265,6 +294,8 @@ def run(jobs: Sequence[Job], parallel: int = 1, python: str | os.PathLike = sys.
                     failed.append(job)
     except KeyboardInterrupt:
         _terminate(running)
+        for entry in running:
+            entry.lock.release()
         raise
     finally:
         if previous is not None:
