@@ -108,10 +108,10 @@ def test_keys_added_with_plus_or_in_code_are_checked_against_the_schemas() -> No
 
 def test_the_width_divisor_is_set_apart_and_applied_once() -> None:
     cfg = compose_train("experiment=table3_C_N2", "+scale=multi30k_cpu")
-    assert cfg.width_divisor == 8 and (cfg.model.d_model, cfg.model.d_ff) == (512, 2048)  # the row's widths
+    assert cfg.width_divisor == 4 and (cfg.model.d_model, cfg.model.d_ff) == (512, 2048)  # the row's widths
     network = network_arguments(OmegaConf.to_container(cfg.model), cfg.width_divisor)
     assert {k: network[k] for k in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v")} == dict(
-        n_layers=2, d_model=64, d_ff=256, n_heads=8, d_k=8, d_v=8)
+        n_layers=2, d_model=128, d_ff=512, n_heads=8, d_k=16, d_v=16)
     assert "_target_" not in network and network_arguments(network) == network
 
 

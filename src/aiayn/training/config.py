@@ -79,7 +79,7 @@ WIDTHS = ("d_model", "d_ff", "d_k", "d_v")
 
 def network_arguments(model: Mapping[str, Any], width_divisor: int = 1) -> dict[str, Any]:
     """The Transformer's keyword arguments a model config asks for (``_target_`` left out), every
-    width divided by ``width_divisor`` (conf/scale/multi30k_cpu.yaml sets 8; 1 in every paper
+    width divided by ``width_divisor`` (conf/scale/multi30k_cpu.yaml sets 4; 1 in every paper
     setting). The one place the divisor is applied: the module is built from what this returns,
     so its checkpoint's hyper-parameters hold the widths trained."""
     network = {key: value for key, value in model.items() if key != "_target_"}
