@@ -215,8 +215,7 @@ def _start(job: Job, slot: int, share: list[int] | None, python: str, repo: Path
     if share is not None:
         environment["OMP_NUM_THREADS"] = environment["MKL_NUM_THREADS"] = str(len(share))
         preexec = lambda: os.sched_setaffinity(0, share)  # in the child, before exec
-    job.dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(job.log, "a") as log:
+    with open(job.log, "a") as log:  # the root exists: _claim made it for the job's lock
         log.write(f"\n=== {datetime.now():%Y-%m-%d %H:%M:%S} {shlex.join(command)}"
                   f"{f'  [cpus {_describe(share)}]' if share else ''}\n")
         log.flush()

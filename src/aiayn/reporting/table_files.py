@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiayn.reporting.tables import WITHIN_NOISE_RULE, BaseSpread, Row, Run, base_spread, build_table, within_noise
+from aiayn.reporting.tables import (
+    WITHIN_NOISE_RULE,
+    BaseSpread,
+    Row,
+    Run,
+    base_spread,
+    build_table,
+    noise_limits,
+    within_noise,
+)
 
 DELTAS = ("ΔPPL", "paper ΔPPL", "ΔBLEU", "paper ΔBLEU")
 
@@ -191,9 +200,8 @@ def _draw_differences(lines: list[dict[str, Any]], spreads: dict[str, BaseSpread
                 (axes[2 * column + 1], "PPL", spread.ppl_band if spread else None, "ΔPPL (dev, per wordpiece)")):
             if band is not None:
                 ax.axhspan(*band, color="0.85", zorder=0, label=f"noise band ({spread.runs} base runs)")
-                half = (band[1] - band[0]) / 2
                 if metric == "BLEU":
-                    for limit, end in ((min(band[0], -half), band[0]), (max(band[1], half), band[1])):
+                    for limit, end in zip(noise_limits(band), band):
                         if limit != end:
                             ax.axhline(limit, color="0.5", linestyle=":", linewidth=0.8, zorder=0)
             seeds = {label: [line[f"Δ{metric}"] for line in rows[label] if line[f"Δ{metric}"] is not None]

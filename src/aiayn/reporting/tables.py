@@ -289,9 +289,16 @@ def within_noise(delta: float | None, band: tuple[float, float] | None) -> str |
     (−0.3, 0.5): a seed spread says as much about falling short as about doing better.)"""
     if delta is None or band is None:
         return None
+    low, high = noise_limits(band)
+    return "yes" if low <= delta <= high else "no"
+
+
+def noise_limits(band: tuple[float, float]) -> tuple[float, float]:
+    """The limits :func:`within_noise` applies: the band ``(lo, hi)`` widened to at least
+    ±its half-width ``w = (hi − lo) / 2``: ``(min(lo, −w), max(hi, w))``."""
     lo, hi = band
     half = (hi - lo) / 2
-    return "yes" if min(lo, -half) <= delta <= max(hi, half) else "no"
+    return min(lo, -half), max(hi, half)
 
 
 def build_table(rows: list[Row], runs: list[Run]) -> list[dict[str, Any]]:
