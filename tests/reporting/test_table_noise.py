@@ -176,3 +176,17 @@ def test_no_runs_still_writes_the_papers_differences(rows: list[Row], tmp_path: 
     written = write_table("table3", rows, [], tmp_path)
     assert "No runs: no differences." in written.markdown.read_text()
     assert written.chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_axis_turns_symmetric_log_only_where_one_difference_dwarfs_the_band() -> None:
+    from aiayn.reporting.table_files import _linear_range
+
+    nan = float("nan")
+    # N=8's ΔPPL of +180 beside differences of a few points: log beyond the band's reach (3).
+    assert _linear_range((-1.68, 3.0), [-1.3, 2.1, 180.4, nan]) == 3.0
+    # Every difference within 10 times the reach: a plain linear axis.
+    assert _linear_range((-0.33, 0.22), [0.98, -0.4, 8.9, nan]) is None
+    # A band narrower than 1 still keeps ±1 linear; no band at all likewise.
+    assert _linear_range((-0.33, 0.22), [15.7, -5.7]) == 1.0
+    assert _linear_range(None, [-21.3, 0.5]) == 1.0
+    assert _linear_range(None, []) is None

@@ -174,13 +174,23 @@ def draw_chart(table: str, lines: list[dict[str, Any]], path: Path | str,
     return path
 
 
+def _linear_range(band: tuple[float, float] | None, values: list[float]) -> float | None:
+    """Where one row's difference dwarfs the rest (more than 10 times the noise band's reach, or
+    than 1), the axis is symmetric-log, linear within this range, so the small differences stay
+    visible beside it; None keeps a linear axis."""
+    reach = max([1.0] + ([abs(end) for end in band] if band is not None else []))
+    largest = max((abs(v) for v in values if v == v), default=0.0)
+    return float(f"{reach:.2g}") if largest > 10 * reach else None
+
+
 def _draw_differences(lines: list[dict[str, Any]], spreads: dict[str, BaseSpread], path: Path | str) -> Path:
     """Table 3's chart: two panels per scale that has runs, one pair under the other (most runs
     first; one pair of the paper's differences only when there are no runs). Top: ΔBLEU per row, the bar the
     mean over the row's seeds at that scale, a dot per seed when there are several, beside the
     paper's ΔBLEU; the grey band is the scale's BLEU noise band, dotted lines the within-noise
     limits where they reach past it. Bottom: the same for ΔPPL. A row without a difference at
-    that scale has no bar of its own."""
+    that scale has no bar of its own. An axis turns symmetric-log where one difference dwarfs the
+    others (:func:`_linear_range`)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -218,9 +228,14 @@ def _draw_differences(lines: list[dict[str, Any]], spreads: dict[str, BaseSpread
                             label=None if dotted else "a seed", zorder=3)
                     dotted = True
             ax.axhline(0, color="0.3", linewidth=0.6)
+            linear = _linear_range(band, here + theirs + [v for label in labels for v in seeds[label]])
+            if linear is not None:
+                ax.set_yscale("symlog", linthresh=linear)
+                ax.text(0.995, 0.02, f"symmetric log scale, linear within ±{linear:g}", transform=ax.transAxes,
+                        ha="right", va="bottom", fontsize=7, color="0.3")
             ax.set_ylabel(title)
             ax.set_xticks(positions, labels, rotation=60, ha="right", fontsize=7)
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         axes[2 * column].set_title("Table 3: difference from base, " +
                                   (f"scale {scale}" if scale is not None else "the paper's only (no runs)"))
     path = Path(path)
