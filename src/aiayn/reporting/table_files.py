@@ -179,7 +179,7 @@ def _linear_range(band: tuple[float, float] | None, values: list[float]) -> floa
     than 1), the axis is symmetric-log, linear within this range, so the small differences stay
     visible beside it; None keeps a linear axis."""
     reach = max([1.0] + ([abs(end) for end in band] if band is not None else []))
-    largest = max((abs(v) for v in values if v == v), default=0.0)
+    largest = max((abs(v) for v in values if not math.isnan(v)), default=0.0)
     return float(f"{reach:.2g}") if largest > 10 * reach else None
 
 
