@@ -16,6 +16,17 @@ import aiayn.training.config  # noqa: F401  registers the config schemas that co
 from tests.helpers.runs import REPO, TINY_RUN, TrainedRun, snapshot, train
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` are skipped, with the reason shown in the summary, where torch sees no
+    usable CUDA GPU: never passed without running."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason=f"needs a CUDA GPU; torch {torch.__version__} sees none on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def data_root() -> Path:
     """The real data folder: $AIAYN_DATA_ROOT, else ``<repo>/../shared/data``; fails if absent."""
