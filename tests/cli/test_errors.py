@@ -91,13 +91,14 @@ def test_asking_for_a_gpu_without_one_says_to_use_the_cpu(tmp_path: Path, data_r
     assert result.returncode == USER_ERROR and "Traceback" not in result.stderr, result.stderr[-5000:]
     # Refused with the rest of the config, before anything is built or written.
     assert result.stderr.strip().splitlines() == [
-        "aiayn-train: trainer.accelerator=gpu asks for a GPU but this machine has no usable CUDA GPU; use hardware=cpu"]
+        "aiayn-train: trainer.accelerator=gpu asks for a GPU but no usable CUDA GPU was found on this machine; use "
+        "hardware=auto (the default) or hardware=cpu to train on its CPU"]
     assert not (tmp_path / "run").exists()
 
 
 TRAIN_ONLY_GROUPS = ("hardware:", "experiment:", "logger:", "model:")
 OWN_SETTINGS = {
-    "train": ["== Config groups", "hardware: cpu", "experiment: table", "trainer:", "resume: null"],
+    "train": ["== Config groups", "hardware: auto, cpu", "experiment: table", "trainer:", "resume: null"],
     "prepare": ["task: multi30k_de_en, multi30k_en_de, wmt_en_de", "seed: 1234"],
     "evaluate": ["task: multi30k_de_en, multi30k_en_de, wmt_en_de", "ckpt: ???", "average_last: null", "beam_size:"],
     "translate": ["ckpt: ???", "input: null", "beam_size: null", "kv_cache: null"],

@@ -18,7 +18,8 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 
 from aiayn.errors import ConfigError
-from aiayn.training.distributed import check_processes, cpu_cores, strategy_with_timeout, training_processes
+from aiayn.training.distributed import strategy_with_timeout
+from aiayn.training.hardware import cpu_cores, place, this_machine
 from tests.helpers.runs import REPO, TINY_MODEL
 
 RUN = [
@@ -112,14 +113,11 @@ def test_a_built_ddp_strategy_gets_the_timeout_and_others_are_left_alone() -> No
 
 
 def test_auto_with_several_processes_is_the_ddp_lightning_would_pick() -> None:
-    """``trainer.devices=2`` on ``hardware=cpu`` (strategy auto): Lightning picks ddp, with the timeout here."""
-    processes = training_processes({"accelerator": "cpu", "devices": 2, "num_nodes": 1})
-    assert processes == 2
-    strategy = strategy_with_timeout("auto", 10, processes=processes)
+    """A strategy left at ``auto`` for two processes: Lightning picks ddp, with the timeout here."""
+    strategy = strategy_with_timeout("auto", 10, processes=2)
     assert type(strategy) is DDPStrategy and strategy._start_method == "popen"
     assert strategy._timeout == timedelta(minutes=10)
     assert strategy_with_timeout("auto", 10, processes=1) == "auto"
-    assert training_processes({"accelerator": "cpu", "devices": 1, "num_nodes": 3}) == 3
 
 
 @pytest.mark.parametrize("minutes", [0, -5, "ten", True])
@@ -128,39 +126,28 @@ def test_a_timeout_that_is_not_a_positive_number_is_refused(minutes) -> None:
         strategy_with_timeout("ddp", minutes)
 
 
-# -- how many processes this machine can run --------------------------------------------------
+# -- how many processes this machine can run (the decision itself: tests/training/test_hardware.py) --
 
-def test_more_cpu_processes_than_cores_are_refused() -> None:
+def test_more_cpu_processes_than_this_machine_has_cores_are_refused() -> None:
     cores = cpu_cores()
-    asked = cores + 1
-    gpus = "hardware=gpu8_ddp" + ("" if asked == 8 else f" trainer.devices={asked}")
-    for devices in (asked, str(asked)):
+    for devices in (cores + 1, str(cores + 1)):
         with pytest.raises(ConfigError) as refused:
-            check_processes({"accelerator": "cpu", "devices": devices, "strategy": "ddp_spawn"})
+            place(this_machine(), "cpu", devices, "ddp_spawn", "32-true")
         assert str(refused.value) == (
-            f"trainer.devices={devices} asks for {asked} CPU training processes but this machine has {cores} CPU "
-            f"core{'s' if cores > 1 else ''}; use trainer.devices={cores} or fewer, or {gpus} on a machine with "
-            f"{asked} GPUs")
-    if cores < 8:  # the README's trainer.devices=8 on a smaller machine
-        with pytest.raises(ConfigError, match=r"^trainer.devices=8 asks for 8 CPU .* or hardware=gpu8_ddp on a machine "
-                                              r"with 8 GPUs$"):
-            check_processes({"accelerator": "cpu", "devices": 8})
-    if not torch.cuda.is_available():  # accelerator auto is the CPU here
-        with pytest.raises(ConfigError, match=f"asks for {asked} CPU training processes"):
-            check_processes({"accelerator": "auto", "devices": asked})
+            f"trainer.devices={devices} asks for {cores + 1} CPU training processes but this machine has {cores} CPU "
+            f"core{'s' if cores > 1 else ''}; use trainer.devices={cores} or fewer")
     for devices in (1, cores, str(cores), "auto"):
-        check_processes({"accelerator": "cpu", "devices": devices})  # no error
-    check_processes({"accelerator": "cpu", "devices": [0, 1, 2] * cores})  # not a count: Lightning's to refuse
+        assert place(this_machine(), "cpu", devices, "auto", "32-true").accelerator == "cpu"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a machine without a usable CUDA GPU")
 @pytest.mark.parametrize("accelerator", ["gpu", "cuda"])
 @pytest.mark.parametrize("devices", [1, 8, "auto", -1, "0,1", [0]])
 def test_gpu_processes_without_a_gpu_are_refused(accelerator, devices) -> None:
-    with pytest.raises(ConfigError, match=f"^trainer.accelerator={accelerator} asks for a GPU but this machine has "
-                                          "no usable CUDA GPU; use hardware=cpu$"):
-        check_processes({"accelerator": accelerator, "devices": devices})
-    check_processes({"accelerator": "auto", "devices": 1})  # auto: the CPU here
+    with pytest.raises(ConfigError, match=f"^trainer.accelerator={accelerator} asks for a GPU but no usable CUDA GPU "
+                                          "was found on this machine; use hardware=auto"):
+        place(this_machine(), accelerator, devices, "auto", "bf16-mixed")
+    assert place(this_machine(), "auto", None, "auto", "auto").accelerator == "cpu"  # auto: the CPU here
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="on a machine with a CUDA GPU")
@@ -169,10 +156,10 @@ def test_more_gpu_processes_than_gpus_are_refused() -> None:
     for devices in (count + 1, str(count + 1)):
         with pytest.raises(ConfigError, match=f"^trainer.devices={devices} asks for {count + 1} GPU training processes "
                                               f"but this machine has {count} usable CUDA GPU"):
-            check_processes({"accelerator": "gpu", "devices": devices})
+            place(this_machine(), "gpu", devices, "auto", "auto")
     for devices in ([count], f"0,{count}"):
         with pytest.raises(ConfigError, match=f"names CUDA GPU {count} but this machine has {count}"):
-            check_processes({"accelerator": "cuda", "devices": devices})
+            place(this_machine(), "cuda", devices, "auto", "auto")
     for devices in (count, -1, "auto", "-1", list(range(count)), ",".join(map(str, range(count)))):
-        check_processes({"accelerator": "gpu", "devices": devices})
-    assert training_processes({"accelerator": "gpu", "devices": -1, "num_nodes": 2}) == 2 * count
+        assert place(this_machine(), "gpu", devices, "auto", "auto").processes == count
+    assert place(this_machine(), "gpu", -1, "auto", "auto", 2).processes == 2 * count

@@ -94,9 +94,25 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
         except Exception as error:
             if _task_started or not _is_composition_error(error):
                 raise
-            fail(composition_message(error))
+            within = raised_by_resolver(error)
+            fail(str(within) if within is not None else composition_message(error))
 
     return run
+
+
+def raised_by_resolver(error: BaseException) -> UserError | None:
+    """The UserError a resolver raised (the plan's ConfigError), which omegaconf reports as an
+    InterpolationResolutionError; None for any other error."""
+    if not isinstance(error, InterpolationResolutionError):
+        return None
+    seen: set[int] = set()
+    inner: BaseException | None = error
+    while inner is not None and id(inner) not in seen:  # omegaconf may wrap it more than once
+        if isinstance(inner, UserError):
+            return inner
+        seen.add(id(inner))
+        inner = inner.__cause__ or inner.__context__
+    return None
 
 
 def _is_composition_error(error: BaseException) -> bool:
@@ -135,6 +151,8 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
     if isinstance(error, MissingMandatoryValue):
         key = error.full_key or "a setting"
         return f"{key} is missing: give {key}=<value> (see {tool_command()} --help)", USER_ERROR
+    if raised_by_resolver(error) is not None:
+        return str(raised_by_resolver(error)), USER_ERROR
     if isinstance(error, InterpolationResolutionError):
         where = f"{error.full_key}: " if getattr(error, "full_key", None) else ""
         return f"{where}{str(error).strip().splitlines()[0]}", USER_ERROR

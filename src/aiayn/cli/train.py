@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -19,19 +20,27 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 from aiayn.checkpoints.io import AtomicCheckpointIO
 from aiayn.checkpoints.resume import find_resume
 from aiayn.cli import CONFIG_DIR
-from aiayn.cli.errors import report_dead_ranks_before_lightning_kills, reports_composition_errors, reports_errors
+from aiayn.cli.errors import (
+    raised_by_resolver,
+    report_dead_ranks_before_lightning_kills,
+    reports_composition_errors,
+    reports_errors,
+)
 from aiayn.errors import ConfigError, UserError
 from aiayn.reporting.loggers import describe_wandb_run, quiet_lightning
 from aiayn.training.config import network_arguments  # also registers the config schemas with Hydra
 from aiayn.training.config_check import check_train_config
-from aiayn.training.distributed import strategy_with_timeout, training_processes
+from aiayn.training.distributed import strategy_with_timeout
 from aiayn.training.module import TranslationModule
+from aiayn.training.plan import describe
 
 log = logging.getLogger("train")
 
@@ -46,10 +55,18 @@ warnings.filterwarnings("ignore", message=".*when logging on epoch level in dist
 warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)` is deprecated")
 
 
+def main() -> dict[str, float] | None:
+    # --cfg job/all prints the config resolved (--resolve), so that it shows what the run will do:
+    # the plan's devices, precision and step, not the ${aiayn.plan:} that computes them.
+    if any(arg in ("--cfg", "-c") or arg.startswith("--cfg=") for arg in sys.argv[1:]) and "--resolve" not in sys.argv:
+        sys.argv.append("--resolve")
+    return _main()
+
+
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 @reports_errors  # one line, exit 2, for what the user can fix; exit 1 for a run that stopped on its own
-def main(cfg: DictConfig) -> dict[str, float]:
+def _main(cfg: DictConfig) -> dict[str, float]:
     torch.set_float32_matmul_precision("high")
     quiet_lightning()
     report_dead_ranks_before_lightning_kills()
@@ -62,10 +79,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
         config, resume, datamodule = _before_training(cfg)
         module = _module(cfg, config)
         logger = _logger(cfg, resume)  # nothing written until its first use, below
-        trainer = _trainer(cfg, logger)
+        trainer = _trainer(cfg, config, logger)
     except UserError:
         _remove_unstarted_run(run_dir)  # a run that never started leaves no folder behind
         raise
+    if rank_zero_only.rank == 0:
+        log.info("%s", describe(config["plan"], config, model=_choice("model")))
     if logger:
         logger.log_hyperparams(config)
         logger.log_hyperparams({"parameters": sum(p.numel() for p in module.model.parameters())})
@@ -85,19 +104,36 @@ def train(cfg: DictConfig) -> dict[str, float]:
 def _before_training(cfg: DictConfig):
     """Every check that needs no training: the whole config, the checkpoint to resume, and the
     data files of every split the run will read. Returns (config, resume, datamodule)."""
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = _resolved(cfg)
     check_train_config(config)
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     resume = find_resume(cfg.resume, cfg.paths.output_dir, config, multirun=multirun)
     if resume is not None and str(resume.run_dir) != cfg.paths.output_dir:
         log.info("continuing run %s (this attempt's config and log stay in %s)", resume.run_dir, cfg.paths.output_dir)
         cfg.paths.output_dir = str(resume.run_dir)  # checkpoints and logs go on in the resumed run
-        config = OmegaConf.to_container(cfg, resolve=True)
+        config = _resolved(cfg)
     L.seed_everything(cfg.seed, workers=True)
-    datamodule = hydra.utils.instantiate(cfg.task.datamodule)
+    # One process's batch: the plan's share of optim.tokens_per_step, at most task.datamodule.max_tokens.
+    datamodule = hydra.utils.instantiate(cfg.task.datamodule, max_tokens=config["plan"]["tokens_per_batch"])
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:  # the other ranks of a node see the same files
         datamodule.check_files()  # train, dev and test: all there (fetched where allowed) before any folder is made
     return config, resume, datamodule
+
+
+def _resolved(cfg: DictConfig) -> dict:
+    """The whole config resolved; what the plan (a resolver) refuses is the ConfigError it raised."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except InterpolationResolutionError as error:
+        within = raised_by_resolver(error)
+        if within is not None:
+            raise within from None
+        raise
+
+
+def _choice(group: str) -> str | None:
+    """The option chosen for a config group (``model=big``: ``big``), when Hydra ran the tool."""
+    return HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
 
 
 def _remove_unstarted_run(run_dir: Path) -> None:
@@ -131,16 +167,21 @@ def _module(cfg: DictConfig, config: dict) -> TranslationModule:
         raise ConfigError(f"model: {error}") from None
 
 
-def _trainer(cfg: DictConfig, logger) -> L.Trainer:
-    """Lightning's Trainer from ``trainer.*``, the callbacks of conf/callbacks/ (built after a
-    resume has moved paths.output_dir to the resumed run) and atomic checkpoint writes. A setting
-    Lightning refuses is a ConfigError naming it, before anything is written."""
+def _trainer(cfg: DictConfig, config: dict, logger) -> L.Trainer:
+    """Lightning's Trainer from ``trainer.*`` with the plan's hardware, accumulation and validation
+    interval (``plan.trainer``), the callbacks of conf/callbacks/ (built after a resume has moved
+    paths.output_dir to the resumed run) and atomic checkpoint writes. A setting Lightning refuses
+    is a ConfigError naming it, before anything is written."""
     built = (hydra.utils.instantiate(entry) for entry in cfg.callbacks.values() if entry is not None)
     callbacks = [callback for callback in built if callback is not None]
     trainer_args = hydra.utils.instantiate(cfg.trainer, _convert_="all")  # a strategy may be an object
+    planned = config["plan"]["trainer"]
+    if not isinstance(trainer_args.get("strategy"), str):  # a Strategy object given in code: kept
+        planned = {key: value for key, value in planned.items() if key != "strategy"}
+    trainer_args.update(planned)
     # A hung rank ends the job after distributed.timeout_minutes, not Lightning's 30 minutes.
-    trainer_args["strategy"] = strategy_with_timeout(trainer_args.get("strategy", "auto"),
-                                                     cfg.distributed.timeout_minutes, training_processes(trainer_args))
+    trainer_args["strategy"] = strategy_with_timeout(trainer_args["strategy"], cfg.distributed.timeout_minutes,
+                                                     config["plan"]["processes"])
     try:
         return L.Trainer(**trainer_args, logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
     except (TypeError, ValueError, MisconfigurationException) as error:

@@ -3,7 +3,8 @@ optimiser and its schedule (``optim``) and the loss (``loss``), as dataclasses, 
 function that turns a model config into the network's arguments.
 
 Importing this module registers the dataclasses in Hydra's ConfigStore as the schemas
-``schema/model``, ``schema/optim`` and ``schema/loss``. conf/model/*.yaml and conf/optim/*.yaml
+``schema/model``, ``schema/optim`` and ``schema/loss``, and the resolver of the run's ``plan``
+(:mod:`aiayn.training.plan`). conf/model/*.yaml and conf/optim/*.yaml
 start from theirs (``defaults: [/schema/model@_here_, _self_]``) and conf/train.yaml puts the loss
 schema under ``loss``, so Hydra rejects a key that is not a field, or a value of the wrong type,
 while composing. aiayn.cli.train imports this module before Hydra composes; so must any code
@@ -59,6 +60,11 @@ class OptimConfig:
     warmup_steps: int = 4000  # Eq. 3's warmup_steps: the rate rises linearly for this many steps
     lr_factor: float = 1.0  # scales Eq. 3 (1.0: the paper)
     train_steps: int = 100000  # steps to train (trainer.max_steps; Table 3's "train steps")
+    # Padded tokens per side in one step over every process and accumulated batch (§5.1: "approximately
+    # 25000 source tokens and 25000 target tokens"); the accumulation and each process's batch are
+    # derived from it (aiayn.training.plan). None: a step is one batch of task.datamodule.max_tokens
+    # a process.
+    tokens_per_step: int | None = 25000
 
 
 @dataclass
@@ -72,6 +78,9 @@ SCHEMAS = {"model": ModelConfig, "optim": OptimConfig, "loss": LossConfig}
 
 for _name, _schema in SCHEMAS.items():
     ConfigStore.instance().store(group="schema", name=_name, node=_schema)
+
+# conf/train.yaml's `plan: ${aiayn.plan:}` resolves with the resolver this import registers.
+import aiayn.training.plan  # noqa: F401
 
 # The widths width_divisor divides; N and h stay.
 WIDTHS = ("d_model", "d_ff", "d_k", "d_v")

@@ -25,7 +25,7 @@ from aiayn.training.config import check_against_schemas, network_arguments
 ROOT_SETTINGS = (
     "task", "model", "optim", "loss", "paths", "callbacks", "trainer", "logger", "seed", "run_name",
     "width_divisor", "compile", "resume", "nonfinite", "cost", "test_after_training", "validation",
-    "visualize_at_end", "checkpoint", "distributed", "experiment",
+    "visualize_at_end", "checkpoint", "distributed", "experiment", "plan",
 )
 TASK_SETTINGS = ("name", "vocab_size", "datamodule", "decoding", "raw_dir", "split", "splits")
 DECODING_SETTINGS = ("beam_size", "alpha", "max_len_offset", "kv_cache", "constrained")
@@ -195,8 +195,8 @@ def _check_run(config: Mapping[str, Any]) -> None:
 
 
 def _check_trainer(trainer: Mapping[str, Any]) -> None:
-    """Keys against Lightning's Trainer; the counts Lightning would only refuse later; the
-    processes and devices this machine has."""
+    """Keys against Lightning's Trainer; the counts Lightning would only refuse later. (The
+    processes and devices this machine has: the plan, aiayn.training.hardware.)"""
     from lightning.pytorch import Trainer
 
     parameters = [name for name in inspect.signature(Trainer.__init__).parameters if name != "self"]
@@ -212,9 +212,6 @@ def _check_trainer(trainer: Mapping[str, Any]) -> None:
                                  or (isinstance(interval, float) and interval > 1.0)):
         raise ConfigError(f"trainer.val_check_interval must be a whole number of steps (or a fraction of an epoch "
                           f"in (0, 1]), got {interval!r}")
-    from aiayn.training.distributed import check_processes
-
-    check_processes(dict(trainer))
 
 
 def _known(section: str, values: Mapping[str, Any], settings: Iterable[str], what: str = "setting") -> None:

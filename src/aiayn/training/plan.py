@@ -1,0 +1,198 @@
+"""The plan of a training run, settled before anything is built: where it trains
+(:mod:`aiayn.training.hardware`), how big a step is (:func:`step_size`), and how the run's
+settings become Lightning's (:func:`make_plan`).
+
+conf/train.yaml holds it as ``plan: ${aiayn.plan:}``, a node resolved from the rest of the config
+and the machine, so that ``--cfg job``, the W&B config, the checkpoint's config and the Trainer
+all see the same values; src/train.py prints it (:func:`describe`) before the first step.
+
+The paper's step (§5.1): "Each training batch contained a set of sentence pairs containing
+approximately 25000 source tokens and 25000 target tokens", on 8 P100 GPUs. ``optim.tokens_per_step``
+states a recipe's step in padded tokens per side over all processes; the plan derives the gradient
+accumulation and one process's batch from it for the processes in use, so that 1, 2, 4 or 8 GPUs
+train the same recipe (the same batches in every step: the token-batch sampler splits an epoch into
+a multiple of processes × accumulation batches) and only the wall time changes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from aiayn.errors import ConfigError
+from aiayn.training.hardware import Machine, gpus_per_node, place, this_machine
+
+PAPER_TOKENS_PER_STEP = 25_000  # §5.1: "approximately 25000 source tokens and 25000 target tokens"
+# Measured training throughput (benchmarks/train_throughput.py, benchmarks/gpu_suite.py) from which
+# the plan projects a run's wall time; absent outside a checkout.
+THROUGHPUT_RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "train_throughput.jsonl"
+# Lightning's precision names → the benchmarks' (train_throughput.py --precision).
+# The trainer.* settings the plan reads; train.py gives Lightning the plan's values of the first seven.
+PLANNED_TRAINER_SETTINGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches",
+                            "val_check_interval")
+BENCHMARK_PRECISION = {"32-true": "fp32", "32": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
+
+
+@dataclass(frozen=True)
+class StepSize:
+    """One optimizer step: ``processes`` × ``accumulate`` batches of at most ``tokens_per_batch``
+    padded tokens per side each, ``tokens_per_step`` in all."""
+
+    tokens_per_batch: int
+    accumulate: int
+    tokens_per_step: int
+    derived: bool  # the accumulation and the batch come from optim.tokens_per_step
+
+
+def step_size(processes: int, max_tokens: Any, max_length: Any = None, tokens_per_step: Any = None,
+              accumulate: Any = None) -> StepSize:
+    """The step of ``processes`` training processes. ``max_tokens`` (task.datamodule.max_tokens)
+    is the most one process's batch may hold; ``accumulate`` (trainer.accumulate_grad_batches),
+    when given, wins; else ``tokens_per_step`` (optim.tokens_per_step), when given, sets the
+    accumulation — the fewest batches per process that keep each within ``max_tokens`` — and
+    divides the step evenly between the batches; else a step is one batch of ``max_tokens`` a
+    process."""
+    max_tokens = _positive(max_tokens, "task.datamodule.max_tokens")
+    if accumulate is not None:
+        accumulate = _positive(accumulate, "trainer.accumulate_grad_batches")
+        return StepSize(max_tokens, accumulate, processes * accumulate * max_tokens, derived=False)
+    if tokens_per_step is None:
+        return StepSize(max_tokens, 1, processes * max_tokens, derived=False)
+    tokens_per_step = _positive(tokens_per_step, "optim.tokens_per_step")
+    accumulate = math.ceil(tokens_per_step / (processes * max_tokens))
+    batch = tokens_per_step // (processes * accumulate)
+    if max_length is not None and batch < max_length + 2:
+        raise ConfigError(
+            f"optim.tokens_per_step={tokens_per_step} shared by {processes} training processes gives batches of "
+            f"{batch} tokens, too few for one pair of task.datamodule.max_length={max_length} subwords plus BOS/EOS; "
+            f"train on fewer processes, raise optim.tokens_per_step or lower task.datamodule.max_length")
+    return StepSize(batch, accumulate, processes * accumulate * batch, derived=True)
+
+
+def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = False) -> dict[str, Any]:
+    """The plan of a (resolved or unresolved) training config on ``machine``: ``trainer`` holds
+    what Lightning's Trainer is given for the hardware and the step (validation counted in
+    batches, as Lightning counts it); the rest says what that makes."""
+    trainer, optim = config["trainer"], config["optim"]
+    data = config["task"]["datamodule"]
+    placement = place(machine, trainer.get("accelerator"), trainer.get("devices"), trainer.get("strategy"),
+                      trainer.get("precision"), trainer.get("num_nodes", 1), multirun=multirun)
+    step = step_size(placement.processes, data.get("max_tokens"), data.get("max_length"),
+                     optim.get("tokens_per_step"), trainer.get("accumulate_grad_batches"))
+    interval = trainer.get("val_check_interval")
+    if isinstance(interval, int) and not isinstance(interval, bool):
+        interval *= step.accumulate  # steps → the batches Lightning counts
+    devices = placement.devices
+    return {
+        "trainer": {
+            "accelerator": placement.accelerator, "devices": list(devices) if isinstance(devices, list) else devices,
+            "num_nodes": placement.num_nodes, "strategy": placement.strategy, "precision": placement.precision,
+            "accumulate_grad_batches": step.accumulate, "val_check_interval": interval,
+        },
+        "processes": placement.processes,
+        "device": machine.gpu_name if placement.accelerator == "gpu" else machine.cpu_name,
+        "tokens_per_batch": step.tokens_per_batch,
+        "tokens_per_step": step.tokens_per_step,
+        "accumulation_derived": step.derived,
+    }
+
+
+def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | None = None,
+             records: Path = THROUGHPUT_RECORDS) -> str:
+    """The plan as a short block for the log: devices, precision, strategy, nodes; the step against
+    the paper's; steps and warmup; and, where ``records`` holds a measured throughput of ``model``
+    (the model group's option) on this device, the projected wall time."""
+    trainer, optim = plan["trainer"], config["optim"]
+    processes, nodes = plan["processes"], trainer["num_nodes"]
+    on = "GPU" if trainer["accelerator"] == "gpu" else "CPU process"
+    where = f"{_count(processes, on)}" + (f" on {nodes} nodes" if nodes > 1 else "")
+    device = f" ({plan['device']})" if plan.get("device") else ""
+    strategy = "" if trainer["strategy"] == "auto" else f", {trainer['strategy']}"
+    accumulate = trainer["accumulate_grad_batches"]
+    if plan["accumulation_derived"]:
+        source = f"accumulation derived from optim.tokens_per_step={optim['tokens_per_step']:,}"
+    elif config["trainer"].get("accumulate_grad_batches") is not None:
+        source = f"trainer.accumulate_grad_batches={accumulate}"
+    else:
+        source = "the recipe sets no optim.tokens_per_step: one batch of task.datamodule.max_tokens a process"
+    batches = f"{accumulate} accumulated batches" if accumulate > 1 else "1 batch"
+    lines = [
+        f"plan: {where}{device}, {trainer['precision']}{strategy}",
+        (f"  step: {_count(processes, 'process')} × {batches} of {plan['tokens_per_batch']:,} tokens = "
+         f"{plan['tokens_per_step']:,} tokens a side ({source}; the paper's: ~{PAPER_TOKENS_PER_STEP:,}, §5.1)"),
+        f"  {optim['train_steps']:,} steps, warmup {optim['warmup_steps']:,}",
+    ]
+    measured = measured_throughput(records, model, trainer["accelerator"], plan.get("device"),
+                                   trainer["precision"], config["task"]["vocab_size"], bool(config.get("compile")))
+    if measured is not None:
+        seconds = optim["train_steps"] * plan["tokens_per_step"] / (measured["tgt_tokens_per_s"] * processes)
+        scaling = ", if the devices scale linearly" if processes > 1 else ""
+        lines.append(f"  projected: {_duration(seconds)} at {measured['tgt_tokens_per_s']:,.0f} target tokens/s a "
+                     f"device (measured {measured['date'][:10]}, {records.name}){scaling}")
+    return "\n".join(lines)
+
+
+def measured_throughput(records: Path, model: str | None, accelerator: str, device: str | None, precision: str,
+                        vocab_size: int, compiled: bool) -> dict[str, Any] | None:
+    """The newest record of ``records`` (train_throughput.py's JSON lines) that measured this model
+    (by its config name), vocabulary, precision and compile switch on this kind of device (the GPU's
+    or the CPU's name); None when there is none."""
+    if model is None or device is None or not records.is_file():
+        return None
+    want = ("cuda" if accelerator == "gpu" else "cpu", BENCHMARK_PRECISION.get(precision))
+    found = None
+    for line in records.read_text().splitlines():
+        try:
+            record = json.loads(line)
+            settings, machine = record["settings"], record.get("machine") or {}
+            name = machine.get("gpu") if record["device"] == "cuda" else machine.get("cpu")
+            if ((record["device"], settings["precision"]) == want and settings["model"] == model and name == device
+                    and settings["vocab_size"] == vocab_size and bool(settings.get("compile")) == compiled
+                    and record["tgt_tokens_per_s"] > 0):
+                found = record if found is None or record["date"] >= found["date"] else found
+        except (ValueError, KeyError, TypeError):
+            continue  # a line of another format
+    return found
+
+
+def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
+    """``${aiayn.plan:}``: the plan of the config it stands in, on this machine."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+    def settings(node: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+        values = {key: node.get(key) for key in keys}
+        return {key: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for key, v in values.items()}
+
+    config = {"trainer": settings(_root_.trainer, PLANNED_TRAINER_SETTINGS),
+              "optim": settings(_root_.optim, ("tokens_per_step",)),
+              "task": {"datamodule": settings(_root_.task.datamodule, ("max_tokens", "max_length"))}}
+    return OmegaConf.create(make_plan(config, this_machine(), multirun=multirun))  # a node: OmegaConf.resolve takes it
+
+
+OmegaConf.register_new_resolver("aiayn.plan", _resolve_plan, replace=True)
+# conf/hydra/launcher/slurm.yaml: the GPUs (and tasks) per node a SLURM job asks for.
+OmegaConf.register_new_resolver("aiayn.gpus_per_node", gpus_per_node, replace=True)
+
+
+def _positive(value: Any, setting: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{setting} must be a positive whole number, got {value!r}")
+    return value
+
+
+def _count(number: int, thing: str) -> str:
+    return f"{number:,} {thing}{'' if number == 1 else 'es' if thing.endswith('s') else 's'}"
+
+
+def _duration(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{seconds / 60:.0f} min" if hours < 1 else f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} days"

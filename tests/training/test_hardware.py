@@ -1,0 +1,153 @@
+"""Where a run trains (aiayn.training.hardware.place): one pure function of the machine and the
+``trainer.*`` settings, tested here for machines of 0, 1 and 8 GPUs, with and without bf16 units,
+for every form ``trainer.devices`` takes, on one node and several, alone and in a sweep — on a
+machine that has none of those GPUs."""
+
+from __future__ import annotations
+
+import pytest
+
+from aiayn.errors import ConfigError
+from aiayn.training.hardware import Machine, cpu_cores, gpus_per_node, place, this_machine
+
+LAPTOP = Machine(gpus=0, cpu_cores=2, cpu_name="a laptop CPU")
+ONE_H100 = Machine(gpus=1, bf16=True, cpu_cores=16, gpu_name="NVIDIA H100 80GB HBM3")
+NODE_8_A100 = Machine(gpus=8, bf16=True, cpu_cores=64, gpu_name="NVIDIA A100-SXM4-80GB")
+NODE_8_V100 = Machine(gpus=8, bf16=False, cpu_cores=64, gpu_name="Tesla V100-SXM2-32GB")
+BIG_CPU = Machine(gpus=0, cpu_cores=64)
+
+
+def auto(machine: Machine, devices=None, num_nodes=1, multirun=False):
+    """hardware=auto (conf/hardware/auto.yaml) with ``trainer.devices`` and ``trainer.num_nodes``."""
+    return place(machine, "auto", devices, "auto", "auto", num_nodes, multirun=multirun)
+
+
+def summary(placement) -> tuple:
+    return (placement.accelerator, placement.devices, placement.strategy, placement.precision, placement.processes)
+
+
+# -- hardware=auto, the default -----------------------------------------------------------------
+def test_the_users_command_on_an_8_gpu_node_is_8_gpu_ddp_in_bf16() -> None:
+    """``python src/train.py model=big task=wmt_en_fr trainer.devices=8``: no other argument."""
+    assert summary(auto(NODE_8_A100, devices=8)) == ("gpu", 8, "ddp", "bf16-mixed", 8)
+    assert summary(auto(NODE_8_A100, devices="8")) == ("gpu", 8, "ddp", "bf16-mixed", 8)
+
+
+def test_gpus_without_bf16_units_train_in_fp16_with_loss_scaling() -> None:
+    assert summary(auto(NODE_8_V100, devices=8)) == ("gpu", 8, "ddp", "16-mixed", 8)
+    assert summary(auto(NODE_8_V100)) == ("gpu", 1, "auto", "16-mixed", 1)
+
+
+@pytest.mark.parametrize(("devices", "expected"), [
+    (None, 1), (1, 1), (2, 2), (8, 8), ("2", 2), ("auto", 8), (-1, 8), ("-1", 8),
+    ([0, 1], [0, 1]), ("0,1", [0, 1]), ("3,", [3]), ([5], [5]),
+])
+def test_devices_on_an_8_gpu_node(devices, expected) -> None:
+    """Unset: one GPU; a count; auto or -1: every GPU (Lightning's meaning); a list names them."""
+    placement = auto(NODE_8_A100, devices=devices)
+    count = len(expected) if isinstance(expected, list) else expected
+    assert (placement.accelerator, placement.devices, placement.processes) == ("gpu", expected, count)
+    assert placement.strategy == ("ddp" if count > 1 else "auto") and placement.precision == "bf16-mixed"
+
+
+def test_one_gpu_box_trains_on_its_gpu_and_refuses_more() -> None:
+    assert summary(auto(ONE_H100)) == ("gpu", 1, "auto", "bf16-mixed", 1)
+    assert summary(auto(ONE_H100, devices="auto")) == ("gpu", 1, "auto", "bf16-mixed", 1)
+    with pytest.raises(ConfigError) as refused:
+        auto(ONE_H100, devices=8)
+    assert str(refused.value) == ("trainer.devices=8 asks for 8 GPU training processes but this machine has 1 usable "
+                                  "CUDA GPU; use trainer.devices=1 or fewer")
+    with pytest.raises(ConfigError, match=r"^trainer.devices=\[0,1\] names CUDA GPU 1 but this machine has 1 usable"):
+        auto(ONE_H100, devices=[0, 1])
+    with pytest.raises(ConfigError, match="names a GPU twice"):
+        auto(NODE_8_A100, devices=[1, 1])
+    for bad in (0, "two", 1.5, True, []):
+        with pytest.raises(ConfigError, match="is not a number of GPUs"):
+            auto(ONE_H100, devices=bad)
+
+
+def test_a_laptop_trains_one_cpu_process_and_refuses_a_gpu_count_saying_no_gpu_was_found() -> None:
+    for devices in (None, 1, "1", "auto", -1):
+        assert summary(auto(LAPTOP, devices=devices)) == ("cpu", 1, "auto", "32-true", 1)
+    for devices in (8, 2, "8", [0, 1], "0,1"):
+        with pytest.raises(ConfigError) as refused:
+            auto(LAPTOP, devices=devices)
+        message = str(refused.value)
+        assert "no usable CUDA GPU was found on this machine" in message and "\n" not in message
+        assert "hardware=" not in message  # says what is wrong, not which group to add
+    with pytest.raises(ConfigError) as refused:
+        auto(BIG_CPU, devices=8)  # 64 cores: still no GPU, so not 8 CPU processes
+    assert str(refused.value).startswith("trainer.devices=8 asks for 8 GPUs but no usable CUDA GPU was found")
+
+
+@pytest.mark.parametrize(("machine", "devices", "nodes", "expected"), [
+    (NODE_8_A100, 8, 2, ("gpu", 8, "ddp", "bf16-mixed", 16)),
+    (NODE_8_A100, None, 4, ("gpu", 1, "ddp", "bf16-mixed", 4)),
+    (ONE_H100, None, 2, ("gpu", 1, "ddp", "bf16-mixed", 2)),
+    (LAPTOP, None, 2, ("cpu", 1, "ddp", "32-true", 2)),  # two CPU nodes, one process each
+])
+def test_several_nodes_multiply_the_processes_and_need_ddp(machine, devices, nodes, expected) -> None:
+    placement = auto(machine, devices=devices, num_nodes=nodes)
+    assert summary(placement) == expected and placement.num_nodes == nodes
+    assert placement.processes_per_node == expected[-1] // nodes
+
+
+def test_a_sweep_started_here_uses_ddp_spawn_but_a_cluster_launch_keeps_ddp() -> None:
+    """Lightning's ``ddp`` starts the other ranks by running the command line again: under
+    --multirun that is the whole sweep. srun/torchrun start every rank themselves."""
+    assert auto(NODE_8_A100, devices=8, multirun=True).strategy == "ddp_spawn"
+    assert auto(NODE_8_A100, devices=1, multirun=True).strategy == "auto"
+    cluster = Machine(gpus=8, bf16=True, cpu_cores=64, cluster_launched=True)
+    assert auto(cluster, devices=8, multirun=True).strategy == "ddp"
+
+
+# -- explicit settings and the hardware groups win over auto --------------------------------------
+@pytest.mark.parametrize(("group", "machine", "expected"), [
+    (("cpu", 1, "auto", "32-true"), NODE_8_A100, ("cpu", 1, "auto", "32-true", 1)),  # the CPU although GPUs are there
+    (("cpu", 2, "ddp_spawn", "32-true"), LAPTOP, ("cpu", 2, "ddp_spawn", "32-true", 2)),  # cpu2_ddp
+    (("gpu", 1, "auto", "bf16-mixed"), ONE_H100, ("gpu", 1, "auto", "bf16-mixed", 1)),  # gpu
+    (("gpu", 8, "ddp", "bf16-mixed"), NODE_8_A100, ("gpu", 8, "ddp", "bf16-mixed", 8)),  # gpu8_ddp
+    (("gpu", 8, "ddp", "bf16-mixed"), NODE_8_V100, ("gpu", 8, "ddp", "bf16-mixed", 8)),  # as asked, even so
+])
+def test_the_hardware_groups_are_kept_as_given(group, machine, expected) -> None:
+    accelerator, devices, strategy, precision = group
+    assert summary(place(machine, accelerator, devices, strategy, precision, 1)) == expected
+
+
+def test_explicit_settings_mix_with_auto() -> None:
+    assert summary(place(NODE_8_A100, "auto", 2, "auto", "32-true")) == ("gpu", 2, "ddp", "32-true", 2)
+    assert summary(place(NODE_8_A100, "cuda", 4, "fsdp", "auto")) == ("gpu", 4, "fsdp", "bf16-mixed", 4)
+    assert summary(place(LAPTOP, "cpu", None, "auto", "bf16-mixed")) == ("cpu", 1, "auto", "bf16-mixed", 1)
+    assert summary(place(BIG_CPU, "cpu", 8, "auto", "auto")) == ("cpu", 8, "ddp", "32-true", 8)
+
+
+def test_what_the_machine_cannot_run_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError) as refused:
+        place(LAPTOP, "gpu", 1, "auto", "bf16-mixed")
+    assert str(refused.value) == ("trainer.accelerator=gpu asks for a GPU but no usable CUDA GPU was found on this "
+                                  "machine; use hardware=auto (the default) or hardware=cpu to train on its CPU")
+    with pytest.raises(ConfigError) as refused:
+        place(LAPTOP, "cpu", 8, "auto", "auto")
+    assert str(refused.value) == ("trainer.devices=8 asks for 8 CPU training processes but this machine has 2 CPU "
+                                  "cores; use trainer.devices=2 or fewer")
+    with pytest.raises(ConfigError, match="not a list of devices"):
+        place(LAPTOP, "cpu", [0, 1], "auto", "auto")
+    with pytest.raises(ConfigError, match="^trainer.num_nodes must be a positive whole number, got 0$"):
+        place(LAPTOP, "auto", None, "auto", "auto", 0)
+
+
+def test_a_cluster_job_asks_for_the_gpus_trainer_devices_names() -> None:
+    """conf/hydra/launcher/slurm.yaml: gpus_per_node and tasks_per_node from trainer.devices."""
+    assert [gpus_per_node(d) for d in (None, 8, "4", [0, 1, 2], "0,1")] == [1, 8, 4, 3, 2]
+    for devices in ("auto", -1):
+        with pytest.raises(ConfigError, match="give trainer.devices=N"):
+            gpus_per_node(devices)
+
+
+def test_this_machine_is_read_as_the_decision_needs_it() -> None:
+    import torch
+
+    machine = this_machine()
+    assert machine.gpus == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    assert machine.cpu_cores == cpu_cores() >= 1 and machine.cpu_name
+    assert (machine.gpu_name is None) == (machine.gpus == 0)

@@ -1,0 +1,176 @@
+"""The plan of a run (aiayn.training.plan): the paper's step on any hardware (§5.1's ~25,000
+tokens a side from optim.tokens_per_step, whatever the processes), the shipped configs planned on
+machines this one is not, the block printed before the first step with its projected wall time,
+and ``--cfg job`` showing the plan resolved."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from aiayn.errors import ConfigError
+from aiayn.training.hardware import Machine
+from aiayn.training.plan import describe, make_plan, measured_throughput, step_size
+from tests.helpers.runs import REPO
+
+NODE_8_H100 = Machine(gpus=8, bf16=True, cpu_cores=64, gpu_name="NVIDIA H100 80GB HBM3", cpu_name="Xeon")
+NODE_8_V100 = Machine(gpus=8, bf16=False, cpu_cores=64, gpu_name="Tesla V100-SXM2-32GB")
+LAPTOP = Machine(gpus=0, cpu_cores=2, cpu_name="AMD EPYC")
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("train", overrides=[*overrides, "paths.output_dir=/tmp/run"])
+
+
+# -- the step -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("processes", "accumulate", "batch"), [(1, 8, 3125), (2, 4, 3125), (4, 2, 3125), (8, 1, 3125),
+                                                              (3, 3, 2777), (16, 1, 1562)])
+def test_the_papers_step_is_the_same_on_1_2_4_or_8_gpus(processes: int, accumulate: int, batch: int) -> None:
+    """25,000 tokens a side, batches of at most 3,400 (task wmt_en_de): only the split changes."""
+    step = step_size(processes, max_tokens=3400, max_length=256, tokens_per_step=25_000)
+    assert (step.accumulate, step.tokens_per_batch, step.derived) == (accumulate, batch, True)
+    assert step.tokens_per_step == processes * accumulate * batch
+    assert 25_000 - processes * accumulate <= step.tokens_per_step <= 25_000 and batch <= 3400
+
+
+def test_an_explicit_accumulation_wins_and_no_recipe_step_means_one_batch_a_process() -> None:
+    explicit = step_size(1, max_tokens=3400, tokens_per_step=25_000, accumulate=8)
+    assert (explicit.accumulate, explicit.tokens_per_batch, explicit.tokens_per_step, explicit.derived) == (
+        8, 3400, 27_200, False)
+    unset = step_size(2, max_tokens=1024, tokens_per_step=None)
+    assert (unset.accumulate, unset.tokens_per_batch, unset.tokens_per_step) == (1, 1024, 2048)
+
+
+def test_a_step_too_small_for_the_processes_or_a_bad_number_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"^optim.tokens_per_step=25000 shared by 128 training processes gives "
+                                          r"batches of 195 tokens, too few for one pair of "
+                                          r"task.datamodule.max_length=256"):
+        step_size(128, max_tokens=3400, max_length=256, tokens_per_step=25_000)
+    for kwargs, setting in (({"tokens_per_step": 0}, "optim.tokens_per_step"),
+                            ({"accumulate": -2}, "trainer.accumulate_grad_batches"),
+                            ({"max_tokens": "many"}, "task.datamodule.max_tokens")):
+        with pytest.raises(ConfigError, match=f"^{setting} must be a positive whole number"):
+            step_size(1, **{"max_tokens": 1024, **kwargs})
+
+
+# -- the shipped configs on other machines --------------------------------------------------------
+def test_the_users_command_plans_8_gpus_of_ddp_bf16_and_the_papers_step_on_an_8_gpu_node() -> None:
+    cfg = composed("model=big", "task=wmt_en_fr", "trainer.devices=8")
+    plan = make_plan(cfg, NODE_8_H100)
+    assert plan["trainer"] == {"accelerator": "gpu", "devices": 8, "num_nodes": 1, "strategy": "ddp",
+                               "precision": "bf16-mixed", "accumulate_grad_batches": 1, "val_check_interval": 1000}
+    assert (plan["processes"], plan["tokens_per_batch"], plan["tokens_per_step"]) == (8, 3125, 25_000)
+    assert plan["device"] == "NVIDIA H100 80GB HBM3"
+    assert cfg.model.dropout == 0.1  # §6.1: the big EN-FR model's P_drop (conf/task_model/wmt_en_fr_big.yaml)
+    assert make_plan(cfg, NODE_8_V100)["trainer"]["precision"] == "16-mixed"
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8])
+def test_the_base_recipe_trains_the_same_step_on_any_number_of_gpus(gpus: int) -> None:
+    cfg = composed("model=base", "task=wmt_en_de", f"trainer.devices={gpus}")
+    plan = make_plan(cfg, NODE_8_H100)
+    assert (plan["tokens_per_step"], plan["tokens_per_batch"]) == (25_000, 3125)
+    accumulate = plan["trainer"]["accumulate_grad_batches"]
+    assert accumulate == 8 // gpus
+    # Validation every 1,000 optimizer steps: Lightning counts batches, so the plan gives it 1,000 × accumulation.
+    assert plan["trainer"]["val_check_interval"] == 1000 * accumulate
+
+
+def test_the_big_model_is_p_drop_03_except_on_en_fr_and_the_command_line_still_wins() -> None:
+    assert composed("model=big", "task=wmt_en_de").model.dropout == 0.3
+    assert composed("model=big", "task=wmt_en_fr", "model.dropout=0.3").model.dropout == 0.3
+    assert composed("experiment=table2_big_en_fr").model.dropout == 0.1
+    assert composed("experiment=table3_big", "+scale=multi30k").model.dropout == 0.3
+
+
+def test_the_cpu_default_and_the_small_scales_set_no_step_of_their_own() -> None:
+    for overrides in ([], ["debug=tiny", "model=base"], ["experiment=table3_base", "+scale=multi30k_cpu"]):
+        plan = make_plan(composed(*overrides), LAPTOP)
+        assert (plan["trainer"]["accelerator"], plan["trainer"]["accumulate_grad_batches"]) == ("cpu", 1)
+        assert plan["tokens_per_step"] == plan["tokens_per_batch"] == 1024
+
+
+def test_the_composed_config_resolves_the_plan_on_this_machine() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("on a machine without a GPU")
+    plan = OmegaConf.to_container(composed().plan, resolve=True)
+    assert plan["trainer"]["accelerator"] == "cpu" and plan["trainer"]["precision"] == "32-true"
+    with pytest.raises(Exception) as refused:
+        OmegaConf.to_container(composed("trainer.devices=8").plan, resolve=True)
+    assert "no usable CUDA GPU was found" in str(refused.value)
+
+
+# -- what is printed ------------------------------------------------------------------------------
+def throughput_record(**changes) -> dict:
+    """A record as benchmarks/train_throughput.py writes it (the fields the plan reads)."""
+    record = {"date": "2026-11-25T10:00:00", "commit": "abc1234", "device": "cuda",
+              "machine": {"cpu": "Xeon", "gpu": "NVIDIA H100 80GB HBM3"}, "tgt_tokens_per_s": 50_000.0,
+              "settings": {"model": "big", "precision": "bf16", "vocab_size": 32000, "compile": False,
+                           "max_tokens": 3125}}
+    for key, value in changes.items():
+        (record["settings"] if key in record["settings"] else record)[key] = value
+    return record
+
+
+def test_the_plan_block_says_what_the_run_will_do_and_projects_its_time(tmp_path: Path) -> None:
+    records = tmp_path / "train_throughput.jsonl"
+    records.write_text("\n".join(json.dumps(r) for r in (
+        throughput_record(tgt_tokens_per_s=10_000.0, date="2026-11-20T10:00:00"),  # older: not used
+        throughput_record(), throughput_record(model="base"), throughput_record(compile=True, tgt_tokens_per_s=9e9),
+    )) + "\nnot json\n")
+    cfg = composed("model=big", "task=wmt_en_fr", "trainer.devices=8")
+    config = {**OmegaConf.to_container(cfg), "plan": make_plan(cfg, NODE_8_H100)}  # as planned on that node
+    text = describe(config["plan"], config, model="big", records=records)
+    lines = text.splitlines()
+    assert lines[0] == "plan: 8 GPUs (NVIDIA H100 80GB HBM3), bf16-mixed, ddp"
+    assert lines[1].startswith("  step: 8 processes × 1 batch of 3,125 tokens = 25,000 tokens a side "
+                               "(accumulation derived from optim.tokens_per_step=25,000")
+    assert lines[2] == "  300,000 steps, warmup 4,000"
+    # 300,000 steps × 25,000 tokens / (50,000 tokens/s × 8 GPUs) = 18,750 s
+    assert lines[3].startswith("  projected: 5.2 h at 50,000 target tokens/s a device (measured 2026-11-25")
+    assert len(lines) == 4
+    other_gpu = make_plan(cfg, NODE_8_V100)
+    assert "projected" not in describe(other_gpu, {**config, "plan": other_gpu}, model="big", records=records)
+
+
+def test_a_throughput_is_used_only_for_the_same_model_device_precision_vocabulary_and_compile(tmp_path: Path) -> None:
+    records = tmp_path / "r.jsonl"
+    records.write_text(json.dumps(throughput_record()) + "\n")
+    args = {"model": "big", "accelerator": "gpu", "device": "NVIDIA H100 80GB HBM3", "precision": "bf16-mixed",
+            "vocab_size": 32000, "compiled": False}
+    assert measured_throughput(records, **args)["tgt_tokens_per_s"] == 50_000
+    for change in ({"model": "base"}, {"device": "NVIDIA A100"}, {"precision": "32-true"}, {"vocab_size": 37000},
+                   {"compiled": True}, {"accelerator": "cpu"}, {"model": None}):
+        assert measured_throughput(records, **{**args, **change}) is None, change
+    assert measured_throughput(tmp_path / "absent.jsonl", **args) is None
+
+
+# -- the tool ---------------------------------------------------------------------------------------
+def test_cfg_job_shows_the_plan_resolved(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import torch
+
+    from aiayn.cli.train import main
+
+    if torch.cuda.is_available():
+        pytest.skip("on a machine without a GPU")
+    monkeypatch.setattr(sys, "argv", ["train.py", "model=base", "task=wmt_en_de", "--cfg", "job"])
+    main()
+    shown = OmegaConf.create(capsys.readouterr().out)
+    assert shown.plan.trainer.accelerator == "cpu" and shown.plan.trainer.accumulate_grad_batches == 8
+    assert (shown.plan.tokens_per_step, shown.plan.tokens_per_batch) == (25_000, 3125)
+    monkeypatch.setattr(sys, "argv", ["train.py", "model=big", "task=wmt_en_fr", "trainer.devices=8", "--cfg", "job"])
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [("train.py: trainer.devices=8 asks for 8 GPUs but no usable CUDA GPU was found on this machine; run "
+                    "the command on a GPU machine, or leave trainer.devices out to train in one process on this CPU "
+                    "(trainer.accelerator=cpu trainer.devices=N trains in N CPU processes)")]
