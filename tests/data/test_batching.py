@@ -74,6 +74,30 @@ def test_ranks_for_training_get_equal_counts_and_cover_everything(lengths):
         assert sorted(counts) == list(range(len(src))) and set(counts.values()) == {1}, "every index exactly once"
 
 
+@pytest.mark.parametrize("epoch", [0, 3])
+def test_a_step_takes_the_same_batches_however_processes_and_accumulation_share_it(lengths, epoch):
+    """The paper's step on any hardware: 8 batches a step as 1 process × 8 accumulated, 2 × 4,
+    4 × 2 or 8 × 1 gives step k the same 8 batches (batches 8k to 8k+7 of the epoch's order), and
+    every example is seen once an epoch."""
+    src, tgt = lengths
+    steps_by_layout = {}
+    for replicas, accumulate in ((1, 8), (2, 4), (4, 2), (8, 1)):
+        ranks = []
+        for rank in range(replicas):
+            sampler = TokenBatchSampler(src, tgt, 3000, shuffle=True, seed=5, num_replicas=replicas, rank=rank,
+                                        batches_per_step=accumulate)
+            sampler.set_epoch(epoch)
+            ranks.append(list(sampler))
+            assert len(ranks[-1]) == len(sampler) and len(sampler) % accumulate == 0  # no step short of batches
+        # step k: each rank's batches k*accumulate ... (k+1)*accumulate-1, all ranks together
+        steps = [sorted(tuple(batch) for rank in ranks for batch in rank[k * accumulate:(k + 1) * accumulate])
+                 for k in range(len(ranks[0]) // accumulate)]
+        assert sorted(i for step in steps for batch in step for i in batch) == list(range(len(src)))
+        steps_by_layout[(replicas, accumulate)] = steps
+    first, *others = steps_by_layout.values()
+    assert all(steps == first for steps in others)
+
+
 def test_more_ranks_than_batches(lengths):
     src, tgt = lengths
     src, tgt = src[:50], tgt[:50]

@@ -23,7 +23,11 @@ class TokenBatchSampler(Sampler[list[int]]):
     holding the most examples are split in two until their number is a multiple of
     ``num_replicas``, so every rank gets the same number and each example is still seen exactly
     once per epoch (only when there are too few examples to split, the first batches of the order
-    are repeated instead). Without it (evaluation) batches are left whole, as one process cuts them,
+    are repeated instead). With ``batches_per_step`` > 1 (gradient accumulation: each rank's
+    optimizer step takes that many batches) the count is made a multiple of
+    ``num_replicas × batches_per_step``, so that every step has its full share of batches and the
+    batches of step k are the same whichever way processes and accumulation share them (1 process
+    × 8 batches or 8 processes × 1: batches 8k to 8k+7 of the epoch's order). Without it (evaluation) batches are left whole, as one process cuts them,
     so that every metric is computed on the same batches however many ranks share the work; counts
     may differ by one, and a rank left without a batch (a split of fewer batches than ranks) gets
     one empty batch (``[]``, no examples): every rank must run the evaluation loop, whose first
@@ -44,6 +48,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         num_replicas: int | None = None,
         rank: int | None = None,
         pad_to_equal: bool = True,
+        batches_per_step: int = 1,
     ):
         src = np.asarray(src_lengths, dtype=np.int64).reshape(-1)
         tgt = np.asarray(tgt_lengths, dtype=np.int64).reshape(-1)
@@ -57,18 +62,22 @@ class TokenBatchSampler(Sampler[list[int]]):
             rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
+        if batches_per_step < 1:
+            raise ValueError(f"batches_per_step must be positive, got {batches_per_step}")
         self.max_tokens = int(max_tokens)
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.num_replicas = int(num_replicas)
         self.rank = int(rank)
         self.pad_to_equal = bool(pad_to_equal)
+        # Training: the batches of one optimizer step over all ranks; the epoch's count is a multiple of it.
+        self.step_batches = self.num_replicas * int(batches_per_step) if self.pad_to_equal else self.num_replicas
         self.epoch = 0
         self._resume: tuple[int, int] | None = None  # (epoch, batches of it already consumed)
         self.sampler = _EpochRelay(self)
         self.batches = self._build(src, tgt)
-        if self.pad_to_equal and self.num_replicas > 1:
-            self.batches = _split_for_ranks(self.batches, self.num_replicas)
+        if self.pad_to_equal and self.step_batches > 1:
+            self.batches = _split_for_ranks(self.batches, self.step_batches)
         self._padding_fraction = _padding_fraction(self.batches, src, tgt)
 
     def _build(self, src: np.ndarray, tgt: np.ndarray) -> _Batches:
@@ -117,7 +126,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         else:
             order = list(range(count))
         if self.pad_to_equal and count:
-            total = math.ceil(count / self.num_replicas) * self.num_replicas
+            total = math.ceil(count / self.step_batches) * self.step_batches
             order = (order * math.ceil(total / count))[:total]
         return order
 
@@ -135,7 +144,7 @@ class TokenBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         count = len(self.batches)
         if self.pad_to_equal:
-            return math.ceil(count / self.num_replicas)
+            return math.ceil(count / self.step_batches) * self.step_batches // self.num_replicas
         share = len(range(self.rank, count, self.num_replicas))
         return 1 if not share and self._empty_share_padded() else share
 
