@@ -89,3 +89,25 @@ def test_too_many_in_a_row_stop_with_a_checkpoint_from_before(tmp_path, datamodu
     for name, weight in before.items():
         assert torch.equal(saved["state_dict"][name], weight), name
     assert saved["nonfinite_steps"] == {"in_a_row": 3, "total": 3}
+
+
+def test_fp16_loss_scale_overflows_are_the_scalers_to_skip_not_a_stop(tmp_path, datamodule, single_thread):
+    """16-mixed with dynamic loss scaling (what hardware=auto picks on GPUs without bf16): a scale
+    so large that the first dozens of steps overflow. The scaler skips those updates and halves the
+    scale each time; they are not non-finite steps of the model, so training goes on past
+    nonfinite.max_in_a_row and learns once the scale fits. Run on the CPU with torch's CPU scaler
+    (Lightning gives CUDA's on a GPU; the hook is the same)."""
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    module = _module(max_in_a_row=3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**60)
+    trainer = L.Trainer(max_steps=70, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        limit_val_batches=0, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=str(tmp_path), use_distributed_sampler=False,
+                        plugins=[MixedPrecision("16-mixed", "cpu", scaler=scaler)])
+    before = {n: p.detach().clone() for n, p in module.named_parameters()}
+    trainer.fit(module, datamodule=datamodule)
+    assert trainer.global_step == 70 and module.nonfinite_total == 0
+    assert scaler.get_scale() < 2.0**30, "overflows lowered the scale"
+    assert any(not torch.equal(p.detach(), before[n]) for n, p in module.named_parameters()), "updates were made"
+    assert all(torch.isfinite(p).all() for p in module.parameters())

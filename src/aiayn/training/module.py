@@ -195,6 +195,14 @@ class TranslationModule(L.LightningModule):
         if not grads:
             return  # the loss was not finite: training_step skipped backward
         grad_norm = torch.nn.utils.get_total_norm(grads)
+        scaler = getattr(self.trainer.precision_plugin, "scaler", None)  # fp16 (16-mixed on a GPU without bf16)
+        if scaler is not None:
+            # Gradients are unscaled by now. An overflow is the loss scale's, not the model's: the
+            # scaler skips this update and halves the scale, as dynamic loss scaling does (a loss
+            # that is itself not finite was caught in training_step).
+            self.log("train/loss_scale", float(scaler.get_scale()), on_step=True)
+            if not torch.isfinite(grad_norm):
+                return
         if not torch.isfinite(grad_norm):  # gradients are all-reduced already: every rank agrees
             for parameter in self.parameters():
                 parameter.grad = None  # Adam leaves parameters without a gradient untouched
