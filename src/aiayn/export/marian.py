@@ -85,10 +85,11 @@ def check_expressible(model: Transformer, where: str = "the model") -> dict[str,
     return sizes
 
 
-def marian_order(d_model: int) -> Tensor:
+def marian_order(d_model: int, device: torch.device | str | None = None) -> Tensor:
     """The permutation of d_model that turns our interleaved sinusoid layout into Marian's halves:
-    Marian's dimension j is our dimension ``marian_order(d_model)[j]`` (0, 2, 4, …, 1, 3, 5, …)."""
-    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+    Marian's dimension j is our dimension ``marian_order(d_model)[j]`` (0, 2, 4, …, 1, 3, 5, …).
+    ``device``: where the weights it indexes are (None: the default device)."""
+    return torch.cat([torch.arange(0, d_model, 2, device=device), torch.arange(1, d_model, 2, device=device)])
 
 
 def marian_config(model: Transformer, *, bos_id: int, eos_id: int, dropout: float = 0.1, where: str = "the model"):
@@ -115,7 +116,7 @@ def copy_to_marian(model: Transformer, marian):
     the d_model axis permuted by :func:`marian_order`; Marian's extra biases become zero. Raises
     ValueError if Marian's own sinusoid table is not our table in that order (a transformers
     version that changed it)."""
-    order = marian_order(model.d_model)
+    order = marian_order(model.d_model, device=model.src_embedding.weight.device)  # indexes our weights
     for stack in (marian.model.encoder, marian.model.decoder):
         table = stack.embed_positions.weight
         if not torch.allclose(table, model.src_positions.table[: table.size(0), order].to(table), atol=1e-5):

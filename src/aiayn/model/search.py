@@ -157,6 +157,7 @@ def beam_search(
     device = src.device
     memory, src_mask, _ = model.encode(src)  # (batch, src_len, d_model), (batch, 1, 1, src_len)
     max_lengths = _max_lengths(model, src_mask, max_len_offset)  # (batch,)
+    longest = int(max_lengths.max())  # the loop's bound: a wait on the device, once per search
     rows = torch.arange(batch, device=device).repeat_interleave(k)  # (batch·beam,): each hypothesis's sentence
     # memory (batch·beam, src_len, d_model), src_mask (batch·beam, 1, 1, src_len)
     state = model.start_decoding(memory.index_select(0, rows), src_mask.index_select(0, rows))
@@ -169,11 +170,11 @@ def beam_search(
     scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 1
     # The best finished hypothesis of each sentence so far, kept on the device (no host
     # synchronisation per step): its score, tokens (without BOS/EOS) and length.
-    best = _Best(batch, int(max_lengths.max()), device)
+    best = _Best(batch, longest, device)
 
     # In the loop, n ≤ batch counts the sentences still active: tokens is (n·beam, step), scores (n, beam).
     # The loop waits on the device once per step: for the stopping test (which sentences go on).
-    for step in range(1, int(max_lengths.max()) + 1):
+    for step in range(1, longest + 1):
         n = active.numel()
         logits, state = _next_logits(model, tokens, state, kv_cache)  # (n·beam, vocab)
         log_probs = logits.float().log_softmax(-1)  # (n·beam, vocab)
