@@ -1,0 +1,130 @@
+"""Decoding on CUDA with the session's tiny trained run (its last checkpoint, loaded as evaluate.py
+and translate.py load it) on real Multi30k test sentences: beam search gives the CPU's outputs
+token for token, and precision=bf16 decodes nearly as fp32 with the beam scores kept in fp32."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from aiayn.checkpoints.trained import TrainedModel, load_trained
+from aiayn.data.corpus import TranslationCollator
+from aiayn.data.multi30k import multi30k_path
+from aiayn.data.readers import read_lines
+from aiayn.decoding_speed import for_decoding
+from aiayn.inference import encode_sources, translate
+from aiayn.model import beam_search
+from tests.helpers.runs import TrainedRun
+
+pytestmark = pytest.mark.gpu
+
+N_SENTENCES = 36
+# The 4-step model ends every translation at once with the task's α = 0.6 (its outputs would all be
+# empty, and trivially equal); a length penalty this strong makes each run to its maximum length
+# (input + 5), so every output has tokens to compare. The paper's beam of 4.
+SETTINGS = {"beam_size": 4, "alpha": 20.0, "max_len_offset": 5}
+
+
+@pytest.fixture(scope="module")
+def on_cpu(tiny_run: TrainedRun) -> TrainedModel:
+    return load_trained(tiny_run.last, "cpu")
+
+
+@pytest.fixture(scope="module")
+def on_cuda(tiny_run: TrainedRun) -> TrainedModel:
+    return load_trained(tiny_run.last, "cuda")
+
+
+@pytest.fixture(scope="module")
+def sentences(data_root: Path, on_cpu: TrainedModel) -> tuple[list[str], list[str]]:
+    """The first test2016 sentences, in the run's source and target languages."""
+    languages = on_cpu.config["task"]["datamodule"]
+    return tuple(read_lines(multi30k_path(data_root, "test_2016_flickr", languages[side]))[:N_SENTENCES]
+                 for side in ("src_lang", "tgt_lang"))
+
+
+def _batch(trained: TrainedModel, sources: list[str], references: list[str]) -> dict[str, torch.Tensor]:
+    """The sentences as the tools batch them: subword ids (cut to the model's positions) + EOS, padded."""
+    src_ids, _ = encode_sources(trained.model, trained.vocab, sources)
+    tgt_ids = trained.vocab.encode(references)
+    vocab = trained.vocab
+    batch = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)(
+        [(i, src, tgt) for i, (src, tgt) in enumerate(zip(src_ids, tgt_ids))])
+    return {key: batch[key] for key in ("src", "tgt_in")}
+
+
+def test_beam_search_on_cuda_gives_the_cpu_outputs_token_for_token(cuda, on_cpu, on_cuda, sentences):
+    """fp32 beam search over a batch of real sentences of many lengths (padding in encoder and
+    encoder-decoder attention, sentences leaving the batch at different steps) picks the same tokens
+    on CUDA as on the CPU; the teacher-forced log-probabilities of the references agree to fp32
+    rounding. The 4-step model's distributions are nearly the same for every source, so the
+    log-probabilities, not only the tokens, are what show the two devices compute the same model."""
+    assert next(on_cuda.model.parameters()).device.type == "cuda"
+    assert next(on_cpu.model.parameters()).device.type == "cpu"
+    assert on_cuda.vocab.serialized() == on_cpu.vocab.serialized()
+    batch = _batch(on_cpu, *sentences)
+    ids = {"bos_id": on_cpu.vocab.bos_id, "eos_id": on_cpu.vocab.eos_id}
+
+    expected = beam_search(on_cpu.model, batch["src"], **ids, **SETTINGS)
+    found = beam_search(on_cuda.model, batch["src"].to(cuda), **ids, **SETTINGS)
+
+    assert len(expected) == N_SENTENCES and all(expected)  # every sentence has an output to compare
+    assert len({len(hypothesis) for hypothesis in expected}) > 5  # of many lengths
+    mismatches = [i for i, (a, b) in enumerate(zip(found, expected)) if a != b]
+    assert not mismatches, [(i, found[i], expected[i]) for i in mismatches]
+
+    with torch.no_grad():
+        cpu = on_cpu.model(batch["src"], batch["tgt_in"]).log_softmax(-1)
+        gpu = on_cuda.model(batch["src"].to(cuda), batch["tgt_in"].to(cuda)).log_softmax(-1)
+    # On the CPU, fp32 and fp64 runs of this model differ by at most 2.4e-6 in these log-probabilities
+    # (-3.1 to -10); the GPU's own fp32 kernels (TF32 off) are given 40× that.
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-4, atol=1e-4)
+
+
+class _ScoreDtypes(TorchFunctionMode):
+    """Records the dtypes of what a beam search ranks (``topk``) and of what the network's matrix
+    products give (``linear``), as the search runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.ranked: set[torch.dtype] = set()
+        self.products: set[torch.dtype] = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", "")
+        if name == "topk":
+            self.ranked.add(args[0].dtype)
+        elif name == "linear":
+            self.products.add(result.dtype)
+        return result
+
+
+def test_bf16_decoding_agrees_with_fp32_on_most_outputs_and_ranks_in_fp32(cuda, on_cuda, sentences):
+    """precision=bf16 (decoding_speed.for_decoding) gives a bf16 copy of the model whose
+    translations of real sentences are, for most of them, those of the fp32 model, and whose beam
+    search ranks its hypotheses by fp32 scores (the log-softmax is taken in fp32)."""
+    model, vocab = on_cuda.model, on_cuda.vocab
+    bf16 = for_decoding(model, precision="bf16")
+    assert bf16 is not model and not bf16.training
+    assert next(bf16.parameters()).dtype == torch.bfloat16 and next(bf16.parameters()).device.type == "cuda"
+    assert next(model.parameters()).dtype == torch.float32  # the model given is left as it was
+
+    sources = sentences[0]
+    plain = translate(model, vocab, sources, **SETTINGS).texts
+    fast = translate(bf16, vocab, sources, **SETTINGS).texts
+    assert len(fast) == len(plain) == N_SENTENCES and all(plain) and all(fast)
+    agree = sum(a == b for a, b in zip(plain, fast)) / N_SENTENCES
+    # bf16 rounding may flip a near tie between two hypotheses and change what follows. On the CPU
+    # (bf16 weights there too) all 36 agree, as do the first 48; 90% is required here.
+    assert agree >= 0.9, list(zip(plain, fast))
+
+    src = _batch(on_cuda, *sentences)["src"][:8].to(cuda)
+    with _ScoreDtypes() as seen:
+        hypotheses = beam_search(bf16, src, bos_id=vocab.bos_id, eos_id=vocab.eos_id, **SETTINGS)
+    assert len(hypotheses) == 8 and all(hypotheses)
+    assert torch.bfloat16 in seen.products and torch.float32 not in seen.products  # the network ran in bf16
+    assert seen.ranked == {torch.float32}  # every ranking of the beam: fp32 scores
