@@ -1,5 +1,9 @@
 # make train  — create .venv, install aiayn (torch pinned), run the default job
 # make test   — same install, run the tests (PYTEST_ARGS to pass options, e.g. -m "not slow")
+# make gpu-check — same install, then on a machine with a CUDA GPU, in under 9 minutes: the gpu-marked
+#                  tests, bf16 training throughput (base, big; eager and compiled) and beam-4 decoding
+#                  (ours and CTranslate2); appends to benchmarks/results/gpu_suite.{jsonl,md} and
+#                  train_throughput.jsonl (benchmarks/gpu_suite.py; GPU_CHECK_ARGS for its options)
 PYTHON ?= python3
 VENV ?= .venv
 # The pinned torch: the CPU build is enough for the default job and the tests; on a GPU machine
@@ -7,6 +11,7 @@ VENV ?= .venv
 TORCH_VERSION ?= 2.13.0
 ARGS ?=
 PYTEST_ARGS ?=
+GPU_CHECK_ARGS ?=
 
 # Real data: the shared data folder beside the checkout when there is one, else the user cache
 # (missing Multi30k files are downloaded there).
@@ -15,7 +20,7 @@ export AIAYN_DATA_ROOT
 
 BIN := $(VENV)/bin
 
-.PHONY: install train test clean
+.PHONY: install train test gpu-check clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -30,6 +35,9 @@ train: install
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+gpu-check: install
+	$(BIN)/python benchmarks/gpu_suite.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache

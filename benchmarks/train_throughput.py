@@ -2,7 +2,7 @@
 model FLOPs utilisation, with each speed switch on or off.
 
     .venv/bin/python benchmarks/train_throughput.py --model base [--device cpu|cuda] [--precision fp32|bf16]
-        [--attention sdpa|explicit] [--compile] [--fused-adam] [--vocab-size 37000] [--max-tokens N]
+        [--attention sdpa|explicit] [--compile [--compile-dynamic]] [--fused-adam] [--vocab-size 37000] [--max-tokens N]
         [--steps 5] [--warmup-steps 2] [--peak-tflops X] [--set model.KEY=VALUE ...] [--out FILE]
         [--profile ROWS]
 
@@ -19,6 +19,8 @@ Model FLOPs utilisation = FLOPs counted from the model's shapes (aiayn.reporting
 positions included: they are computed) / measured time / the device's peak, given with
 ``--peak-tflops`` or measured with a large matrix product in the dtype used. Peak memory is the
 process's resident-set high-water mark on CPU and torch.cuda.max_memory_allocated on CUDA.
+A CUDA record's ``device`` is "cuda" and its ``machine["gpu"]`` the GPU's name
+(torch.cuda.get_device_name).
 
 Also reports padding waste: the fraction of padded positions (both sides) in the sampler's
 batches and in a naive batching of the same sentences in corpus order (same budget, no sorting).
@@ -129,17 +131,22 @@ def corpus_order_batches(src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> l
 
 
 def measured_peak_tflops(device: torch.device, dtype: torch.dtype) -> float:
-    """The best TFLOPS of a square matrix product in ``dtype`` on ``device`` (n = 8192 on CUDA,
-    2048 on CPU)."""
-    n = 8192 if device.type == "cuda" else 2048
+    """The best TFLOPS of a square matrix product in ``dtype`` on ``device``: n = 2048 on CPU, best
+    of 5 products; n = 8192 on CUDA, after one untimed product, best of 5 timings of 10 products
+    back to back (one product is about a millisecond there, too short to time alone)."""
+    cuda = device.type == "cuda"
+    n, repeats = (8192, 10) if cuda else (2048, 1)
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+    if cuda:
+        a @ b
     best = math.inf
     for _ in range(5):
         _synchronize(device)
         started = time.perf_counter()
-        a @ b
+        for _ in range(repeats):
+            a @ b
         _synchronize(device)
-        best = min(best, time.perf_counter() - started)
+        best = min(best, (time.perf_counter() - started) / repeats)
     return 2 * n**3 / best / 1e12
 
 
@@ -187,7 +194,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         optim={"betas": [0.9, 0.98], "eps": 1e-9, "warmup_steps": 4000, "lr_factor": 1.0, "fused": args.fused_adam},
     ).to(device).train()
     if args.compile:
-        module.compile_transformer()
+        module.compile_transformer(**({"dynamic": True} if args.compile_dynamic else {}))
     optimizers = module.configure_optimizers()
     optimizer, scheduler = optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"]
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
@@ -233,8 +240,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         peak, peak_source = measured_peak_tflops(device, dtype), f"measured {args.precision} matmul"
     achieved = flops / seconds / 1e12
     return {
-        "date": now(), "commit": commit(), "machine": machine(), "torch": torch.__version__,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "date": now(), "commit": commit(), "torch": torch.__version__, "device": device.type,
+        "machine": {**machine(), **({"gpu": torch.cuda.get_device_name(device)} if device.type == "cuda" else {})},
         "threads": torch.get_num_threads(),
         "settings": {**{key: value for key, value in vars(args).items() if key not in ("out", "data_root")},
                      "max_tokens": max_tokens},
@@ -270,6 +277,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="bf16: torch.autocast to bfloat16 around forward and loss, as bf16-mixed does")
     parser.add_argument("--attention", default="sdpa", choices=("sdpa", "explicit"), help="the model's attention setting")
     parser.add_argument("--compile", action="store_true", help="torch.compile the Transformer (config: compile)")
+    parser.add_argument("--compile-dynamic", action="store_true",
+                        help="with --compile: dynamic=True, one compilation for every batch shape (the graph "
+                             "training reaches once a second shape has made torch mark the lengths dynamic)")
     parser.add_argument("--fused-adam", action="store_true", help="torch's fused Adam (config: optim.fused)")
     parser.add_argument("--vocab-size", type=int, default=37000)
     parser.add_argument("--max-tokens", type=int, default=None,
@@ -293,6 +303,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.warmup_steps < 0:
         parser.error("--warmup-steps must be 0 or more")
+    if args.compile_dynamic and not args.compile:
+        parser.error("--compile-dynamic goes with --compile")
     return args
 
 

@@ -97,10 +97,13 @@ class CTranslate2Translator:
     order, and each batch's translations are yielded as soon as it is done.
 
     ``beam_size``, ``alpha`` and ``max_len_offset`` default to the exported model's decoding
-    settings; ``threads`` is CTranslate2's intra-op threads (0: its default)."""
+    settings; ``threads`` is CTranslate2's intra-op threads (0: its default); ``compute_type`` the
+    type it computes in (CTranslate2's ``compute_type``: "default" keeps the weights' own type,
+    else e.g. "float32", "bfloat16", "float16", "int8")."""
 
     def __init__(self, folder: str | Path, *, beam_size: int | None = None, alpha: float | None = None,
-                 max_len_offset: int | None = None, batch_size: int = 64, threads: int = 0, device: str = "cpu"):
+                 max_len_offset: int | None = None, batch_size: int = 64, threads: int = 0, device: str = "cpu",
+                 compute_type: str = "default"):
         ctranslate2 = require("ctranslate2")
         folder = Path(folder)
         if not (folder / SETTINGS_FILE).is_file() or not (folder / "model.bin").is_file():
@@ -115,7 +118,8 @@ class CTranslate2Translator:
         self.batch_size = batch_size
         self.vocab = Subwords(folder / SUBWORDS_FILE)
         self.piece_ids = piece_vocabulary(self.vocab)
-        self.translator = ctranslate2.Translator(str(folder), device=device, inter_threads=1, intra_threads=threads)
+        self.translator = ctranslate2.Translator(str(folder), device=device, compute_type=compute_type,
+                                                 inter_threads=1, intra_threads=threads)
         self.sentences = self.output_tokens = self.truncated = 0
         self.seconds = 0.0
 

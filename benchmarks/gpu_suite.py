@@ -1,0 +1,241 @@
+"""The GPU check: what a lent GPU machine should measure, in one command (``make gpu-check``) and
+under 9 minutes on one H100.
+
+    .venv/bin/python benchmarks/gpu_suite.py [--device cuda|cpu] [--quick] [--out-dir DIR]
+        [--parts tests,train,decode] [--cap PART=SECONDS ...] [--sentences N]
+
+Parts, one after another, each a process of its own under its own time cap (default: tests
+110 s, train 250 s, decode 130 s; seconds a part leaves unused go to the parts after it, never the
+other way), so that a slow part cannot eat the others' time (benchmarks/_gpu_parts.py):
+
+1. ``tests``: ``python -m pytest -m gpu -ra``: passed/failed/skipped counts and the failures' ids.
+2. ``train``: training throughput (benchmarks/train_throughput.py) of the base model (37k
+   vocabulary, WMT EN-DE) and the big one (32k, EN-FR) in bf16 autocast, eager and under
+   torch.compile (dynamic shapes: one compilation), at 3,125 padded tokens per side per batch (one
+   GPU's share of the paper's 25,000-token step on 8 GPUs): target tokens/s, step time, MFU against
+   a bf16 matrix-product peak measured in the same process, peak memory (max_memory_allocated).
+   Each record also goes to train_throughput.jsonl in the output folder (``device`` "cuda", the
+   GPU's name in ``machine["gpu"]``), where the training plan of src/train.py looks for it.
+3. ``decode``: beam 4, α 0.6, input + 50 over newstest2014 EN-DE's source with the base model
+   (random weights: every output runs to its maximum length): ours in fp32 and bf16, and
+   CTranslate2 in float32, bfloat16 and float16 on the same weights; sentences/s, and how many
+   outputs of each are identical to ours in fp32 (benchmarks/_gpu_decode.py). Its sentences are
+   cut down to what fits the cap when the cap is short.
+
+Every part also reports the GPU's peak memory in use while it ran (nvidia-smi, all processes).
+Appends one JSON line to gpu_suite.jsonl and a dated markdown section (date, commit, GPU, driver,
+CUDA, torch, CPU, then one table) to gpu_suite.md, both in ``--out-dir`` (benchmarks/results).
+
+--quick: a one-layer 32-wide model instead of base and big, 2 timed steps, 16 sentences, the tests
+only collected, nothing appended to train_throughput.jsonl: a check that the suite runs (under a
+minute on a 2-core CPU with ``--device cpu``), never figures to keep. Without a CUDA GPU and without
+``--device cpu`` the suite refuses in one line, exit status 2. Exit status 1 when a gpu-marked test
+failed (or the tests part did not finish), after everything is written; the figures themselves are
+never judged here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, when imported from elsewhere
+import _common
+import _gpu_parts
+
+RESULTS = _common.REPO / "benchmarks" / "results"
+PARTS = ("tests", "train", "decode")
+CAPS = {"tests": 110, "train": 250, "decode": 130}
+QUICK_CAPS = {"tests": 60, "train": 90, "decode": 90}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a check that the suite runs")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS, help=f"where the results go (default {RESULTS})")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
+    parser.add_argument("--cap", action="append", default=[], metavar="PART=SECONDS",
+                        help=f"a part's time cap (default {CAPS}; with --quick {QUICK_CAPS})")
+    parser.add_argument("--sentences", type=int, default=None, help="decode only the first N sentences")
+    args = parser.parse_args(argv)
+    args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
+    if not args.parts or set(args.parts) - set(PARTS):
+        parser.error(f"--parts {','.join(args.parts)}: name some of {', '.join(PARTS)}")
+    args.caps = dict(QUICK_CAPS if args.quick else CAPS)
+    for item in args.cap:
+        part, _, seconds = item.partition("=")
+        try:
+            args.caps[part] = float(seconds) if part in PARTS and float(seconds) > 0 else None
+        except ValueError:
+            args.caps[part] = None
+        if args.caps[part] is None:
+            parser.error(f"--cap {item}: expected PART=SECONDS with PART one of {', '.join(PARTS)}")
+    return args
+
+
+def nvidia_smi(query: str) -> str | None:
+    try:
+        result = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                                check=False, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.splitlines()[0].strip() if result.returncode == 0 and result.stdout.strip() else None
+
+
+def machine(device: str) -> dict:
+    """benchmarks/_common.py's machine (CPU, cores, Python, OS) with torch and, on CUDA, the GPU."""
+    found = {**_common.machine(), "torch": torch.__version__}
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        found |= {"gpu": torch.cuda.get_device_name(0), "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+                  "compute_capability": f"{props.major}.{props.minor}", "cuda": torch.version.cuda,
+                  "driver": nvidia_smi("driver_version"), "cudnn": torch.backends.cudnn.version(),
+                  "gpu_memory_used_mb_at_start": nvidia_smi("memory.used")}
+    return found
+
+
+def run_parts(args: argparse.Namespace, work: Path) -> dict:
+    """Each part asked for, under its cap plus what the parts before it left unused."""
+    results, spare = {}, 0.0
+    cuda = args.device == "cuda"
+    for part in PARTS:
+        if part not in args.parts:
+            continue
+        cap = args.caps[part] + spare
+        started = time.monotonic()
+        print(f"[gpu_suite] {part} (cap {cap:.0f} s)", file=sys.stderr, flush=True)
+        with _gpu_parts.DeviceMemory(cuda) as memory:
+            if part == "tests":
+                result = _gpu_parts.tests_part(cap, work, args.quick)
+            elif part == "train":
+                records = None if args.quick else args.out_dir / "train_throughput.jsonl"
+                result = _gpu_parts.train_part(cap, work, args.device, args.quick, records)
+            else:
+                result = _gpu_parts.decode_part(cap, work, args.device, args.quick, args.sentences)
+        used = time.monotonic() - started
+        result.update(part_seconds=round(used, 1), part_cap_s=round(cap), device_peak_used_mb=memory.peak_mb)
+        spare = max(cap - used, 0.0)
+        results[part] = result
+        print(f"[gpu_suite] {part}: {result['status']} in {used:.0f} s", file=sys.stderr, flush=True)
+    return results
+
+
+def mib(value) -> str:
+    return f"{value:,.0f} MiB" if value else ""
+
+
+def table_rows(record: dict) -> list[list[str]]:
+    """The markdown table's rows: | part | run | status | result | time | MFU | peak memory |."""
+    rows = []
+    tests = record.get("tests")
+    if tests:
+        figures = f"{tests['collected']} collected" if "collected" in tests else ", ".join(
+            f"{tests[key]} {key}" for key in ("passed", "failed", "skipped", "error"))
+        command = "pytest -m gpu" + (" --collect-only" if "collected" in tests else "")
+        rows.append(["tests", command, tests["status"], figures,
+                     f"{tests['seconds']:.0f} s", "", mib(tests["device_peak_used_mb"])])
+    train = record.get("train")
+    for run in train["runs"] if train else []:
+        name = f"{run['model']} bf16 {'compiled' if run['compile'] else 'eager'}, vocab {run['vocab_size']:,}, " \
+               f"{run['max_tokens']:,} tokens"
+        if run["status"] != "ok":
+            why = run.get("reason") or (f"stopped at its cap, {run['cap_s']} s" if run["status"] == "timed out"
+                                        else "failed: see log_tail in the JSON record")
+            rows.append(["train", name, run["status"], why, f"{run['seconds']:.0f} s" if "seconds" in run else "", "",
+                         ""])
+            continue
+        first = f" (first step {run['warmup_step_seconds'][0]:.1f} s)" if run["warmup_step_seconds"] else ""
+        speed = f"{run['tgt_tokens_per_s']:,.0f} target tokens/s, {1000 * run['step_seconds']['median']:.1f} ms/step"
+        rows.append(["train", name, "ok", speed, f"{run['seconds']:.0f} s{first}",
+                     f"{100 * run['mfu']:.1f}% of {run['peak_tflops']:.3g} TFLOPS", mib(run["peak_memory_mb"])])
+    decode = record.get("decode")
+    if decode:
+        for name, engine in decode["engines"].items():
+            same = engine["identical_to_ours_fp32"]
+            figures = f"{engine['sentences_per_s']} sentences/s, {engine['tokens_per_s']:,.0f} tokens/s" \
+                if engine["sentences"] else "no sentence within the cap"
+            if name != "ours_fp32" and same is not None:
+                figures += f"; identical to ours fp32: {same}/{engine['sentences']}"
+            rows.append(["decode", name.replace("_", " "), decode["status"], figures, f"{engine['seconds']:.1f} s", "",
+                         mib(engine.get("peak_memory_mb"))])
+        rows += [["decode", name.replace("_", " "), "skipped", reason[:120], "", "", ""]
+                 for name, reason in decode["skipped"].items()]
+    return rows
+
+
+def markdown(record: dict) -> str:
+    """A dated section: date, commit, GPU, driver, CUDA, torch, CPU, the table, then notes."""
+    m = record["machine"]
+    gpu = m.get("gpu") or "no GPU (device cpu)"
+    lines = [f"## {record['date']} · commit {record['commit']} · {gpu}{' · quick' if record['quick'] else ''}", ""]
+    if "gpu" in m:
+        lines.append(f"- GPU: {m['gpu']}, {m['gpu_memory_gib']} GiB, compute capability {m['compute_capability']}; "
+                     f"driver {m['driver'] or '?'}; CUDA {m['cuda']}; torch {m['torch']}")
+    else:
+        lines.append(f"- device: cpu; torch {m['torch']}")
+    caps = ", ".join(f"{part} (cap {cap:.0f} s)" for part, cap in record["caps_s"].items())
+    lines += [f"- CPU: {m['cpu']}, {m['cores']} cores; Python {m['python']}",
+              f"- parts: {caps}; {record['seconds']:.0f} s in all", "",
+              "| part | run | status | result | time | MFU | peak memory |", "|---|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in table_rows(record)]
+    notes = [f"- failed: `{failure}`" for failure in (record.get("tests") or {}).get("failures", [])]
+    if "gpu" in m:
+        notes.append("- peak memory: torch.cuda.max_memory_allocated for training and for ours; for CTranslate2 the "
+                     "device memory in use above what it was before it loaded; for the tests nvidia-smi's peak in use "
+                     f"(all processes; {m.get('gpu_memory_used_mb_at_start') or '?'} MiB in use when the suite began)")
+    for part in PARTS:
+        if (record.get(part) or {}).get("device_peak_used_mb"):
+            notes.append(f"- {part}: the GPU's peak memory in use (nvidia-smi, all processes): "
+                         f"{mib(record[part]['device_peak_used_mb'])}")
+    decode = record.get("decode")
+    if decode and "sentences" in decode:
+        longest = decode.get("identical_where_longest_in_batch") or {}
+        notes.append(f"- decode: {decode['sentences']:,} of {decode['sentences_total']:,} newstest2014 sentences, "
+                     f"{decode['batches']} batches of at most {decode['max_tokens']:,} source tokens; random weights, "
+                     f"so every output runs to input + 50. CTranslate2 float32 and ours fp32 agree on "
+                     f"{longest.get('identical', '?')} of the {longest.get('sentences', '?')} sentences that are "
+                     f"their batch's longest (CTranslate2 decodes the rest to that length and cuts)")
+    return "\n".join(lines + ([""] + notes if notes else []) + ["", ""])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(f"no CUDA GPU here; torch {torch.__version__} sees none: run it on a GPU machine, "
+              "or pass --device cpu", file=sys.stderr)
+        return 2
+    os.environ.setdefault("AIAYN_DATA_ROOT", str(_common.REPO.parent / "shared" / "data"))
+    started = time.monotonic()
+    record = {"benchmark": "gpu_suite", "date": _common.now(), "commit": _common.commit(), "device": args.device,
+              "quick": args.quick, "machine": machine(args.device), "parts": args.parts,
+              "caps_s": {part: args.caps[part] for part in args.parts}}
+    with tempfile.TemporaryDirectory(prefix="aiayn-gpu-suite-") as work:
+        record.update(run_parts(args, Path(work)))
+    record["seconds"] = round(time.monotonic() - started, 1)
+    record["peak_memory_mb"] = {part: {"device": record[part].get("device_peak_used_mb"),
+                                       "torch": record[part].get("peak_memory_mb")} for part in args.parts}
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    with open(args.out_dir / "gpu_suite.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+    table = markdown(record)
+    md = args.out_dir / "gpu_suite.md"
+    with open(md, "a", encoding="utf-8") as handle:
+        if handle.tell() == 0:
+            handle.write("# GPU suite\n\nWritten by `make gpu-check` (benchmarks/gpu_suite.py), newest last.\n\n")
+        handle.write(table)
+    print(table)
+    return 1 if record.get("tests", {}).get("status") in ("failed", "error", "timed out") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

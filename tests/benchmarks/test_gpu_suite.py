@@ -1,0 +1,114 @@
+"""benchmarks/gpu_suite.py (``make gpu-check``) run for real in ``--device cpu --quick`` mode: every
+part end to end (the gpu-marked tests collected, a tiny bf16 training run through
+train_throughput.py, beam search by ours and by CTranslate2 on the CPU) into a scratch folder, so
+that the suite works when a GPU machine is lent; its figures come from GPU runs, never from here.
+And without a CUDA GPU and without ``--device cpu`` it refuses in one line."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers.runs import run_tool
+
+pytestmark = pytest.mark.cli  # runs the suite as a process; -m 'not cli' skips it
+
+SEARCH = {"beam_size": 4, "alpha": 0.6, "max_len_offset": 50}
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory, data_root: Path):
+    """One quick CPU run: (its output folder, the finished process)."""
+    out = tmp_path_factory.mktemp("gpu-suite")
+    result = run_tool("benchmarks/gpu_suite.py", "--device", "cpu", "--quick", "--out-dir", str(out / "results"),
+                      data_root=data_root, cache_dir=out / "cache", timeout=300)
+    return out / "results", result
+
+
+def test_quick_cpu_run_writes_one_record_with_every_part(quick_run) -> None:
+    results, _ = quick_run
+    lines = (results / "gpu_suite.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert record["benchmark"] == "gpu_suite" and record["device"] == "cpu" and record["quick"] is True
+    assert record["date"].startswith("20") and record["commit"] and record["machine"]["cores"]
+    assert "gpu" not in record["machine"] and record["machine"]["torch"] == torch.__version__
+    assert record["parts"] == ["tests", "train", "decode"] and set(record["caps_s"]) == set(record["parts"])
+    assert 0 < record["seconds"] < 240
+    assert set(record["peak_memory_mb"]) == {"tests", "train", "decode"}
+    assert record["peak_memory_mb"]["train"] == {"device": None, "torch": record["train"]["peak_memory_mb"]}
+    for part in record["parts"]:  # every part ran within its cap and says how long it took
+        assert record[part]["part_seconds"] <= record[part]["part_cap_s"]
+        assert record[part]["device_peak_used_mb"] is None  # nvidia-smi's figure: GPU runs only
+
+    tests = record["tests"]
+    assert tests["status"] in ("collected", "no tests") and tests["collected"] >= 0
+    assert tests["command"].startswith("python -m pytest -m gpu -ra") and "--collect-only" in tests["command"]
+
+    train = record["train"]
+    (run,) = train["runs"]  # a tiny model, eager only: compiling takes minutes on a CPU
+    assert train["status"] == "ok" and any("compiled" in reason for reason in train["skipped"])
+    assert run["status"] == "ok" and run["model"] == "tiny" and run["precision"] == "bf16" and not run["compile"]
+    assert run["timed_steps"] == 2 and len(run["warmup_step_seconds"]) == 1
+    assert run["tgt_tokens_per_s"] > 0 and 0 < run["tgt_tokens_per_step"] <= run["max_tokens"]
+    assert run["mfu"] == pytest.approx(run["achieved_tflops"] / run["peak_tflops"], rel=0.02)
+    assert run["peak_tflops_source"] == "measured bf16 matmul" and run["peak_memory_mb"] > 50
+    assert run["step_seconds"]["min"] <= run["step_seconds"]["median"] <= run["step_seconds"]["max"]
+    # --quick keeps its tiny runs out of the records the training plan reads
+    assert train["records_file"] is None and not (results / "train_throughput.jsonl").exists()
+
+    decode = record["decode"]
+    assert decode["status"] == "ok" and decode["complete"] and decode["sentences"] == 16
+    assert decode["search"] == SEARCH and decode["random_weights"] is True
+    assert decode["model"]["vocab_size"] == decode["subword_vocab"] == 1000  # CTranslate2 needs them equal
+    engines = decode["engines"]
+    assert {"ours_fp32", "ours_bf16", "ctranslate2_float32"} <= set(engines)
+    assert set(engines) | set(decode["skipped"]) == {"ours_fp32", "ours_bf16", "ctranslate2_float32",
+                                                     "ctranslate2_bfloat16", "ctranslate2_float16"}
+    for name, engine in engines.items():
+        assert engine["sentences"] == 16 and engine["sentences_per_s"] > 0 and engine["tokens_per_s"] > 0, name
+        # random weights: (nearly) every output runs to its maximum length, input + 50
+        assert engine["outputs_at_max_length"] >= 14 and engine["generated_tokens"] > 16 * 50, name
+    assert engines["ours_fp32"]["identical_to_ours_fp32"] == 16
+    same = decode["identical_ours_fp32_ctranslate2_float32"]
+    assert same == engines["ctranslate2_float32"]["identical_to_ours_fp32"] and 0 <= same <= 16
+    longest = decode["identical_where_longest_in_batch"]
+    assert 0 < longest["sentences"] <= decode["batches"] * 16 and 0 <= longest["identical"] <= longest["sentences"]
+
+
+def test_quick_cpu_run_appends_a_dated_markdown_section(quick_run) -> None:
+    results, process = quick_run
+    text = (results / "gpu_suite.md").read_text()
+    assert text.startswith("# GPU suite\n") and text.count("\n## ") == 1
+    section = text[text.index("\n## ") + 1:]
+    assert process.stdout.strip() == section.strip()  # the suite prints what it appends
+    record = json.loads((results / "gpu_suite.jsonl").read_text())
+    heading = section.splitlines()[0]
+    assert heading == f"## {record['date']} · commit {record['commit']} · no GPU (device cpu) · quick"
+    assert f"- device: cpu; torch {torch.__version__}" in section and f"{record['machine']['cores']} cores" in section
+    table = [line for line in section.splitlines() if line.startswith("|")]
+    assert table[0] == "| part | run | status | result | time | MFU | peak memory |"
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
+    assert all(len(row) == 7 for row in rows)
+    by_run = {(row[0], row[1]): row for row in rows}
+    assert by_run[("tests", "pytest -m gpu --collect-only")][3].endswith("collected")
+    train = by_run[("train", "tiny bf16 eager, vocab 1,000, 1,024 tokens")]
+    assert train[2] == "ok" and re.match(r"[\d,]+ target tokens/s, [\d.]+ ms/step", train[3])
+    assert re.match(r"[\d.]+% of [\d.e-]+ TFLOPS", train[5]) and train[6].endswith("MiB")
+    for engine in ("ours fp32", "ours bf16", "ctranslate2 float32"):
+        assert re.match(r"[\d.]+ sentences/s", by_run[("decode", engine)][3]), engine
+    assert re.search(r"identical to ours fp32: \d+/16", by_run[("decode", "ctranslate2 float32")][3])
+    assert "random weights, so every output runs to input + 50" in section
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU: the suite runs instead of refusing")
+def test_without_a_gpu_it_refuses_in_one_line(tmp_path: Path) -> None:
+    result = run_tool("benchmarks/gpu_suite.py", "--out-dir", str(tmp_path / "results"), check=False, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("no CUDA GPU here; ") and "--device cpu" in lines[0]
+    assert result.stdout == "" and not (tmp_path / "results").exists()
