@@ -38,7 +38,7 @@ def test_evaluate_writes_hypotheses_and_reports_both_bleus(tiny_run: TrainedRun,
 
 def test_evaluate_with_averaging_and_bad_checkpoint(tiny_run: TrainedRun, data_root: Path, tmp_path: Path) -> None:
     ckpt, cache = tiny_run.last, tiny_run.cache_dir
-    step_ckpt = sorted(ckpt.parent.glob("step*.ckpt"))[-1]
+    step_ckpt = max(ckpt.parent.glob("step*.ckpt"))
     result = run_tool("src/evaluate.py", f"ckpt={step_ckpt}", "split=val", "average_last=2", f"out_dir={tmp_path}",
                  "wandb=disabled", data_root=data_root, cache_dir=cache)
     assert "average of 2 checkpoints" in result.stdout
@@ -81,3 +81,25 @@ def test_translate_keeps_order_empty_lines_and_truncates(tiny_run: TrainedRun, d
         alone = run_tool("src/translate.py", f"ckpt={ckpt}", "beam_size=2", stdin=lines[i] + "\n", data_root=data_root,
                     cache_dir=cache)
         assert alone.stdout == translations[i] + "\n"
+
+
+def test_evaluate_decodes_in_bf16_on_the_cpu_into_a_report_of_its_own(tiny_run: TrainedRun, data_root: Path,
+                                                                     tmp_path: Path) -> None:
+    """precision=bf16, the GPU's decoding switch, run on the CPU (torch computes bf16 there too):
+    the split is decoded whole and scored, the report is kept apart from fp32's, and the outputs
+    are mostly fp32's. (α 20: a length reward that makes the 4-step model write words at all.)"""
+    ckpt, cache = tiny_run.last, tiny_run.cache_dir
+    reports = {}
+    for precision in ("fp32", "bf16"):
+        run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=test_2017_mscoco", f"precision={precision}",
+                 "decoding.alpha=20", f"out_dir={tmp_path / precision}", "wandb=disabled", data_root=data_root,
+                 cache_dir=cache)
+        (path,) = (tmp_path / precision).glob("test_2017_mscoco.*.json")
+        reports[precision] = json.loads(path.read_text())
+        assert path.name.endswith(".bf16.json") == (precision == "bf16")  # kept apart from fp32's report
+    outputs = {key: Path(report["hypotheses"]).read_text(encoding="utf-8").splitlines()
+               for key, report in reports.items()}
+    assert reports["bf16"]["speed_switches"]["precision"] == "bf16" and reports["bf16"]["sentences"] == 461
+    assert len(outputs["bf16"]) == 461 and all(outputs["bf16"]), "every sentence translated, none empty"
+    same = sum(a == b for a, b in zip(outputs["fp32"], outputs["bf16"]))
+    assert same >= 0.5 * 461, f"{same} of 461 outputs as fp32's"

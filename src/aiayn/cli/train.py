@@ -55,7 +55,11 @@ warnings.filterwarnings("ignore", message=".*when logging on epoch level in dist
 warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)` is deprecated")
 
 
-def main() -> dict[str, float] | None:
+def main(cfg: DictConfig | None = None) -> dict[str, float] | None:
+    """The command (``aiayn-train``, ``python src/train.py``); given a composed ``cfg`` (as Hydra's
+    main takes one), the run of that config in this process."""
+    if cfg is not None:
+        return _main(cfg)
     # --cfg job/all prints the config resolved (--resolve), so that it shows what the run will do:
     # the plan's devices, precision and step, not the ${aiayn.plan:} that computes them.
     if any(arg in ("--cfg", "-c") or arg.startswith("--cfg=") for arg in sys.argv[1:]) and "--resolve" not in sys.argv:
