@@ -122,7 +122,7 @@ def test_debug_tiny_is_the_tests_tiny_run() -> None:
         "task.vocab_size=500", "task.datamodule.max_tokens=1024", "task.decoding.max_len_offset=5",
         "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.limit_val_batches=2",
         "trainer.limit_test_batches=2", "trainer.num_sanity_val_steps=0", "checkpoint.every_n_train_steps=2",
-        "optim.warmup_steps=2",
+        "optim.warmup_steps=2", "optim.tokens_per_step=null",
     ]
     for extra in ([], ["task=wsj", "task.split=sample", "model=parsing"], ["experiment=table3_C_N2", "task=multi30k_en_de"]):
         tiny = OmegaConf.to_container(compose_train(*extra, "debug=tiny"), resolve=True)

@@ -87,6 +87,8 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
 
     @functools.wraps(main)
     def run(*args: Any, **kwargs: Any) -> Result:
+        global _task_started
+        _task_started = False  # this invocation's composition (a process may run a tool more than once)
         # Hydra re-raises instead of printing its own report and exiting with 1.
         os.environ.setdefault("HYDRA_FULL_ERROR", "1")
         try:

@@ -252,7 +252,7 @@ class TranslationDataModule(L.LightningDataModule):
         trainer = self.trainer
         num_replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         # An optimizer step takes accumulate_grad_batches batches of every rank (aiayn.training.plan).
-        accumulate = trainer.accumulate_grad_batches if trainer is not None and role == "train" else 1
+        accumulate = getattr(trainer, "accumulate_grad_batches", 1) if role == "train" else 1
         sampler = TokenBatchSampler(
             dataset.src_lengths, dataset.tgt_lengths, max_tokens, shuffle=shuffle, seed=self.seed,
             num_replicas=num_replicas, rank=rank, pad_to_equal=pad_to_equal, batches_per_step=accumulate,
