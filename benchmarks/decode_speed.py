@@ -43,7 +43,7 @@ from aiayn.data.corpus import TranslationCollator
 from aiayn.data.readers import read_lines
 from aiayn.data.subwords import Subwords, train_or_load
 from aiayn.model import Transformer, beam_search
-from aiayn.training.config import network_arguments
+from aiayn.config.schemas import network_arguments
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, when imported from elsewhere
 import _common  # noqa: E402

@@ -55,7 +55,7 @@ import peers  # noqa: E402
 from aiayn.data.batching import TokenBatchSampler  # noqa: E402
 from aiayn.data.corpus import ParallelCorpus, TranslationCollator  # noqa: E402
 from aiayn.model import beam_search, greedy_search  # noqa: E402
-from aiayn.training.loss import label_smoothed_loss  # noqa: E402
+from aiayn.model.loss import label_smoothed_loss  # noqa: E402
 
 RESULTS = decode_speed.REPO / "benchmarks" / "results" / "side_by_side.jsonl"
 

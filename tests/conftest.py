@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import aiayn.training.config  # noqa: F401  registers the config schemas that conf/ composes with
+import aiayn.config  # noqa: F401  registers the schemas and resolvers that conf/ composes with
 from tests.helpers.runs import REPO, TINY_RUN, TrainedRun, snapshot, train
 
 

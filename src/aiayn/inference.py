@@ -23,7 +23,7 @@ from aiayn.data.parsing.constraints import TreeConstraint
 from aiayn.data.subwords import Subwords
 from aiayn.errors import ConfigError
 from aiayn.model import Transformer, beam_search
-from aiayn.training.loss import label_smoothed_loss
+from aiayn.model.loss import label_smoothed_loss
 
 log = logging.getLogger(__name__)
 

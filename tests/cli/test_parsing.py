@@ -118,7 +118,7 @@ def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
 
     from aiayn.errors import DataError
     from aiayn.metrics import ParseF1
-    from aiayn.training.config import network_arguments
+    from aiayn.config.schemas import network_arguments
     from aiayn.training.module import TranslationModule
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

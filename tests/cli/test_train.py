@@ -79,7 +79,7 @@ def test_every_table3_row_is_an_override_of_base(row: str) -> None:
     from omegaconf import OmegaConf
 
     from aiayn.model.positional import LearnedPositionalEmbedding
-    from aiayn.training.config import network_arguments
+    from aiayn.config.schemas import network_arguments
     from aiayn.training.module import TranslationModule
 
     overrides, expected = TABLE3_ROWS[row]

@@ -9,7 +9,7 @@ import torch
 
 from aiayn.export.marian import copy_to_marian, marian_config, marian_order
 from aiayn.model import Transformer, beam_search, greedy_search
-from aiayn.training.loss import label_smoothed_loss
+from aiayn.model.loss import label_smoothed_loss
 from tests.helpers.devices import DeviceNotNamed, count_host_syncs, host_tensors, tensors_name_their_device
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -19,7 +19,7 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 
 from aiayn.errors import ConfigError
 from aiayn.training.distributed import strategy_with_timeout
-from aiayn.training.hardware import cpu_cores, place, this_machine
+from aiayn.config.hardware import cpu_cores, place, this_machine
 from tests.helpers.runs import REPO, TINY_MODEL
 
 RUN = [

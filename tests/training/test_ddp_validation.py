@@ -13,6 +13,7 @@ import lightning as L
 import pytest
 
 from aiayn.checkpoints.trained import load_trained
+from aiayn.training.module import TranslationModule
 from tests.helpers.runs import TINY, offline_environment, train
 
 pytestmark = pytest.mark.cli  # an end-to-end run of src/train.py; -m 'not cli' skips it
@@ -38,11 +39,12 @@ def test_two_ranks_one_dev_batch_validate_as_one_process(tmp_path: Path, data_ro
     assert tested and float(tested[1]) >= 0.0, result.stdout[-2000:]
 
     # One process, the weights validated (the step-2 checkpoint), the same data module settings.
-    trained = load_trained(run_dir / "checkpoints" / "step0000002.ckpt")
-    datamodule = hydra.utils.instantiate(trained.config["task"]["datamodule"])
+    checkpoint = run_dir / "checkpoints" / "step0000002.ckpt"
+    module = TranslationModule.load_from_checkpoint(checkpoint, map_location="cpu")
+    datamodule = hydra.utils.instantiate(load_trained(checkpoint).config["task"]["datamodule"])
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                         enable_model_summary=False)
-    (alone,) = trainer.validate(trained.module, datamodule=datamodule, verbose=False)
+    (alone,) = trainer.validate(module, datamodule=datamodule, verbose=False)
     datamodule.setup("test")
     assert len(datamodule.val_dataloader()) == len(datamodule.test_dataloader()) == 1, "fewer batches than ranks"
     # The rank holding the batch computes what one process does (same batch, weights and thread

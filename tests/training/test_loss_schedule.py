@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aiayn.training.loss import label_smoothed_loss
+from aiayn.model.loss import label_smoothed_loss
 from aiayn.training.schedule import transformer_lr, transformer_scheduler
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -2,7 +2,8 @@
 
 A checkpoint holds the model weights, the module's hyper-parameters (model config, vocabulary
 size, decoding settings and the run's whole resolved config) and the serialized subword model,
-so nothing else is needed to translate with it.
+so nothing else is needed to translate with it. The Transformer is built from its saved
+arguments directly: inference needs no LightningModule.
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ from typing import Any
 import torch
 
 from aiayn.checkpoints.io import read_checkpoint
+from aiayn.config.schemas import network_arguments
 from aiayn.data.parsing.constraints import is_parsing_task
 from aiayn.data.subwords import Subwords
 from aiayn.model import Transformer
-from aiayn.training.config import network_arguments
-from aiayn.training.module import TranslationModule
 
 # What a model config held besides the network before the recipe moved to optim/loss: such
 # checkpoints keep it in hyper_parameters["model"] (with the widths before width_divisor).
@@ -34,41 +34,51 @@ MOVED_TARGETS = {
 }
 
 
+# The Transformer's weights in a training checkpoint's state dict: the LightningModule's "model." ones.
+MODEL_PREFIX = "model."
+
+
 @dataclass
 class TrainedModel:
     model: Transformer  # in eval mode
     vocab: Subwords
     decoding: dict[str, Any]  # beam_size, alpha, max_len_offset, kv_cache, constrained
     config: dict[str, Any]  # the training run's resolved config ({} for old checkpoints)
-    module: TranslationModule
     step: int
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Put a training checkpoint's weights (an average of several, say) into the model."""
+        self.model.load_state_dict(model_weights(state_dict))
 
 
 def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cpu",
                  state_dict: dict[str, torch.Tensor] | None = None) -> TrainedModel:
-    """Rebuild the module from ``path`` (with ``state_dict``'s weights instead, if given: an
+    """Rebuild the Transformer of ``path`` (with ``state_dict``'s weights instead, if given: an
     average of several checkpoints, say) on ``map_location`` ("auto": a GPU if there is one)."""
     if map_location == "auto":
         map_location = "cuda" if torch.cuda.is_available() else "cpu"
     checkpoint = read_checkpoint(path)
-    module = TranslationModule(**module_arguments(checkpoint["hyper_parameters"]))
-    module.load_state_dict(state_dict if state_dict is not None else checkpoint["state_dict"])
-    module.to(map_location).eval()
+    arguments = module_arguments(checkpoint["hyper_parameters"])
+    vocab_size = arguments["vocab_size"]
+    model = Transformer(vocab_size, vocab_size, pad_id=arguments.get("pad_id", 0), **arguments["model"])
+    model.load_state_dict(model_weights(state_dict if state_dict is not None else checkpoint["state_dict"]))
+    model.to(map_location).eval()
     config = _moved_targets(dict(checkpoint["hyper_parameters"].get("run_config") or {}))
+    decoding = dict(arguments.get("decoding") or {})
     # A checkpoint from before constrained decoding: on for a parsing task, as its config now says.
-    module.decoding.setdefault("constrained", is_parsing_task(config.get("task") or {}))
-    return TrainedModel(
-        model=module.model,
-        vocab=Subwords(proto=checkpoint["subwords"]),
-        decoding=dict(module.decoding),
-        config=config,
-        module=module,
-        step=int(checkpoint.get("global_step", 0)),
-    )
+    decoding.setdefault("constrained", is_parsing_task(config.get("task") or {}))
+    return TrainedModel(model=model, vocab=Subwords(proto=checkpoint["subwords"]), decoding=decoding, config=config,
+                        step=int(checkpoint.get("global_step", 0)))
+
+
+def model_weights(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The Transformer's own weights of a training checkpoint's state dict (its "model." entries)."""
+    return {key[len(MODEL_PREFIX):]: value for key, value in state_dict.items() if key.startswith(MODEL_PREFIX)}
 
 
 def module_arguments(hyper_parameters: dict[str, Any]) -> dict[str, Any]:
-    """TranslationModule's arguments saved in a checkpoint; for a checkpoint written while the model
+    """The training module's arguments saved in a checkpoint (``model``: the Transformer's
+    keyword arguments; ``vocab_size``, ``pad_id``, ``decoding``, ...); for a checkpoint written while the model
     config still carried the recipe, its network's arguments and label smoothing taken apart."""
     if "metric" in hyper_parameters:  # written while the module chose its scores by name; the data module does now
         hyper_parameters = {k: v for k, v in hyper_parameters.items() if k != "metric"}

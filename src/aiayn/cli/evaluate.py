@@ -76,7 +76,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     steps = [trained.step]
     if k > 1:  # §6.1: the weights averaged over the k checkpoints ending at the one given
         average = average_checkpoints(averaged)
-        trained.module.load_state_dict(average["state_dict"])
+        trained.load_weights(average["state_dict"])
         steps = average["averaged_steps"]
     sources, references = read_parallel(*datamodule.split_files(split, datamodule.download))
     decoding = {**(task["decoding"] if cfg.get("task") else trained.decoding),

@@ -56,7 +56,7 @@ def main(cfg: DictConfig) -> None:
     steps = [trained.step]
     if k > 1:  # §6.1: the weights averaged over the k checkpoints ending at the one given
         average = average_checkpoints(averaged)
-        trained.module.load_state_dict(average["state_dict"])
+        trained.load_weights(average["state_dict"])
         steps = list(average["averaged_steps"])
     if cfg.format == "hf":
         from aiayn.export.huggingface import export_huggingface

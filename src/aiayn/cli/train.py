@@ -36,11 +36,11 @@ from aiayn.cli.errors import (
 )
 from aiayn.errors import ConfigError, UserError
 from aiayn.reporting.loggers import describe_wandb_run, quiet_lightning
-from aiayn.training.config import network_arguments  # also registers the config schemas with Hydra
+from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers
 from aiayn.training.config_check import check_train_config
 from aiayn.training.distributed import strategy_with_timeout
 from aiayn.training.module import TranslationModule
-from aiayn.training.plan import describe
+from aiayn.config.plan import describe
 
 log = logging.getLogger("train")
 

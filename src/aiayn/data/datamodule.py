@@ -251,7 +251,7 @@ class TranslationDataModule(L.LightningDataModule):
         dataset = self.dataset(role)
         trainer = self.trainer
         num_replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-        # An optimizer step takes accumulate_grad_batches batches of every rank (aiayn.training.plan).
+        # An optimizer step takes accumulate_grad_batches batches of every rank (aiayn.config.plan).
         accumulate = getattr(trainer, "accumulate_grad_batches", 1) if role == "train" else 1
         sampler = TokenBatchSampler(
             dataset.src_lengths, dataset.tgt_lengths, max_tokens, shuffle=shuffle, seed=self.seed,

@@ -68,7 +68,7 @@ class Shapes:
     @classmethod
     def from_config(cls, model: Mapping[str, Any], vocab_size: int) -> "Shapes":
         """From the network's arguments as built (TranslationModule.hparams.model, or
-        aiayn.training.config.network_arguments of a model config: width_divisor applied)."""
+        aiayn.config.schemas.network_arguments of a model config: width_divisor applied)."""
         window = model.get("attention_window")
         return cls(int(model["n_layers"]), int(model["d_model"]), int(model["d_ff"]), int(model["n_heads"]),
                    int(model["d_k"]), int(model["d_v"]), int(vocab_size), None if window is None else int(window))

@@ -3,7 +3,7 @@ is reported at once, as one line naming it and saying what to change — not as 
 deep inside torch or Lightning, and not hours into a run at its first validation.
 
 Keys and types of ``model``, ``optim`` and ``loss`` are the schemas' business
-(aiayn.training.config). Here: keys everywhere else (the root, ``validation``, ``checkpoint``,
+(aiayn.config.schemas). Here: keys everywhere else (the root, ``validation``, ``checkpoint``,
 ``trainer`` against Lightning's Trainer, ``task.datamodule`` against its class, ``task.decoding``
 against beam search), ranges, one setting against another, and what this machine can run.
 """
@@ -18,7 +18,7 @@ from typing import Any
 from aiayn.data.parsing.constraints import is_parsing_task
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import sustained_tflops
-from aiayn.training.config import check_against_schemas, network_arguments
+from aiayn.config.schemas import check_against_schemas, network_arguments
 
 # The settings at the root of conf/train.yaml (and of what its groups add there).
 # tests/training/test_config_check.py checks this list against the composed configs.
@@ -196,7 +196,7 @@ def _check_run(config: Mapping[str, Any]) -> None:
 
 def _check_trainer(trainer: Mapping[str, Any]) -> None:
     """Keys against Lightning's Trainer; the counts Lightning would only refuse later. (The
-    processes and devices this machine has: the plan, aiayn.training.hardware.)"""
+    processes and devices this machine has: the plan, aiayn.config.hardware.)"""
     from lightning.pytorch import Trainer
 
     parameters = [name for name in inspect.signature(Trainer.__init__).parameters if name != "self"]

@@ -1,5 +1,5 @@
 """The process group's timeout of data-parallel training (:func:`strategy_with_timeout`); how
-many processes train, and where, is the plan's (aiayn.training.hardware).
+many processes train, and where, is the plan's (aiayn.config.hardware).
 
 A DDP rank that hangs (a stuck data read, a dead peer that no signal reported) holds every other
 rank in its next collective until the process group's timeout; Lightning's default is 30 minutes,

@@ -17,7 +17,7 @@ from aiayn.data.parsing.constraints import TreeConstraint
 from aiayn.errors import UserError
 from aiayn.metrics.scorers import Scorer
 from aiayn.model import Transformer, beam_search
-from aiayn.training.loss import label_smoothed_loss
+from aiayn.model.loss import label_smoothed_loss
 from aiayn.training.schedule import transformer_scheduler
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class TranslationModule(L.LightningModule):
     test report loss, per-token perplexity and the scores of beam-search output.
 
     ``model`` holds the Transformer's keyword arguments, widths as trained (what
-    aiayn.training.config.network_arguments makes of a model config); ``label_smoothing`` is the
+    aiayn.config.schemas.network_arguments makes of a model config); ``label_smoothing`` is the
     loss's ε_ls; ``optim`` is Adam's settings and the schedule's (conf/optim/*.yaml). The
     datamodule attached to the trainer supplies ``vocab`` (to detokenize hypotheses), ``scorer()``
     (an :class:`aiayn.metrics.Scorer`: sacreBLEU for translation, EVALB's F1 for parsing) and

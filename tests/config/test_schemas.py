@@ -16,10 +16,10 @@ from hydra.errors import ConfigCompositionException
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import OmegaConf
 
+from aiayn.config.schemas import ModelConfig, check_against_schemas, network_arguments
 from aiayn.errors import ConfigError
 from aiayn.model import Transformer
 from aiayn.training.callbacks import AttentionPicturesCallback, RunSummaryCallback
-from aiayn.training.config import ModelConfig, check_against_schemas, network_arguments
 from aiayn.training.config_check import check_train_config
 from aiayn.training.preemption import PreemptionCallback
 from aiayn.training.progress import StepRichProgressBar, StepTQDMProgressBar
@@ -110,8 +110,8 @@ def test_the_width_divisor_is_set_apart_and_applied_once() -> None:
     cfg = compose_train("experiment=table3_C_N2", "+scale=multi30k_cpu")
     assert cfg.width_divisor == 4 and (cfg.model.d_model, cfg.model.d_ff) == (512, 2048)  # the row's widths
     network = network_arguments(OmegaConf.to_container(cfg.model), cfg.width_divisor)
-    assert {k: network[k] for k in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v")} == dict(
-        n_layers=2, d_model=128, d_ff=512, n_heads=8, d_k=16, d_v=16)
+    assert {k: network[k] for k in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v")} == {
+        "n_layers": 2, "d_model": 128, "d_ff": 512, "n_heads": 8, "d_k": 16, "d_v": 16}
     assert "_target_" not in network and network_arguments(network) == network
 
 

@@ -1,4 +1,4 @@
-"""Where a run trains (aiayn.training.hardware.place): one pure function of the machine and the
+"""Where a run trains (aiayn.config.hardware.place): one pure function of the machine and the
 ``trainer.*`` settings, tested here for machines of 0, 1 and 8 GPUs, with and without bf16 units,
 for every form ``trainer.devices`` takes, on one node and several, alone and in a sweep — on a
 machine that has none of those GPUs."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from aiayn.config.hardware import Machine, cpu_cores, gpus_per_node, place, this_machine
 from aiayn.errors import ConfigError
-from aiayn.training.hardware import Machine, cpu_cores, gpus_per_node, place, this_machine
 
 LAPTOP = Machine(gpus=0, cpu_cores=2, cpu_name="a laptop CPU")
 ONE_H100 = Machine(gpus=1, bf16=True, cpu_cores=16, gpu_name="NVIDIA H100 80GB HBM3")

@@ -1,4 +1,4 @@
-"""The plan of a run (aiayn.training.plan): the paper's step on any hardware (§5.1's ~25,000
+"""The plan of a run (aiayn.config.plan): the paper's step on any hardware (§5.1's ~25,000
 tokens a side from optim.tokens_per_step, whatever the processes), the shipped configs planned on
 machines this one is not, the block printed before the first step with its projected wall time,
 and ``--cfg job`` showing the plan resolved."""
@@ -13,9 +13,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from aiayn.config.hardware import Machine
+from aiayn.config.plan import describe, make_plan, measured_throughput, step_size
 from aiayn.errors import ConfigError
-from aiayn.training.hardware import Machine
-from aiayn.training.plan import describe, make_plan, measured_throughput, step_size
 from tests.helpers.runs import REPO
 
 NODE_8_H100 = Machine(gpus=8, bf16=True, cpu_cores=64, gpu_name="NVIDIA H100 80GB HBM3", cpu_name="Xeon")

@@ -1,5 +1,5 @@
 """The plan of a training run, settled before anything is built: where it trains
-(:mod:`aiayn.training.hardware`), how big a step is (:func:`step_size`), and how the run's
+(:mod:`aiayn.config.hardware`), how big a step is (:func:`step_size`), and how the run's
 settings become Lightning's (:func:`make_plan`).
 
 conf/train.yaml holds it as ``plan: ${aiayn.plan:}``, a node resolved from the rest of the config
@@ -25,8 +25,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from aiayn.config.hardware import Machine, gpus_per_node, place, this_machine
 from aiayn.errors import ConfigError
-from aiayn.training.hardware import Machine, gpus_per_node, place, this_machine
 
 PAPER_TOKENS_PER_STEP = 25_000  # §5.1: "approximately 25000 source tokens and 25000 target tokens"
 # Measured training throughput (benchmarks/train_throughput.py, benchmarks/gpu_suite.py) from which
