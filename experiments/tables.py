@@ -17,7 +17,7 @@ that differ between jobs), skipping those with summary.json and resuming those s
 (resume=auto): run the same command again to go on after a stop. --part K/M takes every M-th job
 from the K-th; --parallel P runs P jobs at a time, each on its own share of the CPUs. Each job's
 output goes to <root>/<name>.log. Exit 0 when all its jobs finished, 1 if any failed, 130 on
-interrupt. The logic is aiayn.cli.sweep.
+interrupt. The logic is aiayn.experiments.sweep.
 """
 
 from __future__ import annotations
@@ -30,17 +30,10 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from aiayn.cli import sweep as sweeps
-from aiayn.reporting.table_files import log_to_wandb, write_table
-from aiayn.reporting.tables import (
-    TABLES,
-    expand_sweep,
-    format_parameter_report,
-    local_runs,
-    parameter_report,
-    table_rows,
-    wandb_runs,
-)
+from aiayn.experiments import sweep as sweeps
+from aiayn.experiments.rows import format_parameter_report, parameter_report, table_rows
+from aiayn.experiments.runs import TABLES, local_runs, wandb_runs
+from aiayn.experiments.table_files import log_to_wandb, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -81,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.command == "sweep":
-        jobs = expand_sweep(CONF, args.overrides)
+        jobs = sweeps.expand_sweep(CONF, args.overrides)
         for number, job in enumerate(jobs):
             print(f"#{number} : {' '.join(job)}")
         print(f"{len(jobs)} jobs")

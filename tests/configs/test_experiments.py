@@ -13,17 +13,13 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from aiayn.config.schemas import network_arguments
 from aiayn.errors import ConfigError
+from aiayn.experiments.rows import count_parameters, parameter_report, table_rows
+from aiayn.experiments.sweep import expand_sweep
 from aiayn.model import Transformer
 from aiayn.model.positional import LearnedPositionalEmbedding
 from aiayn.reporting.flops import Shapes, forward_flops, paper_estimate, training_flops
-from aiayn.reporting.tables import (
-    count_parameters,
-    expand_sweep,
-    parameter_report,
-    table_rows,
-)
-from aiayn.training.config import network_arguments
 from aiayn.training.config_check import check_train_config
 from aiayn.training.module import TranslationModule
 from tests.helpers.runs import REPO

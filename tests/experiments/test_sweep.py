@@ -1,4 +1,4 @@
-"""`experiments/tables.py run` and aiayn.cli.sweep: a sweep's jobs in fixed, resumable
+"""`experiments/tables.py run` and aiayn.experiments.sweep: a sweep's jobs in fixed, resumable
 directories, several at once, with real tiny training runs (src/train.py, debug=tiny)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.cli import sweep
+from aiayn.experiments import sweep
 from tests.helpers.runs import REPO, TINY, offline_environment, run_tool, snapshot
 
 CONF = REPO / "conf"

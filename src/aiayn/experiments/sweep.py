@@ -1,12 +1,13 @@
 """A table's sweep run in resumable parts, several jobs at once (``experiments/tables.py run``).
 
-:func:`plan` expands a Hydra multirun's overrides into jobs, each with a fixed directory
-``<root>/<name>`` named by its overrides that differ between the sweep's jobs, so that the same
-command run again finds the same directories: a job whose directory has ``summary.json`` is done
-and skipped, one whose directory exists without it goes on from its newest checkpoint
-(``resume=auto``), and the rest start fresh. :func:`select_part` keeps one part ``K/M`` of the
-jobs (for several machines, or several sittings); :func:`run` trains the jobs that are not done,
-at most ``parallel`` at a time, each on its own share of the CPUs.
+:func:`plan` expands a Hydra multirun's overrides into jobs (:func:`expand_sweep`: Hydra's own
+expansion, also a dry run of the multirun), each with a fixed directory ``<root>/<name>`` named
+by its overrides that differ between the sweep's jobs, so that the same command run again finds
+the same directories: a job whose directory has ``summary.json`` is done and skipped, one whose
+directory exists without it goes on from its newest checkpoint (``resume=auto``), and the rest
+start fresh. :func:`select_part` keeps one part ``K/M`` of the jobs (for several machines, or
+several sittings); :func:`run` trains the jobs that are not done, at most ``parallel`` at a time,
+each on its own share of the CPUs.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from aiayn.reporting.summary import SUMMARY_FILE
-from aiayn.reporting.tables import expand_sweep
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -124,6 +124,20 @@ def job_names(jobs: Sequence[Sequence[str]]) -> list[str]:
                              f"would share the directory name {name!r}; make their overrides differ")
         seen[name] = number
     return names
+
+
+def expand_sweep(conf_dir: Path | str, overrides: list[str]) -> list[list[str]]:
+    """The jobs ``python src/train.py --multirun <overrides>`` launches, each as its list of
+    overrides, expanded by Hydra's own basic sweeper (globs, ranges, comma lists): a dry run."""
+    from hydra import initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+        parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+        batches = BasicSweeper.split_arguments(parser.parse_overrides(overrides), max_batch_size=None)
+    return [list(job) for batch in batches for job in batch]
 
 
 def plan(conf_dir: str | os.PathLike, overrides: Sequence[str], root: str | os.PathLike) -> list[Job]:

@@ -1,4 +1,4 @@
-"""A rebuilt table (:func:`aiayn.reporting.tables.build_table`) written out: markdown, CSV, a
+"""A rebuilt table (:func:`aiayn.experiments.tables.build_table`) written out: markdown, CSV, a
 chart, and a W&B run holding them as ``wandb.Table``s.
 
 Table 2's chart puts each row's BLEU beside the paper's. Table 3's puts each row's difference
@@ -16,16 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiayn.reporting.tables import (
-    WITHIN_NOISE_RULE,
-    BaseSpread,
-    Row,
-    Run,
-    base_spread,
-    build_table,
-    noise_limits,
-    within_noise,
-)
+from aiayn.experiments.noise import WITHIN_NOISE_RULE, BaseSpread, base_spread, noise_limits, within_noise
+from aiayn.experiments.rows import Row, base_paper_figures
+from aiayn.experiments.runs import Run
+from aiayn.experiments.tables import build_table
 
 DELTAS = ("ΔPPL", "paper ΔPPL", "ΔBLEU", "paper ΔBLEU")
 
@@ -263,8 +257,7 @@ def write_table(table: str, rows: list[Row], runs: list[Run], out_dir: Path | st
     text = header + to_markdown(lines, MARKDOWN_COLUMNS[table])
     spreads = base_spread(runs) if table == "table3" else None
     if table == "table3":
-        paper_base = next((row.paper for row in rows if row.row == "base"), {})
-        text += noise_markdown(lines, spreads, paper_base)
+        text += noise_markdown(lines, spreads, base_paper_figures(rows))
     markdown.write_text(text)
     csv_path = out_dir / f"{table}.csv"
     csv_path.write_text(to_csv(lines))

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from aiayn.config.schemas import network_arguments
+from aiayn.experiments.rows import table_rows
 from aiayn.reporting.flops import Shapes
-from aiayn.reporting.tables import table_rows
-from aiayn.training.config import network_arguments
 from tests.helpers.runs import REPO, run_tool
 from tests.helpers.wandb_offline import read_run
 

@@ -1,0 +1,120 @@
+"""The finished runs of the paper's tables: where each is, its config and what it measured.
+
+A run belongs to a row through its resolved config (``experiment.table`` and ``experiment.row``).
+What it measured comes from its summary (:mod:`aiayn.reporting.summary`): ``summary.json`` in the
+run directory, which every run writes (or the W&B run's summary, read from the W&B project).
+Table 2's test BLEU comes from ``src/evaluate.py``'s report in ``<run dir>/eval/`` (checkpoint
+averaging, §6.1).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from aiayn.reporting.summary import read_summary
+
+log = logging.getLogger(__name__)
+
+TABLES = ("table3", "table2")
+
+
+@dataclass
+class Run:
+    """One finished run of a row: where it is, its config and what it measured."""
+
+    source: str  # run directory or W&B run path
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    test: dict[str, Any] = field(default_factory=dict)  # Table 2: test BLEU, sacreBLEU, checkpoints averaged
+
+    @property
+    def table(self) -> str | None:
+        return (self.config.get("experiment") or {}).get("table")
+
+    @property
+    def row(self) -> str | None:
+        return (self.config.get("experiment") or {}).get("row")
+
+    @property
+    def scale(self) -> str:
+        """The scale the run was trained at (``experiment.scale``); "paper" without one."""
+        return (self.config.get("experiment") or {}).get("scale") or "paper"
+
+
+def seed_order(run: Run) -> tuple:
+    """The order of a row's runs: by seed (0 without one), then by where they are."""
+    return run.config.get("seed", 0), run.source
+
+
+def local_runs(roots: Iterable[Path | str]) -> list[Run]:
+    """Every finished run under ``roots`` (run directories or folders of them, e.g. a multirun
+    date folder): a directory with ``.hydra/config.yaml`` and a summary. Runs without a summary
+    (still training, or stopped) are listed in the log and left out."""
+    runs = []
+    for root in roots:
+        root = Path(root)
+        if not root.is_dir():
+            raise FileNotFoundError(f"--runs {root}: no such directory")
+        for config_file in sorted(root.glob("**/.hydra/config.yaml")):
+            run_dir = config_file.parent.parent
+            config = OmegaConf.to_container(OmegaConf.load(config_file), resolve=False)
+            if not (config.get("experiment") or {}).get("table"):
+                continue  # not a table experiment
+            summary = read_summary(run_dir)
+            if summary is None:
+                log.warning("%s: no summary (unfinished run?); left out", run_dir)
+                continue
+            runs.append(Run(source=str(run_dir), config=config, summary=summary, test=_test_report(run_dir)))
+    return runs
+
+
+def _test_report(run_dir: Path) -> dict[str, Any]:
+    """The newest evaluate.py report on the test split, the one averaging most checkpoints."""
+    reports = []
+    for path in (run_dir / "eval").glob("*.json"):
+        report = json.loads(path.read_text())
+        if "test/tokenized_bleu" in report:  # `python src/evaluate.py ... split=test`
+            reports.append((len(report.get("averaged") or [None]), path.stat().st_mtime, report))
+    if not reports:
+        return {}
+    averaged, _, report = max(reports, key=lambda r: r[:2])
+    return _test_figures(report, averaged)
+
+
+def _test_figures(metrics: dict[str, Any], averaged: int) -> dict[str, Any]:
+    return {"bleu": metrics["test/tokenized_bleu"], "sacrebleu": metrics.get("test/sacrebleu"), "averaged": averaged}
+
+
+def _averaged(evaluate_run_config: dict[str, Any]) -> int:
+    """How many checkpoints an evaluate.py W&B run averaged (its config's evaluate.average_last)."""
+    return int((evaluate_run_config.get("evaluate") or {}).get("average_last") or 1)
+
+
+def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
+    """The finished runs of ``project`` ("entity/project") in the tables' groups, online. For
+    Table 2 the test BLEU comes from src/evaluate.py's W&B run (job type "eval", grouped under
+    the training run's name), the newest with the most checkpoints averaged."""
+    import wandb
+
+    api = wandb.Api()
+    runs = []
+    for table in tables:
+        for run in api.runs(project, filters={"group": table, "state": "finished"}):
+            config = dict(run.config)
+            summary = {k: v for k, v in run.summary_metrics.items() if not k.startswith("_")}
+            test = {}
+            if table == "table2":
+                evaluations = [e for e in api.runs(project, filters={"group": config.get("run_name"), "jobType": "eval"})
+                               if "test/tokenized_bleu" in e.summary_metrics]
+                if evaluations:
+                    newest = max(evaluations, key=lambda e: (_averaged(e.config), e.created_at))
+                    test = _test_figures(newest.summary_metrics, _averaged(newest.config))
+            runs.append(Run(source="/".join(run.path), config=config, summary=summary, test=test))
+    return runs
