@@ -53,12 +53,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import decode_speed  # subwords, data, model and machine helpers
 
 from aiayn.checkpoints.trained import TrainedModel
+from aiayn.config.schemas import decoding_settings
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import TranslationCollator
 from aiayn.decoding_speed import for_decoding
 from aiayn.model import beam_search
 
-SEARCH = {"beam_size": 4, "alpha": 0.6, "max_len_offset": 50}
+# §6.1's beam 4, α 0.6, input + 50: the decoding settings' defaults (aiayn.config.schemas.DecodingConfig).
+SEARCH = {key: decoding_settings()[key] for key in ("beam_size", "alpha", "max_len_offset")}
 FULL = {"model": "base", "override": [], "vocab": 37000}
 QUICK = {"model": "small", "vocab": 1000, "sentences": 16,
          "override": ["n_layers=1", "d_model=32", "d_ff=64", "n_heads=2", "d_k=16", "d_v=16"]}
@@ -202,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         from aiayn.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
 
-        trained = TrainedModel(model=model, vocab=vocab, decoding=dict(SEARCH), config={}, module=None, step=0)
+        trained = TrainedModel(model=model, vocab=vocab, decoding=decoding_settings(SEARCH), config={}, step=0)
         ct2_folder = export_ctranslate2(trained, Path(scratch.name) / "ct2", steps=[0],
                                         ckpt=Path(scratch.name) / "run" / "checkpoints" / "random.ckpt")
     except Exception as error:  # noqa: BLE001  (a missing package or a converter change: ours still runs)

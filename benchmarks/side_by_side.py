@@ -48,14 +48,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import decode_speed  # noqa: E402  (data, model and machine helpers shared with the decoding benchmark)
-import fairseq_peer  # noqa: E402  (imports fairseq only when used)
-import peers  # noqa: E402
+import decode_speed
+import fairseq_peer
+import peers
 
-from aiayn.data.batching import TokenBatchSampler  # noqa: E402
-from aiayn.data.corpus import ParallelCorpus, TranslationCollator  # noqa: E402
-from aiayn.model import beam_search, greedy_search  # noqa: E402
-from aiayn.model.loss import label_smoothed_loss  # noqa: E402
+from aiayn.config.schemas import decoding_settings
+from aiayn.data.batching import TokenBatchSampler
+from aiayn.data.corpus import ParallelCorpus, TranslationCollator
+from aiayn.model import beam_search, greedy_search
+from aiayn.model.loss import label_smoothed_loss
 
 RESULTS = decode_speed.REPO / "benchmarks" / "results" / "side_by_side.jsonl"
 
@@ -267,9 +268,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--sentences", type=int, default=None,
                         help="sentences to decode: newstest2014's first 100 (parts a, b) or test2016's 1,000 (c)")
     parser.add_argument("--max-tokens", type=int, default=2000, help="padded source tokens per decoding batch")
-    parser.add_argument("--beam-size", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.6)
-    parser.add_argument("--max-len-offset", type=int, default=50)
+    paper = decoding_settings()  # §6.1's beam 4, α 0.6, input + 50 (aiayn.config.schemas.DecodingConfig)
+    parser.add_argument("--beam-size", type=int, default=paper["beam_size"])
+    parser.add_argument("--alpha", type=float, default=paper["alpha"])
+    parser.add_argument("--max-len-offset", type=int, default=paper["max_len_offset"])
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -286,8 +288,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         records = [{**base, **record} for record in compare_trained(args)]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "a", encoding="utf-8") as out:
-            for record in records:
-                out.write(json.dumps(record) + "\n")
+            out.writelines(json.dumps(record) + "\n" for record in records)
         return records
     args.checkpoint = None  # parts (a) and (b) build a random-weight model
     args.sentences = args.sentences or 100
@@ -308,8 +309,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         records.append({**base, **compare_training(model, vocab, args)})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "a", encoding="utf-8") as out:
-        for record in records:
-            out.write(json.dumps(record) + "\n")
+        out.writelines(json.dumps(record) + "\n" for record in records)
     for record in records:
         unit = "tokens_per_second" if record["part"] == "training_step" else "sentences_per_second"
         figures = ", ".join(f"{name} {value}" for name, value in record[unit].items())

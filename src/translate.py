@@ -1,4 +1,4 @@
-"""Translate text with a checkpoint: `python src/translate.py ckpt=<file> [input=...] [output=...]`.
+"""Translate text with a checkpoint: `python src/translate.py ckpt=<file> [input=...] [out=...]`.
 
 A thin entry point: the command is :mod:`aiayn.cli.translate` (also installed as ``aiayn-translate``).
 """

@@ -59,15 +59,15 @@ def test_int8_quantises_every_product_keeps_logits_close_and_leaves_the_model_gi
 def test_a_switch_translates_nearly_as_the_plain_model(trained: TrainedModel, switches: dict) -> None:
     # The 4-step model's distributions are flat, so rounding may flip a near tie; most must agree.
     settings = {"beam_size": 2, "alpha": 20.0, "max_len_offset": 5}
-    plain = translate(trained.model, trained.vocab, SENTENCES, **settings).texts
-    fast = translate(for_decoding(trained.model, **switches), trained.vocab, SENTENCES, **settings).texts
+    plain = translate(trained.model, trained.vocab, SENTENCES, settings).texts
+    fast = translate(for_decoding(trained.model, **switches), trained.vocab, SENTENCES, settings).texts
     assert all(plain) and sum(a == b for a, b in zip(plain, fast)) >= len(SENTENCES) - 1
 
 
 def test_bf16_keeps_the_search_scores_in_fp32(model: Transformer) -> None:
     bf16 = for_decoding(model, precision="bf16")
     assert next(bf16.parameters()).dtype == torch.bfloat16 and next(model.parameters()).dtype == torch.float32
-    hypotheses = beam_search(bf16, sources(), bos_id=BOS, eos_id=EOS, max_len_offset=4)
+    hypotheses = beam_search(bf16, sources(), bos_id=BOS, eos_id=EOS, beam_size=4, alpha=0.6, max_len_offset=4)
     assert len(hypotheses) == 6 and all(len(h) <= 9 + 4 for h in hypotheses)
 
 
@@ -98,6 +98,6 @@ def test_switches_that_cannot_go_together_are_refused(model: Transformer) -> Non
 def test_a_compiled_decoder_step_gives_the_eager_outputs(model: Transformer) -> None:
     src = sources()
     compiled = for_decoding(model, compile=True)
-    for search in (greedy_search, beam_search):
-        assert search(compiled, src, bos_id=BOS, eos_id=EOS, max_len_offset=4) == search(
-            model, src, bos_id=BOS, eos_id=EOS, max_len_offset=4)
+    for search, settings in ((greedy_search, {}), (beam_search, {"beam_size": 4, "alpha": 0.6})):
+        assert search(compiled, src, bos_id=BOS, eos_id=EOS, max_len_offset=4, **settings) == search(
+            model, src, bos_id=BOS, eos_id=EOS, max_len_offset=4, **settings)

@@ -25,7 +25,7 @@ def trained(tiny_run: TrainedRun, single_thread) -> TrainedModel:
 
 def alone(trained: TrainedModel, sentence: str) -> str:
     """The translation of ``sentence`` in a batch of its own: what any batching must give."""
-    return translate(trained.model, trained.vocab, [sentence], **SETTINGS).texts[0]
+    return translate(trained.model, trained.vocab, [sentence], SETTINGS).texts[0]
 
 
 def test_each_batch_gives_back_the_complete_run_from_the_start_in_input_order(trained: TrainedModel) -> None:
@@ -34,7 +34,7 @@ def test_each_batch_gives_back_the_complete_run_from_the_start_in_input_order(tr
     lines = [short, long_, "", short2, medium]
     lengths = [len(ids) for ids in trained.vocab.encode([short, short2, medium, long_])]
     assert lengths == sorted(lengths) and lengths[0] <= lengths[1] < lengths[2] < lengths[3]  # the batches' order
-    translator = Translator(trained.model, trained.vocab, batch_size=1, **SETTINGS)
+    translator = Translator(trained.model, trained.vocab, SETTINGS, batch_size=1)
 
     groups = list(translator.stream([lines]))
 
@@ -48,13 +48,13 @@ def test_each_batch_gives_back_the_complete_run_from_the_start_in_input_order(tr
 
 def test_chunks_follow_one_another_and_lines_are_numbered_across_them(trained: TrainedModel, caplog) -> None:
     chunks = [["A dog runs.", ""], ["Two cats.", " ".join(["word"] * 400)], ["", ""]]
-    translator = Translator(trained.model, trained.vocab, batch_size=8, **SETTINGS)
+    translator = Translator(trained.model, trained.vocab, SETTINGS, batch_size=8)
 
     with caplog.at_level(logging.WARNING, logger="aiayn.inference"):
         texts = [text for group in translator.stream(chunks) for text in group]
 
     assert texts == translate(trained.model, trained.vocab, [line for chunk in chunks for line in chunk],
-                              **SETTINGS).texts
+                              SETTINGS).texts
     assert texts[1] == texts[4] == texts[5] == "" and texts[0] and texts[2]
     assert translator.sentences == 6 and translator.truncated == 1
     assert "input line 4 has" in caplog.text  # the 2nd line of the 2nd chunk
@@ -63,6 +63,6 @@ def test_chunks_follow_one_another_and_lines_are_numbered_across_them(trained: T
 
 def test_translate_of_a_whole_list_matches_each_line_alone(trained: TrainedModel) -> None:
     lines = ["A man is riding a bike.", "  ", "Two dogs play in the snow.", "A woman sings."]
-    result = translate(trained.model, trained.vocab, lines, batch_size=3, **SETTINGS)
+    result = translate(trained.model, trained.vocab, lines, SETTINGS, batch_size=3)
     assert result.texts == [alone(trained, line) if line.strip() else "" for line in lines]
     assert result.output_tokens > 0 and result.truncated == 0 and result.sentences_per_second > 0

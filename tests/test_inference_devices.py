@@ -88,9 +88,9 @@ def searched(search, model: Transformer, src: torch.Tensor, **settings) -> tuple
 def test_streamed_translation_names_its_devices(model: Transformer, vocab: Subwords):
     """Translator.stream (sources moved to the model's device, beam search, decoding to text)
     creates no tensor without a device and translates as outside the check."""
-    settings = {"beam_size": 3, "alpha": 0.6, "max_len_offset": 5, "batch_size": 2}
-    expected = translate(model, vocab, SENTENCES, **settings).texts
-    translator = Translator(model, vocab, **settings)
+    settings = {"beam_size": 3, "alpha": 0.6, "max_len_offset": 5}
+    expected = translate(model, vocab, SENTENCES, settings, batch_size=2).texts
+    translator = Translator(model, vocab, settings, batch_size=2)
     translator.collate = HostCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     with tensors_name_their_device():
         texts = [text for ready in translator.stream([SENTENCES[:2], SENTENCES[2:]]) for text in ready]
@@ -101,9 +101,9 @@ def test_streamed_translation_names_its_devices(model: Transformer, vocab: Subwo
 def test_constrained_translation_names_its_devices(model: Transformer, vocab: Subwords):
     """Translating with the tree constraint (its per-hypothesis counters and masks on the model's
     device) creates no tensor without a device and gives what it gives outside the check: trees."""
-    settings = {"beam_size": 2, "alpha": 0.6, "max_len_offset": 30, "batch_size": 4, "constrained": True}
-    expected = translate(model, vocab, SENTENCES, **settings).texts
-    translator = Translator(model, vocab, **settings)  # builds the constraint's tables, on the host
+    settings = {"beam_size": 2, "alpha": 0.6, "max_len_offset": 30, "constrained": True}
+    expected = translate(model, vocab, SENTENCES, settings, batch_size=4).texts
+    translator = Translator(model, vocab, settings, batch_size=4)  # builds the constraint's tables, on the host
     translator.collate = HostCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     host_tables(translator.search["constraint"])
     with tensors_name_their_device():
@@ -123,7 +123,7 @@ def test_constrained_search_names_its_devices_and_waits_once_per_step(model: Tra
     items = [(i, ids, []) for i, ids in enumerate(vocab.encode([s for s in SENTENCES if s]))]
     src = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)(items)["src"]
     settings = dict(bos_id=vocab.bos_id, eos_id=vocab.eos_id, max_len_offset=30, kv_cache=kv_cache,
-                    **({"beam_size": 3} if search is beam_search else {}))
+                    **({"beam_size": 3, "alpha": 0.6} if search is beam_search else {}))
     expected, kinds, steps = searched(search, model, src, constraint=TreeConstraint(vocab), **settings)
     constraint = host_tables(TreeConstraint(vocab))  # built on the host, as Translator builds it
     with tensors_name_their_device():

@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from aiayn.config.schemas import decoding_settings
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import ParallelCorpus, TranslationCollator
 from aiayn.data.parsing.constraints import TreeConstraint
@@ -68,8 +70,21 @@ def tree_constraint(vocab: Subwords) -> TreeConstraint:
         raise ConfigError(str(error)) from None
 
 
+def search_arguments(decoding: Mapping[str, Any] | None, vocab: Subwords) -> dict[str, Any]:
+    """beam_search's keyword arguments for decoding settings (aiayn.config.schemas.DecodingConfig;
+    missing ones at its defaults, ConfigError for a bad one) and ``vocab``: its BOS/EOS ids, and
+    the tree constraint, built once here, where ``constrained`` asks for it. Every decoder (the
+    tools, validation, the attention pictures) goes through this."""
+    settings = decoding_settings(decoding)
+    return {"beam_size": settings["beam_size"], "alpha": settings["alpha"],
+            "max_len_offset": settings["max_len_offset"], "kv_cache": settings["kv_cache"],
+            "constraint": tree_constraint(vocab) if settings["constrained"] else None,
+            "bos_id": vocab.bos_id, "eos_id": vocab.eos_id}
+
+
 class Translator:
-    """Beam-search translation of sentences that arrive in chunks, given back in input order.
+    """Beam-search translation of sentences that arrive in chunks, given back in input order,
+    with the ``decoding`` settings (:func:`search_arguments`).
 
     Each chunk is sorted by length and cut into batches of ``batch_size`` sentences (similar
     lengths together: little padding); after each batch, :meth:`stream` yields the longest run of
@@ -80,11 +95,10 @@ class Translator:
     counted), ``truncated`` (inputs cut to the model's maximum length) and ``seconds``, the wall
     time of encoding, search and decoding only (not the time spent waiting for input or writing)."""
 
-    def __init__(self, model: Transformer, vocab: Subwords, *, beam_size: int = 4, alpha: float = 0.6,
-                 max_len_offset: int = 50, kv_cache: bool = True, constrained: bool = False, batch_size: int = 64):
+    def __init__(self, model: Transformer, vocab: Subwords, decoding: Mapping[str, Any] | None = None, *,
+                 batch_size: int = 64):
         self.model, self.vocab, self.batch_size = model, vocab, batch_size
-        self.search = {"beam_size": beam_size, "alpha": alpha, "max_len_offset": max_len_offset, "kv_cache": kv_cache,
-                       "constraint": tree_constraint(vocab) if constrained else None}
+        self.search = search_arguments(decoding, vocab)
         self.collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
         self.sentences = self.output_tokens = self.truncated = 0
         self.seconds = 0.0
@@ -133,8 +147,7 @@ class Translator:
         for start in range(0, len(todo), self.batch_size):
             rows = todo[start : start + self.batch_size]
             src = self.collate([(i, ids[i], []) for i in rows])["src"]  # ids + EOS, right-padded
-            hypotheses = beam_search(self.model, src.to(device), bos_id=self.vocab.bos_id, eos_id=self.vocab.eos_id,
-                                     **self.search)
+            hypotheses = beam_search(self.model, src.to(device), **self.search)
             self.output_tokens += sum(len(h) for h in hypotheses)
             for i, text in zip(rows, self.vocab.decode(hypotheses)):
                 texts[i] = text
@@ -142,23 +155,12 @@ class Translator:
                 yield ready
 
 
-def translate(
-    model: Transformer,
-    vocab: Subwords,
-    sentences: list[str],
-    *,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_len_offset: int = 50,
-    kv_cache: bool = True,
-    constrained: bool = False,
-    batch_size: int = 64,
-) -> Translations:
-    """Beam-search translations of ``sentences``, ``batch_size`` sentences of similar length at
-    a time, returned in input order. An empty (or blank) sentence translates to "". ``constrained``:
-    only well-formed trees over the input's words (a parsing model, :func:`tree_constraint`)."""
-    translator = Translator(model, vocab, beam_size=beam_size, alpha=alpha, max_len_offset=max_len_offset,
-                            kv_cache=kv_cache, constrained=constrained, batch_size=batch_size)
+def translate(model: Transformer, vocab: Subwords, sentences: list[str], decoding: Mapping[str, Any] | None = None,
+              *, batch_size: int = 64) -> Translations:
+    """Beam-search translations of ``sentences`` with the ``decoding`` settings (None: the
+    defaults), ``batch_size`` sentences of similar length at a time, returned in input order. An
+    empty (or blank) sentence translates to ""."""
+    translator = Translator(model, vocab, decoding, batch_size=batch_size)
     texts = [text for ready in translator.stream([sentences]) for text in ready]
     return Translations(texts, translator.output_tokens, translator.seconds, translator.truncated)
 

@@ -148,7 +148,7 @@ def test_average_cli_writes_the_mean_of_the_last_step_checkpoints(run_dir: Path,
     work = tmp_path / "cwd"
     work.mkdir()
     out = work / "averaged.ckpt"
-    result = average_cli(f"dir={run_dir}", "last=3", f"out={out}", cwd=work)
+    result = average_cli(f"ckpt={run_dir}", "average_last=3", f"out={out}", cwd=work)
     assert result.returncode == 0, result.stdout + result.stderr
     assert os.listdir(work) == ["averaged.ckpt"]  # nothing else: no Hydra folder, no log file
     assert [line.split(":")[0].strip() for line in result.stdout.splitlines() if "step " in line][:3] == [
@@ -176,9 +176,9 @@ def test_average_cli_writes_the_mean_of_the_last_step_checkpoints(run_dir: Path,
 def test_average_cli_errors_are_one_line(tmp_path: Path, run_dir: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    for arguments, expected in [((f"dir={empty}", "last=5"), str(empty)),
-                                ((f"dir={run_dir}", "last=5"), "only 4"),
-                                ((f"dir={tmp_path / 'missing'}",), "no such directory")]:
+    for arguments, expected in [((f"ckpt={empty}", "average_last=5"), str(empty)),
+                                ((f"ckpt={run_dir}", "average_last=5"), "only 4"),
+                                ((f"ckpt={tmp_path / 'missing'}",), "no such directory")]:
         result = average_cli(*arguments, f"out={tmp_path / 'out.ckpt'}", cwd=tmp_path)
         assert result.returncode == 2, result.stdout + result.stderr
         lines = result.stderr.strip().splitlines()

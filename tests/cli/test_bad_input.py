@@ -188,8 +188,6 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
                                "max_steps"),
     (["+task.datamodule.max_token=10"], "train.py: task.datamodule.max_token is not an argument of "
                                         "Multi30kDataModule; did you mean max_tokens"),
-    (["+task.decoding.beam=5"], "train.py: task.decoding.beam is not a setting in task.decoding; did you mean "
-                                "beam_size?"),
     (["+checkpoint.every=5"], "train.py: checkpoint.every is not a setting in checkpoint;"),
     (["+callbacks.preemption.signal=[SIGTERM]"], "train.py: callbacks.preemption.signal is not an argument of "
                                                  "preemption_handling; did you mean signals?"),
@@ -198,11 +196,11 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["callbacks.preemption.signals=[SIGTERM,SIGFOO]"], "train.py: callbacks.preemption.signals: 'SIGFOO' is not a "
                                                         "signal a process can handle here"),
     # Ranges that would otherwise fail at the first validation, or later.
-    (["task.decoding.beam_size=0"], "train.py: task.decoding.beam_size must be a whole number of at least 1, got 0"),
-    (["task.decoding.alpha=-0.5"], "train.py: task.decoding.alpha (the length penalty's exponent) must be a "
-                                   "number, 0 or more, got -0.5"),
-    (["task.decoding.max_len_offset=-1"], "train.py: task.decoding.max_len_offset must be a whole number of at "
-                                          "least 0, got -1"),
+    (["decoding.beam_size=0"], "train.py: decoding.beam_size must be a whole number of at least 1, got 0"),
+    (["decoding.alpha=-0.5"], "train.py: decoding.alpha (the length penalty's exponent) must be a number, 0 or "
+                              "more, got -0.5"),
+    (["decoding.max_len_offset=-1"], "train.py: decoding.max_len_offset must be a whole number of at least 0, "
+                                     "got -1"),
     (["validation.bleu_sentences=-5"], "train.py: validation.bleu_sentences must be a whole number, 0 or more"),
     (["model.n_layers=0"], "train.py: model.n_layers must be at least 1 (N: the layers of each stack), got 0"),
     (["model.attention_window=0"], "train.py: model: attention_window must be a whole number of at least 1"),
@@ -244,6 +242,8 @@ def test_a_data_root_without_the_data_names_the_missing_file_and_exits_2(tmp_pat
                           "`python "),
     ("model=huge", "train.py: In 'train': Could not find 'model/huge'. Available options in 'model': base, big, "
                    "parsing, small"),
+    ("decoding.beam=5", "train.py: decoding.beam is not a setting here (Key 'beam' not in 'DecodingConfig'); "
+                        "`python "),
     ("model.d_model=abc", "train.py: Error merging override model.d_model=abc. Value 'abc' of type 'str' could not "
                           "be converted to Integer"),
     ("trainer.devices=[", "train.py: no viable alternative at input '['"),
@@ -260,11 +260,11 @@ def test_what_hydra_cannot_compose_is_one_line_and_exit_2(override, message, tmp
 
 @pytest.mark.cli
 def test_a_run_refused_before_training_leaves_no_output_folder(tmp_path, data_root):
-    result = run_tool("src/train.py", *TINY, "logger=none", "task.decoding.beam_size=0", cwd=tmp_path,
+    result = run_tool("src/train.py", *TINY, "logger=none", "decoding.beam_size=0", cwd=tmp_path,
                       data_root=data_root, check=False)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        "train.py: task.decoding.beam_size must be a whole number of at least 1, got 0")
+        "train.py: decoding.beam_size must be a whole number of at least 1, got 0")
     assert not (tmp_path / "outputs").exists(), list((tmp_path / "outputs").rglob("*"))
 
 
@@ -274,7 +274,7 @@ def test_a_sweep_of_a_dozen_overrides_gets_folders_the_file_system_accepts(tmp_p
     (with a hash of the whole), so each job still gets its own folder."""
     overrides = [*TINY, "logger=none", "optim.train_steps=1", "test_after_training=false", "visualize_at_end=false",
                  "trainer.val_check_interval=1", "trainer.limit_val_batches=1", "checkpoint.every_n_minutes=null",
-                 "validation.bleu_sentences=4", "task.decoding.max_len_offset=2", "nonfinite.max_in_a_row=3",
+                 "validation.bleu_sentences=4", "decoding.max_len_offset=2", "nonfinite.max_in_a_row=3",
                  "cost.gpu=K80", "seed=1,2", f"task.datamodule.cache_dir={subword_cache}",
                  "model.dropout=0.123456789", "loss.label_smoothing=0.0987654321"]
     result = run_tool("src/train.py", "--multirun", *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}",
@@ -300,16 +300,16 @@ def test_translate_stdin_that_is_not_utf8_names_the_line_and_byte(tiny_run: Trai
 @pytest.mark.cli
 def test_translate_with_beam_size_0_names_the_setting_and_exits_2(tiny_run: TrainedRun, data_root, tmp_path):
     source = _write(tmp_path / "in.en", ["A dog runs."])
-    result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", f"input={source}", "beam_size=0",
+    result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", f"input={source}", "decoding.beam_size=0",
                       data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == "translate.py: beam_size must be a whole number of at least 1, got 0"
+    assert result.stderr.strip().splitlines()[-1] == "translate.py: decoding.beam_size must be a whole number of at least 1, got 0"
 
 
 @pytest.mark.cli
 def test_evaluate_constrained_on_a_translation_model_is_refused_before_decoding(tiny_run: TrainedRun, data_root,
                                                                                tmp_path):
-    result = run_tool("src/evaluate.py", f"ckpt={tiny_run.last}", "decoding.constrained=true", f"out_dir={tmp_path}",
+    result = run_tool("src/evaluate.py", f"ckpt={tiny_run.last}", "decoding.constrained=true", f"out={tmp_path}",
                       "wandb=disabled", data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith(
@@ -349,7 +349,7 @@ def test_every_tool_refuses_a_setting_it_does_not_have_in_one_line(tool, tmp_pat
 
 @pytest.mark.cli
 @pytest.mark.parametrize("tool, arguments, message", [
-    ("average", ["last=0", "out={tmp}/avg.ckpt"], "last must be a positive number of checkpoints, not 0"),
+    ("average", ["average_last=0", "out={tmp}/avg.ckpt"], "average_last must be a positive number of checkpoints, not 0"),
     ("average", ["out={tmp}"], "out={tmp} is a folder; give the file to write"),
     ("visualize", ["positional_encoding_positions=0"], "positional_encoding_positions must be a positive whole "
                                                         "number, got 0"),
@@ -359,7 +359,7 @@ def test_every_tool_refuses_a_setting_it_does_not_have_in_one_line(tool, tmp_pat
 def test_average_and_visualize_settings_are_checked_before_any_work(tool, arguments, message, tiny_run: TrainedRun,
                                                                    tmp_path):
     (tmp_path / "file.txt").write_text("not a folder\n")
-    where = [f"dir={tiny_run.run_dir}"] if tool == "average" else [f"ckpt={tiny_run.last}"]
+    where = [f"ckpt={tiny_run.run_dir}"] if tool == "average" else [f"ckpt={tiny_run.last}"]
     result = run_tool(f"src/{tool}.py", *where, *(argument.format(tmp=tmp_path) for argument in arguments),
                       cwd=tmp_path, check=False)
     assert result.returncode == 2, result.stderr[-3000:]

@@ -20,8 +20,8 @@ from omegaconf.errors import MissingMandatoryValue
 
 from aiayn.cli import config_options
 from aiayn.cli.errors import USER_ERROR, describe, reports_errors
+from aiayn.config.schemas import decoding_settings
 from aiayn.errors import ConfigError, DataError
-from aiayn.training.config_check import check_decoding
 from aiayn.training.module import NonFiniteLossError
 from tests.helpers.runs import REPO, run_command
 
@@ -52,7 +52,7 @@ def user_error(tool: str, tmp: Path) -> tuple[list[str], str]:
                      f"hydra.run.dir={tmp / 'prepare'}"], "Multi30k files missing"),
         "evaluate": ([], "ckpt is missing: give ckpt=<value>"),
         "translate": ([f"ckpt={bogus}"], f"{bogus}: not a readable checkpoint"),
-        "average": ([f"dir={tmp / 'missing'}", f"out={tmp / 'out.ckpt'}"], f"{tmp / 'missing'}: no such directory"),
+        "average": ([f"ckpt={tmp / 'missing'}", f"out={tmp / 'out.ckpt'}"], f"{tmp / 'missing'}: no such directory"),
         "visualize": ([f"ckpt={tmp / 'nope.ckpt'}"], f"{tmp / 'nope.ckpt'}: checkpoint not found"),
     }[tool]
 
@@ -102,7 +102,7 @@ OWN_SETTINGS = {
     "prepare": ["task: multi30k_de_en, multi30k_en_de, wmt_en_de", "seed: 1234"],
     "evaluate": ["task: multi30k_de_en, multi30k_en_de, wmt_en_de", "ckpt: ???", "average_last: null", "beam_size:"],
     "translate": ["ckpt: ???", "input: null", "beam_size: null", "kv_cache: null"],
-    "average": ["dir: ???", "last: 5", "out: ???"],
+    "average": ["ckpt: ???", "average_last: 5", "out: ???"],
     "visualize": ["ckpt: null", "text: A man is riding a bike.", "positional_encoding: true"],
 }
 
@@ -139,7 +139,7 @@ def _raise(error: BaseException):
 
 
 def test_wrapper_reports_a_user_error_as_one_line(capsys, monkeypatch) -> None:
-    monkeypatch.setattr(sys, "argv", ["/somewhere/aiayn-average", "dir=x"])
+    monkeypatch.setattr(sys, "argv", ["/somewhere/aiayn-average", "ckpt=x"])
     with pytest.raises(SystemExit) as exit_:
         _raise(DataError("/x: no such directory\n(second line)"))(OmegaConf.create({}))
     assert exit_.value.code == 2
@@ -193,14 +193,16 @@ def test_cuda_without_a_gpu_names_the_setting_to_change() -> None:
 
 
 def test_decoding_settings_are_checked_before_loading() -> None:
-    check_decoding({"beam_size": 4, "alpha": 0.6, "max_len_offset": 0, "kv_cache": None, "batch_size": 64})
-    for settings, message in [({"beam_size": 0}, "beam_size must be a whole number of at least 1, got 0"),
-                              ({"batch_size": 2.5}, "batch_size must be a whole number of at least 1, got 2.5"),
-                              ({"max_len_offset": -1}, "max_len_offset must be a whole number of at least 0"),
-                              ({"alpha": "high"}, "alpha (the length penalty's exponent) must be a number"),
-                              ({"kv_cache": "yes"}, "kv_cache must be true or false")]:
+    assert decoding_settings({"max_len_offset": 0, "kv_cache": None}) == {
+        "beam_size": 4, "alpha": 0.6, "max_len_offset": 0, "kv_cache": True, "constrained": False}
+    for settings, message in [({"beam_size": 0}, "decoding.beam_size must be a whole number of at least 1, got 0"),
+                              ({"max_len_offset": -1}, "decoding.max_len_offset must be a whole number of at least 0"),
+                              ({"alpha": -1}, "decoding.alpha (the length penalty's exponent) must be a number"),
+                              ({"alpha": "high"}, "decoding.alpha: Value 'high' of type 'str' could not be converted"),
+                              ({"kv_cache": "maybe"}, "decoding.kv_cache: Value 'maybe' is not a valid bool"),
+                              ({"beam": 4}, "decoding.beam is not a decoding setting; the settings are alpha, ")]:
         with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-            check_decoding(settings)
+            decoding_settings(settings)
 
 
 def test_help_lists_a_groups_options() -> None:

@@ -107,12 +107,14 @@ def test_a_wmt_checkpoint_reads_newstest2014_under_the_data_root(tiny_run: Train
 def test_another_task_on_the_command_line_reads_under_data_root(tiny_run: TrainedRun, data_root: Path, wmt_root: Path,
                                                                  wmt_cache: Path, tmp_path: Path) -> None:
     """task=wmt_en_de on a Multi30k en→de checkpoint: the task's raw_dir is resolved with
-    ``data_root=`` as its data root (which wins over AIAYN_DATA_ROOT, here the shared data)."""
+    ``data_root=`` as its data root (which wins over AIAYN_DATA_ROOT, here the shared data). The
+    decoding is the checkpoint's (debug=tiny's input + 5) with decoding.* over it: another task's
+    test set does not change how the model decodes."""
     evaluate(f"ckpt={tiny_run.last}", "task=wmt_en_de", f"task.vocab_size={WMT_VOCAB}", "task.datamodule.download=false",
              "task.datamodule.prepare_workers=1", f"data_root={wmt_root}", "split=val", "decoding.beam_size=1",
-             f"out_dir={tmp_path}", data_root=data_root, cache_dir=wmt_cache, timeout=300)
+             f"out={tmp_path}", data_root=data_root, cache_dir=wmt_cache, timeout=300)
     report = report_of(tmp_path, "newstest2013.step4.beam1.*.json")
-    assert report["task"] == "wmt_en_de" and report["sentences"] == 3000 and report["decoding"]["max_len_offset"] == 50
+    assert report["task"] == "wmt_en_de" and report["sentences"] == 3000 and report["decoding"]["max_len_offset"] == 5
 
 
 def test_data_root_moves_every_path_of_the_checkpoints_task_under_it() -> None:
@@ -143,7 +145,7 @@ def test_average_last_averages_the_checkpoints_ending_at_the_one_given(tiny_run:
 
     folder = tiny_run.checkpoints
     result = evaluate(f"ckpt={folder / 'step0000002.ckpt'}", "average_last=2", "split=test_2017_mscoco",
-                      f"out_dir={tmp_path}", data_root=data_root, cache_dir=tiny_run.cache_dir)
+                      f"out={tmp_path}", data_root=data_root, cache_dir=tiny_run.cache_dir)
     # Steps 1 and 2, not the folder's newest (3 and 4), and said so in the name, the line and the report.
     assert result.stdout.splitlines()[0] == (
         "test_2017_mscoco: 461 sentences, steps 1–2, average of 2 checkpoints (step0000001.ckpt, step0000002.ckpt)")
@@ -158,7 +160,7 @@ def test_average_last_averages_the_checkpoints_ending_at_the_one_given(tiny_run:
                                                                       references, 4096)[0])
 
     # From last.ckpt (its step read from the file): step 3 and last.ckpt itself.
-    result = evaluate(f"ckpt={tiny_run.last}", "average_last=2", "split=test_2017_mscoco", f"out_dir={tmp_path}",
+    result = evaluate(f"ckpt={tiny_run.last}", "average_last=2", "split=test_2017_mscoco", f"out={tmp_path}",
                       data_root=data_root, cache_dir=tiny_run.cache_dir)
     assert result.stdout.splitlines()[0].endswith("steps 3–4, average of 2 checkpoints (step0000003.ckpt, last.ckpt)")
     assert report_of(tmp_path, "test_2017_mscoco.step3-4.*.avg2.json")["averaged_steps"] == [3, 4]
@@ -168,11 +170,11 @@ def test_average_last_averages_the_checkpoints_ending_at_the_one_given(tiny_run:
 def test_evaluations_with_other_decoding_settings_leave_their_own_reports(tiny_run: TrainedRun, data_root: Path,
                                                                           tmp_path: Path) -> None:
     for alpha in ("0.6", "1.0"):
-        evaluate(f"ckpt={tiny_run.last}", "split=test_2017_mscoco", f"decoding.alpha={alpha}", f"out_dir={tmp_path}",
+        evaluate(f"ckpt={tiny_run.last}", "split=test_2017_mscoco", f"decoding.alpha={alpha}", f"out={tmp_path}",
                  data_root=data_root, cache_dir=tiny_run.cache_dir)
     evaluate(f"ckpt={tiny_run.last}", "split=test_2017_mscoco", "decoding.beam_size=2", "decoding.kv_cache=false",
-             f"out_dir={tmp_path}", data_root=data_root, cache_dir=tiny_run.cache_dir)
-    evaluate(f"ckpt={tiny_run.last}", "split=test_2017_mscoco", "int8=true", f"out_dir={tmp_path}",
+             f"out={tmp_path}", data_root=data_root, cache_dir=tiny_run.cache_dir)
+    evaluate(f"ckpt={tiny_run.last}", "split=test_2017_mscoco", "int8=true", f"out={tmp_path}",
              data_root=data_root, cache_dir=tiny_run.cache_dir)
     reports = {path.name: json.loads(path.read_text()) for path in tmp_path.glob("*.json")}
     assert sorted(reports) == ["test_2017_mscoco.step4.beam2.alpha0.6.len+5.nokv.json",
@@ -190,7 +192,7 @@ def _evaluate_in_process(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     """evaluate.py's own error handling, in this process: (exit status, its one line). Called with
     a config, Hydra's ``main`` runs the task function (under aiayn.cli.errors' wrapper) directly."""
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("evaluate", overrides=["wandb=disabled", f"out_dir={tmp_path / 'eval'}", *overrides])
+        cfg = compose("evaluate", overrides=["wandb=disabled", f"out={tmp_path / 'eval'}", *overrides])
     stderr = tmp_path / "stderr"
     with open(stderr, "w") as handle, pytest.raises(SystemExit) as exit_:
         real, sys.stderr = sys.stderr, handle

@@ -19,7 +19,7 @@ def test_evaluate_writes_hypotheses_and_reports_both_bleus(tiny_run: TrainedRun,
 
     ckpt, cache = tiny_run.last, tiny_run.cache_dir
     out = tmp_path / "eval"
-    result = run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=test", f"out_dir={out}", "wandb=offline",
+    result = run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=test", f"out={out}", "wandb=offline",
                  data_root=data_root, cache_dir=cache)
     for label in ("sacreBLEU", "tokenized BLEU", "perplexity", "sentences/s", "nrefs:1|case:mixed"):
         assert label in result.stdout, result.stdout
@@ -39,7 +39,7 @@ def test_evaluate_writes_hypotheses_and_reports_both_bleus(tiny_run: TrainedRun,
 def test_evaluate_with_averaging_and_bad_checkpoint(tiny_run: TrainedRun, data_root: Path, tmp_path: Path) -> None:
     ckpt, cache = tiny_run.last, tiny_run.cache_dir
     step_ckpt = max(ckpt.parent.glob("step*.ckpt"))
-    result = run_tool("src/evaluate.py", f"ckpt={step_ckpt}", "split=val", "average_last=2", f"out_dir={tmp_path}",
+    result = run_tool("src/evaluate.py", f"ckpt={step_ckpt}", "split=val", "average_last=2", f"out={tmp_path}",
                  "wandb=disabled", data_root=data_root, cache_dir=cache)
     assert "average of 2 checkpoints" in result.stdout
     assert len(next(tmp_path.glob("val.step*.avg2.hyp.de")).read_text().splitlines()) == 1014
@@ -54,11 +54,11 @@ def test_evaluate_with_averaging_and_bad_checkpoint(tiny_run: TrainedRun, data_r
 def test_evaluate_on_another_test_set_of_the_task(tiny_run: TrainedRun, data_root: Path, tmp_path: Path) -> None:
     ckpt, cache = tiny_run.last, tiny_run.cache_dir
     run_tool("src/evaluate.py", f"ckpt={ckpt}", "task=multi30k_en_de", "split=test_2017_mscoco", "decoding.beam_size=2",
-        f"out_dir={tmp_path}", "wandb=disabled", data_root=data_root, cache_dir=cache)
+        f"out={tmp_path}", "wandb=disabled", data_root=data_root, cache_dir=cache)
     report = json.loads(next(tmp_path.glob("test_2017_mscoco.step*.json")).read_text())
     assert report["sentences"] == 461 and report["decoding"]["beam_size"] == 2
 
-    result = run_tool("src/evaluate.py", f"ckpt={ckpt}", "task=multi30k_de_en", f"out_dir={tmp_path}", "wandb=disabled",
+    result = run_tool("src/evaluate.py", f"ckpt={ckpt}", "task=multi30k_de_en", f"out={tmp_path}", "wandb=disabled",
                  data_root=data_root, cache_dir=cache, check=False)
     assert result.returncode == 2 and "translates en→de but task multi30k_de_en is de→en" in result.stderr
 
@@ -70,7 +70,7 @@ def test_translate_keeps_order_empty_lines_and_truncates(tiny_run: TrainedRun, d
     source = tmp_path / "in.en"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     result = run_tool("src/translate.py", f"ckpt={ckpt}", f"input={source}", f"output={tmp_path / 'out.de'}",
-                 "beam_size=2", data_root=data_root, cache_dir=cache)
+                 "decoding.beam_size=2", data_root=data_root, cache_dir=cache)
     translations = (tmp_path / "out.de").read_text(encoding="utf-8").split("\n")[:-1]
     assert len(translations) == len(lines)
     assert translations[1] == ""
@@ -78,7 +78,7 @@ def test_translate_keeps_order_empty_lines_and_truncates(tiny_run: TrainedRun, d
 
     # Order: each line alone (through stdin) gives the line the batch gave at its position.
     for i in (0, 2, 4):
-        alone = run_tool("src/translate.py", f"ckpt={ckpt}", "beam_size=2", stdin=lines[i] + "\n", data_root=data_root,
+        alone = run_tool("src/translate.py", f"ckpt={ckpt}", "decoding.beam_size=2", stdin=lines[i] + "\n", data_root=data_root,
                     cache_dir=cache)
         assert alone.stdout == translations[i] + "\n"
 
@@ -92,7 +92,7 @@ def test_evaluate_decodes_in_bf16_on_the_cpu_into_a_report_of_its_own(tiny_run: 
     reports = {}
     for precision in ("fp32", "bf16"):
         run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=test_2017_mscoco", f"precision={precision}",
-                 "decoding.alpha=20", f"out_dir={tmp_path / precision}", "wandb=disabled", data_root=data_root,
+                 "decoding.alpha=20", f"out={tmp_path / precision}", "wandb=disabled", data_root=data_root,
                  cache_dir=cache)
         (path,) = (tmp_path / precision).glob("test_2017_mscoco.*.json")
         reports[precision] = json.loads(path.read_text())

@@ -54,11 +54,11 @@ def test_ctranslate2_export_serves_translate_with_our_output(tiny_run, data_root
     source = tmp_path / "source.en"
     source.write_text("".join(line + "\n" for line in SENTENCES), encoding="utf-8")
     # beam 1 with α 0 is aiayn's greedy search (a length penalty could let a longer beam-1 hypothesis win)
-    greedy = ["beam_size=1", "alpha=0.0", "max_len_offset=5", "device=cpu", f"input={source}"]
-    ours = run_tool("src/translate.py", f"ckpt={tiny_run.last}", *greedy, "output=" + str(tmp_path / "ours.de"),
+    greedy = ["decoding.beam_size=1", "decoding.alpha=0.0", "decoding.max_len_offset=5", "device=cpu", f"input={source}"]
+    ours = run_tool("src/translate.py", f"ckpt={tiny_run.last}", *greedy, "out=" + str(tmp_path / "ours.de"),
                     data_root=data_root, cache_dir=tiny_run.cache_dir)
     theirs = run_tool("src/translate.py", "engine=ctranslate2", f"model_dir={out}", *greedy,
-                      "output=" + str(tmp_path / "ct2.de"), data_root=data_root, cache_dir=tiny_run.cache_dir)
+                      "out=" + str(tmp_path / "ct2.de"), data_root=data_root, cache_dir=tiny_run.cache_dir)
     assert "translated 4 lines" in theirs.stderr and ours.returncode == 0
     assert (tmp_path / "ct2.de").read_text(encoding="utf-8") == (tmp_path / "ours.de").read_text(encoding="utf-8")
 
@@ -109,7 +109,7 @@ def test_translate_engine_settings_are_checked(tiny_run, data_root, tmp_path):
         (f"ckpt={tiny_run.last}", f"model_dir={tmp_path}"): "is for engine=ctranslate2",
         ("engine=onnx", f"ckpt={tiny_run.last}"): "engine=onnx is not one of aiayn, ctranslate2",
         ("engine=ctranslate2", f"model_dir={tmp_path}"): "not a CTranslate2 export of aiayn",
-        ("engine=ctranslate2", f"model_dir={tmp_path}", "constrained=true"): "CTranslate2 cannot constrain its output",
+        ("engine=ctranslate2", f"model_dir={tmp_path}", "decoding.constrained=true"): "CTranslate2 cannot constrain its output",
     }
     for arguments, expected in cases.items():
         result = run_tool("src/translate.py", *arguments, stdin="A dog.\n", data_root=data_root, check=False)

@@ -44,7 +44,7 @@ def test_train_validates_and_tests_with_f1(trained) -> None:
 
 def test_evaluate_reports_f1_and_writes_evalb_files(trained, data_root: Path, tmp_path: Path) -> None:
     _, ckpt, cache = trained
-    result = run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=test", f"out_dir={tmp_path}", "wandb=disabled",
+    result = run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=test", f"out={tmp_path}", "wandb=disabled",
                       data_root=data_root, cache_dir=cache)
     for label in ("F1", "precision", "recall", "exact match", "EVALB files"):
         assert label in result.stdout, result.stdout
@@ -72,7 +72,7 @@ def test_evaluate_reports_f1_and_writes_evalb_files(trained, data_root: Path, tm
 def test_evaluate_unconstrained_is_plain_beam_search(trained, data_root: Path, tmp_path: Path) -> None:
     """decoding.constrained=false: the search of translation, whose outputs the repair reads."""
     _, ckpt, cache = trained
-    run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=test", f"out_dir={tmp_path}", "wandb=disabled",
+    run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=test", f"out={tmp_path}", "wandb=disabled",
              "decoding.constrained=false", data_root=data_root, cache_dir=cache)
     report = json.loads(next(tmp_path.glob("wsj_0180-wsj_0199.step*.json")).read_text())
     assert report["decoding"]["constrained"] is False and ".constrained" not in report["hypotheses"]
@@ -86,7 +86,7 @@ def test_the_words_linearisation_trains_and_decodes_trees_of_the_words(data_root
              "model.max_positions=512", "logger=none", "visualize_at_end=false", "test_after_training=false",
              f"hydra.run.dir={tmp_path / 'run'}", data_root=data_root, cache_dir=tmp_path / "cache")
     run_tool("src/evaluate.py", f"ckpt={tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}", "split=val",
-             f"out_dir={tmp_path / 'eval'}", "wandb=disabled", data_root=data_root, cache_dir=tmp_path / "cache")
+             f"out={tmp_path / 'eval'}", "wandb=disabled", data_root=data_root, cache_dir=tmp_path / "cache")
     report = json.loads(next((tmp_path / "eval").glob("*.json")).read_text())
     gold = Path(report["evalb_gold"]).read_text().splitlines()
     hypotheses = Path(report["hypotheses"]).read_text().splitlines()
@@ -116,9 +116,9 @@ def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from aiayn.config.schemas import network_arguments
     from aiayn.errors import DataError
     from aiayn.metrics import ParseF1
-    from aiayn.config.schemas import network_arguments
     from aiayn.training.module import TranslationModule
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
@@ -130,8 +130,8 @@ def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
     assert task["vocab_size"] == 16000
     assert (task["datamodule"]["train_split"], task["datamodule"]["val_split"], task["datamodule"]["test_split"]) == \
         ("02-21", "22", "23")
-    assert task["decoding"] == {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300, "kv_cache": True,
-                                "constrained": True}
+    assert OmegaConf.to_container(wsj.decoding) == {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300,
+                                                    "kv_cache": True, "constrained": True}
     assert semi.task.vocab_size == 32000 and list(semi.task.datamodule.extra_trees) == ["parsing_semi/*"]
     assert sample.task.vocab_size == 2000 and sample.task.datamodule.test_split == "wsj_0180-wsj_0199"
     with torch.device("meta"):

@@ -29,7 +29,7 @@ from tests.helpers.runs import REPO, TrainedRun, offline_environment, run_tool
 # translations with the task's α are all empty), so each line gets a translation of its own and a
 # line in the wrong place shows; beam 1 keeps it quick. The CPU, as the reference is computed here.
 SETTINGS = {"beam_size": 1, "alpha": 20.0, "max_len_offset": 5}
-ARGUMENTS = [f"{key}={value}" for key, value in SETTINGS.items()] + ["device=cpu"]
+ARGUMENTS = [f"decoding.{key}={value}" for key, value in SETTINGS.items()] + ["device=cpu"]
 SENTENCES = ["A man is riding a bike.", "", "Two dogs play in the snow.", "A woman sings on a stage.",
              "A little girl in a pink dress climbs the stairs of a wooden house."]
 
@@ -41,7 +41,7 @@ def trained(tiny_run: TrainedRun, single_thread) -> TrainedModel:
 
 def reference(trained: TrainedModel, lines: list[str]) -> str:
     """The output file translate.py must write for ``lines``."""
-    return "".join(text + "\n" for text in translate(trained.model, trained.vocab, lines, **SETTINGS).texts)
+    return "".join(text + "\n" for text in translate(trained.model, trained.vocab, lines, SETTINGS).texts)
 
 
 def start(tiny_run: TrainedRun, data_root: Path, *arguments: str, **options) -> subprocess.Popen:
@@ -75,7 +75,7 @@ def test_every_write_leaves_a_whole_prefix_and_a_bad_line_keeps_what_came_before
     source = tmp_path / "in.en"
     source.write_bytes("".join(line + "\n" for line in SENTENCES[:4]).encode() + b"caf\xe9\n" + b"A dog.\n")
     out_path = tmp_path / "out.de"
-    translator = Translator(trained.model, trained.vocab, batch_size=1, **SETTINGS)
+    translator = Translator(trained.model, trained.vocab, SETTINGS, batch_size=1)
     given: list[str] = []
     seen: list[str] = []
 
@@ -126,7 +126,7 @@ def test_output_in_a_folder_that_is_not_there_is_written_there(tiny_run: Trained
                                                                data_root: Path, tmp_path: Path) -> None:
     source = write_lines(tmp_path / "in.en", SENTENCES)
     output = tmp_path / "new" / "deeper" / "out.de"
-    result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", f"input={source}", f"output={output}",
+    result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", f"input={source}", f"out={output}",
                       *ARGUMENTS, "batch_size=2", data_root=data_root, cache_dir=tiny_run.cache_dir)
     assert output.read_text(encoding="utf-8") == reference(trained, SENTENCES)
     assert result.stdout == ""
@@ -139,7 +139,7 @@ def test_a_run_killed_midway_leaves_the_first_lines_translations(tiny_run: Train
     lines = multi30k_test_sentences(data_root)
     source = write_lines(tmp_path / "in.en", lines)
     output = tmp_path / "out.de"
-    process = start(tiny_run, data_root, f"input={source}", f"output={output}", "batch_size=1", "buffer_size=4",
+    process = start(tiny_run, data_root, f"input={source}", f"out={output}", "batch_size=1", "buffer_size=4",
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 300  # only so that a broken build cannot hang the test
@@ -199,7 +199,7 @@ def test_lines_before_one_that_is_not_utf8_are_written_first(tiny_run: TrainedRu
                                                             data_root: Path, tmp_path: Path) -> None:
     output = tmp_path / "out.de"
     stdin = "".join(line + "\n" for line in SENTENCES[:3]).encode() + b"caf\xe9\nA dog.\n"
-    result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", f"output={output}", *ARGUMENTS, stdin=stdin,
+    result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", f"out={output}", *ARGUMENTS, stdin=stdin,
                       data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
     assert result.returncode == 2
     assert result.stderr.decode().strip().splitlines() == [
@@ -249,25 +249,25 @@ def _not_writable(tmp: Path) -> str:
     folder = tmp / "locked"
     folder.mkdir()
     folder.chmod(0o500)
-    return f"output={folder}/out.de"
+    return f"out={folder}/out.de"
 
 
 BAD = {  # (the bad setting, given tmp_path; the start of the one line)
-    "output is a directory": (lambda tmp: f"output={tmp}",
-                              "output={tmp} is a directory; give the file to write the translations to"),
+    "output is a directory": (lambda tmp: f"out={tmp}",
+                              "out={tmp} is a directory; give the file to write the translations to"),
     "input missing": (lambda tmp: f"input={tmp}/missing.en", "input={tmp}/missing.en: no such file"),
     "input is a directory": (lambda tmp: f"input={tmp}", "input={tmp} is a directory"),
     "ckpt missing": (lambda tmp: f"ckpt={tmp}/missing.ckpt", "{tmp}/missing.ckpt: checkpoint not found"),
     "batch_size=0": (lambda tmp: "batch_size=0", "batch_size must be a whole number of at least 1, got 0"),
     "buffer_size=0": (lambda tmp: "buffer_size=0", "buffer_size must be a whole number of at least 1, got 0"),
     "interactive=maybe": (lambda tmp: "interactive=maybe", "interactive must be auto, true or false, got 'maybe'"),
-    "constrained=maybe": (lambda tmp: "constrained=maybe", "constrained must be true or false, got 'maybe'"),
-    "constrained, a translation model": (lambda tmp: "constrained=true",
+    "decoding.constrained=maybe": (lambda tmp: "decoding.constrained=maybe", "Error merging override decoding.constrained=maybe"),
+    "constrained, a translation model": (lambda tmp: "decoding.constrained=true",
                                          "constrained decoding needs a parsing model: its vocabulary has no tree symbols"),
-    "output folder under a file": (lambda tmp: f"output={tmp}/in.en/out.de",
-                                   "output={tmp}/in.en/out.de: cannot create its folder {tmp}/in.en ({tmp}/in.en is a file)"),
-    "output is the input": (lambda tmp: f"output={tmp}/in.en", "output={tmp}/in.en is the input file"),
-    "output folder not writable": (lambda tmp: _not_writable(tmp), "output={tmp}/locked/out.de: not writable"),
+    "output folder under a file": (lambda tmp: f"out={tmp}/in.en/out.de",
+                                   "out={tmp}/in.en/out.de: cannot create its folder {tmp}/in.en ({tmp}/in.en is a file)"),
+    "output is the input": (lambda tmp: f"out={tmp}/in.en", "out={tmp}/in.en is the input file"),
+    "output folder not writable": (lambda tmp: _not_writable(tmp), "out={tmp}/locked/out.de: not writable"),
     "precision=fp8": (lambda tmp: "precision=fp8", "precision must be one of fp32, bf16, fp16, got 'fp8'"),
     "int8=yes": (lambda tmp: "int8=yes", "int8 must be true or false, got 'yes'"),
 }

@@ -90,7 +90,7 @@ def test_every_table3_row_composes_and_builds_its_model(row: str) -> None:
     assert built_structure(cfg) == {**BASE, **ROWS[row]}
     assert cfg.task.name == "multi30k_en_de" and cfg.experiment.scale == "multi30k"
     assert cfg.trainer.max_steps == 4000 and cfg.optim.warmup_steps == 800
-    assert (cfg.task.decoding.beam_size, cfg.task.decoding.alpha) == (4, 0.6)  # the caption: beam 4, α 0.6
+    assert (cfg.decoding.beam_size, cfg.decoding.alpha) == (4, 0.6)  # the caption: beam 4, α 0.6
     assert cfg.validation.bleu_sentences is None  # BLEU of the whole development set
     # W&B: group = the table, name and tags = the row.
     assert cfg.logger.group == "table3" and cfg.logger.name == f"table3-{row}" and row in cfg.logger.tags
@@ -112,7 +112,7 @@ def test_at_cpu_scale_every_row_keeps_its_shape_at_a_quarter_of_the_width(row: s
     assert (cfg.trainer.max_steps, cfg.optim.warmup_steps, cfg.optim.lr_factor) == (2000, 800, 0.28)
     assert cfg.task.datamodule.max_tokens == 1024 and cfg.trainer.val_check_interval == 1000
     assert cfg.test_after_training is False and cfg.validation.bleu_sentences == 300
-    assert (cfg.task.decoding.beam_size, cfg.task.decoding.alpha) == (4, 0.6)
+    assert (cfg.decoding.beam_size, cfg.decoding.alpha) == (4, 0.6)
 
 
 def test_the_width_divisor_must_divide_every_width() -> None:
@@ -304,8 +304,8 @@ def test_every_row_composes_with_its_wmt_task_and_the_papers_dev_and_test_sets(t
     assert cfg.task.name == task and data._target_ == "aiayn.data.wmt.datamodule.WMTDataModule"
     assert cfg.task.vocab_size == (37000 if task == "wmt_en_de" else 32000)
     assert (data.val_split, data.test_split) == ("newstest2013", "newstest2014")
-    assert dict(cfg.task.decoding) == {"beam_size": 4, "alpha": 0.6, "max_len_offset": 50, "kv_cache": True,
-                                       "constrained": False}
+    assert dict(cfg.decoding) == {"beam_size": 4, "alpha": 0.6, "max_len_offset": 50, "kv_cache": True,
+                                  "constrained": False}
     check_train_config(OmegaConf.to_container(cfg, resolve=True))
     if table == "table3":
         assert built_structure(cfg) == {**BASE, **ROWS[row]}

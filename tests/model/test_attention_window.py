@@ -126,8 +126,8 @@ def test_searches_are_the_same_with_and_without_the_cache(attention, seed):
     greedy = greedy_search(model, src, bos_id=BOS, eos_id=EOS, max_len_offset=8)
     assert greedy == greedy_search(model, src, bos_id=BOS, eos_id=EOS, max_len_offset=8, kv_cache=False)
     assert max(map(len, greedy)) > 3  # long enough for the window to leave keys out
-    beam = beam_search(model, src, bos_id=BOS, eos_id=EOS, beam_size=3, max_len_offset=8)
-    assert beam == beam_search(model, src, bos_id=BOS, eos_id=EOS, beam_size=3, max_len_offset=8, kv_cache=False)
+    beam = beam_search(model, src, bos_id=BOS, eos_id=EOS, beam_size=3, alpha=0.6, max_len_offset=8)
+    assert beam == beam_search(model, src, bos_id=BOS, eos_id=EOS, beam_size=3, alpha=0.6, max_len_offset=8, kv_cache=False)
 
 
 @pytest.mark.parametrize("window", [0, -1, 2.5, True, "3"])

@@ -207,7 +207,7 @@ def syncs_of(search, model: StepCounter, src: torch.Tensor, **settings) -> tuple
 
 
 @pytest.mark.parametrize("kv_cache", [True, False])
-@pytest.mark.parametrize(("search", "extra"), [(beam_search, {"beam_size": 4}), (greedy_search, {})])
+@pytest.mark.parametrize(("search", "extra"), [(beam_search, {"beam_size": 4, "alpha": 0.6}), (greedy_search, {})])
 def test_a_search_of_k_steps_waits_once_per_step(search, extra, kv_cache):
     """With an end-of-sentence id the model never produces, every sentence runs to its limit, the
     longest source length + max_len_offset steps: the waits grow by exactly one ``nonzero`` (the
@@ -227,7 +227,7 @@ def test_sentences_leaving_early_add_no_waits(seed, beam_size):
     beam and greedy search still wait once per step taken, plus the fixed waits."""
     model = random_model(seed, eos_bias=2.5)
     src = sources([3, 11, 6, 1, 8][: 3 + seed], seed=seed)
-    beam, beam_steps = syncs_of(beam_search, model, src, eos_id=EOS, beam_size=beam_size, max_len_offset=10)
+    beam, beam_steps = syncs_of(beam_search, model, src, eos_id=EOS, beam_size=beam_size, alpha=0.6, max_len_offset=10)
     greedy, greedy_steps = syncs_of(greedy_search, model, src, eos_id=EOS, max_len_offset=10)
     assert beam == {**FIXED_WAITS, "nonzero": beam_steps}
     assert greedy == {**FIXED_WAITS, "nonzero": greedy_steps}

@@ -96,6 +96,6 @@ def test_no_cache_keeps_no_keys_values():
         return decode(tgt_in, state, return_weights)
 
     model.decode = spy
-    beam_search(model, ragged_sources([4, 6], 0), bos_id=BOS, eos_id=EOS, beam_size=3, max_len_offset=5,
+    beam_search(model, ragged_sources([4, 6], 0), bos_id=BOS, eos_id=EOS, beam_size=3, alpha=0.6, max_len_offset=5,
                 kv_cache=False)
     assert seen and all(seen)

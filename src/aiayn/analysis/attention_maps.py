@@ -27,8 +27,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from aiayn.data.parsing.constraints import TreeConstraint
 from aiayn.data.subwords import Subwords
+from aiayn.inference import search_arguments
 from aiayn.model.positional import sinusoidal_table
 from aiayn.model.search import beam_search
 from aiayn.model.transformer import Transformer
@@ -72,8 +72,8 @@ class AttentionMaps:
 
 @torch.no_grad()
 def attention_maps(model: Transformer, vocab: Subwords, text: str, decoding: dict[str, Any]) -> AttentionMaps:
-    """Translate ``text`` with beam search (``decoding``: beam_size, alpha, max_len_offset, kv_cache,
-    constrained, as in a checkpoint) and collect the attention weights of the teacher-forced pass over BOS + the
+    """Translate ``text`` with beam search (``decoding``: the decoding settings, as a checkpoint
+    holds them; a parser's constrained to trees) and collect the attention weights of the teacher-forced pass over BOS + the
     translation. The model runs in eval mode (dropout off) and is left in the mode it was in."""
     device = next(model.parameters()).device
     src_ids = vocab.encode([text])[0] + [vocab.eos_id]
@@ -86,10 +86,7 @@ def attention_maps(model: Transformer, vocab: Subwords, text: str, decoding: dic
     was_training = model.training
     model.eval()
     try:
-        settings = {key: value for key, value in decoding.items() if key != "constrained"}
-        if decoding.get("constrained"):  # a parser's output: a well-formed tree over the words
-            settings["constraint"] = TreeConstraint(vocab)
-        hypothesis = beam_search(model, src, bos_id=vocab.bos_id, eos_id=vocab.eos_id, **settings)[0]
+        hypothesis = beam_search(model, src, **search_arguments(decoding, vocab))[0]
         hypothesis = hypothesis[: model.max_positions - 1]  # BOS + hypothesis must fit the positions
         tgt_in = torch.tensor([[vocab.bos_id] + hypothesis], dtype=torch.long, device=device)
         memory, src_mask, encoder_weights = model.encode(src, return_weights=True)

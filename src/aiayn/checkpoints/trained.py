@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from aiayn.checkpoints.io import read_checkpoint
-from aiayn.config.schemas import network_arguments
+from aiayn.config.schemas import decoding_settings, network_arguments
 from aiayn.data.parsing.constraints import is_parsing_task
 from aiayn.data.subwords import Subwords
 from aiayn.model import Transformer
@@ -42,7 +42,7 @@ MODEL_PREFIX = "model."
 class TrainedModel:
     model: Transformer  # in eval mode
     vocab: Subwords
-    decoding: dict[str, Any]  # beam_size, alpha, max_len_offset, kv_cache, constrained
+    decoding: dict[str, Any]  # every decoding setting (aiayn.config.schemas.DecodingConfig), as trained
     config: dict[str, Any]  # the training run's resolved config ({} for old checkpoints)
     step: int
 
@@ -64,9 +64,10 @@ def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cp
     model.load_state_dict(model_weights(state_dict if state_dict is not None else checkpoint["state_dict"]))
     model.to(map_location).eval()
     config = _moved_targets(dict(checkpoint["hyper_parameters"].get("run_config") or {}))
-    decoding = dict(arguments.get("decoding") or {})
-    # A checkpoint from before constrained decoding: on for a parsing task, as its config now says.
-    decoding.setdefault("constrained", is_parsing_task(config.get("task") or {}))
+    # Its settings over the defaults; a checkpoint from before constrained decoding: on for a parsing
+    # task, as its config now says.
+    decoding = decoding_settings({"constrained": is_parsing_task(config.get("task") or {})},
+                                 arguments.get("decoding"), where="the checkpoint's decoding.")
     return TrainedModel(model=model, vocab=Subwords(proto=checkpoint["subwords"]), decoding=decoding, config=config,
                         step=int(checkpoint.get("global_step", 0)))
 

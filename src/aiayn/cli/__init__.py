@@ -15,6 +15,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+import aiayn.config  # noqa: F401  the schemas and resolvers conf/ composes with, for every tool
+
 # src/aiayn/cli/ → the repository root's conf/ (aiayn is installed editable from its checkout).
 CONFIG_DIR = os.environ.get("AIAYN_CONFIG_DIR") or str(Path(__file__).resolve().parents[3] / "conf")
 

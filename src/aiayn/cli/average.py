@@ -1,5 +1,8 @@
 """Average a run's last checkpoints (§6.1):
-`python src/average.py dir=<run dir or its checkpoints/> last=5 out=<file.ckpt>`.
+`python src/average.py ckpt=<checkpoint, or a run dir> average_last=5 out=<file.ckpt>`.
+
+``ckpt`` and ``average_last`` mean what they mean in evaluate.py and export.py: the
+``average_last`` checkpoints ending at ``ckpt`` (a run dir or its checkpoints/ folder: its newest).
 
 Writes `out` (atomically) as the newest of those checkpoints with the averaged weights, and prints
 which checkpoints went in. A missing folder, too few or mismatched checkpoints is one line on stderr, exit 2.
@@ -16,21 +19,27 @@ from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
 from aiayn.checkpoints.io import save_checkpoint_atomically
 from aiayn.cli import CONFIG_DIR, tool_command
 from aiayn.cli.errors import reports_composition_errors, reports_errors
+from aiayn.cli.renamed import accepts_old_names
 from aiayn.errors import ConfigError
 
 
+@accepts_old_names("average")  # dir=, last= (before ckpt=, average_last=)
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="average")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
 def main(cfg: DictConfig) -> None:
-    for key in ("dir", "out"):
+    for key in ("ckpt", "out"):
         if OmegaConf.is_missing(cfg, key) or cfg[key] in (None, ""):
-            raise ConfigError(f"give {key}=...  (usage: {tool_command()} dir=<run dir> last=5 out=<file.ckpt>)")
-    if not isinstance(cfg.last, int) or isinstance(cfg.last, bool) or cfg.last < 1:
-        raise ConfigError(f"last must be a positive number of checkpoints, not {cfg.last!r}")
+            raise ConfigError(f"give {key}=...  (usage: {tool_command()} ckpt=<run dir or checkpoint> "
+                              "average_last=5 out=<file.ckpt>)")
+    if not isinstance(cfg.average_last, int) or isinstance(cfg.average_last, bool) or cfg.average_last < 1:
+        raise ConfigError(f"average_last must be a positive number of checkpoints, not {cfg.average_last!r}")
     if Path(cfg.out).is_dir():
         raise ConfigError(f"out={cfg.out} is a folder; give the file to write, e.g. out={Path(cfg.out) / 'averaged.ckpt'}")
-    paths = last_checkpoints(cfg.dir, cfg.last)  # DataError: missing folder, too few checkpoints
+    ckpt = Path(cfg.ckpt)
+    # DataError: missing folder, too few checkpoints
+    paths = (last_checkpoints(ckpt.parent, cfg.average_last, ending_at=ckpt) if ckpt.is_file()
+             else last_checkpoints(ckpt, cfg.average_last))
     checkpoint = average_checkpoints(paths)  # DataError: unreadable checkpoints, or of different models
     for path, step in zip(paths, checkpoint["averaged_steps"]):
         print(f"  step {step}: {path}")

@@ -26,6 +26,8 @@ from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints
 from aiayn.checkpoints.trained import load_trained
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.errors import reports_composition_errors, reports_errors
+from aiayn.cli.renamed import accepts_old_names
+from aiayn.config.schemas import decoding_settings
 from aiayn.data.multi30k import SPLITS, Multi30kDataModule
 from aiayn.data.parsing.datamodule import ParsingDataModule
 from aiayn.data.parsing.treebank import parse_split
@@ -39,9 +41,9 @@ from aiayn.metrics.bleu import sacrebleu_score, tokenized_bleu
 from aiayn.metrics.parseval import parseval
 from aiayn.metrics.scorers import ParseF1
 from aiayn.reporting.loggers import wandb_logger
-from aiayn.training.config_check import check_decoding
 
 
+@accepts_old_names("evaluate")  # out_dir= (before out=)
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
@@ -53,11 +55,10 @@ def main(cfg: DictConfig) -> dict[str, float]:
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     ckpt = Path(cfg.ckpt)
     k = _averaged_count(cfg.average_last)
-    try:
-        check_decoding(dict(cfg.decoding))
-    except ConfigError as error:  # named as given here: decoding.beam_size=...
-        raise ConfigError(f"decoding.{error}") from None
-    check_decoding({"batch_size": cfg.batch_size})
+    overrides = {key: value for key, value in cfg.decoding.items() if value is not None}
+    decoding_settings(overrides)  # checked before anything is loaded
+    if cfg.batch_size < 1:
+        raise ConfigError(f"batch_size must be a whole number of at least 1, got {cfg.batch_size!r}")
     switches = switches_of(cfg)  # precision, int8 and compile
     _check_checkpoint_file(ckpt)
     averaged = last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [ckpt]  # DataError: too few
@@ -79,16 +80,15 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         trained.load_weights(average["state_dict"])
         steps = average["averaged_steps"]
     sources, references = read_parallel(*datamodule.split_files(split, datamodule.download))
-    decoding = {**(task["decoding"] if cfg.get("task") else trained.decoding),
-                **{key: value for key, value in cfg.decoding.items() if value is not None}}
-    if decoding.get("constrained"):
+    decoding = decoding_settings(trained.decoding, overrides)
+    if decoding["constrained"]:
         tree_constraint(trained.vocab)  # a model without tree symbols is refused before any decoding
 
     ppl, n_tokens = perplexity(trained.model, trained.vocab, sources, references, cfg.max_tokens)
     model = for_decoding(trained.model, **switches)
-    result = translate(model, trained.vocab, sources, batch_size=cfg.batch_size, **decoding)
+    result = translate(model, trained.vocab, sources, decoding, batch_size=cfg.batch_size)
 
-    out_dir = Path(cfg.out_dir) if cfg.out_dir else ckpt.resolve().parent.parent / "eval"
+    out_dir = Path(cfg.out) if cfg.out else ckpt.resolve().parent.parent / "eval"
     out_dir.mkdir(parents=True, exist_ok=True)
     name = report_name(split, steps, {**decoding, **switches})
     hypotheses_file = out_dir / f"{name}.hyp.{datamodule.tgt_lang}"

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from aiayn.cli import CONFIG_DIR, tool_command
 from aiayn.cli.errors import reports_composition_errors, reports_errors
+from aiayn.config.schemas import decoding_settings
 from aiayn.errors import ConfigError
 
 FORMATS = ("hf", "ctranslate2")
@@ -39,6 +40,8 @@ def main(cfg: DictConfig) -> None:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ConfigError(f"average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint "
                           f"alone), got {cfg.average_last!r}")
+    overrides = {key: value for key, value in cfg.decoding.items() if value is not None}
+    decoding_settings(overrides)  # checked before anything is loaded
     ckpt = Path(cfg.ckpt)
     if ckpt.is_dir():
         raise ConfigError(f"ckpt={ckpt} is a folder; give one checkpoint file in it, e.g. ckpt={ckpt / 'last.ckpt'}")
@@ -52,6 +55,7 @@ def main(cfg: DictConfig) -> None:
         require("ctranslate2")
     averaged = last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [ckpt]  # DataError: too few
     trained = load_trained(ckpt, "cpu")
+    trained.decoding = decoding_settings(trained.decoding, overrides)  # what the export records and serves with
     check_expressible(trained.model, str(ckpt))  # ConfigError naming the setting Marian cannot hold
     steps = [trained.step]
     if k > 1:  # §6.1: the weights averaged over the k checkpoints ending at the one given

@@ -34,13 +34,14 @@ from aiayn.cli.errors import (
     reports_composition_errors,
     reports_errors,
 )
+from aiayn.cli.renamed import accepts_old_names
+from aiayn.config.plan import describe
+from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers
 from aiayn.errors import ConfigError, UserError
 from aiayn.reporting.loggers import describe_wandb_run, quiet_lightning
-from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers
 from aiayn.training.config_check import check_train_config
 from aiayn.training.distributed import strategy_with_timeout
 from aiayn.training.module import TranslationModule
-from aiayn.config.plan import describe
 
 log = logging.getLogger("train")
 
@@ -55,6 +56,7 @@ warnings.filterwarnings("ignore", message=".*when logging on epoch level in dist
 warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)` is deprecated")
 
 
+@accepts_old_names("train")  # task.decoding.* (before decoding.*)
 def main(cfg: DictConfig | None = None) -> dict[str, float] | None:
     """The command (``aiayn-train``, ``python src/train.py``); given a composed ``cfg`` (as Hydra's
     main takes one), the run of that config in this process."""
@@ -160,7 +162,7 @@ def _module(cfg: DictConfig, config: dict) -> TranslationModule:
             vocab_size=cfg.task.vocab_size,
             optim=config["optim"],
             label_smoothing=config["loss"]["label_smoothing"],
-            decoding=config["task"]["decoding"],
+            decoding=config["decoding"],
             bleu_sentences=cfg.validation.bleu_sentences,
             run_config=config,
             seed=cfg.seed,

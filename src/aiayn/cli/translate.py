@@ -1,4 +1,4 @@
-"""Translate text with a checkpoint: `python src/translate.py ckpt=<file> [input=...] [output=...]`
+"""Translate text with a checkpoint: `python src/translate.py ckpt=<file> [input=...] [out=...]`
 (or an exported model: `engine=ctranslate2 model_dir=<folder>`).
 
 One sentence a line in, one translation a line out, in the same order; an empty line gives an
@@ -6,7 +6,7 @@ empty line; a line longer than the model can read is truncated with a warning.
 
 Input is read in chunks of at most ``buffer_size`` lines, each sorted by length and translated in
 batches of ``batch_size``. Translations are written as they finish, in input order (after each
-batch, the longest run from the start that is complete), straight into ``output`` (created, with
+batch, the longest run from the start that is complete), straight into ``out`` (created, with
 its folder, before anything is translated; stdout without it) and flushed after every write: a
 run killed midway leaves a file that holds the translations of the first lines, each whole, and
 a line that is not UTF-8 stops the run after every line before it is translated and written.
@@ -19,8 +19,8 @@ long file piped in is still batched while a line fed alone into an open pipe is 
 
 ``engine=ctranslate2 model_dir=<folder>`` translates with a CTranslate2 export of a checkpoint
 (src/export.py format=ctranslate2) instead, through the same reading and writing; its beam search
-normalises by |Y|^α rather than GNMT's length penalty (its ``beam_size=1`` is greedy search, which
-aiayn's ``beam_size=1 alpha=0`` is too).
+normalises by |Y|^α rather than GNMT's length penalty (its ``decoding.beam_size=1`` is greedy
+search, which aiayn's ``decoding.beam_size=1 decoding.alpha=0`` is too).
 """
 
 from __future__ import annotations
@@ -41,32 +41,33 @@ from aiayn.checkpoints.trained import load_trained
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.cli.line_input import AvailableLines, chunked
+from aiayn.cli.renamed import accepts_old_names
+from aiayn.config.schemas import decoding_settings
 from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.decoding_speed import for_decoding, switches_of
 from aiayn.errors import ConfigError
 from aiayn.inference import Translator
-from aiayn.training.config_check import check_decoding
 
 # What translates: aiayn's own beam search over a checkpoint, or a CTranslate2 export (src/export.py).
 ENGINES = ("aiayn", "ctranslate2")
 
 
+@accepts_old_names("translate")  # beam_size=... (before decoding.beam_size=...), output=
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
 def main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    settings = {key: cfg[key] for key in ("beam_size", "alpha", "max_len_offset", "kv_cache", "constrained")
-                if cfg[key] is not None}
-    check_decoding({**settings, "batch_size": cfg.batch_size})
+    overrides = {key: value for key, value in cfg.decoding.items() if value is not None}
+    decoding_settings(overrides)  # checked before anything is loaded
     _check_settings(cfg)
     source = _input_file(cfg.input)
-    output = _output_file(cfg.output, source)
-    translator = _translator(cfg, settings)
+    output = _output_file(cfg.out, source)
+    translator = _translator(cfg, overrides)
     chunks = _chunks(cfg, source)
     writer = None
     try:
-        with _opened(output, cfg.output) as out:
+        with _opened(output, cfg.out) as out:
             writer = LineWriter(out)
             for ready in translator.stream(chunks):
                 writer.write(ready)
@@ -79,17 +80,18 @@ def main(cfg: DictConfig) -> None:
     _summary(writer.lines, translator)
 
 
-def _translator(cfg: DictConfig, settings: dict) -> Translator:
-    """aiayn's own :class:`Translator` of ``ckpt``, or (``engine=ctranslate2``) the CTranslate2
-    translator of the exported folder ``model``, which has the same ``stream`` and counters."""
+def _translator(cfg: DictConfig, overrides: dict) -> Translator:
+    """aiayn's own :class:`Translator` of ``ckpt`` (its decoding settings with ``overrides``), or
+    (``engine=ctranslate2``) the CTranslate2 translator of the exported folder ``model_dir``, which
+    has the same ``stream`` and counters."""
     if cfg.engine == "ctranslate2":
         from aiayn.export.ctranslate2 import CTranslate2Translator
 
-        search = {key: settings[key] for key in ("beam_size", "alpha", "max_len_offset") if key in settings}
+        search = {key: overrides[key] for key in ("beam_size", "alpha", "max_len_offset") if key in overrides}
         return CTranslate2Translator(cfg.model_dir, batch_size=cfg.batch_size, device=cfg.device, **search)
     trained = load_trained(cfg.ckpt, cfg.device)
     model = for_decoding(trained.model, **switches_of(cfg))  # ConfigError: int8 off the CPU
-    return Translator(model, trained.vocab, batch_size=cfg.batch_size, **{**trained.decoding, **settings})
+    return Translator(model, trained.vocab, decoding_settings(trained.decoding, overrides), batch_size=cfg.batch_size)
 
 
 def _summary(lines: int, translator: Translator) -> None:
@@ -112,6 +114,8 @@ class LineWriter:
 
 
 def _check_settings(cfg: DictConfig) -> None:
+    if cfg.batch_size < 1:
+        raise ConfigError(f"batch_size must be a whole number of at least 1, got {cfg.batch_size!r}")
     if cfg.engine not in ENGINES:
         raise ConfigError(f"engine={cfg.engine} is not one of {', '.join(ENGINES)}")
     if cfg.engine == "ctranslate2":
@@ -121,9 +125,9 @@ def _check_settings(cfg: DictConfig) -> None:
         if not OmegaConf.is_missing(cfg, "ckpt"):
             raise ConfigError(f"ckpt={cfg.ckpt} is for engine=aiayn; with engine=ctranslate2 give the exported "
                               "folder as model_dir=<folder>")
-        if cfg.constrained:
-            raise ConfigError("constrained=true is aiayn's own search; CTranslate2 cannot constrain its output: "
-                              "use engine=aiayn ckpt=<file.ckpt>")
+        if cfg.decoding.constrained:
+            raise ConfigError("decoding.constrained=true is aiayn's own search; CTranslate2 cannot constrain its "
+                              "output: use engine=aiayn ckpt=<file.ckpt>")
         if cfg.int8 or cfg.compile or cfg.precision != "fp32":
             raise ConfigError("precision, int8 and compile are aiayn's own switches; a CTranslate2 model has its "
                               "type from the export (src/export.py format=ctranslate2 quantization=int8)")
@@ -161,32 +165,32 @@ def _output_file(given: str | None, source: Path | None) -> Path | None:
         return None
     path = Path(given)
     if path.is_dir():
-        raise ConfigError(f"output={given} is a directory; give the file to write the translations to, "
-                          f"e.g. output={path / 'translations.txt'}")
+        raise ConfigError(f"out={given} is a directory; give the file to write the translations to, "
+                          f"e.g. out={path / 'translations.txt'}")
     if source is not None and path.exists() and os.path.samefile(path, source):
-        raise ConfigError(f"output={given} is the input file; give another file to write the translations to")
+        raise ConfigError(f"out={given} is the input file; give another file to write the translations to")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         blocking = next((folder for folder in path.parents if folder.exists()), None)
         why = f"{blocking} is a file" if blocking is not None and not blocking.is_dir() else error.strerror or error
-        raise ConfigError(f"output={given}: cannot create its folder {path.parent} ({why}); "
+        raise ConfigError(f"out={given}: cannot create its folder {path.parent} ({why}); "
                           "give a path in a folder you can write to") from None
     if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ConfigError(f"output={given}: not writable; give a path in a folder you can write to")
+        raise ConfigError(f"out={given}: not writable; give a path in a folder you can write to")
     return path
 
 
 @contextmanager
 def _opened(path: Path | None, given: str | None) -> Iterator[TextIO]:
-    """``output`` opened for writing (emptied first), or stdout; an error opening it is the user's."""
+    """``out`` opened for writing (emptied first), or stdout; an error opening it is the user's."""
     if path is None:
         yield sys.stdout
         return
     try:
         handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by the with below
     except OSError as error:
-        raise ConfigError(f"output={given}: cannot be written ({error.strerror or error}); "
+        raise ConfigError(f"out={given}: cannot be written ({error.strerror or error}); "
                           "give a path in a folder you can write to") from None
     with handle:
         yield handle

@@ -1,9 +1,11 @@
-"""The typed parts of the training config (conf/train.yaml): the network (``model``), the
-optimiser and its schedule (``optim``) and the loss (``loss``), as dataclasses, and the one
-function that turns a model config into the network's arguments.
+"""The typed settings (conf/): the network (``model``), the optimiser and its schedule
+(``optim``), the loss (``loss``) and decoding (``decoding``, every tool's), as dataclasses, and
+the functions that turn a model config into the network's arguments and decoding settings into
+checked ones.
 
 Importing this module (any of ``aiayn.config``) registers the dataclasses in Hydra's ConfigStore
-as the schemas ``schema/model``, ``schema/optim`` and ``schema/loss``, and the plan's resolvers.
+as the schemas ``schema/model``, ``schema/optim``, ``schema/loss``, ``schema/decoding`` and
+``schema/decoding_overrides`` (the tools'), and the plan's resolvers.
 conf/model/*.yaml and conf/optim/*.yaml start from theirs (``defaults: [/schema/model@_here_,
 _self_]``) and conf/train.yaml puts the loss schema under ``loss``, so Hydra rejects a key that is
 not a field, or a value of the wrong type, while composing. Code that composes conf/train.yaml
@@ -13,9 +15,10 @@ another) is checked by :mod:`aiayn.training.config_check`.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field, fields, make_dataclass
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -73,10 +76,69 @@ class LossConfig:
     label_smoothing: float = 0.1  # ε_ls: the share of each target's probability spread over the vocabulary
 
 
-SCHEMAS = {"model": ModelConfig, "optim": OptimConfig, "loss": LossConfig}
+@dataclass
+class DecodingConfig:
+    """How every tool decodes (§6.1): beam search with a beam of ``beam_size``, the length
+    penalty's exponent ``alpha`` and outputs of at most the input's length + ``max_len_offset`` —
+    the one place these defaults live (the paper's translation settings; conf/decoding/parsing.yaml
+    sets §6.3's). Under ``decoding.*`` in train (the task picks conf/decoding/<option>), evaluate,
+    translate, export and visualize."""
 
-for _name, _schema in SCHEMAS.items():
+    # Each may be null: the default here (in a tool: the checkpoint's own).
+    beam_size: Optional[int] = 4  # §6.1: "beam search with a beam size of 4"  # noqa: UP045
+    alpha: Optional[float] = 0.6  # §6.1: "length penalty α = 0.6" (GNMT's ((5+|Y|)/6)^α)  # noqa: UP045
+    max_len_offset: Optional[int] = 50  # §6.1: "maximum output length ... input length + 50"  # noqa: UP045
+    # Reuse the decoder's self-attention keys/values (the same outputs; tensor2tensor's fast decoding).
+    kv_cache: Optional[bool] = True  # noqa: UP045
+    constrained: Optional[bool] = False  # only well-formed trees over the input's words (parsing; ours)  # noqa: UP045
+
+
+def overrides_of(schema: type) -> type:
+    """``schema`` with every field None by default: a tool's overrides of settings a checkpoint
+    stores (None: the checkpoint's), typed by the one schema; a subclass, so that Hydra merges it
+    over a node of ``schema`` (evaluate.py task=<name> brings the task's decoding)."""
+    hints = typing.get_type_hints(schema)
+    return make_dataclass(f"{schema.__name__}Overrides",
+                          [(f.name, hints[f.name], field(default=None)) for f in fields(schema)], bases=(schema,))
+
+
+DecodingOverrides = overrides_of(DecodingConfig)
+
+SCHEMAS = {"model": ModelConfig, "optim": OptimConfig, "loss": LossConfig, "decoding": DecodingConfig}
+
+for _name, _schema in {**SCHEMAS, "decoding_overrides": DecodingOverrides}.items():
     ConfigStore.instance().store(group="schema", name=_name, node=_schema)
+
+
+def decoding_settings(*layers: Mapping[str, Any] | None, where: str = "decoding.") -> dict[str, Any]:
+    """The decoding settings of ``layers`` laid over :class:`DecodingConfig`'s defaults, each
+    layer's None values left out (a checkpoint's settings, then a tool's overrides), checked:
+    a ConfigError names a key that is not a setting, a value of the wrong type or out of range."""
+    values: dict[str, Any] = {}
+    for layer in layers:
+        values.update({key: value for key, value in (layer or {}).items() if value is not None})
+    settings = sorted(f.name for f in fields(DecodingConfig))
+    unknown = sorted(set(values) - set(settings))
+    if unknown:
+        raise ConfigError(f"{where}{unknown[0]} is not a decoding setting; the settings are {', '.join(settings)}")
+    try:
+        decoding = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(DecodingConfig), values))
+    except OmegaConfBaseException as error:
+        first = str(getattr(error, "msg", error)).strip().splitlines()[0]
+        raise ConfigError(f"{where}{getattr(error, 'full_key', None) or '?'}: {first}") from None
+    check_decoding(decoding, where)
+    return decoding
+
+
+def check_decoding(settings: Mapping[str, Any], where: str = "decoding.") -> None:
+    """Raise ConfigError for a decoding setting beam search would refuse (None: not given)."""
+    for key, least in (("beam_size", 1), ("max_len_offset", 0)):
+        value = settings.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise ConfigError(f"{where}{key} must be a whole number of at least {least}, got {value!r}")
+    alpha = settings.get("alpha")
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0):
+        raise ConfigError(f"{where}alpha (the length penalty's exponent) must be a number, 0 or more, got {alpha!r}")
 
 # The widths width_divisor divides; N and h stay.
 WIDTHS = ("d_model", "d_ff", "d_k", "d_v")
@@ -100,7 +162,7 @@ def network_arguments(model: Mapping[str, Any], width_divisor: int = 1) -> dict[
 
 
 def check_against_schemas(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """``model``, ``optim`` and ``loss`` of ``config`` as their schemas type them (missing keys
+    """``model``, ``optim``, ``loss`` and ``decoding`` of ``config`` as their schemas type them (missing keys
     at their defaults). Raises ConfigError for a key a schema lacks, or a value it cannot take:
     what Hydra already refuses for ``key=value``, here also for ``+key=value`` and for configs
     written in code."""

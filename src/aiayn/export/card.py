@@ -80,8 +80,7 @@ def model_card(facts: CardFacts) -> str:
     bleu = "\n".join(f"- {line}" for line in facts.bleu) or "- not measured yet: `python src/evaluate.py ckpt=<file>`"
     config = yaml.safe_dump({"model": facts.model, "decoding": facts.decoding, "data": facts.data},
                             sort_keys=False, allow_unicode=True).rstrip()
-    note = LENGTH_PENALTY_NOTE.format(alpha=facts.decoding.get("alpha", 0.6),
-                                      offset=facts.decoding.get("max_len_offset", 50))
+    note = LENGTH_PENALTY_NOTE.format(alpha=facts.decoding["alpha"], offset=facts.decoding["max_len_offset"])
     return f"""---
 {yaml.safe_dump(front, sort_keys=False).rstrip()}
 ---

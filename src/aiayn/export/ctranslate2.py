@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from aiayn.checkpoints.trained import TrainedModel
+from aiayn.config.schemas import decoding_settings
 from aiayn.data.subwords import Subwords
 from aiayn.errors import ConfigError, DataError
 from aiayn.export.huggingface import card_facts, replacing_folder, save_huggingface
@@ -110,10 +111,9 @@ class CTranslate2Translator:
             raise DataError(f"model_dir={folder}: not a CTranslate2 export of aiayn ({SETTINGS_FILE} or model.bin missing); "
                             "write one with src/export.py format=ctranslate2")
         settings = json.loads((folder / SETTINGS_FILE).read_text(encoding="utf-8"))
-        decoding = settings.get("decoding", {})
-        self.beam_size = beam_size if beam_size is not None else int(decoding.get("beam_size", 4))
-        self.alpha = alpha if alpha is not None else float(decoding.get("alpha", 0.6))
-        self.max_len_offset = max_len_offset if max_len_offset is not None else int(decoding.get("max_len_offset", 50))
+        decoding = decoding_settings(settings.get("decoding"), {"beam_size": beam_size, "alpha": alpha,
+                                                                "max_len_offset": max_len_offset})
+        self.beam_size, self.alpha, self.max_len_offset = decoding["beam_size"], decoding["alpha"], decoding["max_len_offset"]
         self.max_positions = int(settings["max_positions"])
         self.batch_size = batch_size
         self.vocab = Subwords(folder / SUBWORDS_FILE)

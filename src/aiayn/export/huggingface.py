@@ -33,8 +33,7 @@ def card_facts(trained: TrainedModel, ckpt: Path, steps: list[int]) -> CardFacts
     name = str(ckpt) if len(steps) == 1 else f"averaged, newest {ckpt}"
     return CardFacts(name=name, task=str(task.get("name", "translation")), src_lang=datamodule.get("src_lang"),
                      tgt_lang=datamodule.get("tgt_lang"), steps=steps, model=network,
-                     decoding={k: trained.decoding[k] for k in ("beam_size", "alpha", "max_len_offset")
-                               if k in trained.decoding},
+                     decoding={k: trained.decoding[k] for k in ("beam_size", "alpha", "max_len_offset")},
                      data=data, bleu=measured_bleu(ckpt, steps))
 
 
@@ -46,8 +45,8 @@ def save_huggingface(trained: TrainedModel, out: Path, facts: CardFacts, where: 
     generation = marian.generation_config
     generation.decoder_start_token_id, generation.bos_token_id = vocab.bos_id, vocab.bos_id
     generation.eos_token_id, generation.pad_token_id, generation.forced_eos_token_id = vocab.eos_id, vocab.pad_id, None
-    generation.num_beams = int(trained.decoding.get("beam_size", 4))
-    generation.length_penalty = float(trained.decoding.get("alpha", 0.6))  # |Y|^α there: see the model card
+    generation.num_beams = int(trained.decoding["beam_size"])
+    generation.length_penalty = float(trained.decoding["alpha"])  # |Y|^α there: see the model card
     generation.max_length = model_sizes(model)["max_positions"]
     marian.save_pretrained(str(out))
     save_tokenizer(vocab, out, src_lang=facts.src_lang, tgt_lang=facts.tgt_lang,

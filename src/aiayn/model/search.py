@@ -83,7 +83,7 @@ def _next_logits(model: Transformer, tokens: Tensor, state: DecoderState, kv_cac
 
 @torch.no_grad()
 def greedy_search(
-    model: Transformer, src: Tensor, *, bos_id: int, eos_id: int, max_len_offset: int = 50, kv_cache: bool = True,
+    model: Transformer, src: Tensor, *, bos_id: int, eos_id: int, max_len_offset: int, kv_cache: bool = True,
     constraint: OutputConstraint | None = None,
 ) -> list[list[int]]:
     """Pick the most probable token at every step (the most probable allowed one, with a
@@ -131,14 +131,16 @@ def beam_search(
     *,
     bos_id: int,
     eos_id: int,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_len_offset: int = 50,
+    beam_size: int,
+    alpha: float,
+    max_len_offset: int,
     kv_cache: bool = True,
     constraint: OutputConstraint | None = None,
 ) -> list[list[int]]:
     """Beam search over a batch of sentences at once; returns the best hypothesis per sentence
-    (token ids without BOS/EOS), ranked by log-probability / lp.
+    (token ids without BOS/EOS), ranked by log-probability / lp. ``beam_size``, ``alpha`` and
+    ``max_len_offset`` have no defaults here: the paper's (4, 0.6, 50) live in the decoding
+    settings of aiayn.config, which this package does not import.
 
     Each step extends every live hypothesis and ranks the 2·beam best candidates per sentence:
     those among the best ``beam_size`` that end in EOS are finished; the best ``beam_size`` not

@@ -2,10 +2,10 @@
 is reported at once, as one line naming it and saying what to change — not as a traceback from
 deep inside torch or Lightning, and not hours into a run at its first validation.
 
-Keys and types of ``model``, ``optim`` and ``loss`` are the schemas' business
+Keys and types of ``model``, ``optim``, ``loss`` and ``decoding`` are the schemas' business
 (aiayn.config.schemas). Here: keys everywhere else (the root, ``validation``, ``checkpoint``,
-``trainer`` against Lightning's Trainer, ``task.datamodule`` against its class, ``task.decoding``
-against beam search), ranges, one setting against another, and what this machine can run.
+``trainer`` against Lightning's Trainer, ``task.datamodule`` against its class), ranges and one
+setting against another. (What this machine can run: the plan, aiayn.config.plan.)
 """
 
 from __future__ import annotations
@@ -15,20 +15,19 @@ import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from aiayn.config.schemas import check_against_schemas, check_decoding, network_arguments
 from aiayn.data.parsing.constraints import is_parsing_task
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import sustained_tflops
-from aiayn.config.schemas import check_against_schemas, network_arguments
 
 # The settings at the root of conf/train.yaml (and of what its groups add there).
 # tests/training/test_config_check.py checks this list against the composed configs.
 ROOT_SETTINGS = (
     "task", "model", "optim", "loss", "paths", "callbacks", "trainer", "logger", "seed", "run_name",
     "width_divisor", "compile", "resume", "nonfinite", "cost", "test_after_training", "validation",
-    "visualize_at_end", "checkpoint", "distributed", "experiment", "plan",
+    "visualize_at_end", "checkpoint", "distributed", "experiment", "plan", "decoding",
 )
-TASK_SETTINGS = ("name", "vocab_size", "datamodule", "decoding", "raw_dir", "split", "splits")
-DECODING_SETTINGS = ("beam_size", "alpha", "max_len_offset", "kv_cache", "constrained")
+TASK_SETTINGS = ("name", "vocab_size", "datamodule", "raw_dir", "split", "splits")
 
 
 def check_train_config(config: Mapping[str, Any]) -> None:
@@ -38,23 +37,9 @@ def check_train_config(config: Mapping[str, Any]) -> None:
     _check_network(typed["model"], config.get("width_divisor", 1))
     _check_recipe(typed)
     _check_task(config.get("task") or {})
+    _check_decoding(typed["decoding"], config.get("task") or {})
     _check_run(config)
     _check_trainer(config.get("trainer") or {})
-
-
-def check_decoding(settings: Mapping[str, Any], prefix: str = "") -> None:
-    """Raise ConfigError for a beam-search setting it would refuse (None: not given). ``prefix``
-    names where the settings are (``task.decoding.``; nothing for evaluate.py/translate.py's own)."""
-    for key, least in (("beam_size", 1), ("batch_size", 1), ("max_len_offset", 0)):
-        value = settings.get(key)
-        if value is not None and (not _whole(value) or value < least):
-            raise ConfigError(f"{prefix}{key} must be a whole number of at least {least}, got {value!r}")
-    alpha = settings.get("alpha")
-    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0):
-        raise ConfigError(f"{prefix}alpha (the length penalty's exponent) must be a number, 0 or more, got {alpha!r}")
-    for key in ("kv_cache", "constrained"):
-        if settings.get(key) not in (None, True, False):
-            raise ConfigError(f"{prefix}{key} must be true or false, got {settings[key]!r}")
 
 
 def _check_network(model: dict[str, Any], width_divisor: Any) -> None:
@@ -100,14 +85,8 @@ def _check_task(task: Mapping[str, Any]) -> None:
     _known("task", task, TASK_SETTINGS)
     if not _whole(task.get("vocab_size")) or task["vocab_size"] < 8:
         raise ConfigError(f"task.vocab_size must be a whole number of at least 8, got {task.get('vocab_size')!r}")
-    decoding = task.get("decoding") or {}
-    _known("task.decoding", decoding, DECODING_SETTINGS)
-    check_decoding(decoding, "task.decoding.")
     data = task.get("datamodule") or {}
     _check_target_keys("task.datamodule", data)
-    if decoding.get("constrained") and not is_parsing_task(task):
-        raise ConfigError(f"task.decoding.constrained=true decodes linearised trees, for parsing tasks; task "
-                          f"{task.get('name')} has no trees: set it to false")
     for key in ("max_tokens", "eval_max_tokens", "max_length"):
         value = data.get(key)
         if key in data and value is not None and (not _whole(value) or value < 1):
@@ -120,6 +99,13 @@ def _check_task(task: Mapping[str, Any]) -> None:
         )
     if _whole(data.get("num_workers")) and data["num_workers"] < 0:
         raise ConfigError(f"task.datamodule.num_workers must be 0 or more, got {data['num_workers']}")
+
+
+def _check_decoding(decoding: Mapping[str, Any], task: Mapping[str, Any]) -> None:
+    check_decoding(decoding)
+    if decoding.get("constrained") and not is_parsing_task(task):
+        raise ConfigError(f"decoding.constrained=true decodes linearised trees, for parsing tasks; task "
+                          f"{task.get('name')} has no trees: set it to false")
 
 
 def _check_target_keys(section: str, entry: Mapping[str, Any]) -> None:

@@ -13,8 +13,8 @@ import torch.distributed as dist
 from lightning.pytorch.loggers import WandbLogger
 from torchmetrics import MeanMetric
 
-from aiayn.data.parsing.constraints import TreeConstraint
 from aiayn.errors import UserError
+from aiayn.inference import search_arguments
 from aiayn.metrics.scorers import Scorer
 from aiayn.model import Transformer, beam_search
 from aiayn.model.loss import label_smoothed_loss
@@ -71,7 +71,7 @@ class TranslationModule(L.LightningModule):
         self.label_smoothing = float(label_smoothing)
         self.model = Transformer(vocab_size, vocab_size, pad_id=pad_id, **model)
         self.optim, self.decoding = dict(optim), dict(decoding)
-        self._constraint: TreeConstraint | None = None  # built from the data module's vocabulary when first needed
+        self._search: dict[str, Any] | None = None  # beam_search's arguments, from the data's vocabulary when first needed
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.bleu_sentences = bleu_sentences
         self.eval_loss, self.eval_nll = MeanMetric(), MeanMetric()
@@ -248,15 +248,9 @@ class TranslationModule(L.LightningModule):
         if bleu_sentences is not None:
             selected = batch["index"] < bleu_sentences
         if selected.any():
-            settings = {key: value for key, value in self.decoding.items() if key != "constrained"}
-            if self.decoding.get("constrained"):  # only well-formed trees over the input's words (parsing)
-                if self._constraint is None:
-                    datamodule = self.trainer.datamodule
-                    self._constraint = TreeConstraint(datamodule.vocab,
-                                                      leaves=getattr(datamodule, "linearization", None))
-                settings["constraint"] = self._constraint
-            hypotheses = beam_search(self.model, batch["src"][selected], bos_id=self.bos_id, eos_id=self.eos_id,
-                                     **settings)
+            if self._search is None:  # the tree constraint, where decoding asks for one, is built once
+                self._search = search_arguments(self.decoding, self.trainer.datamodule.vocab)
+            hypotheses = beam_search(self.model, batch["src"][selected], **self._search)
             texts = self.trainer.datamodule.vocab.decode(hypotheses)
             self.hypotheses.extend(zip(batch["index"][selected].tolist(), texts))
 

@@ -4,7 +4,7 @@ the input's words (§6.3's parser, Vinyals et al. 2015's output format).
 The paper decodes parse trees with plain beam search (beam 21, α 0.3, input + 300); it says
 nothing about outputs that are not trees. A model trained on little data often emits one ``XX``
 too many or too few, and then every bracket after it lands on the wrong words. With
-``task.decoding.constrained=true`` (the default of the parsing tasks; our choice, in the spirit
+``decoding.constrained=true`` (the default of the parsing tasks; our choice, in the spirit
 of the parsers that decode with a grammar) beam search may only take a token that keeps the
 output a prefix of a well-formed linearisation:
 
