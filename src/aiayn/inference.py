@@ -76,9 +76,8 @@ def search_arguments(decoding: Mapping[str, Any] | None, vocab: Subwords) -> dic
     the tree constraint, built once here, where ``constrained`` asks for it. Every decoder (the
     tools, validation, the attention pictures) goes through this."""
     settings = decoding_settings(decoding)
-    return {"beam_size": settings["beam_size"], "alpha": settings["alpha"],
-            "max_len_offset": settings["max_len_offset"], "kv_cache": settings["kv_cache"],
-            "constraint": tree_constraint(vocab) if settings["constrained"] else None,
+    constrained = settings.pop("constrained")  # the rest are beam_search's own arguments, by the same names
+    return {**settings, "constraint": tree_constraint(vocab) if constrained else None,
             "bos_id": vocab.bos_id, "eos_id": vocab.eos_id}
 
 

@@ -250,14 +250,15 @@ def test_a_directory_as_ckpt_on_the_command_line_is_one_line(tiny_run: TrainedRu
 
 
 def test_a_treebank_split_that_is_no_sections_or_files_is_refused(data_root: Path, tmp_path: Path) -> None:
-    """Parsing tasks take any sections or files of the treebank as a split, nothing else."""
-    from aiayn.cli.evaluate import _check_split
+    """Parsing tasks take any sections or files of the treebank as a split, nothing else: the
+    data module answers (evaluate.py asks it)."""
     from aiayn.data.parsing.datamodule import ParsingDataModule
     from aiayn.errors import ConfigError
 
     datamodule = ParsingDataModule(str(data_root), "ptb_sample", "wsj_0001-wsj_0159", "wsj_0160-wsj_0179",
                                    "wsj_0180-wsj_0199", 2000, 2048, 250, cache_dir=str(tmp_path))
-    _check_split(datamodule, "wsj_0190-wsj_0199", "wsj_0190-wsj_0199", "wsj")  # another file range: fine
+    assert datamodule.check_split("wsj_0190-wsj_0199", "wsj") == "wsj_0190-wsj_0199"  # another file range: fine
+    assert datamodule.check_split("test", "wsj") == "wsj_0180-wsj_0199"
     with pytest.raises(ConfigError, match=r"^split=section23: bad treebank split item 'section23' .*; task wsj's "
                                           r"splits are val \(wsj_0160-wsj_0179\), test \(wsj_0180-wsj_0199\)$"):
-        _check_split(datamodule, "section23", "section23", "wsj")
+        datamodule.check_split("section23", "wsj")

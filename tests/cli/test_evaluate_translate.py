@@ -29,7 +29,7 @@ def test_evaluate_writes_hypotheses_and_reports_both_bleus(tiny_run: TrainedRun,
     references = [line.rstrip("\n") for line in
                   __import__("gzip").open(data_root / "multi30k" / "test_2016_flickr.de.gz", "rt", encoding="utf-8")]
     # The figures are those of the hypotheses file against the references.
-    assert report["test/sacrebleu"] == pytest.approx(sacrebleu_score(hypotheses, references).score)
+    assert report["test/bleu"] == pytest.approx(sacrebleu_score(hypotheses, references).score)
     assert report["test/tokenized_bleu"] == pytest.approx(tokenized_bleu(hypotheses, references, "de").score)
     assert report["test/ppl"] > 1 and report["ppl_tokens"] > 10_000
     assert report["test/sentences_per_sec"] > 0 and report["decoding"]["beam_size"] == 4

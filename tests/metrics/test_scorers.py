@@ -6,6 +6,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 
 from aiayn.metrics import CorpusBleu, ParseF1, Scorer
+from aiayn.metrics.bleu import tokenized_bleu
 from aiayn.metrics.parseval import parseval
 
 HYPOTHESES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch."]
@@ -14,14 +15,29 @@ GOLD = ["(TOP (S (NP (DT The) (NN dog)) (VP (VBD ran)) (. .)))", "(TOP (S (NP (P
 FLAT = ["(TOP (S (DT The) (NN dog) (VBD ran) (. .)))", "(TOP (S (NP (PRP It)) (VP (VBD rained))))"]
 
 
-def test_corpus_bleu_is_sacrebleu_with_its_signature() -> None:
-    scorer = CorpusBleu()
+def test_corpus_bleu_is_sacrebleu_with_its_signature_and_the_papers_tokenized_bleu() -> None:
+    scorer = CorpusBleu("de")
     assert isinstance(scorer, Scorer) and scorer.name == "bleu" and scorer.signature is None
     bleu = BLEU()
     expected = bleu.corpus_score(HYPOTHESES, [REFERENCES]).score
-    assert scorer(HYPOTHESES, REFERENCES) == {"bleu": pytest.approx(expected)}
+    tokenized = tokenized_bleu(HYPOTHESES, REFERENCES, "de").score
+    assert scorer(HYPOTHESES, REFERENCES) == {"bleu": pytest.approx(expected), "tokenized_bleu": pytest.approx(tokenized)}
     assert scorer.signature == str(bleu.get_signature())
-    assert scorer.describe({"bleu": 27.345}, 3) == f"sacreBLEU on 3 sentences: 27.34 ({scorer.signature})"
+    assert scorer.describe({"bleu": 27.345, "tokenized_bleu": 28.0}, 3) == (
+        f"sacreBLEU on 3 sentences: 27.34 ({scorer.signature}); tokenized BLEU 28.00")
+
+
+def test_an_evaluation_report_has_the_figures_of_validation_its_lines_and_files(tmp_path) -> None:
+    """What src/evaluate.py prints and keeps comes from the scorer validation uses."""
+    translation = CorpusBleu("de").report(HYPOTHESES, REFERENCES, tmp_path, "test.step4")
+    assert translation.figures == CorpusBleu("de")(HYPOTHESES, REFERENCES)
+    assert translation.lines[0].startswith("sacreBLEU") and translation.lines[1].startswith("tokenized BLEU")
+    assert translation.details["sacrebleu_signature"].startswith("nrefs:1")
+    parsing = ParseF1().report(FLAT, GOLD, tmp_path, "test.step4")
+    assert parsing.figures == ParseF1()(FLAT, GOLD)
+    assert (tmp_path / "test.step4.gold").read_text().splitlines() == GOLD
+    assert (tmp_path / "test.step4.test").read_text().splitlines() == FLAT
+    assert parsing.details["evalb_gold"] == str(tmp_path / "test.step4.gold") and parsing.lines[0].startswith("F1")
 
 
 def test_parse_f1_scores_trees_as_parseval() -> None:

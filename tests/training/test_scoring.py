@@ -40,9 +40,11 @@ def test_bleu_is_logged_with_its_signature(caplog) -> None:
     references = ["a man rides a bike", "two dogs play in the snow", "a woman reads"]
     scorer = CorpusBleu()
     logged, lines = evaluated(scorer, references, [(2, "a woman reads"), (0, "a man rides a bike")], "val", caplog)
-    expected = CorpusBleu()(["a man rides a bike", "a woman reads"], [references[0], references[2]])["bleu"]
-    assert logged == [("val/bleu", pytest.approx(expected), True)]
-    assert lines == [f"val sacreBLEU on 2 sentences: {expected:.2f} ({scorer.signature})"]
+    expected = CorpusBleu()(["a man rides a bike", "a woman reads"], [references[0], references[2]])
+    assert logged == [("val/bleu", pytest.approx(expected["bleu"]), True),
+                      ("val/tokenized_bleu", pytest.approx(expected["tokenized_bleu"]), False)]
+    assert lines == [(f"val sacreBLEU on 2 sentences: {expected['bleu']:.2f} ({scorer.signature}); "
+                      f"tokenized BLEU {expected['tokenized_bleu']:.2f}")]
 
 
 def test_parse_f1_logs_its_four_figures(caplog) -> None:

@@ -16,7 +16,7 @@ import torch
 
 from aiayn.checkpoints.io import read_checkpoint
 from aiayn.config.schemas import decoding_settings, network_arguments
-from aiayn.data.parsing.constraints import is_parsing_task
+from aiayn.data.datamodule import output_constraint
 from aiayn.data.subwords import Subwords
 from aiayn.model import Transformer
 
@@ -66,7 +66,7 @@ def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cp
     config = _moved_targets(dict(checkpoint["hyper_parameters"].get("run_config") or {}))
     # Its settings over the defaults; a checkpoint from before constrained decoding: on for a parsing
     # task, as its config now says.
-    decoding = decoding_settings({"constrained": is_parsing_task(config.get("task") or {})},
+    decoding = decoding_settings({"constrained": output_constraint(config.get("task") or {}) is not None},
                                  arguments.get("decoding"), where="the checkpoint's decoding.")
     return TrainedModel(model=model, vocab=Subwords(proto=checkpoint["subwords"]), decoding=decoding, config=config,
                         step=int(checkpoint.get("global_step", 0)))

@@ -28,18 +28,9 @@ from aiayn.cli import CONFIG_DIR
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.cli.renamed import accepts_old_names
 from aiayn.config.schemas import decoding_settings
-from aiayn.data.multi30k import SPLITS, Multi30kDataModule
-from aiayn.data.parsing.datamodule import ParsingDataModule
-from aiayn.data.parsing.treebank import parse_split
-from aiayn.data.readers import read_lines, read_parallel
-from aiayn.data.wmt.datamodule import WMTDataModule
-from aiayn.data.wmt.preparation import TEST_SPLIT, VAL_SPLIT
 from aiayn.decoding_speed import for_decoding, switches_of
 from aiayn.errors import ConfigError
 from aiayn.inference import perplexity, translate, tree_constraint
-from aiayn.metrics.bleu import sacrebleu_score, tokenized_bleu
-from aiayn.metrics.parseval import parseval
-from aiayn.metrics.scorers import ParseF1
 from aiayn.reporting.loggers import wandb_logger
 
 
@@ -72,19 +63,18 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         raise ConfigError(f"{ckpt} translates {'→'.join(directions[0])} but task {task['name']} is "
                          f"{'→'.join(directions[1])}; pick a task of the same direction")
     datamodule = hydra.utils.instantiate(task["datamodule"])
-    split = datamodule.splits.get(cfg.split, cfg.split)
-    _check_split(datamodule, split, cfg.split, task["name"])
+    split = datamodule.check_split(cfg.split, task["name"])  # the task says which splits it can score
     steps = [trained.step]
     if k > 1:  # §6.1: the weights averaged over the k checkpoints ending at the one given
         average = average_checkpoints(averaged)
         trained.load_weights(average["state_dict"])
         steps = average["averaged_steps"]
-    sources, references = read_parallel(*datamodule.split_files(split, datamodule.download))
+    sources, targets, references = datamodule.evaluation_data(split)  # references: what its scorer compares with
     decoding = decoding_settings(trained.decoding, overrides)
     if decoding["constrained"]:
         tree_constraint(trained.vocab)  # a model without tree symbols is refused before any decoding
 
-    ppl, n_tokens = perplexity(trained.model, trained.vocab, sources, references, cfg.max_tokens)
+    ppl, n_tokens = perplexity(trained.model, trained.vocab, sources, targets, cfg.max_tokens)
     model = for_decoding(trained.model, **switches)
     result = translate(model, trained.vocab, sources, decoding, batch_size=cfg.batch_size)
 
@@ -93,12 +83,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     name = report_name(split, steps, {**decoding, **switches})
     hypotheses_file = out_dir / f"{name}.hyp.{datamodule.tgt_lang}"
     hypotheses_file.write_text("".join(text + "\n" for text in result.texts), encoding="utf-8")
-    scorer = datamodule.scorer()
-    if isinstance(scorer, ParseF1):
-        scores, extra, lines = _score_parsing(datamodule, scorer, split, result.texts, out_dir, name)
-    else:
-        scores, extra, lines = _score_translation(result.texts, references, datamodule.tgt_lang)
-    metrics = {f"{cfg.split}/{key}": value for key, value in scores.items()}
+    scored = datamodule.scorer().report(result.texts, references, out_dir, name)  # the Scorer validation uses
+    metrics = {f"{cfg.split}/{key}": value for key, value in scored.figures.items()}
     metrics.update({
         f"{cfg.split}/ppl": ppl,
         f"{cfg.split}/sentences_per_sec": result.sentences_per_second,
@@ -107,7 +93,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     report = {
         "checkpoint": str(ckpt), "averaged": [str(p) for p in averaged], "averaged_steps": steps,
         "step": trained.step, "task": task["name"], "split": split, "sentences": len(sources), "decoding": decoding,
-        "speed_switches": switches, "device": device, "hypotheses": str(hypotheses_file), **extra,
+        "speed_switches": switches, "device": device, "hypotheses": str(hypotheses_file), **scored.details,
         "ppl_tokens": n_tokens, **metrics,
     }
     (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -115,7 +101,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     which = (f"steps {steps[0]}–{steps[-1]}, average of {len(averaged)} checkpoints "
              f"({', '.join(path.name for path in averaged)})" if len(averaged) > 1 else f"step {trained.step}")
     print(f"{split}: {len(sources)} sentences, {which}")
-    for line in lines:
+    for line in scored.lines:
         print(f"  {line}")
     print(f"  perplexity      {ppl:6.2f}  per wordpiece, {n_tokens} tokens")
     print(f"  decoding        {result.sentences_per_second:6.1f} sentences/s, {result.tokens_per_second:.0f} tokens/s "
@@ -124,7 +110,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
           f"{'constrained to trees, ' if decoding.get('constrained') else ''}{device})")
     print(f"  hypotheses      {hypotheses_file}")
     _log_to_wandb(cfg, trained, out_dir, name, metrics,
-                  {key: value for key, value in extra.items() if key == "sacrebleu_signature"})
+                  {key: value for key, value in scored.details.items() if key == "sacrebleu_signature"})
     return metrics
 
 
@@ -204,55 +190,6 @@ def _moved(value, old_root: str, new_root: str):
     if isinstance(value, str) and (value == old_root or value.startswith(old_root.rstrip("/") + "/")):
         return new_root + value[len(old_root):]
     return value
-
-
-def _check_split(datamodule, split: str, asked: str, task_name: str) -> None:
-    """A split the task's data cannot be scored on is a ConfigError naming the splits it has."""
-    roles = [role if name == role else f"{role} ({name})" for role, name in datamodule.splits.items() if role != "train"]
-    if isinstance(datamodule, ParsingDataModule):  # any sections or files of the treebank
-        try:
-            parse_split(split)
-        except ValueError as error:
-            raise ConfigError(f"split={asked}: {error}; task {task_name}'s splits are {', '.join(roles)}") from None
-        return
-    known = next((names for kind, names in ((Multi30kDataModule, SPLITS), (WMTDataModule, (VAL_SPLIT, TEST_SPLIT)))
-                  if isinstance(datamodule, kind)), None)  # None: the data module's own files say
-    if known is not None and split not in known:
-        shown = [name for role, name in datamodule.splits.items() if role != "train"]
-        names = [*roles, *(name for name in known if name not in shown)]
-        raise ConfigError(f"split={asked}: task {task_name} has no such split; its splits are {', '.join(names)}")
-
-
-def _score_translation(hypotheses: list[str], references: list[str], tgt_lang: str):
-    """sacreBLEU of the detokenized output and the paper's tokenized BLEU (§6.1)."""
-    detok = sacrebleu_score(hypotheses, references)
-    tok = tokenized_bleu(hypotheses, references, tgt_lang)
-    extra = {"sacrebleu_signature": detok.signature, "sacrebleu": detok.details, "tokenized_bleu": tok.details}
-    lines = [f"sacreBLEU       {detok.score:6.2f}  ({detok.signature})",
-             f"tokenized BLEU  {tok.score:6.2f}  (Moses tokenization + compound splitting, as the paper)"]
-    return {"sacrebleu": detok.score, "tokenized_bleu": tok.score}, extra, lines
-
-
-def _score_parsing(datamodule, scorer: ParseF1, split: str, outputs: list[str], out_dir: Path, name: str):
-    """F1, precision, recall and exact match (EVALB, COLLINS.prm) of the outputs read back as
-    trees; the gold and test trees are written in EVALB's format beside the hypotheses."""
-    gold = read_lines(datamodule.gold_file(split))
-    test = scorer.trees(gold, outputs)
-    gold_file, test_file = out_dir / f"{name}.gold", out_dir / f"{name}.test"
-    gold_file.write_text("".join(line + "\n" for line in gold), encoding="utf-8")
-    test_file.write_text("".join(line + "\n" for line in test), encoding="utf-8")
-    scores = parseval(gold, test)
-    extra = {"evalb_gold": str(gold_file), "evalb_test": str(test_file), "parseval": scores.as_dict()}
-    lines = [
-        f"F1              {scores.f1:6.2f}  (EVALB, COLLINS.prm: labelled brackets, no root, no punctuation)",
-        f"precision       {scores.precision:6.2f}  {scores.matched_brackets} of {scores.test_brackets} brackets",
-        f"recall          {scores.recall:6.2f}  {scores.matched_brackets} of {scores.gold_brackets} brackets",
-        (f"exact match     {scores.exact_match:6.2f}  ({scores.error_sentences} error, "
-         f"{scores.skipped_sentences} skipped sentences)"),
-        f"EVALB files     {gold_file} {test_file}",
-    ]
-    values = {"f1": scores.f1, "precision": scores.precision, "recall": scores.recall, "exact_match": scores.exact_match}
-    return values, extra, lines
 
 
 def _log_to_wandb(cfg, trained, out_dir, name, metrics, summary) -> None:

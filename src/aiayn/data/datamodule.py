@@ -4,9 +4,12 @@ which the corpus-specific data modules subclass; the dataset and collation are i
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, ClassVar
 
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
@@ -15,7 +18,7 @@ from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import ParallelCorpus, TranslationCollator, filter_pairs
 from aiayn.data.readers import read_parallel
 from aiayn.data.subwords import Subwords, train_or_load
-from aiayn.errors import DataError
+from aiayn.errors import ConfigError, DataError
 from aiayn.metrics.scorers import CorpusBleu, Scorer
 
 log = logging.getLogger(__name__)
@@ -36,7 +39,19 @@ class TranslationDataModule(L.LightningDataModule):
     drops training pairs with a side of more subword ids than that (BOS/EOS not counted);
     ``seed`` sets the training batch order; ``cache_dir`` (default ``~/.cache/aiayn``) holds
     the subword models.
+
+    The task's questions are the data module's to answer, so that no tool asks which kind of task
+    it has: which splits can be scored (:meth:`check_split`, :attr:`EVALUATION_SPLITS`), with what
+    and against what (:meth:`scorer`, :meth:`evaluation_data`), and which decoding constraint its
+    outputs allow (:attr:`OUTPUT_CONSTRAINT`).
     """
+
+    # The constraint decoding may put on this task's outputs (decoding.constrained): None, or
+    # "trees" (well-formed linearised trees over the input's words, aiayn.data.parsing).
+    OUTPUT_CONSTRAINT: ClassVar[str | None] = None
+    # The names of the splits of this corpus that evaluate.py can score; None: whatever split
+    # names its files have (:meth:`split_files` says whether they are there).
+    EVALUATION_SPLITS: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(
         self,
@@ -187,8 +202,28 @@ class TranslationDataModule(L.LightningDataModule):
         return self._raw(self._references, split)
 
     def scorer(self) -> Scorer:
-        """What evaluation scores decoded output with: sacreBLEU (§6.1)."""
-        return CorpusBleu()
+        """What evaluation scores decoded output with: BLEU both ways, sacreBLEU and the paper's
+        tokenized BLEU of the target language (§6.1)."""
+        return CorpusBleu(self.tgt_lang)
+
+    def check_split(self, split: str, task: str) -> str:
+        """The file name of the evaluation split ``split`` (a role, ``val``/``test``, or a name);
+        a ConfigError naming the splits there are when this corpus has no such split."""
+        name = self.splits.get(split, split)
+        if self.EVALUATION_SPLITS is not None and name not in self.EVALUATION_SPLITS:
+            roles = [role if named == role else f"{role} ({named})" for role, named in self.splits.items()
+                     if role != "train"]
+            shown = {named for role, named in self.splits.items() if role != "train"}
+            names = [*roles, *(known for known in self.EVALUATION_SPLITS if known not in shown)]
+            raise ConfigError(f"split={split}: task {task} has no such split; its splits are {', '.join(names)}")
+        return name
+
+    def evaluation_data(self, split: str) -> tuple[list[str], list[str], list[str]]:
+        """An evaluation split (a file name, :meth:`check_split`'s), aligned: its source lines,
+        its target lines (what the model is trained to write: perplexity is theirs) and what
+        :meth:`scorer` scores outputs against (here the same target lines)."""
+        sources, targets = read_parallel(*self.split_files(split, self.download))
+        return sources, targets, targets
 
     def scoring_references(self, split: str) -> list[str]:
         """What :meth:`scorer` scores an evaluation split's output against, indexed by dataset
@@ -275,6 +310,18 @@ class TranslationDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
+
+
+def output_constraint(task: Mapping[str, Any]) -> str | None:
+    """What a task's config (``task``: its ``datamodule._target_``) answers to which constraint
+    decoding may put on its outputs: its data module's :attr:`~TranslationDataModule.OUTPUT_CONSTRAINT`
+    (None for a target that is no data module of ours)."""
+    module, _, name = str((task.get("datamodule") or {}).get("_target_", "")).rpartition(".")
+    try:
+        kind = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return kind.OUTPUT_CONSTRAINT if isinstance(kind, type) and issubclass(kind, TranslationDataModule) else None
 
 
 def _require_lines(src: list[str], src_path: Path, tgt_path: Path) -> None:

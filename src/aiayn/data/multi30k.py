@@ -85,6 +85,8 @@ def _download(url: str, path: Path) -> None:
 class Multi30kDataModule(TranslationDataModule):
     """Multi30k task 1 (``<data_root>/multi30k/{split}.{lang}.gz``) as a :class:`TranslationDataModule`."""
 
+    EVALUATION_SPLITS = SPLITS
+
     def __init__(
         self,
         data_root: str,

@@ -89,7 +89,9 @@ def _test_report(run_dir: Path) -> dict[str, Any]:
 
 
 def _test_figures(metrics: dict[str, Any], averaged: int) -> dict[str, Any]:
-    return {"bleu": metrics["test/tokenized_bleu"], "sacrebleu": metrics.get("test/sacrebleu"), "averaged": averaged}
+    # sacreBLEU is test/bleu (the scorer's headline, as val/bleu); reports before it was named so: test/sacrebleu.
+    sacrebleu = metrics.get("test/bleu", metrics.get("test/sacrebleu"))
+    return {"bleu": metrics["test/tokenized_bleu"], "sacrebleu": sacrebleu, "averaged": averaged}
 
 
 def _averaged(evaluate_run_config: dict[str, Any]) -> int:

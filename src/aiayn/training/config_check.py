@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiayn.config.schemas import check_against_schemas, check_decoding, network_arguments
-from aiayn.data.parsing.constraints import is_parsing_task
+from aiayn.data.datamodule import output_constraint
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import sustained_tflops
 
@@ -103,7 +103,7 @@ def _check_task(task: Mapping[str, Any]) -> None:
 
 def _check_decoding(decoding: Mapping[str, Any], task: Mapping[str, Any]) -> None:
     check_decoding(decoding)
-    if decoding.get("constrained") and not is_parsing_task(task):
+    if decoding.get("constrained") and output_constraint(task) is None:
         raise ConfigError(f"decoding.constrained=true decodes linearised trees, for parsing tasks; task "
                           f"{task.get('name')} has no trees: set it to false")
 

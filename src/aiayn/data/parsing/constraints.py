@@ -34,10 +34,7 @@ bracket or end-of-sentence comes between two pieces of one word.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -47,19 +44,6 @@ from aiayn.data.subwords import Subwords
 
 SPACE = "\u2581"  # sentencepiece's word-boundary mark
 _OTHER, _OPEN, _CLOSE, _LEAF, _EOS = range(5)
-
-
-def is_parsing_task(task: Mapping[str, Any]) -> bool:
-    """Whether a task's config (``task``: name, datamodule, decoding…) has its outputs read as
-    trees: its data module is a :class:`~aiayn.data.parsing.datamodule.ParsingDataModule`."""
-    from aiayn.data.parsing.datamodule import ParsingDataModule
-
-    module, _, name = str((task.get("datamodule") or {}).get("_target_", "")).rpartition(".")
-    try:
-        kind = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
-        return False
-    return isinstance(kind, type) and issubclass(kind, ParsingDataModule)
 
 
 class TreeConstraint:

@@ -23,15 +23,16 @@ from aiayn.data.parsing.treebank import (
     ROOT_LABEL,
     Tree,
     iter_split,
+    parse_split,
     parse_trees,
     preprocess,
     read_trees,
     split_coverage,
     split_files,
 )
-from aiayn.data.readers import read_lines
+from aiayn.data.readers import read_lines, read_parallel
 from aiayn.data.subwords import Subwords, train_or_load
-from aiayn.errors import DataError
+from aiayn.errors import ConfigError, DataError
 from aiayn.files import atomic_write_text
 from aiayn.metrics.scorers import ParseF1
 
@@ -51,7 +52,13 @@ class ParsingDataModule(TranslationDataModule):
     training trees in the same bracketed format, e.g. the high-confidence parsed corpus of
     Vinyals et al.; when given, the WSJ training trees are repeated so that they make up
     ``wsj_fraction`` of the training set (at least once).
+
+    Its outputs are linearised trees: decoding may be constrained to well-formed ones
+    (``decoding.constrained``), and evaluation scores them with EVALB's F1 against gold trees, on
+    any sections or file ranges of the treebank.
     """
+
+    OUTPUT_CONSTRAINT = "trees"
 
     def __init__(
         self,
@@ -198,6 +205,23 @@ class ParsingDataModule(TranslationDataModule):
     def scorer(self) -> ParseF1:
         """EVALB's F1 (§6.3) of the outputs read back as trees over their gold trees' words."""
         return ParseF1(to_trees=output_trees)
+
+    def check_split(self, split: str, task: str) -> str:
+        """A split's specification (a role, or sections/file ranges of the treebank, any of them);
+        a ConfigError saying what a specification is, when it is none."""
+        name = self.splits.get(split, split)
+        try:
+            parse_split(name)
+        except ValueError as error:
+            roles = [f"{role} ({named})" for role, named in self.splits.items() if role != "train"]
+            raise ConfigError(f"split={split}: {error}; task {task}'s splits are {', '.join(roles)}") from None
+        return name
+
+    def evaluation_data(self, split: str) -> tuple[list[str], list[str], list[str]]:
+        """A split's sentences (their words), their linearised trees (the model's targets) and
+        their gold trees (what :meth:`scorer` compares outputs with)."""
+        words, linear = read_parallel(*self.split_files(split))
+        return words, linear, read_lines(self.gold_file(split))
 
     def scoring_references(self, split: str) -> list[str]:
         """The gold trees: what :meth:`scorer` scores an evaluation split's output against."""

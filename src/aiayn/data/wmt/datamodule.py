@@ -40,6 +40,8 @@ class WMTDataModule(TranslationDataModule):
     data lives under ``<cache_dir>/wmt14/``. The rest is :class:`TranslationDataModule`'s.
     """
 
+    EVALUATION_SPLITS = (VAL_SPLIT, TEST_SPLIT)  # newstest2013 (Table 3), newstest2014 (Table 2)
+
     def __init__(
         self,
         raw_dir: str,
