@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from aiayn.config.schemas import ModelConfig, check_against_schemas, network_arguments
 from aiayn.errors import ConfigError
 from aiayn.model import Transformer
-from aiayn.training.callbacks import AttentionPicturesCallback, RunSummaryCallback
+from aiayn.training.callbacks import AttentionPicturesCallback, RunSummaryCallback, build_callbacks, run_settings
 from aiayn.training.config_check import check_train_config
 from aiayn.training.preemption import PreemptionCallback
 from aiayn.training.progress import StepRichProgressBar, StepTQDMProgressBar
@@ -131,10 +131,13 @@ def test_debug_tiny_is_the_tests_tiny_run() -> None:
         assert tiny == spelled
 
 
-def test_the_callbacks_are_built_from_their_config(tmp_path: Path) -> None:
+def test_the_callbacks_are_built_from_their_config_and_the_runs_settings(tmp_path: Path) -> None:
+    """Each callback reads the run's settings (checkpoint.*, cost.gpu, ...) where they are set,
+    once: conf/callbacks/ names what to build, not the settings again."""
     cfg = compose_train("cost.gpu=K80")
     cfg.paths.output_dir = str(tmp_path)
-    built = [hydra.utils.instantiate(entry) for entry in cfg.callbacks.values()]
+    assert "every_n_minutes" not in cfg.callbacks.timed_checkpoints and "gpu" not in cfg.callbacks.run_summary
+    built = build_callbacks(cfg.callbacks, run_settings(cfg))
     steps, timed, pictures, summary, bar, preemption = built
     assert isinstance(steps, ModelCheckpoint) and isinstance(timed, ModelCheckpoint)
     assert (steps.dirpath, steps.filename, steps._every_n_train_steps, steps.save_top_k, steps.save_last) == (
@@ -144,6 +147,9 @@ def test_the_callbacks_are_built_from_their_config(tmp_path: Path) -> None:
     assert isinstance(pictures, AttentionPicturesCallback) and isinstance(summary, RunSummaryCallback)
     assert summary.gpu == "K80"
     assert isinstance(bar, (StepRichProgressBar, StepTQDMProgressBar)) and isinstance(preemption, PreemptionCallback)
-    # Switched off: the step checkpoints alone and the summary.
-    cfg = compose_train("checkpoint.every_n_minutes=null", "visualize_at_end=false")
-    assert [hydra.utils.instantiate(entry) for entry in cfg.callbacks.values()][1:3] == [None, None]
+    assert preemption.dirpath == tmp_path / "checkpoints"
+    # Switched off: no timed checkpoints, no pictures, no bar.
+    cfg = compose_train("checkpoint.every_n_minutes=null", "visualize_at_end=false", "trainer.enable_progress_bar=false")
+    cfg.paths.output_dir = str(tmp_path)
+    kinds = [type(callback) for callback in build_callbacks(cfg.callbacks, run_settings(cfg))]
+    assert kinds == [ModelCheckpoint, RunSummaryCallback, PreemptionCallback]

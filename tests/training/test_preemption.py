@@ -273,7 +273,7 @@ def test_the_setting_turns_it_off_and_a_bad_signal_name_is_refused(tmp_path: Pat
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         off = compose("train", overrides=["callbacks.preemption.enabled=false", f"paths.output_dir={tmp_path}"])
         bad = compose("train", overrides=["callbacks.preemption.signals=[SIGTERM,SIGFOO]", f"paths.output_dir={tmp_path}"])
-    assert instantiate(off.callbacks.preemption) is None
+    assert instantiate(off.callbacks.preemption, dirpath=str(tmp_path)) is None
     with pytest.raises(ConfigError, match=r"callbacks.preemption.signals: 'SIGFOO' is not a signal"):
         signal_numbers(bad.callbacks.preemption.signals)
     assert signal_numbers(["SIGTERM", "usr1", "SIGUSR2"]) == [signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2]

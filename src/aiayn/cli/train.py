@@ -39,6 +39,7 @@ from aiayn.config.plan import describe
 from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers
 from aiayn.errors import ConfigError, UserError
 from aiayn.reporting.loggers import describe_wandb_run, quiet_lightning
+from aiayn.training.callbacks import build_callbacks, run_settings
 from aiayn.training.config_check import check_train_config
 from aiayn.training.distributed import strategy_with_timeout
 from aiayn.training.module import TranslationModule
@@ -178,8 +179,7 @@ def _trainer(cfg: DictConfig, config: dict, logger) -> L.Trainer:
     interval (``plan.trainer``), the callbacks of conf/callbacks/ (built after a resume has moved
     paths.output_dir to the resumed run) and atomic checkpoint writes. A setting Lightning refuses
     is a ConfigError naming it, before anything is written."""
-    built = (hydra.utils.instantiate(entry) for entry in cfg.callbacks.values() if entry is not None)
-    callbacks = [callback for callback in built if callback is not None]
+    callbacks = build_callbacks(cfg.callbacks, run_settings(cfg))
     trainer_args = hydra.utils.instantiate(cfg.trainer, _convert_="all")  # a strategy may be an object
     planned = config["plan"]["trainer"]
     if not isinstance(trainer_args.get("strategy"), str):  # a Strategy object given in code: kept

@@ -5,7 +5,8 @@ checked ones.
 
 Importing this module (any of ``aiayn.config``) registers the dataclasses in Hydra's ConfigStore
 as the schemas ``schema/model``, ``schema/optim``, ``schema/loss``, ``schema/decoding`` and
-``schema/decoding_overrides`` (the tools'), and the plan's resolvers.
+``schema/decoding_overrides`` (the tools'), ``schema/trainer`` (Lightning's Trainer arguments,
+aiayn.config.trainer), and the plan's resolvers.
 conf/model/*.yaml and conf/optim/*.yaml start from theirs (``defaults: [/schema/model@_here_,
 _self_]``) and conf/train.yaml puts the loss schema under ``loss``, so Hydra rejects a key that is
 not a field, or a value of the wrong type, while composing. Code that composes conf/train.yaml
@@ -24,6 +25,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from aiayn.config.trainer import TrainerConfig
 from aiayn.errors import ConfigError
 
 
@@ -106,7 +108,7 @@ DecodingOverrides = overrides_of(DecodingConfig)
 
 SCHEMAS = {"model": ModelConfig, "optim": OptimConfig, "loss": LossConfig, "decoding": DecodingConfig}
 
-for _name, _schema in {**SCHEMAS, "decoding_overrides": DecodingOverrides}.items():
+for _name, _schema in {**SCHEMAS, "decoding_overrides": DecodingOverrides, "trainer": TrainerConfig}.items():
     ConfigStore.instance().store(group="schema", name=_name, node=_schema)
 
 

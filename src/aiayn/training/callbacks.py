@@ -1,12 +1,20 @@
-"""Lightning callbacks of the training job: the attention pictures at the end of training, the
-run summary (dev PPL/BLEU, parameters, tokens, FLOPs) in summary.json and W&B, and the timed
-checkpoints of §6.1. conf/callbacks/default.yaml lists what a run uses; the factories here return
-None for a callback switched off, which then adds none."""
+"""Lightning callbacks of the training job: the step checkpoints and the timed checkpoints of
+§6.1, the attention pictures at the end of training, the run summary (dev PPL/BLEU, parameters,
+tokens, FLOPs) in summary.json and W&B. conf/callbacks/default.yaml lists what a run uses; the
+factories here return None for a callback switched off, which then adds none.
+
+Settings of the run that a callback reads are not repeated in conf/callbacks/: :func:`build_callbacks`
+gives each factory the run settings its parameters name (:func:`run_settings`: ``checkpoint``,
+``dirpath``, ``resume``, ``visualize_at_end``, ``cost``, ``trainer``), so each setting has one
+address (``checkpoint.every_n_minutes``, not also a callback's).
+"""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -27,20 +35,61 @@ from aiayn.reporting.summary import device_name, write_summary
 log = logging.getLogger(__name__)
 
 
-def timed_checkpoints(dirpath: str, every_n_minutes: float | None, keep: int) -> ModelCheckpoint | None:
-    """§6.1: a checkpoint every ``every_n_minutes`` minutes of training wall time,
-    ``<dirpath>/time-step<N>.ckpt``, the newest ``keep`` kept (-1: all; ``monitor="step"`` makes
-    "newest" the ranking), for src/average.py to average. None when ``every_n_minutes`` is None."""
-    if every_n_minutes is None:
+def run_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of a training config (conf/train.yaml, resolved or not) that callbacks read, by
+    the parameter names that take them."""
+    return {"checkpoint": cfg["checkpoint"], "dirpath": f"{cfg['paths']['output_dir']}/checkpoints",
+            "resume": cfg.get("resume"), "visualize_at_end": cfg.get("visualize_at_end", True),
+            "cost": cfg.get("cost") or {}, "trainer": cfg.get("trainer") or {}}
+
+
+def build_callbacks(entries: Mapping[str, Any], settings: Mapping[str, Any]) -> list[L.Callback]:
+    """The callbacks of conf/callbacks/ (``entries``, each with a ``_target_``; null: none), each
+    factory given the ``settings`` (:func:`run_settings`) its parameters name and its entry does not
+    set; those that come back None are left out."""
+    import hydra
+
+    built = []
+    for entry in entries.values():
+        if entry is None:
+            continue
+        target = hydra.utils.get_object(entry["_target_"])
+        parameters = inspect.signature(target).parameters
+        given = {name: value for name, value in settings.items() if name in parameters and name not in entry}
+        callback = hydra.utils.instantiate(entry, **given)
+        if callback is not None:
+            built.append(callback)
+    return built
+
+
+def step_checkpoints(checkpoint: Mapping[str, Any], dirpath: str) -> ModelCheckpoint:
+    """Every ``checkpoint.every_n_train_steps`` steps, ``<dirpath>/step<N>.ckpt`` (the newest
+    ``checkpoint.save_top_k`` kept, -1: all), and ``last.ckpt``, which always names the newest."""
+    return ModelCheckpoint(dirpath=dirpath, filename="step{step:07d}", auto_insert_metric_name=False,
+                           every_n_train_steps=checkpoint["every_n_train_steps"], save_top_k=checkpoint["save_top_k"],
+                           save_last=True)
+
+
+def timed_checkpoints(checkpoint: Mapping[str, Any], dirpath: str) -> ModelCheckpoint | None:
+    """§6.1: a checkpoint every ``checkpoint.every_n_minutes`` minutes of training wall time,
+    ``<dirpath>/time-step<N>.ckpt``, the newest ``checkpoint.keep_timed`` kept (-1: all;
+    ``monitor="step"`` makes "newest" the ranking), for src/average.py to average. None when
+    ``every_n_minutes`` is None."""
+    if checkpoint["every_n_minutes"] is None:
         return None
     return ModelCheckpoint(dirpath=dirpath, filename="time-step{step:07d}", auto_insert_metric_name=False,
-                           train_time_interval=timedelta(minutes=every_n_minutes), save_top_k=keep,
-                           monitor="step", mode="max")
+                           train_time_interval=timedelta(minutes=checkpoint["every_n_minutes"]),
+                           save_top_k=checkpoint["keep_timed"], monitor="step", mode="max")
 
 
-def attention_pictures(enabled: bool, **options: Any) -> AttentionPicturesCallback | None:
-    """An AttentionPicturesCallback(**options), or None when not ``enabled``."""
-    return AttentionPicturesCallback(**options) if enabled else None
+def attention_pictures(visualize_at_end: bool, **options: Any) -> AttentionPicturesCallback | None:
+    """An AttentionPicturesCallback(**options), or None when not ``visualize_at_end``."""
+    return AttentionPicturesCallback(**options) if visualize_at_end else None
+
+
+def run_summary(cost: Mapping[str, Any]) -> RunSummaryCallback:
+    """The :class:`RunSummaryCallback`, its paper's estimate with the sustained TFLOPS of ``cost.gpu``."""
+    return RunSummaryCallback(gpu=cost.get("gpu", "P100"))
 
 
 class AttentionPicturesCallback(L.Callback):

@@ -95,7 +95,8 @@ def describe(error: BaseException) -> tuple[str, int] | None:
 
 def preemption_handling(enabled: bool, dirpath: str, signals: list[str] | tuple[str, ...] = ("SIGTERM",),
                         requeue: bool = True, resume: str | None = None) -> PreemptionCallback | None:
-    """The :class:`PreemptionCallback` of conf/callbacks/default.yaml, or None when not ``enabled``.
+    """The :class:`PreemptionCallback` of conf/callbacks/default.yaml, or None when not ``enabled``
+    (``dirpath`` and ``resume`` are the run's, given by aiayn.training.callbacks.build_callbacks).
     Also makes this process pass ``signals`` on to the ranks it spawns (``ddp_spawn``)."""
     if not enabled:
         return None

@@ -8,16 +8,17 @@ scientific notation and the other values to four significant digits, and leaves 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
 
 
-def progress_bar(enabled: bool | None = True) -> RichProgressBar | TQDMProgressBar | None:
+def progress_bar(trainer: Mapping[str, Any]) -> RichProgressBar | TQDMProgressBar | None:
     """The bar (Rich's when rich is installed, as Lightning chooses), or None when
     ``trainer.enable_progress_bar`` is false."""
-    if enabled is False:
+    if trainer.get("enable_progress_bar") is False:
         return None
     return StepRichProgressBar() if _RICH_AVAILABLE else StepTQDMProgressBar()
 
