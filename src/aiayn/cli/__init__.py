@@ -1,5 +1,6 @@
 """The command-line tools: ``aiayn-train``, ``aiayn-prepare``, ``aiayn-evaluate``,
-``aiayn-translate``, ``aiayn-average`` and ``aiayn-visualize`` (also ``python src/<name>.py``).
+``aiayn-translate``, ``aiayn-average``, ``aiayn-visualize`` and ``aiayn-export`` (also
+``python src/<name>.py``).
 
 Each composes its Hydra config from the repository's ``conf/`` folder (or ``$AIAYN_CONFIG_DIR``),
 reports the errors a user can fix as one line (:mod:`aiayn.cli.errors`) and has a ``--help`` of

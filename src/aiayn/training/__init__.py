@@ -1,1 +1,2 @@
-"""Training: the LightningModule, the loss, the learning-rate schedule and their helpers."""
+"""Training: the LightningModule, the learning-rate schedule, the callbacks, preemption and the
+check of a whole training config."""
