@@ -261,7 +261,8 @@ BAD = {  # (the bad setting, given tmp_path; the start of the one line)
     "batch_size=0": (lambda tmp: "batch_size=0", "batch_size must be a whole number of at least 1, got 0"),
     "buffer_size=0": (lambda tmp: "buffer_size=0", "buffer_size must be a whole number of at least 1, got 0"),
     "interactive=maybe": (lambda tmp: "interactive=maybe", "interactive must be auto, true or false, got 'maybe'"),
-    "decoding.constrained=maybe": (lambda tmp: "decoding.constrained=maybe", "Error merging override decoding.constrained=maybe"),
+    "decoding.constrained=maybe": (lambda tmp: "decoding.constrained=maybe",
+                                   "Error merging override decoding.constrained=maybe"),
     "constrained, a translation model": (lambda tmp: "decoding.constrained=true",
                                          "constrained decoding needs a parsing model: its vocabulary has no tree symbols"),
     "output folder under a file": (lambda tmp: f"out={tmp}/in.en/out.de",
@@ -269,7 +270,7 @@ BAD = {  # (the bad setting, given tmp_path; the start of the one line)
     "output is the input": (lambda tmp: f"out={tmp}/in.en", "out={tmp}/in.en is the input file"),
     "output folder not writable": (lambda tmp: _not_writable(tmp), "out={tmp}/locked/out.de: not writable"),
     "precision=fp8": (lambda tmp: "precision=fp8", "precision must be one of fp32, bf16, fp16, got 'fp8'"),
-    "int8=yes": (lambda tmp: "int8=yes", "int8 must be true or false, got 'yes'"),
+    "int8=maybe": (lambda tmp: "int8=maybe", "Error merging override int8=maybe. Value 'maybe' is not a valid bool"),
 }
 
 

@@ -32,7 +32,7 @@ def main(cfg: DictConfig) -> None:
         if OmegaConf.is_missing(cfg, key) or cfg[key] in (None, ""):
             raise ConfigError(f"give {key}=...  (usage: {tool_command()} ckpt=<run dir or checkpoint> "
                               "average_last=5 out=<file.ckpt>)")
-    if not isinstance(cfg.average_last, int) or isinstance(cfg.average_last, bool) or cfg.average_last < 1:
+    if cfg.average_last < 1:
         raise ConfigError(f"average_last must be a positive number of checkpoints, not {cfg.average_last!r}")
     if Path(cfg.out).is_dir():
         raise ConfigError(f"out={cfg.out} is a folder; give the file to write, e.g. out={Path(cfg.out) / 'averaged.ckpt'}")

@@ -137,7 +137,7 @@ def _averaged_count(average_last) -> int:
     """How many checkpoints to average: ``average_last``, or 1 (the checkpoint alone) for null."""
     if average_last is None:
         return 1
-    if isinstance(average_last, bool) or not isinstance(average_last, int) or average_last < 1:
+    if average_last < 1:  # a whole number: the schema (aiayn.config.tools) has seen to it
         raise ConfigError(f"average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint "
                           f"alone), got {average_last!r}")
     return average_last

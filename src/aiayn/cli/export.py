@@ -37,7 +37,7 @@ def main(cfg: DictConfig) -> None:
         raise ConfigError(f"quantization={cfg.quantization} is for format=ctranslate2 only; leave it out for "
                           f"format={cfg.format}")
     k = cfg.average_last if cfg.average_last is not None else 1
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    if k < 1:
         raise ConfigError(f"average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint "
                           f"alone), got {cfg.average_last!r}")
     overrides = {key: value for key, value in cfg.decoding.items() if value is not None}

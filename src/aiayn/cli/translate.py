@@ -140,9 +140,8 @@ def _check_settings(cfg: DictConfig) -> None:
     switches_of(cfg)  # precision, int8 and compile
     if cfg.interactive not in ("auto", True, False):
         raise ConfigError(f"interactive must be auto, true or false, got {cfg.interactive!r}")
-    size = cfg.buffer_size
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ConfigError(f"buffer_size must be a whole number of at least 1, got {size!r}")
+    if cfg.buffer_size < 1:
+        raise ConfigError(f"buffer_size must be a whole number of at least 1, got {cfg.buffer_size!r}")
 
 
 def _input_file(given: str | None) -> Path | None:

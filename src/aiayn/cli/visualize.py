@@ -29,7 +29,7 @@ def main(cfg: DictConfig) -> None:
     if not str(cfg.text).strip():
         raise ConfigError("text is empty: give the sentence to draw, text='A man is riding a bike.'")
     positions = cfg.positional_encoding_positions
-    if isinstance(positions, bool) or not isinstance(positions, int) or positions < 1:
+    if positions < 1:
         raise ConfigError(f"positional_encoding_positions must be a positive whole number, got {positions!r}")
     if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ConfigError(f"out={cfg.out} is a file; give a folder for the pictures")

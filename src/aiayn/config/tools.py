@@ -1,0 +1,105 @@
+"""The settings of the tools other than train (conf/evaluate.yaml, translate.yaml, average.yaml,
+export.yaml, visualize.yaml, prepare.yaml) as schemas: each tool's config starts from its schema
+(``defaults: [/schema/tool/<tool>@_here_, ...]``), so a setting a tool does not have, or a value of
+the wrong type, is refused in one line while Hydra composes, before anything is loaded. What types
+cannot say (ranges, paths, one setting against another) each tool checks itself.
+
+The defaults live here, one place each; a tool's yaml sets only what needs an interpolation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+# The noqa comments: OmegaConf reads these annotations and takes Optional[...], not X | None.
+# ``decoding`` is typed by the tools' yaml (``/schema/decoding_overrides@decoding``), after the
+# task that evaluate.py may compose with its own decoding.
+
+
+@dataclass
+class DecodeSwitches:
+    """Switches that make decoding faster (aiayn.decoding_speed); evaluate and translate take them."""
+
+    precision: str = "fp32"  # fp32 | bf16 | fp16: weights and activations in that type (bf16/fp16 for GPUs)
+    int8: bool = False  # int8 dynamic quantisation of the linear layers (CPU; outputs change a little)
+    compile: bool = False  # the decoder step through torch.compile (GPU; slower than eager on a CPU)
+    device: str = "auto"  # auto | cpu | cuda
+
+
+@dataclass
+class EvaluateConfig(DecodeSwitches):
+    ckpt: str = MISSING  # one checkpoint file (step…ckpt, time-step…ckpt or last.ckpt)
+    split: str = "test"  # test | val | a split name of the task (e.g. test_2017_flickr, newstest2013)
+    # k: average ckpt and the k-1 checkpoints before it by step in its folder (§6.1: 5 base, 20 big)
+    average_last: Optional[int] = None  # noqa: UP045
+    data_root: Optional[str] = None  # noqa: UP045  (conf/evaluate.yaml: $AIAYN_DATA_ROOT)
+    seed: int = 0
+    decoding: Any = None  # typed by schema/decoding_overrides (the yaml's defaults); null: the checkpoint's own
+    batch_size: int = 128  # sentences per translation batch
+    max_tokens: int = 4096  # tokens per batch for the perplexity pass
+    out: Optional[str] = None  # noqa: UP045  the folder to write into; null: <run dir>/eval
+    wandb: str = "auto"  # auto | online | offline | disabled
+    task: Any = None  # task=<name>: conf/task/<name>.yaml instead of the checkpoint's task
+    paths: Any = None
+
+
+@dataclass
+class TranslateConfig(DecodeSwitches):
+    ckpt: str = MISSING  # the checkpoint (engine=aiayn)
+    engine: str = "aiayn"  # aiayn | ctranslate2: a CTranslate2 export of src/export.py, given as model_dir=
+    model_dir: Optional[str] = None  # noqa: UP045  engine=ctranslate2: the exported folder
+    input: Optional[str] = None  # noqa: UP045  the file to translate (null: stdin)
+    out: Optional[str] = None  # noqa: UP045  the file to write, its folder created (null: stdout)
+    decoding: Any = None  # typed by schema/decoding_overrides; null: the checkpoint's (the export's) own
+    batch_size: int = 64  # sentences per batch
+    buffer_size: int = 4096  # lines read, sorted by length and batched together
+    # true: each line answered alone as soon as read; false: whole chunks; auto: true for a terminal,
+    # and from a pipe the lines that have arrived are translated before waiting for more.
+    interactive: Any = "auto"
+
+
+@dataclass
+class AverageConfig:
+    ckpt: str = MISSING  # the newest checkpoint to average (a file), or a run dir / its checkpoints/ (its newest)
+    average_last: int = 5  # how many checkpoints, ending at ckpt (§6.1: the base models 5, the big ones 20)
+    out: str = MISSING  # the averaged checkpoint to write
+
+
+@dataclass
+class ExportConfig:
+    ckpt: str = MISSING  # one checkpoint file (step…ckpt, time-step…ckpt or last.ckpt)
+    format: str = "hf"  # hf | ctranslate2
+    out: str = MISSING  # the folder to write (new, empty, or an earlier export, which is replaced)
+    average_last: Optional[int] = None  # noqa: UP045  k: the average of ckpt and the k-1 before it (§6.1)
+    quantization: Optional[str] = None  # noqa: UP045  format=ctranslate2: int8, int8_float32, float16, ...
+    decoding: Any = None  # typed by schema/decoding_overrides: what the export records; null: the checkpoint's
+
+
+@dataclass
+class VisualizeConfig:
+    ckpt: Optional[str] = None  # noqa: UP045  a checkpoint written by src/train.py
+    text: str = "A man is riding a bike."
+    out: Optional[str] = None  # noqa: UP045  default: <ckpt dir>/../attention (the run's own attention/ folder)
+    device: str = "auto"  # auto | cpu | cuda
+    positional_encoding: bool = True  # also draw positional_encoding.png (§3.5, the model's d_model)
+    positional_encoding_positions: int = 128
+    decoding: Any = None  # typed by schema/decoding_overrides; null: the checkpoint's own
+
+
+@dataclass
+class PrepareConfig:
+    seed: int = 1234
+    task: Any = None
+    paths: Any = None
+    decoding: Any = None  # what the task decodes with (conf/decoding/): composed with it, unused here
+
+
+TOOLS = {"evaluate": EvaluateConfig, "translate": TranslateConfig, "average": AverageConfig,
+         "export": ExportConfig, "visualize": VisualizeConfig, "prepare": PrepareConfig}
+
+for _name, _schema in TOOLS.items():
+    ConfigStore.instance().store(group="schema/tool", name=_name, node=_schema)
