@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import aiayn.config  # noqa: F401  registers the schemas and resolvers that conf/ composes with
-from tests.helpers.runs import REPO, TINY_RUN, TrainedRun, snapshot, train
+from tests.helpers.inprocess import train
+from tests.helpers.runs import REPO, TINY_RUN, TrainedRun, snapshot
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -50,7 +51,7 @@ def subword_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory, data_root: Path, subword_cache: Path) -> Iterator[TrainedRun]:
-    """One tiny src/train.py run on Multi30k (tests.helpers.runs.TINY_RUN: 2 layers, 4 steps, a step
+    """One tiny src/train.py run on Multi30k, in this process (tests.helpers.runs.TINY_RUN: 2 layers, 4 steps, a step
     and a time checkpoint after every step, attention pictures at the end), shared by the tests of
     evaluate, translate, average, visualize and bad input. Read-only: a test that writes (reports,
     averaged checkpoints, pictures) writes to its own tmp_path or into a copy; the session fails

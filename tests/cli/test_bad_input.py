@@ -8,12 +8,14 @@ modules too; the catalogue of every kind and where it is tested is docs/guarante
 from __future__ import annotations
 
 import gzip
-import importlib.util
+import io
 import logging
 import os
 import shutil
 import sys
+from contextlib import redirect_stderr
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -21,14 +23,12 @@ from hydra import compose, initialize_config_dir
 
 from aiayn.checkpoints.averaging import last_checkpoints
 from aiayn.checkpoints.io import read_checkpoint
+from aiayn.cli.train import main as train_main
 from aiayn.data.multi30k import Multi30kDataModule
 from aiayn.data.readers import read_lines, read_parallel
 from aiayn.errors import DataError
-from tests.helpers.runs import REPO, TINY, TrainedRun, run_tool
-
-_spec = importlib.util.spec_from_file_location("train_entry_point", REPO / "src" / "train.py")
-train_entry_point = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(train_entry_point)
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import REPO, TINY, TrainedRun
 
 
 # -- data files ---------------------------------------------------------------------------------
@@ -151,15 +151,10 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[*TINY, "logger=none", f"paths.output_dir={tmp_path / 'run'}",
                                           "run_name=bad-input", *overrides])  # both come from Hydra's run
-    stderr = tmp_path / "stderr"
-    with open(stderr, "w") as handle, pytest.raises(SystemExit) as exit_:
-        real, sys.stderr = sys.stderr, handle
-        argv, sys.argv = sys.argv, [str(REPO / "src" / "train.py")]  # errors name the tool as invoked
-        try:
-            train_entry_point.main(cfg)
-        finally:
-            sys.stderr, sys.argv = real, argv
-    lines = stderr.read_text().strip().splitlines()
+    stderr, argv = io.StringIO(), [str(REPO / "src" / "train.py")]  # errors name the tool as invoked
+    with redirect_stderr(stderr), mock.patch.object(sys, "argv", argv), pytest.raises(SystemExit) as exit_:
+        train_main(cfg)
+    lines = stderr.getvalue().strip().splitlines()
     assert len(lines) == 1, lines
     return exit_.value.code, lines[0]
 
@@ -176,50 +171,50 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["optim.lr_factor=0"], "train.py: optim.lr_factor must be positive, got 0"),
     (["task.vocab_size=3"], "train.py: task.vocab_size must be a whole number of at least 8, got 3"),
     (["task.datamodule.max_tokens=100", "task.datamodule.max_length=128"],
-     "train.py: task.datamodule.max_tokens=100 cannot hold one pair of max_length=128 subwords plus BOS/EOS; "
-     "raise max_tokens to at least 130 or lower max_length"),
+     ("train.py: task.datamodule.max_tokens=100 cannot hold one pair of max_length=128 subwords plus BOS/EOS; "
+     "raise max_tokens to at least 130 or lower max_length")),
     (["nonfinite.max_in_a_row=0"], "train.py: nonfinite.max_in_a_row must be at least 1, got 0"),
     (["resume=/no/such/run"], "train.py: resume=/no/such/run: no such checkpoint file or run directory"),
     # Keys nobody reads, added with `+`: at the root, in each section Hydra does not type.
     (["+n_experts=4"], "train.py: n_experts is not a setting; the settings are callbacks, checkpoint,"),
-    (["+validation.bleu_sentence=10"], "train.py: validation.bleu_sentence is not a setting in validation; "
-                                       "did you mean bleu_sentences?"),
-    (["+trainer.max_step=10"], "train.py: trainer.max_step is not a Lightning Trainer argument; did you mean "
-                               "max_steps"),
-    (["+task.datamodule.max_token=10"], "train.py: task.datamodule.max_token is not an argument of "
-                                        "Multi30kDataModule; did you mean max_tokens"),
+    (["+validation.bleu_sentence=10"], ("train.py: validation.bleu_sentence is not a setting in validation; "
+                                       "did you mean bleu_sentences?")),
+    (["+trainer.max_step=10"], ("train.py: trainer.max_step is not a Lightning Trainer argument; did you mean "
+                               "max_steps")),
+    (["+task.datamodule.max_token=10"], ("train.py: task.datamodule.max_token is not an argument of "
+                                        "Multi30kDataModule; did you mean max_tokens")),
     (["+checkpoint.every=5"], "train.py: checkpoint.every is not a setting in checkpoint;"),
-    (["+callbacks.preemption.signal=[SIGTERM]"], "train.py: callbacks.preemption.signal is not an argument of "
-                                                 "preemption_handling; did you mean signals?"),
-    (["logger=csv", "+logger.save_dirs=x"], "train.py: logger.save_dirs is not an argument of MetricsCSVLogger; "
-                                            "did you mean save_dir?"),
-    (["callbacks.preemption.signals=[SIGTERM,SIGFOO]"], "train.py: callbacks.preemption.signals: 'SIGFOO' is not a "
-                                                        "signal a process can handle here"),
+    (["+callbacks.preemption.signal=[SIGTERM]"], ("train.py: callbacks.preemption.signal is not an argument of "
+                                                 "preemption_handling; did you mean signals?")),
+    (["logger=csv", "+logger.save_dirs=x"], ("train.py: logger.save_dirs is not an argument of MetricsCSVLogger; "
+                                            "did you mean save_dir?")),
+    (["callbacks.preemption.signals=[SIGTERM,SIGFOO]"], ("train.py: callbacks.preemption.signals: 'SIGFOO' is not a "
+                                                        "signal a process can handle here")),
     # Ranges that would otherwise fail at the first validation, or later.
     (["decoding.beam_size=0"], "train.py: decoding.beam_size must be a whole number of at least 1, got 0"),
-    (["decoding.alpha=-0.5"], "train.py: decoding.alpha (the length penalty's exponent) must be a number, 0 or "
-                              "more, got -0.5"),
-    (["decoding.max_len_offset=-1"], "train.py: decoding.max_len_offset must be a whole number of at least 0, "
-                                     "got -1"),
+    (["decoding.alpha=-0.5"], ("train.py: decoding.alpha (the length penalty's exponent) must be a number, 0 or "
+                              "more, got -0.5")),
+    (["decoding.max_len_offset=-1"], ("train.py: decoding.max_len_offset must be a whole number of at least 0, "
+                                     "got -1")),
     (["validation.bleu_sentences=-5"], "train.py: validation.bleu_sentences must be a whole number, 0 or more"),
     (["model.n_layers=0"], "train.py: model.n_layers must be at least 1 (N: the layers of each stack), got 0"),
     (["model.attention_window=0"], "train.py: model: attention_window must be a whole number of at least 1"),
     (["task.datamodule.max_tokens=0"], "train.py: task.datamodule.max_tokens must be a positive whole number, got 0"),
-    (["task.datamodule.eval_max_tokens=-1"], "train.py: task.datamodule.eval_max_tokens must be a positive whole "
-                                             "number, got -1"),
-    (["checkpoint.keep_timed=0"], "train.py: checkpoint.keep_timed must be how many checkpoints to keep, 1 or "
-                                  "more (-1: all), got 0"),
+    (["task.datamodule.eval_max_tokens=-1"], ("train.py: task.datamodule.eval_max_tokens must be a positive whole "
+                                             "number, got -1")),
+    (["checkpoint.keep_timed=0"], ("train.py: checkpoint.keep_timed must be how many checkpoints to keep, 1 or "
+                                  "more (-1: all), got 0")),
     (["checkpoint.every_n_minutes=0"], "train.py: checkpoint.every_n_minutes must be a positive number of minutes"),
-    (["checkpoint.every_n_train_steps=0"], "train.py: checkpoint.every_n_train_steps must be a positive whole "
-                                           "number, got 0"),
-    (["trainer.accumulate_grad_batches=0"], "train.py: trainer.accumulate_grad_batches must be a positive whole "
-                                            "number, got 0"),
+    (["checkpoint.every_n_train_steps=0"], ("train.py: checkpoint.every_n_train_steps must be a positive whole "
+                                           "number, got 0")),
+    (["trainer.accumulate_grad_batches=0"], ("train.py: trainer.accumulate_grad_batches must be a positive whole "
+                                            "number, got 0")),
     (["trainer.val_check_interval=0"], "train.py: trainer.val_check_interval must be a whole number of steps"),
     (["trainer.precision=banana"], "train.py: trainer: Precision 'banana' is invalid."),
     (["trainer.gradient_clip_algorithm=sideways"], "train.py: trainer: `gradient_clip_algorithm` sideways is invalid."),
     (["optim.betas=[0.9,1.5]"], "train.py: optim.betas must be two numbers in [0, 1) (Adam's β1, β2), got [0.9, 1.5]"),
-    (["distributed.timeout_minutes=0"], "train.py: distributed.timeout_minutes must be a positive number of "
-                                        "minutes, got 0"),
+    (["distributed.timeout_minutes=0"], ("train.py: distributed.timeout_minutes must be a positive number of "
+                                        "minutes, got 0")),
     (["compile=yes"], "train.py: compile must be true or false, got 'yes'"),
     # More training processes than the machine has cores.
     ([f"trainer.devices={(os.cpu_count() or 1) + 1}", "trainer.strategy=ddp_spawn"], "train.py: trainer.devices="),
@@ -235,17 +230,16 @@ def test_a_data_root_without_the_data_names_the_missing_file_and_exits_2(tmp_pat
     assert line.startswith("train.py: Multi30k files missing") and str(tmp_path / "empty" / "multi30k" / "train.en.gz") in line
 
 
-# -- command lines (checkpoints: the session's tiny trained run, `tiny_run` in tests/conftest.py) --
-@pytest.mark.cli
+# -- command lines, in this process (tests.helpers.inprocess); checkpoints: the session's `tiny_run` --
 @pytest.mark.parametrize("override, message", [
-    ("model.n_experts=4", "train.py: model.n_experts is not a setting here (Key 'n_experts' not in 'ModelConfig'); "
-                          "`python "),
-    ("model=huge", "train.py: In 'train': Could not find 'model/huge'. Available options in 'model': base, big, "
-                   "parsing, small"),
-    ("decoding.beam=5", "train.py: decoding.beam is not a setting here (Key 'beam' not in 'DecodingConfig'); "
-                        "`python "),
-    ("model.d_model=abc", "train.py: Error merging override model.d_model=abc. Value 'abc' of type 'str' could not "
-                          "be converted to Integer"),
+    ("model.n_experts=4", ("train.py: model.n_experts is not a setting here (Key 'n_experts' not in 'ModelConfig'); "
+                          "`python ")),
+    ("model=huge", ("train.py: In 'train': Could not find 'model/huge'. Available options in 'model': base, big, "
+                   "parsing, small")),
+    ("decoding.beam=5", ("train.py: decoding.beam is not a setting here (Key 'beam' not in 'DecodingConfig'); "
+                        "`python ")),
+    ("model.d_model=abc", ("train.py: Error merging override model.d_model=abc. Value 'abc' of type 'str' could not "
+                          "be converted to Integer")),
     ("trainer.devices=[", "train.py: no viable alternative at input '['"),
     ("run_name=${nope}", "train.py: Interpolation key 'nope' not found"),
 ])
@@ -258,17 +252,14 @@ def test_what_hydra_cannot_compose_is_one_line_and_exit_2(override, message, tmp
     assert not (tmp_path / "outputs").exists()
 
 
-@pytest.mark.cli
 def test_a_run_refused_before_training_leaves_no_output_folder(tmp_path, data_root):
     result = run_tool("src/train.py", *TINY, "logger=none", "decoding.beam_size=0", cwd=tmp_path,
                       data_root=data_root, check=False)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
-        "train.py: decoding.beam_size must be a whole number of at least 1, got 0")
+    assert result.stderr.strip().splitlines()[-1] == "train.py: decoding.beam_size must be a whole number of at least 1, got 0"
     assert not (tmp_path / "outputs").exists(), list((tmp_path / "outputs").rglob("*"))
 
 
-@pytest.mark.cli
 def test_a_sweep_of_a_dozen_overrides_gets_folders_the_file_system_accepts(tmp_path, subword_cache, data_root):
     """The sweep subdir is built from the overrides; past a file name's 255 bytes it is shortened
     (with a hash of the whole), so each job still gets its own folder."""
@@ -278,7 +269,7 @@ def test_a_sweep_of_a_dozen_overrides_gets_folders_the_file_system_accepts(tmp_p
                  "cost.gpu=K80", "seed=1,2", f"task.datamodule.cache_dir={subword_cache}",
                  "model.dropout=0.123456789", "loss.label_smoothing=0.0987654321"]
     result = run_tool("src/train.py", "--multirun", *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}",
-                      cwd=tmp_path, data_root=data_root, cache_dir=subword_cache, check=False, timeout=600)
+                      cwd=tmp_path, data_root=data_root, cache_dir=subword_cache, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = sorted(path for path in (tmp_path / "sweep").iterdir() if path.is_dir())
     assert [job.name[:2] for job in jobs] == ["0_", "1_"]
@@ -288,16 +279,14 @@ def test_a_sweep_of_a_dozen_overrides_gets_folders_the_file_system_accepts(tmp_p
         assert "seed=" in (job / ".hydra" / "overrides.yaml").read_text()
 
 
-@pytest.mark.cli
 def test_translate_stdin_that_is_not_utf8_names_the_line_and_byte(tiny_run: TrainedRun):
     result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", stdin="A dog.\nA \xe9t\xe9 cat.\n".encode("latin-1"),
-                      check=False, timeout=300)
+                      check=False)
     assert result.returncode == 2
     assert result.stderr.decode().strip().splitlines()[-1] == (
         "translate.py: <stdin>: line 2 is not valid UTF-8 (byte 3 of the line); re-encode the file as UTF-8")
 
 
-@pytest.mark.cli
 def test_translate_with_beam_size_0_names_the_setting_and_exits_2(tiny_run: TrainedRun, data_root, tmp_path):
     source = _write(tmp_path / "in.en", ["A dog runs."])
     result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", f"input={source}", "decoding.beam_size=0",
@@ -306,9 +295,7 @@ def test_translate_with_beam_size_0_names_the_setting_and_exits_2(tiny_run: Trai
     assert result.stderr.strip().splitlines()[-1] == "translate.py: decoding.beam_size must be a whole number of at least 1, got 0"
 
 
-@pytest.mark.cli
-def test_evaluate_constrained_on_a_translation_model_is_refused_before_decoding(tiny_run: TrainedRun, data_root,
-                                                                               tmp_path):
+def test_evaluate_constrained_on_a_translation_model_is_refused_before_decoding(tiny_run, data_root, tmp_path):
     result = run_tool("src/evaluate.py", f"ckpt={tiny_run.last}", "decoding.constrained=true", f"out={tmp_path}",
                       "wandb=disabled", data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -317,7 +304,6 @@ def test_evaluate_constrained_on_a_translation_model_is_refused_before_decoding(
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.cli
 def test_evaluate_on_a_file_that_is_not_a_checkpoint_names_it_and_exits_2(subword_cache, data_root, tmp_path):
     bogus = _write(tmp_path / "notes.ckpt", ["notes"])
     result = run_tool("src/evaluate.py", f"ckpt={bogus}", data_root=data_root, cache_dir=subword_cache, check=False)
@@ -325,7 +311,6 @@ def test_evaluate_on_a_file_that_is_not_a_checkpoint_names_it_and_exits_2(subwor
     assert result.stderr.strip().splitlines()[-1].startswith(f"evaluate.py: {bogus}: not a readable checkpoint")
 
 
-@pytest.mark.cli
 def test_resume_on_data_whose_vocabulary_differs_is_refused(tiny_run: TrainedRun, data_root, tmp_path):
     en, de = read_parallel(data_root / "multi30k" / "train.en.gz", data_root / "multi30k" / "train.de.gz")
     other = _multi30k_copy(tmp_path / "data", data_root, en[:6000], de[:6000])  # another subword model
@@ -338,7 +323,6 @@ def test_resume_on_data_whose_vocabulary_differs_is_refused(tiny_run: TrainedRun
         "train.py: the checkpoint's subword model differs from the one built for this data")
 
 
-@pytest.mark.cli
 @pytest.mark.parametrize("tool", ["train", "prepare", "evaluate", "translate", "average", "visualize"])
 def test_every_tool_refuses_a_setting_it_does_not_have_in_one_line(tool, tmp_path, data_root):
     result = run_tool(f"src/{tool}.py", "beam_sise=4", cwd=tmp_path, data_root=data_root, check=False)
@@ -347,21 +331,18 @@ def test_every_tool_refuses_a_setting_it_does_not_have_in_one_line(tool, tmp_pat
     assert len(lines) == 1 and lines[0].startswith(f"{tool}.py: beam_sise is not a setting here"), lines
 
 
-@pytest.mark.cli
 @pytest.mark.parametrize("tool, arguments, message", [
     ("average", ["average_last=0", "out={tmp}/avg.ckpt"], "average_last must be a positive number of checkpoints, not 0"),
     ("average", ["out={tmp}"], "out={tmp} is a folder; give the file to write"),
-    ("visualize", ["positional_encoding_positions=0"], "positional_encoding_positions must be a positive whole "
-                                                        "number, got 0"),
+    ("visualize", ["positional_encoding_positions=0"], ("positional_encoding_positions must be a positive whole "
+                                                        "number, got 0")),
     ("visualize", ["text= "], "text is empty: give the sentence to draw"),
     ("visualize", ["out={tmp}/file.txt"], "out={tmp}/file.txt is a file; give a folder for the pictures"),
 ], ids=["average-last=0", "average-out-folder", "visualize-positions=0", "visualize-empty-text", "visualize-out-file"])
-def test_average_and_visualize_settings_are_checked_before_any_work(tool, arguments, message, tiny_run: TrainedRun,
-                                                                   tmp_path):
+def test_average_and_visualize_settings_are_checked_before_any_work(tool, arguments, message, tiny_run, tmp_path):
     (tmp_path / "file.txt").write_text("not a folder\n")
-    where = [f"ckpt={tiny_run.run_dir}"] if tool == "average" else [f"ckpt={tiny_run.last}"]
-    result = run_tool(f"src/{tool}.py", *where, *(argument.format(tmp=tmp_path) for argument in arguments),
-                      cwd=tmp_path, check=False)
+    where = f"ckpt={tiny_run.run_dir if tool == 'average' else tiny_run.last}"
+    result = run_tool(f"src/{tool}.py", where, *(arg.format(tmp=tmp_path) for arg in arguments), cwd=tmp_path, check=False)
     assert result.returncode == 2, result.stderr[-3000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{tool}.py: {message.format(tmp=tmp_path)}"), lines
