@@ -18,9 +18,8 @@ from omegaconf import OmegaConf
 from aiayn.cli.evaluate import main as evaluate_main
 from aiayn.data.readers import read_lines
 from aiayn.data.wmt.sgm import read_sgm
-from tests.helpers.runs import REPO, TINY, TrainedRun, run_tool
-
-pytestmark = pytest.mark.cli  # the tiny run is a real training process
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import REPO, TINY, TrainedRun
 
 WMT_VOCAB = 500
 # A miniature WMT14 EN-DE raw tree (the upstream archives' layout): the first 3,000 lines of the

@@ -1,5 +1,6 @@
 """src/evaluate.py and src/translate.py end to end on the session's tiny trained run (the
-`tiny_run` fixture of tests/conftest.py; real data, real sentencepiece, real sacreBLEU)."""
+`tiny_run` fixture of tests/conftest.py; real data, real sentencepiece, real sacreBLEU), in this
+process (tests.helpers.inprocess)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.runs import TrainedRun, run_tool
-
-pytestmark = pytest.mark.cli  # end-to-end runs of the tools; -m 'not cli' skips them
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import TrainedRun
 
 
 def test_evaluate_writes_hypotheses_and_reports_both_bleus(tiny_run: TrainedRun, data_root: Path,

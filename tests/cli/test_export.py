@@ -1,7 +1,7 @@
 """src/export.py end to end: a checkpoint (or the average of the last ones) exported as a Hugging Face
 MarianMT folder and as a CTranslate2 model, served by translate.py engine=ctranslate2 with aiayn's
 own output; what cannot be exported, and bad settings, refused in one line before anything is
-written. On the session's tiny trained run."""
+written. On the session's tiny trained run; the tools run in this process (tests.helpers.inprocess)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from aiayn.checkpoints.io import read_checkpoint
 from aiayn.checkpoints.trained import module_arguments
 from aiayn.export.marian import marian_order
 from aiayn.training.module import TranslationModule
-from tests.helpers.runs import TrainedRun, run_tool
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import TrainedRun
 
-pytestmark = pytest.mark.cli
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")
 
 SENTENCES = ["A man is riding a bike.", "", "Two dogs play in the snow.", "A woman sings on a stage."]

@@ -1,7 +1,9 @@
 """src/translate.py: translations written as they finish, in input order (a run stopped midway
 leaves the first lines' translations), the output's folder made, answers line by line from an
 open pipe, and bad input refused in one line before anything is translated. On the session's
-tiny trained run (real checkpoint, real sentencepiece, real Multi30k sentences)."""
+tiny trained run (real checkpoint, real sentencepiece, real Multi30k sentences). What a process
+shows — a kill, a pipe, Ctrl-C, a reader that goes away — in real processes (marked ``cli``); the
+rest in this process (tests.helpers.inprocess)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from aiayn.cli.translate import LineWriter
 from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.errors import DataError
 from aiayn.inference import Translator, translate
-from tests.helpers.runs import REPO, TrainedRun, offline_environment, run_tool
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import REPO, TrainedRun, offline_environment
 
 # A length penalty this strong keeps the 4-step model from ending every translation at once (its
 # translations with the task's α are all empty), so each line gets a translation of its own and a
@@ -121,7 +124,6 @@ def test_chunks_end_where_the_input_stops_arriving() -> None:
     assert list(chunked(iter("abcde"), 1)) == [["a"], ["b"], ["c"], ["d"], ["e"]]
 
 
-@pytest.mark.cli
 def test_output_in_a_folder_that_is_not_there_is_written_there(tiny_run: TrainedRun, trained: TrainedModel,
                                                                data_root: Path, tmp_path: Path) -> None:
     source = write_lines(tmp_path / "in.en", SENTENCES)
@@ -194,7 +196,6 @@ def test_an_open_pipe_is_answered_line_by_line(interactive: str, tiny_run: Train
         assert stderr.read().strip().splitlines()[-1].startswith("translated 2 lines in ")
 
 
-@pytest.mark.cli
 def test_lines_before_one_that_is_not_utf8_are_written_first(tiny_run: TrainedRun, trained: TrainedModel,
                                                             data_root: Path, tmp_path: Path) -> None:
     output = tmp_path / "out.de"
@@ -274,7 +275,6 @@ BAD = {  # (the bad setting, given tmp_path; the start of the one line)
 }
 
 
-@pytest.mark.cli
 @pytest.mark.parametrize("kind", BAD)
 def test_bad_input_is_one_line_before_anything_is_translated(kind: str, tiny_run: TrainedRun, data_root: Path,
                                                              tmp_path: Path) -> None:
