@@ -1,6 +1,7 @@
 """Attention maps (the paper's Figures 3–5) and their pictures: aiayn.analysis on a real subword
 model of Multi30k lines, the end-of-training callback of src/train.py and src/visualize.py on a
-real checkpoint (the session's `tiny_run`, tests/conftest.py: two layers, so six pictures)."""
+real checkpoint (the session's `tiny_run`, tests/conftest.py: two layers, so six pictures), run in
+this process (tests.helpers.inprocess)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ from aiayn.analysis.attention_maps import attention_figure_size
 from aiayn.data.readers import read_lines
 from aiayn.data.subwords import train_or_load
 from aiayn.model import Transformer, beam_search
-from tests.helpers.runs import TrainedRun, run_tool
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import TrainedRun
 
 TEXT = "A man is riding a bike."
 N_LAYERS, N_HEADS = 2, 5  # 5 heads: a grid of two rows with empty panels at the end
-DECODING = dict(beam_size=2, alpha=0.6, max_len_offset=5)
+DECODING = {"beam_size": 2, "alpha": 0.6, "max_len_offset": 5}
 
 
 def expected_names(n_layers: int) -> list[str]:
@@ -109,14 +111,12 @@ def run_dir(tiny_run: TrainedRun) -> Path:
     return tiny_run.run_dir
 
 
-@pytest.mark.cli
 def test_training_ends_by_drawing_attention(run_dir: Path) -> None:
     pictures = sorted((run_dir / "attention").glob("*.png"))
     assert [p.name for p in pictures] == sorted(expected_names(2))
     assert all(p.stat().st_size > 10_000 for p in pictures)
 
 
-@pytest.mark.cli
 def test_visualize_draws_a_checkpoint(run_dir: Path, tmp_path: Path) -> None:
     # A copy of the run's checkpoint in a fresh folder: the pictures go to <ckpt dir>/../attention.
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
@@ -136,7 +136,6 @@ def test_visualize_draws_a_checkpoint(run_dir: Path, tmp_path: Path) -> None:
     assert list(cwd.iterdir()) == [], "Hydra writes nothing beside (no .hydra/, no log file)"
 
 
-@pytest.mark.cli
 @pytest.mark.parametrize("ckpt", ["missing", "not given", "not a checkpoint"])
 def test_visualize_without_a_checkpoint_says_so(ckpt: str, tmp_path: Path) -> None:
     (tmp_path / "text.ckpt").write_text("not a checkpoint")

@@ -1,16 +1,13 @@
 """benchmarks/decode_speed.py and benchmarks/side_by_side.py at tiny sizes, so that they keep
-working (their figures come from full runs, never from here)."""
+working (their figures come from full runs, never from here); run as ``__main__`` in this process
+(tests.helpers.inprocess)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
-
-from tests.helpers.runs import run_tool
-
-pytestmark = pytest.mark.cli  # runs the benchmark scripts as processes; -m 'not cli' skips them
+from tests.helpers.inprocess import run_tool
 
 TINY = ["--model", "small", "--override", "n_layers=1", "d_model=32", "d_ff=64", "n_heads=2", "d_k=16", "d_v=16",
         "--vocab-size", "1200", "--subword-vocab", "1000", "--threads", "1"]

@@ -2,7 +2,8 @@
 part end to end (the gpu-marked tests collected, a tiny bf16 training run through
 train_throughput.py, beam search by ours and by CTranslate2 on the CPU) into a scratch folder, so
 that the suite works when a GPU machine is lent; its figures come from GPU runs, never from here.
-And without a CUDA GPU and without ``--device cpu`` it refuses in one line."""
+And without a CUDA GPU and without ``--device cpu`` it refuses in one line. The suite itself runs
+in this process (tests.helpers.inprocess); each of its parts is a process of its own, as always."""
 
 from __future__ import annotations
 
@@ -13,9 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.runs import run_tool
-
-pytestmark = pytest.mark.cli  # runs the suite as a process; -m 'not cli' skips it
+from tests.helpers.inprocess import run_tool
 
 SEARCH = {"beam_size": 4, "alpha": 0.6, "max_len_offset": 50}
 
@@ -29,6 +28,8 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory, data_root: Path):
     return out / "results", result
 
 
+@pytest.mark.cli  # the suite's parts are processes of their own; -m 'not cli' skips them
+@pytest.mark.slow  # the quick run: about half a minute on a 2-core CPU
 def test_quick_cpu_run_writes_one_record_with_every_part(quick_run) -> None:
     results, _ = quick_run
     lines = (results / "gpu_suite.jsonl").read_text().splitlines()
@@ -80,6 +81,8 @@ def test_quick_cpu_run_writes_one_record_with_every_part(quick_run) -> None:
     assert 0 < longest["sentences"] <= decode["batches"] * 16 and 0 <= longest["identical"] <= longest["sentences"]
 
 
+@pytest.mark.cli
+@pytest.mark.slow
 def test_quick_cpu_run_appends_a_dated_markdown_section(quick_run) -> None:
     results, process = quick_run
     text = (results / "gpu_suite.md").read_text()

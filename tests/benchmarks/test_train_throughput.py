@@ -1,8 +1,10 @@
 """benchmarks/train_throughput.py at a CI size (a tiny model, two timed steps), so that the
-benchmark keeps working; its figures come from full runs, never from here."""
+benchmark keeps working; its figures come from full runs, never from here. The benchmark runs as
+``__main__`` in this process (tests.helpers.inprocess)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -14,7 +16,8 @@ import numpy as np
 import pytest
 
 from aiayn.data.batching import TokenBatchSampler
-from tests.helpers.runs import REPO, run_tool
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import REPO
 
 TINY = ["--model", "small", "--set", "model.n_layers=1", "--set", "model.d_model=32", "--set", "model.d_ff=64",
         "--set", "model.n_heads=2", "--set", "model.d_k=16", "--set", "model.d_v=16", "--vocab-size", "500",
@@ -36,7 +39,6 @@ def _run(data_root: Path, *args: str) -> subprocess.CompletedProcess:
                     timeout=300)
 
 
-@pytest.mark.cli  # runs the benchmark as a process
 def test_benchmark_writes_one_record_per_run(tmp_path: Path, data_root: Path) -> None:
     out = tmp_path / "results.jsonl"
     for extra in ([], ["--attention", "explicit", "--fused-adam", "--precision", "bf16"]):
@@ -84,7 +86,7 @@ def test_padding_of_the_sampler_and_of_corpus_order(bench, data_root: Path) -> N
     assert [index for batch in naive for index in batch] == list(range(len(src)))  # corpus order, all of it
     assert all(len(batch) * max(max(src[batch]), max(tgt[batch])) <= 2000 for batch in naive)
     # Greedy: the next sentence would not have fitted.
-    assert all((len(a) + 1) * max(max(src[a + b[:1]]), max(tgt[a + b[:1]])) > 2000 for a, b in zip(naive, naive[1:]))
+    assert all((len(a) + 1) * max(max(src[a + b[:1]]), max(tgt[a + b[:1]])) > 2000 for a, b in itertools.pairwise(naive))
     assert bench.padding_fraction(naive, src, tgt) > 2 * sampler.padding_fraction
 
 

@@ -1,6 +1,7 @@
 """Checkpoint averaging (§6.1): the averaging itself on real torch.save'd files, the choice of the
-last k checkpoints, src/average.py end to end on checkpoints of a real tiny training run (the
-session's `tiny_run`, tests/conftest.py), and the time-based checkpoints src/train.py writes for it."""
+last k checkpoints, src/average.py end to end (in this process, tests.helpers.inprocess) on
+checkpoints of a real tiny training run (the session's `tiny_run`, tests/conftest.py), and the
+time-based checkpoints src/train.py writes for it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from aiayn.checkpoints.averaging import (
 )
 from aiayn.checkpoints.io import list_checkpoints
 from aiayn.errors import DataError
-from tests.helpers.runs import TrainedRun, run_tool
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import TrainedRun
 
 
 def fake_checkpoint(step: int, seed: int = 0) -> dict:
@@ -131,7 +133,6 @@ def average_cli(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
     return run_tool("src/average.py", *arguments, cwd=cwd, check=False, timeout=120)
 
 
-@pytest.mark.cli
 def test_train_writes_rolling_time_checkpoints(run_dir: Path) -> None:
     folder = run_dir / "checkpoints"
     assert sorted(p.name for p in folder.glob("step*.ckpt")) == [f"step{s:07d}.ckpt" for s in (1, 2, 3, 4)]
@@ -141,7 +142,6 @@ def test_train_writes_rolling_time_checkpoints(run_dir: Path) -> None:
     assert checkpoint["global_step"] == 4 and "subwords" in checkpoint
 
 
-@pytest.mark.cli
 def test_average_cli_writes_the_mean_of_the_last_step_checkpoints(run_dir: Path, tmp_path: Path) -> None:
     from aiayn.checkpoints.trained import load_trained
 
@@ -172,7 +172,6 @@ def test_average_cli_writes_the_mean_of_the_last_step_checkpoints(run_dir: Path,
     assert changed > 0, "the weights moved between steps 2 and 4, so their mean is not the last one"
 
 
-@pytest.mark.cli
 def test_average_cli_errors_are_one_line(tmp_path: Path, run_dir: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()

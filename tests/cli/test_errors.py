@@ -2,8 +2,8 @@
 
 End to end (real processes, marked ``cli``): for each of the six tools a user error is exactly one
 line on stderr, ``<tool as invoked>: ...``, exit status 2, no traceback; nothing here trains, so
-each takes seconds (the time to import torch). In process: which exceptions the wrapper reports and
-how, raised for real.
+each takes seconds (the time to import torch). In process: the --help pages (tests.helpers.inprocess,
+invoked as the console script), and which exceptions the wrapper reports and how, raised for real.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from aiayn.cli.errors import USER_ERROR, describe, reports_errors
 from aiayn.config.schemas import decoding_settings
 from aiayn.errors import ConfigError, DataError
 from aiayn.training.module import NonFiniteLossError
+from tests.helpers import inprocess
 from tests.helpers.runs import REPO, run_command
 
 TOOLS = ("train", "prepare", "evaluate", "translate", "average", "visualize")
@@ -91,8 +92,8 @@ def test_asking_for_a_gpu_without_one_says_to_use_the_cpu(tmp_path: Path, data_r
     assert result.returncode == USER_ERROR and "Traceback" not in result.stderr, result.stderr[-5000:]
     # Refused with the rest of the config, before anything is built or written.
     assert result.stderr.strip().splitlines() == [
-        "aiayn-train: trainer.accelerator=gpu asks for a GPU but no usable CUDA GPU was found on this machine; use "
-        "hardware=auto (the default) or hardware=cpu to train on its CPU"]
+        ("aiayn-train: trainer.accelerator=gpu asks for a GPU but no usable CUDA GPU was found on this machine; use "
+         "hardware=auto (the default) or hardware=cpu to train on its CPU")]
     assert not (tmp_path / "run").exists()
 
 
@@ -107,10 +108,11 @@ OWN_SETTINGS = {
 }
 
 
-@pytest.mark.cli
 @pytest.mark.parametrize("tool", TOOLS)
 def test_help_shows_the_tools_own_settings(tool: str, tmp_path: Path) -> None:
-    result = run([console_script(tool), "--help"], cwd=tmp_path)  # from outside the checkout
+    # In this process, invoked as the console script from outside the checkout.
+    result = inprocess.run_tool(f"src/{tool}.py", "--help", cwd=tmp_path, argv0=console_script(tool),
+                                cache_dir=tmp_path / "cache", check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     page = result.stdout
     assert page.startswith(f"aiayn-{tool}: ") and f"usage: aiayn-{tool} " in page and "example: " in page, page[:500]
@@ -226,5 +228,5 @@ def test_a_dead_rank_is_reported_before_lightnings_launcher_kills_the_job(capsys
     assert _ChildProcessObserver(main_pid=launcher.pid, child_processes=[rank_1])._run() is True
     assert launcher.wait(timeout=10) == -9  # Lightning's SIGKILL still ends the job
     assert capsys.readouterr().err.splitlines() == [
-        "train.py: a training process failed, so the job stopped (rank 1 was killed by signal 9). "
-        "Continue from the newest checkpoint with resume=auto"]
+        ("train.py: a training process failed, so the job stopped (rank 1 was killed by signal 9). "
+         "Continue from the newest checkpoint with resume=auto")]

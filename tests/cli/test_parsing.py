@@ -1,5 +1,6 @@
 """`src/train.py task=wsj` on the real treebank sample and `src/evaluate.py` on its checkpoint
-(real sentencepiece, real Lightning, EVALB-format files)."""
+(real sentencepiece, real Lightning, EVALB-format files); the tools run in this process
+(tests.helpers.inprocess)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ import pytest
 from aiayn.data.parsing.linearize import LEAF, delinearize, linearize
 from aiayn.data.parsing.treebank import parse_trees
 from aiayn.metrics.parseval import parseval
-from tests.helpers.runs import REPO, TINY, run_tool
-
-pytestmark = pytest.mark.cli  # end-to-end runs of the tools; -m 'not cli' skips them
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import REPO, TINY
 
 # The sample split, as a user runs it (its max_length fits the small model's 256 positions).
 PARSING = ["task=wsj", "task.split=sample"]
@@ -30,7 +30,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> tuple[
 
 def test_train_validates_and_tests_with_f1(trained) -> None:
     run_dir, _, _ = trained
-    rows = list(csv.DictReader(open(next(run_dir.glob("csv/version_*/metrics.csv")))))
+    with open(next(run_dir.glob("csv/version_*/metrics.csv"))) as metrics:
+        rows = list(csv.DictReader(metrics))
     logged = lambda key: [float(row[key]) for row in rows if row.get(key)]
     assert len(logged("val/f1")) == 2, "validation at steps 2 and 4, each with F1"
     for key in ("test/f1", "test/precision", "test/recall", "test/exact_match"):
@@ -79,6 +80,7 @@ def test_evaluate_unconstrained_is_plain_beam_search(trained, data_root: Path, t
     assert report["parseval"]["error_sentences"] == 0  # the repair still gives a tree over every sentence
 
 
+@pytest.mark.slow
 def test_the_words_linearisation_trains_and_decodes_trees_of_the_words(data_root: Path, tmp_path: Path) -> None:
     """task.datamodule.linearization=words: the leaves are the words, copied from the input by
     constrained decoding, so every output holds the sentence's words in order."""
@@ -154,7 +156,7 @@ def test_attention_maps_of_a_parser_decode_a_tree(trained) -> None:
 
     _, ckpt, _ = trained
     model = load_trained(ckpt)
-    words = "The company said it expects a loss .".split()
+    words = ["The", "company", "said", "it", "expects", "a", "loss", "."]
     maps = attention_maps(model.model, model.vocab, " ".join(words), model.decoding)
     assert model.decoding["constrained"] is True
     assert linearize(delinearize(maps.translation, words)) == maps.translation  # a tree, one XX per word

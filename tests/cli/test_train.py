@@ -1,5 +1,7 @@
 """src/train.py end to end through Hydra, as a user runs it: real Multi30k, real sentencepiece,
-real sacreBLEU, real Lightning (one process, and two gloo processes)."""
+real sacreBLEU, real Lightning (one process, and two gloo processes). A run whose results are
+tested runs in this process (tests.helpers.inprocess); the two gloo processes, and the W&B run whose
+console output is tested as a process prints it, are real processes (marked ``cli``)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.runs import REPO, TINY, train
-
-pytestmark = pytest.mark.cli  # end-to-end runs of the tools; -m 'not cli' skips them
+from tests.helpers import runs
+from tests.helpers.inprocess import train
+from tests.helpers.runs import REPO, TINY
 
 
 def test_train_validates_with_bleu_and_tests(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
@@ -27,7 +29,8 @@ def test_train_validates_with_bleu_and_tests(tmp_path: Path, subword_cache: Path
         assert metric in summary[0]
     assert "sacreBLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in result.stdout
 
-    rows = list(csv.DictReader(open(next(run_dir.glob("csv/version_*/metrics.csv")))))
+    with open(next(run_dir.glob("csv/version_*/metrics.csv"))) as metrics:
+        rows = list(csv.DictReader(metrics))
     logged = lambda key: [float(row[key]) for row in rows if row.get(key)]
     assert len(logged("train/loss")) >= 1 and len(logged("train/lr")) >= 1
     assert len(logged("train/grad_norm")) >= 1 and len(logged("train/tgt_tokens_per_sec")) >= 1
@@ -41,9 +44,11 @@ def test_train_validates_with_bleu_and_tests(tmp_path: Path, subword_cache: Path
     assert len(list((run_dir / "checkpoints").glob("step*.ckpt"))) == 2
 
 
+@pytest.mark.cli  # ddp_spawn: two training processes, spawned by a process of its own
+@pytest.mark.slow
 def test_train_with_two_gloo_processes(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
-    result = train(tmp_path / "run", *TINY, "hardware=cpu2_ddp", "logger=csv", data_root=data_root,
-                   cache_dir=subword_cache)
+    result = runs.train(tmp_path / "run", *TINY, "hardware=cpu2_ddp", "logger=csv", data_root=data_root,
+                        cache_dir=subword_cache)
     output = result.stdout + result.stderr
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in output and "GLOBAL_RANK: 1, MEMBER: 2/2" in output
     # The spawned ranks report what the data module kept and dropped, once (rank 0), as one process does.
@@ -52,22 +57,24 @@ def test_train_with_two_gloo_processes(tmp_path: Path, subword_cache: Path, data
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())  # counted over both ranks
     assert summary["processes"] == 2 and summary["steps"] == 4 and summary["train_flops"] > 0
     # The test stage, in processes of its own, adds its metrics to the training's file.
-    rows = list(csv.DictReader(open(next((tmp_path / "run").glob("csv/version_*/metrics.csv")))))
+    with open(next((tmp_path / "run").glob("csv/version_*/metrics.csv"))) as metrics:
+        rows = list(csv.DictReader(metrics))
     assert sum(bool(row.get("train/loss")) for row in rows) == 4 and sum(bool(row.get("test/bleu")) for row in rows) == 1
 
 
 TABLE3_ROWS = {  # row: (overrides of model=base, what the built model must have)
-    "A h=1": (["model.n_heads=1", "model.d_k=512", "model.d_v=512"], dict(n_heads=1, d_k=512, d_v=512)),
-    "A h=32": (["model.n_heads=32", "model.d_k=16", "model.d_v=16"], dict(n_heads=32, d_k=16, d_v=16)),
-    "B d_k=16": (["model.d_k=16"], dict(n_heads=8, d_k=16, d_v=64)),
-    "C N=2": (["model.n_layers=2"], dict(n_layers=2)),
-    "C d_model=256": (["model.d_model=256", "model.d_k=32", "model.d_v=32"], dict(d_model=256, d_k=32, d_v=32)),
-    "C d_ff=4096": (["model.d_ff=4096"], dict(d_ff=4096)),
-    "D P_drop=0.2": (["model.dropout=0.2"], dict(dropout=0.2)),
-    "D eps_ls=0.2": (["loss.label_smoothing=0.2"], dict(label_smoothing=0.2)),
-    "E learned": (["model.positional=learned"], dict(positional="learned")),
+    "A h=1": (["model.n_heads=1", "model.d_k=512", "model.d_v=512"], {"n_heads": 1, "d_k": 512, "d_v": 512}),
+    "A h=32": (["model.n_heads=32", "model.d_k=16", "model.d_v=16"], {"n_heads": 32, "d_k": 16, "d_v": 16}),
+    "B d_k=16": (["model.d_k=16"], {"n_heads": 8, "d_k": 16, "d_v": 64}),
+    "C N=2": (["model.n_layers=2"], {"n_layers": 2}),
+    "C d_model=256": (["model.d_model=256", "model.d_k=32", "model.d_v=32"], {"d_model": 256, "d_k": 32, "d_v": 32}),
+    "C d_ff=4096": (["model.d_ff=4096"], {"d_ff": 4096}),
+    "D P_drop=0.2": (["model.dropout=0.2"], {"dropout": 0.2}),
+    "D eps_ls=0.2": (["loss.label_smoothing=0.2"], {"label_smoothing": 0.2}),
+    "E learned": (["model.positional=learned"], {"positional": "learned"}),
     "big": (["model.d_model=1024", "model.d_ff=4096", "model.n_heads=16", "model.dropout=0.3",
-             "optim.train_steps=300000"], dict(d_model=1024, d_ff=4096, n_heads=16, dropout=0.3, train_steps=300000)),
+             "optim.train_steps=300000"],
+            {"d_model": 1024, "d_ff": 4096, "n_heads": 16, "dropout": 0.3, "train_steps": 300000}),
 }
 
 
@@ -78,8 +85,8 @@ def test_every_table3_row_is_an_override_of_base(row: str) -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from aiayn.model.positional import LearnedPositionalEmbedding
     from aiayn.config.schemas import network_arguments
+    from aiayn.model.positional import LearnedPositionalEmbedding
     from aiayn.training.module import TranslationModule
 
     overrides, expected = TABLE3_ROWS[row]
@@ -92,18 +99,22 @@ def test_every_table3_row_is_an_override_of_base(row: str) -> None:
                                    label_smoothing=cfg.loss.label_smoothing, decoding={})
     model = module.model
     layer = model.encoder_layers[0]
-    built = dict(
-        n_layers=len(model.encoder_layers), d_model=model.d_model, d_ff=layer.feed_forward.w_1.out_features,
-        n_heads=layer.self_attention.n_heads, d_k=layer.self_attention.d_k, d_v=layer.self_attention.d_v,
-        dropout=layer.residual_1.dropout.p, label_smoothing=module.label_smoothing,
-        positional="learned" if isinstance(model.src_positions, LearnedPositionalEmbedding) else "sinusoidal",
-    )
-    base = dict(n_layers=6, d_model=512, d_ff=2048, n_heads=8, d_k=64, d_v=64, dropout=0.1, label_smoothing=0.1,
-                positional="sinusoidal")
+    built = {
+        "n_layers": len(model.encoder_layers), "d_model": model.d_model, "d_ff": layer.feed_forward.w_1.out_features,
+        "n_heads": layer.self_attention.n_heads, "d_k": layer.self_attention.d_k, "d_v": layer.self_attention.d_v,
+        "dropout": layer.residual_1.dropout.p, "label_smoothing": module.label_smoothing,
+        "positional": "learned" if isinstance(model.src_positions, LearnedPositionalEmbedding) else "sinusoidal",
+    }
+    base = {"n_layers": 6, "d_model": 512, "d_ff": 2048, "n_heads": 8, "d_k": 64, "d_v": 64, "dropout": 0.1,
+            "label_smoothing": 0.1, "positional": "sinusoidal"}
     assert len(model.decoder_layers) == built["n_layers"]
     assert built == {**base, **{k: v for k, v in expected.items() if k in base}}
 
 
+# A real process: train.py's warning filters, set when it is imported, hold for the whole of a process but
+# not in this one, where pytest puts the filters back after the test that first imported it.
+@pytest.mark.cli
+@pytest.mark.slow
 def test_wandb_offline_run_holds_config_and_metrics(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
     """With no API key, logger=wandb runs offline and the local run file has everything."""
     from tests.helpers.wandb_offline import read_run
@@ -111,8 +122,8 @@ def test_wandb_offline_run_holds_config_and_metrics(tmp_path: Path, subword_cach
     run_dir = tmp_path / "run"
     # No key, no mode: what a fresh machine has (HOME moved so that no ~/.netrc is found).
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "HOME": str(tmp_path)}
-    result = train(run_dir, *TINY, "logger=wandb", "run_name=wandb-test", env=env, data_root=data_root,
-                   cache_dir=subword_cache)
+    result = runs.train(run_dir, *TINY, "logger=wandb", "run_name=wandb-test", env=env, data_root=data_root,
+                        cache_dir=subword_cache)
 
     # Quiet, honest output: where the W&B run is and how to upload it, said once by aiayn; no
     # logger advertisements, no "Epoch 0/-2" for a run bounded by steps, the rate readable.

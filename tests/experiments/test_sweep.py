@@ -1,5 +1,7 @@
 """`experiments/tables.py run` and aiayn.experiments.sweep: a sweep's jobs in fixed, resumable
-directories, several at once, with real tiny training runs (src/train.py, debug=tiny)."""
+directories, several at once, with real tiny training runs (src/train.py, debug=tiny): the
+sweep's jobs are real processes (marked ``cli``); `tables.py run --dry-run` and its refusal of a
+bad --part start none, and run in this process (tests.helpers.inprocess)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from aiayn.experiments import sweep
-from tests.helpers.runs import REPO, TINY, offline_environment, run_tool, snapshot
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import REPO, TINY, offline_environment, snapshot
 
 CONF = REPO / "conf"
 # Two tiny jobs; logger=none: nothing to write but the checkpoints and the summary.
@@ -95,6 +98,7 @@ def test_cpu_shares_are_disjoint() -> None:
 
 
 @pytest.mark.cli
+@pytest.mark.slow
 def test_run_two_jobs_at_once_then_nothing(swept, data_root: Path, subword_cache: Path) -> None:
     root, jobs, printed = swept
     assert printed.count("start ") == 2 and "end seed1: exit 0" in printed and "end seed2: exit 0" in printed
@@ -110,6 +114,7 @@ def test_run_two_jobs_at_once_then_nothing(swept, data_root: Path, subword_cache
 
 
 @pytest.mark.cli
+@pytest.mark.slow
 def test_partial_job_resumes_from_its_checkpoint(swept, tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
     """A job stopped after step 2 (its later checkpoints and summary gone) goes on from step 2."""
     _, jobs, _ = swept
@@ -140,6 +145,7 @@ def test_a_job_another_runner_trains_is_left_to_it(tmp_path: Path, data_root: Pa
 
 
 @pytest.mark.cli
+@pytest.mark.slow
 def test_cli_dry_run_lists_and_runs_nothing(swept, tmp_path: Path) -> None:
     root, _, _ = swept
     result = run_tool("experiments/tables.py", "run", "--root", str(tmp_path / "new"), "--dry-run", *OVERRIDES)

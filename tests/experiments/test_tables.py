@@ -1,6 +1,7 @@
 """Tables rebuilt from real runs: a tiny multirun of two Table 3 rows through src/train.py (real
 Multi30k, sentencepiece, Lightning, W&B offline), then experiments/tables.py rebuild over its
-directory: markdown, CSV, PNG and a W&B Table, each row beside the paper's figures."""
+directory: markdown, CSV, PNG and a W&B Table, each row beside the paper's figures. The tools run
+in this process (tests.helpers.inprocess)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 from aiayn.config.schemas import network_arguments
 from aiayn.experiments.rows import table_rows
 from aiayn.reporting.flops import Shapes
-from tests.helpers.runs import REPO, run_tool
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import REPO
 from tests.helpers.wandb_offline import read_run
 
 # Small enough for seconds on a CPU. The rows keep what they vary (here N and ε_ls); the width is cut.
@@ -49,7 +51,7 @@ def tables_command(*args: str) -> int:
     return command.main(list(args))
 
 
-@pytest.mark.cli
+@pytest.mark.slow
 def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, subword_cache: Path,
                                             monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     env = offline_env(tmp_path, data_root, subword_cache)
@@ -140,7 +142,6 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, sub
     assert [line[row_column] for line in table["data"]][:2] == ["base", "(A) h=1, d_k=d_v=512"]
 
 
-@pytest.mark.cli
 @pytest.mark.slow
 def test_table2_rebuilt_from_an_averaged_evaluation(tmp_path: Path, data_root: Path, subword_cache: Path,
                                                     capsys: pytest.CaptureFixture) -> None:

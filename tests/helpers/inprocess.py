@@ -70,6 +70,7 @@ def run_tool(script: str, *args: str, cwd: Path = REPO, env: Mapping[str, str] |
     command = _command(path)  # imported first: a tool module's warning filters are the process's
     with _isolated(Path(cwd), environment, [argument0, *map(str, args)], stdin) as captured:
         status = _call(command)
+        _close_wandb()
     stdout, stderr = (data if binary else data.decode("utf-8", errors="replace") for data in captured.values())
     result = subprocess.CompletedProcess([argument0, *args], status, stdout, stderr)
     if check and status != 0:
@@ -114,6 +115,14 @@ def _call(command: Callable[[], object]) -> int:
         traceback.print_exc(file=sys.stderr)
         return 1
     return 0
+
+
+def _close_wandb() -> None:
+    """What a process's exit does for W&B: its service closes the runs' files, so that they are
+    whole when the test reads them (tests.helpers.wandb_offline)."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None:
+        wandb.teardown()
 
 
 def _exit_status(code: object) -> int:

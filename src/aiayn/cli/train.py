@@ -46,15 +46,22 @@ from aiayn.training.module import TranslationModule
 
 log = logging.getLogger("train")
 
-# The datamodule saves and restores the position in the epoch itself (TranslationDataModule.state_dict).
-warnings.filterwarnings("ignore", message="You.re resuming from a checkpoint that ended before the epoch ended")
-# A step with a non-finite loss returns None on purpose; the module logs each one it skips.
-warnings.filterwarnings("ignore", message="`training_step` returned `None`")
-# The evaluation metrics logged are already the same on every rank (torchmetrics syncs the losses;
-# the hypotheses are gathered before scoring), so Lightning's advice to sync them again is moot.
-warnings.filterwarnings("ignore", message=".*when logging on epoch level in distributed setting")
-# torch's own deprecation inside Lightning's pytree helper: nothing a user can act on.
-warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)` is deprecated")
+def ignore_moot_warnings() -> None:
+    """Lightning's warnings that say nothing a user of this tool can act on. Set on import (the
+    processes DDP spawns import this module and never call main) and again by each run, which
+    may come after a caller's ``warnings.catch_warnings()`` put the filters of the import back."""
+    # The datamodule saves and restores the position in the epoch itself (TranslationDataModule.state_dict).
+    warnings.filterwarnings("ignore", message="You.re resuming from a checkpoint that ended before the epoch ended")
+    # A step with a non-finite loss returns None on purpose; the module logs each one it skips.
+    warnings.filterwarnings("ignore", message="`training_step` returned `None`")
+    # The evaluation metrics logged are already the same on every rank (torchmetrics syncs the losses;
+    # the hypotheses are gathered before scoring), so Lightning's advice to sync them again is moot.
+    warnings.filterwarnings("ignore", message=".*when logging on epoch level in distributed setting")
+    # torch's own deprecation inside Lightning's pytree helper: nothing a user can act on.
+    warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)` is deprecated")
+
+
+ignore_moot_warnings()
 
 
 @accepts_old_names("train")  # task.decoding.* (before decoding.*)
@@ -74,6 +81,7 @@ def main(cfg: DictConfig | None = None) -> dict[str, float] | None:
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 @reports_errors  # one line, exit 2, for what the user can fix; exit 1 for a run that stopped on its own
 def _main(cfg: DictConfig) -> dict[str, float]:
+    ignore_moot_warnings()
     torch.set_float32_matmul_precision("high")
     quiet_lightning()
     report_dead_ranks_before_lightning_kills()

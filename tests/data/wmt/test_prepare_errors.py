@@ -2,7 +2,8 @@
 the file (and line) or setting and what to do, exit status 2, no traceback. And a corpus whose
 two files are empty: skipped, but logged and recorded in report.json, never passed over silently.
 
-Each tree is a copy of the miniature raw tree (`raw_copy`, conftest.py) with one thing broken."""
+Each tree is a copy of the miniature raw tree (`raw_copy`, conftest.py) with one thing broken. The
+tool runs in this process (tests.helpers.inprocess)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,8 @@ import logging
 import shutil
 from pathlib import Path
 
-import pytest
-
 from aiayn.data.wmt.preparation import prepare_wmt
-from tests.helpers.runs import run_tool
+from tests.helpers.inprocess import run_tool
 
 VOCAB = 500
 EMPTY_EN_DE = {  # each corpus's two files, emptied (commoncrawl's are gzipped)
@@ -61,7 +60,6 @@ def test_a_corpus_whose_two_files_are_empty_is_skipped_logged_and_reported(raw_c
     assert "; 1 corpus(es) skipped (news-commentary-v9)" in caplog.text
 
 
-@pytest.mark.cli
 def test_every_corpus_empty_is_one_line_naming_them(raw_copy, tmp_path):
     emptied = {corpus: _empty(raw_copy, corpus) for corpus in EMPTY_EN_DE}
     line = _prepare(raw_copy, tmp_path, "task.datamodule.download=false")
@@ -70,7 +68,6 @@ def test_every_corpus_empty_is_one_line_naming_them(raw_copy, tmp_path):
                     f"{raw_copy} again, or point task.raw_dir at a folder that holds them")
 
 
-@pytest.mark.cli
 def test_a_gz_corpus_that_is_not_gzip_is_named(raw_copy, tmp_path):
     path = raw_copy / "commoncrawl.de-en.de.gz"
     path.write_bytes(gzip.decompress(path.read_bytes()))  # plain text under a .gz name
@@ -79,7 +76,6 @@ def test_a_gz_corpus_that_is_not_gzip_is_named(raw_copy, tmp_path):
     assert line.endswith("delete the file and download it again")
 
 
-@pytest.mark.cli
 def test_an_archive_that_is_not_a_tar_archive_is_named(raw_copy, tmp_path):
     shutil.rmtree(raw_copy / "dev")
     (raw_copy / "archives").mkdir()
@@ -92,7 +88,6 @@ def test_an_archive_that_is_not_a_tar_archive_is_named(raw_copy, tmp_path):
     assert f"{raw_copy / 'dev' / 'newstest2013.en'}  (from https://www.statmt.org/wmt14/dev.tgz)" in line
 
 
-@pytest.mark.cli
 def test_an_sgm_file_with_a_broken_segment_names_file_and_line(raw_copy, tmp_path):
     path = raw_copy / "test-full" / "newstest2014-deen-ref.de.sgm"
     lines = path.read_text(encoding="utf-8").splitlines()

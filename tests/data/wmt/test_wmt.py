@@ -2,7 +2,7 @@
 tree is `raw_tree` of conftest.py): readers (plain, gz, sgm), cleaning report, subwords,
 binarised storage, reuse of a preparation only for the same raw files, batches, errors, and
 src/prepare.py + src/train.py with task=wmt_en_de. The folder is prepared by running src/prepare.py
-(the `prepared` fixture), so every test that uses it, directly or through `dm`, is marked ``cli``."""
+(the `prepared` fixture); the tools run in this process (tests.helpers.inprocess)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from aiayn.data.wmt.preparation import prepare_wmt
 from aiayn.data.wmt.sgm import read_sgm, unescape
 from aiayn.data.wmt.storage import MappedCorpus, write_corpus
 from aiayn.errors import DataError
-from tests.helpers.runs import TINY, run_tool
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import TINY
 
 VOCAB = 500
 
@@ -138,7 +139,6 @@ def test_a_raw_dir_that_does_not_exist_is_named_without_listing_every_file(tmp_p
 # --- the prepared folder ---------------------------------------------------------------------
 
 
-@pytest.mark.cli
 def test_prepare_counts_each_cleaning_rule_and_stores_the_kept_pairs_unescaped(data_root, prepared):
     report = json.loads((prepared / "report.json").read_text())
     total = report["cleaning"]["total"]
@@ -191,7 +191,6 @@ def _prepare(raw: Path, cache: Path) -> Path:
     return prepare_wmt(raw, cache, "en", "de", VOCAB, workers=1, download=False)
 
 
-@pytest.mark.cli
 def test_the_same_raw_tree_is_reused_and_a_copy_with_one_file_changed_is_prepared_anew(raw_tree, cache, prepared,
                                                                                         raw_copy, caplog):
     with caplog.at_level(logging.INFO, logger="aiayn.data"):
@@ -242,7 +241,6 @@ def test_a_raw_file_changed_since_the_preparation_has_it_prepared_again(raw_copy
 # --- the datamodule --------------------------------------------------------------------------
 
 
-@pytest.mark.cli
 def test_datamodule_splits_and_references(dm, data_root, prepared):
     assert dm.prepared == prepared and dm.vocab.vocab_size == VOCAB
     stored = MappedCorpus(prepared, "train").stored_size
@@ -253,7 +251,6 @@ def test_datamodule_splits_and_references(dm, data_root, prepared):
     assert len(dm.dataset("val")) == 3000 and len(dm.dataset("test")) == 3003
 
 
-@pytest.mark.cli
 def test_max_length_filter_is_counted_and_logged(raw_tree, cache, prepared, caplog):
     lengths = MappedCorpus(prepared, "train")
     src, tgt = lengths.stored_lengths("src"), lengths.stored_lengths("tgt")
@@ -270,7 +267,6 @@ def test_max_length_filter_is_counted_and_logged(raw_tree, cache, prepared, capl
     assert train[0][1] == lengths[int(train.line_numbers[0])][1]
 
 
-@pytest.mark.cli
 def test_batches_within_budget_and_each_example_once_across_two_ranks(dm, caplog):
     train = dm.dataset("train")
     per_rank = []
@@ -307,7 +303,6 @@ def test_batches_within_budget_and_each_example_once_across_two_ranks(dm, caplog
     assert again == train_0
 
 
-@pytest.mark.cli
 def test_worker_processes_map_the_same_files(dm):
     from torch.utils.data import DataLoader
 
@@ -321,7 +316,6 @@ def test_worker_processes_map_the_same_files(dm):
     assert inline == workers
 
 
-@pytest.mark.cli
 def test_setup_fit_names_a_missing_test_file_before_anything_is_loaded(raw_tree, prepared, tmp_path):
     cache = tmp_path / "cache"
     folder = Path(shutil.copytree(prepared, cache / "wmt14" / prepared.name))
@@ -348,7 +342,6 @@ def test_unsupported_pair_and_splits(tmp_path):
 # --- end to end ------------------------------------------------------------------------------
 
 
-@pytest.mark.cli
 def test_train_cli_on_the_miniature_tree(raw_tree, cache, prepared, tmp_path):
     run_dir = tmp_path / "run"
     result = run_tool("src/train.py", "task=wmt_en_de", f"task.raw_dir={raw_tree}", *TINY,
