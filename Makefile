@@ -1,5 +1,7 @@
 # make train  — create .venv, install aiayn (torch pinned), run the default job
-# make test   — same install, run the tests (PYTEST_ARGS to pass options, e.g. -m "not slow")
+# make test   — same install, run the tests on every core (PYTEST_ARGS to pass options; PYTEST_WORKERS=1 for one process)
+# make test-fast — the inner loop: the tests that take seconds (not slow, not a process of their own)
+# make lint   — ruff, with the rules in pyproject.toml
 # make gpu-check — same install, then on a machine with a CUDA GPU, in under 9 minutes: the gpu-marked
 #                  tests, bf16 training throughput (base, big; eager and compiled) and beam-4 decoding
 #                  (ours and CTranslate2); appends to benchmarks/results/gpu_suite.{jsonl,md} and
@@ -11,6 +13,9 @@ VENV ?= .venv
 TORCH_VERSION ?= 2.13.0
 ARGS ?=
 PYTEST_ARGS ?=
+# pytest-xdist: one worker per core (at most 8); worksteal balances the few long tests.
+PYTEST_WORKERS ?= auto
+PYTEST_XDIST := -n $(PYTEST_WORKERS) --maxprocesses=8 --dist worksteal
 GPU_CHECK_ARGS ?=
 
 # Real data: the shared data folder beside the checkout when there is one, else the user cache
@@ -20,7 +25,7 @@ export AIAYN_DATA_ROOT
 
 BIN := $(VENV)/bin
 
-.PHONY: install train test gpu-check clean
+.PHONY: install train test test-fast lint gpu-check clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -34,7 +39,13 @@ train: install
 	$(BIN)/python src/train.py $(ARGS)
 
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
+
+test-fast: install
+	$(BIN)/python -m pytest $(PYTEST_XDIST) -m "not slow and not cli and not gpu" $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
 
 gpu-check: install
 	$(BIN)/python benchmarks/gpu_suite.py $(GPU_CHECK_ARGS)

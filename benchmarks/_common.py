@@ -31,7 +31,7 @@ def machine() -> dict[str, object]:
 def commit() -> str:
     """The short hash of the checked-out commit, with "+dirty" when the working tree has changes."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", *args], check=False, cwd=REPO, capture_output=True, text=True).stdout.strip()
     head = git("rev-parse", "--short", "HEAD")
     return f"{head}+dirty" if head and git("status", "--porcelain", "--untracked-files=no") else head
 

@@ -157,8 +157,8 @@ def synchronize(device: str) -> None:
 
 def measure(model: Transformer, batches: list[torch.Tensor], vocab: Subwords, args, kv_cache: bool) -> tuple[dict, list]:
     """Beam-search every batch once (after one untimed warm-up batch); speed and output lengths."""
-    settings = dict(bos_id=vocab.bos_id, eos_id=vocab.eos_id, beam_size=args.beam_size, alpha=args.alpha,
-                    max_len_offset=args.max_len_offset, kv_cache=kv_cache)
+    settings = {"bos_id": vocab.bos_id, "eos_id": vocab.eos_id, "beam_size": args.beam_size, "alpha": args.alpha,
+                "max_len_offset": args.max_len_offset, "kv_cache": kv_cache}
     beam_search(model, batches[0][:2].to(args.device), **settings)  # warm-up: allocator, kernels
     synchronize(args.device)
     outputs, limits, seconds = [], [], 0.0

@@ -26,7 +26,7 @@ def main(overrides: list[str]) -> None:
     started = time.perf_counter()
     fresh_install = not (REPO / ".venv" / ".installed").exists()
     command = ["make", "train", f"ARGS={' '.join(overrides)}"]
-    process = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    process = subprocess.run(command, check=False, cwd=REPO, capture_output=True, text=True)
     wall = time.perf_counter() - started
     sys.stderr.write(process.stderr[-4000:])
     print(process.stdout[-3000:])

@@ -131,20 +131,20 @@ def compare_decoding(model, vocab, args) -> dict:
     sentences = decode_speed.newstest2014("en")[: args.sentences]
     ids = [seq[: model.max_positions - args.max_len_offset - 1] for seq in vocab.encode(sentences)]
     batches = decode_speed.source_batches(ids, args.max_tokens, vocab)
-    ours_settings = dict(bos_id=vocab.bos_id, eos_id=vocab.eos_id, beam_size=args.beam_size, alpha=args.alpha,
-                         max_len_offset=args.max_len_offset)
-    marian_settings = dict(pad_id=vocab.pad_id, max_len_offset=args.max_len_offset, num_beams=args.beam_size,
-                           length_penalty=args.alpha)
+    ours_settings = {"bos_id": vocab.bos_id, "eos_id": vocab.eos_id, "beam_size": args.beam_size, "alpha": args.alpha,
+                     "max_len_offset": args.max_len_offset}
+    marian_settings = {"pad_id": vocab.pad_id, "max_len_offset": args.max_len_offset, "num_beams": args.beam_size,
+                       "length_penalty": args.alpha}
     run = {"ours": lambda src: beam_search(model, src, **ours_settings),
            "marian_mt": lambda src: peers.marian_generate(marian, src, **marian_settings)}
-    for name in run:  # warm-up
-        run[name](batches[0][:2])
+    for decode in run.values():  # warm-up
+        decode(batches[0][:2])
     seconds = {name: 0.0 for name in run}
     outputs = {name: [] for name in run}
     for src in batches:
-        for name in run:
+        for name, decode in run.items():
             started = time.perf_counter()
-            outputs[name] += run[name](src)
+            outputs[name] += decode(src)
             seconds[name] += time.perf_counter() - started
     count = len(outputs["ours"])
     speed = {name: round(count / s, 3) for name, s in seconds.items()}

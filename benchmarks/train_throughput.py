@@ -47,12 +47,12 @@ import torch
 from _common import REPO, commit, machine, now
 from omegaconf import OmegaConf
 
+from aiayn.config.schemas import network_arguments
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import ParallelCorpus, TranslationCollator
 from aiayn.data.readers import read_parallel
 from aiayn.data.subwords import BOS_ID, EOS_ID, PAD_ID, Subwords
 from aiayn.reporting.flops import Shapes, training_flops
-from aiayn.config.schemas import network_arguments
 from aiayn.training.module import TranslationModule
 
 RESULTS = REPO / "benchmarks" / "results" / "train_throughput.jsonl"

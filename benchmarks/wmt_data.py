@@ -191,7 +191,7 @@ def main() -> None:
         raw, cache, vocab, sample, max_tokens, seconds = args.loader
         print(json.dumps(bench_loader(Path(raw), Path(cache), int(vocab), int(sample), int(max_tokens), float(seconds))))
         return
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, cwd=REPO, capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         for pairs in sorted({args.small, args.pairs}):
             record = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,

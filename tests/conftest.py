@@ -17,6 +17,17 @@ from tests.helpers.inprocess import train
 from tests.helpers.runs import REPO, TINY_RUN, TrainedRun, snapshot
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``make test``) each worker gets its share of the cores, for torch in this
+    process and, through OMP_NUM_THREADS, for the processes its tests start: workers that each
+    took every core would only contend."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        share = max(1, len(os.sched_getaffinity(0)) // workers)
+        torch.set_num_threads(share)
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``gpu`` are skipped, with the reason shown in the summary, where torch sees no
     usable CUDA GPU: never passed without running."""

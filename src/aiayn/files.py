@@ -51,11 +51,10 @@ def _remove(path: Path) -> None:
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
     """``write(file)`` into a temporary binary file, flushed to disk, then renamed over ``path``."""
-    with atomic_path(path) as temporary:
-        with open(temporary, "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())  # on disk before the rename makes it the file
+    with atomic_path(path) as temporary, open(temporary, "wb") as file:
+        write(file)
+        file.flush()
+        os.fsync(file.fileno())  # on disk before the rename makes it the file
     return Path(path)
 
 

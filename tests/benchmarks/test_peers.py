@@ -14,12 +14,12 @@ from tests.helpers.peer_models import BOS, EOS, PAD
 from tests.helpers.runs import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-import peers  # noqa: E402
+import peers
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 V = 40
-TINY = dict(n_layers=2, d_model=32, d_ff=64, n_heads=4, d_k=8, d_v=8, dropout=0.1, max_positions=64)
+TINY = {"n_layers": 2, "d_model": 32, "d_ff": 64, "n_heads": 4, "d_k": 8, "d_v": 8, "dropout": 0.1, "max_positions": 64}
 
 
 def random_model(seed: int) -> Transformer:

@@ -53,6 +53,7 @@ def _losses(run_file: Path) -> dict[int, float]:
 
 
 @pytest.mark.cli
+@pytest.mark.slow
 def test_sigkill_mid_epoch_then_resume_repeats_the_uninterrupted_run(tmp_path: Path, environment) -> None:
     whole = tmp_path / "whole"
     _run(_command(whole), environment)
@@ -97,6 +98,7 @@ def test_sigkill_mid_epoch_then_resume_repeats_the_uninterrupted_run(tmp_path: P
 
 
 @pytest.mark.cli
+@pytest.mark.slow
 def test_resume_auto_without_a_checkpoint_starts_afresh_and_a_changed_model_is_refused(tmp_path: Path, environment) -> None:
     config = {"seed": 1, "model": {"d_model": 32}}
     fresh = tmp_path / "fresh"
@@ -125,6 +127,7 @@ while True:  # until killed: each save replaces the file
 """
 
 
+@pytest.mark.cli
 def test_kill_during_save_leaves_the_newest_checkpoint_whole(tmp_path: Path) -> None:
     folder = tmp_path / "checkpoints"
     target = folder / "step0000002.ckpt"

@@ -8,9 +8,9 @@ import torch
 from aiayn.checkpoints.trained import module_arguments
 from aiayn.training.module import TranslationModule
 
-NETWORK = dict(n_layers=1, d_model=32, d_ff=64, n_heads=2, d_k=16, d_v=16, dropout=0.1, max_positions=64)
-HPARAMS = dict(vocab_size=100, optim={"betas": [0.9, 0.98], "eps": 1e-9, "warmup_steps": 4, "lr_factor": 1.0},
-               decoding={})
+NETWORK = {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "d_k": 16, "d_v": 16, "dropout": 0.1, "max_positions": 64}
+HPARAMS = {"vocab_size": 100, "optim": {"betas": [0.9, 0.98], "eps": 1e-9, "warmup_steps": 4, "lr_factor": 1.0},
+           "decoding": {}}
 
 
 def test_todays_hyper_parameters_are_the_modules_arguments() -> None:

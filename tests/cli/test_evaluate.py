@@ -78,6 +78,7 @@ def wmt_task(cache: Path, trained_data_root: str) -> dict:
             "paths": {"data_root": trained_data_root, "cache_dir": str(cache)}}
 
 
+@pytest.mark.slow
 def test_a_wmt_checkpoint_reads_newstest2014_under_the_data_root(tiny_run: TrainedRun, wmt_root: Path,
                                                                   wmt_cache: Path, tmp_path: Path) -> None:
     """A checkpoint of a WMT run, trained where the data root was another folder, evaluated with
@@ -104,6 +105,7 @@ def test_a_wmt_checkpoint_reads_newstest2014_under_the_data_root(tiny_run: Train
                                     read_sgm(wmt_root / "wmt14_raw" / "test-full" / "newstest2014-deen-ref.de.sgm")]
 
 
+@pytest.mark.slow
 def test_another_task_on_the_command_line_reads_under_data_root(tiny_run: TrainedRun, data_root: Path, wmt_root: Path,
                                                                  wmt_cache: Path, tmp_path: Path) -> None:
     """task=wmt_en_de on a Multi30k en→de checkpoint: the task's raw_dir is resolved with

@@ -175,6 +175,7 @@ def read_lines_in_background(stream) -> queue.Queue:
 
 @pytest.mark.cli
 @pytest.mark.parametrize("interactive", ["auto", "true"])
+@pytest.mark.slow
 def test_an_open_pipe_is_answered_line_by_line(interactive: str, tiny_run: TrainedRun, trained: TrainedModel,
                                                data_root: Path, tmp_path: Path) -> None:
     with open(tmp_path / "stderr", "w+", encoding="utf-8") as stderr:
@@ -209,6 +210,7 @@ def test_lines_before_one_that_is_not_utf8_are_written_first(tiny_run: TrainedRu
 
 
 @pytest.mark.cli
+@pytest.mark.slow
 def test_ctrl_c_ends_an_interactive_session_without_a_traceback(tiny_run: TrainedRun, trained: TrainedModel,
                                                                 data_root: Path, tmp_path: Path) -> None:
     with open(tmp_path / "stderr", "w+", encoding="utf-8") as stderr:
@@ -231,6 +233,7 @@ def test_ctrl_c_ends_an_interactive_session_without_a_traceback(tiny_run: Traine
 
 
 @pytest.mark.cli
+@pytest.mark.slow
 def test_a_reader_that_goes_away_stops_the_run_quietly(tiny_run: TrainedRun, data_root: Path, tmp_path: Path) -> None:
     """`translate.py input=... | head -1`: the reader has what it wanted; no traceback follows."""
     source = write_lines(tmp_path / "in.en", multi30k_test_sentences(data_root))

@@ -26,24 +26,24 @@ from tests.helpers.runs import REPO
 
 CONF = REPO / "conf"
 
-BASE = dict(n_layers=6, d_model=512, d_ff=2048, n_heads=8, d_k=64, d_v=64, dropout=0.1, label_smoothing=0.1,
-            positional="sinusoidal", attention_window=None)
+BASE = {"n_layers": 6, "d_model": 512, "d_ff": 2048, "n_heads": 8, "d_k": 64, "d_v": 64, "dropout": 0.1, "label_smoothing": 0.1,
+        "positional": "sinusoidal", "attention_window": None}
 # Table 3 of the paper, row by row: what differs from the base model (unlisted values are the base's).
 TABLE3 = {
     "base": {},
-    "A_h1": dict(n_heads=1, d_k=512, d_v=512), "A_h4": dict(n_heads=4, d_k=128, d_v=128),
-    "A_h16": dict(n_heads=16, d_k=32, d_v=32), "A_h32": dict(n_heads=32, d_k=16, d_v=16),
-    "B_dk16": dict(d_k=16), "B_dk32": dict(d_k=32),
-    "C_N2": dict(n_layers=2), "C_N4": dict(n_layers=4), "C_N8": dict(n_layers=8),
-    "C_dmodel256": dict(d_model=256, d_k=32, d_v=32), "C_dmodel1024": dict(d_model=1024, d_k=128, d_v=128),
-    "C_dff1024": dict(d_ff=1024), "C_dff4096": dict(d_ff=4096),
-    "D_pdrop0": dict(dropout=0.0), "D_pdrop02": dict(dropout=0.2),
-    "D_ls0": dict(label_smoothing=0.0), "D_ls02": dict(label_smoothing=0.2),
-    "E_learned": dict(positional="learned"),
-    "big": dict(d_model=1024, d_ff=4096, n_heads=16, dropout=0.3),
+    "A_h1": {"n_heads": 1, "d_k": 512, "d_v": 512}, "A_h4": {"n_heads": 4, "d_k": 128, "d_v": 128},
+    "A_h16": {"n_heads": 16, "d_k": 32, "d_v": 32}, "A_h32": {"n_heads": 32, "d_k": 16, "d_v": 16},
+    "B_dk16": {"d_k": 16}, "B_dk32": {"d_k": 32},
+    "C_N2": {"n_layers": 2}, "C_N4": {"n_layers": 4}, "C_N8": {"n_layers": 8},
+    "C_dmodel256": {"d_model": 256, "d_k": 32, "d_v": 32}, "C_dmodel1024": {"d_model": 1024, "d_k": 128, "d_v": 128},
+    "C_dff1024": {"d_ff": 1024}, "C_dff4096": {"d_ff": 4096},
+    "D_pdrop0": {"dropout": 0.0}, "D_pdrop02": {"dropout": 0.2},
+    "D_ls0": {"label_smoothing": 0.0}, "D_ls02": {"label_smoothing": 0.2},
+    "E_learned": {"positional": "learned"},
+    "big": {"d_model": 1024, "d_ff": 4096, "n_heads": 16, "dropout": 0.3},
 }
 # Not rows of the paper: (F), restricted self-attention (§4's future work), r positions each side.
-RESTRICTED = {"F_r1": dict(attention_window=1), "F_r2": dict(attention_window=2), "F_r4": dict(attention_window=4)}
+RESTRICTED = {"F_r1": {"attention_window": 1}, "F_r2": {"attention_window": 2}, "F_r4": {"attention_window": 4}}
 ROWS = TABLE3 | RESTRICTED  # every table3_*.yaml
 NETWORK = {key: value for key, value in BASE.items() if key != "label_smoothing"}  # a model config's part
 TABLE2 = {  # row: (task, model, P_drop, checkpoints averaged)
@@ -68,14 +68,14 @@ def built_structure(cfg) -> dict:
     layer = model.encoder_layers[0]
     assert len(model.decoder_layers) == len(model.encoder_layers)
     assert model.decoder_layers[0].cross_attention.d_k == layer.self_attention.d_k
-    return dict(
-        n_layers=len(model.encoder_layers), d_model=model.d_model, d_ff=layer.feed_forward.w_1.out_features,
-        n_heads=layer.self_attention.n_heads, d_k=layer.self_attention.w_q.out_features // layer.self_attention.n_heads,
-        d_v=layer.self_attention.w_v.out_features // layer.self_attention.n_heads,
-        dropout=layer.residual_1.dropout.p, label_smoothing=module.label_smoothing,
-        positional="learned" if isinstance(model.src_positions, LearnedPositionalEmbedding) else "sinusoidal",
-        attention_window=model.attention_window,
-    )
+    return {
+        "n_layers": len(model.encoder_layers), "d_model": model.d_model, "d_ff": layer.feed_forward.w_1.out_features,
+        "n_heads": layer.self_attention.n_heads, "d_k": layer.self_attention.w_q.out_features // layer.self_attention.n_heads,
+        "d_v": layer.self_attention.w_v.out_features // layer.self_attention.n_heads,
+        "dropout": layer.residual_1.dropout.p, "label_smoothing": module.label_smoothing,
+        "positional": "learned" if isinstance(model.src_positions, LearnedPositionalEmbedding) else "sinusoidal",
+        "attention_window": model.attention_window,
+    }
 
 
 def test_the_table3_configs_are_exactly_the_papers_rows_and_the_restricted_attention_rows() -> None:
@@ -230,7 +230,7 @@ def test_counted_flops_equal_torchs_flop_counter_on_a_real_model(single_thread) 
     real forward pass (and forward + backward: 3× the forward)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    sizes = dict(n_layers=2, d_model=48, d_ff=80, n_heads=3, d_k=8, d_v=24)
+    sizes = {"n_layers": 2, "d_model": 48, "d_ff": 80, "n_heads": 3, "d_k": 8, "d_v": 24}
     vocab, batch, src_len, tgt_len = 211, 3, 13, 6
     torch.manual_seed(0)
     model = Transformer(vocab, vocab, dropout=0.0, **sizes)

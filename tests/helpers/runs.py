@@ -70,7 +70,7 @@ def run_command(command: Sequence[str], *, cwd: Path = REPO, env: Mapping[str, s
         environment["AIAYN_DATA_ROOT"] = str(data_root)
     if cache_dir is not None:
         environment["AIAYN_CACHE_DIR"] = str(cache_dir)
-    result = subprocess.run(list(command), cwd=cwd, env=environment, capture_output=True, timeout=timeout,
+    result = subprocess.run(list(command), check=False, cwd=cwd, env=environment, capture_output=True, timeout=timeout,
                             text=not isinstance(stdin, bytes),
                             **({"stdin": subprocess.DEVNULL} if stdin is None else {"input": stdin}))
     if check and result.returncode != 0:

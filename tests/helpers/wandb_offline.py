@@ -27,9 +27,10 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 from google.protobuf.message import DecodeError
 from wandb.proto import wandb_internal_pb2

@@ -168,7 +168,7 @@ HAND_HYPS_TOK = [
     "Eine E ##AT##-##AT## Mail ##AT##-##AT## Adresse für zwei ##AT##-##AT## drei Personen .",
 ]
 
-MULTI_BLEU_LIKE = dict(tokenize="none", smooth_method="none", force=True)
+MULTI_BLEU_LIKE = {"tokenize": "none", "smooth_method": "none", "force": True}
 
 
 def test_hand_tokenized_example():

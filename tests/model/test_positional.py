@@ -101,7 +101,7 @@ def test_positional_encoding_builds_the_kind_named_and_refuses_others():
         positional_encoding("rotary", 8, 16)
 
 
-_SMALL = dict(n_layers=1, d_model=8, d_ff=16, n_heads=2, d_k=4, d_v=4, dropout=0.0, max_positions=20)
+_SMALL = {"n_layers": 1, "d_model": 8, "d_ff": 16, "n_heads": 2, "d_k": 4, "d_v": 4, "dropout": 0.0, "max_positions": 20}
 
 
 def test_transformer_learned_positions_are_separate_per_stack():

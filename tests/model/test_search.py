@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 PAD, BOS, EOS = 0, 1, 2
 V = 12
-SMALL = dict(n_layers=2, d_model=16, d_ff=32, n_heads=2, d_k=8, d_v=8, dropout=0.0, max_positions=64)
+SMALL = {"n_layers": 2, "d_model": 16, "d_ff": 32, "n_heads": 2, "d_k": 8, "d_v": 8, "dropout": 0.0, "max_positions": 64}
 
 
 class BiasedTransformer(Transformer):
@@ -115,7 +115,7 @@ class TableState:
         self.prefixes = prefixes
         self.length = prefixes.size(1)
 
-    def select(self, indices: torch.Tensor) -> "TableState":
+    def select(self, indices: torch.Tensor) -> TableState:
         return TableState(self.prefixes.index_select(0, indices))
 
 
@@ -294,8 +294,8 @@ def test_batched_search_equals_one_sentence_at_a_time(seed):
     lengths = [3, 7, 1, 5, 4]
     src = padded_sources(lengths, seed)
     for search, kwargs in (
-        (beam_search, dict(beam_size=3, alpha=0.6)),
-        (beam_search, dict(beam_size=2, alpha=0.0)),
+        (beam_search, {"beam_size": 3, "alpha": 0.6}),
+        (beam_search, {"beam_size": 2, "alpha": 0.0}),
         (greedy_search, {}),
     ):
         batched = search(model, src, bos_id=BOS, eos_id=EOS, max_len_offset=4, **kwargs)

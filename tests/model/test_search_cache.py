@@ -11,7 +11,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 PAD, BOS, EOS = 0, 1, 2
 V = 16
-SMALL = dict(n_layers=2, d_model=16, d_ff=32, n_heads=2, d_k=8, d_v=8, dropout=0.0, max_positions=64)
+SMALL = {"n_layers": 2, "d_model": 16, "d_ff": 32, "n_heads": 2, "d_k": 8, "d_v": 8, "dropout": 0.0, "max_positions": 64}
 
 
 class CountingTransformer(Transformer):
@@ -64,7 +64,7 @@ def test_greedy_same_with_and_without_cache(seed):
 def test_beam_same_with_and_without_cache(seed, beam_size):
     model = random_model(seed)
     src = ragged_sources(LENGTHS[seed], seed)
-    settings = dict(bos_id=BOS, eos_id=EOS, beam_size=beam_size, alpha=0.6, max_len_offset=8)
+    settings = {"bos_id": BOS, "eos_id": EOS, "beam_size": beam_size, "alpha": 0.6, "max_len_offset": 8}
     cached = beam_search(model, src, **settings)
     assert set(model.fed_lengths) == {1}
     steps = len(model.fed_lengths)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 V = 13
-SMALL = dict(n_layers=2, d_model=16, d_ff=32, n_heads=2, d_k=6, d_v=5, max_positions=32)
+SMALL = {"n_layers": 2, "d_model": 16, "d_ff": 32, "n_heads": 2, "d_k": 6, "d_v": 5, "max_positions": 32}
 
 
 def small_model(seed: int = 0, dropout: float = 0.0, **overrides) -> Transformer:
@@ -107,7 +107,7 @@ def decoding_setup():
 
 
 def test_incremental_one_token_at_a_time_equals_teacher_forcing(decoding_setup):
-    model, src, tgt, full, memory, src_mask = decoding_setup
+    model, _src, tgt, full, memory, src_mask = decoding_setup
     state = model.start_decoding(memory, src_mask)
     assert isinstance(state, DecoderState) and state.length == 0
     steps = []
@@ -122,7 +122,7 @@ def test_incremental_one_token_at_a_time_equals_teacher_forcing(decoding_setup):
 
 
 def test_incremental_chunks_on_top_of_cache_equal_teacher_forcing(decoding_setup):
-    model, src, tgt, full, memory, src_mask = decoding_setup
+    model, _src, tgt, full, memory, src_mask = decoding_setup
     state = model.start_decoding(memory, src_mask)
     chunks = []
     with torch.no_grad():
@@ -298,8 +298,8 @@ def _count_by_hand(vocab, n_layers, d_model, d_ff, h, d_k, d_v) -> int:
 
 
 CONFIGS = {
-    "base": (dict(n_layers=6, d_model=512, d_ff=2048, n_heads=8, d_k=64, d_v=64), 65e6),
-    "big": (dict(n_layers=6, d_model=1024, d_ff=4096, n_heads=16, d_k=64, d_v=64), 213e6),
+    "base": ({"n_layers": 6, "d_model": 512, "d_ff": 2048, "n_heads": 8, "d_k": 64, "d_v": 64}, 65e6),
+    "big": ({"n_layers": 6, "d_model": 1024, "d_ff": 4096, "n_heads": 16, "d_k": 64, "d_v": 64}, 213e6),
 }
 
 

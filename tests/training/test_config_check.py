@@ -5,7 +5,6 @@ one-line refusals of bad settings, one kind each, are in tests/cli/test_bad_inpu
 from __future__ import annotations
 
 from dataclasses import fields
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -14,8 +13,8 @@ from omegaconf.errors import InterpolationResolutionError
 
 from aiayn.cli import dirname
 from aiayn.cli.errors import raised_by_resolver
-from aiayn.errors import ConfigError
 from aiayn.config.schemas import DecodingConfig
+from aiayn.errors import ConfigError
 from aiayn.training.config_check import ROOT_SETTINGS, TASK_SETTINGS, check_train_config
 from tests.helpers.runs import REPO
 

@@ -17,9 +17,9 @@ import pytest
 import torch
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 
+from aiayn.config.hardware import cpu_cores, place, this_machine
 from aiayn.errors import ConfigError
 from aiayn.training.distributed import strategy_with_timeout
-from aiayn.config.hardware import cpu_cores, place, this_machine
 from tests.helpers.runs import REPO, TINY_MODEL
 
 RUN = [
@@ -56,6 +56,7 @@ def _ranks(process: subprocess.Popen, strategy: str) -> list[int]:
 
 @pytest.mark.cli  # an end-to-end run of the tool; -m 'not cli' skips it
 @pytest.mark.parametrize("strategy, victim", [("ddp_spawn", 1), ("ddp_spawn", 0), ("ddp", 1)])
+@pytest.mark.slow
 def test_a_dead_rank_ends_the_job_cleanly(tmp_path: Path, data_root: Path, strategy: str, victim: int) -> None:
     env = {**os.environ, "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(tmp_path / "cache"),
            "OMP_NUM_THREADS": "1"}

@@ -27,6 +27,7 @@ RUN = [
 ]
 
 
+@pytest.mark.slow
 def test_two_ranks_one_dev_batch_validate_as_one_process(tmp_path: Path, data_root: Path, subword_cache: Path,
                                                          single_thread) -> None:
     run_dir = tmp_path / "run"

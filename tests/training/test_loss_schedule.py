@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -39,8 +40,8 @@ def test_transformer_lr_peaks_at_warmup():
     peak_step = max(range(len(lrs)), key=lrs.__getitem__) + 1
     assert peak_step == 4000
     assert transformer_lr(3999, 512, 4000) < transformer_lr(4000, 512, 4000) > transformer_lr(4001, 512, 4000)
-    assert all(a < b for a, b in zip(lrs[:3999], lrs[1:4000]))  # strictly rising in warm-up
-    assert all(a > b for a, b in zip(lrs[3999:], lrs[4000:]))  # strictly falling after
+    assert all(a < b for a, b in itertools.pairwise(lrs[:4000]))  # strictly rising in warm-up
+    assert all(a > b for a, b in itertools.pairwise(lrs[3999:]))  # strictly falling after
 
 
 def test_scheduler_gives_eq3_at_each_optimizer_step():

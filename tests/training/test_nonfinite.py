@@ -12,9 +12,9 @@ import torch
 from aiayn.data.multi30k import Multi30kDataModule
 from aiayn.training.module import NonFiniteLossError, TranslationModule
 
-MODEL = dict(n_layers=1, d_model=32, d_ff=64, n_heads=2, d_k=16, d_v=16, dropout=0.1, max_positions=256)
-OPTIM = dict(betas=[0.9, 0.98], eps=1e-9, warmup_steps=4, lr_factor=1.0)
-DECODING = dict(beam_size=1, alpha=0.6, max_len_offset=5)
+MODEL = {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "d_k": 16, "d_v": 16, "dropout": 0.1, "max_positions": 256}
+OPTIM = {"betas": [0.9, 0.98], "eps": 1e-9, "warmup_steps": 4, "lr_factor": 1.0}
+DECODING = {"beam_size": 1, "alpha": 0.6, "max_len_offset": 5}
 
 
 @pytest.fixture(scope="module")

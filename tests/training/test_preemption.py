@@ -130,6 +130,7 @@ def _check_preempted_then_resumed(run_dir: Path, step: int, checkpoint: Path, en
 
 
 @pytest.mark.cli
+@pytest.mark.slow
 def test_sigterm_saves_the_step_reached_and_resume_repeats_the_uninterrupted_run(
         tmp_path: Path, environment, uninterrupted) -> None:
     run_dir = tmp_path / "run"
@@ -163,6 +164,7 @@ def _signal_at(step: int, name: str) -> list[str]:
 
 
 @pytest.mark.cli
+@pytest.mark.slow
 def test_a_signal_during_the_last_step_of_an_epoch_saves_that_step_before_validating(
         tmp_path: Path, environment, uninterrupted) -> None:
     """Step 12 ends epoch 0 and is followed by a validation: the run saves step 12, the step under
@@ -314,6 +316,7 @@ def _children(pid: int, marker: bytes) -> list[int]:
 @pytest.mark.cli
 @pytest.mark.parametrize("strategy, victim, signum", [("ddp", "rank 1", signal.SIGTERM),
                                                       ("ddp_spawn", "launcher", signal.SIGUSR2)])
+@pytest.mark.slow
 def test_ddp_ranks_stop_after_the_same_step_whichever_process_got_the_signal(
         tmp_path: Path, environment, strategy: str, victim: str, signum: int) -> None:
     """``ddp`` (as under SLURM, every rank a process of its own), rank 1 alone signalled (a kill of

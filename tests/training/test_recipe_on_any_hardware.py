@@ -49,6 +49,7 @@ def _assert_same_training_state(a: Path, b: Path, atol: float = 0.0) -> None:
             assert same(moments[key], moments_b[index][key]), (index, key)
 
 
+@pytest.mark.slow
 def test_bf16_mixed_precision_on_the_cpu_trains_and_resumes_exactly(tmp_path: Path, data_root: Path,
                                                                    subword_cache: Path) -> None:
     env = _environment(data_root, subword_cache)
@@ -112,6 +113,7 @@ def test_four_ddp_processes_on_two_nodes_train_validate_checkpoint_and_resume_ex
         assert summary["processes"] == 4 and summary["dev/step"] == 4, (run, summary)
 
 
+@pytest.mark.slow
 def test_one_process_accumulating_two_batches_trains_what_two_processes_train(tmp_path: Path, data_root: Path,
                                                                             subword_cache: Path) -> None:
     """optim.tokens_per_step=2048 over batches of at most 1,024 tokens: one process accumulates 2

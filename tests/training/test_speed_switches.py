@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 REPO = Path(__file__).resolve().parents[2]
 PAD, BOS, EOS, VOCAB = 0, 2, 3, 50
-TINY = dict(n_layers=2, d_model=16, d_ff=32, n_heads=2, d_k=8, d_v=6, dropout=0.0, max_positions=64)
+TINY = {"n_layers": 2, "d_model": 16, "d_ff": 32, "n_heads": 2, "d_k": 8, "d_v": 6, "dropout": 0.0, "max_positions": 64}
 
 
 def _transformer(attention: str, seed: int = 0) -> Transformer:

@@ -49,8 +49,9 @@ class _Accumulator:
                 first = self.sums[key]
                 if isinstance(first, torch.Tensor):
                     if not isinstance(value, torch.Tensor):
-                        raise ValueError(f"{key!r} is a tensor in the first state dict but a {type(value).__name__}"
-                                         f"{where}")
+                        raise ValueError(  # noqa: TRY004  one kind for every mismatch of the checkpoints (caught below)
+                            f"{key!r} is a tensor in the first state dict but a {type(value).__name__}"
+                            f"{where}")
                     if value.shape != first.shape:
                         raise ValueError(f"{key!r} has shape {tuple(value.shape)}{where} but "
                                          f"{tuple(first.shape)} in the first state dict")

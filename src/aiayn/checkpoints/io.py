@@ -32,7 +32,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise DataError(f"{path}: checkpoint not found")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # torch raises several kinds for a file that is not a checkpoint
+    except Exception as error:  # noqa: BLE001  torch raises several kinds for a file that is not a checkpoint
         raise DataError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
     missing = [key for key in ("state_dict", "hyper_parameters", "subwords") if key not in checkpoint]
     if missing:
@@ -86,7 +86,7 @@ def load_lazily(path: Path) -> Any:
     for mmap in (True, False):
         try:
             return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
-        except Exception:
+        except Exception:  # noqa: BLE001, S112  any failure means unreadable: the caller tries the next older file
             continue
     return None
 

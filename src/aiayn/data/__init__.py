@@ -33,5 +33,5 @@ _EXPORTS = {
     "Multi30kDataModule": "multi30k",
     "filter_pairs": "corpus",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605  the lazily imported names above, one list of them
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

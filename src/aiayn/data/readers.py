@@ -12,7 +12,7 @@ from typing import BinaryIO
 
 from aiayn.errors import DataError
 
-__all__ = ["DataError", "read_lines", "iter_lines", "iter_parallel", "decode_lines", "read_parallel"]
+__all__ = ["DataError", "decode_lines", "iter_lines", "iter_parallel", "read_lines", "read_parallel"]
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:

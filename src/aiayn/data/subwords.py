@@ -95,14 +95,14 @@ def train_or_load(
     lines = texts if isinstance(texts, Sequence) and not isinstance(texts, str) else list(texts)
     if not lines:
         raise DataError("no lines to train the sentencepiece model on")
-    settings = dict(
-        format=_CACHE_FORMAT,
-        vocab_size=int(vocab_size),
-        model_type=model_type,
-        character_coverage=float(character_coverage),
-        input_sentence_size=int(input_sentence_size),
-        seed=int(seed),
-    )
+    settings = {
+        "format": _CACHE_FORMAT,
+        "vocab_size": int(vocab_size),
+        "model_type": model_type,
+        "character_coverage": float(character_coverage),
+        "input_sentence_size": int(input_sentence_size),
+        "seed": int(seed),
+    }
     if user_defined_symbols:  # only when given, so that the keys of plain models stay as they were
         settings["user_defined_symbols"] = list(user_defined_symbols)
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())

@@ -72,9 +72,9 @@ from sacrebleu.metrics import BLEU
 
 __all__ = [
     "BleuResult",
+    "moses_tokenize",
     "sacrebleu_score",
     "split_compounds",
-    "moses_tokenize",
     "tokenized_bleu",
 ]
 
@@ -163,7 +163,7 @@ def split_compounds(text: str) -> str:
     return _COMPOUND.sub(rb"\1 ##AT##-##AT## \2", raw).decode("utf-8", "surrogateescape")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _moses_tokenizer(lang: str):
     """One ``MosesTokenizer`` per language: building one loads its nonbreaking-prefix files."""
     from sacremoses import MosesTokenizer  # imported on first use: keeps `import aiayn.metrics` light

@@ -3,4 +3,4 @@
 from aiayn.model.search import beam_search, greedy_search, length_penalty
 from aiayn.model.transformer import DecoderState, Transformer
 
-__all__ = ["Transformer", "DecoderState", "beam_search", "greedy_search", "length_penalty"]
+__all__ = ["DecoderState", "Transformer", "beam_search", "greedy_search", "length_penalty"]

@@ -42,7 +42,7 @@ class DecoderState:
     self_kv: list[tuple[Tensor, Tensor] | None] = field(default_factory=list)
     length: int = 0  # target positions decoded so far
 
-    def select(self, indices: Tensor) -> "DecoderState":
+    def select(self, indices: Tensor) -> DecoderState:
         """Keep/reorder batch entries (beam search): every tensor indexed along dim 0.
 
         ``indices``: (rows,) → every tensor's batch dimension becomes rows, e.g. batch·beam."""
@@ -92,12 +92,12 @@ class Transformer(nn.Module):
         super().__init__()
         if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 0:
             raise ValueError(f"n_layers must be a whole number, 0 or more, got {n_layers!r}")
-        sizes = dict(d_model=d_model, d_ff=d_ff, n_heads=n_heads, d_k=d_k, d_v=d_v,
-                     max_positions=max_positions, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size)
+        sizes = {"d_model": d_model, "d_ff": d_ff, "n_heads": n_heads, "d_k": d_k, "d_v": d_v,
+                 "max_positions": max_positions, "src_vocab_size": src_vocab_size, "tgt_vocab_size": tgt_vocab_size}
         for name, value in sizes.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive whole number, got {value!r}")
-        for name, value in dict(dropout=dropout, attention_dropout=attention_dropout).items():
+        for name, value in {"dropout": dropout, "attention_dropout": attention_dropout}.items():
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}")
         if attention_window is not None and (

@@ -40,8 +40,9 @@ P100 9.5 TFLOPS. The paper trained on 8 P100s: base 12 hours (3.3·10^18), big 3
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 # The footnote of §6.1: "We used values of 2.8, 3.7, 6.0 and 9.5 TFLOPS for K80, K40, M40 and
 # P100, respectively."
@@ -66,7 +67,7 @@ class Shapes:
     attention_window: int | None = None  # r of restricted self-attention (§4); None: full attention
 
     @classmethod
-    def from_config(cls, model: Mapping[str, Any], vocab_size: int) -> "Shapes":
+    def from_config(cls, model: Mapping[str, Any], vocab_size: int) -> Shapes:
         """From the network's arguments as built (TranslationModule.hparams.model, or
         aiayn.config.schemas.network_arguments of a model config: width_divisor applied)."""
         window = model.get("attention_window")

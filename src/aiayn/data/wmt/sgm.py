@@ -32,7 +32,7 @@ def _character(match: re.Match) -> str:
     name = match.group(1)
     try:
         if name[0] == "#":
-            code = int(name[2:], 16) if name[1] in "xX" else int(name[1:])
+            code = int(name[2:], 16) if name[1] in "xX" else int(name[1:])  # noqa: FURB166  "#x41": hex without "0x"
             return chr(code)
     except (ValueError, OverflowError):
         return match.group(0)
