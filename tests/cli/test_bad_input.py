@@ -242,10 +242,13 @@ def test_a_data_root_without_the_data_names_the_missing_file_and_exits_2(tmp_pat
                           "be converted to Integer")),
     ("trainer.devices=[", "train.py: no viable alternative at input '['"),
     ("run_name=${nope}", "train.py: Interpolation key 'nope' not found"),
+    ("--multirun model.dropout=0.0,0.2 --cfg job", ("train.py: Only one of --run, --multirun, --cfg, --info and "
+                                                   "--shell_completion can be specified: --cfg job shows one job's "
+                                                   "settings, so give them without --multirun")),
 ])
 def test_what_hydra_cannot_compose_is_one_line_and_exit_2(override, message, tmp_path, data_root):
     """Refused while composing, before any of aiayn runs: no traceback, no Hydra report, no folder."""
-    result = run_tool("src/train.py", override, cwd=tmp_path, data_root=data_root, check=False)
+    result = run_tool("src/train.py", *override.split(" "), cwd=tmp_path, data_root=data_root, check=False)
     assert result.returncode == 2, result.stderr[-3000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), lines

@@ -94,6 +94,8 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
         try:
             return main(*args, **kwargs)
         except Exception as error:
+            if not _task_started and _is_mode_conflict(error):  # e.g. --multirun with --cfg job
+                fail(f"{error}: --cfg job shows one job's settings, so give them without --multirun")
             if _task_started or not _is_composition_error(error):
                 raise
             within = raised_by_resolver(error)
@@ -115,6 +117,11 @@ def raised_by_resolver(error: BaseException) -> UserError | None:
         seen.add(id(inner))
         inner = inner.__cause__ or inner.__context__
     return None
+
+
+def _is_mode_conflict(error: BaseException) -> bool:
+    """Hydra's refusal of two run modes at once, raised as a plain ValueError before composing."""
+    return isinstance(error, ValueError) and str(error).startswith("Only one of --run, --multirun, --cfg")
 
 
 def _is_composition_error(error: BaseException) -> bool:
