@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from aiayn.config.hardware import Machine, cpu_cores, gpus_per_node, place, this_machine
+from aiayn.config.hardware import Machine, cpu_cores, gpu_node_asked_for, gpus_per_node, place, this_machine
 from aiayn.errors import ConfigError
 
 LAPTOP = Machine(gpus=0, cpu_cores=2, cpu_name="a laptop CPU")
@@ -134,6 +134,23 @@ def test_what_the_machine_cannot_run_is_refused_in_one_line() -> None:
         place(LAPTOP, "cpu", [0, 1], "auto", "auto")
     with pytest.raises(ConfigError, match="^trainer.num_nodes must be a positive whole number, got 0$"):
         place(LAPTOP, "auto", None, "auto", "auto", 0)
+
+
+@pytest.mark.parametrize("accelerator, devices, gpus", [
+    ("auto", 8, 8), ("auto", "8", 8), ("auto", [0, 3], 4), ("auto", "0,1", 2), ("gpu", None, 1), ("cuda", 2, 2),
+    ("auto", None, None), ("auto", 1, None), ("auto", "auto", None), ("auto", -1, None), ("cpu", 8, None),
+    ("auto", "eight", None),
+])
+def test_the_node_a_gpu_request_is_written_for(accelerator, devices, gpus) -> None:
+    """For --cfg job on a machine without GPUs (a login node): the node the settings ask for, with
+    bf16; none where they ask for no GPU, for every GPU of an unknown node, or on a GPU machine."""
+    node = gpu_node_asked_for(LAPTOP, accelerator, devices)
+    if gpus is None:
+        assert node is None
+        return
+    assert node == Machine(gpus=gpus, bf16=True, cpu_cores=2, cpu_name="a laptop CPU")
+    assert summary(place(node, accelerator, devices, "auto", "auto", 1))[0] == "gpu"
+    assert gpu_node_asked_for(ONE_H100, accelerator, devices) is None
 
 
 def test_a_cluster_job_asks_for_the_gpus_trainer_devices_names() -> None:

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from aiayn.config.hardware import Machine
 from aiayn.config.plan import describe, make_plan, measured_throughput, step_size
 from aiayn.errors import ConfigError
+from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO
 
 NODE_8_H100 = Machine(gpus=8, bf16=True, cpu_cores=64, gpu_name="NVIDIA H100 80GB HBM3", cpu_name="Xeon")
@@ -154,7 +155,8 @@ def test_a_throughput_is_used_only_for_the_same_model_device_precision_vocabular
 
 
 # -- the tool ---------------------------------------------------------------------------------------
-def test_cfg_job_shows_the_plan_resolved(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_cfg_job_shows_the_plan_resolved(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+                                         tmp_path: Path) -> None:
     import torch
 
     from aiayn.cli.train import main
@@ -166,11 +168,23 @@ def test_cfg_job_shows_the_plan_resolved(monkeypatch: pytest.MonkeyPatch, capsys
     shown = OmegaConf.create(capsys.readouterr().out)
     assert shown.plan.trainer.accelerator == "cpu" and shown.plan.trainer.accumulate_grad_batches == 8
     assert (shown.plan.tokens_per_step, shown.plan.tokens_per_batch) == (25_000, 3125)
+    # The user's command: shown as planned for the 8-GPU node it is written for, and said so; run
+    # here, refused in one line.
     monkeypatch.setattr(sys, "argv", ["train.py", "model=big", "task=wmt_en_fr", "trainer.devices=8", "--cfg", "job"])
-    with pytest.raises(SystemExit) as stopped:
-        main()
-    assert stopped.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    main()
+    shown = OmegaConf.create(capsys.readouterr().out)
+    assert OmegaConf.to_container(shown.plan.trainer) == {
+        "accelerator": "gpu", "devices": 8, "num_nodes": 1, "strategy": "ddp", "precision": "bf16-mixed",
+        "accumulate_grad_batches": 1, "val_check_interval": 1000}
+    assert (shown.plan.processes, shown.plan.tokens_per_batch, shown.plan.tokens_per_step) == (8, 3125, 25_000)
+    assert shown.plan.shown_for == ("a node of 8 GPUs with bf16 (A100, H100); this machine has no usable CUDA GPU, so "
+                                    "the run itself is refused here")
+    assert shown.model.dropout == 0.1  # §6.1: the big EN-FR model's P_drop
+    refused = run_tool("src/train.py", "model=big", "task=wmt_en_fr", "trainer.devices=8", "logger=none",
+                       f"hydra.run.dir={tmp_path / 'run'}", check=False)
+    assert refused.returncode == 2
+    err = refused.stderr.strip().splitlines()
     assert err == [("train.py: trainer.devices=8 asks for 8 GPUs but no usable CUDA GPU was found on this machine; run "
                     "the command on a GPU machine, or leave trainer.devices out to train in one process on this CPU "
                     "(trainer.accelerator=cpu trainer.devices=N trains in N CPU processes)")]
+    assert not (tmp_path / "run").exists()

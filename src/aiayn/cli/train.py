@@ -35,7 +35,7 @@ from aiayn.cli.errors import (
     reports_errors,
 )
 from aiayn.cli.renamed import accepts_old_names
-from aiayn.config.plan import describe
+from aiayn.config.plan import describe, showing_only
 from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers
 from aiayn.errors import ConfigError, UserError
 from aiayn.reporting.loggers import describe_wandb_run, quiet_lightning
@@ -72,8 +72,12 @@ def main(cfg: DictConfig | None = None) -> dict[str, float] | None:
         return _main(cfg)
     # --cfg job/all prints the config resolved (--resolve), so that it shows what the run will do:
     # the plan's devices, precision and step, not the ${aiayn.plan:} that computes them.
-    if any(arg in ("--cfg", "-c") or arg.startswith("--cfg=") for arg in sys.argv[1:]) and "--resolve" not in sys.argv:
-        sys.argv.append("--resolve")
+    # On a machine without the GPUs asked for (a login node), it shows the plan for the node asked for.
+    if any(arg in ("--cfg", "-c") or arg.startswith("--cfg=") for arg in sys.argv[1:]):
+        if "--resolve" not in sys.argv:
+            sys.argv.append("--resolve")
+        with showing_only():
+            return _main()
     return _main()
 
 

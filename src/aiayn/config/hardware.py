@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,22 @@ def place(machine: Machine, accelerator: Any = AUTO, devices: Any = None, strate
         chosen_precision = "32-true"
     return Placement(accelerator=kind, devices=per_node, strategy=chosen, precision=chosen_precision,
                      num_nodes=nodes, processes=processes)
+
+
+def gpu_node_asked_for(machine: Machine, accelerator: Any = AUTO, devices: Any = None) -> Machine | None:
+    """The node a GPU request is written for, where ``machine`` has no GPU: as many GPUs as the
+    settings name (``trainer.devices=8``: 8; ``[0,3]``: 4; ``hardware=gpu`` alone: 1), with bf16
+    units (A100, H100: what the recipes are planned for), the rest as ``machine``. None where
+    ``machine`` has GPUs, or the settings ask for none, or not for a number of them (``auto``: every
+    GPU of a node unknown here). ``--cfg job`` shows the plan for this node on a machine, such as a
+    cluster's login node, where the run itself would be refused."""
+    name = str(accelerator if accelerator is not None else AUTO).strip().lower()
+    if machine.gpus or name not in (AUTO, "gpu", "cuda"):
+        return None
+    request = _gpu_request(devices) if devices is not None else (1 if name != AUTO else None)
+    if request is None or request == AUTO or (name == AUTO and request == 1):  # one device under auto: this CPU
+        return None
+    return replace(machine, gpus=max(request) + 1 if isinstance(request, list) else request, bf16=True, gpu_name=None)
 
 
 @functools.lru_cache(maxsize=1)

@@ -16,16 +16,17 @@ a multiple of processes × accumulation batches) and only the wall time changes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from aiayn.config.hardware import Machine, gpus_per_node, place, this_machine
+from aiayn.config.hardware import Machine, gpu_node_asked_for, gpus_per_node, place, this_machine
 from aiayn.errors import ConfigError
 
 PAPER_TOKENS_PER_STEP = 25_000  # §5.1: "approximately 25000 source tokens and 25000 target tokens"
@@ -161,6 +162,23 @@ def measured_throughput(records: Path, model: str | None, accelerator: str, devi
     return found
 
 
+_showing_only = False  # set by showing_only(): the config is printed (--cfg), not run
+
+
+@contextlib.contextmanager
+def showing_only() -> Iterator[None]:
+    """While the config is only shown (``train.py --cfg job``), a plan this machine cannot run —
+    GPUs asked for where there are none — is the plan for the node asked for
+    (:func:`aiayn.config.hardware.gpu_node_asked_for`), saying so under ``shown_for``, instead of
+    the refusal a run gets."""
+    global _showing_only
+    before, _showing_only = _showing_only, True
+    try:
+        yield
+    finally:
+        _showing_only = before
+
+
 def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
     """``${aiayn.plan:}``: the plan of the config it stands in, on this machine."""
     from hydra.core.hydra_config import HydraConfig
@@ -175,7 +193,17 @@ def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
     config = {"trainer": settings(_root_.trainer, PLANNED_TRAINER_SETTINGS),
               "optim": settings(_root_.optim, ("tokens_per_step",)),
               "task": {"datamodule": settings(_root_.task.datamodule, ("max_tokens", "max_length"))}}
-    return OmegaConf.create(make_plan(config, this_machine(), multirun=multirun))  # a node: OmegaConf.resolve takes it
+    machine = this_machine()
+    try:
+        plan = make_plan(config, machine, multirun=multirun)
+    except ConfigError:
+        node = gpu_node_asked_for(machine, config["trainer"]["accelerator"], config["trainer"]["devices"])
+        if not _showing_only or node is None:
+            raise
+        plan = make_plan(config, node, multirun=multirun)
+        plan["shown_for"] = (f"a node of {_count(node.gpus, 'GPU')} with bf16 (A100, H100); this machine has no usable "
+                             "CUDA GPU, so the run itself is refused here")
+    return OmegaConf.create(plan)  # a node: OmegaConf.resolve takes it
 
 
 OmegaConf.register_new_resolver("aiayn.plan", _resolve_plan, replace=True)
