@@ -43,6 +43,17 @@ def test_train_validates_and_tests_with_f1(trained) -> None:
     assert "split: sample" in config and "beam_size: 21" in config and "alpha: 0.3" in config
 
 
+def test_evaluate_of_a_parser_on_a_translation_task_is_one_line(trained, data_root: Path, tmp_path: Path) -> None:
+    _, ckpt, cache = trained
+    result = run_tool("src/evaluate.py", f"ckpt={ckpt}", "task=multi30k_en_de", f"out={tmp_path / 'eval'}",
+                      "wandb=disabled", data_root=data_root, cache_dir=cache, check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        (f"evaluate.py: {ckpt} was trained on task wsj, which parses sentences into trees, but task multi30k_en_de "
+         "translates en→de; pick a task of the same kind and direction")]
+    assert not (tmp_path / "eval").exists()
+
+
 def test_evaluate_reports_f1_and_writes_evalb_files(trained, data_root: Path, tmp_path: Path) -> None:
     _, ckpt, cache = trained
     result = run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=test", f"out={tmp_path}", "wandb=disabled",

@@ -57,11 +57,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     device = str(next(trained.model.parameters()).device)
     task = _task(cfg, trained.config, ckpt)
 
-    trained_task = trained.config.get("task", {}).get("datamodule", {})
-    directions = [(t.get("src_lang"), t.get("tgt_lang")) for t in (trained_task, task["datamodule"])]
-    if trained_task and directions[0] != directions[1]:
-        raise ConfigError(f"{ckpt} translates {'→'.join(directions[0])} but task {task['name']} is "
-                         f"{'→'.join(directions[1])}; pick a task of the same direction")
+    trained_task = trained.config.get("task", {})
+    if trained_task and _kind(trained_task) != _kind(task):
+        raise ConfigError(f"{ckpt} was trained on task {trained_task.get('name')}, which {_kind(trained_task)}, but "
+                          f"task {task['name']} {_kind(task)}; pick a task of the same kind and direction")
     datamodule = hydra.utils.instantiate(task["datamodule"])
     split = datamodule.check_split(cfg.split, task["name"])  # the task says which splits it can score
     steps = [trained.step]
@@ -154,6 +153,13 @@ def _check_checkpoint_file(ckpt: Path) -> None:
         raise ConfigError(f"ckpt={ckpt} is a directory; give one checkpoint file, e.g. ckpt={example} "
                           "(average_last=<k> averages the k checkpoints ending at it)")
     raise ConfigError(f"ckpt={ckpt} is a directory and holds no checkpoint files; give one checkpoint file")
+
+
+def _kind(task: dict) -> str:
+    """What a task's model does: translates between its languages, or parses (no language pair)."""
+    datamodule = task.get("datamodule") or {}
+    src, tgt = datamodule.get("src_lang"), datamodule.get("tgt_lang")
+    return f"translates {src}→{tgt}" if src and tgt else "parses sentences into trees"
 
 
 def _task(cfg: DictConfig, trained_config: dict, ckpt: Path) -> dict:
