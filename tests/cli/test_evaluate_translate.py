@@ -60,7 +60,8 @@ def test_evaluate_on_another_test_set_of_the_task(tiny_run: TrainedRun, data_roo
 
     result = run_tool("src/evaluate.py", f"ckpt={ckpt}", "task=multi30k_de_en", f"out={tmp_path}", "wandb=disabled",
                  data_root=data_root, cache_dir=cache, check=False)
-    assert result.returncode == 2 and "translates en→de but task multi30k_de_en is de→en" in result.stderr
+    assert result.returncode == 2 and ("was trained on task multi30k_en_de, which translates en→de, but task "
+                                       "multi30k_de_en translates de→en") in result.stderr
 
 
 def test_translate_keeps_order_empty_lines_and_truncates(tiny_run: TrainedRun, data_root: Path, tmp_path: Path) -> None:
