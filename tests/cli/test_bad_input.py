@@ -216,6 +216,14 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["distributed.timeout_minutes=0"], ("train.py: distributed.timeout_minutes must be a positive number of "
                                         "minutes, got 0")),
     (["compile=yes"], "train.py: compile must be true or false, got 'yes'"),
+    (["seed=-1"], "train.py: seed must be a whole number from 0 to 4294967295, got -1"),
+    (["resume=true"], ("train.py: resume must be auto (the newest checkpoint of this run) or the path of a run "
+                       "directory or checkpoint file (null: a fresh run), got True")),
+    (["trainer.gradient_clip_val=-1"], ("train.py: trainer.gradient_clip_val must be a number, 0 or more (null: no "
+                                        "clipping, as in the paper), got -1")),
+    (["task.datamodule.download=maybe"], "train.py: task.datamodule.download must be true or false, got 'maybe'"),
+    (["callbacks.preemption.signals=SIGTERM"], ("train.py: callbacks.preemption.signals must be a list of signal "
+                                                "names, e.g. [SIGTERM] or [SIGTERM,SIGUSR1], got 'SIGTERM'")),
     # More training processes than the machine has cores.
     ([f"trainer.devices={(os.cpu_count() or 1) + 1}", "trainer.strategy=ddp_spawn"], "train.py: trainer.devices="),
 ], ids=lambda value: value[0] if isinstance(value, list) else None)

@@ -144,3 +144,14 @@ def test_wandb_offline_run_holds_config_and_metrics(tmp_path: Path, subword_cach
     assert len(losses) >= 1 and all(loss > 0 for loss in losses)
     assert sum("val/bleu" in row for row in run.history) == 2
     assert "test/bleu" in run.summary
+
+
+def test_save_top_k_keeps_the_newest_step_checkpoints(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
+    """checkpoint.save_top_k=2: the two newest step checkpoints stay (Lightning keeps k of them only
+    by a monitored value; the step is it), and last.ckpt names the newest."""
+    run_dir = tmp_path / "run"
+    train(run_dir, *TINY, "logger=none", "test_after_training=false", "visualize_at_end=false",
+          "checkpoint.every_n_train_steps=1", "checkpoint.save_top_k=2", "checkpoint.every_n_minutes=null",
+          data_root=data_root, cache_dir=subword_cache)
+    names = sorted(path.name for path in (run_dir / "checkpoints").iterdir())
+    assert names == ["last.ckpt", "step0000003.ckpt", "step0000004.ckpt"], names

@@ -65,9 +65,12 @@ def build_callbacks(entries: Mapping[str, Any], settings: Mapping[str, Any]) -> 
 def step_checkpoints(checkpoint: Mapping[str, Any], dirpath: str) -> ModelCheckpoint:
     """Every ``checkpoint.every_n_train_steps`` steps, ``<dirpath>/step<N>.ckpt`` (the newest
     ``checkpoint.save_top_k`` kept, -1: all), and ``last.ckpt``, which always names the newest."""
+    keep = checkpoint["save_top_k"]
+    # Lightning keeps more than one but not all only by a monitored value: the step, so the newest.
+    ranking = {"monitor": "step", "mode": "max"} if keep > 1 else {}
     return ModelCheckpoint(dirpath=dirpath, filename="step{step:07d}", auto_insert_metric_name=False,
-                           every_n_train_steps=checkpoint["every_n_train_steps"], save_top_k=checkpoint["save_top_k"],
-                           save_last=True)
+                           every_n_train_steps=checkpoint["every_n_train_steps"], save_top_k=keep, save_last=True,
+                           **ranking)
 
 
 def timed_checkpoints(checkpoint: Mapping[str, Any], dirpath: str) -> ModelCheckpoint | None:

@@ -99,6 +99,8 @@ def _check_task(task: Mapping[str, Any]) -> None:
         )
     if _whole(data.get("num_workers")) and data["num_workers"] < 0:
         raise ConfigError(f"task.datamodule.num_workers must be 0 or more, got {data['num_workers']}")
+    if "download" in data and not isinstance(data["download"], bool):
+        raise ConfigError(f"task.datamodule.download must be true or false, got {data['download']!r}")
 
 
 def _check_decoding(decoding: Mapping[str, Any], task: Mapping[str, Any]) -> None:
@@ -151,8 +153,13 @@ def _check_run(config: Mapping[str, Any]) -> None:
     for key in ("compile", "test_after_training", "visualize_at_end"):
         if key in config and not isinstance(config[key], bool):
             raise ConfigError(f"{key} must be true or false, got {config[key]!r}")
-    if not _whole(config.get("seed", 0)):
-        raise ConfigError(f"seed must be a whole number, got {config.get('seed')!r}")
+    seed = config.get("seed", 0)
+    if not _whole(seed) or not 0 <= seed < 2**32:  # what numpy's generator, which Lightning seeds too, accepts
+        raise ConfigError(f"seed must be a whole number from 0 to {2**32 - 1}, got {seed!r}")
+    resume = config.get("resume")
+    if resume is not None and (not isinstance(resume, str) or not resume.strip()):
+        raise ConfigError(f"resume must be auto (the newest checkpoint of this run) or the path of a run directory or "
+                          f"checkpoint file (null: a fresh run), got {resume!r}")
     gpu = (config.get("cost") or {}).get("gpu", "P100")
     try:
         sustained_tflops(gpu)
@@ -177,6 +184,11 @@ def _check_run(config: Mapping[str, Any]) -> None:
     if isinstance(preemption, Mapping) and preemption.get("enabled", True):
         from aiayn.training.preemption import signal_numbers
 
+        signals = preemption.get("signals")
+        if signals is not None and not isinstance(signals, (list, tuple)):
+            raise ConfigError(f"callbacks.preemption.signals must be a list of signal names, e.g. [SIGTERM] or "
+                              f"[SIGTERM,SIGUSR1], got {signals!r}")
+
         signal_numbers(preemption.get("signals") or ())  # ConfigError naming a signal that is not one
 
 
@@ -193,6 +205,10 @@ def _check_trainer(trainer: Mapping[str, Any]) -> None:
         value = trainer.get(key)
         if value is not None and (not _whole(value) or value < 1):
             raise ConfigError(f"trainer.{key} must be a positive whole number, got {value!r}")
+    clip = trainer.get("gradient_clip_val")
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or clip < 0):
+        raise ConfigError(f"trainer.gradient_clip_val must be a number, 0 or more (null: no clipping, as in the "
+                          f"paper), got {clip!r}")
     interval = trainer.get("val_check_interval")
     if interval is not None and (isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0
                                  or (isinstance(interval, float) and interval > 1.0)):
