@@ -83,6 +83,11 @@ def test_translate_keeps_order_empty_lines_and_truncates(tiny_run: TrainedRun, d
                     cache_dir=cache)
         assert alone.stdout == translations[i] + "\n"
 
+    # out=- is stdout, as Unix tools read it: no file named "-".
+    dashed = run_tool("src/translate.py", f"ckpt={ckpt}", f"input={source}", "out=-", "decoding.beam_size=2",
+                      cwd=tmp_path, data_root=data_root, cache_dir=cache)
+    assert dashed.stdout.split("\n")[:-1] == translations and not (tmp_path / "-").exists()
+
 
 def test_evaluate_decodes_in_bf16_on_the_cpu_into_a_report_of_its_own(tiny_run: TrainedRun, data_root: Path,
                                                                      tmp_path: Path) -> None:

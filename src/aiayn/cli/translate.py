@@ -158,9 +158,10 @@ def _input_file(given: str | None) -> Path | None:
 
 
 def _output_file(given: str | None, source: Path | None) -> Path | None:
-    """The output file (None: stdout), its folder created; refused, before any translating,
-    when it is a folder, the input itself, or in a folder that cannot be made or written to."""
-    if not given:
+    """The output file (None: stdout, also for ``out=-`` as Unix tools read it), its folder created;
+    refused, before any translating, when it is a folder, the input itself, or in a folder that
+    cannot be made or written to."""
+    if not given or given == "-":
         return None
     path = Path(given)
     if path.is_dir():
