@@ -7,6 +7,7 @@ the newest checkpoint of the run (see aiayn.checkpoints.resume).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -73,12 +74,11 @@ def main(cfg: DictConfig | None = None) -> dict[str, float] | None:
     # --cfg job/all prints the config resolved (--resolve), so that it shows what the run will do:
     # the plan's devices, precision and step, not the ${aiayn.plan:} that computes them.
     # On a machine without the GPUs asked for (a login node), it shows the plan for the node asked for.
-    if any(arg in ("--cfg", "-c") or arg.startswith("--cfg=") for arg in sys.argv[1:]):
-        if "--resolve" not in sys.argv:
-            sys.argv.append("--resolve")
-        with showing_only():
-            return _main()
-    return _main()
+    showing = any(arg in ("--cfg", "-c") or arg.startswith("--cfg=") for arg in sys.argv[1:])
+    if showing and "--resolve" not in sys.argv:
+        sys.argv.append("--resolve")
+    with showing_only() if showing else contextlib.nullcontext():
+        return _main()
 
 
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
