@@ -125,8 +125,9 @@ def _check_preempted_then_resumed(run_dir: Path, step: int, checkpoint: Path, en
         assert loss == expected[at], f"step {at}: {loss} with the preemption, {expected[at]} without"
     # The checkpoint holds the other callbacks' state after the step: the counts come out the same.
     resumed_summary = json.loads((run_dir / "summary.json").read_text())
-    for key in ("steps", "tokens_seen", "src_tokens_seen", "train_flops"):
+    for key in ("steps", "tokens_seen", "src_tokens_seen", "train_flops", "dev/step", "dev/ppl", "dev/bleu"):
         assert resumed_summary[key] == summary[key], key
+    assert summary["dev/step"] == 30, "the last step is validated"
 
 
 @pytest.mark.cli
@@ -165,19 +166,22 @@ def _signal_at(step: int, name: str) -> list[str]:
 
 @pytest.mark.cli
 @pytest.mark.slow
-def test_a_signal_during_the_last_step_of_an_epoch_saves_that_step_before_validating(
+def test_a_signal_during_a_step_that_is_validated_validates_it_then_saves_it(
         tmp_path: Path, environment, uninterrupted) -> None:
-    """Step 12 ends epoch 0 and is followed by a validation: the run saves step 12, the step under
-    way when the signal came, and stops without validating; the resumed run goes on as the
-    uninterrupted one."""
+    """Step 12 ends epoch 0 and is followed by a validation: the run validates step 12, then saves
+    it and stops (a checkpoint never stands before its step's validation, which a resume would
+    skip); the dev point is logged once, and the resumed run goes on as the uninterrupted one."""
     run_dir = tmp_path / "run"
     result = run_command(_command(run_dir, "logger=wandb", *_signal_at(12, "SIGUSR2")),
                          env={**environment, "PYTHONPATH": str(REPO)}, check=False)
     step, checkpoint, _ = _preempted(result, signal.SIGUSR2)
     assert step == 12
     history = read_run(next((run_dir / "wandb").glob("offline-run-*")), strict=True).history
-    assert not any("val/loss" in row for row in history), "no validation after the signal"
+    # (W&B gets a validation at the step count before its step, as Lightning logs it: 11 for step 12)
+    assert [row["trainer/global_step"] for row in history if "val/loss" in row] == [11], "step 12 validated"
     _check_preempted_then_resumed(run_dir, step, checkpoint, environment, uninterrupted)
+    resumed = read_run(sorted((run_dir / "wandb").glob("offline-run-*"))[1], strict=False).history
+    assert [row["trainer/global_step"] for row in resumed if "val/loss" in row] == [23, 29], "the rest, once"
 
 
 @pytest.mark.cli

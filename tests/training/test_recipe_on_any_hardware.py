@@ -108,9 +108,11 @@ def test_four_ddp_processes_on_two_nodes_train_validate_checkpoint_and_resume_ex
     # never regroups). A wrong batch, step or state would differ by orders of magnitude more.
     _assert_same_training_state(tmp_path / "whole" / "checkpoints" / "step0000004.ckpt",
                                 tmp_path / "cut" / "checkpoints" / "step0000004.ckpt", atol=1e-6)
-    for run in ("whole", "cut"):
-        summary = json.loads((tmp_path / run / "summary.json").read_text())
-        assert summary["processes"] == 4 and summary["dev/step"] == 4, (run, summary)
+    summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in ("whole", "cut")]
+    for summary in summaries:
+        assert summary["processes"] == 4 and summary["dev/step"] == 4, summary
+    for key in ("tokens_seen", "src_tokens_seen", "train_flops"):  # the counts go on across the resume
+        assert summaries[0][key] == summaries[1][key], key
 
 
 @pytest.mark.slow
@@ -134,3 +136,7 @@ def test_one_process_accumulating_two_batches_trains_what_two_processes_train(tm
         torch.testing.assert_close(weight, two["state_dict"][name], rtol=1e-4, atol=1e-6, msg=name)
         moved = max(moved, (weight - start[name]).abs().max().item())
     assert moved > 1e-4, "the weights changed between steps 2 and 4: the comparison is not of untrained weights"
+    # The same batches: the same tokens and FLOPs counted, each rank's batches once (summed over the ranks).
+    counts = [json.loads((tmp_path / run / "summary.json").read_text()) for run in ("one", "two")]
+    for key in ("tokens_seen", "src_tokens_seen", "train_flops"):
+        assert counts[0][key] == counts[1][key], (key, counts[0][key], counts[1][key])

@@ -21,7 +21,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
 
 from aiayn.reporting.flops import (
@@ -31,6 +30,7 @@ from aiayn.reporting.flops import (
     training_flops,
 )
 from aiayn.reporting.summary import device_name, write_summary
+from aiayn.training.saving import StepCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -62,27 +62,28 @@ def build_callbacks(entries: Mapping[str, Any], settings: Mapping[str, Any]) -> 
     return built
 
 
-def step_checkpoints(checkpoint: Mapping[str, Any], dirpath: str) -> ModelCheckpoint:
+def step_checkpoints(checkpoint: Mapping[str, Any], dirpath: str) -> StepCheckpoint:
     """Every ``checkpoint.every_n_train_steps`` steps, ``<dirpath>/step<N>.ckpt`` (the newest
-    ``checkpoint.save_top_k`` kept, -1: all), and ``last.ckpt``, which always names the newest."""
+    ``checkpoint.save_top_k`` kept, -1: all), and the last step; ``last.ckpt`` always names the
+    newest. A step that is validated is saved after its validation (aiayn.training.saving)."""
     keep = checkpoint["save_top_k"]
     # Lightning keeps more than one but not all only by a monitored value: the step, so the newest.
     ranking = {"monitor": "step", "mode": "max"} if keep > 1 else {}
-    return ModelCheckpoint(dirpath=dirpath, filename="step{step:07d}", auto_insert_metric_name=False,
-                           every_n_train_steps=checkpoint["every_n_train_steps"], save_top_k=keep, save_last=True,
-                           **ranking)
+    return StepCheckpoint(dirpath=dirpath, filename="step{step:07d}", auto_insert_metric_name=False,
+                          every_n_train_steps=checkpoint["every_n_train_steps"], save_top_k=keep, save_last=True,
+                          save_last_step=True, **ranking)
 
 
-def timed_checkpoints(checkpoint: Mapping[str, Any], dirpath: str) -> ModelCheckpoint | None:
+def timed_checkpoints(checkpoint: Mapping[str, Any], dirpath: str) -> StepCheckpoint | None:
     """§6.1: a checkpoint every ``checkpoint.every_n_minutes`` minutes of training wall time,
     ``<dirpath>/time-step<N>.ckpt``, the newest ``checkpoint.keep_timed`` kept (-1: all;
     ``monitor="step"`` makes "newest" the ranking), for src/average.py to average. None when
     ``every_n_minutes`` is None."""
     if checkpoint["every_n_minutes"] is None:
         return None
-    return ModelCheckpoint(dirpath=dirpath, filename="time-step{step:07d}", auto_insert_metric_name=False,
-                           train_time_interval=timedelta(minutes=checkpoint["every_n_minutes"]),
-                           save_top_k=checkpoint["keep_timed"], monitor="step", mode="max")
+    return StepCheckpoint(dirpath=dirpath, filename="time-step{step:07d}", auto_insert_metric_name=False,
+                          train_time_interval=timedelta(minutes=checkpoint["every_n_minutes"]),
+                          save_top_k=checkpoint["keep_timed"], monitor="step", mode="max")
 
 
 def attention_pictures(visualize_at_end: bool, **options: Any) -> AttentionPicturesCallback | None:
@@ -107,7 +108,7 @@ class AttentionPicturesCallback(L.Callback):
     def __init__(self, split: str = "val", index: int = 0, folder: str = "attention"):
         self.split, self.index, self.folder = split, index, folder
 
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero:
             return
         try:
@@ -162,13 +163,19 @@ class RunSummaryCallback(L.Callback):
         self.started: float | None = None
         self.dev: dict[str, float] = {}
         self.shapes: Shapes | None = None
+        self.device: str | None = None
 
     # -- counting ---------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.shapes = Shapes.from_config(pl_module.hparams.model, pl_module.hparams.vocab_size)
+        self.device = device_name(pl_module.device)  # before fit's teardown moves the model off the GPU
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.totals = self.restored_totals.to(pl_module.device)
+        # A copy of this process's own: under ddp_spawn on the CPU the callback reaches every rank
+        # through torch.multiprocessing, which puts its tensors in memory the ranks share, so that
+        # each rank would add every reduced batch once more into one count (Lightning unshares a
+        # module's tensors, not a callback's).
+        self.totals = self.restored_totals.to(pl_module.device, copy=True)
         self.started = time.perf_counter()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
@@ -211,11 +218,14 @@ class RunSummaryCallback(L.Callback):
             "train_flops_paper_estimate": paper_estimate(seconds, trainer.world_size, self.tflops),
             "processes": trainer.world_size,
             "gpu_for_estimate": self.gpu,
-            "device_name": device_name(pl_module.device),
+            "device_name": self.device or device_name(pl_module.device),
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
 
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # At the end of fit, not of training: a resumed run whose checkpoint is the last step's
+        # (killed after saving it) trains nothing, and Lightning calls no training hook, but owes
+        # the summary. A preempted run ends fit with an exception: no summary, it has not finished.
         summary = self.summary(trainer, pl_module)
         if not trainer.is_global_zero:
             return

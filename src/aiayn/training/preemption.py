@@ -2,7 +2,8 @@
 preemption), SIGUSR1 (SLURM's warning before the time limit, ``#SBATCH --signal=USR1@120``) or
 SIGUSR2 (the same warning as submitit asks for it, conf/hydra/launcher/slurm.yaml).
 
-On such a signal the run finishes the step under way (the optimizer step included), saves
+On such a signal the run finishes the step under way (the optimizer step included; and the
+validation of a step that is validated, which its checkpoint follows: aiayn.training.saving), saves
 ``checkpoints/step<N>.ckpt`` through the trainer (atomically, :class:`aiayn.checkpoints.io.AtomicCheckpointIO`;
 ``last.ckpt`` then points at it), logs that step's metrics, finishes the W&B run so that its files
 are complete, requeues the SLURM job when it runs under SLURM, and raises :class:`Preempted`: the
@@ -47,7 +48,6 @@ import logging
 import multiprocessing
 import os
 import signal
-import subprocess
 import threading
 from contextlib import suppress
 from pathlib import Path
@@ -61,6 +61,8 @@ from lightning.pytorch.loggers import WandbLogger
 
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_path
+from aiayn.training.saving import validation_follows
+from aiayn.training.slurm import continues_itself, requeue, slurm_job
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +125,7 @@ class PreemptionCallback(Checkpoint):
         self._previous: dict[int, Any] = {}  # the handlers ours replaced while training
         self._checked_step: int | None = None
         self._saved: tuple[int, Path] | None = None  # (step, checkpoint) once saved: stop at the next hook
+        self._after_validation: int | None = None  # a step to save when its validation has ended
 
     # -- the signal ----------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
@@ -155,19 +158,19 @@ class PreemptionCallback(Checkpoint):
             environment.auto_requeue = False
 
     def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.received, self._saved = None, None
+        self.received, self._saved, self._after_validation = None, None, None
         self._install()  # a signal during the sanity check stops training after its first step
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._previous:
-            self.received, self._saved = None, None
+            self.received, self._saved, self._after_validation = None, None, None
         self._checked_step = trainer.global_step  # a resumed run's first boundary is the next step
         self._install()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         step = trainer.global_step
-        if step == self._checked_step or self._saved is not None:
+        if step == self._checked_step or self._saved is not None or self._after_validation is not None:
             return  # no optimizer step since the last boundary (gradient accumulation)
         self._checked_step = step
         # Every rank, every step: stop when any rank got a signal (the highest-numbered one, to name it).
@@ -178,8 +181,20 @@ class PreemptionCallback(Checkpoint):
         if not received:
             return
         self.received = received
+        if validation_follows(trainer):  # saved once it has ended, as every validated step (aiayn.training.saving)
+            log.warning("preemption: %s; validating step %d, then saving it", signal.Signals(received).name, step)
+            self._after_validation = step
+            return
+        self._save(trainer, step)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._after_validation is not None and not trainer.sanity_checking:
+            step, self._after_validation = self._after_validation, None
+            self._save(trainer, step)
+
+    def _save(self, trainer: L.Trainer, step: int) -> None:
         path = self.dirpath / f"step{step:07d}.ckpt"
-        log.warning("preemption: %s; saving step %d to %s", signal.Signals(received).name, step, path)
+        log.warning("preemption: %s; saving step %d to %s", signal.Signals(self.received).name, step, path)
         if not self._saved_just_now(trainer, path):  # else a ModelCheckpoint saved this step a moment ago
             trainer.save_checkpoint(path, weights_only=False)  # collective; rank 0 writes, atomically
             if trainer.is_global_zero:
@@ -225,13 +240,13 @@ class PreemptionCallback(Checkpoint):
     def _go_on(self) -> str:
         """How the run continues: the requeued SLURM job, or the user with resume=auto."""
         again = "continue with the same command and resume=auto"
-        job = _slurm_job()
+        job = slurm_job()
         if not self.requeue or job is None:
             return again
-        if not _continues_itself(self.resume):
+        if not continues_itself(self.resume):
             return (f"SLURM job {job} not requeued: its command has resume={self.resume}, so it would start "
                     f"afresh; {again}")
-        failure = _requeue(job)
+        failure = requeue(job)
         if failure:
             return f"requeueing SLURM job {job} failed ({failure}); {again}"
         return f"SLURM job {job} requeued: it continues from this checkpoint (resume={self.resume})"
@@ -265,35 +280,6 @@ def _finish_wandb(trainer: L.Trainer) -> None:
             run.finish(exit_code=EXIT_STATUS)
         except Exception as error:  # noqa: BLE001 - the checkpoint is saved; W&B must not hide that
             log.warning("preemption: could not finish the W&B run: %s: %s", type(error).__name__, error)
-
-
-def _slurm_job() -> str | None:
-    """This job's id as ``scontrol`` takes it (``<array job>_<task>`` for an array task), or None
-    outside SLURM."""
-    array_job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    if array_job and task:
-        return f"{array_job}_{task}"
-    return os.environ.get("SLURM_JOB_ID") or None
-
-
-def _continues_itself(resume: str | None) -> bool:
-    """Whether the same command, run again, continues this run: ``resume=auto`` or a run directory."""
-    return resume is not None and (str(resume) == "auto" or Path(str(resume)).is_dir())
-
-
-def _requeue(job: str) -> str | None:
-    """``scontrol requeue <job>``: None when it worked, else what went wrong."""
-    try:
-        done = subprocess.run(["scontrol", "requeue", job], check=False, capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        return "no scontrol command here"
-    except subprocess.TimeoutExpired:
-        return "scontrol did not answer within 60 s"
-    if done.returncode != 0:
-        said = " ".join((done.stderr or done.stdout).split())[:200]
-        return f"scontrol exit status {done.returncode}{': ' + said if said else ''}"
-    log.info("preemption: SLURM job %s requeued", job)
-    return None
 
 
 def signal_numbers(names: list[str] | tuple[str, ...]) -> list[int]:

@@ -1,0 +1,92 @@
+"""When a training step is saved: after the validation that follows it.
+
+Lightning validates after a training batch's ``on_train_batch_end`` hooks, where a ModelCheckpoint
+saves. A run killed between the two (during the validation, or just after the last step's
+checkpoint) would leave a checkpoint whose resume skips that validation: Lightning restarts after
+the batch and never validates that step again, so its dev point, and after the last step the run's
+final figures, would be lost for good. Here a checkpoint of a step that is validated is written
+when that validation has ended. A run killed during a validation then resumes from the checkpoint
+before and validates that step on its way; the last step's checkpoint holds the last dev figures.
+
+The last step is always validated (as fairseq validates at ``--max-update``), so that the run's
+summary describes the model it ends with, whatever ``trainer.val_check_interval`` is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+
+def validation_follows(trainer: L.Trainer) -> bool:
+    """Whether Lightning validates right after the training batch whose ``on_train_batch_end``
+    hooks are running: the decision its training loop takes a moment later, from the same state."""
+    if trainer.sanity_checking or not trainer.enable_validation:
+        return False
+    loop = trainer.fit_loop.epoch_loop
+    # Lightning's own predicate (a private method of the loop, stable across 2.x): reimplementing
+    # its cases (steps, epochs, time intervals, should_stop) would drift from what it then does.
+    return bool(loop._should_check_val_fx(trainer.fit_loop._data_fetcher))
+
+
+class ValidateLastStep(L.Callback):
+    """Ask Lightning to validate after the last training step (``trainer.max_steps``): stopping
+    there through ``trainer.should_stop``, which Lightning honours with a validation."""
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if 0 < trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True
+
+
+class StepCheckpoint(ModelCheckpoint):
+    """A ModelCheckpoint that saves a step Lightning is about to validate once that validation has
+    ended, by Lightning's own deferral (the one it uses for a monitored metric validation computes).
+    Steps without a validation are saved at the end of their batch, as before. The loggers are
+    flushed before each save. ``save_last_step``: the last step (``trainer.max_steps``) is saved
+    too, so that ``last.ckpt`` of a finished run is the model it ended with."""
+
+    def __init__(self, *args: Any, save_last_step: bool = False, **kwargs: Any):
+        # A name is a step's: saved again (a resumed run retraining it), it is that step again,
+        # written over atomically, never a Lightning "-v1" copy beside it (last.ckpt included).
+        super().__init__(*args, enable_version_counter=False, **kwargs)
+        self.save_last_step = save_last_step
+        self._before_validation = False
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self._before_validation = validation_follows(trainer)
+        try:
+            if self.save_last_step and 0 < trainer.max_steps <= trainer.global_step:
+                self._save_now(trainer)  # the model the run ends with, whatever every_n_train_steps is
+            else:
+                super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        finally:
+            self._before_validation = False
+
+    def _save_now(self, trainer: L.Trainer) -> None:
+        if not self._should_skip_saving_checkpoint(trainer):
+            candidates = self._monitor_candidates(trainer)
+            self._save_topk_checkpoint(trainer, candidates)
+            self._save_last_checkpoint(trainer, candidates)
+
+    def _save_topk_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, Any]) -> None:
+        if self._before_validation:
+            self._defer_save_until_validation = True  # on_validation_end saves it (and last.ckpt)
+            return
+        super()._save_topk_checkpoint(trainer, monitor_candidates)
+
+    def _save_last_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, Any]) -> None:
+        if self._before_validation:
+            self._defer_save_until_validation = True
+            return
+        super()._save_last_checkpoint(trainer, monitor_candidates)
+
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        # What the loggers hold goes to disk first (the CSV logger writes every 100 steps): every
+        # metric of the steps a checkpoint holds, its validation's included, outlives a kill.
+        for logger in trainer.loggers:
+            logger.save()
+        super()._save_checkpoint(trainer, filepath)
