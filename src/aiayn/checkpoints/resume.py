@@ -83,10 +83,15 @@ def _resume(checkpoint: Path, run_dir: Path, saved: dict[str, Any] | None, confi
             f"{checkpoint} was trained with other settings than this run: {'; '.join(differences)}; "
             "resume with the checkpoint's settings, or start a fresh run with resume=null"
         )
-    for stale in checkpoints_dir(run_dir).glob(".*.tmp"):  # left by a save that was killed
-        stale.unlink(missing_ok=True)
     log.info("resuming from %s (step %s)", checkpoint, saved.get("global_step"))
     return Resume(checkpoint, run_dir, saved.get("wandb_run_id"))
+
+
+def remove_stale_temporaries(run_dir: str | os.PathLike) -> None:
+    """Remove the temporary files of saves that were killed (``checkpoints/.*.tmp``): called by the
+    run that holds ``run_dir`` (aiayn.cli.run_folder.hold), never while another may be saving."""
+    for stale in checkpoints_dir(Path(run_dir)).glob(".*.tmp"):
+        stale.unlink(missing_ok=True)
 
 
 def newest_checkpoint(run_dir: str | os.PathLike) -> Path | None:

@@ -55,3 +55,5 @@ OmegaConf.register_new_resolver("aiayn.dirname", dirname, replace=True)
 OmegaConf.register_new_resolver("aiayn.tool", tool_name, replace=True)
 OmegaConf.register_new_resolver("aiayn.command", tool_command, replace=True)
 OmegaConf.register_new_resolver("aiayn.config_options", config_options, replace=True)
+
+from aiayn.cli import run_folder  # noqa: F401  registers ${aiayn.new_run_dir:} (conf/train.yaml's run folder)

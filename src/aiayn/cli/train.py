@@ -27,8 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
 from aiayn.checkpoints.io import AtomicCheckpointIO
-from aiayn.checkpoints.resume import find_resume
-from aiayn.cli import CONFIG_DIR
+from aiayn.checkpoints.resume import find_resume, remove_stale_temporaries
+from aiayn.cli import CONFIG_DIR, run_folder
 from aiayn.cli.errors import (
     raised_by_resolver,
     report_dead_ranks_before_lightning_kills,
@@ -94,14 +94,22 @@ def _main(cfg: DictConfig) -> dict[str, float]:
 
 def train(cfg: DictConfig) -> dict[str, float]:
     run_dir = Path(cfg.paths.output_dir)
-    try:
-        config, resume, datamodule = _before_training(cfg)
-        module = _module(cfg, config)
-        logger = _logger(cfg, resume)  # nothing written until its first use, below
-        trainer = _trainer(cfg, config, logger)
-    except UserError:
-        _remove_unstarted_run(run_dir)  # a run that never started leaves no folder behind
-        raise
+    with contextlib.ExitStack() as held:
+        try:
+            config, resume, datamodule = _before_training(cfg)
+            # The folder the checkpoints go to (the resumed run's): this run's alone while it lives.
+            held.enter_context(run_folder.hold(cfg.paths.output_dir))
+            remove_stale_temporaries(cfg.paths.output_dir)  # of saves killed in an earlier attempt
+            module = _module(cfg, config)
+            logger = _logger(cfg, resume)  # nothing written until its first use, below
+            trainer = _trainer(cfg, config, logger)
+        except UserError:
+            _remove_unstarted_run(run_dir)  # a run that never started leaves no folder behind
+            raise
+        return _fit_and_test(cfg, config, resume, datamodule, module, logger, trainer)
+
+
+def _fit_and_test(cfg: DictConfig, config: dict, resume, datamodule, module, logger, trainer) -> dict[str, float]:
     if rank_zero_only.rank == 0:
         log.info("%s", describe(config["plan"], config, model=_choice("model")))
     if logger:
@@ -159,7 +167,8 @@ def _remove_unstarted_run(run_dir: Path) -> None:
     """Remove the folder Hydra made for a run that stopped before training (a bad setting): it
     holds only Hydra's record of the config and the log. A folder with anything else — an earlier
     attempt's checkpoints — is kept."""
-    if not run_dir.is_dir() or any(p.name != ".hydra" and p.suffix != ".log" for p in run_dir.iterdir()):
+    kept = (".hydra", run_folder.JOB_NOTE, run_folder.LOCK)
+    if not run_dir.is_dir() or any(p.name not in kept and p.suffix != ".log" for p in run_dir.iterdir()):
         return
     shutil.rmtree(run_dir, ignore_errors=True)
     for parent in run_dir.parents:  # outputs/<run name>/ when it held only this run

@@ -1,0 +1,119 @@
+"""A training run's folder: a new one for each job, and held by the job while it runs.
+
+* ``${aiayn.new_run_dir:outputs/<run name>}`` (conf/train.yaml's ``hydra.run.dir``) is
+  ``outputs/<run name>/<date>_<time>``, made at once with a note of the job that made it. Two jobs
+  started in the same second get ``<date>_<time>``, ``<date>_<time>-2``, ...; the other processes
+  of one job (DDP ranks started by srun or torchrun, the nodes of a multi-node run) find the folder
+  their job made and share it.
+* :func:`hold` locks the folder a run writes its checkpoints to, for as long as the run lives
+  (an OS lock, which a dead process does not keep). A second run of the same folder (two
+  ``resume=auto`` at once, say) is refused in one line naming the holder; the other ranks and
+  nodes of the holder's job are let in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from aiayn.errors import UserError
+
+JOB_NOTE = ".job"  # who made the folder: the job's identity
+LOCK = ".lock"  # held by the live run; its text names the holder
+# Rank variables of the launchers: DDP's own (Lightning, torchrun), SLURM's.
+_RANKS = ("LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "SLURM_PROCID")
+
+
+def job_identity() -> str:
+    """What every process of one job shares and no other job does: SLURM's job (and step), a
+    torchrun run id, the address a multi-node DDP job meets at, else this process."""
+    if os.environ.get("SLURM_JOB_ID"):
+        return f"slurm:{os.environ['SLURM_JOB_ID']}.{os.environ.get('SLURM_STEP_ID', '')}"
+    if os.environ.get("TORCHELASTIC_RUN_ID"):
+        return f"torchrun:{os.environ['TORCHELASTIC_RUN_ID']}"
+    if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        return f"ddp:{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    return f"process:{socket.gethostname()}:{os.getpid()}"
+
+
+def first_process() -> bool:
+    """Whether this is the job's first process (rank 0 of node 0), not a rank launched beside it."""
+    return all(os.environ.get(name, "0") in ("", "0") for name in _RANKS)
+
+
+def new_run_dir(base: str) -> str:
+    """``<base>/<date>_<time>``, or with ``-2``, ``-3``, ... when another job made that folder."""
+    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    me = job_identity()
+    for number in range(1, 1000):
+        folder = Path(base) / (stamp if number == 1 else f"{stamp}-{number}")
+        try:
+            folder.mkdir(parents=True)
+        except FileExistsError:
+            if _maker(folder) == me:
+                return str(folder)  # another process of this job made it
+            continue
+        (folder / JOB_NOTE).write_text(me + "\n")
+        return str(folder)
+    raise UserError(f"{base}: a thousand runs started in second {stamp}; set hydra.run.dir")
+
+
+def _maker(folder: Path, wait_s: float = 2.0) -> str | None:
+    """The identity in ``folder``'s note (waiting a moment for the job that has just made it)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        with contextlib.suppress(OSError):
+            text = (folder / JOB_NOTE).read_text().strip()
+            if text:
+                return text
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def hold(run_dir: str | os.PathLike, tool: str = "train.py") -> Iterator[None]:
+    """Hold ``run_dir`` while the block runs (the job's first process; the others share it).
+    UserError naming the holder when another live run holds it."""
+    if not first_process():
+        yield
+        return
+    folder = Path(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(descriptor)
+            raise UserError(f"{folder} is in use by another run ({holder}); wait for it to end or stop it, "
+                            "or start this one in a folder of its own (resume=null)") from None
+        note = {"pid": os.getpid(), "host": socket.gethostname(), "job": job_identity(),
+                "since": datetime.now().isoformat(timespec="seconds")}
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, (json.dumps(note) + "\n").encode(), 0)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def _holder(descriptor: int) -> str:
+    try:
+        note = json.loads(os.pread(descriptor, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        note = {}
+    if not note:
+        return "its holder is starting"
+    return f"PID {note.get('pid')} on {note.get('host')}, since {note.get('since')}"
+
+
+OmegaConf.register_new_resolver("aiayn.new_run_dir", new_run_dir, use_cache=True, replace=True)

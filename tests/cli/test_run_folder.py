@@ -1,0 +1,122 @@
+"""Run folders never collide: two jobs started in the same second get folders of their own, the
+processes of one job share theirs, and a live run holds its folder against a second run of it
+(two ``resume=auto`` at once) while the ranks of its own job are let in."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.cli import run_folder
+from aiayn.errors import UserError
+from tests.helpers.runs import REPO, TINY, run_command
+
+_LAUNCH_VARIABLES = ("SLURM_JOB_ID", "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
+                     "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "SLURM_PROCID")
+
+
+@pytest.fixture
+def no_launcher(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in _LAUNCH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_jobs_of_one_second_get_folders_of_their_own_and_a_jobs_processes_share_its(
+        tmp_path: Path, no_launcher: pytest.MonkeyPatch) -> None:
+    no_launcher.setenv("MASTER_ADDR", "node1")
+    no_launcher.setenv("MASTER_PORT", "29500")
+    first = Path(run_folder.new_run_dir(str(tmp_path / "run")))
+    assert (first / run_folder.JOB_NOTE).read_text().strip() == "ddp:node1:29500"
+    no_launcher.setenv("NODE_RANK", "1")  # the same job's second node, in the same second
+    assert Path(run_folder.new_run_dir(str(tmp_path / "run"))) in (first, first.parent / f"{first.name}-2")
+    no_launcher.setenv("MASTER_PORT", "29501")  # another job
+    other = Path(run_folder.new_run_dir(str(tmp_path / "run")))
+    assert other != first and other.parent == first.parent
+    no_launcher.setenv("MASTER_PORT", "29500")
+    if other.name.startswith(first.name):  # the same second: the first job's processes still find theirs
+        assert Path(run_folder.new_run_dir(str(tmp_path / "run"))) == first
+
+
+_HOLDER = """
+import sys, time
+from aiayn.cli import run_folder
+with run_folder.hold(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_held_folder_refuses_a_second_run_until_its_holder_dies(tmp_path: Path, no_launcher) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserError, match=rf"in use by another run \(PID {holder.pid} on "), run_folder.hold(tmp_path):
+            pass
+        no_launcher.setenv("LOCAL_RANK", "1")  # a rank of the holder's job is let in
+        with run_folder.hold(tmp_path):
+            pass
+        no_launcher.delenv("LOCAL_RANK")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with run_folder.hold(tmp_path):  # a dead process keeps no lock
+        pass
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+def test_two_runs_started_together_get_two_folders_and_two_resumes_of_one_run_do_not_both_run(
+        tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
+    env = {**os.environ, "WANDB_MODE": "offline", "AIAYN_DATA_ROOT": str(data_root),
+           "AIAYN_CACHE_DIR": str(subword_cache), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, str(REPO / "src/train.py"), *TINY, "logger=csv", "test_after_training=false",
+               "visualize_at_end=false", "trainer.enable_progress_bar=false", "run_name=together"]
+    started = [subprocess.Popen([*command, f"seed={seed}"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+    for process in started:
+        assert process.wait(timeout=300) == 0, process.stderr.read()[-2000:]
+    folders = sorted((tmp_path / "outputs" / "together").iterdir())
+    assert len(folders) == 2, folders
+    seeds = {}
+    for folder in folders:
+        names = sorted(p.name for p in (folder / "checkpoints").iterdir())
+        assert names == ["last.ckpt", "step0000002.ckpt", "step0000004.ckpt"], names  # never a "-v1"
+        seed = torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False)["hyper_parameters"]["run_config"]
+        seeds[seed["seed"]] = folder
+    assert sorted(seeds) == [1, 2]
+
+    # Two resume=auto of one run at once: the second is refused in one line naming the first.
+    run = seeds[1]
+    longer = [*command, "seed=1", f"hydra.run.dir={run}", "resume=auto", "optim.train_steps=400"]
+    first = subprocess.Popen(longer, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while f'"pid": {first.pid}' not in _read(run / run_folder.LOCK):
+            assert first.poll() is None and time.monotonic() < deadline, "the first resume never held its folder"
+            time.sleep(0.05)
+        second = run_command([*command, "seed=1", f"hydra.run.dir={run}", "resume=auto"], cwd=tmp_path, env=env,
+                             check=False)
+        assert second.returncode == 2
+        last = second.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"train.py: {run} is in use by another run (PID {first.pid} on {os.uname().nodename}, "
+                               "since "), second.stderr
+        assert "Traceback" not in second.stderr
+    finally:
+        first.kill()
+        first.wait()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
