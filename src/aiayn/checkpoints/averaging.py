@@ -113,19 +113,47 @@ def last_checkpoints(directory: str | os.PathLike, k: int, ending_at: str | os.P
     return [path for _, path in found[-k:]]
 
 
+# What tells a run apart in its checkpoints: its settings (seed, task, network, recipe), its
+# subword model, its W&B run.
+_RUN_KEYS = ("hyper_parameters", "subwords", "wandb_run_id")
+
+
+def _same_run(first: dict[str, Any], checkpoint: dict[str, Any], path: Path) -> None:
+    """DataError unless ``checkpoint`` (at ``path``) is of the run ``first`` is: the same identity
+    settings (aiayn.checkpoints.resume.IDENTITY_KEYS), subword model and W&B run."""
+    from aiayn.checkpoints.resume import config_differences
+
+    config = (checkpoint.get("hyper_parameters") or {}).get("run_config") or {}
+    differences = config_differences({"hyper_parameters": first["hyper_parameters"]}, config) if config else []
+    if checkpoint.get("subwords") != first["subwords"]:
+        differences.append("its subword model")
+    ids = (first["wandb_run_id"], checkpoint.get("wandb_run_id"))
+    if None not in ids and ids[0] != ids[1]:
+        differences.append(f"W&B run {ids[0]} → {ids[1]}")
+    if differences:
+        raise DataError(f"{path} is not of the run of {first['path']} ({'; '.join(differences)}); average the "
+                        "checkpoints of one run")
+
+
 def average_checkpoints(paths: Iterable[str | os.PathLike]) -> dict[str, Any]:
     """The newest of ``paths`` (by ``global_step``; the last given on a tie) as a whole checkpoint
     dict, with ``state_dict`` replaced by the average over all of them, and ``averaged_from`` (the
     paths, in the order given) and ``averaged_steps`` (their global steps) added; ``torch.save`` it and it loads with ``load_trained``.
-    Checkpoints are read one at a time, so memory stays at about two of them."""
+    Checkpoints are read one at a time, so memory stays at about two of them. Checkpoints of
+    different runs (seed, task, network, subword model) are refused: DataError naming both."""
     paths = [Path(path) for path in paths]
     if not paths:
         raise ValueError("nothing to average: no checkpoint paths")
     accumulator = _Accumulator()
     newest: dict[str, Any] | None = None
     steps = []
+    first: dict[str, Any] | None = None
     for path in paths:
         checkpoint = read_checkpoint(path)
+        if first is None:
+            first = {"path": path, **{key: checkpoint.get(key) for key in _RUN_KEYS}}
+        else:
+            _same_run(first, checkpoint, path)
         try:
             accumulator.add(checkpoint["state_dict"], source=str(path))
         except ValueError as error:  # checkpoints of different models: the message names the file and key

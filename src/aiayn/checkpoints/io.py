@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from aiayn.checkpoints.digest import damaged, remove_digest, write_digest
 from aiayn.errors import DataError
 from aiayn.files import atomic_write
 
@@ -30,6 +31,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: checkpoint not found")
+    damage = damaged(path)
+    if damage:
+        raise DataError(damage)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # noqa: BLE001  torch raises several kinds for a file that is not a checkpoint
@@ -82,7 +86,10 @@ def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
 
 
 def load_lazily(path: Path) -> Any:
-    """The checkpoint at ``path`` (memory-mapped where the format allows), or None if unreadable."""
+    """The checkpoint at ``path`` (memory-mapped where the format allows), or None if unreadable
+    or damaged (its bytes are not those written, :func:`aiayn.checkpoints.digest.damaged`)."""
+    if damaged(path):
+        return None
     for mmap in (True, False):
         try:
             return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
@@ -97,8 +104,14 @@ def _preference(path: Path) -> tuple[int, str]:
 
 def save_checkpoint_atomically(checkpoint: dict[str, Any], out: str | os.PathLike) -> Path:
     """``torch.save`` to a temporary file beside ``out``, then rename it over ``out``: a reader
-    never sees half a file, and a crash leaves any earlier ``out`` whole."""
-    return atomic_write(out, lambda file: torch.save(checkpoint, file))
+    never sees half a file, and a crash leaves any earlier ``out`` whole. The bytes' digest goes
+    beside it (:func:`aiayn.checkpoints.digest.write_digest`), checked whenever it is read."""
+    def save(file) -> None:
+        torch.save(checkpoint, file)
+        file.flush()
+        write_digest(Path(out), file.name)  # before the rename: never a new file under an old digest
+
+    return atomic_write(out, save)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -109,3 +122,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None or "://" in str(path):  # remote storage: Lightning's own
             return super().save_checkpoint(checkpoint, path, storage_options)
         save_checkpoint_atomically(checkpoint, path)
+
+    def remove_checkpoint(self, path: str | os.PathLike) -> None:
+        super().remove_checkpoint(path)
+        remove_digest(Path(path))

@@ -10,13 +10,14 @@ which checkpoints went in. A missing folder, too few or mismatched checkpoints i
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
-from aiayn.checkpoints.io import save_checkpoint_atomically
+from aiayn.checkpoints.io import checkpoint_step, save_checkpoint_atomically
 from aiayn.cli import CONFIG_DIR, tool_command
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.cli.renamed import accepts_old_names
@@ -34,8 +35,15 @@ def main(cfg: DictConfig) -> None:
                               "average_last=5 out=<file.ckpt>)")
     if cfg.average_last < 1:
         raise ConfigError(f"average_last must be a positive number of checkpoints, not {cfg.average_last!r}")
-    if Path(cfg.out).is_dir():
-        raise ConfigError(f"out={cfg.out} is a folder; give the file to write, e.g. out={Path(cfg.out) / 'averaged.ckpt'}")
+    out = Path(cfg.out)
+    if out.is_dir():
+        raise ConfigError(f"out={cfg.out} is a folder; give the file to write, e.g. out={out / 'averaged.ckpt'}")
+    if os.path.lexists(out):
+        raise ConfigError(f"out={cfg.out} exists; averaging never writes over a file: give a new name, e.g. "
+                          f"out={out.with_name('averaged.ckpt')}")
+    if out.name.startswith("last") or checkpoint_step(out) is not None:
+        raise ConfigError(f"out={cfg.out}: a name a run gives its own checkpoints (resume would take it for that "
+                          f"step); give another, e.g. out={out.with_name('averaged.ckpt')}")
     ckpt = Path(cfg.ckpt)
     # DataError: missing folder, too few checkpoints
     paths = (last_checkpoints(ckpt.parent, cfg.average_last, ending_at=ckpt) if ckpt.is_file()

@@ -1,0 +1,63 @@
+"""A checkpoint's digest: the BLAKE2b of its bytes, written beside it (``<name>.blake2b``) when it
+is saved and compared whenever it is read, so that a file whose bytes changed since (a bad disk,
+a copy cut short or damaged, bytes flipped in transit) is never used without a word: resume takes
+the newest checkpoint that is whole, the tools refuse a damaged one in one line.
+
+A checkpoint without a digest (written elsewhere, or before digests existed) is read as it is.
+Hashing reads the file once more, from the page cache just after a save: about a second per GB,
+beside a save that writes the same bytes to disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from aiayn.files import atomic_write_text
+
+SUFFIX = ".blake2b"
+_CHUNK = 1 << 22
+
+
+def digest_path(path: Path, follow: bool = False) -> Path:
+    """Where the digest of the checkpoint at ``path`` is; ``follow``: of its target, for a link
+    (``last.ckpt`` pointing at a step's file). A file written over a link replaces the link, so
+    writing never follows one."""
+    path = Path(path).resolve() if follow else Path(path)
+    return path.with_name(path.name + SUFFIX)
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    hasher = hashlib.blake2b(digest_size=32)
+    with open(path, "rb") as file:
+        while chunk := file.read(_CHUNK):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def write_digest(path: Path, written: str | os.PathLike) -> None:
+    """The digest of ``written`` (the bytes about to become ``path``) into ``path``'s digest file."""
+    atomic_write_text(digest_path(path), file_digest(written) + "\n")
+
+
+def remove_digest(path: Path) -> None:
+    digest_path(path).unlink(missing_ok=True)
+
+
+def damaged(path: str | os.PathLike) -> str | None:
+    """One line saying how ``path`` is damaged, or None when its bytes are those written (or it has
+    no digest to compare with)."""
+    recorded = digest_path(Path(path), follow=True)
+    try:
+        expected = recorded.read_text().strip()
+    except OSError:
+        return None
+    try:
+        actual = file_digest(path)
+    except OSError as error:
+        return f"{path}: cannot be read ({error.strerror})"
+    if actual != expected:
+        return (f"{path}: damaged: its bytes are not those written (BLAKE2b {actual[:12]}… against {expected[:12]}… "
+                f"in {recorded.name}); use another checkpoint of the run")
+    return None
