@@ -43,8 +43,8 @@ def test_exact_vocab_size_and_special_ids(subwords, cache):
     assert len(pieces) == 1000
     assert [p.split("\t")[0] for p in pieces[:4]] == ["<pad>", "<unk>", "<s>", "</s>"]
     assert sorted(p.name for p in cache.joinpath("sentencepiece").iterdir()) == sorted(
-        [subwords.path.name, subwords.path.with_suffix(".vocab").name]
-    )  # no temporary files left behind
+        [subwords.path.name, subwords.path.with_suffix(".vocab").name, subwords.path.with_suffix(".sha256").name]
+    )  # no temporary files left behind; the model's size and hash recorded beside it
 
 
 def test_round_trip_of_real_sentences(subwords, lines, data_root):
