@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import ClassVar
 
+from aiayn.data.cache import check_folder
 from aiayn.data.readers import count_pairs
 from aiayn.errors import DataError
 
@@ -18,6 +20,16 @@ class SplitFiles:
 
     splits: dict[str, str]
     download: bool
+    data_root: Path
+    cache_dir: Path
+    # The setting that names the folder the corpus is read from (``data_root``), for errors.
+    DATA_ROOT_SETTING: ClassVar[str] = "task.data_root"
+
+    def check_folders(self) -> None:
+        """A :class:`ConfigError` naming the setting (and the environment variable it came from)
+        when the data root or the cache folder is a file."""
+        check_folder(self.data_root, self.DATA_ROOT_SETTING, "AIAYN_DATA_ROOT")
+        check_folder(self.cache_dir, "paths.cache_dir", "AIAYN_CACHE_DIR")
 
     def split_files(self, split: str, download: bool) -> tuple[Path, Path]:
         """The (source, target) files of ``split``, fetched first if allowed and missing."""
@@ -47,6 +59,7 @@ class SplitFiles:
         ``setup("fit")`` runs it for all three splits before anything is loaded, so a training
         run whose test split is missing fails before its first step; ``prepare_data`` runs it
         too, and ``setup`` of another stage for the splits that stage reads."""
+        self.check_folders()
         problems: dict[Path, str] = {}
         for role in dict.fromkeys(roles):
             split = self.splits[role]

@@ -15,7 +15,6 @@ import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
 from aiayn.data.batching import TokenBatchSampler
-from aiayn.data.cache import check_folder
 from aiayn.data.checks import ROLES, SplitFiles
 from aiayn.data.corpus import ParallelCorpus, TranslationCollator, filter_pairs
 from aiayn.data.readers import read_parallel
@@ -53,8 +52,6 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
     # The names of the splits of this corpus that evaluate.py can score; None: whatever split
     # names its files have (:meth:`split_files` says whether they are there).
     EVALUATION_SPLITS: ClassVar[tuple[str, ...] | None] = None
-    # The setting that names the folder the corpus is read from (``data_root``), for errors.
-    DATA_ROOT_SETTING: ClassVar[str] = "task.data_root"
 
     def __init__(
         self,
@@ -80,8 +77,6 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         self.max_tokens = max_tokens
         self.max_length = max_length
         self.cache_dir = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
-        check_folder(self.data_root, self.DATA_ROOT_SETTING, "AIAYN_DATA_ROOT")  # before any work, by name
-        check_folder(self.cache_dir, "paths.cache_dir", "AIAYN_CACHE_DIR")
         self.seed = seed
         self.num_workers = num_workers
         self.download = download

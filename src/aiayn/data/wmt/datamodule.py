@@ -88,6 +88,7 @@ class WMTDataModule(TranslationDataModule):
         the folder prepared from the same raw files, once its files are checked as written (sizes;
         the SHA-256 of the token arrays too with ``hashes``, as ``prepare.py`` asks); then check
         the prepared files of every split."""
+        self.check_folders()
         prepare_wmt(
             self.raw_dir, self.cache_dir, self.src_lang, self.tgt_lang, self.vocab_size, self.rules,
             self.subword_sample_pairs, self.prepare_workers or os.cpu_count(), self.download, hashes,
