@@ -110,7 +110,7 @@ def train_or_load(
     digest.update(_content_hash(lines))
     key = f"{model_type}{vocab_size}-{digest.hexdigest()[:20]}"
     folder = Path(cache_dir) / "sentencepiece"
-    check_folder(folder.parent, "cache_dir", "AIAYN_CACHE_DIR")
+    check_folder(folder.parent, "paths.cache_dir", "AIAYN_CACHE_DIR")
     model = folder / f"{key}.model"
     remove_leftovers(folder)  # what jobs killed while training a model left (no job is training it now)
     if _whole(model) is None:
