@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import logging
+from pathlib import Path
 from types import SimpleNamespace
 
 import lightning as L
@@ -252,3 +254,50 @@ def test_every_missing_file_of_every_split_is_named_in_one_error(data_root, tmp_
 def test_raw_lines_only_for_evaluation_splits(dm):
     with pytest.raises(KeyError, match="evaluation splits only"):
         dm.references("train")
+
+
+def test_a_test_file_shorter_than_its_pair_stops_the_run_before_the_first_step(data_root, tmp_path):
+    root = _linked_copy(data_root, tmp_path / "data", leave_out={"test_2016_flickr.de.gz"})
+    short = root / "multi30k" / "test_2016_flickr.de.gz"
+    lines = read_lines(data_root / "multi30k" / "test_2016_flickr.de.gz")[:990]
+    short.write_bytes(gzip.compress("".join(f"{line}\n" for line in lines).encode()))
+    module = Multi30kDataModule(str(root), vocab_size=VOCAB, cache_dir=str(tmp_path / "cache"), download=False)
+    probe = _Probe()
+    trainer = L.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    with pytest.raises(DataError) as info:
+        trainer.fit(probe, datamodule=module)
+    assert str(info.value) == (
+        f"test split 'test_2016_flickr': parallel files differ in length: {short} ends after line 990 but "
+        f"{root / 'multi30k' / 'test_2016_flickr.en.gz'} goes on at line 991; they must be aligned line by line")
+    assert probe.epochs == [] and trainer.global_step == 0  # before: every step trained, then the test failed
+
+
+def test_an_empty_validation_file_pair_is_named_before_the_first_step(data_root, tmp_path):
+    root = _linked_copy(data_root, tmp_path / "data", leave_out={"val.en.gz", "val.de.gz"})
+    for lang in ("en", "de"):
+        (root / "multi30k" / f"val.{lang}.gz").write_bytes(gzip.compress(b""))
+    module = Multi30kDataModule(str(root), vocab_size=VOCAB, cache_dir=str(tmp_path / "cache"), download=False)
+    with pytest.raises(DataError, match=r"^val split 'val': \S+/val.en.gz / \S+/val.de.gz: no lines; a split needs"):
+        module.setup("fit")
+    assert module.split_sizes == {}
+
+
+@pytest.mark.parametrize("variable", ["AIAYN_DATA_ROOT", "AIAYN_CACHE_DIR"])
+def test_a_data_root_or_cache_dir_that_is_a_file_is_named_by_its_variable(data_root, tmp_path, variable):
+    from tests.helpers.inprocess import run_tool
+    from tests.helpers.runs import TINY
+
+    file = tmp_path / "a-file"
+    file.write_text("not a folder\n")
+    roots = {"data_root": file if variable == "AIAYN_DATA_ROOT" else data_root,
+             "cache_dir": file if variable == "AIAYN_CACHE_DIR" else tmp_path / "cache"}
+    for tool, args in (("src/train.py", TINY), ("src/prepare.py", ["task=wmt_en_de"])):
+        run_dir = tmp_path / Path(tool).stem
+        result = run_tool(tool, *args, f"hydra.run.dir={run_dir}", check=False, **roots)
+        lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("INFO: Seed set")]
+        assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+        assert lines[0].startswith(f"{Path(tool).name}: {variable}={file} (") and "is a file, not a folder: set " \
+            f"{variable} to a folder (or unset it for the default)" in lines[0]  # before: 12 "missing" files, or a traceback
+        assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*"))
+    assert not (tmp_path / "train").exists()  # a training run refused before it starts leaves no folder

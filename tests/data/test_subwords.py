@@ -43,8 +43,8 @@ def test_exact_vocab_size_and_special_ids(subwords, cache):
     assert len(pieces) == 1000
     assert [p.split("\t")[0] for p in pieces[:4]] == ["<pad>", "<unk>", "<s>", "</s>"]
     assert sorted(p.name for p in cache.joinpath("sentencepiece").iterdir()) == sorted(
-        [subwords.path.name, subwords.path.with_suffix(".vocab").name]
-    )  # no temporary files left behind
+        [subwords.path.name, subwords.path.with_suffix(".vocab").name, subwords.path.with_suffix(".sha256").name]
+    )  # no temporary files left behind; the model's size and hash recorded beside it
 
 
 def test_round_trip_of_real_sentences(subwords, lines, data_root):
@@ -134,3 +134,14 @@ def test_jobs_started_together_share_one_build_of_a_cache_entry(lines, tmp_path,
     assert results[0].serialized() == built.serialized()
     assert "built by another job meanwhile" in caplog.text and "training a" not in caplog.text
     assert not lock.exists()  # nothing left beside the model
+
+
+def test_a_cached_model_cut_short_is_trained_again(lines, tmp_path, caplog):
+    model = train_or_load(lines, 1000, tmp_path).path
+    whole = model.read_bytes()
+    model.write_bytes(whole[: len(whole) - 1000])  # a copy cut short (before: reused, then unloadable)
+    with caplog.at_level(logging.INFO, logger="aiayn.data.subwords"):
+        again = train_or_load(lines, 1000, tmp_path)
+    assert (f"sentencepiece model {model} is damaged ({len(whole) - 1000} bytes, {len(whole)} when it was written); "
+            "training it again") in caplog.text
+    assert again.path == model and model.stat().st_size == len(whole) and again.vocab_size == 1000

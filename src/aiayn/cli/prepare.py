@@ -3,9 +3,12 @@
 Composes conf/prepare.yaml and runs the task's datamodule ``prepare_data`` (for WMT14: locate or
 download the archives, clean, learn the shared subword model, binarise, or reuse the folder
 prepared from the same raw files; see docs/wmt.md). It checks every split's files on the way,
-so a missing or damaged file is found here rather than in a training run. What the user can fix
-(an unknown task, a raw folder that is not there, a damaged archive or file) is one line on
-stderr and exit status 2.
+so a missing or damaged file is found here rather than in a training run: the raw files read
+through, and a prepared folder's files against the sizes and SHA-256 recorded when they were
+written (one that is not as written is prepared again, said in one line of the log). What the
+user can fix (an unknown task, a raw folder that is not there, a damaged archive or file, a full
+disk) is one line on stderr and exit status 2. Ctrl-C is one line and exit status 130, with nothing
+half-written left (no temporary folder, no lock file).
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import hydra
 from omegaconf import DictConfig
 
 from aiayn.cli import CONFIG_DIR
-from aiayn.cli.errors import reports_composition_errors, reports_errors
+from aiayn.cli.errors import fail, reports_composition_errors, reports_errors
+
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
 
 
 @reports_composition_errors  # an unknown task (or other override Hydra refuses): one line, exit 2
@@ -22,7 +27,11 @@ from aiayn.cli.errors import reports_composition_errors, reports_errors
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
 def main(cfg: DictConfig) -> None:
     datamodule = hydra.utils.instantiate(cfg.task.datamodule)
-    datamodule.prepare_data()
+    try:
+        datamodule.prepare_data(hashes=True)
+    except KeyboardInterrupt:  # what was being written is removed on the way out (aiayn.files.atomic_path)
+        fail(f"interrupted before {cfg.task.name} was prepared; nothing half-written was kept. Run the same "
+             "command again to prepare it", INTERRUPTED)
     where = getattr(datamodule, "prepared", None)
     if where is not None:
         print(f"prepared {cfg.task.name} in {where} (cleaning report: {where / 'report.json'})")

@@ -15,6 +15,7 @@ import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
 from aiayn.data.batching import TokenBatchSampler
+from aiayn.data.checks import ROLES, SplitFiles
 from aiayn.data.corpus import ParallelCorpus, TranslationCollator, filter_pairs
 from aiayn.data.readers import read_parallel
 from aiayn.data.subwords import Subwords, train_or_load
@@ -23,7 +24,6 @@ from aiayn.metrics.scorers import CorpusBleu, Scorer
 
 log = logging.getLogger(__name__)
 
-ROLES = ("train", "val", "test")
 _STAGE_ROLES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",), None: ROLES}
 # The splits whose files setup(stage) checks first: fitting checks the test split too, which a
 # training run reads once training ends (trainer.test), so that a missing file fails the run
@@ -31,7 +31,7 @@ _STAGE_ROLES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)
 _STAGE_FILES = {"fit": ROLES, "validate": ("val",), "test": ("test",), "predict": ("test",), None: ROLES}
 
 
-class TranslationDataModule(L.LightningDataModule):
+class TranslationDataModule(SplitFiles, L.LightningDataModule):
     """Subword-encoded train/val/test splits of a line-aligned parallel corpus in token-budget
     batches; a subclass only says where each split's two files are (:meth:`split_files`).
 
@@ -89,54 +89,10 @@ class TranslationDataModule(L.LightningDataModule):
         self._references: dict[str, list[str]] = {}
         self._resume_position: dict[str, int] | None = None
 
-    def split_files(self, split: str, download: bool) -> tuple[Path, Path]:
-        """The (source, target) files of ``split``, fetched first if allowed and missing."""
-        raise NotImplementedError
-
-    def required_files(self, split: str) -> dict[Path, str]:
-        """Every file ``split`` is read from, each with where it comes from (an address, or what
-        to do to get it), found without fetching or building anything. The default: the two
-        files :meth:`split_files` names."""
-        return {path: "" for path in self.split_files(split, False)}
-
-    def fetch_files(self, split: str) -> None:
-        """Fetch or build what ``split`` needs, where the module can (``download``); what is
-        still missing afterwards :meth:`check_files` reports with every other missing file."""
-        if self.download:
-            try:
-                self.split_files(split, True)
-            except DataError:
-                pass  # listed by check_files, with the files of the other splits
-
-    def check_files(self, roles: tuple[str, ...] = ROLES) -> None:
-        """Check that every file the splits of ``roles`` (``"train"``, ``"val"``, ``"test"``)
-        are read from is there and readable, fetching missing ones first where allowed
-        (:meth:`fetch_files`). One :class:`DataError` names every file still missing or
-        unreadable, each with where to get it.
-
-        ``setup("fit")`` runs it for all three splits before anything is loaded, so a training
-        run whose test split is missing fails before its first step; ``prepare_data`` runs it
-        too, and ``setup`` of another stage for the splits that stage reads."""
-        problems: dict[Path, str] = {}
-        for role in dict.fromkeys(roles):
-            split = self.splits[role]
-            self.fetch_files(split)
-            for path, source in self.required_files(split).items():
-                if not path.is_file():
-                    problems.setdefault(path, f"{role} split {split!r}: missing" + (f"; {source}" if source else ""))
-                elif not os.access(path, os.R_OK):
-                    problems.setdefault(path, f"{role} split {split!r}: not readable; check its permissions")
-        if problems:
-            listing = "; ".join(f"{path} ({problem})" for path, problem in problems.items())
-            raise DataError(self.missing_files_message(listing))
-
-    def missing_files_message(self, listing: str) -> str:
-        """The error :meth:`check_files` raises, around ``listing`` (each file and its problem)."""
-        return f"files this run reads are missing or unreadable: {listing}"
-
-    def prepare_data(self) -> None:
+    def prepare_data(self, hashes: bool = False) -> None:
         """Check (fetching what is missing, where allowed) every split's files, then train or
-        reuse the subword model."""
+        reuse the subword model (checked by its SHA-256 in any case: ``hashes`` is for corpora
+        with larger prepared files)."""
         _log_as_the_launcher(self.trainer)
         self.check_files(ROLES)
         self.load_vocab()

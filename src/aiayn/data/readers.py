@@ -12,7 +12,7 @@ from typing import BinaryIO
 
 from aiayn.errors import DataError
 
-__all__ = ["DataError", "decode_lines", "iter_lines", "iter_parallel", "read_lines", "read_parallel"]
+__all__ = ["DataError", "count_pairs", "decode_lines", "iter_lines", "iter_parallel", "read_lines", "read_parallel"]
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
@@ -55,6 +55,11 @@ def iter_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> I
                 f"goes on at line {number}; they must be aligned line by line"
             )
         yield src, tgt
+
+
+def count_pairs(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> int:
+    """The line pairs of two line-aligned files, every line decoded (:func:`iter_parallel`'s errors)."""
+    return sum(1 for _ in iter_parallel(src_path, tgt_path))
 
 
 def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -12,10 +13,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
-from filelock import FileLock
 
+from aiayn.data.cache import check_folder, digest, exclusive, no_room, no_room_error, remove_leftovers
 from aiayn.errors import DataError
-from aiayn.files import atomic_write
+from aiayn.files import atomic_write, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -109,24 +110,57 @@ def train_or_load(
     digest.update(_content_hash(lines))
     key = f"{model_type}{vocab_size}-{digest.hexdigest()[:20]}"
     folder = Path(cache_dir) / "sentencepiece"
+    check_folder(folder.parent, "paths.cache_dir", "AIAYN_CACHE_DIR")
     model = folder / f"{key}.model"
-    if model.is_file():
+    remove_leftovers(folder)  # what jobs killed while training a model left (no job is training it now)
+    if _whole(model) is None:
         log.info("reusing sentencepiece model %s", model)
         return Subwords(model)
-    folder.mkdir(parents=True, exist_ok=True)
     # Jobs started together (a sweep's parallel rows, DDP ranks) build the same entry once: the
     # others wait for it and reuse it. Multi-threaded training is not bit-for-bit repeatable, so
     # two builds could differ, and a checkpoint must keep naming the model its run trained with.
-    # The lock file goes once the model is there: later jobs find the model and never lock.
-    lock = folder / f".{key}.lock"
-    with FileLock(lock):
-        if model.is_file():
+    # The lock file goes with the lock: later jobs find the model and never lock.
+    with exclusive(folder, key, f"training the sentencepiece model {model}"):
+        damage = _whole(model)
+        if damage is None:
             log.info("reusing sentencepiece model %s (built by another job meanwhile)", model)
         else:
-            _train(lines, folder, key, vocab_size, model_type, character_coverage, input_sentence_size, seed,
-                   user_defined_symbols)
-        lock.unlink(missing_ok=True)
+            if damage != "absent":
+                log.warning("%s; training it again", damage)
+            remove_leftovers(folder, key, holding=True)
+            try:
+                _train(lines, folder, key, vocab_size, model_type, character_coverage, input_sentence_size, seed,
+                       user_defined_symbols)
+            except OSError as error:
+                if no_room(error):
+                    raise no_room_error(error, folder, f"the sentencepiece model {model.name}") from None
+                raise
     return Subwords(model)
+
+
+def _whole(model: Path) -> str | None:
+    """None when the cached ``model`` is whole: its size and SHA-256 are those recorded beside it
+    (``<key>.sha256``) when it was written; an entry of an older version without that record is
+    whole when it loads. Else why not, in a sentence (``"absent"``: no model there)."""
+    if not model.is_file():
+        return "absent"
+    record = model.with_suffix(".sha256")
+    try:
+        size, sha = record.read_text(encoding="utf-8").split()
+    except FileNotFoundError:
+        try:
+            Subwords(model)
+        except DataError as error:
+            return str(error).split("; ")[0]
+        atomic_write_text(record, f"{model.stat().st_size} {digest(model)}\n")  # checked from now on
+        return None
+    except ValueError:
+        return f"{record} is unreadable"
+    if model.stat().st_size != int(size):
+        return f"sentencepiece model {model} is damaged ({model.stat().st_size} bytes, {size} when it was written)"
+    if digest(model) != sha:
+        return f"sentencepiece model {model} is damaged (its bytes changed since it was written)"
+    return None
 
 
 def _train(lines: Sequence[str], folder: Path, key: str, vocab_size: int, model_type: str,
@@ -158,7 +192,12 @@ def _train(lines: Sequence[str], folder: Path, key: str, vocab_size: int, model_
             for suffix in (".vocab", ".model"):  # the .model last: it marks a complete entry
                 data = Path(f"{scratch}/{key}{suffix}").read_bytes()
                 atomic_write(folder / f"{key}{suffix}", lambda file, data=data: file.write(data))
+            model_file = folder / f"{key}.model"  # its size and hash, checked at every reuse
+            atomic_write_text(folder / f"{key}.sha256", f"{model_file.stat().st_size} {digest(model_file)}\n")
     except RuntimeError as error:
+        if "No space left on device" in str(error) or "Disk quota exceeded" in str(error):
+            raise no_room_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), folder,
+                                f"the sentencepiece model {key}.model") from None
         too_high = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", str(error))
         if too_high:
             raise DataError(

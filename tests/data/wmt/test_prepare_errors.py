@@ -97,3 +97,12 @@ def test_an_sgm_file_with_a_broken_segment_names_file_and_line(raw_copy, tmp_pat
     line = _prepare(raw_copy, tmp_path, "task.datamodule.download=false")
     assert line.startswith(f"prepare.py: {path}: line {number + 1} has a broken segment (")
     assert line.endswith("the file is damaged, fetch it again")
+
+
+def test_an_empty_dev_set_is_named_by_its_raw_files(raw_copy, tmp_path):
+    src, tgt = raw_copy / "dev" / "newstest2013.en", raw_copy / "dev" / "newstest2013.de"
+    src.write_bytes(b"")
+    tgt.write_bytes(b"")
+    line = _prepare(raw_copy, tmp_path, "task.datamodule.download=false")  # before: "prepared", exit status 0
+    assert line == (f"prepare.py: newstest2013: {src} and {tgt} hold no sentence; unpack them from dev.tgz into "
+                    "task.raw_dir again")

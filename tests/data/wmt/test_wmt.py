@@ -316,19 +316,27 @@ def test_worker_processes_map_the_same_files(dm):
     assert inline == workers
 
 
-def test_setup_fit_names_a_missing_test_file_before_anything_is_loaded(raw_tree, prepared, tmp_path):
+def test_setup_fit_prepares_a_folder_missing_its_test_file_again_before_anything_is_loaded(raw_copy, tmp_path, caplog):
     cache = tmp_path / "cache"
-    folder = Path(shutil.copytree(prepared, cache / "wmt14" / prepared.name))
+    folder = _prepare(raw_copy, cache)
+    wanted = (folder / "newstest2014.de").read_bytes()
     (folder / "newstest2014.de").unlink()
-    module = WMTDataModule(str(raw_tree), vocab_size=VOCAB, cache_dir=str(cache), download=False)
+    module = WMTDataModule(str(raw_copy), vocab_size=VOCAB, cache_dir=str(cache), download=False)
     assert module.prepared == folder
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
+        module.setup("fit")  # the raw files are there: prepared again
+    assert f"prepared file {folder / 'newstest2014.de'} is missing; preparing again" in caplog.text
+    assert (folder / "newstest2014.de").read_bytes() == wanted
+    # without the raw test set it cannot be: one error naming both, before the training pairs are mapped
+    (folder / "newstest2014.de").unlink()
+    shutil.rmtree(raw_copy / "test-full")
+    module = WMTDataModule(str(raw_copy), vocab_size=VOCAB, cache_dir=str(cache), download=False)
     with pytest.raises(DataError) as info:
         module.setup("fit")
     message = str(info.value)
-    assert message.startswith("the prepared WMT14 en-de data is incomplete: ")
-    assert f"{folder / 'newstest2014.de'} (test split 'newstest2014': missing; part of the preparation at {folder})" in message
-    assert f"Delete {folder}; the next run (or src/prepare.py) prepares it again" in message
-    assert "newstest2013" not in message
+    assert message.startswith(f"prepared file {folder / 'newstest2014.de'} is missing, and it cannot be prepared "
+                              f"again: WMT14 en-de files missing under {raw_copy} (download=False):")
+    assert str(raw_copy / "test-full" / "newstest2014-deen-ref.de.sgm") in message
     assert module.split_sizes == {}  # found before the training pairs were even mapped
 
 

@@ -118,6 +118,10 @@ class ParsingDataModule(TranslationDataModule):
     def missing_files_message(self, listing: str) -> str:
         return f"treebank files missing or unreadable: {listing}"
 
+    def check_contents(self, split: str, role: str) -> None:
+        """Nothing to read through ahead: a split's files are derived from the trees, aligned by
+        construction (a malformed tree file is named when the split is built)."""
+
     def gold_file(self, split: str) -> Path:
         """The gold trees of a split, one preprocessed tree a line (EVALB's format)."""
         return self._derived(self.splits.get(split, split))[2]

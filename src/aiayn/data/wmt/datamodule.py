@@ -41,6 +41,7 @@ class WMTDataModule(TranslationDataModule):
     """
 
     EVALUATION_SPLITS = (VAL_SPLIT, TEST_SPLIT)  # newstest2013 (Table 3), newstest2014 (Table 2)
+    DATA_ROOT_SETTING = "task.raw_dir"
 
     def __init__(
         self,
@@ -82,12 +83,15 @@ class WMTDataModule(TranslationDataModule):
         return prepared_dir(self.raw_dir, self.cache_dir, self.src_lang, self.tgt_lang, self.vocab_size, self.rules,
                             self.subword_sample_pairs)
 
-    def prepare_data(self) -> None:
+    def prepare_data(self, hashes: bool = False) -> None:
         """Prepare the pair once (locate or download, clean, learn subwords, binarise), or reuse
-        the folder prepared from the same raw files; then check the prepared files of every split."""
+        the folder prepared from the same raw files, once its files are checked as written (sizes;
+        the SHA-256 of the token arrays too with ``hashes``, as ``prepare.py`` asks); then check
+        the prepared files of every split."""
+        self.check_folders()
         prepare_wmt(
             self.raw_dir, self.cache_dir, self.src_lang, self.tgt_lang, self.vocab_size, self.rules,
-            self.subword_sample_pairs, self.prepare_workers or os.cpu_count(), self.download,
+            self.subword_sample_pairs, self.prepare_workers or os.cpu_count(), self.download, hashes,
         )
         self._matched = True
         self.check_files(ROLES)
@@ -110,6 +114,11 @@ class WMTDataModule(TranslationDataModule):
         else:
             paths = list(self.split_files(split, self.download))
         return {path: f"part of the preparation at {directory}" for path in paths}
+
+    def check_contents(self, split: str, role: str) -> None:
+        """Nothing to read through: the prepared files were checked against the sizes and hashes
+        recorded when they were written (:meth:`prepare_data`), and the raw dev and test sets
+        for alignment and emptiness when they were prepared."""
 
     def missing_files_message(self, listing: str) -> str:
         return (f"the prepared WMT14 {self.src_lang}-{self.tgt_lang} data is incomplete: {listing}. Delete "

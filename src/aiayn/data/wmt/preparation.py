@@ -11,9 +11,10 @@ folder's resolved path, so another raw tree is prepared into a folder of its own
   test set read from WMT's sgm), one per line, for encoding at load time and for sacreBLEU;
 - ``report.json``: how many pairs each cleaning rule removed, per corpus, the corpora skipped
   (both files empty) and the other counts;
-- ``meta.json``: the settings and a fingerprint of every raw file read, written last: its
-  presence marks a complete folder, and a raw file whose fingerprint changed since (a damaged
-  file fetched again, say) has the folder prepared again.
+- ``meta.json``: the settings, the contents of every raw file read and the size and SHA-256 of
+  every file above (:mod:`aiayn.data.wmt.manifest`), written last: its presence marks a complete
+  folder; a raw file whose bytes changed since (a damaged file fetched again, say), or a prepared
+  file that is no longer as written (cut short, overwritten), has the folder prepared again.
 
 Memory stays bounded whatever the corpus size: the corpora are streamed, the subword model is
 learnt from a uniform random sample of at most ``sample_pairs`` pairs (reservoir sampling), and
@@ -32,9 +33,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from aiayn.data.cache import check_folder, exclusive, no_room, no_room_error, remove_leftovers
 from aiayn.data.readers import read_lines
 from aiayn.data.subwords import train_or_load
-from aiayn.data.wmt.archives import WMTFiles, expected_files, locate
+from aiayn.data.wmt.archives import WMTFiles, locate
 from aiayn.data.wmt.cleaning import (
     CleaningReport,
     CleaningRules,
@@ -42,6 +44,7 @@ from aiayn.data.wmt.cleaning import (
     rules_dict,
     write_json,
 )
+from aiayn.data.wmt.manifest import META, damage, folder_files, outdated, raw_fingerprints, read_meta
 from aiayn.data.wmt.sgm import read_sgm
 from aiayn.data.wmt.storage import MappedCorpus, encode_tsv
 from aiayn.errors import DataError
@@ -72,52 +75,17 @@ def _resolved(raw_dir: str | os.PathLike) -> str:
 
 
 def is_prepared(directory: Path) -> bool:
-    return (directory / "meta.json").is_file()
+    return (directory / META).is_file()
 
 
-def raw_fingerprints(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str) -> dict[str, list[int] | None]:
-    """``[size, mtime_ns]`` of every raw file the pair is prepared from (training corpora, dev
-    and test sets), by its path under ``raw_dir``; None for a file that is not there.
-
-    Size and modification time rather than a hash of the contents: the training corpora run to
-    gigabytes (EN-FR: 36M pairs), which would take minutes to hash at every run's start, while a
-    stat costs nothing, and writing a file again (fetched anew, unpacked again, edited) changes
-    its modification time. Only a rewrite that keeps both size and time to the nanosecond goes
-    unseen (a copy made with the times preserved, e.g. ``cp -p``, of a same-size file)."""
-    raw = Path(raw_dir)
-    _, origin = expected_files(raw, src_lang, tgt_lang)
-    prints: dict[str, list[int] | None] = {}
-    for path in origin:
-        try:
-            status = path.stat()
-        except OSError:  # not there (or not reachable): the folder itself may be gone
-            prints[path.relative_to(raw).as_posix()] = None
-        else:
-            prints[path.relative_to(raw).as_posix()] = [status.st_size, status.st_mtime_ns]
-    return prints
-
-
-def outdated(directory: Path, raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str) -> str | None:
-    """Why the complete folder ``directory`` no longer matches the raw files under ``raw_dir``
-    (one sentence), or None when it does. A raw file that is no longer there does not count:
-    the prepared folder holds everything training and evaluation read, so the raw corpora may
-    be deleted once prepared."""
-    try:
-        meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
-        stored, when = meta["raw_files"], meta["prepared_at"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return f"{directory / 'meta.json'} is unreadable or from an older version"
-    gone = 0
-    for name, now in raw_fingerprints(raw_dir, src_lang, tgt_lang).items():
-        if now is None:
-            gone += 1
-        elif stored.get(name) != now:
-            kind = "changed" if stored.get(name) is not None else "appeared"
-            return f"raw file {Path(raw_dir) / name} {kind} since the preparation at {directory} ({when})"
-    if gone:
-        log.info("%d raw files of the preparation at %s are no longer under %s; the prepared folder does not need them",
-                 gone, directory, raw_dir)
-    return None
+def unusable(directory: Path, raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str, hashes: bool) -> str | None:
+    """None when the folder is complete, whole (:func:`aiayn.data.wmt.manifest.damage`; token
+    arrays hashed too with ``hashes``) and prepared from the raw files there are now; else why
+    not, in a sentence (``"absent"``: never completed)."""
+    meta = read_meta(directory)
+    if meta is None:
+        return "absent"
+    return outdated(directory, meta, raw_dir, src_lang, tgt_lang) or damage(directory, meta, hashes)
 
 
 def prepare_wmt(
@@ -130,20 +98,52 @@ def prepare_wmt(
     sample_pairs: int = 1_000_000,
     workers: int | None = None,
     download: bool = True,
+    hashes: bool = False,
 ) -> Path:
-    """Prepare the pair (see the module docstring) unless a complete folder prepared from the
-    same raw files with the same settings exists; returns the folder. ``rules``: the cleaning
-    rules (default: :class:`CleaningRules`'s)."""
+    """Prepare the pair (see the module docstring) unless a complete, whole folder prepared from
+    the same raw files with the same settings exists; returns the folder. ``rules``: the cleaning
+    rules (default: :class:`CleaningRules`'s). ``hashes``: check the token arrays of an existing
+    folder by their SHA-256 too (``prepare.py``), not only by size.
+
+    One job prepares a folder at a time (:func:`aiayn.data.cache.exclusive`); another that wants
+    it waits and reuses it. What killed jobs left in the cache (temporary folders, lock files) is
+    removed; a full disk stops preparation with one line and leaves nothing half-written."""
     rules = rules if rules is not None else CleaningRules()
     out = prepared_dir(raw_dir, cache_dir, src_lang, tgt_lang, vocab_size, rules, sample_pairs)
-    if is_prepared(out):
-        why = outdated(out, raw_dir, src_lang, tgt_lang)
+    check_folder(cache_dir, "paths.cache_dir", "AIAYN_CACHE_DIR")
+    remove_leftovers(out.parent)
+    why = unusable(out, raw_dir, src_lang, tgt_lang, hashes)
+    if why is None:
+        log.info("reusing the prepared WMT14 %s-%s data in %s", src_lang, tgt_lang, out)
+        return out
+    with exclusive(out.parent, out.name, f"preparing {out}"):
+        why = unusable(out, raw_dir, src_lang, tgt_lang, hashes)  # another job may have prepared it meanwhile
         if why is None:
-            log.info("reusing the prepared WMT14 %s-%s data in %s", src_lang, tgt_lang, out)
+            log.info("reusing the prepared WMT14 %s-%s data in %s (prepared by another job meanwhile)",
+                     src_lang, tgt_lang, out)
             return out
-        log.warning("%s; preparing again", why)
+        if why != "absent":
+            log.warning("%s; preparing again", why)
+        try:
+            files = locate(raw_dir, src_lang, tgt_lang, download)
+        except DataError as error:
+            if why == "absent":
+                raise
+            raise DataError(f"{why}, and it cannot be prepared again: {error}") from None
+        try:
+            _prepare(files, out, raw_dir, cache_dir, src_lang, tgt_lang, vocab_size, rules, sample_pairs, workers)
+        except OSError as error:
+            if no_room(error):
+                raise no_room_error(error, out.parent, f"the prepared WMT14 {src_lang}-{tgt_lang} data") from None
+            raise
+    return out
+
+
+def _prepare(files: WMTFiles, out: Path, raw_dir: str | os.PathLike, cache_dir: str | os.PathLike, src_lang: str,
+             tgt_lang: str, vocab_size: int, rules: CleaningRules, sample_pairs: int, workers: int | None) -> None:
+    """Build the folder ``out`` beside it under a temporary name, renamed once complete (the caller
+    holds its lock)."""
     started = time.perf_counter()
-    files = locate(raw_dir, src_lang, tgt_lang, download)
     fingerprints = raw_fingerprints(raw_dir, src_lang, tgt_lang)  # before reading: a later change shows next time
     with atomic_path(out) as tmp:  # built beside ``out``, renamed to it once complete
         tmp.mkdir()
@@ -200,19 +200,16 @@ def prepare_wmt(
         }
         write_json(tmp / "report.json", summary)
         meta = {**_settings(src_lang, tgt_lang, vocab_size, rules, sample_pairs), "raw_dir": _resolved(raw_dir),
-                "raw_files": fingerprints, "prepared_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        write_json(tmp / "meta.json", meta)
-        if is_prepared(out) and outdated(out, raw_dir, src_lang, tgt_lang) is None:
-            shutil.rmtree(tmp)  # another process finished first: keep its folder (ours, removed, is not renamed)
-        else:
-            shutil.rmtree(out, ignore_errors=True)  # an incomplete folder (no meta.json), or an outdated one
+                "raw_files": fingerprints, "files": folder_files(tmp),
+                "prepared_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        write_json(tmp / META, meta)  # last: its presence marks a complete folder
+        shutil.rmtree(out, ignore_errors=True)  # an incomplete, outdated or damaged folder (this job holds its lock)
     log.info(
         "prepared WMT14 %s-%s in %s: %d training pairs (%d source, %d target subword tokens) in %.0f s "
         "(%.0f pairs/s); cleaning report in %s",
         src_lang, tgt_lang, out, count, tokens["src"], tokens["tgt"], seconds, report.total["read"] / max(seconds, 1e-9),
         out / "report.json",
     )
-    return out
 
 
 def _write_eval_sets(files: WMTFiles, directory: Path, src_lang: str, tgt_lang: str) -> dict[str, int]:
@@ -223,6 +220,9 @@ def _write_eval_sets(files: WMTFiles, directory: Path, src_lang: str, tgt_lang: 
         src, tgt = reader(src_path), reader(tgt_path)
         if len(src) != len(tgt):
             raise DataError(f"{split}: {src_path} has {len(src)} sentences but {tgt_path} has {len(tgt)}; they must be aligned")
+        if not src:
+            raise DataError(f"{split}: {src_path} and {tgt_path} hold no sentence; unpack them from "
+                            f"{'dev.tgz' if split == VAL_SPLIT else 'test-full.tgz'} into task.raw_dir again")
         for lang, lines in ((src_lang, src), (tgt_lang, tgt)):
             if any("\n" in line or "\r" in line for line in lines):
                 raise DataError(f"{split}: a sentence of {src_path if lang == src_lang else tgt_path} spans several lines")

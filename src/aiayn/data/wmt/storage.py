@@ -14,6 +14,7 @@ import itertools
 import logging
 import multiprocessing
 import os
+import signal
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def encode_tsv(
     else:
         # fork: the children need only numpy and sentencepiece, already imported here
         context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-        with context.Pool(workers) as pool:
+        with context.Pool(workers, initializer=_ignore_interrupts) as pool:
             results = pool.map(_encode_chunk, jobs, chunksize=1)
     count = _concatenate([r for r in results], directory, name, dtype)
     for prefix in results:
@@ -76,6 +77,12 @@ def encode_tsv(
                 Path(f"{prefix}.{side}.{kind}.npy").unlink(missing_ok=True)
     parts.rmdir()
     return count
+
+
+def _ignore_interrupts() -> None:
+    """In an encoding worker: Ctrl-C (sent to the whole process group) is for the parent to
+    handle, which stops the pool; the workers would each print a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _encode_chunk(job: tuple[str, int, int, str, str, str]) -> str:
@@ -97,27 +104,41 @@ def _encode_chunk(job: tuple[str, int, int, str, str, str]) -> str:
 
 
 def _concatenate(prefixes: Sequence[str], directory: Path, name: str, dtype: np.dtype) -> int:
+    """The chunks' arrays, written one after the other into the corpus files by plain writes (a
+    full disk is then an ``OSError``, where writing through a memory map would kill the process
+    with SIGBUS)."""
     files = corpus_files(directory, name)
     count = 0
     for side in SIDES:
         lengths = [np.load(f"{p}.{side}.lengths.npy", mmap_mode="r") for p in prefixes]
         count = sum(len(part) for part in lengths)
-        offsets = np.lib.format.open_memmap(files[side][1], mode="w+", dtype=np.int64, shape=(count + 1,))
-        offsets[0], position, total = 0, 1, 0
-        for part in lengths:
-            offsets[position : position + len(part)] = total + np.cumsum(part, dtype=np.int64)
-            position += len(part)
-            total += int(part.sum(dtype=np.int64))
-        offsets.flush()
-        ids = np.lib.format.open_memmap(files[side][0], mode="w+", dtype=dtype, shape=(total,))
-        position = 0
-        for prefix in prefixes:
-            part = np.load(f"{prefix}.{side}.ids.npy", mmap_mode="r")
-            ids[position : position + len(part)] = part
-            position += len(part)
-        ids.flush()
-        del offsets, ids
+        total = sum(int(part.sum(dtype=np.int64)) for part in lengths)
+        _write_npy(files[side][1], np.dtype(np.int64), count + 1, _offsets(lengths))
+        _write_npy(files[side][0], dtype, total, (np.load(f"{p}.{side}.ids.npy", mmap_mode="r") for p in prefixes))
     return count
+
+
+def _offsets(lengths: Sequence[np.ndarray]) -> Iterable[np.ndarray]:
+    """0, then the end of every sentence, part by part."""
+    yield np.zeros(1, dtype=np.int64)
+    total = 0
+    for part in lengths:
+        ends = total + np.cumsum(part, dtype=np.int64)
+        total = int(ends[-1]) if len(ends) else total
+        yield ends
+
+
+def _write_npy(path: Path, dtype: np.dtype, length: int, parts: Iterable[np.ndarray]) -> None:
+    """A one-dimensional ``.npy`` file of ``length`` items of ``dtype``, from ``parts`` in order."""
+    with open(path, "wb") as handle:
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (length,)}
+        np.lib.format.write_array_header_1_0(handle, header)
+        written = 0
+        for part in parts:
+            handle.write(np.ascontiguousarray(part, dtype=dtype).data)
+            written += len(part)
+    if written != length:
+        raise AssertionError(f"{path}: wrote {written} items of {length}")
 
 
 def write_corpus(directory: Path, name: str, src_ids: Iterable[Sequence[int]], tgt_ids: Iterable[Sequence[int]], vocab_size: int) -> None:
@@ -161,7 +182,18 @@ class MappedCorpus(Dataset):
 
     def _map(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         if self._arrays is None:
-            self._arrays = {side: (np.load(ids, mmap_mode="r"), np.load(offsets, mmap_mode="r")) for side, (ids, offsets) in self._files.items()}
+            arrays = {}
+            for side, (ids_file, offsets_file) in self._files.items():
+                try:
+                    ids, offsets = np.load(ids_file, mmap_mode="r"), np.load(offsets_file, mmap_mode="r")
+                except (OSError, ValueError) as error:  # cut short: "mmap length is greater than file size"
+                    raise DataError(f"{ids_file.parent}: {ids_file.name} or {offsets_file.name} is not a whole array "
+                                    f"({error}); delete {self.directory} and prepare the data again") from None
+                if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(ids):
+                    raise DataError(f"{offsets_file}: its offsets do not span {ids_file.name} ({len(ids)} ids); delete "
+                                    f"{self.directory} and prepare the data again")
+                arrays[side] = ids, offsets
+            self._arrays = arrays
         return self._arrays
 
     def __getstate__(self) -> dict:
