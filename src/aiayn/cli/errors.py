@@ -40,6 +40,7 @@ from aiayn.errors import UserError
 
 USER_ERROR = 2  # exit status: the user can fix it
 STOPPED = 1  # exit status: the run stopped on its own (resume=auto continues it)
+INTERRUPTED = 130  # exit status after Ctrl-C: 128 + SIGINT, as a shell reports a process Ctrl-C ended
 
 Result = TypeVar("Result")
 
@@ -68,6 +69,9 @@ def reports_errors(task: Callable[[Any], Result]) -> Callable[[Any], Result]:
         _task_started = True
         try:
             return task(cfg)
+        except KeyboardInterrupt:  # Ctrl-C where the tool has no way of its own to stop (prepare's, translate's)
+            fail("interrupted (Ctrl-C) before it finished; what it writes is written whole or not at all: run the "
+                 "same command again", INTERRUPTED)
         except Exception as error:
             reported = describe(error, cfg)
             if reported is None:

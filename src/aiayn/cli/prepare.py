@@ -17,9 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from aiayn.cli import CONFIG_DIR
-from aiayn.cli.errors import fail, reports_composition_errors, reports_errors
-
-INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
+from aiayn.cli.errors import INTERRUPTED, fail, reports_composition_errors, reports_errors
 
 
 @reports_composition_errors  # an unknown task (or other override Hydra refuses): one line, exit 2

@@ -43,6 +43,7 @@ from aiayn.reporting.loggers import describe_wandb_run, quiet_lightning
 from aiayn.training.callbacks import build_callbacks, run_settings
 from aiayn.training.config_check import check_train_config
 from aiayn.training.distributed import strategy_with_timeout
+from aiayn.training.final_test import stops_on_signals
 from aiayn.training.module import TranslationModule
 
 log = logging.getLogger("train")
@@ -118,7 +119,7 @@ def _fit_and_test(cfg: DictConfig, config: dict, resume, datamodule, module, log
         if isinstance(logger, WandbLogger):
             log.info(describe_wandb_run(logger))
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
-    results = trainer.test(module, datamodule=datamodule)[0] if cfg.get("test_after_training", True) else {}
+    results = _test(cfg, config, module, datamodule, trainer) if cfg.get("test_after_training", True) else {}
     if trainer.is_global_zero and results:
         print(f"test {cfg.task.datamodule.test_split}: " + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
         if module.scorer is not None and module.scorer.signature:
@@ -126,6 +127,18 @@ def _fit_and_test(cfg: DictConfig, config: dict, resume, datamodule, module, log
     if isinstance(logger, WandbLogger):
         logger.experiment.finish()  # under --multirun the next job starts a W&B run of its own
     return results
+
+
+def _test(cfg: DictConfig, config: dict, module, datamodule, trainer: L.Trainer) -> dict[str, float]:
+    """The test split's metrics; a preemption signal or Ctrl-C during it stops the run in one line
+    (training is saved; resume=auto runs only the test), in a process that tests alone."""
+    preemption = cfg.callbacks.get("preemption") or {}
+    stopping = contextlib.nullcontext()
+    if config["plan"]["processes"] == 1 and preemption.get("enabled", False):
+        last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+        stopping = stops_on_signals(preemption.get("signals", ()), last if last.exists() else None)
+    with stopping:
+        return trainer.test(module, datamodule=datamodule)[0]
 
 
 def _before_training(cfg: DictConfig):

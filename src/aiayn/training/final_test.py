@@ -1,0 +1,48 @@
+"""The test after training, stopped by a signal: one line and the preemption's exit status.
+
+Training is finished and saved by then, so a SIGTERM (or Ctrl-C, or another of the preemption
+signals) during the test costs only the test: the run says so and ends with
+:data:`aiayn.training.preemption.EXIT_STATUS` (75); the same command with ``resume=auto`` trains
+nothing more and runs the test. Without this, a SIGTERM ended the process with status 143 and no
+word, and Ctrl-C with Lightning's "graceful shutdown" and status 1.
+
+In a single process the signal is acted on at once (the test only reads). Under ``ddp_spawn`` the
+test runs in other processes, which get the signal from their terminal or launcher as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from aiayn.training.preemption import Preempted, signal_numbers
+
+
+@contextlib.contextmanager
+def stops_on_signals(names: list[str] | tuple[str, ...], checkpoint: Path | None) -> Iterator[None]:
+    """While the block runs, each signal of ``names`` and SIGINT raises :class:`Preempted` naming
+    the signal and ``checkpoint`` (the run's newest)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    numbers = sorted(set(signal_numbers(list(names))) | {int(signal.SIGINT)})
+    saved = f"training is finished and saved ({checkpoint})" if checkpoint else "training is finished"
+
+    def stop(signum: int, frame: Any) -> None:
+        for number in numbers:  # a second signal while stopping changes nothing
+            signal.signal(number, signal.SIG_IGN)
+        raise Preempted(f"stopped by {signal.Signals(signum).name} during the test after training; {saved}; "
+                        "the same command with resume=auto runs only the test")
+
+    before = {number: signal.getsignal(number) for number in numbers}
+    for number in numbers:
+        signal.signal(number, stop)
+    try:
+        yield
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)

@@ -1,0 +1,102 @@
+"""Stops that say what they did: Ctrl-C during training saves the step reached as a preemption
+does; a SIGTERM during the test after training is one line (training is saved; resume=auto runs
+only the test) and the resumed run does just that; Ctrl-C in the other tools is one line, exit 130."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.training.preemption import EXIT_STATUS
+from tests.helpers.runs import REPO, TINY, run_command
+
+RUN = [*TINY, "logger=csv", "trainer.enable_progress_bar=false", "visualize_at_end=false", "run_name=stops"]
+
+
+@pytest.fixture(scope="module")
+def env(data_root: Path, subword_cache: Path) -> dict[str, str]:
+    return {**os.environ, "WANDB_MODE": "offline", "AIAYN_DATA_ROOT": str(data_root),
+            "AIAYN_CACHE_DIR": str(subword_cache), "OMP_NUM_THREADS": "1"}
+
+
+# As a shell starts a command in the foreground: SIGINT not ignored (a test started in the background
+# inherits it ignored, and Python then raises no KeyboardInterrupt); exec keeps the default.
+_INTERACTIVE = [sys.executable, "-c", ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")]
+
+
+def _signal_when(command: list[str], env: dict[str, str], ready, signum: int) -> subprocess.CompletedProcess:
+    process = subprocess.Popen([*_INTERACTIVE, *command[1:]], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not ready():
+            assert process.poll() is None, f"it ended before the signal:\n{process.stderr.read()[-3000:]}"
+            assert time.monotonic() < deadline, "not ready within 5 minutes"
+            time.sleep(0.02)
+        process.send_signal(signum)
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+def test_ctrl_c_during_training_saves_the_step_reached(tmp_path: Path, env) -> None:
+    run = tmp_path / "run"
+    command = [sys.executable, "src/train.py", *RUN, "optim.train_steps=400", f"hydra.run.dir={run}"]
+    result = _signal_when(command, env, lambda: (run / "checkpoints" / "step0000002.ckpt").exists(), signal.SIGINT)
+    assert result.returncode == EXIT_STATUS, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    match = re.match(r"^train\.py: preempted by SIGINT at step (\d+); saved (\S+); continue with the same command "
+                     r"and resume=auto$", last)
+    assert match, last
+    assert torch.load(match.group(2), weights_only=False)["global_step"] == int(match.group(1)) >= 2
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+def test_a_sigterm_during_the_test_says_so_and_resume_runs_only_the_test(tmp_path: Path, env) -> None:
+    run = tmp_path / "run"
+    # The whole test split (1,000 sentences), so that the test lasts long enough to be signalled.
+    command = [sys.executable, "src/train.py", *RUN, "trainer.limit_test_batches=1.0", f"hydra.run.dir={run}"]
+    result = _signal_when(command, env, lambda: (run / "summary.json").exists(), signal.SIGTERM)
+    assert result.returncode == EXIT_STATUS, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"train.py: stopped by SIGTERM during the test after training; training is finished and saved "
+        f"({run / 'checkpoints' / 'last.ckpt'}); the same command with resume=auto runs only the test")
+    assert "test test_2016_flickr:" not in result.stdout
+    summary = json.loads((run / "summary.json").read_text())
+
+    resumed = run_command([*command, "resume=auto"], env=env)
+    assert "test test_2016_flickr:" in resumed.stdout
+    after = json.loads((run / "summary.json").read_text())
+    assert {k: after[k] for k in ("steps", "tokens_seen", "dev/ppl")} == {k: summary[k] for k in
+                                                                           ("steps", "tokens_seen", "dev/ppl")}
+    rows = [row for row in (run / "csv").glob("version_*/metrics.csv")]
+    assert len(rows) == 2, "the resumed attempt logged (its test) in a file of its own"
+
+
+@pytest.mark.cli
+def test_ctrl_c_in_a_tool_is_one_line_and_exit_130(tmp_path: Path, tiny_run, env) -> None:
+    out = tmp_path / "eval"
+    command = [sys.executable, "src/evaluate.py", f"ckpt={tiny_run.last}", f"out={out}", "wandb=disabled",
+               "split=train"]  # 29,000 sentences: minutes of decoding
+    started = time.monotonic()
+    result = _signal_when(command, {**env, "AIAYN_CACHE_DIR": str(tiny_run.cache_dir)},
+                          lambda: time.monotonic() - started > 12, signal.SIGINT)
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].startswith("evaluate.py: interrupted (Ctrl-C) before it finished")
+    assert "Traceback" not in result.stderr
