@@ -2,6 +2,7 @@
 
     python experiments/tables.py rebuild --runs multirun/<date> [--runs ...] [--out experiments/results/<name>]
     python experiments/tables.py rebuild --wandb <entity>/<project>
+    python experiments/tables.py report --table table3 --entity <entity> [--project aiayn] [--runs <folder>]
     python experiments/tables.py params --vocab 37000 [--json]
     python experiments/tables.py sweep 'experiment=glob(table3_*)' +scale=multi30k   # dry run of a multirun
     python experiments/tables.py run --root multirun/table3_cpu [--part K/M] [--parallel P] [--dry-run] \
@@ -11,6 +12,9 @@
 under the --runs folders (or in a W&B project), writes <out>/table3.{md,csv,png} and
 <out>/table2.{md,csv,png}, each row beside the paper's figures, and logs the tables to W&B as
 wandb.Table (offline without an API key; --no-wandb to skip). See experiments/README.md.
+
+``report`` builds and saves a W&B Report of one table's runs (aiayn.experiments.report) and
+prints its URL; it needs W&B online (an API key): offline it says so in one line, exit status 2.
 
 ``run`` trains a sweep's jobs, each in its fixed directory <root>/<name> (named by the overrides
 that differ between jobs), skipping those with summary.json and resuming those started before
@@ -31,9 +35,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from aiayn.experiments import sweep as sweeps
+from aiayn.experiments.report import REPORTED_TABLES, build_report, table_markdown
 from aiayn.experiments.rows import format_parameter_report, parameter_report, table_rows
 from aiayn.experiments.runs import TABLES, local_runs, wandb_runs
 from aiayn.experiments.table_files import log_to_wandb, write_table
+from aiayn.reporting.loggers import wandb_mode
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -50,6 +56,14 @@ def main(argv: list[str] | None = None) -> int:
                          help="where table{2,3}.{md,csv,png} go (default: experiments/results)")
     rebuild.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES))
     rebuild.add_argument("--no-wandb", action="store_true", help="do not log the tables to W&B")
+    report = commands.add_parser("report", help="a W&B Report of a table's runs: the paper's table beside "
+                                                "ours, curves, bars, settings (needs W&B online)")
+    report.add_argument("--table", choices=REPORTED_TABLES, required=True)
+    report.add_argument("--entity", required=True, help="the W&B entity (user or team) of the project")
+    report.add_argument("--project", default="aiayn", help="the W&B project of the runs (default: aiayn)")
+    report.add_argument("--runs", action="append", type=Path, default=[],
+                        help="rebuild the table block from these run folders (default: the project's runs)")
+    report.add_argument("--title", help="the report's title")
     params = commands.add_parser("params", help="Table 3's parameter counts for a vocabulary size, no training")
     params.add_argument("--vocab", type=int, default=37000, help="shared vocabulary size (the paper's EN-DE: 37000)")
     params.add_argument("--json", action="store_true", help="JSON instead of plain text")
@@ -83,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         return run_sweep(parser, args)
 
+    if args.command == "report":
+        return save_report(args)
+
     if not args.runs and not args.wandb:
         parser.error("name the runs: --runs <folder> (repeatable) and/or --wandb <entity>/<project>")
     try:
@@ -105,6 +122,25 @@ def main(argv: list[str] | None = None) -> int:
         written.append(result)
     if not args.no_wandb:
         print(f"tables logged to W&B: {log_to_wandb(written, save_dir=args.out)}")
+    return 0
+
+
+def save_report(args: argparse.Namespace) -> int:
+    """``report``: refused in one line while W&B is offline; else built, saved, its URL printed."""
+    if wandb_mode() != "online":
+        print("tables.py: W&B is offline (no API key, or WANDB_MODE=offline), so no report can be saved: upload "
+              "the runs with `wandb sync <run dir>/wandb/offline-run-*`, then run this again with WANDB_API_KEY set "
+              "(or after `wandb login`)", file=sys.stderr)
+        return 2
+    try:
+        runs = local_runs(args.runs) if args.runs else wandb_runs(f"{args.entity}/{args.project}", [args.table])
+    except FileNotFoundError as error:
+        print(f"tables.py: {error}", file=sys.stderr)
+        return 2
+    markdown = table_markdown(args.table, table_rows(CONF, args.table), runs)
+    report = build_report(args.table, args.entity, args.project, markdown, args.title)
+    report.save()
+    print(f"{args.table} report of {len(runs)} runs: {report.url}")
     return 0
 
 

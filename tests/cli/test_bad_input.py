@@ -186,8 +186,10 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["+checkpoint.every=5"], "train.py: checkpoint.every is not a setting in checkpoint;"),
     (["+callbacks.preemption.signal=[SIGTERM]"], ("train.py: callbacks.preemption.signal is not an argument of "
                                                  "preemption_handling; did you mean signals?")),
-    (["logger=csv", "+logger.save_dirs=x"], ("train.py: logger.save_dirs is not an argument of MetricsCSVLogger; "
-                                            "did you mean save_dir?")),
+    (["logger=csv", "+logger.csv.save_dirs=x"], ("train.py: logger.csv.save_dirs is not an argument of "
+                                                "MetricsCSVLogger; did you mean save_dir?")),
+    (["logger=mlflow", "+logger.mlflow.trackinguri=x"], ("train.py: logger.mlflow.trackinguri is not an argument of "
+                                                        "MLflowRunLogger; did you mean tracking_uri?")),
     (["callbacks.preemption.signals=[SIGTERM,SIGFOO]"], ("train.py: callbacks.preemption.signals: 'SIGFOO' is not a "
                                                         "signal a process can handle here")),
     # Ranges that would otherwise fail at the first validation, or later.

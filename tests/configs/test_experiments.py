@@ -93,8 +93,8 @@ def test_every_table3_row_composes_and_builds_its_model(row: str) -> None:
     assert (cfg.decoding.beam_size, cfg.decoding.alpha) == (4, 0.6)  # the caption: beam 4, α 0.6
     assert cfg.validation.bleu_sentences is None  # BLEU of the whole development set
     # W&B: group = the table, name and tags = the row.
-    assert cfg.logger.group == "table3" and cfg.logger.name == f"table3-{row}" and row in cfg.logger.tags
-    assert cfg.experiment.row == row and "table3" in cfg.logger.tags
+    assert cfg.logger.wandb.group == "table3" and cfg.logger.wandb.name == f"table3-{row}" and row in cfg.logger.wandb.tags
+    assert cfg.experiment.row == row and "table3" in cfg.logger.wandb.tags
     # The row asks for the WMT task (its config comes with the WMT tasks).
     file = OmegaConf.load(CONF / "experiment" / f"table3_{row}.yaml")
     assert {"override /task": "wmt_en_de"} in OmegaConf.load(CONF / "experiment" / "table3_base.yaml").defaults
@@ -153,7 +153,7 @@ def test_every_table2_row_composes_with_its_recipe(row: str) -> None:
     assert cfg.trainer.max_steps == cfg.optim.train_steps == (300000 if model == "big" else 100000)
     assert cfg.experiment.average_last == averaged and cfg.checkpoint.keep_timed >= averaged
     assert cfg.checkpoint.every_n_minutes == 10  # §6.1: checkpoints at 10-minute intervals
-    assert cfg.logger.group == "table2" and cfg.logger.name == f"table2-{row}"
+    assert cfg.logger.wandb.group == "table2" and cfg.logger.wandb.name == f"table2-{row}"
     # The WMT task is what the row asks for (its config comes with the WMT tasks).
     defaults = OmegaConf.load(CONF / "experiment" / f"table2_{row}.yaml").defaults
     assert {"override /task": task} in defaults and {"override /model": model} in defaults

@@ -114,8 +114,8 @@ def last_checkpoints(directory: str | os.PathLike, k: int, ending_at: str | os.P
 
 
 # What tells a run apart in its checkpoints: its settings (seed, task, network, recipe), its
-# subword model, its W&B run.
-_RUN_KEYS = ("hyper_parameters", "subwords", "wandb_run_id")
+# subword model, its logger runs (W&B, MLflow; wandb_run_id in checkpoints written before).
+_RUN_KEYS = ("hyper_parameters", "subwords", "logger_runs", "wandb_run_id")
 
 
 def _same_run(first: dict[str, Any], checkpoint: dict[str, Any], path: Path) -> None:
@@ -127,9 +127,11 @@ def _same_run(first: dict[str, Any], checkpoint: dict[str, Any], path: Path) -> 
     differences = config_differences({"hyper_parameters": first["hyper_parameters"]}, config) if config else []
     if checkpoint.get("subwords") != first["subwords"]:
         differences.append("its subword model")
-    ids = (first["wandb_run_id"], checkpoint.get("wandb_run_id"))
-    if None not in ids and ids[0] != ids[1]:
-        differences.append(f"W&B run {ids[0]} → {ids[1]}")
+    runs = [{**({"wandb": c["wandb_run_id"]} if c.get("wandb_run_id") else {}), **(c.get("logger_runs") or {})}
+            for c in (first, checkpoint)]
+    for logger in sorted(set(runs[0]) & set(runs[1])):
+        if runs[0][logger] != runs[1][logger]:
+            differences.append(f"{logger} run {runs[0][logger]} → {runs[1][logger]}")
     if differences:
         raise DataError(f"{path} is not of the run of {first['path']} ({'; '.join(differences)}); average the "
                         "checkpoints of one run")

@@ -38,7 +38,11 @@ SPEED_KEYS = ("optim.fused", "model.attention")
 class Resume:
     checkpoint: Path  # the file to continue from
     run_dir: Path  # the run it belongs to: checkpoints and logs go on there
-    wandb_run_id: str | None
+    logger_runs: dict[str, str]  # the loggers' runs it continues, by kind: {"wandb": id, "mlflow": id}
+
+    @property
+    def wandb_run_id(self) -> str | None:
+        return self.logger_runs.get("wandb")
 
 
 def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[str, Any],
@@ -84,7 +88,10 @@ def _resume(checkpoint: Path, run_dir: Path, saved: dict[str, Any] | None, confi
             "resume with the checkpoint's settings, or start a fresh run with resume=null"
         )
     log.info("resuming from %s (step %s)", checkpoint, saved.get("global_step"))
-    return Resume(checkpoint, run_dir, saved.get("wandb_run_id"))
+    runs = dict(saved.get("logger_runs") or {})
+    if saved.get("wandb_run_id"):  # checkpoints written before logger_runs
+        runs.setdefault("wandb", saved["wandb_run_id"])
+    return Resume(checkpoint, run_dir, runs)
 
 
 def remove_stale_temporaries(run_dir: str | os.PathLike) -> None:

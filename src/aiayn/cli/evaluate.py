@@ -108,8 +108,13 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
           f"{'' if decoding.get('kv_cache', True) else 'no '}kv cache, "
           f"{'constrained to trees, ' if decoding.get('constrained') else ''}{device})")
     print(f"  hypotheses      {hypotheses_file}")
-    _log_to_wandb(cfg, trained, out_dir, name, metrics,
+    _log_to_wandb(cfg, trained, out_dir, name, metrics, decoding,
                   {key: value for key, value in scored.details.items() if key == "sacrebleu_signature"})
+    if cfg.mlflow:
+        from aiayn.reporting.mlflow_logger import log_evaluation  # mlflow only when asked for
+
+        settings = {"evaluate": OmegaConf.to_container(cfg, resolve=True), "decoding": decoding}
+        log_evaluation(cfg.mlflow, trained.config, name, settings, metrics, trained.step, out_dir / f"{name}.json")
     return metrics
 
 
@@ -198,12 +203,14 @@ def _moved(value, old_root: str, new_root: str):
     return value
 
 
-def _log_to_wandb(cfg, trained, out_dir, name, metrics, summary) -> None:
+def _log_to_wandb(cfg, trained, out_dir, name, metrics, decoding, summary) -> None:
     if cfg.wandb == "disabled":
         return
     logger = wandb_logger(project="aiayn", save_dir=str(out_dir), mode=cfg.wandb, name=f"eval-{name}",
                           job_type="eval", group=trained.config.get("run_name"))
-    logger.log_hyperparams({"evaluate": OmegaConf.to_container(cfg, resolve=True), "train": trained.config})
+    # decoding: the settings decoded with (the checkpoint's own where the command left them null).
+    logger.log_hyperparams({"evaluate": OmegaConf.to_container(cfg, resolve=True), "train": trained.config,
+                            "decoding": decoding})
     logger.log_metrics(metrics, step=trained.step)
     logger.experiment.summary.update({**metrics, **summary})
     logger.experiment.finish()

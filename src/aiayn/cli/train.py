@@ -22,7 +22,6 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
-from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
@@ -39,7 +38,7 @@ from aiayn.cli.renamed import accepts_old_names
 from aiayn.config.plan import describe, showing_only
 from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers
 from aiayn.errors import ConfigError, UserError
-from aiayn.reporting.loggers import describe_wandb_run, quiet_lightning
+from aiayn.reporting.loggers import close_runs, describe_runs, quiet_lightning
 from aiayn.training.callbacks import build_callbacks, run_settings
 from aiayn.training.config_check import check_train_config
 from aiayn.training.distributed import strategy_with_timeout
@@ -102,30 +101,30 @@ def train(cfg: DictConfig) -> dict[str, float]:
             held.enter_context(run_folder.hold(cfg.paths.output_dir))
             remove_stale_temporaries(cfg.paths.output_dir)  # of saves killed in an earlier attempt
             module = _module(cfg, config)
-            logger = _logger(cfg, resume)  # nothing written until its first use, below
-            trainer = _trainer(cfg, config, logger)
+            loggers = _loggers(cfg, resume)  # nothing written until their first use, below
+            trainer = _trainer(cfg, config, loggers)
         except UserError:
             _remove_unstarted_run(run_dir)  # a run that never started leaves no folder behind
             raise
-        return _fit_and_test(cfg, config, resume, datamodule, module, logger, trainer)
+        return _fit_and_test(cfg, config, resume, datamodule, module, loggers, trainer)
 
 
-def _fit_and_test(cfg: DictConfig, config: dict, resume, datamodule, module, logger, trainer) -> dict[str, float]:
+def _fit_and_test(cfg: DictConfig, config: dict, resume, datamodule, module, loggers, trainer) -> dict[str, float]:
     if rank_zero_only.rank == 0:
         log.info("%s", describe(config["plan"], config, model=_choice("model")))
-    if logger:
-        logger.log_hyperparams(config)
-        logger.log_hyperparams({"parameters": sum(p.numel() for p in module.model.parameters())})
-        if isinstance(logger, WandbLogger):
-            log.info(describe_wandb_run(logger))
+    for each in loggers:
+        each.log_hyperparams({**config, "parameters": sum(p.numel() for p in module.model.parameters())})
+    if loggers and rank_zero_only.rank == 0:
+        for line in describe_runs(loggers):
+            log.info(line)
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
     results = _test(cfg, config, module, datamodule, trainer) if cfg.get("test_after_training", True) else {}
     if trainer.is_global_zero and results:
         print(f"test {cfg.task.datamodule.test_split}: " + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
         if module.scorer is not None and module.scorer.signature:
             print(f"sacreBLEU signature: {module.scorer.signature}")
-    if isinstance(logger, WandbLogger):
-        logger.experiment.finish()  # under --multirun the next job starts a W&B run of its own
+    if trainer.is_global_zero:
+        close_runs(loggers)  # under --multirun the next job starts runs of its own
     return results
 
 
@@ -208,7 +207,7 @@ def _module(cfg: DictConfig, config: dict) -> TranslationModule:
         raise ConfigError(f"model: {error}") from None
 
 
-def _trainer(cfg: DictConfig, config: dict, logger) -> L.Trainer:
+def _trainer(cfg: DictConfig, config: dict, loggers: list) -> L.Trainer:
     """Lightning's Trainer from ``trainer.*`` with the plan's hardware, accumulation and validation
     interval (``plan.trainer``), the callbacks of conf/callbacks/ (built after a resume has moved
     paths.output_dir to the resumed run) and atomic checkpoint writes. A setting Lightning refuses
@@ -223,18 +222,20 @@ def _trainer(cfg: DictConfig, config: dict, logger) -> L.Trainer:
     trainer_args["strategy"] = strategy_with_timeout(trainer_args["strategy"], cfg.distributed.timeout_minutes,
                                                      config["plan"]["processes"])
     try:
-        return L.Trainer(**trainer_args, logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
+        return L.Trainer(**trainer_args, logger=loggers or False, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
     except (TypeError, ValueError, MisconfigurationException) as error:
         raise ConfigError(f"trainer: {str(error).strip()}") from None
 
 
-def _logger(cfg: DictConfig, resume) -> object:
-    if not cfg.logger:
-        return False
-    extra = {}
-    if resume is not None and resume.wandb_run_id and str(cfg.logger.get("_target_", "")).endswith("wandb_logger"):
-        extra = {"id": resume.wandb_run_id, "resume": "allow"}  # the same W&B run goes on
-    return hydra.utils.instantiate(cfg.logger, **extra)
+def _loggers(cfg: DictConfig, resume) -> list:
+    """The loggers of ``logger.<name>`` (``logger=[wandb,mlflow]``: both), in that order. A resumed
+    run gives each the id of the run it continues (kept in the checkpoint by kind: wandb, mlflow)."""
+    built = []
+    for entry in (cfg.logger or {}).values():
+        kind = getattr(hydra.utils.get_object(entry._target_), "run_kind", None)
+        continued = resume.logger_runs.get(kind) if resume is not None and kind else None
+        built.append(hydra.utils.instantiate(entry, **({"resume_id": continued} if continued else {})))
+    return built
 
 
 if __name__ == "__main__":

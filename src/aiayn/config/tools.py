@@ -43,6 +43,9 @@ class EvaluateConfig(DecodeSwitches):
     max_tokens: int = 4096  # tokens per batch for the perplexity pass
     out: Optional[str] = None  # noqa: UP045  the folder to write into; null: <run dir>/eval
     wandb: str = "auto"  # auto | online | offline | disabled
+    # an MLflow tracking URI (logger.mlflow's store, e.g. sqlite:///mlruns/mlflow.db): the evaluation is
+    # also a run there, in the training run's experiment; null: none (conf/evaluate.yaml: $MLFLOW_TRACKING_URI)
+    mlflow: Optional[str] = None  # noqa: UP045
     task: Any = None  # task=<name>: conf/task/<name>.yaml instead of the checkpoint's task
     paths: Any = None
 

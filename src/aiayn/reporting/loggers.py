@@ -1,5 +1,16 @@
-"""Experiment loggers. W&B is the default: online with an API key, otherwise offline (no prompt,
-no network wait), written under the run directory and uploadable later with ``wandb sync``."""
+"""Experiment loggers, and the one interface through which training reports to them.
+
+``logger=`` picks them (conf/logger/): ``wandb`` (the default), ``mlflow``, ``csv``, ``none``, or
+several at once (``logger=[wandb,mlflow]``); each is ``logger.<name>`` in the config. W&B runs online
+with an API key, otherwise offline (no prompt, no network wait), written under the run directory
+and uploadable later with ``wandb sync``. MLflow (:mod:`aiayn.reporting.mlflow_logger`) writes to
+a local store that ``mlflow ui`` browses, no account needed.
+
+Every logger of this module is a :class:`RunRecord`: besides Lightning's metrics and
+hyper-parameters it takes the run summary, pictures, and says where its run is. Training calls
+:func:`record_summary`, :func:`record_pictures`, :func:`describe_runs`, :func:`close_runs` and
+:func:`run_ids` on whatever loggers it has, never asking which they are.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +18,75 @@ import csv
 import logging
 import netrc
 import os
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
+log = logging.getLogger(__name__)
 
+
+@runtime_checkable
+class RunRecord(Protocol):
+    """What a logger of this project does beyond Lightning's ``Logger``. ``run_kind`` names the
+    kind of run (``wandb``, ``mlflow``, ``csv``): a checkpoint keeps each kind's run id under it,
+    and a resumed run is given it back as ``resume_id``."""
+
+    run_kind: str
+
+    def log_summary(self, summary: Mapping[str, Any]) -> None:
+        """The run summary (:mod:`aiayn.reporting.summary`), at the end of training."""
+
+    def log_pictures(self, key: str, paths: Sequence[Path], caption: str, step: int) -> None:
+        """Pictures drawn during the run (the attention maps), under ``key``."""
+
+    def describe(self) -> str | None:
+        """One line: where the run is and how to look at it (None: nothing to say)."""
+
+    def resumable_run_id(self) -> str | None:
+        """The id a resumed run continues (None: the logger has no run to continue)."""
+
+    def close(self, preempted_exit: int | None = None) -> None:
+        """End the run (a sweep's next job starts its own). ``preempted_exit``: the run was
+        preempted and exits with this status; a resumed run continues it."""
+
+
+def _records(loggers: Iterable[Any]) -> list[RunRecord]:
+    """The loggers that take this interface; others (a plain Lightning logger given in code) get
+    Lightning's metrics only."""
+    return [logger for logger in loggers if isinstance(logger, RunRecord)]
+
+
+def record_summary(loggers: Iterable[Any], summary: Mapping[str, Any]) -> None:
+    for logger in _records(loggers):
+        logger.log_summary(summary)
+
+
+def record_pictures(loggers: Iterable[Any], key: str, paths: Sequence[Path], caption: str, step: int) -> None:
+    for logger in _records(loggers):
+        logger.log_pictures(key, paths, caption, step)
+
+
+def describe_runs(loggers: Iterable[Any]) -> list[str]:
+    return [line for logger in _records(loggers) if (line := logger.describe())]
+
+
+def close_runs(loggers: Iterable[Any], preempted_exit: int | None = None) -> None:
+    for logger in _records(loggers):
+        try:
+            logger.close(preempted_exit)
+        except Exception as error:  # noqa: BLE001 - the checkpoint and summary are written; a logger must not hide that
+            log.warning("could not close the %s run: %s: %s", logger.run_kind, type(error).__name__, error)
+
+
+def run_ids(loggers: Iterable[Any]) -> dict[str, str]:
+    """``{run_kind: run id}`` of the loggers whose run a resumed run continues (kept in checkpoints)."""
+    return {logger.run_kind: run for logger in _records(loggers) if (run := logger.resumable_run_id())}
+
+
+# -- W&B ------------------------------------------------------------------------------------------
 def wandb_has_credentials() -> bool:
     """An API key in the environment or in ~/.netrc (where ``wandb login`` puts it)."""
     if os.environ.get("WANDB_API_KEY"):
@@ -23,23 +97,62 @@ def wandb_has_credentials() -> bool:
         return False
 
 
-def wandb_logger(project: str, save_dir: str, mode: str = "auto", **kwargs: Any) -> WandbLogger:
-    """``mode``: "online", "offline", or "auto" (online only with credentials). WANDB_MODE in the
-    environment, when set, wins as it does for wandb itself."""
+def wandb_mode(mode: str = "auto") -> str:
+    """"online" or "offline": ``mode``, WANDB_MODE in the environment when set (it wins, as it does
+    for wandb itself), "auto" online only with credentials."""
     mode = os.environ.get("WANDB_MODE", mode)
     if mode == "auto":
         mode = "online" if wandb_has_credentials() else "offline"
-    os.makedirs(save_dir, exist_ok=True)
-    import wandb
+    return mode
 
-    # wandb's own console lines (its version, `wandb leet`, the run history at the end) are left
-    # out: describe_wandb_run says where the run is and how to upload it.
-    kwargs.setdefault("settings", wandb.Settings(silent=True))
-    logger = WandbLogger(project=project, save_dir=save_dir, offline=(mode == "offline"), **kwargs)
-    # Lightning always passes wandb.init an `anonymous` setting, which wandb 0.2x+ warns is ignored.
-    if getattr(logger, "_wandb_init", {}).get("anonymous", "unset") is None:
-        logger._wandb_init.pop("anonymous")
-    return logger
+
+class WandbRunLogger(WandbLogger):
+    """``logger=wandb``: Lightning's WandbLogger, online or offline (``mode``, see :func:`wandb_mode`).
+    The summary goes to the run's summary, pictures to ``wandb.Image``s under their key."""
+
+    run_kind = "wandb"
+
+    def __init__(self, project: str, save_dir: str, mode: str = "auto", resume_id: str | None = None,
+                 **kwargs: Any):
+        mode = wandb_mode(mode)
+        os.makedirs(save_dir, exist_ok=True)
+        import wandb
+
+        # wandb's own console lines (its version, `wandb leet`, the run history at the end) are left
+        # out: describe() says where the run is and how to upload it.
+        kwargs.setdefault("settings", wandb.Settings(silent=True))
+        if resume_id:
+            kwargs.update(id=resume_id, resume="allow")  # the same W&B run goes on
+        super().__init__(project=project, save_dir=save_dir, offline=(mode == "offline"), **kwargs)
+        # Lightning always passes wandb.init an `anonymous` setting, which wandb 0.2x+ warns is ignored.
+        if self._wandb_init.get("anonymous", "unset") is None:
+            self._wandb_init.pop("anonymous")
+
+    def log_summary(self, summary: Mapping[str, Any]) -> None:
+        self.experiment.summary.update(dict(summary))
+
+    def log_pictures(self, key: str, paths: Sequence[Path], caption: str, step: int) -> None:
+        for path in paths:
+            self.log_image(key=f"{key}/{Path(path).stem}", images=[str(path)], caption=[caption], step=step)
+
+    def describe(self) -> str:
+        return describe_wandb_run(self)
+
+    def resumable_run_id(self) -> str | None:
+        return self.version
+
+    def close(self, preempted_exit: int | None = None) -> None:
+        run = self.experiment
+        if preempted_exit is None:
+            run.finish()
+            return
+        run.mark_preempting()
+        run.finish(exit_code=preempted_exit)
+
+
+def wandb_logger(project: str, save_dir: str, mode: str = "auto", **kwargs: Any) -> WandbRunLogger:
+    """A :class:`WandbRunLogger` (the name configs and checkpoints written before it still use)."""
+    return WandbRunLogger(project=project, save_dir=save_dir, mode=mode, **kwargs)
 
 
 def describe_wandb_run(logger: WandbLogger) -> str:
@@ -62,7 +175,7 @@ def quiet_lightning() -> None:
         logging.getLogger(name).addFilter(_NoAdvertisements())
 
 
-
+# -- CSV ------------------------------------------------------------------------------------------
 class _MetricsWriter(ExperimentWriter):
     """Lightning's CSV writer, told the columns its file already has: with ``ddp_spawn`` the test
     stage runs in new processes whose writer starts with none, and Lightning's would rewrite the
@@ -77,7 +190,10 @@ class _MetricsWriter(ExperimentWriter):
 
 class MetricsCSVLogger(CSVLogger):
     """``logger=csv``: Lightning's CSVLogger (``<save_dir>/<name>/version_<n>/metrics.csv``) whose
-    file keeps every stage's metrics, in one process or many."""
+    file keeps every stage's metrics, in one process or many. The summary and the pictures are
+    already files of the run directory (summary.json, attention/), so it adds nothing for them."""
+
+    run_kind = "csv"
 
     @property
     def experiment(self) -> ExperimentWriter:
@@ -85,3 +201,18 @@ class MetricsCSVLogger(CSVLogger):
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _MetricsWriter(log_dir=self.log_dir)
         return self._experiment
+
+    def log_summary(self, summary: Mapping[str, Any]) -> None:
+        """summary.json in the run directory is the CSV run's summary."""
+
+    def log_pictures(self, key: str, paths: Sequence[Path], caption: str, step: int) -> None:
+        """The pictures stay where they were drawn, in the run directory."""
+
+    def describe(self) -> str:
+        return f"metrics in {Path(self.log_dir) / 'metrics.csv'}"
+
+    def resumable_run_id(self) -> None:
+        return None
+
+    def close(self, preempted_exit: int | None = None) -> None:
+        self.save()

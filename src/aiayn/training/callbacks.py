@@ -21,7 +21,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import WandbLogger
 
 from aiayn.reporting.flops import (
     Shapes,
@@ -29,6 +28,7 @@ from aiayn.reporting.flops import (
     sustained_tflops,
     training_flops,
 )
+from aiayn.reporting.loggers import record_pictures, record_summary
 from aiayn.reporting.summary import device_name, write_summary
 from aiayn.training.saving import StepCheckpoint
 
@@ -98,8 +98,8 @@ def run_summary(cost: Mapping[str, Any]) -> RunSummaryCallback:
 
 class AttentionPicturesCallback(L.Callback):
     """At the end of training, draw the attention maps (Figures 3–5) of one validation sentence
-    into ``<trainer.default_root_dir>/attention/`` and log them to W&B when the run has a
-    :class:`WandbLogger` (key ``attention/<file stem>``). Rank zero only.
+    into ``<trainer.default_root_dir>/attention/`` and give them to the run's loggers (W&B: key
+    ``attention/<file stem>``; MLflow: artifacts ``attention/``). Rank zero only.
 
     ``index`` picks the sentence: the validation split's raw source line of that index. A failure
     here is logged as a warning: the pictures are not worth losing the test evaluation for.
@@ -117,11 +117,7 @@ class AttentionPicturesCallback(L.Callback):
             log.warning("could not draw the attention pictures: %s: %s", type(error).__name__, error)
             return
         log.info("attention pictures of %r written to %s", caption, paths[0].parent if paths else "-")
-        for logger in trainer.loggers:
-            if isinstance(logger, WandbLogger):
-                for path in paths:
-                    logger.log_image(key=f"attention/{path.stem}", images=[str(path)], caption=[caption],
-                                     step=trainer.global_step)
+        record_pictures(trainer.loggers, "attention", paths, caption, trainer.global_step)
 
     def _draw(self, trainer: L.Trainer, pl_module: L.LightningModule) -> tuple[list[Path], str]:
         from aiayn.analysis.attention_maps import (  # matplotlib only when used
@@ -140,7 +136,8 @@ class RunSummaryCallback(L.Callback):
     """Counts every training batch (source and target tokens, FLOPs of its forward and backward
     from the padded batch shape, see :mod:`aiayn.reporting.flops`), summed over all ranks, and
     keeps the newest validation's perplexity and BLEU. At the end of training, rank zero writes
-    them to ``<trainer.default_root_dir>/summary.json`` and to the W&B run's summary.
+    them to ``<trainer.default_root_dir>/summary.json`` and to the run's loggers (W&B: the run's
+    summary; MLflow: metrics and tags). Each validation also logs ``val/train_flops``.
 
     Summary keys: ``dev/ppl``, ``dev/bleu`` (``dev/f1`` for parsing; the last validation, at step ``dev/step``),
     ``parameters``, ``steps``, ``training_time_s`` (wall time from the start to the end of
@@ -189,6 +186,13 @@ class RunSummaryCallback(L.Callback):
             batch_totals = trainer.strategy.reduce(batch_totals, reduce_op="sum")
         self.totals += batch_totals
 
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """``val/train_flops``: the FLOPs counted up to this validation, beside its ``val/*``
+        scores (the same logged row), so that a curve can be drawn against training compute."""
+        if trainer.sanity_checking or self.totals is None:
+            return
+        pl_module.log("val/train_flops", float(self.totals[2]), on_step=False, on_epoch=True, rank_zero_only=True)
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
@@ -230,9 +234,7 @@ class RunSummaryCallback(L.Callback):
         if not trainer.is_global_zero:
             return
         path = write_summary(trainer.default_root_dir, summary)
-        for logger in trainer.loggers:
-            if isinstance(logger, WandbLogger):
-                logger.experiment.summary.update(summary)
+        record_summary(trainer.loggers, summary)
         log.info("run summary in %s: %s", path, summary)
 
     # -- resuming ---------------------------------------------------------------------------

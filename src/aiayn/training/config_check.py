@@ -177,9 +177,11 @@ def _check_run(config: Mapping[str, Any]) -> None:
                               f"got {entry!r}")
         if entry is not None:
             _check_target_keys(f"callbacks.{name}", entry)
-    logger = config.get("logger")
-    if isinstance(logger, Mapping) and logger:
-        _check_target_keys("logger", logger)
+    for name, entry in (config.get("logger") or {}).items():  # logger.<name>: logger=[wandb,mlflow]
+        if not isinstance(entry, Mapping) or not entry.get("_target_"):
+            raise ConfigError(f"logger.{name} must have a _target_ (see conf/logger/; several: logger=[wandb,mlflow]), "
+                              f"got {entry!r}")
+        _check_target_keys(f"logger.{name}", entry)
     preemption = callbacks.get("preemption")
     if isinstance(preemption, Mapping) and preemption.get("enabled", True):
         from aiayn.training.preemption import signal_numbers

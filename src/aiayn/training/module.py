@@ -10,7 +10,6 @@ import lightning as L
 import numpy as np
 import torch
 import torch.distributed as dist
-from lightning.pytorch.loggers import WandbLogger
 from torchmetrics import MeanMetric
 
 from aiayn.errors import UserError
@@ -18,6 +17,7 @@ from aiayn.inference import search_arguments
 from aiayn.metrics.scorers import Scorer
 from aiayn.model import Transformer, beam_search
 from aiayn.model.loss import label_smoothed_loss
+from aiayn.reporting.loggers import run_ids
 from aiayn.training.schedule import transformer_scheduler
 
 log = logging.getLogger(__name__)
@@ -106,8 +106,8 @@ class TranslationModule(L.LightningModule):
         if datamodule is not None and getattr(datamodule, "vocab", None) is not None:
             checkpoint["subwords"] = datamodule.vocab.serialized()
         checkpoint["nonfinite_steps"] = {"in_a_row": self.nonfinite_in_a_row, "total": self.nonfinite_total}
-        if self._trainer is not None and isinstance(self.logger, WandbLogger):
-            checkpoint["wandb_run_id"] = self.logger.version  # a resumed run continues this W&B run
+        if self._trainer is not None:
+            checkpoint["logger_runs"] = run_ids(self.loggers)  # a resumed run continues these runs
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Resuming: the data must be encoded with the checkpoint's own subword model."""

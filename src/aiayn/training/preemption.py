@@ -57,10 +57,10 @@ import lightning as L
 import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Checkpoint
-from lightning.pytorch.loggers import WandbLogger
 
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_path
+from aiayn.reporting.loggers import close_runs
 from aiayn.training.saving import validation_follows
 from aiayn.training.slurm import continues_itself, requeue, slurm_job
 
@@ -232,7 +232,7 @@ class PreemptionCallback(Checkpoint):
         step, path = self._saved
         message = None
         if trainer.is_global_zero:  # every rank reaches this hook, the same one
-            _finish_wandb(trainer)
+            close_runs(trainer.loggers, preempted_exit=EXIT_STATUS)  # complete (offline) or uploaded (online)
             message = f"preempted by {signal.Signals(self.received).name} at step {step}; saved {path}; {self._go_on()}"
         message = trainer.strategy.broadcast(message, src=0)  # also: no rank leaves before rank 0 is done
         raise Preempted(message)
@@ -266,20 +266,6 @@ class PreemptionCallback(Checkpoint):
             return
         with atomic_path(path.parent / "last.ckpt") as temporary:
             os.symlink(path.name, temporary)
-
-
-def _finish_wandb(trainer: L.Trainer) -> None:
-    """Mark the W&B run as preempted and finish it, so that its files are complete (offline) or
-    uploaded (online); the resumed run continues it under the same id."""
-    for logger in trainer.loggers:
-        if not isinstance(logger, WandbLogger):
-            continue
-        try:
-            run = logger.experiment
-            run.mark_preempting()
-            run.finish(exit_code=EXIT_STATUS)
-        except Exception as error:  # noqa: BLE001 - the checkpoint is saved; W&B must not hide that
-            log.warning("preemption: could not finish the W&B run: %s: %s", type(error).__name__, error)
 
 
 def signal_numbers(names: list[str] | tuple[str, ...]) -> list[int]:

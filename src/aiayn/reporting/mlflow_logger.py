@@ -1,0 +1,144 @@
+"""``logger=mlflow``: the runs in MLflow, browsable without any account (``mlflow ui``).
+
+Lightning's :class:`MLFlowLogger` on a local store: a SQLite file (``tracking_uri``, default
+``sqlite:///mlruns/mlflow.db``, the folder made where the run starts, or $MLFLOW_TRACKING_URI)
+and the artifacts beside it (``mlruns/artifacts``). A table's runs share one MLflow experiment named
+after the table (``table3``; other runs: ``aiayn``), each run named as its W&B run and tagged
+with its table, row, scale and labels. It gets what W&B gets: the whole resolved config (as
+params, and whole as ``config.json``), every step's and every validation's metrics, the run
+summary (as metrics, its text as tags, and ``summary.json``), the parameter count and the
+attention pictures (``attention/*.png`` artifacts).
+
+Browse: ``mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db`` and open http://127.0.0.1:5000.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+from collections.abc import Mapping, MutableSequence, Sequence
+from pathlib import Path
+from typing import Any
+
+from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.loggers import MLFlowLogger
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STORE = "sqlite:///mlruns/mlflow.db"
+
+
+def local_store(tracking_uri: str) -> tuple[str, str | None]:
+    """``tracking_uri`` with a relative SQLite path made absolute (from the working directory,
+    the folder made), and where the artifacts of a new experiment go: ``artifacts/`` beside the
+    SQLite file (None for another kind of store: the store's own default)."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix):
+        return tracking_uri, None
+    path = Path(tracking_uri[len(prefix):])
+    path = path if path.is_absolute() else Path.cwd() / path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"{prefix}{path}", (path.parent / "artifacts").as_uri()
+
+
+class MLflowRunLogger(MLFlowLogger):
+    """Lightning's MLFlowLogger on a local store (see the module), the run's table and row as tags."""
+
+    run_kind = "mlflow"
+
+    def __init__(self, experiment_name: str = "aiayn", run_name: str | None = None,
+                 tracking_uri: str = DEFAULT_STORE, tags: Mapping[str, Any] | None = None,
+                 resume_id: str | None = None):
+        uri, artifacts = local_store(tracking_uri)
+        # A tag is text: a list (the run's labels) joined by commas; an unset one (null) left out.
+        text = {key: ",".join(map(str, value)) if isinstance(value, (MutableSequence, tuple)) else str(value)
+                for key, value in (tags or {}).items() if value is not None}
+        super().__init__(experiment_name=experiment_name, run_name=run_name, tracking_uri=uri, tags=text,
+                         artifact_location=artifacts, run_id=resume_id)
+        self._config: dict[str, Any] = {}
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Mapping[str, Any] | Any) -> None:
+        """The config flattened into params (``model.d_model``, as the override names it), each value whole up to MLflow's
+        limit (Lightning's own cuts at 250 characters); a longer one is cut with a warning, and
+        the whole config is in the ``config.json`` artifact. A resumed run keeps the params it
+        has: one logged again with another value (``resume``, say) is left as it was, with a warning."""
+        from mlflow.entities import Param
+        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+
+        params = _convert_params(params)
+        flat = _flatten_dict(params, delimiter=".")  # model.d_model, as the override names it
+        logged = self.experiment.get_run(self.run_id).data.params
+        changed = sorted(key for key, value in flat.items()
+                         if key in logged and logged[key] != str(value)[:MAX_PARAM_VAL_LENGTH])
+        if changed:
+            log.warning("MLflow run %s keeps its params %s as first logged (params do not change)", self.run_id,
+                        ", ".join(changed[:5]) + (" ..." if len(changed) > 5 else ""))
+        new = []
+        for key, value in flat.items():
+            if key in logged:
+                continue
+            text = str(value)
+            if len(text) > MAX_PARAM_VAL_LENGTH:
+                log.warning("MLflow param %s cut to %d characters (the whole config is config.json)", key,
+                            MAX_PARAM_VAL_LENGTH)
+                text = text[:MAX_PARAM_VAL_LENGTH]
+            new.append(Param(key=key, value=text))
+        for start in range(0, len(new), 100):  # MLflow takes at most 100 params a call
+            self.experiment.log_batch(run_id=self.run_id, params=new[start:start + 100], **self._log_batch_kwargs)
+        self._config.update(params)  # Lightning logs the data module's settings in a call of their own
+        self.experiment.log_dict(self.run_id, self._config, "config.json")
+
+    def log_summary(self, summary: Mapping[str, Any]) -> None:
+        """Numbers as metrics at the run's last step (``dev/bleu``, ``train_flops`` ...), text as
+        tags ``summary.<key>``, and the whole as ``summary.json``."""
+        step = int(summary.get("steps") or 0)
+        numbers_ = {key: float(value) for key, value in summary.items()
+                    if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)}
+        if numbers_:
+            self.log_metrics(numbers_, step=step)
+        for key, value in summary.items():
+            if key not in numbers_ and value is not None:
+                self.experiment.set_tag(self.run_id, f"summary.{key}", str(value))
+        self.experiment.log_dict(self.run_id, dict(summary), "summary.json")
+
+    def log_pictures(self, key: str, paths: Sequence[Path], caption: str, step: int) -> None:
+        """Each picture as an artifact ``<key>/<file>``; the caption as the tag ``<key>.caption``."""
+        for path in paths:
+            self.experiment.log_artifact(self.run_id, str(path), artifact_path=key)
+        self.experiment.set_tag(self.run_id, f"{key}.caption", caption)
+
+    def describe(self) -> str:
+        uri = self._tracking_uri
+        return (f"MLflow run {self.run_id} in experiment {self._experiment_name!r}; browse it with "
+                f"`mlflow ui --backend-store-uri {uri}`")
+
+    def resumable_run_id(self) -> str | None:
+        return self.run_id
+
+    def close(self, preempted_exit: int | None = None) -> None:
+        """FINISHED (Lightning's finalize does it too); KILLED when preempted, until the resumed run finishes it."""
+        self.experiment.set_terminated(self.run_id, "KILLED" if preempted_exit is not None else "FINISHED")
+
+
+
+def log_evaluation(tracking_uri: str, trained_config: Mapping[str, Any], name: str, settings: Mapping[str, Any],
+                   metrics: Mapping[str, float], step: int, report: Path | None = None) -> str:
+    """An evaluate.py run in MLflow: a run ``eval-<name>`` in the training run's experiment (its
+    table's), tagged ``job_type=eval`` with the training run's name, table and row, its settings
+    (the effective decoding included) as params, its figures as metrics at the checkpoint's step,
+    its report as an artifact. Returns the run's id."""
+    experiment = dict(trained_config.get("experiment") or {})
+    logger = MLflowRunLogger(experiment_name=experiment.get("table") or "aiayn", run_name=f"eval-{name}",
+                             tracking_uri=tracking_uri,
+                             tags={"job_type": "eval", "trained_run": trained_config.get("run_name"),
+                                   "table": experiment.get("table"), "row": experiment.get("row"),
+                                   "scale": experiment.get("scale")})
+    logger.log_hyperparams(dict(settings))
+    logger.log_metrics(dict(metrics), step=step)
+    if report is not None:
+        logger.experiment.log_artifact(logger.run_id, str(report))
+    logger.close()
+    return logger.run_id

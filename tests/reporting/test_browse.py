@@ -1,0 +1,238 @@
+"""Browsing runs, as a person would: a tiny two-run Table 3 sweep through src/train.py with
+``logger=[wandb,mlflow]`` (real Multi30k, Lightning, W&B offline, MLflow's SQLite store), then
+
+- the real ``mlflow server`` on 127.0.0.1 over that store, its runs, params, metrics and
+  attention pictures read back through its REST API;
+- the W&B Report of Table 3 built over the same runs: every key a panel names is one the runs
+  logged (a key no run has would be a silent empty chart);
+- ``experiments/tables.py report`` refused in one line while W&B is offline.
+
+The tools run in this process (tests.helpers.inprocess); the server is a process of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from aiayn.experiments.report import CURVE_X, EVAL, REPORTED_TABLES, SECTIONS, TRAIN, build_report, named_keys
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import REPO
+from tests.helpers.wandb_offline import read_run
+
+# Seconds on a CPU: the rows keep what they vary (N, ε_ls); the width is cut.
+TINY = [
+    "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
+    "task.vocab_size=500", "task.datamodule.max_tokens=1024", "task.datamodule.eval_max_tokens=1024",
+    "decoding.max_len_offset=5", "trainer.max_steps=2", "trainer.val_check_interval=1",
+    "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0",
+    "checkpoint.every_n_train_steps=1", "checkpoint.every_n_minutes=null", "optim.warmup_steps=2",
+]
+ROWS = {"table3-C_N2": "C_N2", "table3-D_ls0": "D_ls0"}
+
+
+def offline_env(home: Path, data_root: Path, cache_dir: Path, store: str) -> dict[str, str]:
+    """No W&B key and no ~/.netrc (W&B offline, as on a fresh machine); MLflow's store in the test's folder."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
+    return {**env, "HOME": str(home), "WANDB_SILENT": "true", "AIAYN_DATA_ROOT": str(data_root),
+            "AIAYN_CACHE_DIR": str(cache_dir), "MLFLOW_TRACKING_URI": store}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory, data_root: Path, subword_cache: Path) -> tuple[Path, str, dict]:
+    """Two Table 3 rows at Multi30k scale, each a W&B offline run and an MLflow run; the attention
+    pictures drawn at the end."""
+    root = tmp_path_factory.mktemp("browse")
+    store = f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"
+    env = offline_env(root, data_root, subword_cache, store)
+    run_tool("src/train.py", "--multirun", "experiment=table3_C_N2,table3_D_ls0", "+scale=multi30k",
+             "logger=[wandb,mlflow]", "test_after_training=false", "visualize_at_end=true", *TINY,
+             f"hydra.sweep.dir={root / 'multirun'}", env=env)
+    return root / "multirun", store, env
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(sweep) -> str:
+    """``mlflow server`` over the sweep's store, as README says to open it; its URL."""
+    _, store, env = sweep
+    port = _free_port()
+    command = [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", store,
+               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    break
+        except OSError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            pytest.fail(f"mlflow server did not start: {server.stderr.read()[-3000:]}")
+        time.sleep(0.5)
+    yield url
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+def _get(url: str, endpoint: str, **query: str) -> dict:
+    with urllib.request.urlopen(f"{url}{endpoint}?{urllib.parse.urlencode(query)}", timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+def _search(url: str, experiment_id: str) -> list[dict]:
+    request = urllib.request.Request(f"{url}/api/2.0/mlflow/runs/search", method="POST",
+                                     data=json.dumps({"experiment_ids": [experiment_id]}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read())["runs"]
+
+
+@pytest.mark.slow
+def test_mlflow_server_shows_the_sweep(sweep, mlflow_server: str) -> None:
+    runs_dir, _, _ = sweep
+    url = mlflow_server
+    experiment = _get(url, "/api/2.0/mlflow/experiments/get-by-name", experiment_name="table3")["experiment"]
+    runs = {run["info"]["run_name"]: run for run in _search(url, experiment["experiment_id"])}
+    assert set(runs) == set(ROWS)  # a sweep's runs in one experiment, named after the table
+    for name, row in ROWS.items():
+        run, run_dir = runs[name], next(runs_dir.glob(f"*_{name}"))
+        assert run["info"]["status"] == "FINISHED"
+        tags = {tag["key"]: tag["value"] for tag in run["data"]["tags"]}
+        assert (tags["table"], tags["row"], tags["scale"]) == ("table3", row, "multi30k")
+        assert tags["labels"] == f"table3,{row[0]},{row}"
+        # The config, as W&B gets it, flattened as the overrides name it; the parameter count.
+        params = {param["key"]: param["value"] for param in run["data"]["params"]}
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert params["model.n_layers"] == ("2" if row == "C_N2" else "6")
+        assert params["loss.label_smoothing"] == ("0.0" if row == "D_ls0" else "0.1")
+        assert params["experiment.row"] == row and params["parameters"] == str(summary["parameters"])
+        # Per-step metrics, each validation's (with the FLOPs counted up to it) and the summary.
+        run_id = run["info"]["run_id"]
+        history = lambda key, run_id=run_id: _get(url, "/api/2.0/mlflow/metrics/get-history", run_id=run_id,
+                                                  metric_key=key)["metrics"]
+        assert len(history("train/loss")) == 2 and all(point["value"] > 0 for point in history("train/loss"))
+        validations = history("val/ppl")
+        assert len(validations) == 2 and validations[-1]["value"] == pytest.approx(summary["dev/ppl"])
+        flops = [point["value"] for point in history("val/train_flops")]
+        assert len(flops) == 2 and 0 < flops[0] < flops[1] == pytest.approx(summary["train_flops"], rel=1e-6)
+        latest = {metric["key"]: metric["value"] for metric in run["data"]["metrics"]}
+        for key in ("dev/bleu", "parameters", "train_flops", "train_flops_paper_estimate", "tokens_seen"):
+            assert latest[key] == pytest.approx(summary[key], rel=1e-6), key
+        assert tags["summary.device_name"] == summary["device_name"]
+        # The attention pictures, and the config and summary whole, as artifacts the UI shows.
+        pictures = _get(url, "/api/2.0/mlflow/artifacts/list", run_id=run_id, path="attention")["files"]
+        drawn = sorted(path.name for path in (run_dir / "attention").glob("*.png"))
+        assert sorted(Path(file["path"]).name for file in pictures) == drawn and drawn
+        with urllib.request.urlopen(f"{url}/get-artifact?" + urllib.parse.urlencode(
+                {"path": pictures[0]["path"], "run_uuid": run_id}), timeout=30) as answer:
+            assert answer.read() == (run_dir / "attention" / Path(pictures[0]["path"]).name).read_bytes()
+        with urllib.request.urlopen(f"{url}/get-artifact?" + urllib.parse.urlencode(
+                {"path": "config.json", "run_uuid": run_id}), timeout=30) as answer:
+            assert json.loads(answer.read())["experiment"]["row"] == row
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium (Debian: apt-get install chromium)")
+def test_the_mlflow_ui_renders_the_runs(sweep, mlflow_server: str, tmp_path: Path) -> None:
+    """What a person sees: the compare view of the sweep's runs, screenshot by headless Chromium."""
+    url = mlflow_server
+    experiment = _get(url, "/api/2.0/mlflow/experiments/get-by-name", experiment_name="table3")["experiment"]
+    ids = [run["info"]["run_id"] for run in _search(url, experiment["experiment_id"])]
+    page = f"{url}/#/compare-runs?runs={json.dumps(ids)}&experiments={json.dumps([experiment['experiment_id']])}"
+    picture = tmp_path / "compare.png"
+    subprocess.run(["chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--window-size=1400,1000", "--run-all-compositor-stages-before-draw",
+                    "--virtual-time-budget=60000", f"--screenshot={picture}", page],
+                   check=True, capture_output=True, timeout=300)
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.stat().st_size > 20_000
+
+
+def _flat(config: dict, prefix: str = "") -> set[str]:
+    keys = set()
+    for key, value in config.items():
+        keys.add(prefix + key)
+        if isinstance(value, dict):
+            keys |= _flat(value, f"{prefix}{key}.")
+    return keys
+
+
+def logged_keys(run_dirs: list[Path]) -> dict[str, set[str]]:
+    """What W&B offline runs logged, as a report's panels name it: history, summary and config keys."""
+    import wandb
+
+    wandb.teardown()  # the run files are whole once wandb's service has closed them (tests/helpers/wandb_offline)
+    runs = [read_run(run_dir) for run_dir in run_dirs]
+    return {"history": set().union(*({key for row in run.history for key in row} for run in runs)),
+            "summary": set().union(*(set(run.summary) for run in runs)),
+            "config": set().union(*(_flat(run.config) for run in runs))}
+
+
+def assert_panels_name_logged_keys(report, train_dirs: list[Path], eval_dirs: list[Path]) -> None:
+    named = named_keys(report)
+    for runs, dirs in ((TRAIN, train_dirs), (EVAL, eval_dirs)):
+        if not any(named[runs].values()):
+            continue
+        logged = logged_keys(dirs)
+        for where in ("history", "summary", "config"):
+            missing = named[runs][where] - logged[where]
+            assert not missing, f"{runs} panels name {where} keys no run logged: {sorted(missing)}"
+
+
+@pytest.mark.slow
+def test_table3_report_names_only_keys_the_runs_log(sweep) -> None:
+    runs_dir, _, _ = sweep
+    report = build_report("table3", "an-entity", "aiayn", "| the table |")
+    named = named_keys(report)
+    assert set(CURVE_X) <= named[TRAIN]["history"] and {"dev/bleu", "dev/ppl", "parameters"} <= named[TRAIN]["summary"]
+    assert {"model.n_heads", "model.d_k", "model.n_layers", "loss.label_smoothing"} <= named[TRAIN]["config"]
+    assert_panels_name_logged_keys(report, sorted(runs_dir.glob("*_table3-*")), [])
+    # A key no run has is caught: the check is not vacuous.
+    with pytest.raises(AssertionError, match="val/no_such_metric"):
+        broken = build_report("table3", "an-entity", "aiayn", "")
+        broken.blocks[3].panels[0].y = ["val/no_such_metric"]
+        assert_panels_name_logged_keys(broken, sorted(runs_dir.glob("*_table3-*")), [])
+
+
+def test_every_table_has_its_panels() -> None:
+    assert set(SECTIONS) == set(REPORTED_TABLES) == {"table2", "table3", "table4"}
+    assert {"test/tokenized_bleu", "test/bleu"} <= named_keys(build_report("table2", "e", "p", ""))[EVAL]["summary"]
+    table4 = named_keys(build_report("table4", "e", "p", ""))[EVAL]
+    assert {"test/f1", "test/precision", "test/recall", "test/exact_match"} <= table4["summary"]
+    assert {"decoding.constrained", "train.experiment.row"} <= table4["config"]
+
+
+@pytest.mark.parametrize("table", REPORTED_TABLES)
+def test_report_refused_in_one_line_while_wandb_is_offline(table: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    result = run_tool("experiments/tables.py", "report", "--table", table, "--entity", "someone",
+                      env={**env, "HOME": str(tmp_path)}, cwd=tmp_path, check=False)
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tables.py: W&B is offline") and "wandb sync" in lines[0]
+    assert list(tmp_path.iterdir()) == []  # nothing else happened
+
+
+def test_mlflow_ui_command_in_readme() -> None:
+    assert "mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db" in (REPO / "README.md").read_text()
