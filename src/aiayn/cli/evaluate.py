@@ -47,7 +47,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     ckpt = Path(cfg.ckpt)
     k = _averaged_count(cfg.average_last)
     overrides = {key: value for key, value in cfg.decoding.items() if value is not None}
-    decoding_settings(overrides)  # checked before anything is loaded
+    decoding_settings(overrides, partial=True)  # checked before anything is loaded
     if cfg.batch_size < 1:
         raise ConfigError(f"batch_size must be a whole number of at least 1, got {cfg.batch_size!r}")
     switches = switches_of(cfg)  # precision, int8 and compile

@@ -59,7 +59,7 @@ ENGINES = ("aiayn", "ctranslate2")
 def main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     overrides = {key: value for key, value in cfg.decoding.items() if value is not None}
-    decoding_settings(overrides)  # checked before anything is loaded
+    decoding_settings(overrides, partial=True)  # checked before anything is loaded
     _check_settings(cfg)
     source = _input_file(cfg.input)
     output = _output_file(cfg.out, source)
