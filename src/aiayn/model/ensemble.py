@@ -66,3 +66,8 @@ class Ensemble(nn.Module):
             log_probs.append(logits.float().log_softmax(-1))
             states.append(model_state)
         return torch.stack(log_probs).mean(0), EnsembleState(states)  # (models, rows, vocab) → (rows, vocab)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing: the mean of the models' log-probabilities (batch, tgt_len, vocab), which a
+        loss takes as logits (its log-softmax normalises the mean: a perplexity of the ensemble)."""
+        return torch.stack([model(src, tgt_in).float().log_softmax(-1) for model in self.models]).mean(0)
