@@ -99,6 +99,7 @@ def test_an_ensemble_of_other_tasks_or_vocabularies_is_refused_in_one_line(tiny_
 @pytest.mark.slow
 def test_evaluate_writes_the_nbest_list_and_reports_chrf_and_lowercased_bleu(tiny_run: TrainedRun, data_root: Path,
                                                                             tmp_path: Path) -> None:
+    from aiayn.data.readers import read_lines
     from aiayn.metrics import chrf_score, lowercased_bleu
 
     result = run_tool("src/evaluate.py", f"ckpt={tiny_run.last}", "split=val", f"out={tmp_path}", "wandb=disabled",
@@ -112,8 +113,7 @@ def test_evaluate_writes_the_nbest_list_and_reports_chrf_and_lowercased_bleu(tin
     for index, _, _, text in nbest:
         firsts.setdefault(int(index), text)
     assert [firsts[i] for i in range(len(hypotheses))] == hypotheses and len(hypotheses) == 1014
-    import gzip
-    references = [line.rstrip("\n") for line in gzip.open(data_root / "multi30k" / "val.de.gz", "rt", encoding="utf-8")]
+    references = read_lines(data_root / "multi30k" / "val.de.gz")
     assert report["val/chrf"] == pytest.approx(chrf_score(hypotheses, references).score)
     assert report["val/lowercased_bleu"] == pytest.approx(lowercased_bleu(hypotheses, references, "de").score)
     assert report["decoding"]["stop"] == "first_k" and report["decoding"]["nbest"] == 2
