@@ -61,12 +61,10 @@ class FinishedHypotheses:
         self.lengths[active] = lengths.gather(1, order)
 
     def hypotheses(self) -> list[list[Hypothesis]]:
-        """Each sentence's hypotheses, best first: the first always, the others where found (one
-        transfer to the host)."""
-        found = []
-        for tokens, lengths, scores, log_probs in zip(self.tokens.tolist(), self.lengths.tolist(),
-                                                      self.scores.tolist(), self.log_probs.tolist()):
-            found.append([Hypothesis(row[:length], score, log_prob)
-                          for j, (row, length, score, log_prob) in enumerate(zip(tokens, lengths, scores, log_probs))
-                          if j == 0 or score > float("-inf")])
-        return found
+        """Each sentence's hypotheses, best first: the first always, the others where found (two
+        transfers to the host: the token ids with their lengths, the scores with the log-probabilities)."""
+        ids = torch.cat([self.lengths[:, :, None], self.tokens], -1).tolist()  # (batch, nbest, 1 + longest)
+        figures = torch.stack([self.scores, self.log_probs], -1).tolist()  # (batch, nbest, 2)
+        return [[Hypothesis(row[1:1 + row[0]], score, log_prob)
+                 for j, (row, (score, log_prob)) in enumerate(zip(rows, pairs)) if j == 0 or score > float("-inf")]
+                for rows, pairs in zip(ids, figures)]
