@@ -22,11 +22,14 @@
     fairseq's ``SequenceGenerator`` on a copy of the weights (benchmarks/fairseq_peer.py; skipped
     when fairseq is not installed) and CTranslate2 (float32 and int8) on the model exported as
     src/export.py exports it. Beam 4 and greedy; sentences/s, generated tokens/s, sacreBLEU,
-    identical outputs, and each batch's sentences/s (min/median/max). Stopping rules differ:
-    ours stops a sentence when no live hypothesis can beat its best finished one (tensor2tensor's
-    rule, given the largest length penalty still possible); fairseq and CTranslate2 stop when
-    ``beam`` hypotheses have finished, fairseq runs every sentence to the batch's limit, and both
-    normalise by |Y|^α. ``generated_tokens`` counts the tokens each returns.
+    identical outputs, and each batch's sentences/s (min/median/max). Stopping rules: ours with
+    ``stop=paper`` stops a sentence when no live hypothesis can beat its best finished one
+    (tensor2tensor's rule, given the largest length penalty still possible); ours with
+    ``stop=first_k`` (engines ``ours_first_k``, ``ours_int8_first_k``: the like-for-like race),
+    fairseq and CTranslate2 stop when ``beam`` hypotheses have finished; fairseq runs every
+    sentence to the batch's limit, and both peers normalise by |Y|^α (CTranslate2 has no GNMT
+    penalty). ``generated_tokens`` counts the tokens each returns; ``identical_to_ours`` and
+    ``identical_to_ours_first_k`` the outputs equal to ours under each rule.
 
 Ours and the peer alternate batch by batch, so that a busy machine slows both alike. Subwords and
 model sizes as in benchmarks/decode_speed.py (random weights; an 8k BPE learnt on the WMT slice,
@@ -190,14 +193,14 @@ def compare_trained(args) -> list[dict]:
            for kind, quantization in (("float32", None), ("int8", "int8"))}
     int8 = for_decoding(model, int8=True)
 
-    def ours(net):
+    def ours(net, stop="paper"):
         def run(rows, beam):
             src = tensor(rows)
             if beam == 1:
                 return greedy_search(net, src, bos_id=vocab.bos_id, eos_id=vocab.eos_id,
                                      max_len_offset=args.max_len_offset)
             return beam_search(net, src, bos_id=vocab.bos_id, eos_id=vocab.eos_id, beam_size=beam, alpha=args.alpha,
-                               max_len_offset=args.max_len_offset)
+                               max_len_offset=args.max_len_offset, stop=stop)
         return run
 
     def ctranslate2(translator):
@@ -206,7 +209,9 @@ def compare_trained(args) -> list[dict]:
             return translator.translate_ids([ids[i] for i in rows])
         return run
 
-    engines = {"ours": ours(model), "ours_int8": ours(int8)}
+    # ours with the paper's stopping rule, and with first_k: CTranslate2's and fairseq's (like for like)
+    engines = {"ours": ours(model), "ours_first_k": ours(model, "first_k"), "ours_int8": ours(int8),
+               "ours_int8_first_k": ours(int8, "first_k")}
     if peer := fairseq_of(model, vocab):
         peer.eval()
         engines["fairseq"] = lambda rows, beam: fairseq_peer.fairseq_beam_search(
@@ -220,15 +225,17 @@ def compare_trained(args) -> list[dict]:
         for run in engines.values():  # warm-up
             run(batches[0][:4], beam)
         seconds = {name: [] for name in engines}
-        outputs = {name: {} for name in engines}
+        outputs = {name: {} for name in engines}  # (greedy: one stopping rule, first_k not run)
+        running = {name: run for name, run in engines.items() if beam > 1 or not name.endswith("first_k")}
         for rows in batches:
-            for name, run in engines.items():
+            for name, run in running.items():
                 started = time.perf_counter()
                 for i, hypothesis in zip(rows, run(rows, beam)):
                     outputs[name][i] = hypothesis
                 seconds[name].append(time.perf_counter() - started)
         ours_outputs = [outputs["ours"][i] for i in range(len(ids))]
-        for name in engines:
+        first_k_outputs = [outputs["ours_first_k"][i] for i in range(len(ids))] if beam > 1 else ours_outputs
+        for name in running:
             hypotheses = [outputs[name][i] for i in range(len(ids))]
             total = sum(seconds[name])
             per_batch = sorted(len(rows) / s for rows, s in zip(batches, seconds[name]))
@@ -245,6 +252,8 @@ def compare_trained(args) -> list[dict]:
                 "ms_per_generated_token": round(1000 * total / generated, 3) if generated else None,
                 "sacrebleu": round(sacrebleu_score(vocab.decode(hypotheses), references).score, 2),
                 "identical_to_ours": sum(a == b for a, b in zip(hypotheses, ours_outputs)),
+                "identical_to_ours_first_k": sum(a == b for a, b in zip(hypotheses, first_k_outputs)),
+                "stop": "first_k" if name.endswith("first_k") or name.startswith("ctranslate2") else "paper",
             })
             print(f"beam {beam} {name}: {records[-1]['sentences_per_second']} sentences/s, "
                   f"{records[-1]['tokens_per_second']} tokens/s, BLEU {records[-1]['sacrebleu']}", file=sys.stderr,

@@ -105,7 +105,7 @@ def test_constrained_translation_names_its_devices(model: Transformer, vocab: Su
     expected = translate(model, vocab, SENTENCES, settings, batch_size=4).texts
     translator = Translator(model, vocab, settings, batch_size=4)  # builds the constraint's tables, on the host
     translator.collate = HostCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
-    host_tables(translator.search["constraint"])
+    host_tables(translator.search.constraint)
     with tensors_name_their_device():
         texts = [text for ready in translator.stream([SENTENCES]) for text in ready]
     assert texts == expected

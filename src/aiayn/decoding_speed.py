@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from aiayn.errors import ConfigError
-from aiayn.model import Transformer
+from aiayn.model import Ensemble, Transformer
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -49,6 +49,9 @@ def for_decoding(model: Transformer, *, precision: str = "fp32", int8: bool = Fa
     switches_of({"precision": precision, "int8": int8, "compile": compile})
     if precision == "fp32" and not int8 and not compile:
         return model
+    if isinstance(model, Ensemble):  # each of its models made ready alike
+        return Ensemble([for_decoding(member, precision=precision, int8=int8, compile=compile)
+                         for member in model.models])
     fast = copy.deepcopy(model).eval()
     if precision != "fp32":
         fast = fast.to(PRECISIONS[precision])

@@ -24,10 +24,19 @@ from aiayn.data.corpus import ParallelCorpus, TranslationCollator
 from aiayn.data.parsing.constraints import TreeConstraint
 from aiayn.data.subwords import Subwords
 from aiayn.errors import ConfigError
-from aiayn.model import Transformer, beam_search
+from aiayn.model import Hypothesis, Transformer, beam_search_nbest, sample
 from aiayn.model.loss import label_smoothed_loss
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One hypothesis of an input as text, with its scores (aiayn.model.Hypothesis)."""
+
+    text: str
+    score: float  # log_prob / lp(|Y|): what the search ranks by
+    log_prob: float  # log P(Y|X)
 
 
 @dataclass
@@ -36,6 +45,7 @@ class Translations:
     output_tokens: int  # subword tokens generated (EOS not counted)
     seconds: float  # wall time of encoding, search and decoding
     truncated: int  # inputs cut to the model's maximum length
+    nbest: list[list[Scored]]  # each input's hypotheses, best first (decoding.nbest of them)
 
     @property
     def sentences_per_second(self) -> float:
@@ -70,20 +80,42 @@ def tree_constraint(vocab: Subwords) -> TreeConstraint:
         raise ConfigError(str(error)) from None
 
 
-def search_arguments(decoding: Mapping[str, Any] | None, vocab: Subwords) -> dict[str, Any]:
-    """beam_search's keyword arguments for decoding settings (aiayn.config.schemas.DecodingConfig;
-    missing ones at its defaults, ConfigError for a bad one) and ``vocab``: its BOS/EOS ids, and
-    the tree constraint, built once here, where ``constrained`` asks for it. Every decoder (the
-    tools, validation, the attention pictures) goes through this."""
-    settings = decoding_settings(decoding)
-    constrained = settings.pop("constrained")  # the rest are beam_search's own arguments, by the same names
-    return {**settings, "constraint": tree_constraint(vocab) if constrained else None,
-            "bos_id": vocab.bos_id, "eos_id": vocab.eos_id}
+class Search:
+    """How every decoder (the tools, validation, the attention pictures) decodes a batch of
+    sources: decoding settings (aiayn.config.schemas.DecodingConfig; missing ones at its defaults,
+    ConfigError for a bad one) and ``vocab`` (its BOS/EOS ids; the tree constraint, built once
+    here, where ``constrained`` asks for it) made into beam search or, with ``sampling``, sampling.
+    Calling it gives each source's ``nbest`` hypotheses, best first; :meth:`best` the best's tokens.
+    Sampling draws from one generator seeded with ``seed`` when first called: the same settings,
+    sources and batches give the same samples."""
+
+    def __init__(self, decoding: Mapping[str, Any] | None, vocab: Subwords):
+        self.settings = decoding_settings(decoding)
+        self.nbest = self.settings["nbest"]
+        self.constraint = tree_constraint(vocab) if self.settings["constrained"] else None
+        self.generator: torch.Generator | None = None
+        self.common = {"bos_id": vocab.bos_id, "eos_id": vocab.eos_id, "max_len_offset": self.settings["max_len_offset"],
+                       "alpha": self.settings["alpha"], "kv_cache": self.settings["kv_cache"],
+                       "constraint": self.constraint}
+
+    def __call__(self, model: Any, src: torch.Tensor) -> list[list[Hypothesis]]:
+        settings = self.settings
+        if not settings["sampling"]:
+            return beam_search_nbest(model, src, beam_size=settings["beam_size"], stop=settings["stop"],
+                                     nbest=self.nbest, **self.common)
+        if self.generator is None:
+            self.generator = torch.Generator(src.device).manual_seed(settings["seed"])
+        return sample(model, src, samples=self.nbest, temperature=settings["temperature"], top_k=settings["top_k"],
+                      top_p=settings["top_p"], generator=self.generator, **self.common)
+
+    def best(self, model: Any, src: torch.Tensor) -> list[list[int]]:
+        """The best hypothesis of each source: token ids without BOS/EOS."""
+        return [hypotheses[0].tokens for hypotheses in self(model, src)]
 
 
 class Translator:
-    """Beam-search translation of sentences that arrive in chunks, given back in input order,
-    with the ``decoding`` settings (:func:`search_arguments`).
+    """Translation of sentences that arrive in chunks, given back in input order, with the
+    ``decoding`` settings (:class:`Search`).
 
     Each chunk is sorted by length and cut into batches of ``batch_size`` sentences (similar
     lengths together: little padding); after each batch, :meth:`stream` yields the longest run of
@@ -97,7 +129,7 @@ class Translator:
     def __init__(self, model: Transformer, vocab: Subwords, decoding: Mapping[str, Any] | None = None, *,
                  batch_size: int = 64):
         self.model, self.vocab, self.batch_size = model, vocab, batch_size
-        self.search = search_arguments(decoding, vocab)
+        self.search = Search(decoding, vocab)
         self.collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
         self.sentences = self.output_tokens = self.truncated = 0
         self.seconds = 0.0
@@ -106,10 +138,16 @@ class Translator:
     def sentences_per_second(self) -> float:
         return self.sentences / self.seconds if self.seconds else 0.0  # 0.0: nothing translated yet
 
-    @torch.no_grad()
     def stream(self, chunks: Iterable[Sequence[str]]) -> Iterator[list[str]]:
         """For each chunk of sentences, after each of its batches: the translations newly
         complete from the start of the input on (never an empty list)."""
+        for ready in self.stream_nbest(chunks):
+            yield [hypotheses[0].text for hypotheses in ready]
+
+    @torch.no_grad()
+    def stream_nbest(self, chunks: Iterable[Sequence[str]]) -> Iterator[list[list[Scored]]]:
+        """:meth:`stream` with each input's hypotheses (``decoding.nbest``, best first) and their
+        scores; an empty input has one, "" scored 0."""
         for chunk in chunks:
             started = time.perf_counter()
             for ready in self._chunk(chunk):
@@ -118,22 +156,22 @@ class Translator:
                 started = time.perf_counter()
             self.seconds += time.perf_counter() - started
 
-    def _chunk(self, sentences: Sequence[str]) -> Iterator[list[str]]:
+    def _chunk(self, sentences: Sequence[str]) -> Iterator[list[list[Scored]]]:
         device = next(self.model.parameters()).device
         ids, truncated = encode_sources(self.model, self.vocab, sentences, first_line=self.sentences + 1)
         self.sentences += len(sentences)
         self.truncated += truncated
-        texts: list[str | None] = [None] * len(sentences)
+        texts: list[list[Scored] | None] = [None] * len(sentences)
         todo = []
         for i, (sentence, seq) in enumerate(zip(sentences, ids)):
             if sentence.strip() and seq:
                 todo.append(i)
             else:
-                texts[i] = ""
+                texts[i] = [Scored("", 0.0, 0.0)]
         todo.sort(key=lambda i: len(ids[i]))
         written = 0  # translations of this chunk yielded so far
 
-        def complete() -> list[str]:
+        def complete() -> list[list[Scored]]:
             nonlocal written
             end = written
             while end < len(texts) and texts[end] is not None:
@@ -146,22 +184,32 @@ class Translator:
         for start in range(0, len(todo), self.batch_size):
             rows = todo[start : start + self.batch_size]
             src = self.collate([(i, ids[i], []) for i in rows])["src"]  # ids + EOS, right-padded
-            hypotheses = beam_search(self.model, src.to(device), **self.search)
-            self.output_tokens += sum(len(h) for h in hypotheses)
-            for i, text in zip(rows, self.vocab.decode(hypotheses)):
-                texts[i] = text
+            found = self.search(self.model, src.to(device))  # each row's hypotheses, best first
+            self.output_tokens += sum(len(hypotheses[0].tokens) for hypotheses in found)
+            decoded = iter(self.vocab.decode([h.tokens for hypotheses in found for h in hypotheses]))
+            for i, hypotheses in zip(rows, found):
+                texts[i] = [Scored(next(decoded), h.score, h.log_prob) for h in hypotheses]
             if ready := complete():
                 yield ready
 
 
 def translate(model: Transformer, vocab: Subwords, sentences: list[str], decoding: Mapping[str, Any] | None = None,
               *, batch_size: int = 64) -> Translations:
-    """Beam-search translations of ``sentences`` with the ``decoding`` settings (None: the
-    defaults), ``batch_size`` sentences of similar length at a time, returned in input order. An
-    empty (or blank) sentence translates to ""."""
+    """Translations of ``sentences`` with the ``decoding`` settings (None: the defaults),
+    ``batch_size`` sentences of similar length at a time, returned in input order (``texts``: the
+    best of each; ``nbest``: all of each, with scores). An empty (or blank) sentence translates to ""."""
     translator = Translator(model, vocab, decoding, batch_size=batch_size)
-    texts = [text for ready in translator.stream([sentences]) for text in ready]
-    return Translations(texts, translator.output_tokens, translator.seconds, translator.truncated)
+    nbest = [hypotheses for ready in translator.stream_nbest([sentences]) for hypotheses in ready]
+    return Translations([hypotheses[0].text for hypotheses in nbest], translator.output_tokens, translator.seconds,
+                        translator.truncated, nbest)
+
+
+def nbest_lines(nbest: Sequence[Sequence[Scored]], first_index: int = 0) -> list[str]:
+    """The n-best format (docs/evaluation.md): one line per hypothesis, best first within each
+    input, ``<input index>\t<score>\t<log-prob>\t<text>``; the index counts input lines from
+    ``first_index`` (0: the first line), the score is log-prob / lp(|Y|), what the search ranks by."""
+    return [f"{first_index + i}\t{h.score:.4f}\t{h.log_prob:.4f}\t{h.text}"
+            for i, hypotheses in enumerate(nbest) for h in hypotheses]
 
 
 @torch.no_grad()

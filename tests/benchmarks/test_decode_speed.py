@@ -64,10 +64,27 @@ def test_side_by_side_decodes_a_trained_model_with_every_engine(tiny_run, tmp_pa
     engines = {"ours", "ours_int8", "ctranslate2_float32", "ctranslate2_int8"}
     for beam in (4, 1):
         runs = {r["engine"]: r for r in records if r["beam_size"] == beam}
-        assert engines <= set(runs) <= engines | {"fairseq"}
+        like_for_like = {"ours_first_k", "ours_int8_first_k"} if beam > 1 else set()  # greedy: one rule
+        assert engines | like_for_like <= set(runs) <= engines | like_for_like | {"fairseq"}
+        if beam > 1:
+            assert runs["ours_first_k"]["identical_to_ours_first_k"] == 6 and runs["ours_first_k"]["stop"] == "first_k"
         for record in runs.values():
             assert record["sentences"] == 6 and record["sentences_per_second"] > 0 and record["step"] == 4
             assert 0 <= record["sacrebleu"] <= 100 and record["machine"]["cores"] and record["commit"]
             b = record["batch_sentences_per_second"]
             assert 0 < b["min"] <= b["median"] <= b["max"]
         assert runs["ours"]["identical_to_ours"] == 6 and runs["ours"]["generated_tokens"] > 0
+
+
+def test_stopping_rule_compares_both_rules_on_the_same_batches(tiny_run, tmp_path, data_root):
+    out = tmp_path / "stop.jsonl"
+    stdout = run("stopping_rule.py", "--checkpoint", str(tiny_run.last), "--sentences", "6", "--batch-size", "4",
+                 "--out", str(out), data_root=data_root, cache=tiny_run.cache_dir)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["stop"] for r in records] == ["paper", "first_k"]
+    for record in records:
+        assert record["sentences"] == 6 and record["sentences_per_second"] > 0 and record["threads"] == 1
+        assert record["hypothesis_steps_per_sentence"] >= 4  # one step at least, of a beam of 4
+        assert 0 <= record["chrf"] <= 100 and record["machine"]["cpu"]
+    assert records[0]["identical_to_paper"] == 6
+    assert "stop=first_k" in stdout

@@ -196,7 +196,8 @@ def test_cuda_without_a_gpu_names_the_setting_to_change() -> None:
 
 def test_decoding_settings_are_checked_before_loading() -> None:
     assert decoding_settings({"max_len_offset": 0, "kv_cache": None}) == {
-        "beam_size": 4, "alpha": 0.6, "max_len_offset": 0, "kv_cache": True, "constrained": False}
+        "beam_size": 4, "alpha": 0.6, "max_len_offset": 0, "kv_cache": True, "constrained": False, "stop": "paper",
+        "nbest": 1, "sampling": False, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
     for settings, message in [({"beam_size": 0}, "decoding.beam_size must be a whole number of at least 1, got 0"),
                               ({"max_len_offset": -1}, "decoding.max_len_offset must be a whole number of at least 0"),
                               ({"alpha": -1}, "decoding.alpha (the length penalty's exponent) must be a number"),

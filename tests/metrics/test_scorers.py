@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from sacrebleu.metrics import BLEU
+from sacrebleu.metrics import BLEU, CHRF
 
 from aiayn.metrics import CorpusBleu, ParseF1, Scorer
 from aiayn.metrics.bleu import tokenized_bleu
+from aiayn.metrics.chrf import lowercased_bleu
 from aiayn.metrics.parseval import parseval
 
 HYPOTHESES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch."]
@@ -21,10 +22,14 @@ def test_corpus_bleu_is_sacrebleu_with_its_signature_and_the_papers_tokenized_bl
     bleu = BLEU()
     expected = bleu.corpus_score(HYPOTHESES, [REFERENCES]).score
     tokenized = tokenized_bleu(HYPOTHESES, REFERENCES, "de").score
-    assert scorer(HYPOTHESES, REFERENCES) == {"bleu": pytest.approx(expected), "tokenized_bleu": pytest.approx(tokenized)}
+    chrf = CHRF().corpus_score(HYPOTHESES, [REFERENCES]).score
+    lowercased = lowercased_bleu(HYPOTHESES, REFERENCES, "de").score
+    assert scorer(HYPOTHESES, REFERENCES) == {"bleu": pytest.approx(expected), "tokenized_bleu": pytest.approx(tokenized),
+                                              "chrf": pytest.approx(chrf), "lowercased_bleu": pytest.approx(lowercased)}
     assert scorer.signature == str(bleu.get_signature())
-    assert scorer.describe({"bleu": 27.345, "tokenized_bleu": 28.0}, 3) == (
-        f"sacreBLEU on 3 sentences: 27.34 ({scorer.signature}); tokenized BLEU 28.00")
+    assert scorer.describe({"bleu": 27.345, "tokenized_bleu": 28.0, "chrf": 55.5, "lowercased_bleu": 29.0}, 3) == (
+        f"sacreBLEU on 3 sentences: 27.34 ({scorer.signature}); tokenized BLEU 28.00; chrF2 55.50; "
+        "lowercased tokenized BLEU 29.00")
 
 
 def test_an_evaluation_report_has_the_figures_of_validation_its_lines_and_files(tmp_path) -> None:

@@ -80,3 +80,16 @@ def test_parsing_tasks_decode_constrained_and_translation_tasks_do_not() -> None
     assert resolved("task=wsj")["decoding"]["constrained"] is True
     assert resolved("task=wsj_semi")["decoding"]["constrained"] is True
     assert resolved()["decoding"]["constrained"] is False
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["decoding.stop=early"], "decoding.stop must be paper .* or first_k"),
+    (["decoding.nbest=5"], "decoding.nbest=5 asks for more hypotheses than the beam holds"),
+    (["decoding.top_p=0.9"], "decoding.top_p=0.9 applies to sampling only"),
+    (["decoding.sampling=true", "decoding.top_p=1.5"], "decoding.top_p must be above 0 and at most 1"),
+])
+def test_train_checks_the_stopping_rule_nbest_and_sampling_as_the_tools_do(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_train_config(resolved(*overrides))
+    check_train_config(resolved("decoding.stop=first_k", "decoding.nbest=4", "decoding.sampling=true",
+                                "decoding.top_p=0.9", "decoding.nbest=8"))  # sampling: nbest is how many samples

@@ -42,9 +42,12 @@ def test_bleu_is_logged_with_its_signature(caplog) -> None:
     logged, lines = evaluated(scorer, references, [(2, "a woman reads"), (0, "a man rides a bike")], "val", caplog)
     expected = CorpusBleu()(["a man rides a bike", "a woman reads"], [references[0], references[2]])
     assert logged == [("val/bleu", pytest.approx(expected["bleu"]), True),
-                      ("val/tokenized_bleu", pytest.approx(expected["tokenized_bleu"]), False)]
+                      ("val/tokenized_bleu", pytest.approx(expected["tokenized_bleu"]), False),
+                      ("val/chrf", pytest.approx(expected["chrf"]), False),
+                      ("val/lowercased_bleu", pytest.approx(expected["lowercased_bleu"]), False)]
     assert lines == [(f"val sacreBLEU on 2 sentences: {expected['bleu']:.2f} ({scorer.signature}); "
-                      f"tokenized BLEU {expected['tokenized_bleu']:.2f}")]
+                      f"tokenized BLEU {expected['tokenized_bleu']:.2f}; chrF2 {expected['chrf']:.2f}; "
+                      f"lowercased tokenized BLEU {expected['lowercased_bleu']:.2f}")]
 
 
 def test_parse_f1_logs_its_four_figures(caplog) -> None:

@@ -28,9 +28,8 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from aiayn.data.subwords import Subwords
-from aiayn.inference import search_arguments
+from aiayn.inference import Search
 from aiayn.model.positional import sinusoidal_table
-from aiayn.model.search import beam_search
 from aiayn.model.transformer import Transformer
 
 DPI = 100
@@ -86,7 +85,7 @@ def attention_maps(model: Transformer, vocab: Subwords, text: str, decoding: dic
     was_training = model.training
     model.eval()
     try:
-        hypothesis = beam_search(model, src, **search_arguments(decoding, vocab))[0]
+        hypothesis = Search(decoding, vocab).best(model, src)[0]
         hypothesis = hypothesis[: model.max_positions - 1]  # BOS + hypothesis must fit the positions
         tgt_in = torch.tensor([[vocab.bos_id] + hypothesis], dtype=torch.long, device=device)
         memory, src_mask, encoder_weights = model.encode(src, return_weights=True)

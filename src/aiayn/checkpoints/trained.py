@@ -18,7 +18,8 @@ from aiayn.checkpoints.io import read_checkpoint
 from aiayn.config.schemas import decoding_settings, network_arguments
 from aiayn.data.datamodule import output_constraint
 from aiayn.data.subwords import Subwords
-from aiayn.model import Transformer
+from aiayn.errors import ConfigError
+from aiayn.model import Ensemble, Transformer
 
 # What a model config held besides the network before the recipe moved to optim/loss: such
 # checkpoints keep it in hyper_parameters["model"] (with the widths before width_divisor).
@@ -45,6 +46,7 @@ class TrainedModel:
     decoding: dict[str, Any]  # every decoding setting (aiayn.config.schemas.DecodingConfig), as trained
     config: dict[str, Any]  # the training run's resolved config ({} for old checkpoints)
     step: int
+    members: int = 1  # checkpoints decoding together (an ensemble: model is an aiayn.model.Ensemble)
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Put a training checkpoint's weights (an average of several, say) into the model."""
@@ -70,6 +72,43 @@ def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cp
                                  arguments.get("decoding"), where="the checkpoint's decoding.")
     return TrainedModel(model=model, vocab=Subwords(proto=checkpoint["subwords"]), decoding=decoding, config=config,
                         step=int(checkpoint.get("global_step", 0)))
+
+
+def checkpoint_list(ckpt: str) -> list[str]:
+    """The checkpoints of ``ckpt=``: one file, or several, comma-separated (an ensemble)."""
+    paths = [path.strip() for path in str(ckpt).split(",")]
+    if any(not path for path in paths):
+        raise ConfigError(f"ckpt={ckpt}: an empty name in the list; give one checkpoint, or several separated by "
+                          "commas (an ensemble)")
+    return paths
+
+
+def load_ensemble(ckpt: str, map_location: str | torch.device = "cpu") -> TrainedModel:
+    """The checkpoint of ``ckpt``, or (several, comma-separated) their ensemble
+    (aiayn.model.Ensemble: the mean of their log-probabilities at every step) with the first's
+    vocabulary, decoding settings, config and step; refused in one line when their vocabularies
+    or tasks differ."""
+    paths = checkpoint_list(ckpt)
+    members = [load_trained(path, map_location) for path in paths]
+    if len(members) == 1:
+        return members[0]
+    first = members[0]
+    for path, member in zip(paths[1:], members[1:]):
+        if member.vocab.serialized() != first.vocab.serialized():
+            raise ConfigError(f"ckpt: {path} has another subword vocabulary than {paths[0]}; an ensemble's "
+                              "checkpoints must share one (models of the same task and data)")
+        task, first_task = (member.config.get("task") or {}), (first.config.get("task") or {})
+        if _task_of(task) != _task_of(first_task):
+            raise ConfigError(f"ckpt: {path} was trained on task {_task_of(task)}, {paths[0]} on {_task_of(first_task)}; "
+                              "an ensemble's checkpoints must share one task")
+    return TrainedModel(model=Ensemble([member.model for member in members]), vocab=first.vocab,
+                        decoding=first.decoding, config=first.config, step=first.step, members=len(members))
+
+
+def _task_of(task: dict[str, Any]) -> str:
+    """A task's name and languages: what ensembled checkpoints must share."""
+    datamodule = task.get("datamodule") or {}
+    return f"{task.get('name')} ({datamodule.get('src_lang')}→{datamodule.get('tgt_lang')})"
 
 
 def model_weights(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

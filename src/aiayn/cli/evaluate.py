@@ -6,7 +6,10 @@ the decoding speed. For a parsing task (its data module scores with EVALB's F1, 
 reports F1, precision, recall and exact match instead of BLEU, and writes the gold and test
 trees in EVALB's format (one tree a line) beside the hypotheses.
 
-``average_last=k`` averages the checkpoint given and the k - 1 before it by step (§6.1). The task's
+``average_last=k`` averages the checkpoint given and the k - 1 before it by step (§6.1);
+``ckpt=a.ckpt,b.ckpt`` evaluates the ensemble of several (aiayn.model.Ensemble). With
+``decoding.nbest=k`` each input's k hypotheses and their scores are also written, in the n-best
+format (aiayn.inference.nbest_lines), as ``<name>.nbest.<lang>``; the best of each is scored. The task's
 files are read under ``data_root``, whatever its data module calls that folder. Every file is
 named after the split, the step(s), the decoding settings and the averaging (:func:`report_name`),
 so the evaluations of a sweep never overwrite one another.
@@ -23,14 +26,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
 from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints
-from aiayn.checkpoints.trained import load_trained
+from aiayn.checkpoints.trained import checkpoint_list, load_ensemble
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.cli.renamed import accepts_old_names
 from aiayn.config.schemas import decoding_settings
 from aiayn.decoding_speed import for_decoding, switches_of
 from aiayn.errors import ConfigError
-from aiayn.inference import perplexity, translate, tree_constraint
+from aiayn.inference import nbest_lines, perplexity, translate, tree_constraint
 from aiayn.reporting.loggers import wandb_logger
 
 
@@ -44,16 +47,21 @@ def main(cfg: DictConfig) -> dict[str, float]:
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
-    ckpt = Path(cfg.ckpt)
+    ensemble = checkpoint_list(cfg.ckpt)  # one checkpoint, or several decoding together
+    ckpt = Path(ensemble[0])
     k = _averaged_count(cfg.average_last)
+    if len(ensemble) > 1 and k > 1:
+        raise ConfigError(f"average_last={k} averages one checkpoint with those before it; give one checkpoint, "
+                          f"or average each first (src/average.py) and give the averages as ckpt=a.ckpt,b.ckpt")
     overrides = {key: value for key, value in cfg.decoding.items() if value is not None}
-    decoding_settings(overrides)  # checked before anything is loaded
+    decoding_settings(overrides, partial=True)  # checked before anything is loaded
     if cfg.batch_size < 1:
         raise ConfigError(f"batch_size must be a whole number of at least 1, got {cfg.batch_size!r}")
     switches = switches_of(cfg)  # precision, int8 and compile
-    _check_checkpoint_file(ckpt)
+    for path in ensemble:
+        _check_checkpoint_file(Path(path))
     averaged = last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [ckpt]  # DataError: too few
-    trained = load_trained(ckpt, cfg.device)
+    trained = load_ensemble(cfg.ckpt, cfg.device)
     device = str(next(trained.model.parameters()).device)
     task = _task(cfg, trained.config, ckpt)
 
@@ -79,9 +87,13 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
     out_dir = Path(cfg.out) if cfg.out else ckpt.resolve().parent.parent / "eval"
     out_dir.mkdir(parents=True, exist_ok=True)
-    name = report_name(split, steps, {**decoding, **switches})
+    name = report_name(split, steps, {**decoding, **switches}, len(ensemble))
     hypotheses_file = out_dir / f"{name}.hyp.{datamodule.tgt_lang}"
     hypotheses_file.write_text("".join(text + "\n" for text in result.texts), encoding="utf-8")
+    files = {"hypotheses": str(hypotheses_file)}
+    if decoding["nbest"] > 1:  # every hypothesis, with its index and scores
+        files["nbest"] = str(out_dir / f"{name}.nbest.{datamodule.tgt_lang}")
+        Path(files["nbest"]).write_text("".join(line + "\n" for line in nbest_lines(result.nbest)), encoding="utf-8")
     scored = datamodule.scorer().report(result.texts, references, out_dir, name)  # the Scorer validation uses
     metrics = {f"{cfg.split}/{key}": value for key, value in scored.figures.items()}
     metrics.update({
@@ -90,24 +102,30 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         f"{cfg.split}/tokens_per_sec": result.tokens_per_second,
     })
     report = {
-        "checkpoint": str(ckpt), "averaged": [str(p) for p in averaged], "averaged_steps": steps,
+        "checkpoint": str(ckpt), "ensemble": ensemble, "averaged": [str(p) for p in averaged], "averaged_steps": steps,
         "step": trained.step, "task": task["name"], "split": split, "sentences": len(sources), "decoding": decoding,
-        "speed_switches": switches, "device": device, "hypotheses": str(hypotheses_file), **scored.details,
+        "speed_switches": switches, "device": device, **files, **scored.details,
         "ppl_tokens": n_tokens, **metrics,
     }
     (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
 
     which = (f"steps {steps[0]}–{steps[-1]}, average of {len(averaged)} checkpoints "
              f"({', '.join(path.name for path in averaged)})" if len(averaged) > 1 else f"step {trained.step}")
+    if len(ensemble) > 1:
+        which = f"ensemble of {len(ensemble)} checkpoints ({', '.join(ensemble)})"
     print(f"{split}: {len(sources)} sentences, {which}")
     for line in scored.lines:
         print(f"  {line}")
     print(f"  perplexity      {ppl:6.2f}  per wordpiece, {n_tokens} tokens")
+    search = (f"sampling (temperature {decoding['temperature']}, top-k {decoding['top_k']}, top-p {decoding['top_p']}, "
+              f"seed {decoding['seed']})" if decoding["sampling"] else f"beam {decoding['beam_size']}, stop {decoding['stop']}")
     print(f"  decoding        {result.sentences_per_second:6.1f} sentences/s, {result.tokens_per_second:.0f} tokens/s "
-          f"(beam {decoding['beam_size']}, α {decoding['alpha']}, +{decoding['max_len_offset']}, "
+          f"({search}, α {decoding['alpha']}, +{decoding['max_len_offset']}, "
           f"{'' if decoding.get('kv_cache', True) else 'no '}kv cache, "
           f"{'constrained to trees, ' if decoding.get('constrained') else ''}{device})")
     print(f"  hypotheses      {hypotheses_file}")
+    if "nbest" in files:
+        print(f"  n-best          {files['nbest']}  ({decoding['nbest']} an input: index, score, log-prob, text)")
     _log_to_wandb(cfg, trained, out_dir, name, metrics, decoding,
                   {key: value for key, value in scored.details.items() if key == "sacrebleu_signature"})
     if cfg.mlflow:
@@ -118,13 +136,24 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     return metrics
 
 
-def report_name(split: str, steps: list[int], decoding: dict) -> str:
+def report_name(split: str, steps: list[int], decoding: dict, ensemble: int = 1) -> str:
     """The stem of an evaluation's files (hypotheses, JSON report, EVALB trees): the split, the
-    step (the first and last step when averaged), the decoding settings and the number averaged,
-    e.g. ``test_2016_flickr.step1500-2000.beam4.alpha0.6.len+50.avg2``; so evaluations of one
-    checkpoint that differ in any of them (a sweep of α or beam size) never overwrite one another."""
+    step (the first and last step when averaged), the decoding settings, the number averaged and
+    the number ensembled, e.g. ``test_2016_flickr.step1500-2000.beam4.alpha0.6.len+50.avg2``; so
+    evaluations of one checkpoint that differ in any of them (a sweep of α or beam size) never
+    overwrite one another. Settings at their defaults (the paper's stopping rule, the 1-best) add
+    nothing, so the names of earlier evaluations stay."""
     step = f"step{steps[0]}" if len(steps) == 1 else f"step{steps[0]}-{steps[-1]}"
-    settings = f"beam{decoding['beam_size']}.alpha{float(decoding['alpha']):g}.len+{decoding['max_len_offset']}"
+    if decoding.get("sampling"):
+        settings = (f"sample.t{float(decoding['temperature']):g}.topk{decoding['top_k']}.topp"
+                    f"{float(decoding['top_p']):g}.seed{decoding['seed']}.alpha{float(decoding['alpha']):g}"
+                    f".len+{decoding['max_len_offset']}")
+    else:
+        settings = f"beam{decoding['beam_size']}.alpha{float(decoding['alpha']):g}.len+{decoding['max_len_offset']}"
+        if decoding.get("stop", "paper") != "paper":
+            settings += f".{decoding['stop']}"
+    if decoding.get("nbest", 1) > 1:
+        settings += f".nbest{decoding['nbest']}"
     if not decoding.get("kv_cache", True):
         settings += ".nokv"
     if decoding.get("constrained"):
@@ -134,6 +163,7 @@ def report_name(split: str, steps: list[int], decoding: dict) -> str:
     if decoding.get("int8"):
         settings += ".int8"
     averaged = f".avg{len(steps)}" if len(steps) > 1 else ""
+    averaged += f".ens{ensemble}" if ensemble > 1 else ""
     return f"{split.replace('/', '_')}.{step}.{settings}{averaged}"
 
 

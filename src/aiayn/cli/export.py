@@ -41,7 +41,7 @@ def main(cfg: DictConfig) -> None:
         raise ConfigError(f"average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint "
                           f"alone), got {cfg.average_last!r}")
     overrides = {key: value for key, value in cfg.decoding.items() if value is not None}
-    decoding_settings(overrides)  # checked before anything is loaded
+    decoding_settings(overrides, partial=True)  # checked before anything is loaded
     ckpt = Path(cfg.ckpt)
     if ckpt.is_dir():
         raise ConfigError(f"ckpt={ckpt} is a folder; give one checkpoint file in it, e.g. ckpt={ckpt / 'last.ckpt'}")

@@ -2,7 +2,11 @@
 (or an exported model: `engine=ctranslate2 model_dir=<folder>`).
 
 One sentence a line in, one translation a line out, in the same order; an empty line gives an
-empty line; a line longer than the model can read is truncated with a warning.
+empty line; a line longer than the model can read is truncated with a warning. With
+``decoding.nbest=k`` (k > 1) each input gets its k best hypotheses (k samples with
+``decoding.sampling=true``), one a line, best first, as ``<input index>\t<score>\t<log-prob>\t<text>``
+(aiayn.inference.nbest_lines; the index counts input lines from 0). ``ckpt=a.ckpt,b.ckpt``
+translates with the ensemble of the checkpoints (aiayn.model.Ensemble).
 
 Input is read in chunks of at most ``buffer_size`` lines, each sorted by length and translated in
 batches of ``batch_size``. Translations are written as they finish, in input order (after each
@@ -37,7 +41,7 @@ from typing import TextIO
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from aiayn.checkpoints.trained import load_trained
+from aiayn.checkpoints.trained import load_ensemble
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.cli.line_input import AvailableLines, chunked
@@ -46,7 +50,7 @@ from aiayn.config.schemas import decoding_settings
 from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.decoding_speed import for_decoding, switches_of
 from aiayn.errors import ConfigError
-from aiayn.inference import Translator
+from aiayn.inference import Translator, nbest_lines
 
 # What translates: aiayn's own beam search over a checkpoint, or a CTranslate2 export (src/export.py).
 ENGINES = ("aiayn", "ctranslate2")
@@ -59,25 +63,30 @@ ENGINES = ("aiayn", "ctranslate2")
 def main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     overrides = {key: value for key, value in cfg.decoding.items() if value is not None}
-    decoding_settings(overrides)  # checked before anything is loaded
+    decoding_settings(overrides, partial=True)  # checked before anything is loaded
     _check_settings(cfg)
     source = _input_file(cfg.input)
     output = _output_file(cfg.out, source)
     translator = _translator(cfg, overrides)
     chunks = _chunks(cfg, source)
     writer = None
+    nbest = isinstance(translator, Translator) and translator.search.nbest > 1
     try:
         with _opened(output, cfg.out) as out:
             writer = LineWriter(out)
-            for ready in translator.stream(chunks):
-                writer.write(ready)
+            if nbest:  # k lines an input, each with its index and scores
+                for ready in translator.stream_nbest(chunks):
+                    writer.write(nbest_lines(ready, writer.inputs), inputs=len(ready))
+            else:
+                for ready in translator.stream(chunks):
+                    writer.write(ready)
     except KeyboardInterrupt:  # Ctrl-C, the way out of an interactive session: what is written stays
-        _summary(writer.lines if writer else 0, translator)
+        _summary(writer.inputs if writer else 0, translator)
         sys.exit(130)
     except BrokenPipeError:  # the reader of the output has gone (`| head -3`): stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         sys.exit(128 + signal.SIGPIPE)
-    _summary(writer.lines, translator)
+    _summary(writer.inputs, translator)
 
 
 def _translator(cfg: DictConfig, overrides: dict) -> Translator:
@@ -89,7 +98,7 @@ def _translator(cfg: DictConfig, overrides: dict) -> Translator:
 
         search = {key: overrides[key] for key in ("beam_size", "alpha", "max_len_offset") if key in overrides}
         return CTranslate2Translator(cfg.model_dir, batch_size=cfg.batch_size, device=cfg.device, **search)
-    trained = load_trained(cfg.ckpt, cfg.device)
+    trained = load_ensemble(cfg.ckpt, cfg.device)  # several checkpoints: their ensemble
     model = for_decoding(trained.model, **switches_of(cfg))  # ConfigError: int8 off the CPU
     return Translator(model, trained.vocab, decoding_settings(trained.decoding, overrides), batch_size=cfg.batch_size)
 
@@ -102,15 +111,17 @@ def _summary(lines: int, translator: Translator) -> None:
 class LineWriter:
     """Writes translations one a line, each group flushed at once (to the operating system: a kill
     of the process loses none of it), so that what is written is always a whole prefix of the
-    output; ``lines`` counts the lines written."""
+    output; ``lines`` counts the lines written, ``inputs`` the inputs they answer."""
 
     def __init__(self, out: TextIO):
-        self.out, self.lines = out, 0
+        self.out, self.lines, self.inputs = out, 0, 0
 
-    def write(self, texts: list[str]) -> None:
+    def write(self, texts: list[str], inputs: int | None = None) -> None:
+        """Write ``texts``, the answers of ``inputs`` inputs (None: one each)."""
         self.out.write("".join(text + "\n" for text in texts))
         self.out.flush()
         self.lines += len(texts)
+        self.inputs += len(texts) if inputs is None else inputs
 
 
 def _check_settings(cfg: DictConfig) -> None:
@@ -128,6 +139,10 @@ def _check_settings(cfg: DictConfig) -> None:
         if cfg.decoding.constrained:
             raise ConfigError("decoding.constrained=true is aiayn's own search; CTranslate2 cannot constrain its "
                               "output: use engine=aiayn ckpt=<file.ckpt>")
+        for key in ("stop", "nbest", "sampling", "temperature", "top_k", "top_p", "seed"):
+            if cfg.decoding[key] is not None:
+                raise ConfigError(f"decoding.{key} is aiayn's own search (CTranslate2 stops after beam_size finished "
+                                  "hypotheses, as decoding.stop=first_k); use engine=aiayn ckpt=<file.ckpt>")
         if cfg.int8 or cfg.compile or cfg.precision != "fp32":
             raise ConfigError("precision, int8 and compile are aiayn's own switches; a CTranslate2 model has its "
                               "type from the export (src/export.py format=ctranslate2 quantization=int8)")

@@ -34,7 +34,7 @@ def main(cfg: DictConfig) -> None:
     if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ConfigError(f"out={cfg.out} is a file; give a folder for the pictures")
     overrides = {key: value for key, value in cfg.decoding.items() if value is not None}
-    decoding_settings(overrides)  # checked before anything is loaded
+    decoding_settings(overrides, partial=True)  # checked before anything is loaded
     ckpt = Path(cfg.ckpt).absolute()
     if not ckpt.is_file():  # before the slow imports (torch, Lightning, matplotlib)
         raise DataError(f"{ckpt}: checkpoint not found")

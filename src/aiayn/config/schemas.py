@@ -93,6 +93,20 @@ class DecodingConfig:
     # Reuse the decoder's self-attention keys/values (the same outputs; tensor2tensor's fast decoding).
     kv_cache: Optional[bool] = True  # noqa: UP045
     constrained: Optional[bool] = False  # only well-formed trees over the input's words (parsing; ours)  # noqa: UP045
+    # When a sentence's beam search stops (the paper is silent): "paper", tensor2tensor's bound (the
+    # paper's code): once no live hypothesis, even at the largest length penalty, can beat the best
+    # finished one; "first_k": once beam_size hypotheses have finished (fairseq's and CTranslate2's).
+    stop: Optional[str] = "paper"  # noqa: UP045
+    # The k best hypotheses per input (k ≤ beam_size; with sampling, k samples), each with its scores.
+    nbest: Optional[int] = 1  # noqa: UP045
+    # Ancestral sampling instead of beam search: each token drawn from the model's distribution
+    # divided by `temperature`, cut to its `top_k` most probable tokens (0: all) and to the fewest
+    # whose probabilities add up to `top_p` (1.0: all); `seed` seeds the draws (reproducible).
+    sampling: Optional[bool] = False  # noqa: UP045
+    temperature: Optional[float] = 1.0  # noqa: UP045
+    top_k: Optional[int] = 0  # noqa: UP045
+    top_p: Optional[float] = 1.0  # noqa: UP045
+    seed: Optional[int] = 0  # noqa: UP045
 
 
 def overrides_of(schema: type) -> type:
@@ -112,10 +126,12 @@ for _name, _schema in {**SCHEMAS, "decoding_overrides": DecodingOverrides, "trai
     ConfigStore.instance().store(group="schema", name=_name, node=_schema)
 
 
-def decoding_settings(*layers: Mapping[str, Any] | None, where: str = "decoding.") -> dict[str, Any]:
+def decoding_settings(*layers: Mapping[str, Any] | None, where: str = "decoding.", partial: bool = False) -> dict[str, Any]:
     """The decoding settings of ``layers`` laid over :class:`DecodingConfig`'s defaults, each
     layer's None values left out (a checkpoint's settings, then a tool's overrides), checked:
-    a ConfigError names a key that is not a setting, a value of the wrong type or out of range."""
+    a ConfigError names a key that is not a setting, a value of the wrong type or out of range.
+    ``partial``: the layers are a tool's overrides alone, checked before a checkpoint's are known,
+    so settings are checked against one another only where the layers give both."""
     values: dict[str, Any] = {}
     for layer in layers:
         values.update({key: value for key, value in (layer or {}).items() if value is not None})
@@ -129,6 +145,7 @@ def decoding_settings(*layers: Mapping[str, Any] | None, where: str = "decoding.
         first = str(getattr(error, "msg", error)).strip().splitlines()[0]
         raise ConfigError(f"{where}{getattr(error, 'full_key', None) or '?'}: {first}") from None
     check_decoding(decoding, where)
+    check_sampling(values if partial else decoding, where)
     return decoding
 
 
@@ -141,6 +158,38 @@ def check_decoding(settings: Mapping[str, Any], where: str = "decoding.") -> Non
     alpha = settings.get("alpha")
     if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0):
         raise ConfigError(f"{where}alpha (the length penalty's exponent) must be a number, 0 or more, got {alpha!r}")
+
+
+STOPPING_RULES = ("paper", "first_k")
+SAMPLING_ONLY = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
+
+
+def check_sampling(settings: Mapping[str, Any], where: str = "decoding.") -> None:
+    """Raise ConfigError for a stopping rule, n-best or sampling setting that cannot be (None: not
+    given); n-best against the beam and the sampling settings against ``sampling`` only where
+    both are given (a tool's overrides alone may lack them)."""
+    stop, nbest, beam = settings.get("stop"), settings.get("nbest"), settings.get("beam_size")
+    if stop is not None and stop not in STOPPING_RULES:
+        raise ConfigError(f"{where}stop must be paper (tensor2tensor's bound, the paper's) or first_k (stop after "
+                          f"beam_size finished hypotheses, fairseq's and CTranslate2's), got {stop!r}")
+    for key, least in (("nbest", 1), ("top_k", 0), ("seed", 0)):
+        value = settings.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise ConfigError(f"{where}{key} must be a whole number of at least {least}, got {value!r}")
+    temperature, top_p = settings.get("temperature"), settings.get("top_p")
+    if temperature is not None and not temperature > 0:
+        raise ConfigError(f"{where}temperature must be above 0 (1.0: the model's own distribution), got {temperature!r}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ConfigError(f"{where}top_p must be above 0 and at most 1 (1.0: no cut), got {top_p!r}")
+    sampling = settings.get("sampling")
+    if sampling is False:
+        for key, off in SAMPLING_ONLY.items():
+            if settings.get(key) is not None and settings[key] != off:
+                raise ConfigError(f"{where}{key}={settings[key]} applies to sampling only; add {where}sampling=true, "
+                                  f"or leave {key} at {off}")
+        if nbest is not None and beam is not None and nbest > beam:
+            raise ConfigError(f"{where}nbest={nbest} asks for more hypotheses than the beam holds "
+                              f"({where}beam_size={beam}); raise beam_size to at least {nbest}, or lower nbest")
 
 # The widths width_divisor divides; N and h stay.
 WIDTHS = ("d_model", "d_ff", "d_k", "d_v")

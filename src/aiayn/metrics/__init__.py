@@ -1,5 +1,5 @@
 """Metrics: corpus BLEU as sacreBLEU reports it and as the paper computed it (tokenized BLEU),
-EVALB's parsing F1, and the scorers evaluation calls them through (:mod:`aiayn.metrics.scorers`).
+chrF and the Multi30k literature's lowercased BLEU, EVALB's parsing F1, and the scorers evaluation calls them through (:mod:`aiayn.metrics.scorers`).
 
 Depends on nothing else of aiayn, and on neither Lightning nor Hydra.
 """
@@ -7,7 +7,8 @@ Depends on nothing else of aiayn, and on neither Lightning nor Hydra.
 from __future__ import annotations
 
 from aiayn.metrics.bleu import BleuResult, moses_tokenize, sacrebleu_score, split_compounds, tokenized_bleu
+from aiayn.metrics.chrf import chrf_score, lowercased_bleu
 from aiayn.metrics.scorers import CorpusBleu, ParseF1, Scorer
 
-__all__ = ["BleuResult", "CorpusBleu", "ParseF1", "Scorer", "moses_tokenize", "sacrebleu_score", "split_compounds",
-           "tokenized_bleu"]
+__all__ = ["BleuResult", "CorpusBleu", "ParseF1", "Scorer", "chrf_score", "lowercased_bleu", "moses_tokenize",
+           "sacrebleu_score", "split_compounds", "tokenized_bleu"]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.metrics.bleu import sacrebleu_score, tokenized_bleu
+from aiayn.metrics.chrf import chrf_score, lowercased_bleu
 from aiayn.metrics.parseval import parseval
 
 __all__ = ["CorpusBleu", "ParseF1", "Report", "Scorer"]
@@ -58,7 +59,9 @@ class Scorer(ABC):
 class CorpusBleu(Scorer):
     """BLEU both ways (§6.1): ``bleu``, sacreBLEU of the detokenized output with its default
     settings (the headline), and ``tokenized_bleu``, the paper's: Moses-tokenized ``lang`` output
-    and references with compounds split, as tensor2tensor's ``get_ende_bleu.sh``."""
+    and references with compounds split, as tensor2tensor's ``get_ende_bleu.sh``; and, to compare
+    with what others report (docs/evaluation.md), ``chrf`` (sacreBLEU's chrF2) and
+    ``lowercased_bleu`` (Moses-tokenized, lowercased: the Multi30k literature's)."""
 
     name = "bleu"
 
@@ -69,20 +72,27 @@ class CorpusBleu(Scorer):
     def __call__(self, hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
         sacre = sacrebleu_score(hypotheses, references)
         tokenized = tokenized_bleu(hypotheses, references, self.lang)
+        chrf = chrf_score(hypotheses, references)
+        lowercased = lowercased_bleu(hypotheses, references, self.lang)
         self.signature = sacre.signature
         self.details = {"sacrebleu_signature": sacre.signature, "sacrebleu": sacre.details,
-                        "tokenized_bleu": tokenized.details}
-        return {"bleu": sacre.score, "tokenized_bleu": tokenized.score}
+                        "tokenized_bleu": tokenized.details, "chrf_signature": chrf.signature, "chrf": chrf.details,
+                        "lowercased_bleu_signature": lowercased.signature, "lowercased_bleu": lowercased.details}
+        return {"bleu": sacre.score, "tokenized_bleu": tokenized.score, "chrf": chrf.score,
+                "lowercased_bleu": lowercased.score}
 
     def describe(self, scores: dict[str, float], sentences: int) -> str:
         return (f"sacreBLEU on {sentences} sentences: {scores['bleu']:.2f} ({self.signature}); "
-                f"tokenized BLEU {scores['tokenized_bleu']:.2f}")
+                f"tokenized BLEU {scores['tokenized_bleu']:.2f}; chrF2 {scores['chrf']:.2f}; "
+                f"lowercased tokenized BLEU {scores['lowercased_bleu']:.2f}")
 
     def report(self, hypotheses: Sequence[str], references: Sequence[str], out_dir: Path, name: str) -> Report:
         figures = self(hypotheses, references)
         return Report(figures, [
             f"sacreBLEU       {figures['bleu']:6.2f}  ({self.signature})",
             f"tokenized BLEU  {figures['tokenized_bleu']:6.2f}  (Moses tokenization + compound splitting, as the paper)",
+            f"chrF2           {figures['chrf']:6.2f}  ({self.details['chrf_signature']})",
+            f"lowercased BLEU {figures['lowercased_bleu']:6.2f}  (Moses tokenization, lowercased: as Multi30k papers)",
         ], dict(self.details))
 
 

@@ -15,6 +15,13 @@ is silent on this; it is tensor2tensor's fast decoding. ``kv_cache=False`` re-ru
 over the whole prefix at every step instead (the encoder-decoder keys/values are still projected
 once per source); it gives the same outputs and exists to measure what the cache saves.
 
+Beam search stops a sentence by one of two rules (``stop``; the paper is silent, ours to offer):
+``"paper"``, tensor2tensor's (the paper's code): once no live hypothesis, even given the largest
+length penalty it could still get, can beat the best finished one (the n-th best, for n-best
+lists); ``"first_k"``, fairseq's and CTranslate2's: once ``beam_size`` hypotheses have finished.
+``beam_search_nbest`` gives each sentence's ``nbest`` best hypotheses with their scores
+(:class:`Hypothesis`); ``beam_search`` the best one's tokens.
+
 Both take an optional ``constraint`` (:class:`OutputConstraint`): at every step the tokens it
 does not allow get log-probability -inf, so only outputs of a given form are found (the parser's
 well-formed trees, ``aiayn.data.parsing.constraints``). Without one the search is as above.
@@ -23,11 +30,12 @@ well-formed trees, ``aiayn.data.parsing.constraints``). Without one the search i
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
+from aiayn.model.finished import FinishedHypotheses, Hypothesis
 from aiayn.model.transformer import DecoderState, Transformer
 
 
@@ -65,6 +73,29 @@ def _max_lengths(model: Transformer, src_mask: Tensor, max_len_offset: int) -> T
     return (src_lengths + max_len_offset).clamp(max=model.max_positions)  # (batch,)
 
 
+def start_search(model: Any, src: Tensor, rows: Tensor | None = None) -> tuple[Any, Tensor]:
+    """Encode ``src`` (batch, src_len): the decoder's state for each source of ``rows`` (the
+    source each hypothesis decodes; None: each source once) and the sources' mask (batch, 1, 1,
+    src_len). An ensemble (aiayn.model.ensemble) starts each of its models."""
+    if hasattr(model, "start_search"):
+        return model.start_search(src, rows)
+    memory, src_mask, _ = model.encode(src)  # (batch, src_len, d_model), (batch, 1, 1, src_len)
+    if rows is None:
+        return model.start_decoding(memory, src_mask), src_mask
+    # memory (rows, src_len, d_model), src_mask (rows, 1, 1, src_len)
+    return model.start_decoding(memory.index_select(0, rows), src_mask.index_select(0, rows)), src_mask
+
+
+def next_log_probs(model: Any, tokens: Tensor, state: Any, kv_cache: bool) -> tuple[Tensor, Any]:
+    """log P(next token | ``tokens``, source) (rows, vocab) in float32 and the state after the
+    step: the model's logits through a log-softmax; an ensemble gives its own (the mean of its
+    models' log-probabilities)."""
+    if hasattr(model, "next_log_probs"):
+        return model.next_log_probs(tokens, state, kv_cache)
+    logits, state = _next_logits(model, tokens, state, kv_cache)  # (rows, vocab)
+    return logits.float().log_softmax(-1), state
+
+
 def _next_logits(model: Transformer, tokens: Tensor, state: DecoderState, kv_cache: bool) -> tuple[Tensor, DecoderState]:
     """Logits (rows, vocab) of the token after ``tokens`` (rows, t), BOS first; rows is batch for
     greedy search, (active sentences)·beam for beam search.
@@ -90,8 +121,7 @@ def greedy_search(
     ``constraint``). Returns token ids without BOS/EOS, per sentence. A sentence leaves the batch
     when it ends (EOS or its maximum length), so the others do not carry it along.
     ``kv_cache``: reuse the self-attention keys/values of earlier steps (see the module docstring)."""
-    memory, src_mask, _ = model.encode(src)  # (batch, src_len, d_model), (batch, 1, 1, src_len)
-    state = model.start_decoding(memory, src_mask)
+    state, src_mask = start_search(model, src)  # src_mask (batch, 1, 1, src_len)
     max_lengths = _max_lengths(model, src_mask, max_len_offset)  # (batch,)
     batch, longest = src.size(0), int(max_lengths.max())
     # Each sentence's output so far, EOS after its end: (batch, longest)
@@ -124,9 +154,15 @@ def _strip(ids: list[int], eos_id: int, limit: int) -> list[int]:
     return ids[: ids.index(eos_id)] if eos_id in ids else ids
 
 
+def beam_search(model: Any, src: Tensor, **settings: Any) -> list[list[int]]:
+    """The best hypothesis per sentence (token ids without BOS/EOS) of :func:`beam_search_nbest`
+    with the same settings (``nbest`` 1)."""
+    return [hypotheses[0].tokens for hypotheses in beam_search_nbest(model, src, **settings)]
+
+
 @torch.no_grad()
-def beam_search(
-    model: Transformer,
+def beam_search_nbest(
+    model: Any,
     src: Tensor,
     *,
     bos_id: int,
@@ -136,18 +172,22 @@ def beam_search(
     max_len_offset: int,
     kv_cache: bool = True,
     constraint: OutputConstraint | None = None,
-) -> list[list[int]]:
-    """Beam search over a batch of sentences at once; returns the best hypothesis per sentence
-    (token ids without BOS/EOS), ranked by log-probability / lp. ``beam_size``, ``alpha`` and
-    ``max_len_offset`` have no defaults here: the paper's (4, 0.6, 50) live in the decoding
-    settings of aiayn.config, which this package does not import.
+    stop: str = "paper",
+    nbest: int = 1,
+) -> list[list[Hypothesis]]:
+    """Beam search over a batch of sentences at once; returns the ``nbest`` best hypotheses per
+    sentence, best first, ranked by log-probability / lp (fewer only where fewer were found).
+    ``beam_size``, ``alpha`` and ``max_len_offset`` have no defaults here: the paper's (4, 0.6, 50)
+    live in the decoding settings of aiayn.config, which this package does not import.
 
     Each step extends every live hypothesis and ranks the 2·beam best candidates per sentence:
     those among the best ``beam_size`` that end in EOS are finished; the best ``beam_size`` not
     ending in EOS live on.
-    A sentence stops when it reaches its maximum length or when even its best live hypothesis,
-    given the largest length penalty it could still get, cannot beat its best finished one
-    (log-probabilities only fall as a hypothesis grows). Finished sentences leave the batch.
+    A sentence stops when it reaches its maximum length (its live hypotheses then count as
+    finished, without EOS) or by the rule ``stop`` (see the module docstring): "paper", when even
+    its best live hypothesis, given the largest length penalty it could still get, cannot beat its
+    ``nbest``-th best finished one (log-probabilities only fall as a hypothesis grows);
+    "first_k", when ``beam_size`` hypotheses have finished. Finished sentences leave the batch.
     ``kv_cache``: reuse the self-attention keys/values of earlier steps (see the module docstring).
     ``constraint``: only the tokens it allows are candidates (the others score -inf).
     """
@@ -155,14 +195,16 @@ def beam_search(
         raise ValueError(f"beam_size must be a whole number of at least 1, got {beam_size!r}")
     if max_len_offset < 0:
         raise ValueError(f"max_len_offset must be 0 or more, got {max_len_offset!r}")
+    if stop not in ("paper", "first_k"):
+        raise ValueError(f"stop must be 'paper' or 'first_k', got {stop!r}")
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest must be between 1 and beam_size={beam_size}, got {nbest!r}")
     batch, k = src.size(0), beam_size
     device = src.device
-    memory, src_mask, _ = model.encode(src)  # (batch, src_len, d_model), (batch, 1, 1, src_len)
+    rows = torch.arange(batch, device=device).repeat_interleave(k)  # (batch·beam,): each hypothesis's sentence
+    state, src_mask = start_search(model, src, rows)  # a state of batch·beam rows; src_mask (batch, 1, 1, src_len)
     max_lengths = _max_lengths(model, src_mask, max_len_offset)  # (batch,)
     longest = int(max_lengths.max())  # the loop's bound: a wait on the device, once per search
-    rows = torch.arange(batch, device=device).repeat_interleave(k)  # (batch·beam,): each hypothesis's sentence
-    # memory (batch·beam, src_len, d_model), src_mask (batch·beam, 1, 1, src_len)
-    state = model.start_decoding(memory.index_select(0, rows), src_mask.index_select(0, rows))
     # (batch·beam,) constraint states, or None
     constrained = constraint.start(src, max_lengths).select(rows) if constraint is not None else None
 
@@ -170,16 +212,16 @@ def beam_search(
     tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)  # (batch·beam, 1): BOS
     scores = torch.full((batch, k), float("-inf"), device=device)  # (batch, beam)
     scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 1
-    # The best finished hypothesis of each sentence so far, kept on the device (no host
-    # synchronisation per step): its score, tokens (without BOS/EOS) and length.
-    best = _Best(batch, longest, device)
+    # The best `nbest` finished hypotheses of each sentence so far, kept on the device (no host
+    # synchronisation per step): their scores, log-probabilities, tokens (without BOS/EOS), lengths.
+    best = FinishedHypotheses(batch, nbest, longest, device)
+    finished = torch.zeros(batch, dtype=torch.long, device=device)  # (batch,): hypotheses finished ("first_k")
 
     # In the loop, n ≤ batch counts the sentences still active: tokens is (n·beam, step), scores (n, beam).
     # The loop waits on the device once per step: for the stopping test (which sentences go on).
     for step in range(1, longest + 1):
         n = active.numel()
-        logits, state = _next_logits(model, tokens, state, kv_cache)  # (n·beam, vocab)
-        log_probs = logits.float().log_softmax(-1)  # (n·beam, vocab)
+        log_probs, state = next_log_probs(model, tokens, state, kv_cache)  # (n·beam, vocab)
         if constrained is not None:
             log_probs = log_probs.masked_fill(~constrained.allowed(), float("-inf"))
         vocab = log_probs.size(-1)
@@ -198,9 +240,16 @@ def beam_search(
         finishes[:, k:] = False
         # (n, 2·beam)
         finished_scores = (top_scores / length_penalty(step, alpha)).masked_fill(~finishes, float("-inf"))
-        step_best, step_pos = finished_scores.max(-1)  # (n,) each
-        # the hypotheses (n·beam, step) that each sentence's best finished candidate extends: (n, step - 1)
-        best.record(active, step_best, tokens[first_row[:, 0] + origin.gather(1, step_pos[:, None])[:, 0], 1:])
+        if nbest == 1:  # each sentence's best finished candidate: (n,) each
+            step_best, step_pos = finished_scores.max(-1)
+            picked = step_pos[:, None]  # (n, 1)
+        else:  # every finished candidate among the best k: (n, k)
+            step_best, picked = finished_scores[:, :k], torch.arange(k, device=device).expand(n, k)
+        # the hypotheses (n·beam, step) that the picked candidates extend: (n, m, step - 1)
+        extended = tokens[(first_row + origin.gather(1, picked)).view(-1), 1:].view(n, picked.size(1), step - 1)
+        best.record(active, step_best.view(n, -1), top_scores.gather(1, picked), extended)
+        if stop == "first_k":
+            finished[active] += finishes.sum(-1)
 
         # The best `k` candidates not ending in EOS live on (at most k of the 2k end in EOS).
         # (n, beam) each
@@ -215,11 +264,16 @@ def beam_search(
 
         sentence_max = max_lengths[active]  # (n,)
         at_max = step >= sentence_max  # (n,)
-        # Out of length: the best live hypothesis counts as finished, without EOS. (n,)
-        at_max_scores = (scores[:, 0] / length_penalty(step, alpha)).masked_fill(~at_max, float("-inf"))
-        best.record(active, at_max_scores, tokens[first_row[:, 0], 1:])  # each sentence's beam 0: (n, step)
-        can_improve = scores[:, 0] / length_penalty(sentence_max.float(), alpha) > best.scores[active]  # (n,)
-        keep = (~at_max & can_improve).nonzero().squeeze(1)  # (n_kept,): indices into the n active
+        # Out of length: the best live hypotheses (nbest of them) count as finished, without EOS. (n, nbest)
+        at_max_scores = (scores[:, :nbest] / length_penalty(step, alpha)).masked_fill(~at_max[:, None], float("-inf"))
+        # each sentence's first nbest beams: (n, nbest, step)
+        best.record(active, at_max_scores, scores[:, :nbest], tokens.view(n, k, step + 1)[:, :nbest, 1:])
+        if stop == "paper":
+            # (n,): can the best live hypothesis still beat the nbest-th best finished one?
+            going = scores[:, 0] / length_penalty(sentence_max.float(), alpha) > best.scores[active, -1]
+        else:
+            going = finished[active] < k  # (n,)
+        keep = (~at_max & going).nonzero().squeeze(1)  # (n_kept,): indices into the n active
         if keep.numel() == 0:
             break
         if keep.numel() < n:
@@ -231,35 +285,13 @@ def beam_search(
     return best.hypotheses()
 
 
-class _Best:
-    """Each sentence's best finished hypothesis so far, on the device: ``scores`` (batch,),
-    ``tokens`` (batch, longest) without BOS/EOS, ``lengths`` (batch,)."""
-
-    def __init__(self, batch: int, longest: int, device: torch.device):
-        self.scores = torch.full((batch,), float("-inf"), device=device)
-        self.tokens = torch.zeros(batch, longest, dtype=torch.long, device=device)
-        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)
-
-    def record(self, active: Tensor, new_scores: Tensor, hypotheses: Tensor) -> None:
-        """Where ``new_scores`` (n,) beats the best score of the sentence ``active`` (n,), that
-        sentence's best becomes its row of ``hypotheses`` (n, length)."""
-        improved = new_scores > self.scores[active]  # (n,)
-        self.scores[active] = torch.where(improved, new_scores, self.scores[active])
-        length = hypotheses.size(1)
-        # (n, length): the new hypothesis where improved, the old tokens elsewhere
-        self.tokens[active, :length] = torch.where(improved[:, None], hypotheses, self.tokens[active, :length])
-        self.lengths[active] = torch.where(improved, length, self.lengths[active])
-
-    def hypotheses(self) -> list[list[int]]:
-        """Token ids of each sentence's best hypothesis (one transfer to the host)."""
-        return [row[:length] for row, length in zip(self.tokens.tolist(), self.lengths.tolist())]
-
-
 def _reorder_beams(state: DecoderState, rows: Tensor) -> DecoderState:
     """The state of the hypotheses ``rows``, each taken from a beam of its own sentence: only the
     self-attention cache differs between a sentence's beams, so the source mask and the encoder-
     decoder keys/values (the same for all of them) are kept as they are, not copied every step.
     Any other state (e.g. a test's stand-in model) is reordered whole by its ``select``."""
+    if hasattr(state, "reorder_beams"):  # an ensemble's states: each reordered as here
+        return state.reorder_beams(rows)
     if not isinstance(state, DecoderState):
         return state.select(rows)
     # K (n·beam, h, length, d_k), V (n·beam, h, length, d_v), rows picked along dim 0

@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from aiayn.config.schemas import check_against_schemas, check_decoding, network_arguments
+from aiayn.config.schemas import check_against_schemas, check_decoding, check_sampling, network_arguments
 from aiayn.data.datamodule import output_constraint
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import sustained_tflops
@@ -105,6 +105,7 @@ def _check_task(task: Mapping[str, Any]) -> None:
 
 def _check_decoding(decoding: Mapping[str, Any], task: Mapping[str, Any]) -> None:
     check_decoding(decoding)
+    check_sampling(decoding)  # the stopping rule, n-best and sampling, as every tool checks them
     if decoding.get("constrained") and output_constraint(task) is None:
         raise ConfigError(f"decoding.constrained=true decodes linearised trees, for parsing tasks; task "
                           f"{task.get('name')} has no trees: set it to false")

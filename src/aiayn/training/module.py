@@ -13,9 +13,9 @@ import torch.distributed as dist
 from torchmetrics import MeanMetric
 
 from aiayn.errors import UserError
-from aiayn.inference import search_arguments
+from aiayn.inference import Search
 from aiayn.metrics.scorers import Scorer
-from aiayn.model import Transformer, beam_search
+from aiayn.model import Transformer
 from aiayn.model.loss import label_smoothed_loss
 from aiayn.reporting.loggers import run_ids
 from aiayn.training.schedule import transformer_scheduler
@@ -71,7 +71,7 @@ class TranslationModule(L.LightningModule):
         self.label_smoothing = float(label_smoothing)
         self.model = Transformer(vocab_size, vocab_size, pad_id=pad_id, **model)
         self.optim, self.decoding = dict(optim), dict(decoding)
-        self._search: dict[str, Any] | None = None  # beam_search's arguments, from the data's vocabulary when first needed
+        self._search: Search | None = None  # how to decode, from the data's vocabulary when first needed
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.bleu_sentences = bleu_sentences
         self.eval_loss, self.eval_nll = MeanMetric(), MeanMetric()
@@ -249,8 +249,8 @@ class TranslationModule(L.LightningModule):
             selected = batch["index"] < bleu_sentences
         if selected.any():
             if self._search is None:  # the tree constraint, where decoding asks for one, is built once
-                self._search = search_arguments(self.decoding, self.trainer.datamodule.vocab)
-            hypotheses = beam_search(self.model, batch["src"][selected], **self._search)
+                self._search = Search(self.decoding, self.trainer.datamodule.vocab)
+            hypotheses = self._search.best(self.model, batch["src"][selected])
             texts = self.trainer.datamodule.vocab.decode(hypotheses)
             self.hypotheses.extend(zip(batch["index"][selected].tolist(), texts))
 

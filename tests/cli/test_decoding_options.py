@@ -1,0 +1,134 @@
+"""translate.py and evaluate.py with the decoding options beyond the paper's (n-best lists,
+sampling, ensembles, the stopping rule) on the session's tiny trained run, in this process; each
+against the same tool's plain output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import sentencepiece
+import torch
+
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import TrainedRun
+
+LINES = ["A man is riding a bike.", "", "Two dogs play in the snow.", "A woman sings.", "Children run on a beach."]
+# A length penalty this strong keeps the 4-step model from ending every translation at once, so the
+# hypotheses differ (tests/test_inference.py).
+STRONG = ["decoding.alpha=20.0", "decoding.max_len_offset=5"]
+
+
+def translated(tiny_run: TrainedRun, data_root: Path, tmp_path: Path, *settings: str, ckpt: str | None = None,
+               name: str = "out") -> list[str]:
+    source = tmp_path / "in.en"
+    source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    out = tmp_path / f"{name}.de"
+    run_tool("src/translate.py", f"ckpt={ckpt or tiny_run.last}", f"input={source}", f"out={out}", *settings,
+             data_root=data_root, cache_dir=tiny_run.cache_dir)
+    return out.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def test_nbest_lists_k_hypotheses_an_input_the_first_the_1best(tiny_run: TrainedRun, data_root: Path,
+                                                               tmp_path: Path) -> None:
+    one = translated(tiny_run, data_root, tmp_path, "decoding.beam_size=3", *STRONG, name="one")
+    lines = translated(tiny_run, data_root, tmp_path, "decoding.beam_size=3", "decoding.nbest=3", *STRONG)
+    rows = [line.split("\t") for line in lines]
+    assert all(len(row) == 4 for row in rows)
+    by_input: dict[int, list[list[str]]] = {}
+    for row in rows:
+        by_input.setdefault(int(row[0]), []).append(row)
+    assert sorted(by_input) == list(range(len(LINES)))
+    assert [hypotheses[0][3] for _, hypotheses in sorted(by_input.items())] == one
+    assert len(by_input[1]) == 1 and by_input[1][0][1:] == ["0.0000", "0.0000", ""]  # the empty line
+    for index, hypotheses in by_input.items():
+        if index != 1:
+            assert len(hypotheses) == 3 and len({h[3] for h in hypotheses}) == 3
+            scores = [float(h[1]) for h in hypotheses]
+            assert scores == sorted(scores, reverse=True) and all(float(h[2]) <= 0 for h in hypotheses)
+
+
+def test_sampling_is_reproducible_and_with_top_k_1_is_greedy(tiny_run: TrainedRun, data_root: Path,
+                                                             tmp_path: Path) -> None:
+    greedy = translated(tiny_run, data_root, tmp_path, "decoding.beam_size=1", "decoding.alpha=0",
+                        "decoding.max_len_offset=5", name="greedy")
+    top1 = translated(tiny_run, data_root, tmp_path, "decoding.sampling=true", "decoding.top_k=1",
+                      "decoding.temperature=0.5", "decoding.max_len_offset=5", name="top1")
+    assert top1 == greedy
+    draw = lambda seed, name: translated(tiny_run, data_root, tmp_path, "decoding.sampling=true", "decoding.nbest=3",
+                                         f"decoding.seed={seed}", "decoding.max_len_offset=5", name=name)
+    first = draw(1, "a")
+    assert draw(1, "b") == first
+    assert draw(2, "c") != first
+    assert len(first) == 3 * 4 + 1  # 3 samples of each of 4 sentences, one line for the empty one
+
+
+def test_an_ensemble_of_a_checkpoint_with_itself_translates_as_the_checkpoint(tiny_run: TrainedRun, data_root: Path,
+                                                                              tmp_path: Path) -> None:
+    alone = translated(tiny_run, data_root, tmp_path, *STRONG, name="alone")
+    assert any(alone)
+    ensemble = translated(tiny_run, data_root, tmp_path, *STRONG, ckpt=f"{tiny_run.last},{tiny_run.last}")
+    assert ensemble == alone
+
+
+def test_an_ensemble_of_other_tasks_or_vocabularies_is_refused_in_one_line(tiny_run: TrainedRun, data_root: Path,
+                                                                           tmp_path: Path) -> None:
+    checkpoint = torch.load(tiny_run.last, map_location="cpu", weights_only=False)
+    task = checkpoint["hyper_parameters"]["run_config"]["task"]
+    checkpoint["hyper_parameters"]["run_config"]["task"] = {
+        **task, "name": "multi30k_de_en", "datamodule": {**task["datamodule"], "src_lang": "de", "tgt_lang": "en"}}
+    other_task = tmp_path / "other_task.ckpt"
+    torch.save(checkpoint, other_task)
+    checkpoint = torch.load(tiny_run.last, map_location="cpu", weights_only=False)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"{line} {i}\n" for i, line in enumerate(LINES * 40)), encoding="utf-8")
+    sentencepiece.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "other"), vocab_size=60,
+                                             pad_id=0, unk_id=1, bos_id=2, eos_id=3)
+    checkpoint["subwords"] = (tmp_path / "other.model").read_bytes()
+    other_vocab = tmp_path / "other_vocab.ckpt"
+    torch.save(checkpoint, other_vocab)
+    for other, wanted in ((other_task, "was trained on task multi30k_de_en"), (other_vocab, "another subword vocabulary")):
+        for tool in ("src/translate.py", "src/evaluate.py"):
+            result = run_tool(tool, f"ckpt={tiny_run.last},{other}", f"out={tmp_path / 'x'}", data_root=data_root,
+                              cache_dir=tiny_run.cache_dir, check=False, stdin="A man.\n")
+            assert result.returncode == 2, result.stderr
+            assert wanted in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.slow
+def test_evaluate_writes_the_nbest_list_and_reports_chrf_and_lowercased_bleu(tiny_run: TrainedRun, data_root: Path,
+                                                                            tmp_path: Path) -> None:
+    from aiayn.data.readers import read_lines
+    from aiayn.metrics import chrf_score, lowercased_bleu
+
+    result = run_tool("src/evaluate.py", f"ckpt={tiny_run.last}", "split=val", f"out={tmp_path}", "wandb=disabled",
+                      "decoding.beam_size=2", "decoding.nbest=2", "decoding.stop=first_k", *STRONG,
+                      data_root=data_root, cache_dir=tiny_run.cache_dir)
+    assert "chrF2" in result.stdout and "lowercased BLEU" in result.stdout and "n-best" in result.stdout
+    report = json.loads(next(tmp_path.glob("val.step*.first_k.nbest2.json")).read_text())
+    hypotheses = Path(report["hypotheses"]).read_text(encoding="utf-8").split("\n")[:-1]
+    nbest = [line.split("\t") for line in Path(report["nbest"]).read_text(encoding="utf-8").split("\n")[:-1]]
+    firsts = {}
+    for index, _, _, text in nbest:
+        firsts.setdefault(int(index), text)
+    assert [firsts[i] for i in range(len(hypotheses))] == hypotheses and len(hypotheses) == 1014
+    references = read_lines(data_root / "multi30k" / "val.de.gz")
+    assert report["val/chrf"] == pytest.approx(chrf_score(hypotheses, references).score)
+    assert report["val/lowercased_bleu"] == pytest.approx(lowercased_bleu(hypotheses, references, "de").score)
+    assert report["decoding"]["stop"] == "first_k" and report["decoding"]["nbest"] == 2
+
+
+@pytest.mark.parametrize("setting, wanted", [
+    ("decoding.nbest=5", "decoding.nbest=5 asks for more hypotheses than the beam holds"),
+    ("decoding.stop=fairseq", "decoding.stop must be paper"),
+    ("decoding.top_k=5", "decoding.top_k=5 applies to sampling only"),
+    ("decoding.temperature=0", "decoding.temperature must be above 0"),
+])
+def test_bad_decoding_options_are_one_line(setting: str, wanted: str, tiny_run: TrainedRun, data_root: Path,
+                                           tmp_path: Path) -> None:
+    for tool in ("src/translate.py", "src/evaluate.py"):
+        result = run_tool(tool, f"ckpt={tiny_run.last}", setting, "decoding.beam_size=4", f"out={tmp_path / 'x'}",
+                          data_root=data_root, cache_dir=tiny_run.cache_dir, check=False, stdin="A man.\n")
+        assert result.returncode == 2 and wanted in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
