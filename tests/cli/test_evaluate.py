@@ -226,6 +226,9 @@ BAD_INPUT = [
     (["batch_size=0"], "batch_size must be a whole number of at least 1, got 0"),
     (["precision=fp8"], "precision must be one of fp32, bf16, fp16, got 'fp8'"),
     (["int8=true", "precision=bf16"], "int8 quantises fp32 weights; it cannot be combined with precision=bf16"),
+    # Checked before the checkpoint is loaded and the split translated (it died after the work).
+    (["out={folder}/last.ckpt"], ("out={folder}/last.ckpt is a file; give a folder to write the hypotheses and report "
+                                 "into")),
     # A task of another kind than the checkpoint's (another direction: test_evaluate_translate.py).
     (["task=wsj"], ("{folder}/last.ckpt was trained on task multi30k_en_de, which translates en→de, but task wsj "
                     "parses sentences into trees; pick a task of the same kind and direction")),

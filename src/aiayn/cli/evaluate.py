@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import hydra
@@ -33,6 +34,7 @@ from aiayn.cli.renamed import accepts_old_names
 from aiayn.config.schemas import decoding_settings
 from aiayn.decoding_speed import for_decoding, switches_of
 from aiayn.errors import ConfigError
+from aiayn.files import atomic_write_text
 from aiayn.inference import nbest_lines, perplexity, translate, tree_constraint
 from aiayn.reporting.loggers import wandb_logger
 
@@ -60,6 +62,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     switches = switches_of(cfg)  # precision, int8 and compile
     for path in ensemble:
         _check_checkpoint_file(Path(path))
+    out_dir = Path(cfg.out) if cfg.out else ckpt.resolve().parent.parent / "eval"
+    _check_out_dir(out_dir, "out" if cfg.out else "the default out (<run>/eval)")  # before any decoding
     averaged = last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [ckpt]  # DataError: too few
     trained = load_ensemble(cfg.ckpt, cfg.device)
     device = str(next(trained.model.parameters()).device)
@@ -85,15 +89,15 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     model = for_decoding(trained.model, **switches)
     result = translate(model, trained.vocab, sources, decoding, batch_size=cfg.batch_size)
 
-    out_dir = Path(cfg.out) if cfg.out else ckpt.resolve().parent.parent / "eval"
     out_dir.mkdir(parents=True, exist_ok=True)
     name = report_name(split, steps, {**decoding, **switches}, len(ensemble))
     hypotheses_file = out_dir / f"{name}.hyp.{datamodule.tgt_lang}"
-    hypotheses_file.write_text("".join(text + "\n" for text in result.texts), encoding="utf-8")
+    # Whole or not at all (a full disk, a kill): a later step or tool trusts what is there.
+    atomic_write_text(hypotheses_file, "".join(text + "\n" for text in result.texts))
     files = {"hypotheses": str(hypotheses_file)}
     if decoding["nbest"] > 1:  # every hypothesis, with its index and scores
         files["nbest"] = str(out_dir / f"{name}.nbest.{datamodule.tgt_lang}")
-        Path(files["nbest"]).write_text("".join(line + "\n" for line in nbest_lines(result.nbest)), encoding="utf-8")
+        atomic_write_text(files["nbest"], "".join(line + "\n" for line in nbest_lines(result.nbest)))
     scored = datamodule.scorer().report(result.texts, references, out_dir, name)  # the Scorer validation uses
     metrics = {f"{cfg.split}/{key}": value for key, value in scored.figures.items()}
     metrics.update({
@@ -107,7 +111,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         "speed_switches": switches, "device": device, **files, **scored.details,
         "ppl_tokens": n_tokens, **metrics,
     }
-    (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    atomic_write_text(out_dir / f"{name}.json", json.dumps(report, indent=2) + "\n")
 
     which = (f"steps {steps[0]}–{steps[-1]}, average of {len(averaged)} checkpoints "
              f"({', '.join(path.name for path in averaged)})" if len(averaged) > 1 else f"step {trained.step}")
@@ -231,6 +235,16 @@ def _moved(value, old_root: str, new_root: str):
     if isinstance(value, str) and (value == old_root or value.startswith(old_root.rstrip("/") + "/")):
         return new_root + value[len(old_root):]
     return value
+
+
+def _check_out_dir(out_dir: Path, what: str) -> None:
+    """ConfigError unless ``out_dir`` is a folder, or one that can be made, where this user may write."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"{what}={out_dir} is a file; give a folder to write the hypotheses and report into")
+    existing = next((folder for folder in (out_dir, *out_dir.parents) if folder.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what}={out_dir}: cannot write there ({existing} is not a folder this user may write "
+                          "in); give out=<a folder of yours>")
 
 
 def _log_to_wandb(cfg, trained, out_dir, name, metrics, decoding, summary) -> None:
