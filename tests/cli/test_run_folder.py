@@ -88,7 +88,7 @@ def test_two_runs_started_together_get_two_folders_and_two_resumes_of_one_run_do
     assert len(folders) == 2, folders
     seeds = {}
     for folder in folders:
-        names = sorted(p.name for p in (folder / "checkpoints").iterdir())
+        names = sorted(p.name for p in (folder / "checkpoints").glob("*.ckpt"))
         assert names == ["last.ckpt", "step0000002.ckpt", "step0000004.ckpt"], names  # never a "-v1"
         seed = torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False)["hyper_parameters"]["run_config"]
         seeds[seed["seed"]] = folder
