@@ -13,7 +13,6 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
-from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import OmegaConf
 
 from aiayn.config.schemas import ModelConfig, check_against_schemas, network_arguments
@@ -23,6 +22,7 @@ from aiayn.training.callbacks import AttentionPicturesCallback, RunSummaryCallba
 from aiayn.training.config_check import check_train_config
 from aiayn.training.preemption import PreemptionCallback
 from aiayn.training.progress import StepRichProgressBar, StepTQDMProgressBar
+from aiayn.training.saving import StepCheckpoint, ValidateLastStep
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -138,8 +138,9 @@ def test_the_callbacks_are_built_from_their_config_and_the_runs_settings(tmp_pat
     cfg.paths.output_dir = str(tmp_path)
     assert "every_n_minutes" not in cfg.callbacks.timed_checkpoints and "gpu" not in cfg.callbacks.run_summary
     built = build_callbacks(cfg.callbacks, run_settings(cfg))
-    steps, timed, pictures, summary, bar, preemption = built
-    assert isinstance(steps, ModelCheckpoint) and isinstance(timed, ModelCheckpoint)
+    last_step, steps, timed, pictures, summary, bar, preemption = built
+    assert isinstance(last_step, ValidateLastStep)
+    assert isinstance(steps, StepCheckpoint) and isinstance(timed, StepCheckpoint)
     assert (steps.dirpath, steps.filename, steps._every_n_train_steps, steps.save_top_k, steps.save_last) == (
         str(tmp_path / "checkpoints"), "step{step:07d}", 1000, -1, True)
     assert (timed.filename, timed._train_time_interval.total_seconds(), timed.save_top_k, timed.monitor) == (
@@ -152,4 +153,4 @@ def test_the_callbacks_are_built_from_their_config_and_the_runs_settings(tmp_pat
     cfg = compose_train("checkpoint.every_n_minutes=null", "visualize_at_end=false", "trainer.enable_progress_bar=false")
     cfg.paths.output_dir = str(tmp_path)
     kinds = [type(callback) for callback in build_callbacks(cfg.callbacks, run_settings(cfg))]
-    assert kinds == [ModelCheckpoint, RunSummaryCallback, PreemptionCallback]
+    assert kinds == [ValidateLastStep, StepCheckpoint, RunSummaryCallback, PreemptionCallback]
