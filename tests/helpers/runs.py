@@ -96,6 +96,8 @@ def train(run_dir: Path, *overrides: str, **options) -> subprocess.CompletedProc
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     """Every file and folder under ``folder``: its size and modification time, to tell whether
-    anything was written there."""
+    anything was written there. The run's lock file (aiayn.cli.run_folder.LOCK) is left out: a run
+    that would resume the folder holds it before it checks the checkpoint (and may be refused),
+    which changes the holder's note in it and nothing of the run."""
     return {str(path.relative_to(folder)): (path.lstat().st_size, path.lstat().st_mtime_ns)
-            for path in sorted(folder.rglob("*"))}
+            for path in sorted(folder.rglob("*")) if path.name != ".lock"}
