@@ -7,6 +7,7 @@ is removed when the write fails.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -61,3 +62,12 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """``text`` as UTF-8 into ``path``, atomically."""
     return atomic_write(path, lambda file: file.write(text.encode("utf-8")))
+
+
+def file_digest(path: str | os.PathLike, algorithm: str = "sha256", **options: Any) -> str:
+    """The hex digest of a file's bytes by ``hashlib.new(algorithm, **options)``, read in 4 MiB blocks."""
+    hasher = hashlib.new(algorithm, **options)
+    with open(path, "rb") as file:
+        while block := file.read(1 << 22):
+            hasher.update(block)
+    return hasher.hexdigest()

@@ -10,14 +10,13 @@ beside a save that writes the same bytes to disk.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
+from aiayn import files
 from aiayn.files import atomic_write_text
 
 SUFFIX = ".blake2b"
-_CHUNK = 1 << 22
 
 
 def digest_path(path: Path, follow: bool = False) -> Path:
@@ -29,11 +28,7 @@ def digest_path(path: Path, follow: bool = False) -> Path:
 
 
 def file_digest(path: str | os.PathLike) -> str:
-    hasher = hashlib.blake2b(digest_size=32)
-    with open(path, "rb") as file:
-        while chunk := file.read(_CHUNK):
-            hasher.update(chunk)
-    return hasher.hexdigest()
+    return files.file_digest(path, "blake2b", digest_size=32)
 
 
 def write_digest(path: Path, written: str | os.PathLike) -> None:
