@@ -106,7 +106,19 @@ def train(cfg: DictConfig) -> dict[str, float]:
         except UserError:
             _remove_unstarted_run(run_dir)  # a run that never started leaves no folder behind
             raise
-        return _fit_and_test(cfg, config, resume, datamodule, module, loggers, trainer)
+        before = set(run_dir.iterdir())
+        try:
+            return _fit_and_test(cfg, config, resume, datamodule, module, loggers, trainer)
+        except UserError:
+            # Refused as the data was loaded (an evaluation example longer than a batch may be),
+            # before the first step of a run that resumed nothing: what this attempt's loggers
+            # made goes too.
+            if resume is None and trainer.global_step == 0:
+                close_runs(loggers)
+                for made in set(run_dir.iterdir()) - before:
+                    shutil.rmtree(made, ignore_errors=True) if made.is_dir() else made.unlink(missing_ok=True)
+                _remove_unstarted_run(run_dir)
+            raise
 
 
 def _fit_and_test(cfg: DictConfig, config: dict, resume, datamodule, module, loggers, trainer) -> dict[str, float]:

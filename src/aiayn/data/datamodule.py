@@ -24,7 +24,9 @@ from aiayn.metrics.scorers import CorpusBleu, Scorer
 
 log = logging.getLogger(__name__)
 
-_STAGE_ROLES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",), None: ROLES}
+# Fitting loads the test split too (a few thousand lines at most), so that what the test after
+# training needs is known to fit before the first step (:meth:`_check_evaluation_batches`).
+_STAGE_ROLES = {"fit": ROLES, "validate": ("val",), "test": ("test",), "predict": ("test",), None: ROLES}
 # The splits whose files setup(stage) checks first: fitting checks the test split too, which a
 # training run reads once training ends (trainer.test), so that a missing file fails the run
 # before its first step rather than after its last.
@@ -121,6 +123,23 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         for role in _STAGE_ROLES[stage]:
             if role not in self._datasets:
                 self._datasets[role] = self._load(role)
+                if role != "train":
+                    self._check_evaluation_batches(role)
+
+    def _check_evaluation_batches(self, role: str) -> None:
+        """A ConfigError naming ``task.datamodule.eval_max_tokens`` when an example of an
+        evaluation split is longer than a batch may be (evaluation keeps every example whole), so
+        the run stops before its first step rather than at a validation or the test hours in."""
+        dataset = self._datasets[role]
+        longest = [max(src, tgt) for src, tgt in zip(dataset.src_lengths, dataset.tgt_lengths, strict=True)]
+        if not longest or max(longest) <= self.eval_max_tokens:
+            return
+        index = max(range(len(longest)), key=longest.__getitem__)
+        name = self.splits[role] if self.splits[role] == role else f"{role} ({self.splits[role]})"
+        raise ConfigError(
+            f"task.datamodule.eval_max_tokens={self.eval_max_tokens} (it defaults to max_tokens) is below the longest "
+            f"example of the split {name}: {longest[index]} subword tokens with BOS/EOS (pair {index + 1}), which "
+            f"evaluation keeps whole; set it to at least {longest[index]}")
 
     def _load(self, role: str) -> Dataset:
         """Read and encode the split of ``role``; a subclass may store its splits otherwise (a
@@ -161,6 +180,11 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         """What evaluation scores decoded output with: BLEU both ways, sacreBLEU and the paper's
         tokenized BLEU of the target language (§6.1)."""
         return CorpusBleu(self.tgt_lang)
+
+    def preparation_needed(self) -> str | None:
+        """What reading an evaluation split would start beyond reading (or fetching) its files:
+        None here; a corpus that must be prepared first says so (WMT's data module)."""
+        return None
 
     def check_split(self, split: str, task: str) -> str:
         """The file name of the evaluation split ``split`` (a role, ``val``/``test``, or a name);
