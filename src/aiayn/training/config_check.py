@@ -37,6 +37,7 @@ def check_train_config(config: Mapping[str, Any]) -> None:
     _check_network(typed["model"], config.get("width_divisor", 1))
     _check_recipe(typed)
     _check_task(config.get("task") or {})
+    _check_positions(typed["model"], (config.get("task") or {}).get("datamodule") or {})
     _check_decoding(typed["decoding"], config.get("task") or {})
     _check_run(config)
     _check_trainer(config.get("trainer") or {})
@@ -103,6 +104,17 @@ def _check_task(task: Mapping[str, Any]) -> None:
         raise ConfigError(f"task.datamodule.download must be true or false, got {data['download']!r}")
 
 
+def _check_positions(model: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+    """The positional encodings must cover the longest training sequence: ``max_length``
+    subwords and the EOS (source) or BOS (decoder input)."""
+    max_length, positions = data.get("max_length"), model.get("max_positions")
+    if _whole(max_length) and _whole(positions) and positions < max_length + 1:
+        raise ConfigError(
+            f"model.max_positions={positions} is below the longest training sequence, task.datamodule.max_length="
+            f"{max_length} subwords plus EOS; raise model.max_positions to at least {max_length + 1} or lower "
+            f"task.datamodule.max_length to at most {positions - 1}")
+
+
 def _check_decoding(decoding: Mapping[str, Any], task: Mapping[str, Any]) -> None:
     check_decoding(decoding)
     check_sampling(decoding)  # the stopping rule, n-best and sampling, as every tool checks them
@@ -123,6 +135,9 @@ def _check_target_keys(section: str, entry: Mapping[str, Any]) -> None:
         kind = hydra.utils.get_object(target)
     except Exception:  # noqa: BLE001 - Hydra wraps the import error in its own
         raise ConfigError(f"{section}._target_={target}: no such class or function") from None
+    check_settings = getattr(kind, "check_settings", None)  # what only the class knows (a logger's mode)
+    if callable(check_settings):
+        check_settings(section, entry)
     parameters = inspect.signature(kind.__init__ if inspect.isclass(kind) else kind).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return
