@@ -100,12 +100,23 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
         except Exception as error:
             if not _task_started and _is_mode_conflict(error):  # e.g. --multirun with --cfg job
                 fail(f"{error}: --cfg job shows one job's settings, so give them without --multirun")
+            if not _task_started and isinstance(error, OSError) and error.filename is not None:
+                fail(_output_folder_message(error))
             if _task_started or not _is_composition_error(error):
                 raise
             within = raised_by_resolver(error)
             fail(str(within) if within is not None else composition_message(error))
 
     return run
+
+
+def _output_folder_message(error: OSError) -> str:
+    """Hydra could not make the job's output folder (a file of that name, or under it; no
+    permission): the setting that names the folder and what to do."""
+    setting = "hydra.sweep.dir" if any(arg in ("-m", "--multirun") for arg in sys.argv[1:]) else "hydra.run.dir"
+    reason = "a file of that name is there" if isinstance(error, FileExistsError) else error.strerror
+    return (f"{setting}: cannot make the output folder {error.filename} ({reason}); "
+            f"give {setting}= a folder that can be made there")
 
 
 def raised_by_resolver(error: BaseException) -> UserError | None:
