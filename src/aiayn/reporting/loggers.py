@@ -21,9 +21,12 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlparse
 
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+from aiayn.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +91,13 @@ def run_ids(loggers: Iterable[Any]) -> dict[str, str]:
 
 # -- W&B ------------------------------------------------------------------------------------------
 def wandb_has_credentials() -> bool:
-    """An API key in the environment or in ~/.netrc (where ``wandb login`` puts it)."""
+    """An API key in the environment or in ~/.netrc (where ``wandb login`` puts it) for the W&B
+    server used (``WANDB_BASE_URL``, else api.wandb.ai)."""
     if os.environ.get("WANDB_API_KEY"):
         return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
     try:
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
+        return netrc.netrc().authenticators(host) is not None
     except (FileNotFoundError, netrc.NetrcParseError, OSError):
         return False
 
@@ -111,6 +116,20 @@ class WandbRunLogger(WandbLogger):
     The summary goes to the run's summary, pictures to ``wandb.Image``s under their key."""
 
     run_kind = "wandb"
+
+    @staticmethod
+    def check_settings(section: str, settings: Mapping[str, Any]) -> None:
+        """Before a run starts (aiayn.training.config_check): a ConfigError for a ``mode`` that is
+        none of online/offline/auto, or online without an API key (wandb would stop the run at
+        its start with a traceback, or wait for a login prompt)."""
+        mode = settings.get("mode", "auto")
+        if mode not in ("online", "offline", "auto"):
+            raise ConfigError(f"{section}.mode must be online, offline or auto (online with an API key), got {mode!r}")
+        if wandb_mode(mode) == "online" and not wandb_has_credentials():
+            setting = "WANDB_MODE=online" if os.environ.get("WANDB_MODE") == "online" else f"{section}.mode=online"
+            raise ConfigError(f"{setting} needs a W&B API key and none is configured here (WANDB_API_KEY, or "
+                              f"`wandb login`); log in, or use {section}.mode=auto: offline without a key, "
+                              f"uploaded later with `wandb sync`")
 
     def __init__(self, project: str, save_dir: str, mode: str = "auto", resume_id: str | None = None,
                  **kwargs: Any):
