@@ -28,6 +28,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from aiayn.data.subwords import Subwords
+from aiayn.errors import ConfigError
 from aiayn.inference import Search
 from aiayn.model.positional import sinusoidal_table
 from aiayn.model.transformer import Transformer
@@ -77,9 +78,9 @@ def attention_maps(model: Transformer, vocab: Subwords, text: str, decoding: dic
     device = next(model.parameters()).device
     src_ids = vocab.encode([text])[0] + [vocab.eos_id]
     if len(src_ids) > model.max_positions:
-        raise ValueError(
-            f"the sentence has {len(src_ids)} subword tokens with EOS, more than the model's "
-            f"max_positions={model.max_positions}"
+        raise ConfigError(
+            f"text: the sentence has {len(src_ids)} subword tokens with EOS, more than the model's "
+            f"max_positions={model.max_positions} cover; give a shorter text (at most {model.max_positions - 1} subwords)"
         )
     src = torch.tensor([src_ids], dtype=torch.long, device=device)
     was_training = model.training

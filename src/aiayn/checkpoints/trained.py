@@ -18,7 +18,7 @@ from aiayn.checkpoints.io import read_checkpoint
 from aiayn.config.schemas import decoding_settings, network_arguments
 from aiayn.data.datamodule import output_constraint
 from aiayn.data.subwords import Subwords
-from aiayn.errors import ConfigError
+from aiayn.errors import ConfigError, DataError
 from aiayn.model import Ensemble, Transformer
 
 # What a model config held besides the network before the recipe moved to optim/loss: such
@@ -50,7 +50,7 @@ class TrainedModel:
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Put a training checkpoint's weights (an average of several, say) into the model."""
-        self.model.load_state_dict(model_weights(state_dict))
+        put_weights(self.model, model_weights(state_dict), "the averaged checkpoints")
 
 
 def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cpu",
@@ -63,7 +63,7 @@ def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cp
     arguments = module_arguments(checkpoint["hyper_parameters"])
     vocab_size = arguments["vocab_size"]
     model = Transformer(vocab_size, vocab_size, pad_id=arguments.get("pad_id", 0), **arguments["model"])
-    model.load_state_dict(model_weights(state_dict if state_dict is not None else checkpoint["state_dict"]))
+    put_weights(model, model_weights(state_dict if state_dict is not None else checkpoint["state_dict"]), str(path))
     model.to(map_location).eval()
     config = _moved_targets(dict(checkpoint["hyper_parameters"].get("run_config") or {}))
     # Its settings over the defaults; a checkpoint from before constrained decoding: on for a parsing
@@ -109,6 +109,32 @@ def _task_of(task: dict[str, Any]) -> str:
     """A task's name and languages: what ensembled checkpoints must share."""
     datamodule = task.get("datamodule") or {}
     return f"{task.get('name')} ({datamodule.get('src_lang')}→{datamodule.get('tgt_lang')})"
+
+
+def put_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str) -> None:
+    """Load ``weights`` into ``model``; a DataError naming ``source`` when they are laid out
+    otherwise (:func:`layout_difference`) rather than torch's list of every key."""
+    difference = layout_difference(model.state_dict(), weights)
+    if difference is not None:
+        raise DataError(f"{source}: {difference}")
+    model.load_state_dict(weights)
+
+
+def layout_difference(expected: dict[str, torch.Tensor], weights: dict[str, torch.Tensor]) -> str | None:
+    """What differs between the weights a network has (``expected``) and those of a checkpoint:
+    names missing, names it does not have, other shapes (a few of each); None when nothing does.
+    Its settings built the network, so a difference means another version of aiayn wrote it."""
+    missing = [name for name in expected if name not in weights]
+    unexpected = [name for name in weights if name not in expected]
+    reshaped = [f"{name} {tuple(weights[name].shape)} for {tuple(expected[name].shape)}" for name in expected
+                if name in weights and weights[name].shape != expected[name].shape]
+    parts = [f"{what} {len(names)} ({', '.join(names[:2])}{', …' if len(names) > 2 else ''})"
+             for what, names in (("missing", missing), ("not this network's", unexpected), ("other shapes", reshaped))
+             if names]
+    if not parts:
+        return None
+    return (f"its weights are laid out otherwise than the network its settings describe is built by this version "
+            f"of aiayn ({'; '.join(parts)}): another version wrote it; use that version with it")
 
 
 def model_weights(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 from torchmetrics import MeanMetric
 
-from aiayn.errors import UserError
+from aiayn.checkpoints.trained import layout_difference
+from aiayn.errors import DataError, UserError
 from aiayn.inference import Search
 from aiayn.metrics.scorers import Scorer
 from aiayn.model import Transformer
@@ -118,6 +119,9 @@ class TranslationModule(L.LightningModule):
                 f"the checkpoint's subword model differs from the one built for this data ({vocab}); the data or "
                 "task.vocab_size changed since it was written: resume with the original data, or start a fresh run"
             )
+        difference = layout_difference(self.state_dict(), checkpoint.get("state_dict", {}))
+        if difference is not None:  # before Lightning loads it, which would print torch's list of every key
+            raise DataError(f"{getattr(self.trainer, 'ckpt_path', None) or 'the checkpoint resumed'}: {difference}")
         counts = checkpoint.get("nonfinite_steps", {})
         self.nonfinite_in_a_row, self.nonfinite_total = counts.get("in_a_row", 0), counts.get("total", 0)
 
