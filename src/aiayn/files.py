@@ -7,6 +7,7 @@ is removed when the write fails.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -71,3 +72,20 @@ def file_digest(path: str | os.PathLike, algorithm: str = "sha256", **options: A
         while block := file.read(1 << 22):
             hasher.update(block)
     return hasher.hexdigest()
+
+
+# A write refused for want of room: a full disk, a quota, a file-size limit (``ulimit -f``).
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def no_room(error: BaseException) -> OSError | None:
+    """The OSError for want of room behind ``error`` (itself, or what it was raised from: torch's
+    writer reports a failed write as a RuntimeError raised while handling it); else None."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, OSError) and cause.errno in _NO_ROOM:
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None

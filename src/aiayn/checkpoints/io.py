@@ -20,7 +20,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from aiayn.checkpoints.digest import damaged, remove_digest, write_digest
 from aiayn.errors import DataError
-from aiayn.files import atomic_write
+from aiayn.files import atomic_write, no_room
 
 # Our two naming schemes (Lightning appends -v1, -v2 ... when a name is taken).
 CHECKPOINT_NAME = re.compile(r"^(?:time-)?step(\d+)(?:-v\d+)?\.ckpt$")
@@ -111,7 +111,15 @@ def save_checkpoint_atomically(checkpoint: dict[str, Any], out: str | os.PathLik
         file.flush()
         write_digest(Path(out), file.name)  # before the rename: never a new file under an old digest
 
-    return atomic_write(out, save)
+    try:
+        return atomic_write(out, save)
+    except (OSError, RuntimeError) as error:
+        full = no_room(error)
+        if full is None:
+            raise
+        raise DataError(f"{Path(out).parent}: {full.strerror or os.strerror(full.errno)} while saving checkpoint "
+                        f"{Path(out).name}; it was not written (the checkpoints before it are whole). Free space "
+                        "there and continue with the same command and resume=auto") from None
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -17,7 +17,6 @@ when jobs run side by side, get killed, or fill the disk.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import shutil
@@ -28,9 +27,6 @@ from aiayn.errors import ConfigError, DataError
 from aiayn.files import file_digest
 
 log = logging.getLogger(__name__)
-
-_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}  # EFBIG: a file-size limit (ulimit -f)
-
 
 # --- locks and leftovers ----------------------------------------------------------------------
 
@@ -176,11 +172,6 @@ def check_folder(path: str | os.PathLike, setting: str, variable: str | None = N
         raise ConfigError(f"{variable}={given} ({setting}={path}) {where}, not a folder: set {variable} to a folder "
                           "(or unset it for the default)")
     raise ConfigError(f"{setting}={path} {where}, not a folder: give {setting} a folder")
-
-
-def no_room(error: BaseException) -> bool:
-    """Whether ``error`` is a write refused for want of space."""
-    return isinstance(error, OSError) and error.errno in _NO_ROOM
 
 
 def no_room_error(error: OSError, folder: Path, what: str) -> DataError:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from aiayn.data.cache import check_folder, digest, exclusive, no_room, no_room_error, remove_leftovers
+from aiayn.data.cache import check_folder, digest, exclusive, no_room_error, remove_leftovers
 from aiayn.errors import DataError
-from aiayn.files import atomic_write, atomic_write_text
+from aiayn.files import atomic_write, atomic_write_text, no_room
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +132,8 @@ def train_or_load(
                 _train(lines, folder, key, vocab_size, model_type, character_coverage, input_sentence_size, seed,
                        user_defined_symbols)
             except OSError as error:
-                if no_room(error):
-                    raise no_room_error(error, folder, f"the sentencepiece model {model.name}") from None
+                if (full := no_room(error)) is not None:
+                    raise no_room_error(full, folder, f"the sentencepiece model {model.name}") from None
                 raise
     return Subwords(model)
 

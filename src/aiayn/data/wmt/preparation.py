@@ -33,7 +33,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from aiayn.data.cache import check_folder, exclusive, no_room, no_room_error, remove_leftovers
+from aiayn.data.cache import check_folder, exclusive, no_room_error, remove_leftovers
 from aiayn.data.readers import read_lines
 from aiayn.data.subwords import train_or_load
 from aiayn.data.wmt.archives import WMTFiles, locate
@@ -48,7 +48,7 @@ from aiayn.data.wmt.manifest import META, damage, folder_files, outdated, raw_fi
 from aiayn.data.wmt.sgm import read_sgm
 from aiayn.data.wmt.storage import MappedCorpus, encode_tsv
 from aiayn.errors import DataError
-from aiayn.files import atomic_path
+from aiayn.files import atomic_path, no_room
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +133,8 @@ def prepare_wmt(
         try:
             _prepare(files, out, raw_dir, cache_dir, src_lang, tgt_lang, vocab_size, rules, sample_pairs, workers)
         except OSError as error:
-            if no_room(error):
-                raise no_room_error(error, out.parent, f"the prepared WMT14 {src_lang}-{tgt_lang} data") from None
+            if (full := no_room(error)) is not None:
+                raise no_room_error(full, out.parent, f"the prepared WMT14 {src_lang}-{tgt_lang} data") from None
             raise
     return out
 
