@@ -75,6 +75,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
                           f"task {task['name']} {_kind(task)}; pick a task of the same kind and direction")
     datamodule = hydra.utils.instantiate(task["datamodule"])
     split = datamodule.check_split(cfg.split, task["name"])  # the task says which splits it can score
+    needed = datamodule.preparation_needed() if trained_task.get("name", task["name"]) != task["name"] else None
+    if needed is not None:  # a task the checkpoint was not trained on: its data is not prepared for it
+        raise ConfigError(f"task={task['name']}: {ckpt} was trained on task {trained_task['name']}, and {needed}")
     steps = [trained.step]
     if k > 1:  # §6.1: the weights averaged over the k checkpoints ending at the one given
         average = average_checkpoints(averaged)

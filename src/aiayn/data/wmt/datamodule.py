@@ -23,6 +23,7 @@ from aiayn.data.wmt.cleaning import CleaningRules
 from aiayn.data.wmt.preparation import (
     TEST_SPLIT,
     VAL_SPLIT,
+    is_prepared,
     prepare_wmt,
     prepared_dir,
 )
@@ -95,6 +96,15 @@ class WMTDataModule(TranslationDataModule):
         )
         self._matched = True
         self.check_files(ROLES)
+
+    def preparation_needed(self) -> str | None:
+        """What reading an evaluation split would start: the whole preparation (hours at full
+        scale) when the data is not prepared yet; None when it is."""
+        if is_prepared(self.prepared):
+            return None
+        return (f"its test sets are read from the prepared WMT14 {self.src_lang}-{self.tgt_lang} data, which is not "
+                f"prepared under {self.cache_dir} (from task.raw_dir={self.raw_dir}); preparing it takes hours at full "
+                "scale: run src/prepare.py with this task first")
 
     def _ready(self) -> Path:
         if not self._matched:  # setup() on a rank that did not run prepare_data(), or outside a Trainer
