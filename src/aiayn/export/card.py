@@ -1,5 +1,5 @@
-"""The model card (README.md) of an exported model: what it translates, what it was trained on and
-for how long, the BLEU measured for it, its configuration, how to use it, and the one difference a
+"""The model card (README.md) of an exported model: what it does (translates, or parses), what it
+was trained on and for how long, the scores measured for it, its configuration, how to use it, and the one difference a
 user must know: Hugging Face's and CTranslate2's beam search normalise by the length their own way.
 """
 
@@ -34,13 +34,17 @@ class CardFacts:
     model: dict[str, Any]  # the network's settings
     decoding: dict[str, Any]  # beam_size, alpha, max_len_offset
     data: dict[str, Any] = field(default_factory=dict)  # the task's data settings
-    bleu: list[str] = field(default_factory=list)  # one line per measurement found
+    scores: list[str] = field(default_factory=list)  # one line per measurement of these weights
+    parses: bool = False  # a parser (§6.3: sentences to trees), not a translation model
 
 
-def measured_bleu(ckpt: Path, steps: list[int]) -> list[str]:
-    """BLEU figures of these weights found beside ``ckpt``: the reports of src/evaluate.py in the
-    run's ``eval/`` folder for the same steps, and the dev BLEU of the run's summary.json at the
-    last of them."""
+def measured_scores(ckpt: Path, steps: list[int], train_split: str = "train") -> list[str]:
+    """The scores of exactly these weights found beside ``ckpt``: src/evaluate.py's reports in
+    the run's ``eval/`` folder for the same steps, and the dev score of the run's summary.json at
+    the last of them. Only what describes the exported model goes on the card: its fp32 arithmetic
+    (not an int8 or bf16 evaluation), one model (not an ensemble), beam search (not samples) and a
+    held-out split (not ``train_split``); each line names the split, the decoding settings and the
+    metric's signature."""
     run_dir = ckpt.resolve().parent.parent
     found = []
     for report in sorted((run_dir / "eval").glob("*.json")):
@@ -49,55 +53,95 @@ def measured_bleu(ckpt: Path, steps: list[int]) -> list[str]:
         except (OSError, ValueError):
             continue
         averaged = data.get("averaged") or [data.get("checkpoint")]
-        if data.get("step") != steps[-1] or len(averaged) != len(steps):
+        if data.get("step") != steps[-1] or len(averaged) != len(steps) or len(data.get("ensemble") or [1]) > 1:
             continue
-        for key in ("sacrebleu", "tokenized_bleu"):
-            if key in data:
-                found.append(f"{data.get('split', '?')}, {key.replace('_', ' ')} ({_decoding(data.get('decoding'))}): "
-                             f"{data[key]}")
+        switches = data.get("speed_switches") or {}
+        decoding = data.get("decoding") or {}
+        if switches.get("precision", "fp32") != "fp32" or switches.get("int8") or decoding.get("sampling"):
+            continue
+        if data.get("split") in (None, train_split):
+            continue
+        line = _report_line(data)
+        if line:
+            found.append(f"{data['split']} ({data.get('sentences', '?'):,} sentences; {_decoding(decoding)}): {line}")
     summary = run_dir / "summary.json"
     try:
         data = json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else {}
     except (OSError, ValueError):
         data = {}
-    if data.get("dev/step") == steps[-1] and len(steps) == 1 and "dev/bleu" in data:
-        found.append(f"dev set during training (first validation sentences), sacreBLEU: {data['dev/bleu']:.2f}")
+    if data.get("dev/step") == steps[-1] and len(steps) == 1:
+        if "dev/bleu" in data:
+            found.append(f"dev set during training (its first validation sentences), sacreBLEU: {data['dev/bleu']:.2f}")
+        if "dev/f1" in data:
+            found.append(f"dev set during training, F1 (EVALB): {data['dev/f1']:.2f}")
     return found
 
 
-def _decoding(settings: dict[str, Any] | None) -> str:
-    settings = settings or {}
-    return f"beam {settings.get('beam_size', '?')}, α {settings.get('alpha', '?')}"
+def _report_line(report: dict[str, Any]) -> str:
+    """The figures of one evaluation report, each with what makes it comparable."""
+    def figure(name: str) -> float | None:
+        values = [value for key, value in report.items() if key.endswith(f"/{name}") and isinstance(value, (int, float))]
+        return values[0] if values else None
+
+    parts = []
+    if (bleu := figure("bleu")) is not None:
+        parts.append(f"sacreBLEU {bleu:.2f} (`{report.get('sacrebleu_signature', '?')}`)")
+    if (tokenized := figure("tokenized_bleu")) is not None:
+        parts.append(f"tokenized BLEU {tokenized:.2f} (Moses tokenization and compound splitting, as the paper)")
+    if (chrf := figure("chrf")) is not None:
+        parts.append(f"chrF2 {chrf:.2f} (`{report.get('chrf_signature', '?')}`)")
+    if (f1 := figure("f1")) is not None:
+        parts.append(f"F1 {f1:.2f} (EVALB, COLLINS.prm)")
+    return "; ".join(parts)
+
+
+def _decoding(settings: dict[str, Any]) -> str:
+    text = (f"beam {settings.get('beam_size', '?')}, α {settings.get('alpha', '?')}, "
+            f"+{settings.get('max_len_offset', '?')}, stop {settings.get('stop', 'paper')}")
+    return text + (", constrained to trees" if settings.get("constrained") else "")
 
 
 def model_card(facts: CardFacts) -> str:
     """The README.md text."""
-    pair = f"{facts.src_lang}→{facts.tgt_lang}" if facts.src_lang and facts.tgt_lang else "translation"
+    if facts.parses:  # §6.3: English sentences (the Penn Treebank's WSJ) to linearised constituency trees
+        what, languages, tags = "English constituency parsing", ["en"], ["constituency-parsing", "aiayn", "marian"]
+        pipeline, doing = "text2text-generation", "parsing English sentences into linearised constituency trees"
+        example = "The cat sat on the mat ."
+    else:
+        what = f"{facts.src_lang}→{facts.tgt_lang}" if facts.src_lang and facts.tgt_lang else "translation"
+        languages = [lang for lang in (facts.src_lang, facts.tgt_lang) if lang]
+        tags, pipeline, doing = ["translation", "aiayn", "marian"], "translation", f"{what} translation"
+        example = "A man is riding a bike."
     steps = (f"{facts.steps[0]:,} steps" if len(facts.steps) == 1
              else f"the average of {len(facts.steps)} checkpoints at steps {', '.join(map(str, facts.steps))}")
-    languages = [lang for lang in (facts.src_lang, facts.tgt_lang) if lang]
-    front = {"language": languages, "tags": ["translation", "aiayn", "marian"], "pipeline_tag": "translation"}
-    bleu = "\n".join(f"- {line}" for line in facts.bleu) or "- not measured yet: `python src/evaluate.py ckpt=<file>`"
+    front = {"language": languages, "tags": tags, "pipeline_tag": pipeline}
+    scores = ("\n".join(f"- {line}" for line in facts.scores)
+              or "- not measured yet: `python src/evaluate.py ckpt=<file>`")
     config = yaml.safe_dump({"model": facts.model, "decoding": facts.decoding, "data": facts.data},
                             sort_keys=False, allow_unicode=True).rstrip()
     note = LENGTH_PENALTY_NOTE.format(alpha=facts.decoding["alpha"], offset=facts.decoding["max_len_offset"])
+    if facts.parses:
+        note += (" aiayn's parser also constrains its beam search to well-formed trees over the input's words "
+                 "(`decoding.constrained`); `generate` does not, so its output may need repair (docs/parsing.md).")
     return f"""---
-{yaml.safe_dump(front, sort_keys=False).rstrip()}
+{yaml.safe_dump(front, sort_keys=False, allow_unicode=True).rstrip()}
 ---
 
-# {facts.task}: {pair} Transformer trained with aiayn
+# {facts.task}: {what} Transformer trained with aiayn
 
-A Transformer ("Attention Is All You Need", Vaswani et al., 2017) trained with aiayn for {pair}
-translation (task `{facts.task}`), exported as a Hugging Face MarianMT model. The weights are
+A Transformer ("Attention Is All You Need", Vaswani et al., 2017) trained with aiayn for {doing}
+(task `{facts.task}`), exported as a Hugging Face MarianMT model. The weights are
 exactly aiayn's: teacher-forced logits and greedy output equal those of the aiayn checkpoint.
 
-- **Task**: {facts.task} ({pair})
+- **Task**: {facts.task} ({doing})
 - **Data**: {facts.data.get('_target_', facts.task).rsplit('.', 1)[-1]}, vocabulary of {facts.model.get('vocab_size', '?')} joint sentencepiece subwords (`source.spm` = `target.spm`)
 - **Training**: {steps} ({facts.name})
 
-## BLEU
+## Scores
 
-{bleu}
+Measured for these weights in fp32, on held-out data, each with its decoding settings:
+
+{scores}
 
 ## Use
 
@@ -105,11 +149,11 @@ exactly aiayn's: teacher-forced logits and greedy output equal those of the aiay
 from transformers import MarianMTModel, MarianTokenizer
 tokenizer = MarianTokenizer.from_pretrained("<this folder>")
 model = MarianMTModel.from_pretrained("<this folder>")
-batch = tokenizer(["A man is riding a bike."], return_tensors="pt", padding=True)
+batch = tokenizer(["{example}"], return_tensors="pt", padding=True)
 print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 ```
 
-transformers 4.x also runs it as `pipeline("translation", model="<this folder>")`; transformers 5
+transformers 4.x also runs it as `pipeline("{pipeline}", model="<this folder>")`; transformers 5
 removed the translation pipeline, so there `generate` as above is the way.
 
 A CTranslate2 export of the same model (`python src/export.py ... format=ctranslate2`) carries this
@@ -120,7 +164,7 @@ card, `source.spm` and its decoding settings (`aiayn.json`); serve it with
 import ctranslate2, sentencepiece
 sp = sentencepiece.SentencePieceProcessor(model_file="<folder>/source.spm")
 translator = ctranslate2.Translator("<folder>")
-source = sp.encode("A man is riding a bike.", out_type=str) + ["</s>"]
+source = sp.encode("{example}", out_type=str) + ["</s>"]
 print(sp.decode(translator.translate_batch([source], beam_size=4)[0].hypotheses[0]))
 ```
 

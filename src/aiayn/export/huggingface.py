@@ -16,8 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from aiayn.checkpoints.trained import TrainedModel
+from aiayn.data.datamodule import output_constraint
 from aiayn.errors import ConfigError
-from aiayn.export.card import CardFacts, measured_bleu, model_card
+from aiayn.export.card import CardFacts, measured_scores, model_card
 from aiayn.export.marian import model_sizes, to_marian
 from aiayn.export.tokenizer import save_tokenizer
 
@@ -34,7 +35,8 @@ def card_facts(trained: TrainedModel, ckpt: Path, steps: list[int]) -> CardFacts
     return CardFacts(name=name, task=str(task.get("name", "translation")), src_lang=datamodule.get("src_lang"),
                      tgt_lang=datamodule.get("tgt_lang"), steps=steps, model=network,
                      decoding={k: trained.decoding[k] for k in ("beam_size", "alpha", "max_len_offset")},
-                     data=data, bleu=measured_bleu(ckpt, steps))
+                     data=data, scores=measured_scores(ckpt, steps, datamodule.get("train_split", "train")),
+                     parses=output_constraint(task) is not None)  # the task says: a parser's outputs are trees
 
 
 def save_huggingface(trained: TrainedModel, out: Path, facts: CardFacts, where: str) -> None:
