@@ -1,0 +1,150 @@
+"""What used to end in a traceback (or wait hours to) and is now one line, exit status 2, with
+nothing left behind: the settings, paths, environment and files of docs/guarantees.md's rows
+84-91. The tools run in this process (tests.helpers.inprocess) unless a process is needed (a
+file-size limit)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from aiayn.checkpoints.trained import load_trained
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import REPO, TINY, TrainedRun, offline_environment
+
+
+def _last_line(result: subprocess.CompletedProcess) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and lines, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    return lines[-1]
+
+
+def _train(tmp_path: Path, data_root: Path, cache: Path, *overrides: str, env: dict | None = None):
+    return run_tool("src/train.py", *TINY, "logger=none", *overrides, cwd=tmp_path, data_root=data_root,
+                    cache_dir=cache, env=env, check=False)
+
+
+def test_an_evaluation_example_longer_than_a_batch_stops_the_run_before_its_first_step(tmp_path, data_root,
+                                                                                       subword_cache):
+    """Before: Lightning's traceback at the first validation (and for the test split, after training)."""
+    line = _last_line(_train(tmp_path, data_root, subword_cache, "task.datamodule.eval_max_tokens=30"))
+    assert line == ("train.py: task.datamodule.eval_max_tokens=30 (it defaults to max_tokens) is below the longest "
+                    "example of the split val: 79 subword tokens with BOS/EOS (pair 916), which evaluation keeps "
+                    "whole; set it to at least 79"), line
+    assert not (tmp_path / "outputs").exists(), list((tmp_path / "outputs").rglob("*"))
+
+
+def test_positions_that_do_not_cover_max_length_are_refused_up_front(tmp_path, data_root, subword_cache):
+    line = _last_line(_train(tmp_path, data_root, subword_cache, "model.max_positions=100"))
+    assert line == ("train.py: model.max_positions=100 is below the longest training sequence, "
+                    "task.datamodule.max_length=128 subwords plus EOS; raise model.max_positions to at least 129 or "
+                    "lower task.datamodule.max_length to at most 99"), line
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_file_as_the_run_folder_is_named(tmp_path, data_root, subword_cache):
+    (tmp_path / "taken").write_text("a file\n")
+    for folder, reason in ((tmp_path / "taken", "a file of that name is there"),
+                           (tmp_path / "taken" / "run", "Not a directory")):
+        line = _last_line(_train(tmp_path, data_root, subword_cache, f"hydra.run.dir={folder}"))
+        assert line == (f"train.py: hydra.run.dir: cannot make the output folder {folder} ({reason}); give "
+                        "hydra.run.dir= a folder that can be made there"), line
+    assert (tmp_path / "taken").read_text() == "a file\n"
+
+
+def test_wandb_online_without_an_api_key_is_refused_before_the_run_starts(tmp_path, data_root, subword_cache):
+    """Before: wandb's UsageError traceback as the logger started."""
+    bare = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}
+    bare["HOME"] = str(tmp_path)  # no ~/.netrc with a key
+    for overrides, env, setting in (
+        (["logger.wandb.mode=online"], bare, "logger.wandb.mode=online"),
+        ([], {**bare, "WANDB_MODE": "online"}, "WANDB_MODE=online"),
+    ):
+        line = _last_line(_train(tmp_path, data_root, subword_cache, "logger=wandb", *overrides, env=env))
+        assert line == (f"train.py: {setting} needs a W&B API key and none is configured here (WANDB_API_KEY, or "
+                        "`wandb login`); log in, or use logger.wandb.mode=auto: offline without a key, uploaded "
+                        "later with `wandb sync`"), line
+    line = _last_line(_train(tmp_path, data_root, subword_cache, "logger=wandb", "logger.wandb.mode=sometimes",
+                             env=offline_environment()))
+    assert line == "train.py: logger.wandb.mode must be online, offline or auto (online with an API key), got 'sometimes'"
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_sentence_longer_than_the_positions_to_visualize_is_named(tiny_run: TrainedRun, tmp_path):
+    """Before: a ValueError's traceback."""
+    positions = load_trained(tiny_run.last).model.max_positions
+    result = run_tool("src/visualize.py", f"ckpt={tiny_run.last}", f"text={' '.join(['a'] * positions)}",
+                      f"out={tmp_path / 'pictures'}", check=False)
+    line = _last_line(result)
+    assert line.startswith("visualize.py: text: the sentence has ") and (
+        f"more than the model's max_positions={positions} cover; give a shorter text (at most {positions - 1} "
+        "subwords)") in line, line
+    assert not (tmp_path / "pictures").exists()
+
+
+def _other_layout(tiny_run: TrainedRun, tmp_path: Path) -> Path:
+    """The tiny run's checkpoint with its encoder's weights under other names, as another version
+    of the network would have them."""
+    checkpoint = torch.load(tiny_run.last, map_location="cpu", weights_only=False)
+    checkpoint["state_dict"] = {key.replace("model.encoder_layers", "model.encoder_blocks"): value
+                                for key, value in checkpoint["state_dict"].items()}
+    path = tmp_path / "other" / "checkpoints" / "step0000004.ckpt"
+    path.parent.mkdir(parents=True)
+    torch.save(checkpoint, path)
+    return path
+
+
+def test_a_checkpoint_of_another_layout_is_one_line_in_evaluate_and_resume(tiny_run: TrainedRun, data_root, tmp_path):
+    """Before: torch's 'Error(s) in loading state_dict' with every key, as a traceback."""
+    path = _other_layout(tiny_run, tmp_path)
+    expected = ("its weights are laid out otherwise than the network its settings describe is built by this version "
+                "of aiayn (missing 24 (")  # the 12 weights of each of the 2 encoder layers
+    line = _last_line(run_tool("src/evaluate.py", f"ckpt={path}", "wandb=disabled", data_root=data_root,
+                               cache_dir=tiny_run.cache_dir, check=False))
+    assert line.startswith(f"evaluate.py: {path}: {expected}encoder_layers.0.self_attention.w_q.weight"), line
+    assert "not this network's 24 (encoder_blocks.0." in line and line.endswith("another version wrote it; use that "
+                                                                               "version with it")
+    line = _last_line(run_tool("src/train.py", *tiny_run.overrides, f"resume={path}", "optim.train_steps=6",
+                               f"hydra.run.dir={tmp_path / 'resumed'}", cwd=tmp_path, data_root=data_root,
+                               cache_dir=tiny_run.cache_dir, check=False))
+    assert line.startswith(f"train.py: {path}: {expected}model.encoder_layers.0."), line
+
+
+def test_a_full_disk_while_saving_a_checkpoint_is_one_line_and_leaves_no_part_of_it(tmp_path, data_root,
+                                                                                    subword_cache):
+    """A 256 KiB file-size limit (``ulimit -f``): the logs fit, the tiny model's checkpoint does
+    not. Before: torch's 'enforce fail at inline_container.cc' traceback."""
+    def limit_file_size() -> None:  # a write past the limit fails with EFBIG instead of killing the process
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 18, 1 << 18))
+
+    run = tmp_path / "run"
+    environment = {**offline_environment(), "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(subword_cache)}
+    result = subprocess.run([sys.executable, "src/train.py", *TINY, "logger=csv", f"hydra.run.dir={run}"], cwd=REPO,
+                            env=environment, capture_output=True, text=True, timeout=300, preexec_fn=limit_file_size,
+                            check=False)
+    line = _last_line(result)
+    assert line == (f"train.py: {run / 'checkpoints'}: File too large while saving checkpoint step0000002.ckpt; it was "
+                    "not written (the checkpoints before it are whole). Free space there and continue with the same "
+                    "command and resume=auto"), line
+    assert list((run / "checkpoints").iterdir()) == []  # no temporary, no digest without its file
+
+
+def test_evaluating_on_a_task_whose_data_is_not_prepared_refuses_instead_of_preparing_it(tiny_run: TrainedRun,
+                                                                                        data_root, tmp_path):
+    """Before: a Multi30k model with task=wmt_en_de started preparing all of WMT14 (hours)."""
+    cache = tmp_path / "cache"
+    line = _last_line(run_tool("src/evaluate.py", f"ckpt={tiny_run.last}", "task=wmt_en_de", "wandb=disabled",
+                               data_root=data_root, cache_dir=cache, check=False))
+    assert line.startswith(f"evaluate.py: task=wmt_en_de: {tiny_run.last} was trained on task multi30k_en_de, and its "
+                           "test sets are read from the prepared WMT14 en-de data, which is not prepared under "
+                           f"{cache} "), line
+    assert line.endswith("preparing it takes hours at full scale: run src/prepare.py with this task first"), line
+    assert not (cache / "wmt14").exists()
