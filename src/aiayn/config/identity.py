@@ -84,9 +84,7 @@ def _row_config(overrides: tuple[str, ...], conf_dir: str | None) -> dict[str, A
     else:
         with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
             cfg = compose("train", overrides=list(overrides))
-    sections = {key.split(".")[0] for key in ROW_KEYS}
-    return {key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
-            for key in sections}
+    return row_settings(cfg)
 
 
 def identity(root: DictConfig) -> dict[str, Any]:
@@ -108,16 +106,23 @@ def identity(root: DictConfig) -> dict[str, Any]:
     tags = [str(tag) for tag in (experiment.get("tags") or [])]
     tags += [f"task:{root.task.name}", *([f"model:{choices['model']}"] if choices.get("model") else []),
              *([f"scale:{scale}"] if scale else []), *own]
-    if row_changes(_row_sections(root), choices):
+    if row_changes(row_settings(root), choices):
         tags.append(MODIFIED)
     return {"name": name, "group": group, "tags": list(dict.fromkeys(tag[:_TAG_LIMIT] for tag in tags)),
             "scale": scale}
 
 
-def _row_sections(root: DictConfig) -> dict[str, Any]:
-    sections = {key.split(".")[0] for key in ROW_KEYS}
-    return {key: OmegaConf.to_container(root[key], resolve=True) if OmegaConf.is_config(root[key]) else root[key]
-            for key in sections}
+def row_settings(config: DictConfig) -> dict[str, Any]:
+    """The settings of ``config`` that make a row (ROW_KEYS), resolved, nested as in the config."""
+    settings: dict[str, Any] = {}
+    for key in ROW_KEYS:
+        value = OmegaConf.select(config, key)
+        *sections, name = key.split(".")
+        node = settings
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    return settings
 
 
 def _key(override: str) -> str:
