@@ -11,7 +11,9 @@
 ``rebuild`` finds every finished run of a table experiment (conf/experiment/table2_*, table3_*)
 under the --runs folders (or in a W&B project), writes <out>/table3.{md,csv,png} and
 <out>/table2.{md,csv,png}, each row beside the paper's figures, and logs the tables to W&B as
-wandb.Table (offline without an API key; --no-wandb to skip). See experiments/README.md.
+wandb.Table (offline without an API key; --no-wandb to skip). A run whose network, recipe or task
+was changed from its row's (W&B tag ``modified``) is left out, named in a warning, unless
+--include-modified. See experiments/README.md.
 
 ``report`` builds and saves a W&B Report of one table's runs (aiayn.experiments.report) and
 prints its URL; it needs W&B online (an API key): offline it says so in one line, exit status 2.
@@ -106,13 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args.runs and not args.wandb:
         parser.error("name the runs: --runs <folder> (repeatable) and/or --wandb <entity>/<project>")
     try:
-        runs = local_runs(args.runs, CONF) + (wandb_runs(args.wandb, args.tables) if args.wandb else [])
-        runs = counted(runs, args.include_modified)
+        found = local_runs(args.runs, CONF) + (wandb_runs(args.wandb, args.tables) if args.wandb else [])
     except FileNotFoundError as error:
         print(f"tables.py: {error}", file=sys.stderr)
         return 2
+    runs = counted(found, args.include_modified)
     if not runs:
-        print(f"tables.py: no finished table runs in {', '.join(map(str, args.runs)) or args.wandb}", file=sys.stderr)
+        left_out = f", only {len(found)} changed from their rows (--include-modified counts them)" if found else ""
+        print(f"tables.py: no finished table runs in {', '.join(map(str, args.runs)) or args.wandb}{left_out}",
+              file=sys.stderr)
         return 2
     sources = ", ".join([*map(str, args.runs), *([args.wandb] if args.wandb else [])])
     written = []
