@@ -30,8 +30,8 @@ from omegaconf import DictConfig, OmegaConf
 ROW_KEYS = ("task.name", "task.vocab_size", "model", "width_divisor", "loss", "optim")
 # Speed switches compute the same numbers another way: not a change of the row.
 SPEED_KEYS = ("optim.fused", "model.attention")
-# Overrides the name and tags leave out: said already (experiment, scale, debug) or not a value of the run.
-_UNNAMED = ("experiment", "scale", "debug", "resume", "logger", "trainer.devices")
+# Overrides the name and tags leave out: said already (run_name, experiment, scale, debug) or not a value of the run.
+_UNNAMED = ("run_name", "experiment", "scale", "debug", "resume", "logger", "trainer.devices")
 MODIFIED = "modified"
 _TAG_LIMIT = 64  # W&B refuses longer tags
 
