@@ -21,6 +21,7 @@ batches, as from Hydra's sweeper; the checks and the table hold there too.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import os
@@ -38,6 +39,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
+from aiayn.config.plan import showing_only
 
 TABLE = "sweep.tsv"
 PREEMPTED = 75  # aiayn.training.preemption's exit status: the step is saved, resume=auto continues it
@@ -99,13 +101,17 @@ def check(sweeper: BasicSweeper, jobs: list[Job]) -> list[tuple[Job, str]]:
     with the reason in one line. Nothing is built or written."""
     from aiayn.cli.train import checked_config  # torch and Lightning: only once a sweep runs
 
+    # Jobs another launcher runs elsewhere (SLURM) are planned for the node they ask for, as
+    # --cfg job shows it, not refused for the GPUs this machine (a login node) lacks.
+    elsewhere = not isinstance(sweeper.launcher, BasicLauncher)
     refused = []
     before = HydraConfig.instance().cfg
     try:
         for job in jobs:
             try:
                 task = _job_config(sweeper, job)
-                checked_config(task)
+                with showing_only() if elsewhere else contextlib.nullcontext():
+                    checked_config(task)
             except Exception as error:  # each job's reason is reported; a bug's is raised
                 reported = describe(error)
                 if reported is None and not is_composition_error(error):
