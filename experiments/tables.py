@@ -11,7 +11,9 @@
 ``rebuild`` finds every finished run of a table experiment (conf/experiment/table2_*, table3_*)
 under the --runs folders (or in a W&B project), writes <out>/table3.{md,csv,png} and
 <out>/table2.{md,csv,png}, each row beside the paper's figures, and logs the tables to W&B as
-wandb.Table (offline without an API key; --no-wandb to skip). See experiments/README.md.
+wandb.Table (offline without an API key; --no-wandb to skip). A run whose network, recipe or task
+was changed from its row's (W&B tag ``modified``) is left out, named in a warning, unless
+--include-modified. See experiments/README.md.
 
 ``report`` builds and saves a W&B Report of one table's runs (aiayn.experiments.report) and
 prints its URL; it needs W&B online (an API key): offline it says so in one line, exit status 2.
@@ -37,7 +39,7 @@ from pathlib import Path
 from aiayn.experiments import sweep as sweeps
 from aiayn.experiments.report import REPORTED_TABLES, build_report, table_markdown
 from aiayn.experiments.rows import format_parameter_report, parameter_report, table_rows
-from aiayn.experiments.runs import TABLES, local_runs, wandb_runs
+from aiayn.experiments.runs import TABLES, counted, local_runs, wandb_runs
 from aiayn.experiments.table_files import log_to_wandb, write_table
 from aiayn.reporting.loggers import wandb_mode
 
@@ -56,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
                          help="where table{2,3}.{md,csv,png} go (default: experiments/results)")
     rebuild.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES))
     rebuild.add_argument("--no-wandb", action="store_true", help="do not log the tables to W&B")
+    rebuild.add_argument("--include-modified", action="store_true",
+                         help="count the runs whose network, recipe or task was changed from their row's (W&B tag "
+                              "`modified`) as that row; by default they are left out, each named in a warning")
     report = commands.add_parser("report", help="a W&B Report of a table's runs: the paper's table beside "
                                                 "ours, curves, bars, settings (needs W&B online)")
     report.add_argument("--table", choices=REPORTED_TABLES, required=True)
@@ -103,12 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args.runs and not args.wandb:
         parser.error("name the runs: --runs <folder> (repeatable) and/or --wandb <entity>/<project>")
     try:
-        runs = local_runs(args.runs) + (wandb_runs(args.wandb, args.tables) if args.wandb else [])
+        found = local_runs(args.runs, CONF) + (wandb_runs(args.wandb, args.tables) if args.wandb else [])
     except FileNotFoundError as error:
         print(f"tables.py: {error}", file=sys.stderr)
         return 2
+    runs = counted(found, args.include_modified)
     if not runs:
-        print(f"tables.py: no finished table runs in {', '.join(map(str, args.runs)) or args.wandb}", file=sys.stderr)
+        left_out = f", only {len(found)} changed from their rows (--include-modified counts them)" if found else ""
+        print(f"tables.py: no finished table runs in {', '.join(map(str, args.runs)) or args.wandb}{left_out}",
+              file=sys.stderr)
         return 2
     sources = ", ".join([*map(str, args.runs), *([args.wandb] if args.wandb else [])])
     written = []
@@ -133,7 +141,8 @@ def save_report(args: argparse.Namespace) -> int:
               "(or after `wandb login`)", file=sys.stderr)
         return 2
     try:
-        runs = local_runs(args.runs) if args.runs else wandb_runs(f"{args.entity}/{args.project}", [args.table])
+        runs = local_runs(args.runs, CONF) if args.runs else wandb_runs(f"{args.entity}/{args.project}", [args.table])
+        runs = counted(runs)
     except FileNotFoundError as error:
         print(f"tables.py: {error}", file=sys.stderr)
         return 2

@@ -137,7 +137,9 @@ def test_wandb_offline_run_holds_config_and_metrics(tmp_path: Path, subword_cach
     assert rate and re.fullmatch(r"\d\.\d\de-\d\d", rate.group(1)), output[-3000:]
 
     run = read_run(run_dir)
-    assert run.name == "wandb-test" and run.project == "aiayn" and run.exit_code == 0
+    assert run.name == "wandb-test-debug" and run.project == "aiayn" and run.exit_code == 0  # run_name, the scale
+    assert run.group == "" and run.tags == ["task:multi30k_en_de", "model:small", "scale:debug"]  # one run: no sweep
+    assert not {"data_root", "src_lang", "max_tokens"} & set(run.config)  # the data module's: task.datamodule.* only
     assert run.config["model"]["d_model"] == 32 and run.config["task"]["name"] == "multi30k_en_de"
     assert run.config["optim"]["betas"] == [0.9, 0.98] and run.config["parameters"] > 0
     losses = [row["train/loss"] for row in run.history if "train/loss" in row]

@@ -92,9 +92,9 @@ def test_every_table3_row_composes_and_builds_its_model(row: str) -> None:
     assert cfg.trainer.max_steps == 4000 and cfg.optim.warmup_steps == 800
     assert (cfg.decoding.beam_size, cfg.decoding.alpha) == (4, 0.6)  # the caption: beam 4, α 0.6
     assert cfg.validation.bleu_sentences is None  # BLEU of the whole development set
-    # W&B: group = the table, name and tags = the row.
-    assert cfg.logger.wandb.group == "table3" and cfg.logger.wandb.name == f"table3-{row}" and row in cfg.logger.wandb.tags
-    assert cfg.experiment.row == row and "table3" in cfg.logger.wandb.tags
+    # W&B: the name and tags say the row and its scale (the group is a sweep's: none outside one).
+    assert cfg.logger.wandb.group is None and cfg.logger.wandb.name == f"table3-{row}-multi30k"
+    assert cfg.experiment.row == row and {"table3", row, "scale:multi30k", "task:multi30k_en_de"} <= set(cfg.logger.wandb.tags)
     # The row asks for the WMT task (its config comes with the WMT tasks).
     file = OmegaConf.load(CONF / "experiment" / f"table3_{row}.yaml")
     assert {"override /task": "wmt_en_de"} in OmegaConf.load(CONF / "experiment" / "table3_base.yaml").defaults
@@ -153,7 +153,7 @@ def test_every_table2_row_composes_with_its_recipe(row: str) -> None:
     assert cfg.trainer.max_steps == cfg.optim.train_steps == (300000 if model == "big" else 100000)
     assert cfg.experiment.average_last == averaged and cfg.checkpoint.keep_timed >= averaged
     assert cfg.checkpoint.every_n_minutes == 10  # §6.1: checkpoints at 10-minute intervals
-    assert cfg.logger.wandb.group == "table2" and cfg.logger.wandb.name == f"table2-{row}"
+    assert cfg.logger.wandb.name == f"table2-{row}-paper" and {"table2", f"task:{task}"} <= set(cfg.logger.wandb.tags)
     # The WMT task is what the row asks for (its config comes with the WMT tasks).
     defaults = OmegaConf.load(CONF / "experiment" / f"table2_{row}.yaml").defaults
     assert {"override /task": task} in defaults and {"override /model": model} in defaults

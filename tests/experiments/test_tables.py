@@ -62,13 +62,18 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, sub
                       "test_after_training=false", "width_divisor=2")
     assert "test test_2016_flickr" not in result.stdout
 
-    # Every job is a W&B run of its own: group = the table, name and tags = the row, the summary
-    # holds what the tables need.
-    runs = {read_run(d).name: read_run(d) for d in sorted(sweep.glob("*_table3-*"))}
+    # Every job is a W&B run of its own: group = the sweep, name = the row, its scale and the job's
+    # overrides, tags = the row's, the scale and `modified` (TINY cuts the row's network); the
+    # summary holds what the tables need; the config each setting once.
+    read = [read_run(d) for d in sorted(sweep.glob("*_table3-*"))]
+    runs = {f"table3-{run.config['experiment']['row']}": run for run in read}
     assert set(runs) == {"table3-C_N2", "table3-D_ls0"}
     for name, run in runs.items():
         row = name.removeprefix("table3-")
-        assert run.group == "table3" and row in run.tags and run.exit_code == 0
+        assert run.name.startswith(f"{name}-multi30k-") and "width_divisor=2" in run.name
+        assert run.group == "/".join(sweep.parts[-2:]) and run.exit_code == 0
+        assert {row, "table3", "scale:multi30k", "model.d_model=32", "modified"} <= set(run.tags)
+        assert not {"data_root", "src_lang", "max_tokens"} & set(run.config)  # only under task.datamodule
         assert run.config["experiment"]["row"] == row and run.config["model"]["n_layers"] == (2 if row == "C_N2" else 6)
         summary = run.summary
         last_validation = [h for h in run.history if "val/ppl" in h][-1]
@@ -93,7 +98,11 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, sub
         monkeypatch.delenv(key)
     monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "tables"
-    assert tables_command("rebuild", "--runs", str(sweep), "--out", str(out), "--tables", "table3") == 0
+    # Changed from their rows, the runs are not the rows: left out unless --include-modified.
+    assert tables_command("rebuild", "--runs", str(sweep), "--out", str(out), "--tables", "table3") == 2
+    assert "only 2 changed from their rows (--include-modified counts them)" in capsys.readouterr().err
+    assert tables_command("rebuild", "--runs", str(sweep), "--out", str(out), "--tables", "table3",
+                          "--include-modified") == 0
     rows = len(table_rows(REPO / "conf", "table3"))  # base, (A)…(F), big
     assert f"table3: 2 runs of {rows} lines" in capsys.readouterr().out
 
@@ -156,7 +165,8 @@ def test_table2_rebuilt_from_an_averaged_evaluation(tmp_path: Path, data_root: P
     report = json.loads(next((run_dir / "eval").glob("*.avg2.json")).read_text())
 
     out = tmp_path / "tables"
-    assert tables_command("rebuild", "--runs", str(sweep), "--out", str(out), "--tables", "table2", "--no-wandb") == 0
+    assert tables_command("rebuild", "--runs", str(sweep), "--out", str(out), "--tables", "table2", "--no-wandb",
+                          "--include-modified") == 0  # TINY cuts the row's network
     lines = list(csv.DictReader((out / "table2.csv").read_text().splitlines()))
     assert [line["row"] for line in lines] == ["Transformer (base model) EN-DE", "Transformer (big) EN-DE",
                                                "Transformer (base model) EN-FR", "Transformer (big) EN-FR"]

@@ -114,14 +114,19 @@ def test_mlflow_server_shows_the_sweep(sweep, mlflow_server: str) -> None:
     runs_dir, _, _ = sweep
     url = mlflow_server
     experiment = _get(url, "/api/2.0/mlflow/experiments/get-by-name", experiment_name="table3")["experiment"]
-    runs = {run["info"]["run_name"]: run for run in _search(url, experiment["experiment_id"])}
-    assert set(runs) == set(ROWS)  # a sweep's runs in one experiment, named after the table
+    found = _search(url, experiment["experiment_id"])  # a sweep's runs in one experiment, named after the table
+    runs = {name: run for name in ROWS for run in found if run["info"]["run_name"].startswith(f"{name}-multi30k-")}
+    assert set(runs) == set(ROWS) and len(found) == len(ROWS)
     for name, row in ROWS.items():
         run, run_dir = runs[name], next(runs_dir.glob(f"*_{name}"))
         assert run["info"]["status"] == "FINISHED"
         tags = {tag["key"]: tag["value"] for tag in run["data"]["tags"]}
         assert (tags["table"], tags["row"], tags["scale"]) == ("table3", row, "multi30k")
-        assert tags["labels"] == f"table3,{row[0]},{row}"
+        assert tags["sweep"] == "/".join(runs_dir.parts[-2:])  # the W&B group
+        # The W&B tags: the row's, task, model, scale, the job's overrides, `modified` (TINY cuts the network).
+        labels = tags["labels"].split(",")
+        assert labels[:6] == ["table3", row[0], row, "task:multi30k_en_de", "model:base", "scale:multi30k"]
+        assert "model.d_model=32" in labels and labels[-1] == "modified"
         # The config, as W&B gets it, flattened as the overrides name it; the parameter count.
         params = {param["key"]: param["value"] for param in run["data"]["params"]}
         summary = json.loads((run_dir / "summary.json").read_text())

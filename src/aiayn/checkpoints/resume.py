@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints, load_lazily
+from aiayn.config.identity import SPEED_KEYS, setting_differences
 from aiayn.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -29,9 +30,8 @@ IDENTITY_KEYS = (
 )
 # The length of the run: a run may resume to train for longer.
 LENGTH_KEYS = ("optim.train_steps",)
-# Speed switches change how the same numbers are computed, not which: a run may resume with them
-# switched either way (and from checkpoints written before they existed).
-SPEED_KEYS = ("optim.fused", "model.attention")
+# Speed switches (config.identity.SPEED_KEYS) change how the same numbers are computed, not which: a
+# run may resume with them switched either way (and from checkpoints written before they existed).
 
 
 @dataclass
@@ -125,17 +125,7 @@ def config_differences(saved: dict[str, Any] | None, config: dict[str, Any]) -> 
     old = ((saved or {}).get("hyper_parameters") or {}).get("run_config") or {}
     if not old:
         return []  # a checkpoint without its config (written by other code): nothing to compare
-    differences = []
-    for key in IDENTITY_KEYS:
-        a, b = _get(old, key), _get(config, key)
-        if isinstance(a, dict) or isinstance(b, dict):  # a section: name each setting that differs
-            a, b = a or {}, b or {}
-            for name in sorted(set(a) | set(b)):
-                if f"{key}.{name}" not in SPEED_KEYS + LENGTH_KEYS and a.get(name) != b.get(name):
-                    differences.append(f"{key}.{name}: {a.get(name)!r} → {b.get(name)!r}")
-        elif a != b:
-            differences.append(f"{key}: {a!r} → {b!r}")
-    return differences
+    return setting_differences(old, config, IDENTITY_KEYS, SPEED_KEYS + LENGTH_KEYS)
 
 
 def _job_dirs(output_dir: Path, multirun: bool) -> list[Path]:
@@ -155,10 +145,3 @@ def _run_dir_of(checkpoint: Path) -> Path:
 def _load(path: Path) -> dict[str, Any] | None:
     saved = load_lazily(path)  # memory-mapped: only the parts read are loaded
     return saved if isinstance(saved, dict) else None
-
-
-def _get(config: dict[str, Any], dotted: str) -> Any:
-    value: Any = config
-    for part in dotted.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value

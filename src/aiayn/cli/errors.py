@@ -49,7 +49,9 @@ def fail(message: str, status: int = USER_ERROR) -> NoReturn:
     """Print ``<tool>: message`` as one line on stderr and exit with ``status``."""
     line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
     say(line)
-    sys.exit(status)
+    stop = SystemExit(status)
+    stop.message = line  # for a sweep's table of its jobs (aiayn.cli.sweep)
+    raise stop
 
 
 def say(line: str) -> None:
@@ -102,7 +104,7 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
                 fail(f"{error}: --cfg job shows one job's settings, so give them without --multirun")
             if not _task_started and isinstance(error, OSError) and error.filename is not None:
                 fail(_output_folder_message(error))
-            if _task_started or not _is_composition_error(error):
+            if _task_started or not is_composition_error(error):
                 raise
             within = raised_by_resolver(error)
             fail(str(within) if within is not None else composition_message(error))
@@ -139,7 +141,7 @@ def _is_mode_conflict(error: BaseException) -> bool:
     return isinstance(error, ValueError) and str(error).startswith("Only one of --run, --multirun, --cfg")
 
 
-def _is_composition_error(error: BaseException) -> bool:
+def is_composition_error(error: BaseException) -> bool:
     hydra_errors = sys.modules.get("hydra.errors")
     kinds = (OmegaConfBaseException,) + ((hydra_errors.HydraException,) if hydra_errors else ())
     return isinstance(error, kinds)

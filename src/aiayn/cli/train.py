@@ -35,6 +35,7 @@ from aiayn.cli.errors import (
     reports_errors,
 )
 from aiayn.cli.renamed import accepts_old_names
+from aiayn.config.identity import MODIFIED, row_changes
 from aiayn.config.plan import describe, showing_only
 from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers
 from aiayn.errors import ConfigError, UserError
@@ -155,8 +156,8 @@ def _test(cfg: DictConfig, config: dict, module, datamodule, trainer: L.Trainer)
 def _before_training(cfg: DictConfig):
     """Every check that needs no training: the whole config, the checkpoint to resume, and the
     data files of every split the run will read. Returns (config, resume, datamodule)."""
-    config = _resolved(cfg)
-    check_train_config(config)
+    config = checked_config(cfg)
+    _warn_if_not_its_row(config)
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     resume = find_resume(cfg.resume, cfg.paths.output_dir, config, multirun=multirun)
     if resume is not None and str(resume.run_dir) != cfg.paths.output_dir:
@@ -169,6 +170,25 @@ def _before_training(cfg: DictConfig):
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:  # the other ranks of a node see the same files
         datamodule.check_files()  # train, dev and test: all there (fetched where allowed) before any folder is made
     return config, resume, datamodule
+
+
+def checked_config(cfg: DictConfig) -> dict:
+    """The whole config resolved and checked (aiayn.training.config_check): what train refuses
+    before anything is built. A sweep checks every job's with it before its first job starts."""
+    config = _resolved(cfg)
+    check_train_config(config)
+    return config
+
+
+def _warn_if_not_its_row(config: dict) -> None:
+    """One warning when a paper row's run (``experiment=table3_A_h1``) changed its network,
+    recipe or task from the row's (``model=big``, ``model.n_heads=4``): it is no longer that row."""
+    choices = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
+    changes = row_changes(config, choices)
+    if changes and run_folder.first_process():
+        shown = "; ".join(changes[:6]) + (f"; and {len(changes) - 6} more" if len(changes) > 6 else "")
+        log.warning("experiment=%s: this run is no longer that row (%s); its W&B and MLflow runs are tagged `%s` "
+                    "and the tables leave it out", choices["experiment"], shown, MODIFIED)
 
 
 def _resolved(cfg: DictConfig) -> dict:

@@ -7,4 +7,4 @@ the resolvers ``${aiayn.plan:}`` and ``${aiayn.gpus_per_node:}``. Nothing here i
 data or the model.
 """
 
-from aiayn.config import plan, schemas, tools  # noqa: F401  (registered on import)
+from aiayn.config import identity, plan, schemas, tools  # noqa: F401  (registered on import)

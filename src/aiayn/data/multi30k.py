@@ -112,7 +112,7 @@ class Multi30kDataModule(TranslationDataModule):
         for split in self.splits.values():  # unknown splits or languages fail here, not later
             for lang in (src_lang, tgt_lang):
                 multi30k_path(data_root, split, lang)
-        self.save_hyperparameters()
+        self.save_hyperparameters(logger=False)  # in checkpoints; the logged config has them as task.datamodule.*
 
     def split_files(self, split: str, download: bool) -> tuple[Path, Path]:
         return multi30k_files(self.data_root, split, self.src_lang, self.tgt_lang, download=download)

@@ -1,6 +1,9 @@
 """The finished runs of the paper's tables: where each is, its config and what it measured.
 
-A run belongs to a row through its resolved config (``experiment.table`` and ``experiment.row``).
+A run belongs to a row through its resolved config (``experiment.table`` and ``experiment.row``),
+unless it changed the row's network, recipe or task (``experiment=table3_A_h1 model=big``):
+such a run is *modified* (:func:`aiayn.config.identity.row_changes`; W&B: the tag ``modified``),
+and :func:`counted` leaves it out of the tables.
 What it measured comes from its summary (:mod:`aiayn.reporting.summary`): ``summary.json`` in the
 run directory, which every run writes (or the W&B run's summary, read from the W&B project).
 Table 2's test BLEU comes from ``src/evaluate.py``'s report in ``<run dir>/eval/`` (checkpoint
@@ -18,6 +21,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from aiayn.config.identity import MODIFIED, row_changes, row_settings
 from aiayn.reporting.summary import read_summary
 
 log = logging.getLogger(__name__)
@@ -33,6 +37,7 @@ class Run:
     config: dict[str, Any]
     summary: dict[str, Any]
     test: dict[str, Any] = field(default_factory=dict)  # Table 2: test BLEU, sacreBLEU, checkpoints averaged
+    modified: list[str] = field(default_factory=list)  # what it changed from its row (row_changes); []: the row
 
     @property
     def table(self) -> str | None:
@@ -53,10 +58,24 @@ def seed_order(run: Run) -> tuple:
     return run.config.get("seed", 0), run.source
 
 
-def local_runs(roots: Iterable[Path | str]) -> list[Run]:
+def counted(runs: Iterable[Run], include_modified: bool = False) -> list[Run]:
+    """The runs a table counts as its rows': each modified run is left out, with a warning naming
+    what it changed (all of them with ``include_modified``)."""
+    kept = []
+    for run in runs:
+        if run.modified and not include_modified:
+            log.warning("%s: left out, it is no longer row %s (%s); --include-modified counts it", run.source,
+                        run.row, "; ".join(run.modified[:4]) + (" ..." if len(run.modified) > 4 else ""))
+            continue
+        kept.append(run)
+    return kept
+
+
+def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) -> list[Run]:
     """Every finished run under ``roots`` (run directories or folders of them, e.g. a multirun
     date folder): a directory with ``.hydra/config.yaml`` and a summary. Runs without a summary
-    (still training, or stopped) are listed in the log and left out."""
+    (still training, or stopped) are listed in the log and left out. With ``conf_dir`` each run's
+    changes from its row are found (``Run.modified``), its row composed from there."""
     runs = []
     for root in roots:
         root = Path(root)
@@ -64,15 +83,26 @@ def local_runs(roots: Iterable[Path | str]) -> list[Run]:
             raise FileNotFoundError(f"--runs {root}: no such directory")
         for config_file in sorted(root.glob("**/.hydra/config.yaml")):
             run_dir = config_file.parent.parent
-            config = OmegaConf.to_container(OmegaConf.load(config_file), resolve=False)
+            loaded = OmegaConf.load(config_file)
+            config = OmegaConf.to_container(loaded, resolve=False)
             if not (config.get("experiment") or {}).get("table"):
                 continue  # not a table experiment
             summary = read_summary(run_dir)
             if summary is None:
                 log.warning("%s: no summary (unfinished run?); left out", run_dir)
                 continue
-            runs.append(Run(source=str(run_dir), config=config, summary=summary, test=_test_report(run_dir)))
+            modified = _changes(loaded, config_file.parent / "hydra.yaml", conf_dir) if conf_dir else []
+            runs.append(Run(source=str(run_dir), config=config, summary=summary, test=_test_report(run_dir),
+                            modified=modified))
     return runs
+
+
+def _changes(config: Any, hydra_file: Path, conf_dir: Path | str) -> list[str]:
+    """What a run changed from its row, from its config and the choices Hydra recorded."""
+    if not hydra_file.is_file():
+        return []
+    choices = OmegaConf.to_container(OmegaConf.load(hydra_file).hydra.runtime.choices)
+    return row_changes(row_settings(config), choices, conf_dir)
 
 
 def _test_report(run_dir: Path) -> dict[str, Any]:
@@ -100,7 +130,7 @@ def _averaged(evaluate_run_config: dict[str, Any]) -> int:
 
 
 def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
-    """The finished runs of ``project`` ("entity/project") in the tables' groups, online. For
+    """The finished runs of ``project`` ("entity/project") tagged with the tables' names, online. For
     Table 2 the test BLEU comes from src/evaluate.py's W&B run (job type "eval", grouped under
     the training run's name), the newest with the most checkpoints averaged."""
     import wandb
@@ -108,7 +138,7 @@ def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
     api = wandb.Api()
     runs = []
     for table in tables:
-        for run in api.runs(project, filters={"group": table, "state": "finished"}):
+        for run in api.runs(project, filters={"tags": {"$in": [table]}, "state": "finished"}):
             config = dict(run.config)
             summary = {k: v for k, v in run.summary_metrics.items() if not k.startswith("_")}
             test = {}
@@ -118,5 +148,6 @@ def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
                 if evaluations:
                     newest = max(evaluations, key=lambda e: (_averaged(e.config), e.created_at))
                     test = _test_figures(newest.summary_metrics, _averaged(newest.config))
-            runs.append(Run(source="/".join(run.path), config=config, summary=summary, test=test))
+            modified = ["tagged modified"] if MODIFIED in (run.tags or []) else []
+            runs.append(Run(source="/".join(run.path), config=config, summary=summary, test=test, modified=modified))
     return runs

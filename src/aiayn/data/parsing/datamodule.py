@@ -92,7 +92,7 @@ class ParsingDataModule(TranslationDataModule):
             raise ValueError(f"linearization must be one of {', '.join(LINEARIZATIONS)}, got {linearization!r}")
         self.linearization = linearization
         self._gold: dict[str, list[str]] = {}
-        self.save_hyperparameters()
+        self.save_hyperparameters(logger=False)  # in checkpoints; the logged config has them as task.datamodule.*
 
     # -- files ----------------------------------------------------------------------------
     def split_files(self, split: str, download: bool = False) -> tuple[Path, Path]:

@@ -76,7 +76,7 @@ class WMTDataModule(TranslationDataModule):
         self.subword_sample_pairs = subword_sample_pairs
         self.prepare_workers = prepare_workers
         self._matched = False  # whether this process has prepared the data or checked it against the raw files
-        self.save_hyperparameters()
+        self.save_hyperparameters(logger=False)  # in checkpoints; the logged config has them as task.datamodule.*
 
     @property
     def prepared(self) -> Path:

@@ -1,0 +1,218 @@
+"""A training sweep, ``python src/train.py --multirun ...`` (conf/train.yaml's ``hydra/sweeper:
+aiayn``, :mod:`hydra_plugins.aiayn_sweeper`): Hydra's basic sweeper, its jobs expanded the same
+way (globs, ranges, comma lists, ``hydra.sweeper.max_batch_size``), and three things more.
+
+1. Before the first job starts, every job's config is composed and checked as train checks its
+   own before building anything (:func:`aiayn.cli.train.checked_config`). Refused jobs are one
+   line each on stderr — the job's number, its overrides, the reason — and the sweep exits with
+   status 2 having run nothing and made no folder.
+2. ``hydra.sweeper.keep_going=true``: a job that fails (a bad setting found at run time, a run
+   that stopped, a bug) does not stop the others; the sweep exits with the first failure's status
+   once all have run. Default ``false``, Hydra's way: the sweep stops at the first failure. A
+   stop of the sweep itself — preemption (exit 75: the job saved its step) or Ctrl-C (130) — ends
+   it whatever keep_going says.
+3. The sweep ends with a table, printed and written to ``<sweep dir>/sweep.tsv``: job, overrides,
+   status (``done``, ``failed (exit N): reason``, ``preempted (exit 75)``, ``not run``), folder.
+
+With Hydra's basic launcher the jobs run here one after another, each launched alone, so that a
+failure is seen as it happens. Another launcher (``hydra/launcher=slurm``) gets the jobs in
+batches, as from Hydra's sweeper; the checks and the table hold there too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import csv
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
+from aiayn.config.plan import showing_only
+
+TABLE = "sweep.tsv"
+PREEMPTED = 75  # aiayn.training.preemption's exit status: the step is saved, resume=auto continues it
+_STOPS_THE_SWEEP = (PREEMPTED, INTERRUPTED)
+
+
+@dataclass
+class Job:
+    """One job of the sweep, and what became of it."""
+
+    number: int
+    overrides: list[str]
+    folder: str = ""
+    status: str = "not run"
+    exit: int | None = None  # None: done or not run
+    results: list[JobReturn] = field(default_factory=list)
+
+    def failed(self, code: int, reason: str | None) -> None:
+        self.exit = code
+        kind = {PREEMPTED: "preempted", INTERRUPTED: "interrupted"}.get(code, "failed")
+        self.status = f"{kind} (exit {code})" + (f": {reason}" if reason else "")
+
+
+def sweep(sweeper: BasicSweeper, arguments: list[str]) -> list[list[JobReturn]]:
+    """What :class:`hydra_plugins.aiayn_sweeper.AiaynSweeper` does for ``--multirun``."""
+    sweep_dir = Path(str(sweeper.config.hydra.sweep.dir))  # resolved once: every job shares ${now:}
+    batches = _batches(sweeper, arguments)
+    jobs = [Job(number, list(overrides)) for number, overrides in
+            enumerate(overrides for batch in batches for overrides in batch)]
+    refused = check(sweeper, jobs)
+    if refused:
+        for job, reason in refused:
+            say(f"sweep job #{job.number} of {len(jobs)} refused, so no job was run ({_shown(job.overrides)}): {reason}")
+        sys.exit(USER_ERROR)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(sweeper.config, sweep_dir / "multirun.yaml")  # as Hydra's sweeper
+    try:
+        if isinstance(sweeper.launcher, BasicLauncher):
+            _run_one_by_one(sweeper, jobs)
+        else:
+            _run_in_batches(sweeper, jobs, [len(batch) for batch in batches])
+    finally:
+        write_table(jobs, sweep_dir / TABLE)
+    failures = [job for job in jobs if job.exit is not None]
+    if failures:
+        sys.exit(failures[0].exit)
+    return [job.results for job in jobs]
+
+
+def _batches(sweeper: BasicSweeper, arguments: list[str]) -> list[list[list[str]]]:
+    """The jobs' overrides in the launcher's batches, as Hydra's basic sweeper expands them."""
+    params = sweeper._parse_config() + list(arguments)  # hydra.sweeper.params, then the command line
+    parser = OverridesParser.create(config_loader=sweeper.hydra_context.config_loader)
+    return BasicSweeper.split_arguments(parser.parse_overrides(params), sweeper.max_batch_size)
+
+
+def check(sweeper: BasicSweeper, jobs: list[Job]) -> list[tuple[Job, str]]:
+    """Compose and check every job's config (setting each job's folder); the refused jobs, each
+    with the reason in one line. Nothing is built or written."""
+    from aiayn.cli.train import checked_config  # torch and Lightning: only once a sweep runs
+
+    # Jobs another launcher runs elsewhere (SLURM) are planned for the node they ask for, as
+    # --cfg job shows it, not refused for the GPUs this machine (a login node) lacks.
+    elsewhere = not isinstance(sweeper.launcher, BasicLauncher)
+    refused = []
+    before = HydraConfig.instance().cfg
+    try:
+        for job in jobs:
+            try:
+                task = _job_config(sweeper, job)
+                with showing_only() if elsewhere else contextlib.nullcontext():
+                    checked_config(task)
+            except Exception as error:  # each job's reason is reported; a bug's is raised
+                reported = describe(error)
+                if reported is None and not is_composition_error(error):
+                    raise
+                refused.append((job, reported[0] if reported else composition_message(error)))
+    finally:
+        HydraConfig.instance().cfg = before
+    return refused
+
+
+def _job_config(sweeper: BasicSweeper, job: Job) -> DictConfig:
+    """The job's config as its run will get it (Hydra's launcher and ``run_job``), its folder
+    named but not made; Hydra's config of the job is set, as in the job."""
+    config = sweeper.hydra_context.config_loader.load_sweep_config(sweeper.config, list(job.overrides))
+    with open_dict(config):
+        config.hydra.job.id = config.hydra.job.num = job.number
+    HydraConfig.instance().set_config(config)
+    folder = os.path.join(str(OmegaConf.select(config, "hydra.sweep.dir")),
+                          str(OmegaConf.select(config, "hydra.sweep.subdir")))
+    with read_write(config.hydra.runtime), open_dict(config.hydra.runtime):
+        config.hydra.runtime.output_dir = os.path.abspath(folder)
+    HydraConfig.instance().set_config(config)
+    job.folder = folder
+    task = copy.deepcopy(config)
+    with read_write(task), open_dict(task):
+        del task["hydra"]
+    return task
+
+
+def _run_one_by_one(sweeper: BasicSweeper, jobs: list[Job]) -> None:
+    for job in jobs:
+        try:
+            job.results = list(sweeper.launcher.launch([job.overrides], initial_job_idx=job.number))
+        except SystemExit as stop:  # the job's one-line error (aiayn.cli.errors.fail), already on stderr
+            code = stop.code if isinstance(stop.code, int) else 1
+            if code == 0:
+                job.status = "done"
+                continue
+            job.failed(code, getattr(stop, "message", None))
+        else:
+            _record(job, job.results[0])
+        if job.exit is not None and (job.exit in _STOPS_THE_SWEEP or not sweeper.keep_going):
+            return
+
+
+def _run_in_batches(sweeper: BasicSweeper, jobs: list[Job], sizes: list[int]) -> None:
+    start = 0
+    for size in sizes:
+        batch = jobs[start:start + size]
+        results = sweeper.launcher.launch([job.overrides for job in batch], initial_job_idx=start)
+        for job, result in zip(batch, results):
+            job.results = [result]
+            _record(job, result)
+        start += size
+        if any(job.exit is not None for job in batch) and not sweeper.keep_going:
+            return
+
+
+def _record(job: Job, result: JobReturn) -> None:
+    """A job that returned: done, or failed with the exception it raised (its traceback printed)."""
+    if result.status == JobStatus.COMPLETED:
+        job.status = "done"
+        return
+    error = result._return_value
+    if isinstance(error, BaseException):
+        traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        job.failed(1, f"{type(error).__name__}: {first} (traceback above)")
+    else:
+        job.failed(1, None)
+
+
+def write_table(jobs: list[Job], path: Path) -> None:
+    """The table of the jobs, written to ``path`` (tab-separated: each job's overrides whole) and
+    printed (the overrides that differ between the jobs, a reason cut short). The folder of a job
+    that left none (never run, or refused at its start) is ``-``."""
+    folders = [job.folder if job.folder and Path(job.folder).is_dir() else "-" for job in jobs]
+    header = ("job", "overrides", "status", "folder")
+    with open(path, "w", newline="") as file:
+        writer = csv.writer(file, delimiter="\t", lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows((str(job.number), _one_line(_shown(job.overrides)), _one_line(job.status), folder)
+                         for job, folder in zip(jobs, folders))
+    varying = [o for o in {o for job in jobs for o in job.overrides} if not all(o in job.overrides for job in jobs)]
+    rows = [(str(job.number), _shown([o for o in job.overrides if o in varying] if varying else job.overrides),
+             _cut(job.status, 100), folder) for job, folder in zip(jobs, folders)]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3]
+             for row in [header, *rows]]
+    done = sum(job.status == "done" for job in jobs)
+    print(f"sweep: {done} of {len(jobs)} jobs done (the table: {path})", *lines, sep="\n", flush=True)
+
+
+def _shown(overrides: list[str]) -> str:
+    return " ".join(overrides) or "(no overrides)"
+
+
+def _one_line(text: Any) -> str:
+    return " ".join(str(text).split())
+
+
+def _cut(text: str, limit: int) -> str:
+    text = _one_line(text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -1,0 +1,146 @@
+"""What a run is, as the trackers show it: its name, group and tags (``logger.wandb.name`` …,
+``logger.mlflow.run_name`` …), its scale, and whether it still is the paper row it names.
+
+* **name**: ``run_name`` (``table3-A_h1``, ``multi30k_en_de-small``), the scale, then the job's
+  own overrides (``seed=2``, ``model.dropout=0.2``): unique among the jobs of a sweep.
+* **group**: the sweep (``multirun/<date>_<time>``: ``hydra.sweep.dir``'s last two parts), the
+  same for every job of one ``--multirun``; none for a single run.
+* **tags**: the experiment's (``table3``, ``A``, ``A_h1``), ``task:<task>``, ``model:<model>``,
+  ``scale:<scale>``, each override of the job, and ``modified`` for a row run changed from its row.
+* **scale**: ``debug`` (``debug=tiny``), else the experiment's (``multi30k``, ``multi30k_cpu``),
+  else ``paper`` for a paper row; none for other runs.
+
+A row run (``experiment=<row>``) is *modified* when its network, recipe or task differs from the
+row's at its scale (the row composed with the run's ``+scale=`` alone): :func:`row_changes` says
+what differs. Such a run is tagged ``modified``; the tables leave it out.
+
+Registered as ``${aiayn.run:name}`` (``group``, ``tags``, ``scale``), for conf/logger/.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+# What makes a row run that row: the network, its widths, the recipe and the task.
+ROW_KEYS = ("task.name", "task.vocab_size", "model", "width_divisor", "loss", "optim")
+# Speed switches compute the same numbers another way: not a change of the row.
+SPEED_KEYS = ("optim.fused", "model.attention")
+# Overrides the name and tags leave out: said already (run_name, experiment, scale, debug) or not a value of the run.
+_UNNAMED = ("run_name", "experiment", "scale", "debug", "resume", "logger", "trainer.devices")
+MODIFIED = "modified"
+_TAG_LIMIT = 64  # W&B refuses longer tags
+
+
+def setting_differences(before: Mapping[str, Any], after: Mapping[str, Any], keys: Iterable[str],
+                        ignored: Sequence[str] = ()) -> list[str]:
+    """``key: before's value → after's`` for each of ``keys`` (dotted) that differs; a section
+    (``model``) is compared setting by setting, leaving out ``ignored``."""
+    differences = []
+    for key in keys:
+        a, b = _get(before, key), _get(after, key)
+        if isinstance(a, Mapping) or isinstance(b, Mapping):
+            a, b = a or {}, b or {}
+            for name in sorted(set(a) | set(b)):
+                if f"{key}.{name}" not in ignored and a.get(name) != b.get(name):
+                    differences.append(f"{key}.{name}: {a.get(name)!r} → {b.get(name)!r}")
+        elif a != b:
+            differences.append(f"{key}: {a!r} → {b!r}")
+    return differences
+
+
+def row_overrides(choices: Mapping[str, Any]) -> list[str] | None:
+    """The overrides that compose a run's row at its scale (``experiment=<row>``, ``+scale=<s>``);
+    None for a run that is no row."""
+    experiment = choices.get("experiment")
+    if not experiment:
+        return None
+    scale = choices.get("scale")
+    return [f"experiment={experiment}", *([f"+scale={scale}"] if scale else [])]
+
+
+def row_changes(config: Mapping[str, Any], choices: Mapping[str, Any], conf_dir: str | Path | None = None) -> list[str]:
+    """What a row run (``config``: its config, resolved; ``choices``: Hydra's runtime choices)
+    changed from its row: ``model.n_heads: 1 → 4`` …; [] for the row itself or a run that is no
+    row. Composes the row with ``conf_dir`` (None: inside a Hydra app, with its search path)."""
+    overrides = row_overrides(choices)
+    if overrides is None:
+        return []
+    row = _row_config(tuple(overrides), str(conf_dir) if conf_dir is not None else None)
+    return setting_differences(row, config, ROW_KEYS, SPEED_KEYS)
+
+
+@functools.lru_cache(maxsize=64)
+def _row_config(overrides: tuple[str, ...], conf_dir: str | None) -> dict[str, Any]:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if conf_dir is None or GlobalHydra.instance().is_initialized():
+        cfg = compose("train", overrides=list(overrides))
+    else:
+        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+            cfg = compose("train", overrides=list(overrides))
+    return row_settings(cfg)
+
+
+def identity(root: DictConfig) -> dict[str, Any]:
+    """The run's name, group, tags and scale (see the module) from its config and Hydra's job."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    job = HydraConfig.get() if HydraConfig.initialized() else None
+    choices = dict(job.runtime.choices) if job is not None else {}
+    overrides = [str(o) for o in job.overrides.task] if job is not None else []
+    experiment = root.get("experiment") or {}
+    scale = ("debug" if choices.get("debug") else experiment.get("scale")
+             or ("paper" if experiment.get("table") else None))
+    own = [o.lstrip("+") for o in overrides if _key(o) not in _UNNAMED and not _key(o).startswith("hydra.")]
+    name = "-".join([str(root.run_name), *([scale] if scale else []), *([",".join(own)] if own else [])])
+    group = None
+    if job is not None and job.mode == RunMode.MULTIRUN:
+        group = "/".join(Path(str(job.sweep.dir)).parts[-2:])
+    tags = [str(tag) for tag in (experiment.get("tags") or [])]
+    tags += [f"task:{root.task.name}", *([f"model:{choices['model']}"] if choices.get("model") else []),
+             *([f"scale:{scale}"] if scale else []), *own]
+    if row_changes(row_settings(root), choices):
+        tags.append(MODIFIED)
+    return {"name": name, "group": group, "tags": list(dict.fromkeys(tag[:_TAG_LIMIT] for tag in tags)),
+            "scale": scale}
+
+
+def row_settings(config: DictConfig) -> dict[str, Any]:
+    """The settings of ``config`` that make a row (ROW_KEYS), resolved, nested as in the config."""
+    settings: dict[str, Any] = {}
+    for key in ROW_KEYS:
+        value = OmegaConf.select(config, key)
+        *sections, name = key.split(".")
+        node = settings
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    return settings
+
+
+def _key(override: str) -> str:
+    """The setting an override sets (``+scale=x`` → ``scale``, ``~a.b`` → ``a.b``)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _get(config: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = config
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def _resolve_run(what: str, *, _root_: DictConfig) -> Any:
+    """``${aiayn.run:name}``, ``group``, ``tags`` or ``scale`` of the config it stands in."""
+    value = identity(_root_)[what]
+    return OmegaConf.create(value) if isinstance(value, list) else value
+
+
+OmegaConf.register_new_resolver("aiayn.run", _resolve_run, replace=True)

@@ -1,0 +1,103 @@
+"""`python src/train.py --multirun ...` (aiayn.cli.sweep): every job checked before the first starts,
+the sweep stopped at a failing job or, with hydra.sweeper.keep_going=true, gone on past it, and the
+table of the jobs at the end. Refusals and a stop run in this process (tests.helpers.inprocess);
+the sweep that goes on past a failure is a real process, its exit status and stderr as a user sees
+them, its jobs real tiny runs on Multi30k."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import inprocess, runs
+from tests.helpers.runs import TINY
+
+# Tiny jobs that train: 4 steps, no test split, no pictures, metrics in CSV.
+JOB = [*TINY, "logger=csv", "test_after_training=false", "visualize_at_end=false", "task.datamodule.download=false"]
+
+
+def table(sweep_dir: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader((sweep_dir / "sweep.tsv").read_text().splitlines(), delimiter="\t"))
+
+
+def test_refused_jobs_are_listed_one_line_each_before_any_runs(tmp_path, data_root, subword_cache):
+    result = inprocess.run_tool("src/train.py", "--multirun", *JOB, "loss.label_smoothing=0.1,1.5", "seed=1,2",
+                                "optim.warmup_steps=0,2", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path,
+                                data_root=data_root, cache_dir=subword_cache, check=False)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    # 8 jobs: those with warmup 0 or ε_ls 1.5 refused (the first reason of each), in job order.
+    assert [line.split(" refused")[0] for line in lines] == [
+        f"train.py: sweep job #{n} of 8" for n in (0, 2, 4, 5, 6, 7)], lines
+    assert lines[0].startswith("train.py: sweep job #0 of 8 refused, so no job was run (debug=tiny logger=csv ")
+    assert lines[0].endswith(" loss.label_smoothing=0.1 seed=1 optim.warmup_steps=0): optim.warmup_steps must be a "
+                             "positive whole number, got 0")
+    assert lines[2].endswith("loss.label_smoothing=1.5 seed=1 optim.warmup_steps=0): loss.label_smoothing must be in "
+                             "[0.0, 1.0), got 1.5")
+    assert not (tmp_path / "sweep").exists() and "Launching" not in result.stdout + result.stderr
+
+
+def test_by_default_the_sweep_stops_at_the_first_failing_job(tmp_path, data_root, subword_cache):
+    """Job 0's data folder is empty: found at its start (not by the check), so job 1 never runs."""
+    sweep = tmp_path / "sweep"
+    result = inprocess.run_tool("src/train.py", "--multirun", *JOB, f"paths.data_root={tmp_path / 'empty'},{data_root}",
+                                f"hydra.sweep.dir={sweep}", cwd=tmp_path, cache_dir=subword_cache, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("train.py: Multi30k files missing")
+    jobs = table(sweep)
+    assert [job["status"].split(":")[0] for job in jobs] == ["failed (exit 2)", "not run"]
+    assert jobs[0]["status"].startswith("failed (exit 2): Multi30k files missing or unreadable (download=False): "
+                                        f"{tmp_path / 'empty'}")
+    assert [job["folder"] for job in jobs] == ["-", "-"]  # a run that never started leaves no folder
+    assert f"paths.data_root={data_root}" in jobs[1]["overrides"]
+    assert "sweep: 0 of 2 jobs done" in result.stdout
+    assert sorted(path.name for path in sweep.iterdir()) == ["multirun.yaml", "sweep.tsv"]
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+def test_with_keep_going_a_failing_job_does_not_stop_the_others(tmp_path, data_root, subword_cache):
+    """Three jobs, the middle one's data folder empty: the others train, the sweep ends with the
+    table and the failure's exit status. The jobs' logged hyper-parameters are their config, each
+    setting once (the data module's arguments only under task.datamodule)."""
+    sweep, link = tmp_path / "sweep", tmp_path / "data-link"
+    link.symlink_to(data_root)
+    result = runs.run_tool("src/train.py", "--multirun", *JOB, f"paths.data_root={data_root},{tmp_path / 'empty'},{link}",
+                           "hydra.sweeper.keep_going=true", f"hydra.sweep.dir={sweep}", cwd=tmp_path,
+                           cache_dir=subword_cache, check=False, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("train.py:")]
+    assert len(errors) == 1 and errors[0].startswith(f"train.py: Multi30k files missing or unreadable (download=False): "
+                                                     f"{tmp_path / 'empty'}"), errors
+    jobs = table(sweep)
+    assert [job["job"] for job in jobs] == ["0", "1", "2"]
+    assert [job["status"].split(":")[0] for job in jobs] == ["done", "failed (exit 2)", "done"]
+    assert jobs[1]["folder"] == "-" and f"paths.data_root={tmp_path / 'empty'}" in jobs[1]["overrides"]
+    printed = result.stdout[result.stdout.index("sweep: 2 of 3 jobs done"):].splitlines()
+    assert printed[1].split() == ["job", "overrides", "status", "folder"]
+    cells = re.split(r"\s{2,}", printed[3])  # the printed table: the overrides that differ between the jobs
+    assert cells[:2] == ["1", f"paths.data_root={tmp_path / 'empty'}"] and cells[3] == "-"
+    assert cells[2].startswith("failed (exit 2): Multi30k files missing") and len(cells[2]) <= 100
+    for job in (jobs[0], jobs[2]):
+        run_dir = Path(job["folder"]) if Path(job["folder"]).is_absolute() else tmp_path / job["folder"]
+        assert (run_dir / "summary.json").is_file() and (run_dir / "checkpoints" / "last.ckpt").is_file()
+        logged = yaml.safe_load(next((run_dir / "csv").glob("version_*/hparams.yaml")).read_text())
+        config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+        assert set(logged) == set(config) | {"parameters"}, set(logged) ^ (set(config) | {"parameters"})
+        # The plan is computed (${aiayn.plan:}): a leaf in Hydra's record, a section once resolved.
+        assert {path for path in leaves(logged) if not path.startswith("plan.")} == (
+            {path for path in leaves(config) if path != "plan"} | {"parameters"})
+        assert logged["task"]["datamodule"]["data_root"] == config["paths"]["data_root"] != "${paths.data_root}"
+
+
+def leaves(config: dict, prefix: str = "") -> list[str]:
+    """Every setting's dotted path."""
+    paths = []
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        paths += leaves(value, f"{path}.") if isinstance(value, dict) and value else [path]
+    return paths

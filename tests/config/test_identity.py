@@ -1,0 +1,102 @@
+"""Runs told apart in the trackers (aiayn.config.identity): the W&B logger's init arguments for jobs
+composed from conf/ as Hydra's run gives them (its job config set, the logger instantiated in this
+process, no run started), and a paper row's run changed from its row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import open_dict, read_write
+
+from aiayn.config.identity import MODIFIED, row_changes, row_settings
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import REPO
+
+CONF = REPO / "conf"
+SWEEP = "multirun/2026-11-26_10-00-00"
+
+
+def wandb_init(tmp_path: Path, *overrides: str, multirun: bool = False) -> dict:
+    """What WandbRunLogger would give wandb.init for this job (the job as Hydra's launcher sets it)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=["logger=wandb", *overrides], return_hydra_config=True)
+        with read_write(cfg.hydra), open_dict(cfg.hydra):
+            cfg.hydra.mode = RunMode.MULTIRUN if multirun else RunMode.RUN
+            cfg.hydra.sweep.dir = SWEEP
+            cfg.hydra.runtime.output_dir = str(tmp_path)
+        before = HydraConfig.instance().cfg
+        HydraConfig.instance().set_config(cfg)
+        try:
+            return dict(hydra.utils.instantiate(cfg.logger.wandb, mode="offline")._wandb_init)
+        finally:
+            HydraConfig.instance().cfg = before
+
+
+def test_the_jobs_of_a_sweep_share_it_as_group_and_their_names_and_tags_carry_the_swept_values(tmp_path):
+    jobs = [wandb_init(tmp_path, "debug=tiny", f"seed={seed}", "model.dropout=0.2", multirun=True) for seed in (1, 2)]
+    assert [job["name"] for job in jobs] == ["multi30k_en_de-small-debug-seed=1,model.dropout=0.2",
+                                             "multi30k_en_de-small-debug-seed=2,model.dropout=0.2"]
+    assert {job["group"] for job in jobs} == {SWEEP}
+    for seed, job in zip((1, 2), jobs):
+        assert job["tags"] == ["task:multi30k_en_de", "model:small", "scale:debug", f"seed={seed}", "model.dropout=0.2"]
+    single = wandb_init(tmp_path, "seed=1")
+    assert (single["name"], single["group"], single["tags"]) == (
+        "multi30k_en_de-small-seed=1", None, ["task:multi30k_en_de", "model:small", "seed=1"])
+
+
+def test_a_table3_row_at_cpu_or_debug_scale_never_looks_like_the_wmt_run(tmp_path):
+    paper, cpu, debug = (wandb_init(tmp_path, "experiment=table3_C_N2", *scale, multirun=True)
+                         for scale in ([], ["+scale=multi30k_cpu"], ["+scale=multi30k", "debug=tiny"]))
+    assert (paper["name"], cpu["name"], debug["name"]) == ("table3-C_N2-paper", "table3-C_N2-multi30k_cpu",
+                                                           "table3-C_N2-debug")
+    assert paper["tags"] == ["table3", "C", "C_N2", "task:wmt_en_de", "model:base", "scale:paper"]
+    assert cpu["tags"] == ["table3", "C", "C_N2", "task:multi30k_en_de", "model:base", "scale:multi30k_cpu"]
+    # debug=tiny replaces the row's network (N=1, d_model=32): it is not row (C) N=2 any more.
+    assert debug["tags"] == ["table3", "C", "C_N2", "task:multi30k_en_de", "model:base", "scale:debug", MODIFIED]
+
+
+def changes(*overrides: str) -> list[str]:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
+    choices = dict(cfg.hydra.runtime.choices)
+    return row_changes(row_settings(cfg), choices, CONF)
+
+
+def test_a_row_run_with_its_model_or_recipe_changed_is_no_longer_that_row():
+    assert changes("experiment=table3_A_h1", "model.n_heads=4") == ["model.n_heads: 1 → 4"]
+    big = changes("experiment=table3_A_h1", "model=big")
+    assert {"model.d_model: 512 → 1024", "model.dropout: 0.1 → 0.3", "optim.train_steps: 100000 → 300000"} <= set(big)
+    assert changes("experiment=table3_D_ls0", "loss.label_smoothing=0.1") == ["loss.label_smoothing: 0.0 → 0.1"]
+    assert changes("experiment=table3_A_h1", "+scale=multi30k", "task=multi30k_de_en") == [
+        "task.name: 'multi30k_en_de' → 'multi30k_de_en'"]
+    # The row at a scale, a speed switch, a seed or the logging: still the row.
+    assert changes("experiment=table3_A_h1", "+scale=multi30k_cpu", "model.attention=explicit", "seed=7",
+                   "validation.bleu_sentences=10") == []
+    assert changes("model.n_heads=2") == []  # no row to be
+
+
+def test_train_warns_once_that_a_changed_row_run_is_no_longer_that_row(tmp_path, subword_cache):
+    """Refused on its data after the warning: the warning comes before anything is built."""
+    result = run_tool("src/train.py", "experiment=table3_C_N2", "+scale=multi30k", "model.n_heads=4", "logger=csv",
+                      f"paths.data_root={tmp_path / 'empty'}", "task.datamodule.download=false",
+                      f"hydra.run.dir={tmp_path / 'run'}", cache_dir=subword_cache, check=False)
+    assert result.returncode == 2
+    output = (result.stdout + result.stderr).splitlines()
+    warnings = [line for line in output if "is no longer that row" in line]
+    assert len(warnings) == 1, output
+    assert warnings[0].endswith("experiment=table3_C_N2: this run is no longer that row (model.n_heads: 8 → 4); its "
+                                "W&B and MLflow runs are tagged `modified` and the tables leave it out")
+
+
+@pytest.mark.parametrize("overrides", [["experiment=table3_C_N2", "+scale=multi30k"], ["debug=tiny"]])
+def test_no_warning_for_a_row_as_it_is_or_a_run_that_is_no_row(tmp_path, overrides, subword_cache):
+    result = run_tool("src/train.py", *overrides, "logger=csv", f"paths.data_root={tmp_path / 'empty'}",
+                      "task.datamodule.download=false", f"hydra.run.dir={tmp_path / 'run'}", cache_dir=subword_cache,
+                      check=False)
+    assert result.returncode == 2 and "Multi30k files missing" in result.stderr
+    assert "is no longer that row" not in result.stdout + result.stderr
