@@ -117,8 +117,8 @@ class ProgressLogConfig:
     conf/callbacks/default.yaml starts from this, so its default lives here alone."""
 
     _target_: str = "aiayn.training.progress.ProgressLog"
-    # A line every this many optimizer steps, and one at the last step: the default job's 2,000
-    # steps give 20 lines, about one every 30 s on a 2-core CPU.
+    # A line every this many optimizer steps (fairseq's --log-interval default), and one at the
+    # last step: 20 lines over the default job's 2,000 steps.
     every_n_steps: int = 100
 
 
