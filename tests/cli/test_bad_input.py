@@ -226,6 +226,11 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["task.datamodule.download=maybe"], "train.py: task.datamodule.download must be true or false, got 'maybe'"),
     (["callbacks.preemption.signals=SIGTERM"], ("train.py: callbacks.preemption.signals must be a list of signal "
                                                 "names, e.g. [SIGTERM] or [SIGTERM,SIGUSR1], got 'SIGTERM'")),
+    (["callbacks.progress_log.every_n_steps=0"], ("train.py: callbacks.progress_log.every_n_steps must be a "
+                                                  "positive whole number of steps (a progress line every that many; "
+                                                  "callbacks.progress_log=null: none), got 0")),
+    (["+callbacks.progress_log.every=5"], ("train.py: callbacks.progress_log.every is not an argument of "
+                                           "ProgressLog; did you mean every_n_steps?")),
     # More training processes than the machine has cores.
     ([f"trainer.devices={(os.cpu_count() or 1) + 1}", "trainer.strategy=ddp_spawn"], "train.py: trainer.devices="),
 ], ids=lambda value: value[0] if isinstance(value, list) else None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -44,22 +45,50 @@ def test_train_validates_with_bleu_and_tests(tmp_path: Path, subword_cache: Path
     assert len(list((run_dir / "checkpoints").glob("step*.ckpt"))) == 2
 
 
+# A progress line of step N of 4 (debug=tiny: one every step) and of a validation, as a log file has them.
+STEP_LINE = re.compile(r"\[aiayn\.training\.progress\]\[INFO\] - step (\d)/4 \| loss (\d+\.\d{3}) \| "
+                       r"lr (\d\.\d\de-\d\d) \| ([\d,]+) tok/s \| ETA \d+:\d\d:\d\d$", re.MULTILINE)
+VALIDATION_LINE = re.compile(r"\[aiayn\.training\.progress\]\[INFO\] - validation at step (\d) \| "
+                             r"loss \d+\.\d{3} \| ppl (\d+\.\d\d) \| bleu \d+\.\d\d$", re.MULTILINE)
+
+
 @pytest.mark.cli  # ddp_spawn: two training processes, spawned by a process of its own
 @pytest.mark.slow
 def test_train_with_two_gloo_processes(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
-    result = runs.train(tmp_path / "run", *TINY, "hardware=cpu2_ddp", "logger=csv", data_root=data_root,
-                        cache_dir=subword_cache)
+    """Two DDP processes, stdout written to a file (``> log``, as nohup and SLURM write it)."""
+    run_dir = tmp_path / "run"
+    result = runs.train(run_dir, *TINY, "hardware=cpu2_ddp", "logger=csv", data_root=data_root,
+                        cache_dir=subword_cache, stdout=tmp_path / "stdout.log")
     output = result.stdout + result.stderr
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in output and "GLOBAL_RANK: 1, MEMBER: 2/2" in output
     # The spawned ranks report what the data module kept and dropped, once (rank 0), as one process does.
     assert output.count("kept 29000 of 29000 training pairs") == 1, output[-3000:]
+    # Rank 1 prints none of the project's INFO lines: not its share of the batches, not the validations.
+    assert "on rank 0 of 2" in output and "on rank 1 of 2" not in output, output[-3000:]
+    assert output.count("val sacreBLEU on") == 2
     assert sum(line.startswith("test test_2016_flickr:") for line in result.stdout.splitlines()) == 1
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())  # counted over both ranks
+    summary = json.loads((run_dir / "summary.json").read_text())  # counted over both ranks
     assert summary["processes"] == 2 and summary["steps"] == 4 and summary["train_flops"] > 0
     # The test stage, in processes of its own, adds its metrics to the training's file.
-    with open(next((tmp_path / "run").glob("csv/version_*/metrics.csv"))) as metrics:
+    with open(next(run_dir.glob("csv/version_*/metrics.csv"))) as metrics:
         rows = list(csv.DictReader(metrics))
     assert sum(bool(row.get("train/loss")) for row in rows) == 4 and sum(bool(row.get("test/bleu")) for row in rows) == 1
+
+    # Progress a researcher can read in the file: no bar (no redrawn frames), a plain line a step with
+    # step/total, loss, learning rate, tokens a second and ETA, and one a validation, once each (rank
+    # 0's), on stdout and in the run's train.log alike.
+    assert "\r" not in result.stdout and "Epoch 0" not in result.stdout and "it/s" not in result.stdout
+    rates = {int(float(row["step"])) + 1: float(row["train/lr"]) for row in rows if row.get("train/lr")}
+    train_log = (run_dir / "train.log").read_text()
+    for text in (result.stdout, train_log):
+        steps = STEP_LINE.findall(text)
+        assert [int(step) for step, *_ in steps] == [1, 2, 3, 4], text[-3000:]
+        assert all(float(loss) > 0 and int(tokens.replace(",", "")) > 0 for _, loss, _, tokens in steps)
+        # The rate each step trained with, as logged (3 significant digits; the log's is a float32)
+        assert all(math.isclose(float(rate), rates[int(step)], rel_tol=0.006) for step, _, rate, _ in steps)
+        validations = VALIDATION_LINE.findall(text)
+        assert [int(step) for step, _ in validations] == [2, 4], text[-3000:]
+        assert f"{summary['dev/ppl']:.2f}" == validations[-1][1]  # the last validation's, as summary.json has it
 
 
 TABLE3_ROWS = {  # row: (overrides of model=base, what the built model must have)
@@ -120,14 +149,15 @@ def test_wandb_offline_run_holds_config_and_metrics(tmp_path: Path, subword_cach
     from tests.helpers.wandb_offline import read_run
 
     run_dir = tmp_path / "run"
-    # No key, no mode: what a fresh machine has (HOME moved so that no ~/.netrc is found).
+    # No key, no mode: what a fresh machine has (HOME moved so that no ~/.netrc is found). On a terminal.
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "HOME": str(tmp_path)}
     result = runs.train(run_dir, *TINY, "logger=wandb", "run_name=wandb-test", env=env, data_root=data_root,
-                        cache_dir=subword_cache)
+                        cache_dir=subword_cache, stdout=runs.TERMINAL)
 
     # Quiet, honest output: where the W&B run is and how to upload it, said once by aiayn; no
     # logger advertisements, no "Epoch 0/-2" for a run bounded by steps, the rate readable.
-    output = result.stdout + result.stderr
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", result.stdout)  # the terminal's text, without its colours
+    output = shown + result.stderr
     offline = next((run_dir / "wandb").glob("offline-run-*"))
     assert f"(offline) in {offline}; upload it with `wandb sync {offline}`" in output
     for noise in ("wandb leet", "💡", "litlogger", "anonymous setting", "/-2", "LeafSpec", "sync_dist", "v_num"):
@@ -135,6 +165,10 @@ def test_wandb_offline_run_holds_config_and_metrics(tmp_path: Path, subword_cach
     assert "Epoch 0 (to step 4)" in output
     rate = re.search(r"train/lr:\s+(\S+)", output)
     assert rate and re.fullmatch(r"\d\.\d\de-\d\d", rate.group(1)), output[-3000:]
+    # On a terminal the bar shows the progress; the plain progress lines go to train.log alone.
+    assert "aiayn.training.progress" not in output and "validation at step" not in output
+    train_log = (run_dir / "train.log").read_text()
+    assert len(STEP_LINE.findall(train_log)) == 4 and len(VALIDATION_LINE.findall(train_log)) == 2, train_log
 
     run = read_run(run_dir)
     assert run.name == "wandb-test-debug" and run.project == "aiayn" and run.exit_code == 0  # run_name, the scale

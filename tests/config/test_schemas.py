@@ -21,7 +21,7 @@ from aiayn.model import Transformer
 from aiayn.training.callbacks import AttentionPicturesCallback, RunSummaryCallback, build_callbacks, run_settings
 from aiayn.training.config_check import check_train_config
 from aiayn.training.preemption import PreemptionCallback
-from aiayn.training.progress import StepRichProgressBar, StepTQDMProgressBar
+from aiayn.training.progress import ProgressLog, StepRichProgressBar, StepTQDMProgressBar
 from aiayn.training.saving import StepCheckpoint, ValidateLastStep
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,7 +122,7 @@ def test_debug_tiny_is_the_tests_tiny_run() -> None:
         "task.vocab_size=500", "task.datamodule.max_tokens=1024", "decoding.max_len_offset=5",
         "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.limit_val_batches=2",
         "trainer.limit_test_batches=2", "trainer.num_sanity_val_steps=0", "checkpoint.every_n_train_steps=2",
-        "optim.warmup_steps=2", "optim.tokens_per_step=null",
+        "optim.warmup_steps=2", "optim.tokens_per_step=null", "callbacks.progress_log.every_n_steps=1",
     ]
     for extra in ([], ["task=wsj", "task.split=sample", "model=parsing"], ["experiment=table3_C_N2", "task=multi30k_en_de"]):
         tiny = OmegaConf.to_container(compose_train(*extra, "debug=tiny"), resolve=True)
@@ -138,7 +138,7 @@ def test_the_callbacks_are_built_from_their_config_and_the_runs_settings(tmp_pat
     cfg.paths.output_dir = str(tmp_path)
     assert "every_n_minutes" not in cfg.callbacks.timed_checkpoints and "gpu" not in cfg.callbacks.run_summary
     built = build_callbacks(cfg.callbacks, run_settings(cfg))
-    last_step, steps, timed, pictures, summary, bar, preemption = built
+    last_step, steps, timed, pictures, summary, bar, preemption, progress = built
     assert isinstance(last_step, ValidateLastStep)
     assert isinstance(steps, StepCheckpoint) and isinstance(timed, StepCheckpoint)
     assert (steps.dirpath, steps.filename, steps._every_n_train_steps, steps.save_top_k, steps.save_last) == (
@@ -149,8 +149,11 @@ def test_the_callbacks_are_built_from_their_config_and_the_runs_settings(tmp_pat
     assert summary.gpu == "K80"
     assert isinstance(bar, (StepRichProgressBar, StepTQDMProgressBar)) and isinstance(preemption, PreemptionCallback)
     assert preemption.dirpath == tmp_path / "checkpoints"
-    # Switched off: no timed checkpoints, no pictures, no bar.
-    cfg = compose_train("checkpoint.every_n_minutes=null", "visualize_at_end=false", "trainer.enable_progress_bar=false")
+    assert bar.is_disabled  # stdout is no terminal here: the progress lines instead, every 100 steps by default
+    assert isinstance(progress, ProgressLog) and progress.every_n_steps == 100
+    # Switched off: no timed checkpoints, no pictures, no bar, no progress lines.
+    cfg = compose_train("checkpoint.every_n_minutes=null", "visualize_at_end=false", "trainer.enable_progress_bar=false",
+                        "callbacks.progress_log=null")
     cfg.paths.output_dir = str(tmp_path)
     kinds = [type(callback) for callback in build_callbacks(cfg.callbacks, run_settings(cfg))]
     assert kinds == [ValidateLastStep, StepCheckpoint, RunSummaryCallback, PreemptionCallback]

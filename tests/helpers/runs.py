@@ -6,10 +6,13 @@ Test modules import these from here, never from one another.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pty
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,29 +59,75 @@ def offline_environment(base: Mapping[str, str] | None = None) -> dict[str, str]
     return {**(os.environ if base is None else base), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 
 
+# run_command(stdout=TERMINAL): the process's stdout is a terminal, as in an interactive shell.
+TERMINAL = "terminal"
+
+
 def run_command(command: Sequence[str], *, cwd: Path = REPO, env: Mapping[str, str] | None = None,
                 data_root: Path | None = None, cache_dir: Path | None = None, stdin: str | bytes | None = None,
-                check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+                check: bool = True, timeout: float = 600,
+                stdout: Path | str | None = None) -> subprocess.CompletedProcess:
     """Run ``command`` and return its result (str output; bytes when ``stdin`` is bytes).
 
     ``env`` is the environment to start from (default: this process's, with W&B offline and
     quiet); ``data_root`` and ``cache_dir`` set AIAYN_DATA_ROOT and AIAYN_CACHE_DIR. Without
-    ``stdin`` the process reads an empty stdin. With ``check``, a non-zero exit fails the test
+    ``stdin`` the process reads an empty stdin. ``stdout``: None captures it through a pipe; a path
+    has it written to that file, as ``> file`` does; :data:`TERMINAL` gives the process a
+    pseudo-terminal (TERM set where the environment has none). Either way the result's stdout is
+    what was written, control sequences and all. With ``check``, a non-zero exit fails the test
     with the command and the end of its output."""
     environment = offline_environment() if env is None else dict(env)
     if data_root is not None:
         environment["AIAYN_DATA_ROOT"] = str(data_root)
     if cache_dir is not None:
         environment["AIAYN_CACHE_DIR"] = str(cache_dir)
-    result = subprocess.run(list(command), check=False, cwd=cwd, env=environment, capture_output=True, timeout=timeout,
-                            text=not isinstance(stdin, bytes),
-                            **({"stdin": subprocess.DEVNULL} if stdin is None else {"input": stdin}))
+    if stdout == TERMINAL:
+        environment.setdefault("TERM", "xterm")
+    with _stdout(stdout) as (target, written):
+        result = subprocess.run(list(command), check=False, cwd=cwd, env=environment, stdout=target,
+                                stderr=subprocess.PIPE, timeout=timeout, text=not isinstance(stdin, bytes),
+                                **({"stdin": subprocess.DEVNULL} if stdin is None else {"input": stdin}))
+    if written is not None:
+        result.stdout = written()
     if check and result.returncode != 0:
         stdout, stderr = (output.decode(errors="replace") if isinstance(output, bytes) else output
                           for output in (result.stdout, result.stderr))
         raise AssertionError(f"exit status {result.returncode} from\n  {' '.join(map(str, command))}\n(in {cwd})\n"
                              f"--- stdout (end) ---\n{stdout[-3000:]}\n--- stderr (end) ---\n{stderr[-5000:]}")
     return result
+
+
+@contextlib.contextmanager
+def _stdout(where: Path | str | None) -> Iterator[tuple[object, Callable[[], str] | None]]:
+    """(what subprocess is given as stdout, what reads back what was written: None for a pipe)."""
+    if where is None:
+        yield subprocess.PIPE, None
+    elif where == TERMINAL:
+        # The terminal's side is read as it is written, so that the process never waits on it.
+        primary, secondary = pty.openpty()
+        chunks: list[bytes] = []
+        reader = threading.Thread(target=_read_all, args=(primary, chunks), daemon=True)
+        reader.start()
+        try:
+            yield secondary, lambda: b"".join(chunks).decode("utf-8", errors="replace")
+        finally:
+            os.close(secondary)  # the process has ended: the reader now reads to the end
+            reader.join(timeout=30)
+            os.close(primary)
+    else:
+        with open(where, "w") as file:
+            yield file, Path(where).read_text
+
+
+def _read_all(descriptor: int, chunks: list[bytes]) -> None:
+    while True:
+        try:
+            data = os.read(descriptor, 65536)
+        except OSError:  # EIO: every writer has closed the terminal
+            return
+        if not data:
+            return
+        chunks.append(data)
 
 
 def run_tool(script: str, *args: str, cwd: Path = REPO, **options) -> subprocess.CompletedProcess:

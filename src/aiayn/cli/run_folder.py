@@ -25,12 +25,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from aiayn.config.hardware import first_process
 from aiayn.errors import UserError
 
 JOB_NOTE = ".job"  # who made the folder: the job's identity
 LOCK = ".lock"  # held by the live run; its text names the holder
-# Rank variables of the launchers: DDP's own (Lightning, torchrun), SLURM's.
-_RANKS = ("LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "SLURM_PROCID")
 
 
 def job_identity() -> str:
@@ -43,11 +42,6 @@ def job_identity() -> str:
     if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
         return f"ddp:{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     return f"process:{socket.gethostname()}:{os.getpid()}"
-
-
-def first_process() -> bool:
-    """Whether this is the job's first process (rank 0 of node 0), not a rank launched beside it."""
-    return all(os.environ.get(name, "0") in ("", "0") for name in _RANKS)
 
 
 def new_run_dir(base: str) -> str:

@@ -45,6 +45,7 @@ from aiayn.training.config_check import check_train_config
 from aiayn.training.distributed import strategy_with_timeout
 from aiayn.training.final_test import stops_on_signals
 from aiayn.training.module import TranslationModule
+from aiayn.training.run_log import SpawnedRanksLog, filter_the_run_log
 
 log = logging.getLogger("train")
 
@@ -89,6 +90,7 @@ def _main(cfg: DictConfig) -> dict[str, float]:
     ignore_moot_warnings()
     torch.set_float32_matmul_precision("high")
     quiet_lightning()
+    filter_the_run_log()  # ranks above 0 print no INFO of ours; progress lines stay off a terminal
     report_dead_ranks_before_lightning_kills()
     return train(cfg)
 
@@ -254,7 +256,9 @@ def _trainer(cfg: DictConfig, config: dict, loggers: list) -> L.Trainer:
     trainer_args["strategy"] = strategy_with_timeout(trainer_args["strategy"], cfg.distributed.timeout_minutes,
                                                      config["plan"]["processes"])
     try:
-        return L.Trainer(**trainer_args, logger=loggers or False, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
+        # SpawnedRanksLog: the ranks ddp_spawn starts print and write train.log as this process does.
+        return L.Trainer(**trainer_args, logger=loggers or False, callbacks=[*callbacks, SpawnedRanksLog()],
+                         plugins=[AtomicCheckpointIO()])
     except (TypeError, ValueError, MisconfigurationException) as error:
         raise ConfigError(f"trainer: {str(error).strip()}") from None
 

@@ -164,6 +164,16 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# Rank variables of the launchers: DDP's own (Lightning, torchrun), SLURM's.
+_RANKS = ("LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "SLURM_PROCID")
+
+
+def first_process() -> bool:
+    """Whether this is the job's first process (rank 0 of node 0), not a rank launched beside it
+    (by Lightning's ddp or ddp_spawn, torchrun or srun) nor the process that starts a later node's."""
+    return all(os.environ.get(name, "0") in ("", "0") for name in _RANKS)
+
+
 def _cluster_launched() -> bool:
     """Lightning's own tests: torchrun's environment, or a SLURM job step of several tasks."""
     from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment

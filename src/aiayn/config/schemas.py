@@ -6,7 +6,8 @@ checked ones.
 Importing this module (any of ``aiayn.config``) registers the dataclasses in Hydra's ConfigStore
 as the schemas ``schema/model``, ``schema/optim``, ``schema/loss``, ``schema/decoding`` and
 ``schema/decoding_overrides`` (the tools'), ``schema/trainer`` (Lightning's Trainer arguments,
-aiayn.config.trainer), and the plan's resolvers.
+aiayn.config.trainer), ``schema/progress_log`` (the progress lines of a training run,
+``callbacks.progress_log``), and the plan's resolvers.
 conf/model/*.yaml and conf/optim/*.yaml start from theirs (``defaults: [/schema/model@_here_,
 _self_]``) and conf/train.yaml puts the loss schema under ``loss``, so Hydra rejects a key that is
 not a field, or a value of the wrong type, while composing. Code that composes conf/train.yaml
@@ -109,6 +110,18 @@ class DecodingConfig:
     seed: Optional[int] = 0  # noqa: UP045
 
 
+@dataclass
+class ProgressLogConfig:
+    """``callbacks.progress_log``: plain progress lines of a training run (as fairseq's
+    ``--log-format simple --log-interval N``), aiayn.training.progress.ProgressLog; null: none.
+    conf/callbacks/default.yaml starts from this, so its default lives here alone."""
+
+    _target_: str = "aiayn.training.progress.ProgressLog"
+    # A line every this many optimizer steps (fairseq's --log-interval default), and one at the
+    # last step: 20 lines over the default job's 2,000 steps.
+    every_n_steps: int = 100
+
+
 def overrides_of(schema: type) -> type:
     """``schema`` with every field None by default: a tool's overrides of settings a checkpoint
     stores (None: the checkpoint's), typed by the one schema; a subclass, so that Hydra merges it
@@ -122,7 +135,8 @@ DecodingOverrides = overrides_of(DecodingConfig)
 
 SCHEMAS = {"model": ModelConfig, "optim": OptimConfig, "loss": LossConfig, "decoding": DecodingConfig}
 
-for _name, _schema in {**SCHEMAS, "decoding_overrides": DecodingOverrides, "trainer": TrainerConfig}.items():
+for _name, _schema in {**SCHEMAS, "decoding_overrides": DecodingOverrides, "trainer": TrainerConfig,
+                       "progress_log": ProgressLogConfig}.items():
     ConfigStore.instance().store(group="schema", name=_name, node=_schema)
 
 

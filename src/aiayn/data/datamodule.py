@@ -95,7 +95,6 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         """Check (fetching what is missing, where allowed) every split's files, then train or
         reuse the subword model (checked by its SHA-256 in any case: ``hashes`` is for corpora
         with larger prepared files)."""
-        _log_as_the_launcher(self.trainer)
         self.check_files(ROLES)
         self.load_vocab()
 
@@ -118,7 +117,6 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         needs; splits already loaded are kept."""
         if stage not in _STAGE_ROLES:
             raise ValueError(f"unknown stage {stage!r}; expected one of {tuple(_STAGE_ROLES)}")
-        _log_as_the_launcher(self.trainer)
         self.check_files(_STAGE_FILES[stage])
         for role in _STAGE_ROLES[stage]:
             if role not in self._datasets:
@@ -311,12 +309,3 @@ def _require_lines(src: list[str], src_path: Path, tgt_path: Path) -> None:
 
 def _default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "aiayn"
-
-
-def _log_as_the_launcher(trainer: L.Trainer | None) -> None:
-    """In a DDP rank started by ``ddp_spawn`` (a fresh process without the launching process's
-    logging set-up), log what the data module reports — the pairs kept and dropped, the subword
-    model used — as the launching process would; rank 0 only, as the counts are every rank's."""
-    if logging.getLogger().handlers or trainer is None or trainer.global_rank != 0:
-        return
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")

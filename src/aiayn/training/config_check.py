@@ -198,6 +198,11 @@ def _check_run(config: Mapping[str, Any]) -> None:
             raise ConfigError(f"logger.{name} must have a _target_ (see conf/logger/; several: logger=[wandb,mlflow]), "
                               f"got {entry!r}")
         _check_target_keys(f"logger.{name}", entry)
+    progress = callbacks.get("progress_log")
+    every = progress.get("every_n_steps", 1) if isinstance(progress, Mapping) else 1
+    if not _whole(every) or every < 1:
+        raise ConfigError(f"callbacks.progress_log.every_n_steps must be a positive whole number of steps (a progress "
+                          f"line every that many; callbacks.progress_log=null: none), got {every!r}")
     preemption = callbacks.get("preemption")
     if isinstance(preemption, Mapping) and preemption.get("enabled", True):
         from aiayn.training.preemption import signal_numbers

@@ -1,0 +1,93 @@
+"""The run's log (aiayn.training.run_log): rank zero speaks for the job, the progress lines stay off
+a terminal, and a process without handlers (one ddp_spawn starts) gets the launching process's.
+The real processes are tests/cli/test_train.py's (two gloo ranks, stdout a file; a terminal)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+from aiayn.training.run_log import BAR_SHOWS_IT, RunLogFilter, SpawnedRanksLog
+
+
+@pytest.fixture
+def rank() -> Iterator[None]:
+    before = rank_zero_only.rank
+    yield
+    rank_zero_only.rank = before
+
+
+def _shown(handler_filter: RunLogFilter) -> list[str]:
+    """What a handler with ``handler_filter`` writes of one record of each kind."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(handler_filter)
+    records = [("aiayn.training.module", logging.INFO, "ours"), ("train", logging.INFO, "the plan"),
+               ("aiayn.data", logging.WARNING, "our warning"), ("lightning.fabric", logging.INFO, "lightning's"),
+               ("aiayn.training.progress", logging.INFO, "progress")]
+    for name, level, message in records:
+        record = logging.LogRecord(name, level, __file__, 1, message, None, None)
+        if message == "progress":
+            setattr(record, BAR_SHOWS_IT, True)
+        handler.handle(record)
+    return stream.getvalue().splitlines()
+
+
+def test_ranks_above_zero_print_warnings_but_none_of_the_projects_info(rank, monkeypatch) -> None:
+    for name in ("LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    everything = ["ours", "the plan", "our warning", "lightning's", "progress"]
+    rank_zero_only.rank = 0
+    assert _shown(RunLogFilter(terminal=False)) == everything
+    rank_zero_only.rank = 1  # as Lightning's strategy sets it in rank 1
+    assert _shown(RunLogFilter(terminal=False)) == ["our warning", "lightning's"]
+    # The process that starts node 1's ranks is no rank yet (Lightning says 0), but not the job's first.
+    rank_zero_only.rank = 0
+    monkeypatch.setenv("NODE_RANK", "1")
+    assert _shown(RunLogFilter(terminal=False)) == ["our warning", "lightning's"]
+
+
+def test_the_progress_lines_stay_off_a_terminal(rank) -> None:
+    rank_zero_only.rank = 0
+    assert _shown(RunLogFilter(terminal=True)) == ["ours", "the plan", "our warning", "lightning's"]
+
+
+def test_a_process_without_handlers_gets_the_launching_processs_when_the_callback_is_unpickled(
+        tmp_path: Path, rank, capfd: pytest.CaptureFixture) -> None:
+    root = logging.getLogger()
+    before = root.handlers[:], root.level
+    # Hydra's job logging in the launching process: stdout and the run folder's train.log.
+    launching = [logging.FileHandler(tmp_path / "train.log"),
+                 logging.StreamHandler(os.fdopen(1, "w", closefd=False)), logging.StreamHandler(io.StringIO())]
+    for handler in launching:
+        handler.setFormatter(logging.Formatter("[%(name)s][%(levelname)s] - %(message)s"))
+    try:
+        root.handlers, root.level = launching, logging.INFO
+        carried = pickle.dumps(SpawnedRanksLog())
+        for handler in launching:
+            handler.close()
+        root.handlers = []  # a new interpreter, as ddp_spawn starts one
+        pickle.loads(carried)
+        rebuilt = root.handlers[:]
+        # the file and stdout; a stream of this process alone (the StringIO) stays behind
+        assert [type(handler) for handler in rebuilt] == [logging.FileHandler, logging.StreamHandler]
+        rank_zero_only.rank = 0
+        logging.getLogger("aiayn.training.progress").info("step 1/4", extra={BAR_SHOWS_IT: True})
+        rank_zero_only.rank = 1
+        logging.getLogger("aiayn.data.datamodule").info("rank 1's share")
+        pickle.loads(carried)  # a process with handlers of its own keeps them
+        assert root.handlers == rebuilt
+    finally:
+        for handler in root.handlers:
+            handler.close()
+        root.handlers, root.level = before
+    line = "[aiayn.training.progress][INFO] - step 1/4\n"
+    assert (tmp_path / "train.log").read_text() == line
+    assert capfd.readouterr().out == line  # stdout is no terminal here: the progress line is printed
