@@ -111,11 +111,19 @@ def test_another_task_on_the_command_line_reads_under_data_root(tiny_run: Traine
     """task=wmt_en_de on a Multi30k en→de checkpoint: the task's raw_dir is resolved with
     ``data_root=`` as its data root (which wins over AIAYN_DATA_ROOT, here the shared data). The
     decoding is the checkpoint's (debug=tiny's input + 5) with decoding.* over it: another task's
-    test set does not change how the model decodes."""
-    evaluate(f"ckpt={tiny_run.last}", "task=wmt_en_de", f"task.vocab_size={WMT_VOCAB}", "task.datamodule.download=false",
-             "task.datamodule.prepare_workers=1", f"data_root={wmt_root}", "split=val", "decoding.beam_size=1",
-             f"out={tmp_path}", data_root=data_root, cache_dir=wmt_cache, timeout=300)
-    report = report_of(tmp_path, "newstest2013.step4.beam1.*.json")
+    test set does not change how the model decodes. Another task's data is not prepared for it
+    (hours for WMT14): evaluate refuses until prepare.py has prepared it."""
+    wmt = ["task=wmt_en_de", f"task.vocab_size={WMT_VOCAB}", "task.datamodule.download=false",
+           "task.datamodule.prepare_workers=1"]
+    refused = evaluate(f"ckpt={tiny_run.last}", *wmt, f"data_root={wmt_root}", "split=val", f"out={tmp_path}",
+                       data_root=data_root, cache_dir=wmt_cache, check=False)
+    assert refused.returncode == 2 and "run src/prepare.py with this task first" in refused.stderr, refused.stderr
+    assert not wmt_cache.joinpath("wmt14").exists() and not list(tmp_path.iterdir())
+    run_tool("src/prepare.py", *wmt, f"hydra.run.dir={tmp_path / 'prepare'}", data_root=wmt_root,
+             cache_dir=wmt_cache, timeout=300)
+    evaluate(f"ckpt={tiny_run.last}", *wmt, f"data_root={wmt_root}", "split=val", "decoding.beam_size=1",
+             f"out={tmp_path / 'eval'}", data_root=data_root, cache_dir=wmt_cache, timeout=300)
+    report = report_of(tmp_path / "eval", "newstest2013.step4.beam1.*.json")
     assert report["task"] == "wmt_en_de" and report["sentences"] == 3000 and report["decoding"]["max_len_offset"] == 5
 
 
