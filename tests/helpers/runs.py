@@ -37,6 +37,13 @@ TINY_RUN = [
 ]
 
 
+# ``python`` as a shell starts a command in the foreground: SIGINT not ignored (a test started in
+# the background inherits it ignored, and Python then raises no KeyboardInterrupt); exec keeps the
+# default. Followed by the script and its arguments.
+IN_THE_FOREGROUND = [sys.executable, "-c", ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                     "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")]
+
+
 @dataclass(frozen=True)
 class TrainedRun:
     """A finished src/train.py run: its directory, the AIAYN_CACHE_DIR it used, and its overrides."""

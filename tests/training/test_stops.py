@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from aiayn.training.preemption import EXIT_STATUS
-from tests.helpers.runs import REPO, TINY, run_command
+from tests.helpers.runs import IN_THE_FOREGROUND, REPO, TINY, run_command
 
 RUN = [*TINY, "logger=csv", "trainer.enable_progress_bar=false", "visualize_at_end=false", "run_name=stops"]
 
@@ -28,18 +28,20 @@ def env(data_root: Path, subword_cache: Path) -> dict[str, str]:
             "AIAYN_CACHE_DIR": str(subword_cache), "OMP_NUM_THREADS": "1"}
 
 
-# As a shell starts a command in the foreground: SIGINT not ignored (a test started in the background
-# inherits it ignored, and Python then raises no KeyboardInterrupt); exec keeps the default.
-_INTERACTIVE = [sys.executable, "-c", ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")]
+def _cpu_seconds(process: subprocess.Popen) -> float:
+    """The CPU time ``process`` has used (user + system), which a loaded machine does not
+    inflate as it does the wall-clock time."""
+    fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _signal_when(command: list[str], env: dict[str, str], ready, signum: int) -> subprocess.CompletedProcess:
-    process = subprocess.Popen([*_INTERACTIVE, *command[1:]], cwd=REPO, env=env, stdout=subprocess.PIPE,
+    """Run ``command`` (SIGINT at its default), send ``signum`` once ``ready(process)`` holds."""
+    process = subprocess.Popen([*IN_THE_FOREGROUND, *command[1:]], cwd=REPO, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
-        while not ready():
+        while not ready(process):
             assert process.poll() is None, f"it ended before the signal:\n{process.stderr.read()[-3000:]}"
             assert time.monotonic() < deadline, "not ready within 5 minutes"
             time.sleep(0.02)
@@ -56,7 +58,7 @@ def _signal_when(command: list[str], env: dict[str, str], ready, signum: int) ->
 def test_ctrl_c_during_training_saves_the_step_reached(tmp_path: Path, env) -> None:
     run = tmp_path / "run"
     command = [sys.executable, "src/train.py", *RUN, "optim.train_steps=400", f"hydra.run.dir={run}"]
-    result = _signal_when(command, env, lambda: (run / "checkpoints" / "step0000002.ckpt").exists(), signal.SIGINT)
+    result = _signal_when(command, env, lambda _: (run / "checkpoints" / "step0000002.ckpt").exists(), signal.SIGINT)
     assert result.returncode == EXIT_STATUS, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     match = re.match(r"^train\.py: preempted by SIGINT at step (\d+); saved (\S+); continue with the same command "
@@ -72,7 +74,7 @@ def test_a_sigterm_during_the_test_says_so_and_resume_runs_only_the_test(tmp_pat
     run = tmp_path / "run"
     # The whole test split (1,000 sentences), so that the test lasts long enough to be signalled.
     command = [sys.executable, "src/train.py", *RUN, "trainer.limit_test_batches=1.0", f"hydra.run.dir={run}"]
-    result = _signal_when(command, env, lambda: (run / "summary.json").exists(), signal.SIGTERM)
+    result = _signal_when(command, env, lambda _: (run / "summary.json").exists(), signal.SIGTERM)
     assert result.returncode == EXIT_STATUS, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == (
         f"train.py: stopped by SIGTERM during the test after training; training is finished and saved "
@@ -94,9 +96,9 @@ def test_ctrl_c_in_a_tool_is_one_line_and_exit_130(tmp_path: Path, tiny_run, env
     out = tmp_path / "eval"
     command = [sys.executable, "src/evaluate.py", f"ckpt={tiny_run.last}", f"out={out}", "wandb=disabled",
                "split=train"]  # 29,000 sentences: minutes of decoding
-    started = time.monotonic()
+    # 8 s of its own CPU time: well past the imports (about 4 s), into the work, however loaded the machine is.
     result = _signal_when(command, {**env, "AIAYN_CACHE_DIR": str(tiny_run.cache_dir)},
-                          lambda: time.monotonic() - started > 12, signal.SIGINT)
+                          lambda process: _cpu_seconds(process) > 8, signal.SIGINT)
     assert result.returncode == 130, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith("evaluate.py: interrupted (Ctrl-C) before it finished")
     assert "Traceback" not in result.stderr
