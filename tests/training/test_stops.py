@@ -1,5 +1,5 @@
 """Stops that say what they did: Ctrl-C during training saves the step reached as a preemption
-does; a SIGTERM during the test after training is one line (training is saved; resume=auto runs
+does; a SIGTERM after training (during the test) is one line (training is saved; resume=auto runs
 only the test) and the resumed run does just that; Ctrl-C in the other tools is one line, exit 130."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_a_sigterm_during_the_test_says_so_and_resume_runs_only_the_test(tmp_pat
     result = _signal_when(command, env, lambda _: (run / "summary.json").exists(), signal.SIGTERM)
     assert result.returncode == EXIT_STATUS, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == (
-        f"train.py: stopped by SIGTERM during the test after training; training is finished and saved "
+        f"train.py: stopped by SIGTERM after training, before the test had finished; training is finished and saved "
         f"({run / 'checkpoints' / 'last.ckpt'}); the same command with resume=auto runs only the test")
     assert "test test_2016_flickr:" not in result.stdout
     summary = json.loads((run / "summary.json").read_text())

@@ -132,8 +132,9 @@ def _fit_and_test(cfg: DictConfig, config: dict, resume, datamodule, module, log
     if loggers and rank_zero_only.rank == 0:
         for line in describe_runs(loggers):
             log.info(line)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
-    results = _test(cfg, config, module, datamodule, trainer) if cfg.get("test_after_training", True) else {}
+    with _stops_after_training(cfg, config, trainer):
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
+        results = trainer.test(module, datamodule=datamodule)[0] if cfg.get("test_after_training", True) else {}
     if trainer.is_global_zero and results:
         print(f"test {cfg.task.datamodule.test_split}: " + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
         if module.scorer is not None and module.scorer.signature:
@@ -143,16 +144,16 @@ def _fit_and_test(cfg: DictConfig, config: dict, resume, datamodule, module, log
     return results
 
 
-def _test(cfg: DictConfig, config: dict, module, datamodule, trainer: L.Trainer) -> dict[str, float]:
-    """The test split's metrics; a preemption signal or Ctrl-C during it stops the run in one line
-    (training is saved; resume=auto runs only the test), in a process that tests alone."""
+def _stops_after_training(cfg: DictConfig, config: dict, trainer: L.Trainer):
+    """From the end of training (the preemption callback's handlers gone) through the test: a
+    preemption signal or Ctrl-C stops the run in one line (training is saved; resume=auto runs
+    only the test), in a process that tests alone."""
     preemption = cfg.callbacks.get("preemption") or {}
-    stopping = contextlib.nullcontext()
-    if config["plan"]["processes"] == 1 and preemption.get("enabled", False):
-        last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
-        stopping = stops_on_signals(preemption.get("signals", ()), last if last.exists() else None)
-    with stopping:
-        return trainer.test(module, datamodule=datamodule)[0]
+    if (config["plan"]["processes"] != 1 or not preemption.get("enabled", False)
+            or not cfg.get("test_after_training", True)):
+        return contextlib.nullcontext()
+    last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+    return stops_on_signals(preemption.get("signals", ()), last, finished=lambda: trainer.fit_loop.done)
 
 
 def _before_training(cfg: DictConfig):

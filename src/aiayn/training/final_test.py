@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +23,29 @@ from aiayn.training.preemption import Preempted, signal_numbers
 
 
 @contextlib.contextmanager
-def stops_on_signals(names: list[str] | tuple[str, ...], checkpoint: Path | None) -> Iterator[None]:
+def stops_on_signals(names: list[str] | tuple[str, ...], checkpoint: Path,
+                     finished: Callable[[], bool] = lambda: True) -> Iterator[None]:
     """While the block runs, each signal of ``names`` and SIGINT raises :class:`Preempted` naming
-    the signal and ``checkpoint`` (the run's newest)."""
+    the signal and ``checkpoint`` (the run's newest) once ``finished()`` says training is done;
+    before that (the block holds the training too, whose preemption callback has handlers of its
+    own while it trains) the signal has the effect it had before the block."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     numbers = sorted(set(signal_numbers(list(names))) | {int(signal.SIGINT)})
-    saved = f"training is finished and saved ({checkpoint})" if checkpoint else "training is finished"
+    before = {number: signal.getsignal(number) for number in numbers}
 
     def stop(signum: int, frame: Any) -> None:
+        if not finished():  # setting up, before training: as without this block
+            signal.signal(signum, signal.SIG_DFL if before[signum] is None else before[signum])
+            signal.raise_signal(signum)
+            return
         for number in numbers:  # a second signal while stopping changes nothing
             signal.signal(number, signal.SIG_IGN)
-        raise Preempted(f"stopped by {signal.Signals(signum).name} during the test after training; {saved}; "
-                        "the same command with resume=auto runs only the test")
+        saved = f"training is finished and saved ({checkpoint})" if checkpoint.exists() else "training is finished"
+        raise Preempted(f"stopped by {signal.Signals(signum).name} after training, before the test had finished; "
+                        f"{saved}; the same command with resume=auto runs only the test")
 
-    before = {number: signal.getsignal(number) for number in numbers}
     for number in numbers:
         signal.signal(number, stop)
     try:
