@@ -107,7 +107,7 @@ def _next_logits(model: Transformer, tokens: Tensor, state: DecoderState, kv_cac
     if kv_cache:
         logits, state, _ = model.decode(tokens[:, -1:], state)  # (rows, 1) → (rows, 1, vocab)
         return logits[:, -1], state  # (rows, vocab)
-    fresh = replace(state, self_kv=[None] * len(state.memory_kv), length=0)
+    fresh = replace(state, self_kv=[None] * len(state.memory_kv), length=0, cache_rows=None)
     logits, _, _ = model.decode(tokens, fresh)  # (rows, t, vocab)
     return logits[:, -1], state  # (rows, vocab)
 
@@ -286,14 +286,9 @@ def beam_search_nbest(
 
 
 def _reorder_beams(state: DecoderState, rows: Tensor) -> DecoderState:
-    """The state of the hypotheses ``rows``, each taken from a beam of its own sentence: only the
-    self-attention cache differs between a sentence's beams, so the source mask and the encoder-
-    decoder keys/values (the same for all of them) are kept as they are, not copied every step.
-    Any other state (e.g. a test's stand-in model) is reordered whole by its ``select``."""
-    if hasattr(state, "reorder_beams"):  # an ensemble's states: each reordered as here
-        return state.reorder_beams(rows)
-    if not isinstance(state, DecoderState):
-        return state.select(rows)
-    # K (n·beam, h, length, d_k), V (n·beam, h, length, d_v), rows picked along dim 0
-    pick = lambda kv: None if kv is None else (kv[0].index_select(0, rows), kv[1].index_select(0, rows))
-    return replace(state, self_kv=[pick(kv) for kv in state.self_kv])
+    """The state of the hypotheses ``rows``, each taken from a beam of its own sentence: a
+    DecoderState (or an ensemble's states) keeps the source mask and the encoder-decoder
+    keys/values as they are and reorders the self-attention cache as the next step extends it
+    (DecoderState.reorder_beams). Any other state (e.g. a test's stand-in model) is reordered
+    whole by its ``select``."""
+    return state.reorder_beams(rows) if hasattr(state, "reorder_beams") else state.select(rows)
