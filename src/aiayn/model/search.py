@@ -93,7 +93,10 @@ def next_log_probs(model: Any, tokens: Tensor, state: Any, kv_cache: bool) -> tu
     if hasattr(model, "next_log_probs"):
         return model.next_log_probs(tokens, state, kv_cache)
     logits, state = _next_logits(model, tokens, state, kv_cache)  # (rows, vocab)
-    return logits.float().log_softmax(-1), state
+    logits = logits.float().contiguous()  # (no copy for a step's fp32 logits)
+    # In place: the logits are not needed after, and a fresh (rows, vocab) tensor per step costs
+    # more than the log-softmax itself on the CPU. Same numbers as out of place.
+    return torch.log_softmax(logits, -1, out=logits), state
 
 
 def _next_logits(model: Transformer, tokens: Tensor, state: DecoderState, kv_cache: bool) -> tuple[Tensor, DecoderState]:
@@ -225,8 +228,8 @@ def beam_search_nbest(
         if constrained is not None:
             log_probs = log_probs.masked_fill(~constrained.allowed(), float("-inf"))
         vocab = log_probs.size(-1)
-        # (n, beam, 1) + (n, beam, vocab) → (n, beam·vocab)
-        candidates = (scores.unsqueeze(-1) + log_probs.view(n, k, vocab)).view(n, k * vocab)
+        # (n, beam, vocab) + (n, beam, 1) → (n, beam·vocab), in place: the log-probabilities are not needed after
+        candidates = log_probs.view(n, k, vocab).add_(scores.unsqueeze(-1)).view(n, k * vocab)
         top_scores, top_ids = candidates.topk(2 * k, dim=-1)  # (n, 2·beam) each
         origin, token = top_ids // vocab, top_ids % vocab  # (n, 2·beam): beam it extends, token it adds
         first_row = torch.arange(n, device=device)[:, None] * k  # (n, 1): each sentence's first hypothesis
