@@ -207,7 +207,9 @@ def beam_search_nbest(
     rows = torch.arange(batch, device=device).repeat_interleave(k)  # (batch·beam,): each hypothesis's sentence
     state, src_mask = start_search(model, src, rows)  # a state of batch·beam rows; src_mask (batch, 1, 1, src_len)
     max_lengths = _max_lengths(model, src_mask, max_len_offset)  # (batch,)
-    longest = int(max_lengths.max())  # the loop's bound: a wait on the device, once per search
+    limits = max_lengths.tolist()  # on the host too: a wait on the device, once per search
+    # The loop's bound, and the first step at which a sentence may reach its limit.
+    longest, shortest = max(limits), min(limits)
     # (batch·beam,) constraint states, or None
     constrained = constraint.start(src, max_lengths).select(rows) if constraint is not None else None
 
@@ -267,10 +269,11 @@ def beam_search_nbest(
 
         sentence_max = max_lengths[active]  # (n,)
         at_max = step >= sentence_max  # (n,)
-        # Out of length: the best live hypotheses (nbest of them) count as finished, without EOS. (n, nbest)
-        at_max_scores = (scores[:, :nbest] / length_penalty(step, alpha)).masked_fill(~at_max[:, None], float("-inf"))
-        # each sentence's first nbest beams: (n, nbest, step)
-        best.record(active, at_max_scores, scores[:, :nbest], tokens.view(n, k, step + 1)[:, :nbest, 1:])
+        if step >= shortest:  # (known on the host: no wait, and no work at the steps before)
+            # Out of length: the best live hypotheses (nbest of them) count as finished, without EOS. (n, nbest)
+            at_max_scores = (scores[:, :nbest] / length_penalty(step, alpha)).masked_fill(~at_max[:, None], float("-inf"))
+            # each sentence's first nbest beams: (n, nbest, step)
+            best.record(active, at_max_scores, scores[:, :nbest], tokens.view(n, k, step + 1)[:, :nbest, 1:])
         if stop == "paper":
             # (n,): can the best live hypothesis still beat the nbest-th best finished one?
             going = scores[:, 0] / length_penalty(sentence_max.float(), alpha) > best.scores[active, -1]
