@@ -82,8 +82,8 @@ def start_search(model: Any, src: Tensor, rows: Tensor | None = None) -> tuple[A
     memory, src_mask, _ = model.encode(src)  # (batch, src_len, d_model), (batch, 1, 1, src_len)
     if rows is None:
         return model.start_decoding(memory, src_mask), src_mask
-    # memory (rows, src_len, d_model), src_mask (rows, 1, 1, src_len)
-    return model.start_decoding(memory.index_select(0, rows), src_mask.index_select(0, rows)), src_mask
+    # The encoder-decoder keys/values projected once per source, then copied to its rows: (rows, …)
+    return model.start_decoding(memory, src_mask).select(rows), src_mask
 
 
 def next_log_probs(model: Any, tokens: Tensor, state: Any, kv_cache: bool) -> tuple[Tensor, Any]:
