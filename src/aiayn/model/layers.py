@@ -99,6 +99,7 @@ class DecoderLayer(nn.Module):
         src_mask: Tensor,
         self_kv_cache: tuple[Tensor, Tensor] | None = None,
         return_weights: bool = False,
+        cache_rows: Tensor | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor], LayerAttention]:
         """``memory_kv``: the encoder output projected by this layer's cross-attention (computed
         once per source). ``self_kv_cache``: keys and values of the earlier target positions when
@@ -108,7 +109,8 @@ class DecoderLayer(nn.Module):
         whole target, 1 per step when decoding incrementally); ``memory_kv`` K (batch, h, src_len,
         d_k) and V (batch, h, src_len, d_v); ``src_mask`` (batch, 1, 1, src_len); ``self_kv_cache``
         K (batch, h, k_len - q_len, d_k) and V (batch, h, k_len - q_len, d_v), where k_len counts
-        the target positions up to and including x.
+        the target positions up to and including x. ``cache_rows`` (batch,): the row of
+        ``self_kv_cache`` each row of x continues (beam search's reordering), or None: the same row.
 
         Returns the layer output, the self-attention keys/values up to and including x (the new
         cache), and the attention weights if asked for: (batch, q_len, d_model), K (batch, h,
@@ -118,8 +120,8 @@ class DecoderLayer(nn.Module):
         # Q (batch, h, q_len, d_k); K (batch, h, q_len, d_k), V (batch, h, q_len, d_v)
         q, (k, v) = self.self_attention.project_self(x)
         if self_kv_cache is not None:
-            k = torch.cat([self_kv_cache[0], k], dim=2)  # (batch, h, k_len, d_k)
-            v = torch.cat([self_kv_cache[1], v], dim=2)  # (batch, h, k_len, d_v)
+            k = extend_cache(self_kv_cache[0], k, cache_rows)  # (batch, h, k_len, d_k)
+            v = extend_cache(self_kv_cache[1], v, cache_rows)  # (batch, h, k_len, d_v)
         # Position i of x is position k_len - q_len + i overall and sees the keys up to there
         # (one new token at a time needs no causal mask; a window still keeps it to the last r + 1).
         causal = x.size(1) > 1
@@ -131,3 +133,17 @@ class DecoderLayer(nn.Module):
         x = self.residual_2(x, attended)
         x = self.residual_3(x, self.feed_forward(x))
         return x, (k, v), LayerAttention(self_attention=self_weights, cross_attention=cross_weights)
+
+
+def extend_cache(cache: Tensor, new: Tensor, rows: Tensor | None = None) -> Tensor:
+    """The keys (or values) ``cache`` (cached, h, length, d) of the earlier positions followed by
+    those of the ``new`` ones (batch, h, q_len, d) → (batch, h, length + q_len, d). With ``rows``
+    (batch,), row i continues the cached row ``rows[i]`` (beam search's reordering): the cache is
+    gathered straight into place, copied once rather than by a concatenation and a reordering."""
+    if rows is None:
+        return torch.cat([cache, new], dim=2)
+    length = cache.size(2)
+    out = new.new_empty(new.size(0), new.size(1), length + new.size(2), new.size(3))
+    torch.index_select(cache, 0, rows, out=out[:, :, :length])  # (batch, h, length, d)
+    out[:, :, length:] = new
+    return out

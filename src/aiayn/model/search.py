@@ -82,8 +82,8 @@ def start_search(model: Any, src: Tensor, rows: Tensor | None = None) -> tuple[A
     memory, src_mask, _ = model.encode(src)  # (batch, src_len, d_model), (batch, 1, 1, src_len)
     if rows is None:
         return model.start_decoding(memory, src_mask), src_mask
-    # memory (rows, src_len, d_model), src_mask (rows, 1, 1, src_len)
-    return model.start_decoding(memory.index_select(0, rows), src_mask.index_select(0, rows)), src_mask
+    # The encoder-decoder keys/values projected once per source, then copied to its rows: (rows, …)
+    return model.start_decoding(memory, src_mask).select(rows), src_mask
 
 
 def next_log_probs(model: Any, tokens: Tensor, state: Any, kv_cache: bool) -> tuple[Tensor, Any]:
@@ -93,7 +93,10 @@ def next_log_probs(model: Any, tokens: Tensor, state: Any, kv_cache: bool) -> tu
     if hasattr(model, "next_log_probs"):
         return model.next_log_probs(tokens, state, kv_cache)
     logits, state = _next_logits(model, tokens, state, kv_cache)  # (rows, vocab)
-    return logits.float().log_softmax(-1), state
+    logits = logits.float().contiguous()  # (no copy for a step's fp32 logits)
+    # In place: the logits are not needed after, and a fresh (rows, vocab) tensor per step costs
+    # more than the log-softmax itself on the CPU. Same numbers as out of place.
+    return torch.log_softmax(logits, -1, out=logits), state
 
 
 def _next_logits(model: Transformer, tokens: Tensor, state: DecoderState, kv_cache: bool) -> tuple[Tensor, DecoderState]:
@@ -107,7 +110,7 @@ def _next_logits(model: Transformer, tokens: Tensor, state: DecoderState, kv_cac
     if kv_cache:
         logits, state, _ = model.decode(tokens[:, -1:], state)  # (rows, 1) → (rows, 1, vocab)
         return logits[:, -1], state  # (rows, vocab)
-    fresh = replace(state, self_kv=[None] * len(state.memory_kv), length=0)
+    fresh = replace(state, self_kv=[None] * len(state.memory_kv), length=0, cache_rows=None)
     logits, _, _ = model.decode(tokens, fresh)  # (rows, t, vocab)
     return logits[:, -1], state  # (rows, vocab)
 
@@ -204,7 +207,9 @@ def beam_search_nbest(
     rows = torch.arange(batch, device=device).repeat_interleave(k)  # (batch·beam,): each hypothesis's sentence
     state, src_mask = start_search(model, src, rows)  # a state of batch·beam rows; src_mask (batch, 1, 1, src_len)
     max_lengths = _max_lengths(model, src_mask, max_len_offset)  # (batch,)
-    longest = int(max_lengths.max())  # the loop's bound: a wait on the device, once per search
+    limits = max_lengths.tolist()  # on the host too: a wait on the device, once per search
+    # The loop's bound, and the first step at which a sentence may reach its limit.
+    longest, shortest = max(limits), min(limits)
     # (batch·beam,) constraint states, or None
     constrained = constraint.start(src, max_lengths).select(rows) if constraint is not None else None
 
@@ -225,8 +230,8 @@ def beam_search_nbest(
         if constrained is not None:
             log_probs = log_probs.masked_fill(~constrained.allowed(), float("-inf"))
         vocab = log_probs.size(-1)
-        # (n, beam, 1) + (n, beam, vocab) → (n, beam·vocab)
-        candidates = (scores.unsqueeze(-1) + log_probs.view(n, k, vocab)).view(n, k * vocab)
+        # (n, beam, vocab) + (n, beam, 1) → (n, beam·vocab), in place: the log-probabilities are not needed after
+        candidates = log_probs.view(n, k, vocab).add_(scores.unsqueeze(-1)).view(n, k * vocab)
         top_scores, top_ids = candidates.topk(2 * k, dim=-1)  # (n, 2·beam) each
         origin, token = top_ids // vocab, top_ids % vocab  # (n, 2·beam): beam it extends, token it adds
         first_row = torch.arange(n, device=device)[:, None] * k  # (n, 1): each sentence's first hypothesis
@@ -264,10 +269,11 @@ def beam_search_nbest(
 
         sentence_max = max_lengths[active]  # (n,)
         at_max = step >= sentence_max  # (n,)
-        # Out of length: the best live hypotheses (nbest of them) count as finished, without EOS. (n, nbest)
-        at_max_scores = (scores[:, :nbest] / length_penalty(step, alpha)).masked_fill(~at_max[:, None], float("-inf"))
-        # each sentence's first nbest beams: (n, nbest, step)
-        best.record(active, at_max_scores, scores[:, :nbest], tokens.view(n, k, step + 1)[:, :nbest, 1:])
+        if step >= shortest:  # (known on the host: no wait, and no work at the steps before)
+            # Out of length: the best live hypotheses (nbest of them) count as finished, without EOS. (n, nbest)
+            at_max_scores = (scores[:, :nbest] / length_penalty(step, alpha)).masked_fill(~at_max[:, None], float("-inf"))
+            # each sentence's first nbest beams: (n, nbest, step)
+            best.record(active, at_max_scores, scores[:, :nbest], tokens.view(n, k, step + 1)[:, :nbest, 1:])
         if stop == "paper":
             # (n,): can the best live hypothesis still beat the nbest-th best finished one?
             going = scores[:, 0] / length_penalty(sentence_max.float(), alpha) > best.scores[active, -1]
@@ -286,14 +292,9 @@ def beam_search_nbest(
 
 
 def _reorder_beams(state: DecoderState, rows: Tensor) -> DecoderState:
-    """The state of the hypotheses ``rows``, each taken from a beam of its own sentence: only the
-    self-attention cache differs between a sentence's beams, so the source mask and the encoder-
-    decoder keys/values (the same for all of them) are kept as they are, not copied every step.
-    Any other state (e.g. a test's stand-in model) is reordered whole by its ``select``."""
-    if hasattr(state, "reorder_beams"):  # an ensemble's states: each reordered as here
-        return state.reorder_beams(rows)
-    if not isinstance(state, DecoderState):
-        return state.select(rows)
-    # K (n·beam, h, length, d_k), V (n·beam, h, length, d_v), rows picked along dim 0
-    pick = lambda kv: None if kv is None else (kv[0].index_select(0, rows), kv[1].index_select(0, rows))
-    return replace(state, self_kv=[pick(kv) for kv in state.self_kv])
+    """The state of the hypotheses ``rows``, each taken from a beam of its own sentence: a
+    DecoderState (or an ensemble's states) keeps the source mask and the encoder-decoder
+    keys/values as they are and reorders the self-attention cache as the next step extends it
+    (DecoderState.reorder_beams). Any other state (e.g. a test's stand-in model) is reordered
+    whole by its ``select``."""
+    return state.reorder_beams(rows) if hasattr(state, "reorder_beams") else state.select(rows)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -34,26 +34,36 @@ class ScaledEmbedding(nn.Module):
 @dataclass
 class DecoderState:
     """What incremental decoding keeps between steps: the source padding mask, each layer's
-    cross-attention keys/values (computed once per source) and self-attention cache."""
+    cross-attention keys/values (computed once per source) and self-attention cache.
+
+    ``cache_rows``: the row of ``self_kv`` each hypothesis continues, where beam search has
+    reordered or dropped hypotheses since the last step (None: row i continues row i). The cache
+    is taken in that order as the next step appends to it (aiayn.model.layers.extend_cache): one
+    copy of the cache per step instead of two."""
 
     src_mask: Tensor  # (batch, 1, 1, src_len)
     memory_kv: list[tuple[Tensor, Tensor]]  # per layer: K (batch, h, src_len, d_k), V (batch, h, src_len, d_v)
-    # per layer: K (batch, h, length, d_k), V (batch, h, length, d_v), or None before the first step
+    # per layer: K (cached, h, length, d_k), V (cached, h, length, d_v), or None before the first step
     self_kv: list[tuple[Tensor, Tensor] | None] = field(default_factory=list)
     length: int = 0  # target positions decoded so far
+    cache_rows: Tensor | None = None  # (batch,): indices into the cached rows of self_kv, or None
 
     def select(self, indices: Tensor) -> DecoderState:
-        """Keep/reorder batch entries (beam search): every tensor indexed along dim 0.
+        """Keep/reorder batch entries (beam search): every tensor indexed along dim 0, the
+        self-attention cache when the next step extends it.
 
         ``indices``: (rows,) → every tensor's batch dimension becomes rows, e.g. batch·beam."""
         # K (rows, h, len, d_k), V (rows, h, len, d_v)
-        pick = lambda kv: None if kv is None else (kv[0].index_select(0, indices), kv[1].index_select(0, indices))
-        return DecoderState(
-            src_mask=self.src_mask.index_select(0, indices),  # (rows, 1, 1, src_len)
-            memory_kv=[pick(kv) for kv in self.memory_kv],
-            self_kv=[pick(kv) for kv in self.self_kv],
-            length=self.length,
-        )
+        pick = lambda kv: (kv[0].index_select(0, indices), kv[1].index_select(0, indices))
+        return replace(self.reorder_beams(indices), src_mask=self.src_mask.index_select(0, indices),  # (rows, 1, 1, src_len)
+                       memory_kv=[pick(kv) for kv in self.memory_kv])
+
+    def reorder_beams(self, indices: Tensor) -> DecoderState:
+        """The state of the hypotheses ``indices`` (rows,), each taken from a beam of its own
+        sentence: only the self-attention cache differs between a sentence's beams, so the source
+        mask and the encoder-decoder keys/values (the same for all of them) are kept as they are."""
+        rows = indices if self.cache_rows is None else self.cache_rows.index_select(0, indices)  # (rows,)
+        return replace(self, cache_rows=rows)
 
 
 class Transformer(nn.Module):
@@ -179,7 +189,7 @@ class Transformer(nn.Module):
         new_self_kv, weights = [], []
         for layer, memory_kv, cache in zip(self.decoder_layers, state.memory_kv, state.self_kv):
             # x: (batch, t, d_model); kv: K (batch, h, state.length + t, d_k), V (batch, h, state.length + t, d_v)
-            x, kv, layer_weights = layer(x, memory_kv, state.src_mask, cache, return_weights)
+            x, kv, layer_weights = layer(x, memory_kv, state.src_mask, cache, return_weights, state.cache_rows)
             new_self_kv.append(kv)
             weights.append(layer_weights)
         state = DecoderState(state.src_mask, state.memory_kv, new_self_kv, state.length + tgt_in.size(1))
