@@ -18,17 +18,11 @@ from aiayn.config.schemas import network_arguments
 from aiayn.experiments.rows import table_rows
 from aiayn.reporting.flops import Shapes
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import REPO
+from tests.helpers.runs import REPO, TINY_ROW
 from tests.helpers.wandb_offline import read_run
 
 # Small enough for seconds on a CPU. The rows keep what they vary (here N and ε_ls); the width is cut.
-TINY = [
-    "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
-    "task.vocab_size=500", "task.datamodule.max_tokens=1024", "task.datamodule.eval_max_tokens=1024",
-    "decoding.max_len_offset=5", "trainer.max_steps=2", "trainer.val_check_interval=2",
-    "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0",
-    "checkpoint.every_n_train_steps=1", "optim.warmup_steps=2", "visualize_at_end=false",
-]
+TINY = [*TINY_ROW, "trainer.val_check_interval=2", "visualize_at_end=false"]
 
 
 def offline_env(home: Path, data_root: Path, cache_dir: Path) -> dict[str, str]:

@@ -27,6 +27,16 @@ TINY_MODEL = [
     "task.vocab_size=500",
 ]
 
+# A paper row (experiment=table3_*) cut to seconds on a CPU: it keeps what the row varies (N, ε_ls,
+# …) and cuts the widths; two steps, one batch of each evaluation split.
+TINY_ROW = [
+    "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
+    "task.vocab_size=500", "task.datamodule.max_tokens=1024", "task.datamodule.eval_max_tokens=1024",
+    "decoding.max_len_offset=5", "trainer.max_steps=2", "trainer.limit_val_batches=1",
+    "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0", "checkpoint.every_n_train_steps=1",
+    "optim.warmup_steps=2",
+]
+
 # The session's one tiny trained run (the `tiny_run` fixture of tests/conftest.py), read by the tests
 # of evaluate, translate, average, visualize and bad input. On top of TINY it has what each of them
 # needs: 2 layers (six attention pictures, drawn at the end of training), a step checkpoint after

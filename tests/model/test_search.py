@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from aiayn.model import Transformer, beam_search, greedy_search, length_penalty
+from tests.helpers.plain_search import top_candidates
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -218,13 +219,7 @@ def reference_beam_search(model, src: torch.Tensor, k: int, alpha: float, max_le
     live: list[tuple[float, list[int]]] = [(0.0, [])]
     best, best_score = [], float("-inf")
     for step in range(1, max_len + 1):
-        candidates = []
-        for score, hyp in live:
-            logits = model.decode(torch.tensor([[BOS] + hyp]), model.start_decoding(*model.encode(src)[:2]))[0]
-            log_probs = logits[0, -1].double().log_softmax(-1).tolist()
-            candidates += [(score + lp, hyp, token) for token, lp in enumerate(log_probs)]
-        candidates.sort(key=lambda c: -c[0])
-        top = candidates[: 2 * k]
+        top = top_candidates(model, src, live, k, BOS)
         for score, hyp, token in top[:k]:  # only EOS among the best k finishes a hypothesis
             if token == EOS and score / length_penalty(step, alpha) > best_score:
                 best, best_score = hyp, score / length_penalty(step, alpha)

@@ -9,6 +9,7 @@ import torch
 
 from aiayn.model import Ensemble, Transformer, beam_search, beam_search_nbest, greedy_search, length_penalty, sample
 from aiayn.model.sampling import filtered
+from tests.helpers.plain_search import top_candidates
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -48,13 +49,7 @@ def reference_nbest(model, src: torch.Tensor, k: int, alpha: float, max_len: int
     live: list[tuple[float, list[int]]] = [(0.0, [])]
     finished: list[tuple[float, float, list[int]]] = []  # (score, log-prob, tokens), in the order found
     for step in range(1, max_len + 1):
-        candidates = []
-        for score, hyp in live:
-            logits = model.decode(torch.tensor([[BOS] + hyp]), model.start_decoding(*model.encode(src)[:2]))[0]
-            log_probs = logits[0, -1].float().log_softmax(-1).tolist()
-            candidates += [(score + lp, hyp, token) for token, lp in enumerate(log_probs)]
-        candidates.sort(key=lambda c: -c[0])
-        top = candidates[: 2 * k]
+        top = top_candidates(model, src, live, k, BOS, dtype=torch.float32)
         finished += [(score / length_penalty(step, alpha), score, hyp) for score, hyp, token in top[:k] if token == EOS]
         live = [(score, hyp + [token]) for score, hyp, token in top if token != EOS][:k]
         if step == max_len:

@@ -27,17 +27,11 @@ import pytest
 
 from aiayn.experiments.report import CURVE_X, EVAL, REPORTED_TABLES, SECTIONS, TRAIN, build_report, named_keys
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import REPO
+from tests.helpers.runs import REPO, TINY_ROW
 from tests.helpers.wandb_offline import read_run
 
 # Seconds on a CPU: the rows keep what they vary (N, ε_ls); the width is cut.
-TINY = [
-    "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
-    "task.vocab_size=500", "task.datamodule.max_tokens=1024", "task.datamodule.eval_max_tokens=1024",
-    "decoding.max_len_offset=5", "trainer.max_steps=2", "trainer.val_check_interval=1",
-    "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0",
-    "checkpoint.every_n_train_steps=1", "checkpoint.every_n_minutes=null", "optim.warmup_steps=2",
-]
+TINY = [*TINY_ROW, "trainer.val_check_interval=1", "checkpoint.every_n_minutes=null"]
 ROWS = {"table3-C_N2": "C_N2", "table3-D_ls0": "D_ls0"}
 
 

@@ -119,7 +119,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
             if resume is None and trainer.global_step == 0:
                 close_runs(loggers)
                 for made in set(run_dir.iterdir()) - before:
-                    shutil.rmtree(made, ignore_errors=True) if made.is_dir() else made.unlink(missing_ok=True)
+                    if made.is_dir():
+                        shutil.rmtree(made, ignore_errors=True)
+                    else:
+                        made.unlink(missing_ok=True)
                 _remove_unstarted_run(run_dir)
             raise
 

@@ -87,8 +87,9 @@ def _row_config(overrides: tuple[str, ...], conf_dir: str | None) -> dict[str, A
     return row_settings(cfg)
 
 
-def identity(root: DictConfig) -> dict[str, Any]:
-    """The run's name, group, tags and scale (see the module) from its config and Hydra's job."""
+def identity(root: DictConfig, what: str) -> Any:
+    """The run's ``name``, ``group``, ``tags`` or ``scale`` (see the module) from its config and
+    Hydra's job; only the tags compose the run's row to compare (``modified``)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -99,17 +100,20 @@ def identity(root: DictConfig) -> dict[str, Any]:
     scale = ("debug" if choices.get("debug") else experiment.get("scale")
              or ("paper" if experiment.get("table") else None))
     own = [o.lstrip("+") for o in overrides if _key(o) not in _UNNAMED and not _key(o).startswith("hydra.")]
-    name = "-".join([str(root.run_name), *([scale] if scale else []), *([",".join(own)] if own else [])])
-    group = None
-    if job is not None and job.mode == RunMode.MULTIRUN:
-        group = "/".join(Path(str(job.sweep.dir)).parts[-2:])
+    if what == "scale":
+        return scale
+    if what == "name":
+        return "-".join([str(root.run_name), *([scale] if scale else []), *([",".join(own)] if own else [])])
+    if what == "group":
+        return "/".join(Path(str(job.sweep.dir)).parts[-2:]) if job is not None and job.mode == RunMode.MULTIRUN else None
+    if what != "tags":
+        raise ValueError(f"${{aiayn.run:{what}}}: expected name, group, tags or scale")
     tags = [str(tag) for tag in (experiment.get("tags") or [])]
     tags += [f"task:{root.task.name}", *([f"model:{choices['model']}"] if choices.get("model") else []),
              *([f"scale:{scale}"] if scale else []), *own]
     if row_changes(row_settings(root), choices):
         tags.append(MODIFIED)
-    return {"name": name, "group": group, "tags": list(dict.fromkeys(tag[:_TAG_LIMIT] for tag in tags)),
-            "scale": scale}
+    return list(dict.fromkeys(tag[:_TAG_LIMIT] for tag in tags))
 
 
 def row_settings(config: DictConfig) -> dict[str, Any]:
@@ -139,7 +143,7 @@ def _get(config: Mapping[str, Any], dotted: str) -> Any:
 
 def _resolve_run(what: str, *, _root_: DictConfig) -> Any:
     """``${aiayn.run:name}``, ``group``, ``tags`` or ``scale`` of the config it stands in."""
-    value = identity(_root_)[what]
+    value = identity(_root_, what)
     return OmegaConf.create(value) if isinstance(value, list) else value
 
 

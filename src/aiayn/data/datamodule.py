@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning as L
+import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
 from aiayn.data.batching import TokenBatchSampler
@@ -129,10 +130,10 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         evaluation split is longer than a batch may be (evaluation keeps every example whole), so
         the run stops before its first step rather than at a validation or the test hours in."""
         dataset = self._datasets[role]
-        longest = [max(src, tgt) for src, tgt in zip(dataset.src_lengths, dataset.tgt_lengths, strict=True)]
-        if not longest or max(longest) <= self.eval_max_tokens:
+        longest = np.maximum(np.asarray(dataset.src_lengths), np.asarray(dataset.tgt_lengths))  # with BOS/EOS
+        if not longest.size or longest.max() <= self.eval_max_tokens:
             return
-        index = max(range(len(longest)), key=longest.__getitem__)
+        index = int(longest.argmax())
         name = self.splits[role] if self.splits[role] == role else f"{role} ({self.splits[role]})"
         raise ConfigError(
             f"task.datamodule.eval_max_tokens={self.eval_max_tokens} (it defaults to max_tokens) is below the longest "

@@ -28,7 +28,7 @@ from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
 
 from aiayn.training.callbacks import RunSummaryCallback
-from aiayn.training.run_log import BAR_SHOWS_IT
+from aiayn.training.run_log import BAR_SHOWS_IT, is_terminal
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +40,9 @@ def progress_bar(trainer: Mapping[str, Any]) -> RichProgressBar | TQDMProgressBa
     if trainer.get("enable_progress_bar") is False:
         return None
     bar = StepRichProgressBar() if _RICH_AVAILABLE else StepTQDMProgressBar()
-    if not _stdout_is_a_terminal():
+    if not is_terminal(sys.stdout):
         bar.disable()
     return bar
-
-
-def _stdout_is_a_terminal() -> bool:
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):  # replaced by an object without it, or closed
-        return False
 
 
 def describe_values(metrics: dict[str, Any]) -> dict[str, Any]:

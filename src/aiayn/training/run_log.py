@@ -87,13 +87,18 @@ def _projects(name: str) -> bool:
     return any(name == project or name.startswith(project + ".") for project in PROJECT_LOGGERS)
 
 
+def is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` (sys.stdout, a handler's) is a terminal."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a stream without one (replaced by another object), or closed
+        return False
+
+
 def _is_terminal(handler: logging.Handler) -> bool:
     if isinstance(handler, logging.FileHandler) or not isinstance(handler, logging.StreamHandler):
         return False
-    try:
-        return bool(handler.stream.isatty())
-    except (AttributeError, ValueError):  # a stream without one, or closed
-        return False
+    return is_terminal(handler.stream)
 
 
 def _describe(handler: logging.Handler) -> dict[str, Any] | None:
