@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import csv
+import io
 import os
 import sys
 import traceback
@@ -40,6 +41,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
 from aiayn.config.plan import showing_only
+from aiayn.files import atomic_write_text
 
 TABLE = "sweep.tsv"
 PREEMPTED = 75  # aiayn.training.preemption's exit status: the step is saved, resume=auto continues it
@@ -190,11 +192,12 @@ def write_table(jobs: list[Job], path: Path) -> None:
     that left none (never run, or refused at its start) is ``-``."""
     folders = [job.folder if job.folder and Path(job.folder).is_dir() else "-" for job in jobs]
     header = ("job", "overrides", "status", "folder")
-    with open(path, "w", newline="") as file:
-        writer = csv.writer(file, delimiter="\t", lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows((str(job.number), _one_line(_shown(job.overrides)), _one_line(job.status), folder)
-                         for job, folder in zip(jobs, folders))
+    table = io.StringIO()
+    writer = csv.writer(table, delimiter="\t", lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows((str(job.number), _one_line(_shown(job.overrides)), _one_line(job.status), folder)
+                     for job, folder in zip(jobs, folders))
+    atomic_write_text(path, table.getvalue())  # whole or not at all: a later tool may read it
     varying = [o for o in {o for job in jobs for o in job.overrides} if not all(o in job.overrides for job in jobs)]
     rows = [(str(job.number), _shown([o for o in job.overrides if o in varying] if varying else job.overrides),
              _cut(job.status, 100), folder) for job, folder in zip(jobs, folders)]
