@@ -3,7 +3,7 @@
 # make test-fast — the inner loop: the tests that take seconds (not slow, not a process of their own)
 # make lint   — ruff, with the rules in pyproject.toml
 # make gpu-check — same install, then on a machine with a CUDA GPU, in under 9 minutes: the gpu-marked
-#                  tests, bf16 training throughput (base, big; eager and compiled) and beam-4 decoding
+#                  tests, bf16 training throughput (base and big eager, base compiled) and beam-4 decoding
 #                  (ours and CTranslate2); appends to benchmarks/results/gpu_suite.{jsonl,md} and
 #                  train_throughput.jsonl (benchmarks/gpu_suite.py; GPU_CHECK_ARGS for its options)
 PYTHON ?= python3

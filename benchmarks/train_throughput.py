@@ -244,7 +244,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "machine": {**machine(), **({"gpu": torch.cuda.get_device_name(device)} if device.type == "cuda" else {})},
         "threads": torch.get_num_threads(),
         "settings": {**{key: value for key, value in vars(args).items() if key not in ("out", "data_root")},
-                     "max_tokens": max_tokens},
+                     "max_tokens": max_tokens,
+                     # SDPA's cuDNN kernel, which the model keeps off (aiayn.model.attention)
+                     "cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled()},
         "model": {"name": Path(args.model).stem,
                   **{key: model_config[key] for key in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v")}},
         "parameters": sum(p.numel() for p in module.model.parameters()),

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import REPO
 
 SEARCH = {"beam_size": 4, "alpha": 0.6, "max_len_offset": 50}
 
@@ -106,6 +108,20 @@ def test_quick_cpu_run_appends_a_dated_markdown_section(quick_run) -> None:
         assert re.match(r"[\d.]+ sentences/s", by_run[("decode", engine)][3]), engine
     assert re.search(r"identical to ours fp32: \d+/16", by_run[("decode", "ctranslate2 float32")][3])
     assert "random weights, so every output runs to input + 50" in section
+
+
+def test_a_gpu_record_without_ctranslate2_says_so_instead_of_a_comparison() -> None:
+    """The first record kept (an H200, whose CUDA 13 image lacked the CUDA 12 cuBLAS that
+    CTranslate2's wheel loads): its section names the failing engines and makes no comparison."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_suite
+
+    record = json.loads((REPO / "benchmarks" / "results" / "gpu_suite.jsonl").read_text().splitlines()[0])
+    assert record["device"] == "cuda" and record["machine"]["gpu"] == "NVIDIA H200"
+    section = gpu_suite.markdown(record)
+    assert section.startswith(f"## {record['date']} · commit {record['commit']} · NVIDIA H200\n")
+    assert "| decode | ctranslate2 float32 | skipped | RuntimeError: Library libcublas.so.12" in section
+    assert "CTranslate2 float32 did not run, so there is no comparison with it" in section and "?" not in section
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU: the suite runs instead of refusing")

@@ -137,7 +137,8 @@ def test_our_masks_leave_the_fused_kernels_usable(cuda):
     # Decoding in bf16 weights (precision=bf16): a beam search on fused kernels only.
     bf16 = for_decoding(model.eval(), precision="bf16")
     with sdpa_kernel(FUSED):
-        hypotheses = beam_search(bf16, batch["src"], bos_id=BOS, eos_id=EOS, beam_size=3, max_len_offset=4)
+        hypotheses = beam_search(bf16, batch["src"], bos_id=BOS, eos_id=EOS, beam_size=3, alpha=0.6,
+                                 max_len_offset=4)
     source_lengths = (batch["src"] != PAD).sum(1).tolist()
     assert len(hypotheses) == len(source_lengths)
     assert all(len(h) <= n + 4 for h, n in zip(hypotheses, source_lengths))

@@ -114,8 +114,8 @@ def test_bf16_decoding_agrees_with_fp32_on_most_outputs_and_ranks_in_fp32(cuda, 
     assert next(model.parameters()).dtype == torch.float32  # the model given is left as it was
 
     sources = sentences[0]
-    plain = translate(model, vocab, sources, **SETTINGS).texts
-    fast = translate(bf16, vocab, sources, **SETTINGS).texts
+    plain = translate(model, vocab, sources, SETTINGS).texts
+    fast = translate(bf16, vocab, sources, SETTINGS).texts
     assert len(fast) == len(plain) == N_SENTENCES and all(plain) and all(fast)
     agree = sum(a == b for a, b in zip(plain, fast)) / N_SENTENCES
     # bf16 rounding may flip a near tie between two hypotheses and change what follows. On the CPU

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from aiayn.model import attention as attention_module
 from aiayn.model.attention import MultiHeadAttention
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -209,3 +210,28 @@ def test_one_query_on_the_cpu_equals_sdpa():
     k, v = mha.project_keys_values(memory)
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (5, 4, 1, 4)
     assert torch.allclose(out, mha.w_o(expected.transpose(1, 2).reshape(5, 1, 16)), atol=1e-12)
+
+
+@pytest.fixture
+def cudnn_attention_as_torch_left_it(monkeypatch):
+    """cuDNN's SDPA kernel enabled, as torch starts, and this process not yet past the model's
+    once-only choice; torch's setting is put back afterwards."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    monkeypatch.setattr(attention_module, "_cudnn_attention_turned_off", False)
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    yield
+    torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_a_model_with_sdpa_keeps_cudnn_attention_off_once(cudnn_attention_as_torch_left_it):
+    """Building attention with SDPA turns cuDNN's kernel off (it plans per shape, and our lengths
+    vary); the explicit form leaves torch's setting alone; a user's choice made afterwards stands."""
+    MultiHeadAttention(16, 2, 8, 8, attention="explicit")
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    mha = _mha(16, 2, 8, 8)
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)  # the user's own choice, after building the model
+    x = torch.randn(2, 3, 16, dtype=torch.float64)
+    mha(x, mha.project_keys_values(x))
+    _mha(16, 2, 8, 8)
+    assert torch.backends.cuda.cudnn_sdp_enabled()

@@ -26,6 +26,13 @@ self-attention projects Q, K and V with one matrix product (W^Q, W^K and W^V sta
 parameters staying the paper's three), encoder-decoder attention K and V likewise, once per
 source; and a single query (one decoding step) on the CPU takes the written-out Eq. 1, which is
 about 3× faster there than SDPA's CPU kernels, built for many queries (benchmarks/decode_speed.py).
+
+On CUDA, SDPA is kept off cuDNN's attention kernel (process-wide, once a model with SDPA is built or
+first attends on a GPU; :func:`keep_cudnn_attention_off`): torch prefers it on Hopper GPUs, and it
+builds a plan for every new shape, hundreds of milliseconds each, while our batches change length
+at every step and a beam search's keys grow by one at every step. Flash and memory-efficient
+attention take any length at no such cost. A user may turn it back on after building the model
+(``torch.backends.cuda.enable_cudnn_sdp(True)``).
 """
 
 from __future__ import annotations
@@ -36,6 +43,19 @@ from torch import Tensor, nn
 
 # How Eq. 1 is computed: fused by torch, or written out (see the module docstring).
 ATTENTION_KINDS = ("sdpa", "explicit")
+_cudnn_attention_turned_off = False  # once per process: see keep_cudnn_attention_off
+
+
+def keep_cudnn_attention_off() -> None:
+    """SDPA on CUDA without cuDNN's attention kernel, for this process, once (see the module
+    docstring). With it on, on an H200, the base model's bf16 training steps on batches of varying
+    length took 0.31 s (median) where the fastest took 0.04 s, and bf16 beam search ran at a seventh
+    of the speed of fp32 (which cuDNN's kernel never serves): the signs of a plan built per shape
+    (docs/performance.md, GPU figures). Once only, so that a user's own choice made afterwards stands."""
+    global _cudnn_attention_turned_off
+    if not _cudnn_attention_turned_off:
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        _cudnn_attention_turned_off = True
 
 
 class MultiHeadAttention(nn.Module):
@@ -55,6 +75,8 @@ class MultiHeadAttention(nn.Module):
         self.n_heads, self.d_k, self.d_v = n_heads, d_k, d_v
         self.attention = attention
         self.window = window
+        if attention == "sdpa":
+            keep_cudnn_attention_off()
         self.w_q = nn.Linear(d_model, n_heads * d_k, bias=False)
         self.w_k = nn.Linear(d_model, n_heads * d_k, bias=False)
         self.w_v = nn.Linear(d_model, n_heads * d_v, bias=False)
@@ -162,6 +184,8 @@ class MultiHeadAttention(nn.Module):
             out, weights = _explicit_attention(q, k, v, mask, causal, dropout_p)  # out (batch, h, q_len, d_v)
             weights = weights if return_weights else None
         else:
+            if not _cudnn_attention_turned_off:  # a model unpickled in a process of its own (ddp_spawn)
+                keep_cudnn_attention_off()
             # (batch, h, q_len, d_v)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
             weights = None
