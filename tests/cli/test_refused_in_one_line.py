@@ -49,6 +49,18 @@ def test_positions_that_do_not_cover_max_length_are_refused_up_front(tmp_path, d
     assert not (tmp_path / "outputs").exists()
 
 
+def test_an_evaluation_example_beyond_the_positions_stops_the_run_before_its_first_step(tmp_path, data_root,
+                                                                                       subword_cache):
+    """Training pairs are held to max_length, evaluation examples are kept whole. Before: the
+    positional encoding's ValueError traceback at the first validation."""
+    line = _last_line(_train(tmp_path, data_root, subword_cache, "model.max_positions=60",
+                             "task.datamodule.max_length=59"))
+    assert line == ("train.py: model.max_positions=60 is below the longest example of the split val: 79 subword "
+                    "tokens with BOS/EOS (pair 916), which evaluation keeps whole; raise model.max_positions to at "
+                    "least 79"), line
+    assert not (tmp_path / "outputs").exists(), list((tmp_path / "outputs").rglob("*"))
+
+
 def test_a_file_as_the_run_folder_is_named(tmp_path, data_root, subword_cache):
     (tmp_path / "taken").write_text("a file\n")
     for folder, reason in ((tmp_path / "taken", "a file of that name is there"),

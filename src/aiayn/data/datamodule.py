@@ -129,16 +129,36 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         """A ConfigError naming ``task.datamodule.eval_max_tokens`` when an example of an
         evaluation split is longer than a batch may be (evaluation keeps every example whole), so
         the run stops before its first step rather than at a validation or the test hours in."""
+        length, example = self._longest_example(role)
+        if length > self.eval_max_tokens:
+            raise ConfigError(
+                f"task.datamodule.eval_max_tokens={self.eval_max_tokens} (it defaults to max_tokens) is below the "
+                f"longest {example}, which evaluation keeps whole; set it to at least {length}")
+
+    def check_positions(self, max_positions: int) -> None:
+        """A ConfigError naming ``model.max_positions`` when an example of an evaluation split
+        loaded needs more positions than the model has (a side's subwords with its BOS or EOS; the
+        examples are kept whole), so the run stops before its first step rather than at a validation
+        or the test hours in. Training pairs are held to ``max_length``, checked against the
+        positions with the config."""
+        for role in ("val", "test"):
+            if role in self._datasets:
+                length, example = self._longest_example(role)
+                if length > max_positions:
+                    raise ConfigError(f"model.max_positions={max_positions} is below the longest {example}, which "
+                                      f"evaluation keeps whole; raise model.max_positions to at least {length}")
+
+    def _longest_example(self, role: str) -> tuple[int, str]:
+        """The length of the longest example of a loaded evaluation split (the longer side, with
+        BOS/EOS; 0 if the split is empty), and a phrase naming it for a message."""
         dataset = self._datasets[role]
         longest = np.maximum(np.asarray(dataset.src_lengths), np.asarray(dataset.tgt_lengths))  # with BOS/EOS
-        if not longest.size or longest.max() <= self.eval_max_tokens:
-            return
+        if not longest.size:
+            return 0, ""
         index = int(longest.argmax())
         name = self.splits[role] if self.splits[role] == role else f"{role} ({self.splits[role]})"
-        raise ConfigError(
-            f"task.datamodule.eval_max_tokens={self.eval_max_tokens} (it defaults to max_tokens) is below the longest "
-            f"example of the split {name}: {longest[index]} subword tokens with BOS/EOS (pair {index + 1}), which "
-            f"evaluation keeps whole; set it to at least {longest[index]}")
+        return int(longest[index]), (f"example of the split {name}: {longest[index]} subword tokens with BOS/EOS "
+                                     f"(pair {index + 1})")
 
     def _load(self, role: str) -> Dataset:
         """Read and encode the split of ``role``; a subclass may store its splits otherwise (a

@@ -89,8 +89,8 @@ class TranslationModule(L.LightningModule):
         self.compile_model = compile_model
 
     def setup(self, stage: str) -> None:
-        """The datamodule (set up before this) must speak the model's vocabulary; it says how
-        evaluation scores the output."""
+        """The datamodule (set up before this) must speak the model's vocabulary, and its
+        evaluation examples must fit the model's positions; it says how evaluation scores the output."""
         vocab = self.trainer.datamodule.vocab
         expected = (self.hparams.vocab_size, self.pad_id, self.bos_id, self.eos_id)
         found = (vocab.vocab_size, vocab.pad_id, vocab.bos_id, vocab.eos_id)
@@ -99,6 +99,7 @@ class TranslationModule(L.LightningModule):
                 f"the data's vocabulary {vocab} has (size, pad, bos, eos) = {found} but the model expects "
                 f"{expected}; set task.vocab_size to the subword model's size"
             )
+        self.trainer.datamodule.check_positions(self.model.max_positions)
         self.scorer = self.trainer.datamodule.scorer()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
