@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--runs", action="append", type=Path, default=[],
                         help="rebuild the table block from these run folders (default: the project's runs)")
     report.add_argument("--title", help="the report's title")
+    report.add_argument("--include-modified", action="store_true",
+                        help="count the runs changed from their row's (W&B tag `modified`), in the table block and "
+                             "the training runs' panels; by default they are left out of both")
     params = commands.add_parser("params", help="Table 3's parameter counts for a vocabulary size, no training")
     params.add_argument("--vocab", type=int, default=37000, help="shared vocabulary size (the paper's EN-DE: 37000)")
     params.add_argument("--json", action="store_true", help="JSON instead of plain text")
@@ -142,12 +145,12 @@ def save_report(args: argparse.Namespace) -> int:
         return 2
     try:
         runs = local_runs(args.runs, CONF) if args.runs else wandb_runs(f"{args.entity}/{args.project}", [args.table])
-        runs = counted(runs)
+        runs = counted(runs, args.include_modified)
     except FileNotFoundError as error:
         print(f"tables.py: {error}", file=sys.stderr)
         return 2
     markdown = table_markdown(args.table, table_rows(CONF, args.table), runs)
-    report = build_report(args.table, args.entity, args.project, markdown, args.title)
+    report = build_report(args.table, args.entity, args.project, markdown, args.title, args.include_modified)
     report.save()
     print(f"{args.table} report of {len(runs)} runs: {report.url}")
     return 0

@@ -22,6 +22,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -220,6 +221,25 @@ def test_every_table_has_its_panels() -> None:
     table4 = named_keys(build_report("table4", "e", "p", ""))[EVAL]
     assert {"test/f1", "test/precision", "test/recall", "test/exact_match"} <= table4["summary"]
     assert {"decoding.constrained", "train.experiment.row"} <= table4["config"]
+
+
+def test_report_leaves_out_the_training_runs_tagged_modified_unless_asked() -> None:
+    """As the table block does (experiments.runs.counted): the training runs' panels filter on
+    W&B's run tags, which a row run changed from its row carries (aiayn.config.identity)."""
+    from wandb_workspaces import expr
+
+    def training_filters(report: Any) -> list[Any]:
+        runsets = [runset for block in report.blocks for runset in getattr(block, "runsets", [])
+                   if "train.experiment.table" not in runset.filters]
+        assert runsets
+        return [expr.expr_to_filters(runset.filters) for runset in runsets]
+
+    for parsed in training_filters(build_report("table3", "e", "p", "")):
+        leaves = {(leaf.key.section, leaf.key.name): (leaf.op, leaf.value) for leaf in parsed.filters}
+        assert leaves == {("config", "experiment.table"): ("=", "table3"), ("run", "tags"): ("NIN", ["modified"])}
+    for parsed in training_filters(build_report("table3", "e", "p", "", include_modified=True)):
+        assert (parsed.key.section, parsed.key.name, parsed.op, parsed.value) == (
+            "config", "experiment.table", "=", "table3")
 
 
 @pytest.mark.parametrize("table", REPORTED_TABLES)

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aiayn.config.identity import MODIFIED
+
 REPORTED_TABLES = ("table3", "table2", "table4")
 # Where a curve is drawn against: the optimizer step (Lightning's W&B logger logs it with every
 # row) and the training FLOPs counted up to each validation (aiayn.training.callbacks.RunSummaryCallback).
@@ -76,15 +78,21 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
 }
 
 
-def run_filter(table: str, runs: str) -> str:
+def run_filter(table: str, runs: str, include_modified: bool = False) -> str:
     """The runs of a section: a training run's config names its table (``experiment.table``); an
-    evaluate.py run's holds its training run's config under ``train``."""
-    key = "experiment.table" if runs == TRAIN else "train.experiment.table"
-    return f"Config('{key}') = '{table}'"
+    evaluate.py run's holds its training run's config under ``train``. Training runs tagged
+    ``modified`` (changed from their row, aiayn.config.identity) are left out, as from the table
+    block, unless ``include_modified``."""
+    if runs == TRAIN:
+        return f"Config('experiment.table') = '{table}'" + (
+            "" if include_modified else f" and Tags() not in ['{MODIFIED}']")
+    return f"Config('train.experiment.table') = '{table}'"
 
 
-def build_report(table: str, entity: str, project: str, table_markdown: str, title: str | None = None) -> Any:
-    """The report of ``table`` over ``entity/project``, not saved (``report.save()`` needs W&B online)."""
+def build_report(table: str, entity: str, project: str, table_markdown: str, title: str | None = None,
+                 include_modified: bool = False) -> Any:
+    """The report of ``table`` over ``entity/project``, not saved (``report.save()`` needs W&B online);
+    ``include_modified``: as :func:`run_filter`."""
     import wandb_workspaces.reports.v2 as wr
 
     blocks: list[Any] = [
@@ -93,7 +101,7 @@ def build_report(table: str, entity: str, project: str, table_markdown: str, tit
     ]
     for number, section in enumerate(SECTIONS[table]):
         runset = wr.Runset(entity=entity, project=project, name=f"{table} {section.runs} runs",
-                           filters=run_filter(table, section.runs),
+                           filters=run_filter(table, section.runs, include_modified),
                            groupby=[f"config.{key}" for key in section.group_by])
         blocks += [wr.H2(section.title), wr.PanelGrid(runsets=[runset], panels=_panels(wr, section))]
     return wr.Report(entity=entity, project=project, title=(title or f"aiayn {table}")[:128],
