@@ -27,8 +27,8 @@ parameters staying the paper's three), encoder-decoder attention K and V likewis
 source; and a single query (one decoding step) on the CPU takes the written-out Eq. 1, which is
 about 3× faster there than SDPA's CPU kernels, built for many queries (benchmarks/decode_speed.py).
 
-On CUDA, SDPA is kept off cuDNN's attention kernel (process-wide, once a model with SDPA is built or
-first attends on a GPU; :func:`keep_cudnn_attention_off`): torch prefers it on Hopper GPUs, and it
+On CUDA, SDPA is kept off cuDNN's attention kernel (process-wide, once an attention with SDPA is
+built or first attends; :func:`keep_cudnn_attention_off`): torch prefers it on Hopper GPUs, and it
 builds a plan for every new shape, hundreds of milliseconds each, while our batches change length
 at every step and a beam search's keys grow by one at every step. Flash and memory-efficient
 attention take any length at no such cost. A user may turn it back on after building the model
