@@ -89,6 +89,12 @@ def test_train_with_two_gloo_processes(tmp_path: Path, subword_cache: Path, data
         validations = VALIDATION_LINE.findall(text)
         assert [int(step) for step, _ in validations] == [2, 4], text[-3000:]
         assert f"{summary['dev/ppl']:.2f}" == validations[-1][1]  # the last validation's, as summary.json has it
+    # Lightning's own lines reach train.log as well as stdout, once each: the seed, the devices, and
+    # the distributed set-up of both ranks (spawned processes, which log as the launching one).
+    for text in (result.stdout, train_log):
+        assert text.count("Seed set to ") == 1 and text.count("GPU available: False, used: False") == 1, text[-3000:]
+        assert "GLOBAL_RANK: 0, MEMBER: 1/2" in text and "GLOBAL_RANK: 1, MEMBER: 2/2" in text, text[-3000:]
+    assert "Seed set to" not in result.stderr and "GPU available" not in result.stderr, result.stderr[-3000:]
 
 
 TABLE3_ROWS = {  # row: (overrides of model=base, what the built model must have)

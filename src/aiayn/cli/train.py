@@ -45,7 +45,7 @@ from aiayn.training.config_check import check_train_config
 from aiayn.training.distributed import strategy_with_timeout
 from aiayn.training.final_test import stops_on_signals
 from aiayn.training.module import TranslationModule
-from aiayn.training.run_log import SpawnedRanksLog, filter_the_run_log
+from aiayn.training.run_log import SpawnedRanksLog, filter_the_run_log, lightning_into_the_run_log
 
 log = logging.getLogger("train")
 
@@ -91,6 +91,7 @@ def _main(cfg: DictConfig) -> dict[str, float]:
     torch.set_float32_matmul_precision("high")
     quiet_lightning()
     filter_the_run_log()  # ranks above 0 print no INFO of ours; progress lines stay off a terminal
+    lightning_into_the_run_log()  # the seed, the devices, the ranks: in train.log too
     report_dead_ranks_before_lightning_kills()
     return train(cfg)
 

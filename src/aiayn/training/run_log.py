@@ -9,7 +9,12 @@ logger).
   which the strategy sets to the process's global rank, and the launchers' rank variables), so
   processes launched by ``ddp``, srun or torchrun, processes started by ``ddp_spawn`` and the
   process that starts a later node's ranks are treated alike. Lightning's own lines are left
-  as Lightning prints them (its ``Initializing distributed: GLOBAL_RANK …`` is each rank's).
+  as they are (its ``Initializing distributed: GLOBAL_RANK …`` is each rank's).
+* **Lightning's lines are in it too** (the seed, the devices used, each rank's ``Initializing
+  distributed``, the checkpoints it restores): Lightning gives its loggers a console handler of
+  their own and cuts them off from the root logger when it is imported before logging is set up,
+  as train.py imports it; :func:`lightning_into_the_run_log` joins them to the root's handlers
+  (Hydra's console and train.log) instead.
 * **The progress lines stay off a terminal**, where the progress bar shows the same
   (:mod:`aiayn.training.progress`); train.log, and stdout when it is a file or a pipe, get them.
 * **The processes ``ddp_spawn`` starts log as the launching process does.** They are new
@@ -31,6 +36,8 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from aiayn.config.hardware import first_process
 
 PROJECT_LOGGERS = ("aiayn", "train")
+# Lightning's top loggers: where it adds a console handler of its own at import (see the module).
+LIGHTNING_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric")
 # A record with this attribute true (``log.info(..., extra={BAR_SHOWS_IT: True})``) is not printed
 # on a terminal: the progress bar shows it there.
 BAR_SHOWS_IT = "bar_shows_it"
@@ -57,6 +64,19 @@ def filter_the_run_log() -> None:
             handler.addFilter(RunLogFilter(terminal=_is_terminal(handler)))
 
 
+def lightning_into_the_run_log() -> None:
+    """Lightning's loggers write through the root logger's handlers (Hydra's console and
+    train.log), not a console handler of their own; nothing changes while the root has no handler
+    (their lines would be lost)."""
+    if not logging.getLogger().handlers:
+        return
+    for name in LIGHTNING_LOGGERS:
+        logger = logging.getLogger(name)
+        for handler in [each for each in logger.handlers if type(each) is logging.StreamHandler]:
+            logger.removeHandler(handler)
+        logger.propagate = True
+
+
 class SpawnedRanksLog(L.Callback):
     """Carries this process's root handlers (files, stdout, stderr: their format and level) to the
     processes ``ddp_spawn`` starts, and installs them there, filtered as here, when it is unpickled
@@ -75,6 +95,7 @@ class SpawnedRanksLog(L.Callback):
         for described in self.handlers:
             root.addHandler(_build(described))
         root.setLevel(self.level)
+        lightning_into_the_run_log()
 
 
 def _rank_zero() -> bool:
