@@ -49,6 +49,15 @@ def test_the_jobs_of_a_sweep_share_it_as_group_and_their_names_and_tags_carry_th
         "multi30k_en_de-small-seed=1", None, ["task:multi30k_en_de", "model:small", "seed=1"])
 
 
+def test_run_group_sets_the_group_and_nothing_else(tmp_path):
+    """``run_group`` (what experiments/tables.py run gives its jobs) is the group, in a single run or
+    a --multirun alike; the name and tags stay the job's own."""
+    for multirun in (False, True):
+        job = wandb_init(tmp_path, "run_group=tables/table3", "seed=1", multirun=multirun)
+        assert (job["name"], job["group"], job["tags"]) == (
+            "multi30k_en_de-small-seed=1", "tables/table3", ["task:multi30k_en_de", "model:small", "seed=1"])
+
+
 def test_a_table3_row_at_cpu_or_debug_scale_never_looks_like_the_wmt_run(tmp_path):
     paper, cpu, debug = (wandb_init(tmp_path, "experiment=table3_C_N2", *scale, multirun=True)
                          for scale in ([], ["+scale=multi30k_cpu"], ["+scale=multi30k", "debug=tiny"]))

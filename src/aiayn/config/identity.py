@@ -3,8 +3,9 @@
 
 * **name**: ``run_name`` (``table3-A_h1``, ``multi30k_en_de-small``), the scale, then the job's
   own overrides (``seed=2``, ``model.dropout=0.2``): unique among the jobs of a sweep.
-* **group**: the sweep (``multirun/<date>_<time>``: ``hydra.sweep.dir``'s last two parts), the
-  same for every job of one ``--multirun``; none for a single run.
+* **group**: ``run_group`` when set (``experiments/tables.py run`` sets its jobs' folder), else the
+  sweep (``multirun/<date>_<time>``: ``hydra.sweep.dir``'s last two parts), the same for every job
+  of one ``--multirun``; none for a single run.
 * **tags**: the experiment's (``table3``, ``A``, ``A_h1``), ``task:<task>``, ``model:<model>``,
   ``scale:<scale>``, each override of the job, and ``modified`` for a row run changed from its row.
 * **scale**: ``debug`` (``debug=tiny``), else the experiment's (``multi30k``, ``multi30k_cpu``),
@@ -30,8 +31,9 @@ from omegaconf import DictConfig, OmegaConf
 ROW_KEYS = ("task.name", "task.vocab_size", "model", "width_divisor", "loss", "optim")
 # Speed switches compute the same numbers another way: not a change of the row.
 SPEED_KEYS = ("optim.fused", "model.attention")
-# Overrides the name and tags leave out: said already (run_name, experiment, scale, debug) or not a value of the run.
-_UNNAMED = ("run_name", "experiment", "scale", "debug", "resume", "logger", "trainer.devices")
+# Overrides the name and tags leave out: said already (run_name, run_group, experiment, scale, debug) or not a
+# value of the run.
+_UNNAMED = ("run_name", "run_group", "experiment", "scale", "debug", "resume", "logger", "trainer.devices")
 MODIFIED = "modified"
 _TAG_LIMIT = 64  # W&B refuses longer tags
 
@@ -105,6 +107,8 @@ def identity(root: DictConfig, what: str) -> Any:
     if what == "name":
         return "-".join([str(root.run_name), *([scale] if scale else []), *([",".join(own)] if own else [])])
     if what == "group":
+        if root.get("run_group"):
+            return str(root.run_group)
         return "/".join(Path(str(job.sweep.dir)).parts[-2:]) if job is not None and job.mode == RunMode.MULTIRUN else None
     if what != "tags":
         raise ValueError(f"${{aiayn.run:{what}}}: expected name, group, tags or scale")

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 DONE, PARTIAL, NEW = "done", "partial", "new"
 # Overrides the runner sets itself on every job.
-RESERVED_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir", "resume")
+RESERVED_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir", "resume", "run_group")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=-]")
 _PART = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 # A value Hydra's override grammar takes unquoted (else it is single-quoted).
@@ -69,10 +69,16 @@ class Job:
             return DONE
         return PARTIAL if self.dir.exists() else NEW
 
+    @property
+    def group(self) -> str:
+        """The W&B group of the sweep's jobs (``run_group``): their folder's last two parts, as a
+        ``--multirun``'s group is its sweep folder's."""
+        return "/".join(self.dir.parent.resolve().parts[-2:])
+
     def command(self, python: str | os.PathLike = sys.executable, repo: str | os.PathLike = REPO) -> list[str]:
-        """``python <repo>/src/train.py <overrides> hydra.run.dir=<dir> resume=auto``."""
+        """``python <repo>/src/train.py <overrides> hydra.run.dir=<dir> resume=auto run_group=<group>``."""
         return [str(python), str(Path(repo) / "src" / "train.py"), *self.overrides,
-                f"hydra.run.dir={_quoted(str(self.dir))}", "resume=auto"]
+                f"hydra.run.dir={_quoted(str(self.dir))}", "resume=auto", f"run_group={_quoted(self.group)}"]
 
 
 def _key(override: str) -> str:

@@ -23,7 +23,7 @@ from aiayn.reporting.flops import sustained_tflops
 # The settings at the root of conf/train.yaml (and of what its groups add there).
 # tests/training/test_config_check.py checks this list against the composed configs.
 ROOT_SETTINGS = (
-    "task", "model", "optim", "loss", "paths", "callbacks", "trainer", "logger", "seed", "run_name",
+    "task", "model", "optim", "loss", "paths", "callbacks", "trainer", "logger", "seed", "run_name", "run_group",
     "width_divisor", "compile", "resume", "nonfinite", "cost", "test_after_training", "validation",
     "visualize_at_end", "checkpoint", "distributed", "experiment", "plan", "decoding",
 )
