@@ -155,8 +155,13 @@ def test_table2_rebuilt_from_an_averaged_evaluation(tmp_path: Path, data_root: P
     multirun(sweep, env, "experiment=table2_base_en_de", "+scale=multi30k", "logger=csv")
     run_dir = next(sweep.glob("0_table2-base_en_de"))
     run_tool("src/evaluate.py", f"ckpt={run_dir}/checkpoints/last.ckpt", "average_last=2", "split=test",
-             "wandb=disabled", "decoding.beam_size=1", env=env, timeout=900)
+             "wandb=offline", "decoding.beam_size=1", env=env, timeout=900)
     report = json.loads(next((run_dir / "eval").glob("*.avg2.json")).read_text())
+    # Its W&B run is tagged `modified` as the training run is (TINY cuts the row's network), so the
+    # tables' W&B reports leave the evaluation out with the run.
+    evaluation = read_run(run_dir / "eval")
+    assert evaluation.job_type == "eval" and evaluation.group == "table2-base_en_de", evaluation
+    assert evaluation.tags == ["modified"]
 
     out = tmp_path / "tables"
     assert tables_command("rebuild", "--runs", str(sweep), "--out", str(out), "--tables", "table2", "--no-wandb",

@@ -31,6 +31,7 @@ from aiayn.checkpoints.trained import checkpoint_list, load_ensemble
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.cli.renamed import accepts_old_names
+from aiayn.config.identity import MODIFIED, run_folder_changes
 from aiayn.config.schemas import decoding_settings
 from aiayn.decoding_speed import for_decoding, switches_of
 from aiayn.errors import ConfigError
@@ -133,7 +134,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     print(f"  hypotheses      {hypotheses_file}")
     if "nbest" in files:
         print(f"  n-best          {files['nbest']}  ({decoding['nbest']} an input: index, score, log-prob, text)")
-    _log_to_wandb(cfg, trained, out_dir, name, metrics, decoding,
+    _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding,
                   {key: value for key, value in scored.details.items() if key == "sacrebleu_signature"})
     if cfg.mlflow:
         from aiayn.reporting.mlflow_logger import log_evaluation  # mlflow only when asked for
@@ -250,11 +251,14 @@ def _check_out_dir(out_dir: Path, what: str) -> None:
                           "in); give out=<a folder of yours>")
 
 
-def _log_to_wandb(cfg, trained, out_dir, name, metrics, decoding, summary) -> None:
+def _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding, summary) -> None:
     if cfg.wandb == "disabled":
         return
+    # Tagged `modified` as its training run is (a paper row's run changed from its row), so that the
+    # tables' W&B reports leave both out alike.
+    modified = run_folder_changes(trained.config, ckpt.resolve().parent.parent)
     logger = wandb_logger(project="aiayn", save_dir=str(out_dir), mode=cfg.wandb, name=f"eval-{name}",
-                          job_type="eval", group=trained.config.get("run_name"))
+                          job_type="eval", group=trained.config.get("run_name"), tags=[MODIFIED] if modified else None)
     # decoding: the settings decoded with (the checkpoint's own where the command left them null).
     logger.log_hyperparams({"evaluate": OmegaConf.to_container(cfg, resolve=True), "train": trained.config,
                             "decoding": decoding})

@@ -76,6 +76,17 @@ def row_changes(config: Mapping[str, Any], choices: Mapping[str, Any], conf_dir:
     return setting_differences(row, config, ROW_KEYS, SPEED_KEYS)
 
 
+def run_folder_changes(config: Any, run_dir: str | Path, conf_dir: str | Path | None = None) -> list[str]:
+    """What the run of ``run_dir`` changed from its row (:func:`row_changes`), from its ``config``
+    and the choices Hydra recorded in its ``.hydra/hydra.yaml``; [] where that file is missing."""
+    hydra_file = Path(run_dir) / ".hydra" / "hydra.yaml"
+    if not hydra_file.is_file():
+        return []
+    choices = OmegaConf.to_container(OmegaConf.load(hydra_file).hydra.runtime.choices)
+    return row_changes(row_settings(OmegaConf.create(config) if not OmegaConf.is_config(config) else config),
+                       choices, conf_dir)
+
+
 @functools.lru_cache(maxsize=64)
 def _row_config(overrides: tuple[str, ...], conf_dir: str | None) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir

@@ -80,13 +80,11 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
 
 def run_filter(table: str, runs: str, include_modified: bool = False) -> str:
     """The runs of a section: a training run's config names its table (``experiment.table``); an
-    evaluate.py run's holds its training run's config under ``train``. Training runs tagged
-    ``modified`` (changed from their row, aiayn.config.identity) are left out, as from the table
-    block, unless ``include_modified``."""
-    if runs == TRAIN:
-        return f"Config('experiment.table') = '{table}'" + (
-            "" if include_modified else f" and Tags() not in ['{MODIFIED}']")
-    return f"Config('train.experiment.table') = '{table}'"
+    evaluate.py run's holds its training run's config under ``train``. Runs tagged ``modified`` (a
+    row's run changed from its row, aiayn.config.identity, and the evaluations of such a run) are
+    left out, as from the table block, unless ``include_modified``."""
+    key = "experiment.table" if runs == TRAIN else "train.experiment.table"
+    return f"Config('{key}') = '{table}'" + ("" if include_modified else f" and Tags() not in ['{MODIFIED}']")
 
 
 def build_report(table: str, entity: str, project: str, table_markdown: str, title: str | None = None,

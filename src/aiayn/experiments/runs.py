@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from aiayn.config.identity import MODIFIED, row_changes, row_settings
+from aiayn.config.identity import MODIFIED, run_folder_changes
 from aiayn.reporting.summary import read_summary
 
 log = logging.getLogger(__name__)
@@ -91,18 +91,10 @@ def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) 
             if summary is None:
                 log.warning("%s: no summary (unfinished run?); left out", run_dir)
                 continue
-            modified = _changes(loaded, config_file.parent / "hydra.yaml", conf_dir) if conf_dir else []
+            modified = run_folder_changes(loaded, run_dir, conf_dir) if conf_dir else []
             runs.append(Run(source=str(run_dir), config=config, summary=summary, test=_test_report(run_dir),
                             modified=modified))
     return runs
-
-
-def _changes(config: Any, hydra_file: Path, conf_dir: Path | str) -> list[str]:
-    """What a run changed from its row, from its config and the choices Hydra recorded."""
-    if not hydra_file.is_file():
-        return []
-    choices = OmegaConf.to_container(OmegaConf.load(hydra_file).hydra.runtime.choices)
-    return row_changes(row_settings(config), choices, conf_dir)
 
 
 def _test_report(run_dir: Path) -> dict[str, Any]:
