@@ -20,6 +20,7 @@ from aiayn.data.readers import read_lines
 from aiayn.data.wmt.sgm import read_sgm
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO, TINY, TrainedRun
+from tests.helpers.wandb_offline import read_run
 
 WMT_VOCAB = 500
 # A miniature WMT14 EN-DE raw tree (the upstream archives' layout): the first 3,000 lines of the
@@ -195,6 +196,26 @@ def test_evaluations_with_other_decoding_settings_leave_their_own_reports(tiny_r
     assert [reports[name]["speed_switches"]["int8"] for name in sorted(reports)] == [False, True, False, False]
     for report in reports.values():  # each names its own hypotheses, all kept
         assert len(Path(report["hypotheses"]).read_text(encoding="utf-8").splitlines()) == 461
+
+
+def test_a_run_whose_row_no_longer_composes_is_evaluated_and_logged_untagged(tiny_run: TrainedRun, data_root: Path,
+                                                                             tmp_path: Path) -> None:
+    """evaluate.py tags its W&B run `modified` when the training run changed its paper row; a run
+    of a row this checkout no longer has (an older version's) gets a warning, not a traceback
+    after the evaluation."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run.run_dir, run_dir, ignore=shutil.ignore_patterns("wandb", "eval"))
+    hydra_file = run_dir / ".hydra" / "hydra.yaml"
+    recorded = OmegaConf.load(hydra_file)
+    recorded.hydra.runtime.choices.experiment = "table3_no_such_row"
+    OmegaConf.save(recorded, hydra_file)
+    result = run_tool("src/evaluate.py", f"ckpt={run_dir / 'checkpoints' / tiny_run.last.name}",
+                      "split=test_2017_mscoco", "decoding.beam_size=1", "wandb=offline", f"out={tmp_path / 'eval'}",
+                      data_root=data_root, cache_dir=tiny_run.cache_dir)
+    assert "could not compare" in result.stderr and "table3_no_such_row" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    evaluation = read_run(tmp_path / "eval")
+    assert evaluation.job_type == "eval" and evaluation.tags == []
 
 
 # -- bad input: one line on stderr, exit status 2 ---------------------------------------------

@@ -23,7 +23,9 @@ import os
 from pathlib import Path
 
 import hydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
 from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints
@@ -38,6 +40,8 @@ from aiayn.errors import ConfigError
 from aiayn.files import atomic_write_text
 from aiayn.inference import nbest_lines, perplexity, translate, tree_constraint
 from aiayn.reporting.loggers import wandb_logger
+
+log = logging.getLogger(__name__)
 
 
 @accepts_old_names("evaluate")  # out_dir= (before out=)
@@ -255,8 +259,13 @@ def _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding, summary)
     if cfg.wandb == "disabled":
         return
     # Tagged `modified` as its training run is (a paper row's run changed from its row), so that the
-    # tables' W&B reports leave both out alike.
-    modified = run_folder_changes(trained.config, ckpt.resolve().parent.parent)
+    # tables' W&B reports leave both out alike. A row this checkout no longer composes (the run is
+    # older) is said in a warning; the evaluation is logged untagged.
+    try:
+        modified = run_folder_changes(trained.config, ckpt.resolve().parent.parent)
+    except (HydraException, OmegaConfBaseException) as error:
+        log.warning("could not compare %s's run with its row (%s); its W&B evaluation is not tagged", ckpt, error)
+        modified = []
     logger = wandb_logger(project="aiayn", save_dir=str(out_dir), mode=cfg.wandb, name=f"eval-{name}",
                           job_type="eval", group=trained.config.get("run_name"), tags=[MODIFIED] if modified else None)
     # decoding: the settings decoded with (the checkpoint's own where the command left them null).
