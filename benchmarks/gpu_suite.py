@@ -11,9 +11,10 @@ other way), so that a slow part cannot eat the others' time (benchmarks/_gpu_par
 1. ``tests``: ``python -m pytest -m gpu -ra``: passed/failed/skipped counts and the failures' ids.
 2. ``train``: training throughput (benchmarks/train_throughput.py) of the base model (37k
    vocabulary, WMT EN-DE) and the big one (32k, EN-FR) in bf16 autocast, eager, and base under
-   torch.compile (dynamic shapes: one compilation; over 90 s on an H200, so only one model), at 3,125 padded tokens per side per batch (one
-   GPU's share of the paper's 25,000-token step on 8 GPUs): target tokens/s, step time, MFU against
-   a bf16 matrix-product peak measured in the same process, peak memory (max_memory_allocated).
+   torch.compile (dynamic shapes: one compilation; over 90 s on an H200, so only one model), at
+   3,125 padded tokens per side per batch (one GPU's share of the paper's 25,000-token step on 8
+   GPUs): target tokens/s, step time, MFU against a bf16 matrix-product peak measured in the same
+   process, peak memory (max_memory_allocated).
    Each record also goes to train_throughput.jsonl in the output folder (``device`` "cuda", the
    GPU's name in ``machine["gpu"]``), where the training plan of src/train.py looks for it.
 3. ``decode``: beam 4, α 0.6, input + 50 over newstest2014 EN-DE's source with the base model

@@ -23,15 +23,13 @@ import os
 from pathlib import Path
 
 import hydra
-from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
 from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints
 from aiayn.checkpoints.trained import checkpoint_list, load_ensemble
 from aiayn.cli import CONFIG_DIR
-from aiayn.cli.errors import reports_composition_errors, reports_errors
+from aiayn.cli.errors import is_composition_error, reports_composition_errors, reports_errors
 from aiayn.cli.renamed import accepts_old_names
 from aiayn.config.identity import MODIFIED, run_folder_changes
 from aiayn.config.schemas import decoding_settings
@@ -263,7 +261,9 @@ def _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding, summary)
     # older) is said in a warning; the evaluation is logged untagged.
     try:
         modified = run_folder_changes(trained.config, ckpt.resolve().parent.parent)
-    except (HydraException, OmegaConfBaseException) as error:
+    except Exception as error:
+        if not is_composition_error(error):
+            raise
         log.warning("could not compare %s's run with its row (%s); its W&B evaluation is not tagged", ckpt, error)
         modified = []
     logger = wandb_logger(project="aiayn", save_dir=str(out_dir), mode=cfg.wandb, name=f"eval-{name}",

@@ -35,6 +35,7 @@ from aiayn.cli.errors import (
     reports_errors,
 )
 from aiayn.cli.renamed import accepts_old_names
+from aiayn.config.hardware import first_process
 from aiayn.config.identity import MODIFIED, row_changes
 from aiayn.config.plan import describe, showing_only
 from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers
@@ -119,12 +120,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             # made goes too.
             if resume is None and trainer.global_step == 0:
                 close_runs(loggers)
-                for made in set(run_dir.iterdir()) - before:
-                    if made.is_dir():
-                        shutil.rmtree(made, ignore_errors=True)
-                    else:
-                        made.unlink(missing_ok=True)
-                _remove_unstarted_run(run_dir)
+                _remove_unstarted_run(run_dir, made_since=before)
             raise
 
 
@@ -192,7 +188,7 @@ def _warn_if_not_its_row(config: dict) -> None:
     recipe or task from the row's (``model=big``, ``model.n_heads=4``): it is no longer that row."""
     choices = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
     changes = row_changes(config, choices)
-    if changes and run_folder.first_process():
+    if changes and first_process():
         shown = "; ".join(changes[:6]) + (f"; and {len(changes) - 6} more" if len(changes) > 6 else "")
         log.warning("experiment=%s: this run is no longer that row (%s); its W&B and MLflow runs are tagged `%s` "
                     "and the tables leave it out", choices["experiment"], shown, MODIFIED)
@@ -214,10 +210,17 @@ def _choice(group: str) -> str | None:
     return HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
 
 
-def _remove_unstarted_run(run_dir: Path) -> None:
+def _remove_unstarted_run(run_dir: Path, made_since: set[Path] | None = None) -> None:
     """Remove the folder Hydra made for a run that stopped before training (a bad setting): it
     holds only Hydra's record of the config and the log. A folder with anything else — an earlier
-    attempt's checkpoints — is kept."""
+    attempt's checkpoints — is kept. ``made_since``: what the folder held before this attempt's
+    loggers started; what they added goes first."""
+    if made_since is not None and run_dir.is_dir():
+        for made in set(run_dir.iterdir()) - made_since:
+            if made.is_dir():
+                shutil.rmtree(made, ignore_errors=True)
+            else:
+                made.unlink(missing_ok=True)
     kept = (".hydra", run_folder.JOB_NOTE, run_folder.LOCK)
     if not run_dir.is_dir() or any(p.name not in kept and p.suffix != ".log" for p in run_dir.iterdir()):
         return

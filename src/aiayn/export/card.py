@@ -1,6 +1,7 @@
 """The model card (README.md) of an exported model: what it does (translates, or parses), what it
-was trained on and for how long, the scores measured for it, its configuration, how to use it, and the one difference a
-user must know: Hugging Face's and CTranslate2's beam search normalise by the length their own way.
+was trained on and for how long, the scores measured for it, its configuration, how to use it,
+and the one difference a user must know: Hugging Face's and CTranslate2's beam search normalise by
+the length their own way.
 """
 
 from __future__ import annotations
