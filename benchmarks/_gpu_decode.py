@@ -2,7 +2,7 @@
 of our search and of CTranslate2 on the same weights, on one device.
 
     .venv/bin/python benchmarks/_gpu_decode.py --json FILE [--device cuda|cpu] [--quick]
-        [--sentences N] [--max-tokens N] [--budget-s S] [--threads N]
+        [--sentences N] [--max-tokens N] [--budget-s S] [--threads N] [--cudnn-attention]
 
 What is decoded: the English source of newstest2014 EN-DE ($AIAYN_DATA_ROOT/wmt14), beam 4, α 0.6,
 maximum output length = input length + 50 (§6.1), by the base model with random weights (seeded).
@@ -168,6 +168,8 @@ def main(argv: list[str] | None = None) -> None:
                         "(default 8,000 on CUDA, 2,000 on CPU, 300 with --quick)")
     parser.add_argument("--budget-s", type=float, default=120.0, help="seconds this part may take in all")
     parser.add_argument("--threads", type=int, default=None, help="torch's and CTranslate2's CPU threads")
+    parser.add_argument("--cudnn-attention", action="store_true",
+                        help="turn SDPA's cuDNN kernel back on once the model is built (the model keeps it off)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -211,6 +213,9 @@ def main(argv: list[str] | None = None) -> None:
         ct2_folder, result["skipped"]["ctranslate2"] = None, f"export failed: {type(error).__name__}: {error}"
     result["export_seconds"] = round(time.monotonic() - export_started, 1)
     model = model.to(args.device)
+    if args.cudnn_attention:  # after the model is built, which turned it off: a choice of the user's stands
+        torch.backends.cuda.enable_cudnn_sdp(True)
+    result["cudnn_attention"] = torch.backends.cuda.cudnn_sdp_enabled()
     result["setup_seconds"] = round(time.monotonic() - started, 1)
     save()
 

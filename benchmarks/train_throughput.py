@@ -195,6 +195,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     ).to(device).train()
     if args.compile:
         module.compile_transformer(**({"dynamic": True} if args.compile_dynamic else {}))
+    if args.cudnn_attention:  # the user's own choice after the model is built stands (aiayn.model.attention)
+        torch.backends.cuda.enable_cudnn_sdp(True)
     optimizers = module.configure_optimizers()
     optimizer, scheduler = optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"]
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
@@ -282,6 +284,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile-dynamic", action="store_true",
                         help="with --compile: dynamic=True, one compilation for every batch shape (the graph "
                              "training reaches once a second shape has made torch mark the lengths dynamic)")
+    parser.add_argument("--cudnn-attention", action="store_true",
+                        help="turn SDPA's cuDNN kernel back on after building the model, which keeps it off: "
+                             "what keeping it off gains (settings.cudnn_attention in the record)")
     parser.add_argument("--fused-adam", action="store_true", help="torch's fused Adam (config: optim.fused)")
     parser.add_argument("--vocab-size", type=int, default=37000)
     parser.add_argument("--max-tokens", type=int, default=None,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from aiayn.data.batching import TokenBatchSampler
 from tests.helpers.inprocess import run_tool
@@ -41,11 +42,16 @@ def _run(data_root: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_benchmark_writes_one_record_per_run(tmp_path: Path, data_root: Path) -> None:
     out = tmp_path / "results.jsonl"
-    for extra in ([], ["--attention", "explicit", "--fused-adam", "--precision", "bf16"]):
-        result = _run(data_root, *TINY, "--steps", "2", "--warmup-steps", "1", "--peak-tflops", "0.5",
-                      "--out", str(out), *extra)
-        assert result.returncode == 0, result.stderr[-3000:]
+    cudnn_attention = torch.backends.cuda.cudnn_sdp_enabled()  # --cudnn-attention sets torch's switch
+    try:
+        for extra in ([], ["--attention", "explicit", "--fused-adam", "--precision", "bf16", "--cudnn-attention"]):
+            result = _run(data_root, *TINY, "--steps", "2", "--warmup-steps", "1", "--peak-tflops", "0.5",
+                          "--out", str(out), *extra)
+            assert result.returncode == 0, result.stderr[-3000:]
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(cudnn_attention)
     plain, switched = [json.loads(line) for line in out.read_text().splitlines()]
+    assert switched["settings"]["cudnn_attention"] is True  # what the kernel's switch was while it ran
 
     assert plain["settings"]["attention"] == "sdpa" and switched["settings"]["attention"] == "explicit"
     assert switched["settings"]["fused_adam"] and switched["settings"]["precision"] == "bf16"

@@ -144,7 +144,11 @@ def test_the_plan_block_says_what_the_run_will_do_and_projects_its_time(tmp_path
 
 def test_a_throughput_is_used_only_for_the_same_model_device_precision_vocabulary_and_compile(tmp_path: Path) -> None:
     records = tmp_path / "r.jsonl"
-    records.write_text(json.dumps(throughput_record()) + "\n")
+    # a newer record measured with SDPA's cuDNN kernel turned back on (train_throughput.py
+    # --cudnn-attention): not how the model runs, so never the one used
+    cudnn = throughput_record(date="2026-11-26T10:00:00", tgt_tokens_per_s=9_000.0)
+    cudnn["settings"]["cudnn_attention"] = True
+    records.write_text(json.dumps(throughput_record()) + "\n" + json.dumps(cudnn) + "\n")
     args = {"model": "big", "accelerator": "gpu", "device": "NVIDIA H100 80GB HBM3", "precision": "bf16-mixed",
             "vocab_size": 32000, "compiled": False}
     assert measured_throughput(records, **args)["tgt_tokens_per_s"] == 50_000

@@ -1,6 +1,6 @@
 """Decoding on CUDA with the session's tiny trained run (its last checkpoint, loaded as evaluate.py
 and translate.py load it) on real Multi30k test sentences: beam search gives the CPU's outputs
-token for token, and precision=bf16 decodes nearly as fp32 with the beam scores kept in fp32.
+token for token, and precision=bf16 differs from fp32 only at near ties, with the beam scores kept in fp32.
 
 The bf16 test runs on the CPU as well, where CI runs it: that keeps its calls of the decoding API
 current (the GPU tests are skipped everywhere else, and once fell behind it unseen)."""
@@ -19,7 +19,8 @@ from aiayn.data.multi30k import multi30k_path
 from aiayn.data.readers import read_lines
 from aiayn.decoding_speed import for_decoding
 from aiayn.inference import encode_sources, translate
-from aiayn.model import beam_search
+from aiayn.model import beam_search, beam_search_nbest
+from aiayn.model.search import length_penalty
 from tests.helpers.runs import TrainedRun
 
 N_SENTENCES = 36
@@ -105,11 +106,28 @@ class _ScoreDtypes(TorchFunctionMode):
         return result
 
 
+def _fp32_scores(model, src: torch.Tensor, outputs: list[list[int]], bos_id: int, eos_id: int) -> list[tuple]:
+    """Each output's (log P(Y|X), score) as an fp32 beam search finds them (aiayn.model.search):
+    the teacher-forced log-probability of ``model``, with EOS where the output ended before its
+    maximum length (input + offset), and that over lp(|Y|). ``src``: (batch, src_len), right-padded;
+    one output per row."""
+    limits = ((src != model.pad_id).sum(-1) + SETTINGS["max_len_offset"]).clamp(max=model.max_positions)  # (batch,)
+    scores = []
+    with torch.no_grad():
+        for row, tokens, limit in zip(src, outputs, limits.tolist()):
+            target = tokens + ([eos_id] if len(tokens) < limit else [])
+            tgt_in = torch.tensor([[bos_id, *target[:-1]]], device=src.device)
+            log_probs = model(row[None], tgt_in).float().log_softmax(-1)[0]  # (|Y|, vocab)
+            log_prob = log_probs.gather(-1, torch.tensor(target, device=src.device)[:, None]).sum()
+            scores.append((float(log_prob), float(log_prob) / length_penalty(len(target), SETTINGS["alpha"])))
+    return scores
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_bf16_decoding_agrees_with_fp32_on_most_outputs_and_ranks_in_fp32(device, request, tiny_run, sentences):
-    """precision=bf16 (decoding_speed.for_decoding) gives a bf16 copy of the model whose
-    translations of real sentences are, for most of them, those of the fp32 model, and whose beam
-    search ranks its hypotheses by fp32 scores (the log-softmax is taken in fp32)."""
+def test_bf16_decoding_differs_from_fp32_only_at_near_ties_and_ranks_in_fp32(device, request, tiny_run, sentences):
+    """precision=bf16 (decoding_speed.for_decoding) gives a bf16 copy of the model whose beam search
+    over real sentences finds the fp32 model's translation except at near ties, and ranks its
+    hypotheses by fp32 scores (the log-softmax is taken in fp32)."""
     if device == "cuda":
         request.getfixturevalue("cuda")  # fp32 matrix products in full fp32 while the test runs
     trained = load_trained(tiny_run.last, device)
@@ -123,14 +141,35 @@ def test_bf16_decoding_agrees_with_fp32_on_most_outputs_and_ranks_in_fp32(device
     plain = translate(model, vocab, sources, SETTINGS).texts
     fast = translate(bf16, vocab, sources, SETTINGS).texts
     assert len(fast) == len(plain) == N_SENTENCES and all(plain) and all(fast)
-    agree = sum(a == b for a, b in zip(plain, fast)) / N_SENTENCES
-    # bf16 rounding may flip a near tie between two hypotheses and change what follows. On the CPU
-    # (bf16 weights there too) all 36 agree, as do the first 48; 90% is required here.
-    assert agree >= 0.9, list(zip(plain, fast))
 
-    src = _batch(trained, *sentences)["src"][:8].to(device)
+    # bf16 rounding may flip a near tie between two hypotheses and change what follows: how often
+    # depends on the hardware's bf16 products (all 36 agree on an AMD EPYC; 31 on the Xeon CPU of an
+    # H200 machine and 24 on its GPU, the outputs differing in their count of a repeated token).
+    # What holds anywhere is the claim below.
+    src = _batch(trained, *sentences)["src"].to(device)
+    ids = {"bos_id": vocab.bos_id, "eos_id": vocab.eos_id}
+    best = beam_search_nbest(model, src, **ids, **SETTINGS)
+    ours = [hypotheses[0].tokens for hypotheses in best]
+    rescored = _fp32_scores(model, src, ours, **ids)
+    # the rescoring gives the search's own log-probabilities (-40 to -110; fp32, summed in another order)
+    torch.testing.assert_close([log_prob for log_prob, _ in rescored], [h[0].log_prob for h in best], rtol=1e-5, atol=0)
+    found = beam_search(bf16, src, **ids, **SETTINGS)
+    # A near tie: the fp32 model prefers its own output over bf16's by no more than bf16 misjudges the
+    # two (its score of each against fp32's, teacher-forced): then bf16 may rank them either way.
+    # Relative to the best score, this 4-step model's beam's second-best output scores 0.06–0.22%
+    # below the best, and bf16's rounding is 0.14–0.21% on an AMD EPYC. On an H200 (2026-11-26) the
+    # outputs that differed had gaps of 0.003–0.010% against rounding of 0.04–0.09%.
+    theirs = _fp32_scores(model, src, found, **ids)
+    rounding = [abs(in_bf16[1] - in_fp32[1]) for in_bf16, in_fp32 in zip(_fp32_scores(bf16, src, ours, **ids), rescored)]
+    rounding_theirs = [abs(in_bf16[1] - in_fp32[1]) for in_bf16, in_fp32 in zip(_fp32_scores(bf16, src, found, **ids), theirs)]
+    flips = [(i, (rescored[i][1] - theirs[i][1]) / abs(rescored[i][1]),
+              (rounding[i] + rounding_theirs[i]) / abs(rescored[i][1])) for i in range(N_SENTENCES) if found[i] != ours[i]]
+    assert all(gap <= misjudged for _, gap, misjudged in flips), flips
+    print(f"bf16 on {device}: {N_SENTENCES - len(flips)} of {N_SENTENCES} outputs identical; the others (fp32 "
+          f"gap, bf16 rounding): {[(f'{gap:.3%}', f'{misjudged:.3%}') for _, gap, misjudged in flips]}")
+
     with _ScoreDtypes() as seen:
-        hypotheses = beam_search(bf16, src, bos_id=vocab.bos_id, eos_id=vocab.eos_id, **SETTINGS)
+        hypotheses = beam_search(bf16, src[:8], bos_id=vocab.bos_id, eos_id=vocab.eos_id, **SETTINGS)
     assert len(hypotheses) == 8 and all(hypotheses)
     assert torch.bfloat16 in seen.products and torch.float32 not in seen.products  # the network ran in bf16
     assert seen.ranked == {torch.float32}  # every ranking of the beam: fp32 scores

@@ -143,7 +143,9 @@ def measured_throughput(records: Path, model: str | None, accelerator: str, devi
                         vocab_size: int, compiled: bool) -> dict[str, Any] | None:
     """The newest record of ``records`` (train_throughput.py's JSON lines) that measured this model
     (by its config name), vocabulary, precision and compile switch on this kind of device (the GPU's
-    or the CPU's name); None when there is none."""
+    or the CPU's name), with SDPA's cuDNN kernel off as the model keeps it (a record with
+    ``settings.cudnn_attention`` true measured that kernel, up to 5× slower on an H200); None when
+    there is none."""
     if model is None or device is None or not records.is_file():
         return None
     want = ("cuda" if accelerator == "gpu" else "cpu", BENCHMARK_PRECISION.get(precision))
@@ -155,7 +157,7 @@ def measured_throughput(records: Path, model: str | None, accelerator: str, devi
             name = machine.get("gpu") if record["device"] == "cuda" else machine.get("cpu")
             if ((record["device"], settings["precision"]) == want and settings["model"] == model and name == device
                     and settings["vocab_size"] == vocab_size and bool(settings.get("compile")) == compiled
-                    and record["tgt_tokens_per_s"] > 0):
+                    and not settings.get("cudnn_attention") and record["tgt_tokens_per_s"] > 0):
                 found = record if found is None or record["date"] >= found["date"] else found
         except (ValueError, KeyError, TypeError):
             continue  # a line of another format
