@@ -18,14 +18,16 @@
 
 (c) ``--part trained --checkpoint FILE``: a trained Multi30k model decoding test2016 (or its first
     ``--sentences``) as every engine decodes it, from the same subword ids in the same batches of
-    ``--batch-size`` length-sorted sentences: ours (fp32, and int8 through aiayn.decoding_speed),
+    ``--batch-size`` length-sorted sentences (benchmarks/_trained_decoding.py): ours (fp32; fp32
+    through oneDNN, ``onednn=true``; and int8: aiayn.decoding_speed),
     fairseq's ``SequenceGenerator`` on a copy of the weights (benchmarks/fairseq_peer.py; skipped
     when fairseq is not installed) and CTranslate2 (float32 and int8) on the model exported as
     src/export.py exports it. Beam 4 and greedy; sentences/s, generated tokens/s, sacreBLEU,
     identical outputs, and each batch's sentences/s (min/median/max). Stopping rules: ours with
     ``stop=paper`` stops a sentence when no live hypothesis can beat its best finished one
     (tensor2tensor's rule, given the largest length penalty still possible); ours with
-    ``stop=first_k`` (engines ``ours_first_k``, ``ours_int8_first_k``: the like-for-like race),
+    ``stop=first_k`` (engines ``ours_first_k``, ``ours_onednn_first_k``, ``ours_int8_first_k``: the
+    like-for-like race),
     fairseq and CTranslate2 stop when ``beam`` hypotheses have finished; fairseq runs every
     sentence to the batch's limit, and both peers normalise by |Y|^α (CTranslate2 has no GNMT
     penalty). ``generated_tokens`` counts the tokens each returns; ``identical_to_ours`` and
@@ -51,6 +53,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _trained_decoding
 import decode_speed
 import fairseq_peer
 import peers
@@ -58,7 +61,7 @@ import peers
 from aiayn.config.schemas import decoding_settings
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import ParallelCorpus, TranslationCollator
-from aiayn.model import beam_search, greedy_search
+from aiayn.model import beam_search
 from aiayn.model.loss import label_smoothed_loss
 
 RESULTS = decode_speed.REPO / "benchmarks" / "results" / "side_by_side.jsonl"
@@ -162,106 +165,6 @@ def compare_decoding(model, vocab, args) -> dict:
             "ratio_ours_over_peer": round(speed["ours"] / speed["marian_mt"], 3)}
 
 
-def compare_trained(args) -> list[dict]:
-    """Part (c): every engine on the same batches of a trained model's test set, beam 4 then greedy."""
-    import statistics
-    import tempfile
-
-    from aiayn.checkpoints.trained import load_trained
-    from aiayn.data.readers import read_lines
-    from aiayn.decoding_speed import for_decoding
-    from aiayn.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
-    from aiayn.metrics.bleu import sacrebleu_score
-
-    trained = load_trained(args.checkpoint, "cpu")
-    model, vocab = trained.model.eval(), trained.vocab
-    data = decode_speed.data_root() / "multi30k"
-    sources = read_lines(data / "test_2016_flickr.en.gz")[: args.sentences]
-    references = read_lines(data / "test_2016_flickr.de.gz")[: args.sentences]
-    ids = [seq[: model.max_positions - 1] for seq in vocab.encode(sources)]
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    batches = [order[start : start + args.batch_size] for start in range(0, len(order), args.batch_size)]
-    collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
-
-    def tensor(rows: list[int]) -> torch.Tensor:  # ids + EOS, right-padded: (batch, src_len)
-        return collate([(i, ids[i], []) for i in rows])["src"]
-
-    scratch = tempfile.TemporaryDirectory(prefix="aiayn-side-by-side-")
-    ct2 = {kind: CTranslate2Translator(export_ctranslate2(trained, Path(scratch.name) / kind, ckpt=args.checkpoint,
-                                                          steps=[trained.step], quantization=quantization),
-                                       batch_size=args.batch_size, threads=torch.get_num_threads())
-           for kind, quantization in (("float32", None), ("int8", "int8"))}
-    int8 = for_decoding(model, int8=True)
-
-    def ours(net, stop="paper"):
-        def run(rows, beam):
-            src = tensor(rows)
-            if beam == 1:
-                return greedy_search(net, src, bos_id=vocab.bos_id, eos_id=vocab.eos_id,
-                                     max_len_offset=args.max_len_offset)
-            return beam_search(net, src, bos_id=vocab.bos_id, eos_id=vocab.eos_id, beam_size=beam, alpha=args.alpha,
-                               max_len_offset=args.max_len_offset, stop=stop)
-        return run
-
-    def ctranslate2(translator):
-        def run(rows, beam):
-            translator.beam_size = beam
-            return translator.translate_ids([ids[i] for i in rows])
-        return run
-
-    # ours with the paper's stopping rule, and with first_k: CTranslate2's and fairseq's (like for like)
-    engines = {"ours": ours(model), "ours_first_k": ours(model, "first_k"), "ours_int8": ours(int8),
-               "ours_int8_first_k": ours(int8, "first_k")}
-    if peer := fairseq_of(model, vocab):
-        peer.eval()
-        engines["fairseq"] = lambda rows, beam: fairseq_peer.fairseq_beam_search(
-            peer, tensor(rows), beam_size=beam, alpha=args.alpha if beam > 1 else 0.0,
-            max_len_offset=args.max_len_offset)
-    engines["ctranslate2_float32"] = ctranslate2(ct2["float32"])
-    engines["ctranslate2_int8"] = ctranslate2(ct2["int8"])
-
-    records = []
-    for beam in (args.beam_size, 1):
-        for run in engines.values():  # warm-up
-            run(batches[0][:4], beam)
-        seconds = {name: [] for name in engines}
-        outputs = {name: {} for name in engines}  # (greedy: one stopping rule, first_k not run)
-        running = {name: run for name, run in engines.items() if beam > 1 or not name.endswith("first_k")}
-        for rows in batches:
-            for name, run in running.items():
-                started = time.perf_counter()
-                for i, hypothesis in zip(rows, run(rows, beam)):
-                    outputs[name][i] = hypothesis
-                seconds[name].append(time.perf_counter() - started)
-        ours_outputs = [outputs["ours"][i] for i in range(len(ids))]
-        first_k_outputs = [outputs["ours_first_k"][i] for i in range(len(ids))] if beam > 1 else ours_outputs
-        for name in running:
-            hypotheses = [outputs[name][i] for i in range(len(ids))]
-            total = sum(seconds[name])
-            per_batch = sorted(len(rows) / s for rows, s in zip(batches, seconds[name]))
-            generated = sum(map(len, hypotheses))
-            records.append({
-                "part": "trained_decoding", "engine": name, "beam_size": beam, "alpha": args.alpha if beam > 1 else 0.0,
-                "max_len_offset": args.max_len_offset, "checkpoint": str(args.checkpoint), "step": trained.step,
-                "test_set": "multi30k test_2016_flickr en-de", "sentences": len(ids), "batch_size": args.batch_size,
-                "seconds": round(total, 3), "sentences_per_second": round(len(ids) / total, 2),
-                "batch_sentences_per_second": {"min": round(per_batch[0], 2),
-                                               "median": round(statistics.median(per_batch), 2),
-                                               "max": round(per_batch[-1], 2)},
-                "generated_tokens": generated, "tokens_per_second": round(generated / total, 1),
-                "ms_per_generated_token": round(1000 * total / generated, 3) if generated else None,
-                "sacrebleu": round(sacrebleu_score(vocab.decode(hypotheses), references).score, 2),
-                "identical_to_ours": sum(a == b for a, b in zip(hypotheses, ours_outputs)),
-                "identical_to_ours_first_k": sum(a == b for a, b in zip(hypotheses, first_k_outputs)),
-                "stop": "first_k" if name.endswith("first_k") or name.startswith("ctranslate2") else "paper",
-            })
-            print(f"beam {beam} {name}: {records[-1]['sentences_per_second']} sentences/s, "
-                  f"{records[-1]['tokens_per_second']} tokens/s, BLEU {records[-1]['sacrebleu']}", file=sys.stderr,
-                  flush=True)
-    scratch.cleanup()
-    return records
-
-
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="base", help="a conf/model/*.yaml name (default base)")
@@ -294,7 +197,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         base = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": decode_speed.commit(),
                 "machine": decode_speed.machine(), "benchmark": "side_by_side", "device": "cpu",
                 "threads": torch.get_num_threads()}
-        records = [{**base, **record} for record in compare_trained(args)]
+        records = [{**base, **record} for record in _trained_decoding.compare_trained(args, fairseq_of)]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "a", encoding="utf-8") as out:
             out.writelines(json.dumps(record) + "\n" for record in records)

@@ -1,14 +1,16 @@
-"""aiayn.decoding_speed: each switch (int8, bf16, compile) against the plain fp32 path, on random
+"""aiayn.decoding_speed: each switch (int8, bf16, compile, onednn) against the plain fp32 path, on random
 models and on the session's tiny trained run (real checkpoint, real sentencepiece)."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
 from torch import nn
 
 from aiayn.checkpoints.trained import TrainedModel, load_trained
-from aiayn.decoding_speed import for_decoding
+from aiayn.decoding_speed import OneDNNLinear, for_decoding
 from aiayn.inference import translate
 from aiayn.model import Transformer, beam_search, greedy_search
 from tests.helpers.runs import TrainedRun
@@ -55,7 +57,38 @@ def test_int8_quantises_every_product_keeps_logits_close_and_leaves_the_model_gi
     assert 0 < relative_error(fast, plain) < 0.05  # quantised (not the same numbers), but close
 
 
-@pytest.mark.parametrize("switches", [{"int8": True}, {"precision": "bf16"}], ids=["int8", "bf16"])
+def test_onednn_computes_every_product_to_fp32_rounding_and_leaves_the_model_given_alone(model: Transformer) -> None:
+    src, tgt_in = sources(), sources()[:, :5]
+    fast = for_decoding(model, onednn=True)
+
+    products = [m for m in fast.modules() if isinstance(m, OneDNNLinear)]
+    assert not any(type(m) is nn.Linear for m in fast.modules())
+    assert len(products) == 2 * (4 + 2) + 2 * (4 + 4 + 2) + 1  # encoder and decoder layers, the projection
+    assert fast.output_projection.weight is fast.tgt_embedding.weight  # the projection stays tied (§3.4)
+    assert type(model.decoder_layers[0].self_attention.w_q) is nn.Linear and model.output_projection is None
+    with torch.no_grad():
+        plain, packed = model(src, tgt_in), fast(src, tgt_in)
+        assert all(m._packed is not None for m in products)  # every product went through oneDNN
+        assert relative_error(packed, plain) < 1e-6  # fp32 both: only the kernels' rounding differs
+        assert torch.equal(copy.deepcopy(fast)(src, tgt_in), packed)  # a copy packs its own weights again
+    with torch.enable_grad():
+        fast(src, tgt_in).sum().backward()  # with gradients, nn.Linear's own product: they reach the weights
+    assert fast.output_projection.weight.grad is not None and model.tgt_embedding.weight.grad is None
+
+
+def test_onednn_products_follow_weights_changed_in_place(model: Transformer) -> None:
+    src, tgt_in = sources(), sources()[:, :5]
+    fast = for_decoding(model, onednn=True)
+    changed = Transformer(40, 40, n_layers=2, d_model=32, d_ff=64, n_heads=4, d_k=8, d_v=8, dropout=0.0).eval()
+    with torch.no_grad():
+        before = fast(src, tgt_in)
+        fast.load_state_dict(changed.state_dict(), strict=False)  # in place: same storage, new versions
+        after, expected = fast(src, tgt_in), changed(src, tgt_in)
+    assert relative_error(after, expected) < 1e-6 and relative_error(before, expected) > 0.1
+
+
+@pytest.mark.parametrize("switches", [{"int8": True}, {"precision": "bf16"}, {"onednn": True}],
+                         ids=["int8", "bf16", "onednn"])
 def test_a_switch_translates_nearly_as_the_plain_model(trained: TrainedModel, switches: dict) -> None:
     # The 4-step model's distributions are flat, so rounding may flip a near tie; most must agree.
     settings = {"beam_size": 2, "alpha": 20.0, "max_len_offset": 5}
@@ -92,6 +125,8 @@ def test_switches_that_cannot_go_together_are_refused(model: Transformer) -> Non
         for_decoding(model, precision="int4")
     with pytest.raises(ValueError, match="cannot be combined with precision=bf16"):
         for_decoding(model, precision="bf16", int8=True)
+    with pytest.raises(ValueError, match="onednn runs the fp32 products; it cannot be combined with int8=true"):
+        for_decoding(model, onednn=True, int8=True)
 
 
 @pytest.mark.slow

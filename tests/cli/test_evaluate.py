@@ -184,16 +184,17 @@ def test_evaluations_with_other_decoding_settings_leave_their_own_reports(tiny_r
         evaluate(f"ckpt={tiny_run.last}", "split=test_2017_mscoco", f"decoding.alpha={alpha}", f"out={tmp_path}",
                  data_root=data_root, cache_dir=tiny_run.cache_dir)
     evaluate(f"ckpt={tiny_run.last}", "split=test_2017_mscoco", "decoding.beam_size=2", "decoding.kv_cache=false",
-             f"out={tmp_path}", data_root=data_root, cache_dir=tiny_run.cache_dir)
+             "onednn=true", f"out={tmp_path}", data_root=data_root, cache_dir=tiny_run.cache_dir)
     evaluate(f"ckpt={tiny_run.last}", "split=test_2017_mscoco", "int8=true", f"out={tmp_path}",
              data_root=data_root, cache_dir=tiny_run.cache_dir)
     reports = {path.name: json.loads(path.read_text()) for path in tmp_path.glob("*.json")}
-    assert sorted(reports) == ["test_2017_mscoco.step4.beam2.alpha0.6.len+5.nokv.json",
+    assert sorted(reports) == ["test_2017_mscoco.step4.beam2.alpha0.6.len+5.nokv.onednn.json",
                                "test_2017_mscoco.step4.beam4.alpha0.6.len+5.int8.json",
                                "test_2017_mscoco.step4.beam4.alpha0.6.len+5.json",
                                "test_2017_mscoco.step4.beam4.alpha1.len+5.json"]
     assert [reports[name]["decoding"]["alpha"] for name in sorted(reports)] == [0.6, 0.6, 0.6, 1.0]
     assert [reports[name]["speed_switches"]["int8"] for name in sorted(reports)] == [False, True, False, False]
+    assert [reports[name]["speed_switches"]["onednn"] for name in sorted(reports)] == [True, False, False, False]
     for report in reports.values():  # each names its own hypotheses, all kept
         assert len(Path(report["hypotheses"]).read_text(encoding="utf-8").splitlines()) == 461
 
@@ -255,6 +256,7 @@ BAD_INPUT = [
     (["batch_size=0"], "batch_size must be a whole number of at least 1, got 0"),
     (["precision=fp8"], "precision must be one of fp32, bf16, fp16, got 'fp8'"),
     (["int8=true", "precision=bf16"], "int8 quantises fp32 weights; it cannot be combined with precision=bf16"),
+    (["onednn=true", "int8=true"], "onednn runs the fp32 products; it cannot be combined with int8=true"),
     # Checked before the checkpoint is loaded and the split translated (it died after the work).
     (["out={folder}/last.ckpt"], ("out={folder}/last.ckpt is a file; give a folder to write the hypotheses and report "
                                  "into")),

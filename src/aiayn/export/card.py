@@ -43,7 +43,7 @@ def measured_scores(ckpt: Path, steps: list[int], train_split: str = "train") ->
     """The scores of exactly these weights found beside ``ckpt``: src/evaluate.py's reports in
     the run's ``eval/`` folder for the same steps, and the dev score of the run's summary.json at
     the last of them. Only what describes the exported model goes on the card: its fp32 arithmetic
-    (not an int8 or bf16 evaluation), one model (not an ensemble), beam search (not samples) and a
+    (not an int8, bf16 or oneDNN evaluation), one model (not an ensemble), beam search (not samples) and a
     held-out split (not ``train_split``); each line names the split, the decoding settings and the
     metric's signature."""
     run_dir = ckpt.resolve().parent.parent
@@ -58,7 +58,8 @@ def measured_scores(ckpt: Path, steps: list[int], train_split: str = "train") ->
             continue
         switches = data.get("speed_switches") or {}
         decoding = data.get("decoding") or {}
-        if switches.get("precision", "fp32") != "fp32" or switches.get("int8") or decoding.get("sampling"):
+        if (switches.get("precision", "fp32") != "fp32" or switches.get("int8") or switches.get("onednn")
+                or decoding.get("sampling")):
             continue
         if data.get("split") in (None, train_split):
             continue
