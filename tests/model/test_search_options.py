@@ -105,6 +105,32 @@ def test_first_k_stops_no_later_than_the_paper_rule_here_and_scores_no_better():
         assert p[0].score >= f[0].score - 1e-9
 
 
+class RowCounting(RisingEos):
+    """RisingEos that records how many rows each decoder call is given."""
+
+    def decode(self, tgt_in, state, return_weights=False):
+        self.rows.append(tgt_in.size(0))
+        return super().decode(tgt_in, state, return_weights)
+
+
+@pytest.mark.parametrize("kv_cache", [True, False])
+def test_first_k_runs_its_first_step_once_per_sentence_and_finds_the_plain_search(kv_cache):
+    """All beams start from BOS: under first_k (CTranslate2's rule) the first step runs on one row
+    per sentence and is copied to the beams, as CTranslate2 runs it; under paper on every beam's row.
+    Either way the hypotheses are the plain search's."""
+    model, lengths, offset, k = random_model(52, cls=RowCounting), [5, 3, 7, 2, 6], 5, 4
+    src = padded_sources(lengths, 52)
+    for stop, first_rows in (("first_k", len(lengths)), ("paper", len(lengths) * k)):
+        model.rows = []
+        got = beam_search_nbest(model, src, bos_id=BOS, eos_id=EOS, beam_size=k, alpha=0.6, max_len_offset=offset,
+                                stop=stop, kv_cache=kv_cache)
+        assert model.rows[:2] == [first_rows, len(lengths) * k], stop
+        for i, n in enumerate(lengths):
+            want = reference_nbest(model, src[i: i + 1, :n], k, 0.6, n + offset, stop, 1)
+            assert [h.tokens for h in got[i]] == [tokens for _, _, tokens in want]
+            assert got[i][0].log_prob == pytest.approx(want[0][1], rel=1e-5)  # the search sums in float32
+
+
 # ------------------------------------------------------------------------------------ sampling
 
 

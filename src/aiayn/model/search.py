@@ -205,7 +205,13 @@ def beam_search_nbest(
     batch, k = src.size(0), beam_size
     device = src.device
     rows = torch.arange(batch, device=device).repeat_interleave(k)  # (batch·beam,): each hypothesis's sentence
-    state, src_mask = start_search(model, src, rows)  # a state of batch·beam rows; src_mask (batch, 1, 1, src_len)
+    # All beams start identical (BOS). Under "first_k" the first step runs once per sentence, as
+    # CTranslate2 runs it, and its result is copied to the beams: that step costs a beam-th. Under
+    # "paper" it runs on every beam's row, as it always has, so that its fp32 outputs stay bit for
+    # bit: a matrix product of 1–3 rows rounds differently from one of more (MKL).
+    first_step_once = stop == "first_k" and k > 1
+    # a state of batch·beam rows (batch rows until the first step: first_step_once); src_mask (batch, 1, 1, src_len)
+    state, src_mask = start_search(model, src, None if first_step_once else rows)
     max_lengths = _max_lengths(model, src_mask, max_len_offset)  # (batch,)
     limits = max_lengths.tolist()  # on the host too: a wait on the device, once per search
     # The loop's bound, and the first step at which a sentence may reach its limit.
@@ -226,7 +232,11 @@ def beam_search_nbest(
     # The loop waits on the device once per step: for the stopping test (which sentences go on).
     for step in range(1, longest + 1):
         n = active.numel()
-        log_probs, state = next_log_probs(model, tokens, state, kv_cache)  # (n·beam, vocab)
+        if step == 1 and first_step_once:  # one row per sentence (BOS), then each row copied to its beams
+            log_probs, state = next_log_probs(model, tokens[::k], state, kv_cache)  # (batch, vocab)
+            log_probs, state = log_probs.repeat_interleave(k, dim=0), state.select(rows)  # (batch·beam, vocab)
+        else:
+            log_probs, state = next_log_probs(model, tokens, state, kv_cache)  # (n·beam, vocab)
         if constrained is not None:
             log_probs = log_probs.masked_fill(~constrained.allowed(), float("-inf"))
         vocab = log_probs.size(-1)
