@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from aiayn.model.blocked_topk import top_candidates
 from aiayn.model.finished import FinishedHypotheses, Hypothesis
 from aiayn.model.transformer import DecoderState, Transformer
 
@@ -242,7 +243,7 @@ def beam_search_nbest(
         vocab = log_probs.size(-1)
         # (n, beam, vocab) + (n, beam, 1) → (n, beam·vocab), in place: the log-probabilities are not needed after
         candidates = log_probs.view(n, k, vocab).add_(scores.unsqueeze(-1)).view(n, k * vocab)
-        top_scores, top_ids = candidates.topk(2 * k, dim=-1)  # (n, 2·beam) each
+        top_scores, top_ids = top_candidates(candidates, 2 * k)  # (n, 2·beam) each: candidates.topk's
         origin, token = top_ids // vocab, top_ids % vocab  # (n, 2·beam): beam it extends, token it adds
         first_row = torch.arange(n, device=device)[:, None] * k  # (n, 1): each sentence's first hypothesis
         # (beam indices (n, m) → their rows (n, m) in the n·beam hypotheses: first_row + beam)
