@@ -12,7 +12,7 @@
 * ``onednn``: every fp32 matrix product of the network (the pre-softmax projection too) through
   oneDNN, each weight packed once into oneDNN's blocked layout (CPU). Still fp32, but a different
   kernel from torch's default (MKL), so the logits differ in their last bits and a near tie may
-  go the other way; on an AMD EPYC it decodes 1.1× (batches) to 1.6× (one sentence) faster,
+  go the other way; on an AMD EPYC it decodes 1.1× (batches of 128) to 1.4× (one sentence) faster,
   because MKL runs a generic path there (docs/performance.md). Off by default, so that fp32
   outputs stay bit for bit those of the plain model.
 
