@@ -144,7 +144,7 @@ class Translator:
         for ready in self.stream_nbest(chunks):
             yield [hypotheses[0].text for hypotheses in ready]
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def stream_nbest(self, chunks: Iterable[Sequence[str]]) -> Iterator[list[list[Scored]]]:
         """:meth:`stream` with each input's hypotheses (``decoding.nbest``, best first) and their
         scores; an empty input has one, "" scored 0."""
@@ -212,7 +212,7 @@ def nbest_lines(nbest: Sequence[Sequence[Scored]], first_index: int = 0) -> list
             for i, hypotheses in enumerate(nbest) for h in hypotheses]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def perplexity(model: Transformer, vocab: Subwords, sources: list[str], references: list[str],
                max_tokens: int = 4096) -> tuple[float, int]:
     """Per-token perplexity of the references given the sources (teacher forcing, every target

@@ -56,7 +56,8 @@ class _NoMetaTensors(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         _refuse_meta(func, (args, kwargs), "was given")
-        if func is not aten._to_copy.default and any(getattr(leaf, _HOST, False)
+        # (.to itself, as aten.to under inference_mode, as its copy aten._to_copy elsewhere, is the move)
+        if func.overloadpacket not in (aten._to_copy, aten.to) and any(getattr(leaf, _HOST, False)
                                                      for leaf in pytree.tree_leaves((args, kwargs))):
             raise DeviceNotNamed(f"{func} was given a tensor made on the host and never moved with .to(device)")
         out = func(*args, **kwargs)
@@ -99,8 +100,12 @@ def on_the_host() -> Iterator[None]:
 
 
 # Operations that read data back to the host, or whose output size depends on the data.
-_SYNC_OPS = {aten._local_scalar_dense, aten.nonzero, aten.is_nonzero, aten.equal, aten.masked_select,
-             aten._unique, aten._unique2, aten.unique_dim, aten.unique_consecutive, aten.bincount}
+_SYNC_OPS = {aten.nonzero, aten.equal, aten.masked_select, aten._unique, aten._unique2, aten.unique_dim,
+             aten.unique_consecutive, aten.bincount}
+# A scalar read back (``.item()``, ``int``/``float``/``bool`` of a tensor): ``_local_scalar_dense``
+# where autograd's keys run (no_grad), ``item`` or ``is_nonzero`` under inference_mode, which skips
+# them; counted as one kind either way.
+_SCALAR_READS = {aten._local_scalar_dense, aten.item, aten.is_nonzero}
 _INDEXING = {aten.index, aten.index_put, aten.index_put_, aten._index_put_impl_}
 # Tensor methods that copy to the host without an aten operation seen on a CPU tensor.
 _HOST_COPIES = {"tolist", "numpy", "cpu"}
@@ -125,9 +130,13 @@ class _DispatchSyncs(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         packet = func.overloadpacket
-        if packet in _SYNC_OPS:
+        if packet in _SCALAR_READS:
+            self.seen.kinds["_local_scalar_dense"] += 1
+        elif packet in _SYNC_OPS:
             self.seen.kinds[packet.__name__] += 1
-        elif func is aten.repeat_interleave.Tensor and kwargs.get("output_size") is None:  # tensor repeats
+        # tensor repeats (self_Tensor: as inference_mode dispatches x.repeat_interleave(repeats))
+        elif func in (aten.repeat_interleave.Tensor, aten.repeat_interleave.self_Tensor) and \
+                kwargs.get("output_size") is None:
             self.seen.kinds["repeat_interleave"] += 1
         elif packet in _INDEXING and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]):
             self.seen.kinds["boolean_index"] += 1

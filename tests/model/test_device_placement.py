@@ -104,11 +104,14 @@ def test_a_host_tensor_not_moved_to_the_device_is_caught():
     ("nonzero", lambda t: t.nonzero()), ("boolean_index", lambda t: t[t > 1]),
     ("repeat_interleave", lambda t: t.repeat_interleave(t.long())),
 ])
-def test_the_sync_counter_sees_each_kind_of_wait(kind, wait):
-    """Each way of making the host wait for the device counts once, under its kind."""
-    t = torch.tensor([0.0, 2.0, 3.0])
-    with count_host_syncs() as syncs:
-        wait(t)
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_the_sync_counter_sees_each_kind_of_wait(kind, wait, mode):
+    """Each way of making the host wait for the device counts once, under its kind, whether
+    autograd's dispatch keys run (no_grad) or not (inference_mode, where the searches run)."""
+    with mode():
+        t = torch.tensor([0.0, 2.0, 3.0])
+        with count_host_syncs() as syncs:
+            wait(t)
     assert dict(syncs.kinds) == {kind: 1}
 
 

@@ -41,7 +41,7 @@ def filtered(log_probs: Tensor, temperature: float, top_k: int, top_p: float) ->
     return scores
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def sample(
     model: Any, src: Tensor, *, bos_id: int, eos_id: int, max_len_offset: int, alpha: float = 0.0,
     samples: int = 1, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,

@@ -116,7 +116,7 @@ def _next_logits(model: Transformer, tokens: Tensor, state: DecoderState, kv_cac
     return logits[:, -1], state  # (rows, vocab)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_search(
     model: Transformer, src: Tensor, *, bos_id: int, eos_id: int, max_len_offset: int, kv_cache: bool = True,
     constraint: OutputConstraint | None = None,
@@ -164,7 +164,7 @@ def beam_search(model: Any, src: Tensor, **settings: Any) -> list[list[int]]:
     return [hypotheses[0].tokens for hypotheses in beam_search_nbest(model, src, **settings)]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def beam_search_nbest(
     model: Any,
     src: Tensor,
