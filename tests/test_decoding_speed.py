@@ -129,6 +129,12 @@ def test_switches_that_cannot_go_together_are_refused(model: Transformer) -> Non
         for_decoding(model, onednn=True, int8=True)
 
 
+def test_onednn_without_onednn_kernels_is_refused_in_one_line(model: Transformer, monkeypatch) -> None:
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)  # as a torch built without it
+    with pytest.raises(ValueError, match="onednn decoding runs on the CPU, with a torch built with oneDNN"):
+        for_decoding(model, onednn=True)
+
+
 @pytest.mark.slow
 def test_a_compiled_decoder_step_gives_the_eager_outputs(model: Transformer) -> None:
     src = sources()

@@ -112,10 +112,22 @@ class OneDNNLinear(nn.Module):
         return y.view(*shape[:-1], self.out_features)
 
 
+def _has_onednn_products() -> bool:
+    """Whether this torch has oneDNN's packed fp32 products (x86 builds do; some others lack them)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(torch.ones(2, 2))
+        torch.ops.mkldnn._linear_pointwise(torch.ones(1, 2), packed, None, "none", [], "")
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
 def with_onednn_products(model: Transformer) -> Transformer:
     """``model`` (on the CPU, changed in place and returned) with each linear layer, the tied
     pre-softmax projection too, computing through oneDNN (:class:`OneDNNLinear`)."""
-    if next(model.parameters()).device.type != "cpu" or not torch.backends.mkldnn.is_available():
+    if next(model.parameters()).device.type != "cpu" or not _has_onednn_products():
         raise ConfigError("onednn decoding runs on the CPU, with a torch built with oneDNN (mkldnn); "
                           "use device=cpu, or leave onednn=false")
     _untie_output_projection(model)
