@@ -25,9 +25,8 @@ from aiayn.metrics.bleu import sacrebleu_score
 from aiayn.model import beam_search, greedy_search
 
 
-def compare_trained(args, fairseq_of) -> list[dict]:
-    """Every engine on the same batches of a trained model's test set, beam 4 then greedy;
-    ``fairseq_of(model, vocab)``: fairseq's copy of the model, or None where fairseq is missing."""
+def compare_trained(args) -> list[dict]:
+    """Every engine on the same batches of a trained model's test set, beam 4 then greedy."""
     trained = load_trained(args.checkpoint, "cpu")
     model, vocab = trained.model.eval(), trained.vocab
     data = decode_speed.data_root() / "multi30k"
@@ -69,7 +68,7 @@ def compare_trained(args, fairseq_of) -> list[dict]:
     engines = {"ours": ours(model), "ours_first_k": ours(model, "first_k"), "ours_onednn": ours(onednn),
                "ours_onednn_first_k": ours(onednn, "first_k"), "ours_int8": ours(int8),
                "ours_int8_first_k": ours(int8, "first_k")}
-    if peer := fairseq_of(model, vocab):
+    if peer := fairseq_peer.fairseq_of(model, vocab):
         peer.eval()
         engines["fairseq"] = lambda rows, beam: fairseq_peer.fairseq_beam_search(
             peer, tensor(rows), beam_size=beam, alpha=args.alpha if beam > 1 else 0.0,

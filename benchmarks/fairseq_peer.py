@@ -62,6 +62,9 @@ Search (:func:`fairseq_beam_search`) differs from ours where fairseq's ``Sequenc
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import sys
+import warnings
 from types import SimpleNamespace
 
 import torch
@@ -90,6 +93,16 @@ class OurPositions(nn.Module):
         real = tokens.ne(self.pad_id)  # (batch, length)
         index = (real.cumsum(1) - 1).clamp(min=0)  # (batch, length): 0 at the first real token
         return self.table[index] * real.unsqueeze(-1)  # (batch, length, d_model), zero at padding
+
+
+def fairseq_of(model: Transformer, vocab):
+    """:func:`fairseq_peer` of ``model`` with ``vocab``'s special ids, or None (with a line saying
+    so) where fairseq is not installed: it is a benchmark-only peer."""
+    if importlib.util.find_spec("fairseq") is None:
+        print("fairseq is not installed: its column is left out (see benchmarks/fairseq_peer.py)", file=sys.stderr)
+        return None
+    warnings.filterwarnings("ignore", message=".*mismatched key_padding_mask.*")  # fairseq's own masks
+    return fairseq_peer(model, bos_id=vocab.bos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id, unk_id=vocab.unk_id)
 
 
 def dictionary(vocab_size: int, *, bos_id: int, eos_id: int, pad_id: int, unk_id: int):

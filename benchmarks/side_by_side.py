@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import sys
 import time
@@ -79,23 +78,12 @@ def training_batches(model, vocab, max_tokens: int, count: int) -> list[dict]:
     return [collate([corpus[i] for i in batch]) for batch, _ in zip(sampler, range(count + 1))]
 
 
-def fairseq_of(model, vocab):
-    """fairseq's TransformerModel holding ``model``'s weights, or None (with a line saying so)
-    where fairseq is not installed: it is a benchmark-only peer (benchmarks/fairseq_peer.py)."""
-    if importlib.util.find_spec("fairseq") is None:
-        print("fairseq is not installed: its column is left out (see benchmarks/fairseq_peer.py)", file=sys.stderr)
-        return None
-    warnings.filterwarnings("ignore", message=".*mismatched key_padding_mask.*")  # fairseq's own masks
-    return fairseq_peer.fairseq_peer(model, bos_id=vocab.bos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id,
-                                     unk_id=vocab.unk_id)
-
-
 def compare_training(model, vocab, args) -> dict:
     peer = peers.copy_to_torch(model, peers.torch_peer(model, dropout=model.embedding_dropout.p))
     batches = training_batches(model, vocab, args.train_max_tokens, args.train_steps)
     modules = {"ours": model, "torch_nn_transformer": peer}
     forward = {name: module for name, module in modules.items()}  # (src, tgt_in) → logits
-    if fairseq := fairseq_of(model, vocab):
+    if fairseq := fairseq_peer.fairseq_of(model, vocab):
         modules["fairseq"] = fairseq
         forward["fairseq"] = lambda src, tgt_in: fairseq_peer.fairseq_logits(fairseq, src, tgt_in)
     contenders = {}
@@ -197,7 +185,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         base = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": decode_speed.commit(),
                 "machine": decode_speed.machine(), "benchmark": "side_by_side", "device": "cpu",
                 "threads": torch.get_num_threads()}
-        records = [{**base, **record} for record in _trained_decoding.compare_trained(args, fairseq_of)]
+        records = [{**base, **record} for record in _trained_decoding.compare_trained(args)]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "a", encoding="utf-8") as out:
             out.writelines(json.dumps(record) + "\n" for record in records)

@@ -22,6 +22,7 @@ Each switch works on a copy: the model given is never changed.
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 
 import torch
@@ -114,8 +115,12 @@ class OneDNNLinear(nn.Module):
 
 def _has_onednn_products() -> bool:
     """Whether this torch has oneDNN's packed fp32 products (x86 builds do; some others lack them)."""
-    if not torch.backends.mkldnn.is_available():
-        return False
+    return torch.backends.mkldnn.is_available() and _packed_products_run()
+
+
+@functools.cache
+def _packed_products_run() -> bool:
+    """Whether a packed product runs here: tried once per process."""
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(torch.ones(2, 2))
         torch.ops.mkldnn._linear_pointwise(torch.ones(1, 2), packed, None, "none", [], "")

@@ -21,7 +21,8 @@ def candidates(rows: int, beam: int, vocab: int, seed: int, masked: float = 0.0)
     return flat
 
 
-@pytest.mark.parametrize("rows, beam, vocab", [(128, 4, 8000), (1, 4, 8000), (3, 4, 37000), (2, 21, 16000)])  # …, beam 21 as parsing (§6.3)
+# the default job's vocabulary at 128 sentences and at one, WMT's 37k, parsing's beam 21 (§6.3)
+@pytest.mark.parametrize("rows, beam, vocab", [(128, 4, 8000), (1, 4, 8000), (3, 4, 37000), (2, 21, 16000)])
 @pytest.mark.parametrize("masked", [0.0, 0.99])
 def test_blocked_topk_finds_torchs_topk(rows, beam, vocab, masked):
     found = candidates(rows, beam, vocab, seed=rows + vocab, masked=masked)
