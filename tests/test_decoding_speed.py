@@ -68,12 +68,18 @@ def test_onednn_computes_every_product_to_fp32_rounding_and_leaves_the_model_giv
     assert type(model.decoder_layers[0].self_attention.w_q) is nn.Linear and model.output_projection is None
     with torch.no_grad():
         plain, packed = model(src, tgt_in), fast(src, tgt_in)
-        assert all(m._packed is not None for m in products)  # every product went through oneDNN
+        # Every product went through oneDNN: packed on its own, or stacked with those reading the same
+        # input (W^Q, W^K, W^V of self-attention; W^K, W^V of encoder-decoder attention).
+        stacked = {layer for m in products for which, (_, stack) in m._stacks.items() if stack._packed for layer in which}
+        assert {id(m) for m in products if m._packed is not None} | stacked == {id(m) for m in products}
+        assert len(stacked) == 2 * 3 + 2 * (3 + 2)
         assert relative_error(packed, plain) < 1e-6  # fp32 both: only the kernels' rounding differs
         assert torch.equal(copy.deepcopy(fast)(src, tgt_in), packed)  # a copy packs its own weights again
     with torch.enable_grad():
         fast(src, tgt_in).sum().backward()  # with gradients, nn.Linear's own product: they reach the weights
     assert fast.output_projection.weight.grad is not None and model.tgt_embedding.weight.grad is None
+    assert all(fast.decoder_layers[0].self_attention.get_submodule(name).weight.grad is not None
+               for name in ("w_q", "w_k", "w_v"))  # through the stack, to each projection
 
 
 def test_onednn_products_follow_weights_changed_in_place(model: Transformer) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import functools
 import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -95,12 +96,41 @@ class OneDNNLinear(nn.Module):
         self.weight, self.bias = linear.weight, linear.bias  # the same parameters (a tied weight stays tied)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self._packed: tuple[int, int, torch.Tensor] | None = None  # (storage, version, packed weight)
+        self._stacks: dict[tuple[int, ...], tuple[tuple, OneDNNLinear]] = {}  # see stacked
 
     def __deepcopy__(self, memo: dict) -> OneDNNLinear:
         copied = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
         copied.weight = copy.deepcopy(self.weight, memo)
         copied.bias = copy.deepcopy(self.bias, memo)
         return OneDNNLinear(copied)  # oneDNN's packed tensors cannot be copied; packed again on use
+
+    @classmethod
+    def stacked(cls, layers: list[OneDNNLinear]) -> Callable[[torch.Tensor], torch.Tensor]:
+        """One product for ``layers`` that read the same input (W^Q, W^K and W^V, stacked as
+        aiayn.model.attention stacks plain layers): their outputs side by side. At a decoding
+        step's few rows a product costs little more for being three times as wide, each product
+        fetching its kernel and input afresh (docs/performance.md). The stacked weight is packed
+        once and kept on the first layer until one of the weights changes. With gradients
+        enabled, the weights are stacked in the graph, so that gradients reach each of them."""
+        def stack() -> tuple[torch.Tensor, torch.Tensor | None]:
+            biases = [layer.bias if layer.bias is not None else layer.weight.new_zeros(layer.out_features)
+                      for layer in layers]
+            bias = torch.cat(biases) if any(layer.bias is not None for layer in layers) else None
+            return torch.cat([layer.weight for layer in layers]), bias
+
+        if torch.is_grad_enabled():
+            return lambda x: F.linear(x, *stack())
+        key = tuple((t.data_ptr(), t._version) for layer in layers for t in (layer.weight, layer.bias) if t is not None)
+        which = tuple(id(layer) for layer in layers)
+        cached = layers[0]._stacks.get(which)
+        if cached is None or cached[0] != key:
+            with torch.inference_mode(False):  # a tensor made under inference mode keeps no version to check
+                weight, bias = stack()
+                linear = nn.Linear(weight.size(1), weight.size(0), bias=bias is not None)
+                linear.weight = nn.Parameter(weight.detach(), requires_grad=False)
+                linear.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+                cached = layers[0]._stacks[which] = (key, cls(linear))
+        return cached[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu":

@@ -110,13 +110,17 @@ class MultiHeadAttention(nn.Module):
 
     def _project(self, x: Tensor, *names: str) -> list[Tensor]:
         """``x`` (…, d_model) through each of the projections ``names`` (…, its width), as one
-        matrix product with their weights stacked, or one by one where they are not plain linear
-        layers (int8-quantised for decoding, aiayn.decoding_speed)."""
+        matrix product with their weights stacked. Layers replaced for decoding
+        (aiayn.decoding_speed) stack themselves where their kind offers it (``stacked``, e.g.
+        oneDNN's products), else run one by one (e.g. int8-quantised ones)."""
         layers = [getattr(self, name) for name in names]
-        if any(type(layer) is not nn.Linear for layer in layers):
-            return [layer(x) for layer in layers]
         widths = [layer.out_features for layer in layers]
-        return list(F.linear(x, self._stacked(*names)).split(widths, dim=-1))  # (…, Σ widths) split
+        kind = type(layers[0]) if all(type(layer) is type(layers[0]) for layer in layers) else None
+        if kind is nn.Linear:
+            return list(F.linear(x, self._stacked(*names)).split(widths, dim=-1))  # (…, Σ widths) split
+        if hasattr(kind, "stacked"):
+            return list(kind.stacked(layers)(x).split(widths, dim=-1))  # (…, Σ widths) split
+        return [layer(x) for layer in layers]
 
     def _stacked(self, *names: str) -> Tensor:
         """The weights of the projections ``names`` stacked row-wise, for one matrix product. While
