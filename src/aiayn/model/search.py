@@ -220,19 +220,24 @@ def beam_search_nbest(
     # (batch·beam,) constraint states, or None
     constrained = constraint.start(src, max_lengths).select(rows) if constraint is not None else None
 
-    active = torch.arange(batch, device=device)  # (batch,): which input sentences are still being searched
     tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)  # (batch·beam, 1): BOS
     scores = torch.full((batch, k), float("-inf"), device=device)  # (batch, beam)
     scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 1
     # The best `nbest` finished hypotheses of each sentence so far, kept on the device (no host
     # synchronisation per step): their scores, log-probabilities, tokens (without BOS/EOS), lengths.
+    # (Its rows, like those of what follows, are the sentences still searched, in the order of `scores`.)
     best = FinishedHypotheses(batch, nbest, longest, device)
-    finished = torch.zeros(batch, dtype=torch.long, device=device)  # (batch,): hypotheses finished ("first_k")
+    finished = torch.zeros(batch, dtype=torch.long, device=device)  # (n,): hypotheses finished ("first_k")
+    sentence_max = max_lengths  # (n,): each sentence's limit
+    # (n,): the largest length penalty each could still get ("paper")
+    largest_lp = length_penalty(sentence_max.float(), alpha) if stop == "paper" else None
+    first_row = torch.arange(batch, device=device)[:, None] * k  # (n, 1): each sentence's first hypothesis
+    # (beam indices (n, m) → their rows (n, m) in the n·beam hypotheses: first_row + beam)
 
-    # In the loop, n ≤ batch counts the sentences still active: tokens is (n·beam, step), scores (n, beam).
+    # In the loop, n ≤ batch counts the sentences still searched: tokens is (n·beam, step), scores (n, beam).
     # The loop waits on the device once per step: for the stopping test (which sentences go on).
     for step in range(1, longest + 1):
-        n = active.numel()
+        n = scores.size(0)
         if step == 1 and first_step_once:  # one row per sentence (BOS), then each row copied to its beams
             log_probs, state = next_log_probs(model, tokens[::k], state, kv_cache)  # (batch, vocab)
             log_probs, state = log_probs.repeat_interleave(k, dim=0), state.select(rows)  # (batch·beam, vocab)
@@ -245,27 +250,24 @@ def beam_search_nbest(
         candidates = log_probs.view(n, k, vocab).add_(scores.unsqueeze(-1)).view(n, k * vocab)
         top_scores, top_ids = top_candidates(candidates, 2 * k)  # (n, 2·beam) each: candidates.topk's
         origin, token = top_ids // vocab, top_ids % vocab  # (n, 2·beam): beam it extends, token it adds
-        first_row = torch.arange(n, device=device)[:, None] * k  # (n, 1): each sentence's first hypothesis
-        # (beam indices (n, m) → their rows (n, m) in the n·beam hypotheses: first_row + beam)
 
         # Candidates among the best `k` that end in EOS are finished hypotheses of length `step`
         # (EOS further down is ignored, so a beam of 1 with α = 0 is exactly greedy search; with
         # α > 0 a longer hypothesis may still beat the first one finished).
         is_eos = token == eos_id  # (n, 2·beam)
-        finishes = is_eos.clone()
-        finishes[:, k:] = False
-        # (n, 2·beam)
-        finished_scores = (top_scores / length_penalty(step, alpha)).masked_fill(~finishes, float("-inf"))
+        finishes = is_eos[:, :k]  # (n, beam)
+        # (n, beam)
+        finished_scores = (top_scores[:, :k] / length_penalty(step, alpha)).masked_fill(~finishes, float("-inf"))
         if nbest == 1:  # each sentence's best finished candidate: (n,) each
             step_best, step_pos = finished_scores.max(-1)
             picked = step_pos[:, None]  # (n, 1)
         else:  # every finished candidate among the best k: (n, k)
-            step_best, picked = finished_scores[:, :k], torch.arange(k, device=device).expand(n, k)
+            step_best, picked = finished_scores, torch.arange(k, device=device).expand(n, k)
         # the hypotheses (n·beam, step) that the picked candidates extend: (n, m, step - 1)
         extended = tokens[(first_row + origin.gather(1, picked)).view(-1), 1:].view(n, picked.size(1), step - 1)
-        best.record(active, step_best.view(n, -1), top_scores.gather(1, picked), extended)
+        best.record(step_best.view(n, -1), top_scores.gather(1, picked), extended)
         if stop == "first_k":
-            finished[active] += finishes.sum(-1)
+            finished += finishes.sum(-1)
 
         # The best `k` candidates not ending in EOS live on (at most k of the 2k end in EOS).
         # (n, beam) each
@@ -278,27 +280,29 @@ def beam_search_nbest(
             constrained = constrained.select(parent_rows).advance(tokens[:, -1])
         scores = live_scores  # (n, beam)
 
-        sentence_max = max_lengths[active]  # (n,)
         at_max = step >= sentence_max  # (n,)
         if step >= shortest:  # (known on the host: no wait, and no work at the steps before)
             # Out of length: the best live hypotheses (nbest of them) count as finished, without EOS. (n, nbest)
             at_max_scores = (scores[:, :nbest] / length_penalty(step, alpha)).masked_fill(~at_max[:, None], float("-inf"))
             # each sentence's first nbest beams: (n, nbest, step)
-            best.record(active, at_max_scores, scores[:, :nbest], tokens.view(n, k, step + 1)[:, :nbest, 1:])
+            best.record(at_max_scores, scores[:, :nbest], tokens.view(n, k, step + 1)[:, :nbest, 1:])
         if stop == "paper":
             # (n,): can the best live hypothesis still beat the nbest-th best finished one?
-            going = scores[:, 0] / length_penalty(sentence_max.float(), alpha) > best.scores[active, -1]
+            going = scores[:, 0] / largest_lp > best.scores[:, -1]
         else:
-            going = finished[active] < k  # (n,)
-        keep = (~at_max & going).nonzero().squeeze(1)  # (n_kept,): indices into the n active
+            going = finished < k  # (n,)
+        keep = (~at_max & going).nonzero().squeeze(1)  # (n_kept,): indices into the n searched
         if keep.numel() == 0:
             break
         if keep.numel() < n:
-            active = active[keep]  # (n_kept,)
             kept_rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)  # (n_kept·beam,)
             # tokens (n_kept·beam, step + 1), scores (n_kept, beam), state of n_kept·beam rows
             tokens, scores, state = tokens.index_select(0, kept_rows), scores[keep], state.select(kept_rows)
             constrained = constrained.select(kept_rows) if constrained is not None else None
+            # (n_kept,) each
+            finished, sentence_max, first_row = finished[keep], sentence_max[keep], first_row[: keep.numel()]
+            largest_lp = largest_lp[keep] if largest_lp is not None else None
+            best.keep(keep)
     return best.hypotheses()
 
 
