@@ -221,13 +221,15 @@ def _explicit_attention(
     q: (batch, h, q_len, d_k), k: (batch, h, k_len, d_k), v: (batch, h, k_len, d_v) → the output
     (batch, h, q_len, d_v) and the weights (batch, h, q_len, k_len).
     """
-    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5  # (batch, h, q_len, d_k) @ (batch, h, d_k, k_len)
+    # (batch, h, q_len, d_k) @ (batch, h, d_k, k_len); scaled and masked in place (the product is a new tensor)
+    scores = (q @ k.transpose(-2, -1)).div_(q.size(-1) ** 0.5)
     if causal:
         q_len, k_len = scores.shape[-2:]
         # (q_len, k_len), broadcast over batch and heads
         allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril(k_len - q_len)
-        scores = scores.masked_fill(~allowed, float("-inf"))
+        scores.masked_fill_(~allowed, float("-inf"))
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores.masked_fill_(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)  # (batch, h, q_len, k_len)
-    return F.dropout(weights, dropout_p) @ v, weights  # (batch, h, q_len, d_v), (batch, h, q_len, k_len)
+    dropped = F.dropout(weights, dropout_p) if dropout_p else weights
+    return dropped @ v, weights  # (batch, h, q_len, d_v), (batch, h, q_len, k_len)

@@ -39,7 +39,7 @@ class ResidualNorm(nn.Module):
 
     def forward(self, x: Tensor, sublayer_out: Tensor) -> Tensor:
         """x, sublayer_out: (batch, length, d_model) → (batch, length, d_model)."""
-        return self.norm(x + self.dropout(sublayer_out))
+        return self.norm(x + (self.dropout(sublayer_out) if self.training else sublayer_out))
 
 
 @dataclass
