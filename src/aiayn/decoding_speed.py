@@ -10,7 +10,8 @@
 * ``compile``: the decoder step through ``torch.compile`` with dynamic shapes (GPU; on a CPU it is
   slower than eager, see docs/performance.md). Same outputs as eager up to kernel rounding.
 * ``onednn``: every fp32 matrix product of the network (the pre-softmax projection too) through
-  oneDNN, each weight packed once into oneDNN's blocked layout (CPU). Still fp32, but a different
+  oneDNN, each weight packed once into oneDNN's blocked layout (CPU); W^Q, W^K and W^V stacked
+  into one product, as the plain model stacks them. Still fp32, but a different
   kernel from torch's default (MKL), so the logits differ in their last bits and a near tie may
   go the other way; on an AMD EPYC it decodes 1.1× (batches of 128) to 1.4× (one sentence) faster,
   because MKL runs a generic path there (docs/performance.md). Off by default, so that fp32
