@@ -49,8 +49,10 @@ def switches_of(cfg) -> dict:
             raise ConfigError(f"{key} must be true or false, got {switches[key]!r}")
     if switches["int8"] and switches["precision"] != "fp32":
         raise ConfigError(f"int8 quantises fp32 weights; it cannot be combined with precision={switches['precision']}")
-    if switches["onednn"] and (switches["int8"] or switches["precision"] != "fp32"):
-        other = "int8=true" if switches["int8"] else f"precision={switches['precision']}"
+    if switches["onednn"] and (switches["int8"] or switches["precision"] != "fp32" or switches["compile"]):
+        # (A compiled step lowers the products itself: inductor cannot take oneDNN's packed weights.)
+        other = ("int8=true" if switches["int8"] else "compile=true" if switches["compile"]
+                 else f"precision={switches['precision']}")
         raise ConfigError(f"onednn runs the fp32 products; it cannot be combined with {other}")
     return switches
 

@@ -257,6 +257,7 @@ BAD_INPUT = [
     (["precision=fp8"], "precision must be one of fp32, bf16, fp16, got 'fp8'"),
     (["int8=true", "precision=bf16"], "int8 quantises fp32 weights; it cannot be combined with precision=bf16"),
     (["onednn=true", "int8=true"], "onednn runs the fp32 products; it cannot be combined with int8=true"),
+    (["onednn=true", "compile=true"], "onednn runs the fp32 products; it cannot be combined with compile=true"),
     # Checked before the checkpoint is loaded and the split translated (it died after the work).
     (["out={folder}/last.ckpt"], ("out={folder}/last.ckpt is a file; give a folder to write the hypotheses and report "
                                  "into")),
