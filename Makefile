@@ -32,7 +32,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install torch==$(TORCH_VERSION)
-	$(BIN)/pip install -e '.[dev,bench,browse]'
+	$(BIN)/pip install -e '.[dev,bench,browse,onnx]'
 	touch $@
 
 train: install

@@ -20,6 +20,7 @@ from aiayn.checkpoints.trained import load_trained
 from aiayn.data.corpus import TranslationCollator
 from aiayn.data.readers import read_lines
 from aiayn.decoding_speed import for_decoding
+from aiayn.errors import ConfigError
 from aiayn.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
 from aiayn.metrics.bleu import sacrebleu_score
 from aiayn.model import beam_search, greedy_search
@@ -68,6 +69,11 @@ def compare_trained(args) -> list[dict]:
     engines = {"ours": ours(model), "ours_first_k": ours(model, "first_k"), "ours_onednn": ours(onednn),
                "ours_onednn_first_k": ours(onednn, "first_k"), "ours_int8": ours(int8),
                "ours_int8_first_k": ours(int8, "first_k")}
+    try:  # (onnxruntime=true: the decoder step by ONNX Runtime, when the onnx extra is installed)
+        onnx = for_decoding(model, onnxruntime=True)
+        engines.update(ours_onnxruntime=ours(onnx), ours_onnxruntime_first_k=ours(onnx, "first_k"))
+    except ConfigError as error:
+        print(f"{error}: its rows are left out")
     if peer := fairseq_peer.fairseq_of(model, vocab):
         peer.eval()
         engines["fairseq"] = lambda rows, beam: fairseq_peer.fairseq_beam_search(

@@ -1,4 +1,4 @@
-"""aiayn.decoding_speed: each switch (int8, bf16, compile, onednn) against the plain fp32 path, on random
+"""aiayn.decoding_speed: each switch (int8, bf16, compile, onednn, onnxruntime) against the plain fp32 path, on random
 models and on the session's tiny trained run (real checkpoint, real sentencepiece)."""
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def test_onednn_products_follow_weights_changed_in_place(model: Transformer) -> 
     assert relative_error(after, expected) < 1e-6 and relative_error(before, expected) > 0.1
 
 
-@pytest.mark.parametrize("switches", [{"int8": True}, {"precision": "bf16"}, {"onednn": True}],
-                         ids=["int8", "bf16", "onednn"])
+@pytest.mark.parametrize("switches", [{"int8": True}, {"precision": "bf16"}, {"onednn": True}, {"onnxruntime": True}],
+                         ids=["int8", "bf16", "onednn", "onnxruntime"])
 def test_a_switch_translates_nearly_as_the_plain_model(trained: TrainedModel, switches: dict) -> None:
     # The 4-step model's distributions are flat, so rounding may flip a near tie; most must agree.
     settings = {"beam_size": 2, "alpha": 20.0, "max_len_offset": 5}

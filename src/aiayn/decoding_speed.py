@@ -16,6 +16,9 @@
   go the other way; on an AMD EPYC it decodes 1.1× (batches of 128) to 1.4× (one sentence) faster,
   because MKL runs a generic path there (docs/performance.md). Off by default, so that fp32
   outputs stay bit for bit those of the plain model.
+* ``onnxruntime``: the incremental decoder step exported to ONNX once and run by ONNX Runtime
+  (CPU; aiayn.onnx_step): one planned graph instead of some 130 torch calls a step. fp32 by other
+  kernels, so the last bits differ, as with ``onednn``; the extra ``onnx`` installs it.
 
 Each switch works on a copy: the model given is never changed.
 """
@@ -33,6 +36,7 @@ from torch import nn
 
 from aiayn.errors import ConfigError
 from aiayn.model import Ensemble, Transformer
+from aiayn.onnx_step import OnnxRuntimeDecode, require_onnxruntime
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -41,10 +45,11 @@ def switches_of(cfg) -> dict:
     """The switches set in a translate/evaluate config (``precision``, ``int8``, ``compile``,
     ``onednn``), checked: a ConfigError (a ValueError) names a wrong one."""
     switches = {"precision": cfg.get("precision", "fp32"), "int8": cfg.get("int8", False),
-                "compile": cfg.get("compile", False), "onednn": cfg.get("onednn", False)}
+                "compile": cfg.get("compile", False), "onednn": cfg.get("onednn", False),
+                "onnxruntime": cfg.get("onnxruntime", False)}
     if switches["precision"] not in PRECISIONS:
         raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {switches['precision']!r}")
-    for key in ("int8", "compile", "onednn"):
+    for key in ("int8", "compile", "onednn", "onnxruntime"):
         if type(switches[key]) is not bool:
             raise ConfigError(f"{key} must be true or false, got {switches[key]!r}")
     if switches["int8"] and switches["precision"] != "fp32":
@@ -54,15 +59,22 @@ def switches_of(cfg) -> dict:
         other = ("int8=true" if switches["int8"] else "compile=true" if switches["compile"]
                  else f"precision={switches['precision']}")
         raise ConfigError(f"onednn runs the fp32 products; it cannot be combined with {other}")
+    if switches["onnxruntime"]:
+        others = [f"{key}=true" for key in ("int8", "compile", "onednn") if switches[key]]
+        others += [f"precision={switches['precision']}"] if switches["precision"] != "fp32" else []
+        if others:
+            raise ConfigError(f"onnxruntime runs the fp32 decoder step itself; it cannot be combined with {others[0]}")
+        require_onnxruntime()
     return switches
 
 
 def for_decoding(model: Transformer, *, precision: str = "fp32", int8: bool = False,
-                 compile: bool = False, onednn: bool = False) -> Transformer:
+                 compile: bool = False, onednn: bool = False, onnxruntime: bool = False) -> Transformer:
     """``model`` ready to decode with the switches asked for (see the module docstring): the
     model itself when none is, else a copy in eval mode."""
-    switches = switches_of({"precision": precision, "int8": int8, "compile": compile, "onednn": onednn})
-    if precision == "fp32" and not int8 and not compile and not onednn:
+    switches = switches_of({"precision": precision, "int8": int8, "compile": compile, "onednn": onednn,
+                            "onnxruntime": onnxruntime})
+    if precision == "fp32" and not int8 and not compile and not onednn and not onnxruntime:
         return model
     if isinstance(model, Ensemble):  # each of its models made ready alike
         return Ensemble([for_decoding(member, **switches) for member in model.models])
@@ -75,6 +87,10 @@ def for_decoding(model: Transformer, *, precision: str = "fp32", int8: bool = Fa
         fast = with_onednn_products(fast)
     if compile:
         fast.decode = torch.compile(fast.decode, dynamic=True)
+    if onnxruntime:
+        if next(fast.parameters()).device.type != "cpu":
+            raise ConfigError("onnxruntime decoding runs on the CPU; use device=cpu, or leave onnxruntime=false")
+        fast.decode = OnnxRuntimeDecode(fast)
     return fast
 
 

@@ -258,6 +258,8 @@ BAD_INPUT = [
     (["int8=true", "precision=bf16"], "int8 quantises fp32 weights; it cannot be combined with precision=bf16"),
     (["onednn=true", "int8=true"], "onednn runs the fp32 products; it cannot be combined with int8=true"),
     (["onednn=true", "compile=true"], "onednn runs the fp32 products; it cannot be combined with compile=true"),
+    (["onnxruntime=true", "int8=true"],
+     "onnxruntime runs the fp32 decoder step itself; it cannot be combined with int8=true"),
     # Checked before the checkpoint is loaded and the split translated (it died after the work).
     (["out={folder}/last.ckpt"], ("out={folder}/last.ckpt is a file; give a folder to write the hypotheses and report "
                                  "into")),

@@ -110,7 +110,7 @@ def test_translate_engine_settings_are_checked(tiny_run, data_root, tmp_path):
         ("engine=onnx", f"ckpt={tiny_run.last}"): "engine=onnx is not one of aiayn, ctranslate2",
         ("engine=ctranslate2", f"model_dir={tmp_path}"): "not a CTranslate2 export of aiayn",
         ("engine=ctranslate2", f"model_dir={tmp_path}", "decoding.constrained=true"): "CTranslate2 cannot constrain its output",
-        ("engine=ctranslate2", f"model_dir={tmp_path}", "onednn=true"): "precision, int8, compile and onednn are aiayn's",
+        ("engine=ctranslate2", f"model_dir={tmp_path}", "onednn=true"): "precision, int8, compile, onednn and onnxruntime are aiayn's",
     }
     for arguments, expected in cases.items():
         result = run_tool("src/translate.py", *arguments, stdin="A dog.\n", data_root=data_root, check=False)

@@ -62,7 +62,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     decoding_settings(overrides, partial=True)  # checked before anything is loaded
     if cfg.batch_size < 1:
         raise ConfigError(f"batch_size must be a whole number of at least 1, got {cfg.batch_size!r}")
-    switches = switches_of(cfg)  # precision, int8, compile and onednn
+    switches = switches_of(cfg)  # precision, int8, compile, onednn and onnxruntime
     for path in ensemble:
         _check_checkpoint_file(Path(path))
     out_dir = Path(cfg.out) if cfg.out else ckpt.resolve().parent.parent / "eval"
@@ -174,6 +174,8 @@ def report_name(split: str, steps: list[int], decoding: dict, ensemble: int = 1)
         settings += ".int8"
     if decoding.get("onednn"):
         settings += ".onednn"
+    if decoding.get("onnxruntime"):
+        settings += ".onnxruntime"
     averaged = f".avg{len(steps)}" if len(steps) > 1 else ""
     averaged += f".ens{ensemble}" if ensemble > 1 else ""
     return f"{split.replace('/', '_')}.{step}.{settings}{averaged}"

@@ -143,16 +143,16 @@ def _check_settings(cfg: DictConfig) -> None:
             if cfg.decoding[key] is not None:
                 raise ConfigError(f"decoding.{key} is aiayn's own search (CTranslate2 stops after beam_size finished "
                                   "hypotheses, as decoding.stop=first_k); use engine=aiayn ckpt=<file.ckpt>")
-        if cfg.int8 or cfg.compile or cfg.onednn or cfg.precision != "fp32":
-            raise ConfigError("precision, int8, compile and onednn are aiayn's own switches; a CTranslate2 model has its "
-                              "type from the export (src/export.py format=ctranslate2 quantization=int8)")
+        if cfg.int8 or cfg.compile or cfg.onednn or cfg.onnxruntime or cfg.precision != "fp32":
+            raise ConfigError("precision, int8, compile, onednn and onnxruntime are aiayn's own switches; a CTranslate2 "
+                              "model has its type from the export (src/export.py format=ctranslate2 quantization=int8)")
         if not Path(cfg.model_dir).is_dir():
             raise ConfigError(f"model_dir={cfg.model_dir}: no such folder; give a CTranslate2 export of src/export.py "
                               "format=ctranslate2")
     elif cfg.model_dir is not None:
         raise ConfigError(f"model_dir={cfg.model_dir} is for engine=ctranslate2; add engine=ctranslate2, or give a "
                           "checkpoint as ckpt=<file.ckpt>")
-    switches_of(cfg)  # precision, int8, compile and onednn
+    switches_of(cfg)  # precision, int8, compile, onednn and onnxruntime
     if cfg.interactive not in ("auto", True, False):
         raise ConfigError(f"interactive must be auto, true or false, got {cfg.interactive!r}")
     if cfg.buffer_size < 1:

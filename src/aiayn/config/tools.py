@@ -29,6 +29,8 @@ class DecodeSwitches:
     compile: bool = False  # the decoder step through torch.compile (GPU; slower than eager on a CPU)
     # fp32 products through oneDNN, weights packed once (CPU; faster on AMD CPUs; last bits differ from the default)
     onednn: bool = False
+    # the incremental decoder step through ONNX Runtime (CPU; the onnx extra; last bits differ from the default)
+    onnxruntime: bool = False
     device: str = "auto"  # auto | cpu | cuda
 
 

@@ -59,7 +59,7 @@ def measured_scores(ckpt: Path, steps: list[int], train_split: str = "train") ->
         switches = data.get("speed_switches") or {}
         decoding = data.get("decoding") or {}
         if (switches.get("precision", "fp32") != "fp32" or switches.get("int8") or switches.get("onednn")
-                or decoding.get("sampling")):
+                or switches.get("onnxruntime") or decoding.get("sampling")):
             continue
         if data.get("split") in (None, train_split):
             continue
