@@ -65,7 +65,7 @@ class _Step(nn.Module):
 class OnnxRuntimeDecode:
     """``model.decode`` with its incremental steps through ONNX Runtime (see the module
     docstring); any other call (a whole target, the first step, attention weights asked for, a
-    tensor not on the CPU or not fp32) goes to the model's own ``decode``."""
+    model of no layers, a tensor not on the CPU or not fp32) goes to the model's own ``decode``."""
 
     def __init__(self, model: Transformer):
         require_onnxruntime()
@@ -76,7 +76,7 @@ class OnnxRuntimeDecode:
         return OnnxRuntimeDecode(copy.deepcopy(self.model, memo))  # a session is not copied: exported again on use
 
     def __call__(self, tgt_in: Tensor, state: DecoderState, return_weights: bool = False):
-        if (return_weights or tgt_in.size(1) != 1 or state.length == 0 or state.self_kv[0] is None
+        if (return_weights or tgt_in.size(1) != 1 or state.length == 0 or not state.self_kv or state.self_kv[0] is None
                 or tgt_in.device.type != "cpu" or state.memory_kv[0][0].dtype != torch.float32):
             return Transformer.decode(self.model, tgt_in, state, return_weights)
         rows = state.cache_rows
