@@ -27,11 +27,12 @@ def test_the_card_lists_the_fp32_held_out_scores_each_with_decoding_and_signatur
     for name in ("last.ckpt", "last.ckpt.blake2b"):
         shutil.copy(tiny_run.checkpoints / name, checkpoints / name)
     ckpt = checkpoints / "last.ckpt"
-    for switch in ([], ["int8=true"], ["precision=bf16"]):  # the same split in fp32, int8 and bf16
+    # the same split in fp32, int8, bf16 and by ONNX Runtime
+    for switch in ([], ["int8=true"], ["precision=bf16"], ["onnxruntime=true"]):
         run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=test_2017_mscoco", "decoding.max_len_offset=2",
                  "wandb=disabled", *switch, data_root=data_root, cache_dir=tiny_run.cache_dir)
     reports = sorted((tmp_path / "run" / "eval").glob("*.json"))
-    assert len(reports) == 3  # before: the int8 and bf16 scores were listed too, alike
+    assert len(reports) == 4  # before: the int8 and bf16 scores were listed too, alike
     fp32 = json.loads((tmp_path / "run" / "eval" / "test_2017_mscoco.step4.beam4.alpha0.6.len+2.json").read_text())
 
     lines = measured_scores(ckpt, [4])
