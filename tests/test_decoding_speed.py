@@ -82,6 +82,15 @@ def test_onednn_computes_every_product_to_fp32_rounding_and_leaves_the_model_giv
                for name in ("w_q", "w_k", "w_v"))  # through the stack, to each projection
 
 
+def test_switches_made_ready_inside_inference_mode_decode_there(model: Transformer) -> None:
+    src = sources()
+    with torch.inference_mode():  # as a script that loads and decodes under one inference_mode might
+        fast = for_decoding(model, onednn=True)
+        assert not next(fast.parameters()).is_inference()  # versions to check the packed copies against
+        assert greedy_search(fast, src, bos_id=BOS, eos_id=EOS, max_len_offset=4) == greedy_search(
+            model, src, bos_id=BOS, eos_id=EOS, max_len_offset=4)
+
+
 def test_onednn_products_follow_weights_changed_in_place(model: Transformer) -> None:
     src, tgt_in = sources(), sources()[:, :5]
     fast = for_decoding(model, onednn=True)

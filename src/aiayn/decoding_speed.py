@@ -78,7 +78,8 @@ def for_decoding(model: Transformer, *, precision: str = "fp32", int8: bool = Fa
         return model
     if isinstance(model, Ensemble):  # each of its models made ready alike
         return Ensemble([for_decoding(member, **switches) for member in model.models])
-    fast = copy.deepcopy(model).eval()
+    with torch.inference_mode(False):  # weights with versions (packed copies follow them), even when called in inference mode
+        fast = copy.deepcopy(model).eval()
     if precision != "fp32":
         fast = fast.to(PRECISIONS[precision])
     if int8:
