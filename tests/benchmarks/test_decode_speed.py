@@ -61,15 +61,17 @@ def test_side_by_side_decodes_a_trained_model_with_every_engine(tiny_run, tmp_pa
         data_root=data_root,
         cache=tiny_run.cache_dir)
     records = [json.loads(line) for line in out.read_text().splitlines()]
-    engines = {"ours", "ours_onednn", "ours_int8", "ctranslate2_float32", "ctranslate2_int8"}
+    engines = {"ours", "ours_onednn", "ours_int8", "ours_onnxruntime", "ctranslate2_float32", "ctranslate2_int8"}
     for beam in (4, 1):
         runs = {r["engine"]: r for r in records if r["beam_size"] == beam}
         # greedy: one rule
-        like_for_like = {"ours_first_k", "ours_onednn_first_k", "ours_int8_first_k"} if beam > 1 else set()
+        like_for_like = ({"ours_first_k", "ours_onednn_first_k", "ours_int8_first_k", "ours_onnxruntime_first_k"}
+                         if beam > 1 else set())
         assert engines | like_for_like <= set(runs) <= engines | like_for_like | {"fairseq"}
         if beam > 1:
             assert runs["ours_first_k"]["identical_to_ours_first_k"] == 6 and runs["ours_first_k"]["stop"] == "first_k"
             assert runs["ours_onednn_first_k"]["stop"] == "first_k" and runs["ours_onednn"]["stop"] == "paper"
+            assert runs["ours_onnxruntime_first_k"]["stop"] == "first_k" and runs["ours_onnxruntime"]["stop"] == "paper"
         for record in runs.values():
             assert record["sentences"] == 6 and record["sentences_per_second"] > 0 and record["step"] == 4
             assert 0 <= record["sacrebleu"] <= 100 and record["machine"]["cores"] and record["commit"]
