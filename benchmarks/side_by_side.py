@@ -19,15 +19,16 @@
 (c) ``--part trained --checkpoint FILE``: a trained Multi30k model decoding test2016 (or its first
     ``--sentences``) as every engine decodes it, from the same subword ids in the same batches of
     ``--batch-size`` length-sorted sentences (benchmarks/_trained_decoding.py): ours (fp32; fp32
-    through oneDNN, ``onednn=true``; and int8: aiayn.decoding_speed),
+    through oneDNN, ``onednn=true``; the decoder step by ONNX Runtime, ``onnxruntime=true``, when
+    the onnx extra is installed; and int8: aiayn.decoding_speed),
     fairseq's ``SequenceGenerator`` on a copy of the weights (benchmarks/fairseq_peer.py; skipped
     when fairseq is not installed) and CTranslate2 (float32 and int8) on the model exported as
     src/export.py exports it. Beam 4 and greedy; sentences/s, generated tokens/s, sacreBLEU,
     identical outputs, and each batch's sentences/s (min/median/max). Stopping rules: ours with
     ``stop=paper`` stops a sentence when no live hypothesis can beat its best finished one
     (tensor2tensor's rule, given the largest length penalty still possible); ours with
-    ``stop=first_k`` (engines ``ours_first_k``, ``ours_onednn_first_k``, ``ours_int8_first_k``: the
-    like-for-like race),
+    ``stop=first_k`` (engines ``ours_first_k``, ``ours_onednn_first_k``, ``ours_onnxruntime_first_k``,
+    ``ours_int8_first_k``: the like-for-like race),
     fairseq and CTranslate2 stop when ``beam`` hypotheses have finished; fairseq runs every
     sentence to the batch's limit, and both peers normalise by |Y|^α (CTranslate2 has no GNMT
     penalty). ``generated_tokens`` counts the tokens each returns; ``identical_to_ours`` and

@@ -41,12 +41,16 @@ from aiayn.onnx_step import OnnxRuntimeDecode, require_onnxruntime
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+# The switches and their defaults (the plain model: for_decoding gives the model itself).
+DEFAULTS = {"precision": "fp32", "int8": False, "compile": False, "onednn": False, "onnxruntime": False}
+# Switches that run the fp32 arithmetic their own way, and so go with no other: what each does.
+SOLE = {"onnxruntime": "runs the fp32 decoder step itself", "onednn": "runs the fp32 products"}
+
+
 def switches_of(cfg) -> dict:
-    """The switches set in a translate/evaluate config (``precision``, ``int8``, ``compile``,
-    ``onednn``), checked: a ConfigError (a ValueError) names a wrong one."""
-    switches = {"precision": cfg.get("precision", "fp32"), "int8": cfg.get("int8", False),
-                "compile": cfg.get("compile", False), "onednn": cfg.get("onednn", False),
-                "onnxruntime": cfg.get("onnxruntime", False)}
+    """The switches set in a translate/evaluate config (DEFAULTS' keys), checked: a ConfigError
+    (a ValueError) names a wrong one."""
+    switches = {key: cfg.get(key, default) for key, default in DEFAULTS.items()}
     if switches["precision"] not in PRECISIONS:
         raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {switches['precision']!r}")
     for key in ("int8", "compile", "onednn", "onnxruntime"):
@@ -54,16 +58,13 @@ def switches_of(cfg) -> dict:
             raise ConfigError(f"{key} must be true or false, got {switches[key]!r}")
     if switches["int8"] and switches["precision"] != "fp32":
         raise ConfigError(f"int8 quantises fp32 weights; it cannot be combined with precision={switches['precision']}")
-    if switches["onednn"] and (switches["int8"] or switches["precision"] != "fp32" or switches["compile"]):
-        # (A compiled step lowers the products itself: inductor cannot take oneDNN's packed weights.)
-        other = ("int8=true" if switches["int8"] else "compile=true" if switches["compile"]
-                 else f"precision={switches['precision']}")
-        raise ConfigError(f"onednn runs the fp32 products; it cannot be combined with {other}")
-    if switches["onnxruntime"]:
-        others = [f"{key}=true" for key in ("int8", "compile", "onednn") if switches[key]]
+    # (onednn with compile: inductor cannot lower oneDNN's packed weights.)
+    for key, what in SOLE.items():
+        others = [f"{other}=true" for other in ("int8", "compile", "onednn") if other != key and switches[other]]
         others += [f"precision={switches['precision']}"] if switches["precision"] != "fp32" else []
-        if others:
-            raise ConfigError(f"onnxruntime runs the fp32 decoder step itself; it cannot be combined with {others[0]}")
+        if switches[key] and others:
+            raise ConfigError(f"{key} {what}; it cannot be combined with {others[0]}")
+    if switches["onnxruntime"]:
         require_onnxruntime()
     return switches
 
@@ -74,7 +75,7 @@ def for_decoding(model: Transformer, *, precision: str = "fp32", int8: bool = Fa
     model itself when none is, else a copy in eval mode."""
     switches = switches_of({"precision": precision, "int8": int8, "compile": compile, "onednn": onednn,
                             "onnxruntime": onnxruntime})
-    if precision == "fp32" and not int8 and not compile and not onednn and not onnxruntime:
+    if switches == DEFAULTS:
         return model
     if isinstance(model, Ensemble):  # each of its models made ready alike
         return Ensemble([for_decoding(member, **switches) for member in model.models])
@@ -133,10 +134,11 @@ class OneDNNLinear(nn.Module):
         once and kept on the first layer until one of the weights changes. With gradients
         enabled, the weights are stacked in the graph, so that gradients reach each of them."""
         def stack() -> tuple[torch.Tensor, torch.Tensor | None]:
-            biases = [layer.bias if layer.bias is not None else layer.weight.new_zeros(layer.out_features)
-                      for layer in layers]
-            bias = torch.cat(biases) if any(layer.bias is not None for layer in layers) else None
-            return torch.cat([layer.weight for layer in layers]), bias
+            weight = torch.cat([layer.weight for layer in layers])
+            if all(layer.bias is None for layer in layers):
+                return weight, None
+            return weight, torch.cat([layer.bias if layer.bias is not None else layer.weight.new_zeros(layer.out_features)
+                                      for layer in layers])
 
         if torch.is_grad_enabled():
             return lambda x: F.linear(x, *stack())

@@ -43,7 +43,7 @@ def measured_scores(ckpt: Path, steps: list[int], train_split: str = "train") ->
     """The scores of exactly these weights found beside ``ckpt``: src/evaluate.py's reports in
     the run's ``eval/`` folder for the same steps, and the dev score of the run's summary.json at
     the last of them. Only what describes the exported model goes on the card: its fp32 arithmetic
-    (not an int8, bf16 or oneDNN evaluation), one model (not an ensemble), beam search (not samples) and a
+    (not an int8, bf16, oneDNN or ONNX Runtime evaluation), one model (not an ensemble), beam search (not samples) and a
     held-out split (not ``train_split``); each line names the split, the decoding settings and the
     metric's signature."""
     run_dir = ckpt.resolve().parent.parent
