@@ -74,13 +74,18 @@ def test_the_users_command_plans_8_gpus_of_ddp_bf16_and_the_papers_step_on_an_8_
 
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_the_base_recipe_trains_the_same_step_on_any_number_of_gpus(gpus: int) -> None:
+    """An 80 GB GPU holds base's whole share of the step: one batch a process, however many."""
     cfg = composed("model=base", "task=wmt_en_de", f"trainer.devices={gpus}")
     plan = make_plan(cfg, NODE_8_H100)
-    assert (plan["tokens_per_step"], plan["tokens_per_batch"]) == (25_000, 3125)
-    accumulate = plan["trainer"]["accumulate_grad_batches"]
-    assert accumulate == 8 // gpus
+    assert (plan["tokens_per_step"], plan["tokens_per_batch"]) == (25_000, 25_000 // gpus)
+    assert plan["trainer"]["accumulate_grad_batches"] == 1
+    # The same step with the batch fixed: accumulation takes up the rest.
+    fixed = make_plan(composed("model=base", "task=wmt_en_de", f"trainer.devices={gpus}",
+                               "task.datamodule.max_tokens=3400"), NODE_8_H100)
+    accumulate = fixed["trainer"]["accumulate_grad_batches"]
+    assert (fixed["tokens_per_step"], fixed["tokens_per_batch"], accumulate) == (25_000, 3125, 8 // gpus)
     # Validation every 1,000 optimizer steps: Lightning counts batches, so the plan gives it 1,000 × accumulation.
-    assert plan["trainer"]["val_check_interval"] == 1000 * accumulate
+    assert fixed["trainer"]["val_check_interval"] == 1000 * accumulate
 
 
 def test_the_big_model_is_p_drop_03_except_on_en_fr_and_the_command_line_still_wins() -> None:
@@ -114,6 +119,7 @@ def throughput_record(**changes) -> dict:
     """A record as benchmarks/train_throughput.py writes it (the fields the plan reads)."""
     record = {"date": "2026-11-25T10:00:00", "commit": "abc1234", "device": "cuda",
               "machine": {"cpu": "Xeon", "gpu": "NVIDIA H100 80GB HBM3"}, "tgt_tokens_per_s": 50_000.0,
+              "step_seconds": {"mean": 0.0625, "median": 0.06},
               "settings": {"model": "big", "precision": "bf16", "vocab_size": 32000, "compile": False,
                            "max_tokens": 3125}}
     for key, value in changes.items():
@@ -134,15 +140,18 @@ def test_the_plan_block_says_what_the_run_will_do_and_projects_its_time(tmp_path
     assert lines[0] == "plan: 8 GPUs (NVIDIA H100 80GB HBM3), bf16-mixed, ddp"
     assert lines[1].startswith("  step: 8 processes × 1 batch of 3,125 tokens = 25,000 tokens a side "
                                "(accumulation derived from optim.tokens_per_step=25,000")
-    assert lines[2] == "  300,000 steps, warmup 4,000"
-    # 300,000 steps × 25,000 tokens / (50,000 tokens/s × 8 GPUs) = 18,750 s
-    assert lines[3].startswith("  projected: 5.2 h at 50,000 target tokens/s a device (measured 2026-11-25")
-    assert len(lines) == 4
+    assert lines[2] == ("  batch: task.datamodule.max_tokens=auto: the process's share of the step fits one batch, "
+                        "~7.3 GB of the GPU's 80 GB (assumed: its memory is not known here)")
+    assert lines[3] == "  300,000 steps, warmup 4,000"
+    # 300,000 steps × 1 batch × 62.5 ms a batch of 3,125 tokens (the record's mean) = 18,750 s
+    assert lines[4].startswith("  projected: 5.2 h at 62 ms a batch, 50,000 target tokens/s a device (measured "
+                               "2026-11-25")
+    assert len(lines) == 5
     other_gpu = make_plan(cfg, NODE_8_V100)
     assert "projected" not in describe(other_gpu, {**config, "plan": other_gpu}, model="big", records=records)
 
 
-def test_a_throughput_is_used_only_for_the_same_model_device_precision_vocabulary_and_compile(tmp_path: Path) -> None:
+def test_a_throughput_is_used_only_for_the_same_model_device_precision_vocabulary_compile_and_batch(tmp_path: Path) -> None:
     records = tmp_path / "r.jsonl"
     # a newer record measured with SDPA's cuDNN kernel turned back on (train_throughput.py
     # --cudnn-attention): not how the model runs, so never the one used
@@ -152,8 +161,9 @@ def test_a_throughput_is_used_only_for_the_same_model_device_precision_vocabular
     args = {"model": "big", "accelerator": "gpu", "device": "NVIDIA H100 80GB HBM3", "precision": "bf16-mixed",
             "vocab_size": 32000, "compiled": False}
     assert measured_throughput(records, **args)["tgt_tokens_per_s"] == 50_000
+    assert measured_throughput(records, **args, tokens_per_batch=3125)["tgt_tokens_per_s"] == 50_000
     for change in ({"model": "base"}, {"device": "NVIDIA A100"}, {"precision": "32-true"}, {"vocab_size": 37000},
-                   {"compiled": True}, {"accelerator": "cpu"}, {"model": None}):
+                   {"compiled": True}, {"accelerator": "cpu"}, {"model": None}, {"tokens_per_batch": 25_000}):
         assert measured_throughput(records, **{**args, **change}) is None, change
     assert measured_throughput(tmp_path / "absent.jsonl", **args) is None
 

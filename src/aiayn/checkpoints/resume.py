@@ -21,13 +21,17 @@ from aiayn.errors import ConfigError
 log = logging.getLogger(__name__)
 
 # Settings a resumed run must share with the run that wrote the checkpoint (dotted paths into the
-# resolved config): the seed, the task and its vocabulary, the network, the loss and the
-# optimiser. Everything else — data locations, logging, hardware, validation — may change
+# resolved config): the seed, the task and its vocabulary, one process's batch (the plan's: which
+# sentences make up each batch, however many processes share a step), the network, the loss and
+# the optimiser. Everything else — data locations, logging, hardware, validation — may change
 # between the two.
 IDENTITY_KEYS = (
     "seed", "task.name", "task.vocab_size", "task.datamodule.src_lang", "task.datamodule.tgt_lang",
-    "task.datamodule.max_tokens", "task.datamodule.max_length", "model", "width_divisor", "loss", "optim",
+    "plan.tokens_per_batch", "task.datamodule.max_length", "model", "width_divisor", "loss", "optim",
 )
+# What to do about a difference that does not name its own setting.
+_HINTS = {"plan.tokens_per_batch": "a batch's tokens, from task.datamodule.max_tokens and the machine: give "
+                                   "task.datamodule.max_tokens={before} to train the checkpoint's batches"}
 # The length of the run: a run may resume to train for longer.
 LENGTH_KEYS = ("optim.train_steps",)
 # Speed switches (config.identity.SPEED_KEYS) change how the same numbers are computed, not which: a
@@ -125,7 +129,13 @@ def config_differences(saved: dict[str, Any] | None, config: dict[str, Any]) -> 
     old = ((saved or {}).get("hyper_parameters") or {}).get("run_config") or {}
     if not old:
         return []  # a checkpoint without its config (written by other code): nothing to compare
-    return setting_differences(old, config, IDENTITY_KEYS, SPEED_KEYS + LENGTH_KEYS)
+    differences = setting_differences(old, config, IDENTITY_KEYS, SPEED_KEYS + LENGTH_KEYS)
+    for index, difference in enumerate(differences):
+        key = difference.split(":", 1)[0]
+        if key in _HINTS:
+            before = (old.get("plan") or {}).get("tokens_per_batch")
+            differences[index] = f"{difference} ({_HINTS[key].format(before=before)})"
+    return differences
 
 
 def _job_dirs(output_dir: Path, multirun: bool) -> list[Path]:

@@ -49,6 +49,7 @@ class Machine:
     bf16: bool = False  # every one of them has bf16 units (compute capability >= 8.0)
     cpu_cores: int = 1  # the CPU cores this process may run on
     gpu_name: str | None = None  # the first GPU's name, for the plan and the benchmarks' records
+    gpu_memory: int | None = None  # bytes of the smallest of them (None: not known, e.g. a node planned from elsewhere)
     cpu_name: str | None = None  # the CPU's model name, likewise
     # The ranks are started by the cluster (SLURM srun, torchrun), not by Lightning.
     cluster_launched: bool = False
@@ -125,12 +126,13 @@ def this_machine() -> Machine:
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    bf16, name = False, None
+    bf16, name, memory = False, None, None
     if gpus:
         bf16 = all(torch.cuda.get_device_capability(index) >= (8, 0) for index in range(gpus))
         name = torch.cuda.get_device_name(0)
-    return Machine(gpus=gpus, bf16=bf16, cpu_cores=cpu_cores(), gpu_name=name, cpu_name=cpu_name(),
-                   cluster_launched=_cluster_launched())
+        memory = min(torch.cuda.get_device_properties(index).total_memory for index in range(gpus))
+    return Machine(gpus=gpus, bf16=bf16, cpu_cores=cpu_cores(), gpu_name=name, gpu_memory=memory,
+                   cpu_name=cpu_name(), cluster_launched=_cluster_launched())
 
 
 def gpus_per_node(devices: Any) -> int:

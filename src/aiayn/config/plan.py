@@ -12,6 +12,13 @@ states a recipe's step in padded tokens per side over all processes; the plan de
 accumulation and one process's batch from it for the processes in use, so that 1, 2, 4 or 8 GPUs
 train the same recipe (the same batches in every step: the token-batch sampler splits an epoch into
 a multiple of processes × accumulation batches) and only the wall time changes.
+
+How big one process's batch may be is ``task.datamodule.max_tokens``: a number, or ``auto`` (the
+WMT tasks' default), which :func:`batch_limit` settles from the machine: on a GPU the largest batch
+that fits its memory (aiayn.config.memory's estimate for the model, the vocabulary and the
+precision), up to the process's share of the step — so that one GPU of 40 GB or more trains base
+and big in one batch of the whole 25,000-token step, where eight accumulated batches of 3,125 left
+the GPU waiting on the host (docs/performance.md) — and on a CPU at most :data:`PLAIN_BATCH_TOKENS`.
 """
 
 from __future__ import annotations
@@ -26,7 +33,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from aiayn.config.hardware import Machine, gpu_node_asked_for, gpus_per_node, place, this_machine
+from aiayn.config.hardware import AUTO, Machine, Placement, gpu_node_asked_for, gpus_per_node, place, this_machine
+from aiayn.config.memory import GIB, MemoryEstimate, tokens_that_fit, training_memory, usable
+from aiayn.config.schemas import network_arguments
 from aiayn.errors import ConfigError
 
 PAPER_TOKENS_PER_STEP = 25_000  # §5.1: "approximately 25000 source tokens and 25000 target tokens"
@@ -38,6 +47,16 @@ THROUGHPUT_RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "resul
 PLANNED_TRAINER_SETTINGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches",
                             "val_check_interval")
 BENCHMARK_PRECISION = {"32-true": "fp32", "32": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
+# max_tokens=auto where no GPU's memory sizes the batch (the WMT tasks' batch before auto): on a CPU,
+# batches of at most this many tokens — a bigger batch is no faster there (a step is matrix products
+# near the CPU's peak either way, docs/performance.md) and takes more of the machine's memory — and,
+# where the recipe sets no step to split (optim.tokens_per_step null, or an explicit
+# trainer.accumulate_grad_batches), batches of this many on any hardware, so that the hardware
+# never changes the recipe.
+PLAIN_BATCH_TOKENS = 3400
+# max_tokens=auto for a GPU whose memory is not known here (a node planned from a login node):
+# an 80 GB A100/H100's, what the recipes are planned for.
+ASSUMED_GPU_MEMORY = 80 * 10**9
 
 
 @dataclass(frozen=True)
@@ -76,6 +95,64 @@ def step_size(processes: int, max_tokens: Any, max_length: Any = None, tokens_pe
     return StepSize(batch, accumulate, processes * accumulate * batch, derived=True)
 
 
+@dataclass(frozen=True)
+class BatchLimit:
+    """The most one process's batch may hold (``tokens``), and, for ``max_tokens=auto`` on a GPU,
+    the memory estimate and the GPU's memory it was settled from."""
+
+    tokens: int
+    setting: Any  # task.datamodule.max_tokens as given
+    on_gpu: bool = False
+    estimate: MemoryEstimate | None = None
+    device_bytes: int | None = None
+    assumed: bool = False  # the GPU's memory is not known here: ASSUMED_GPU_MEMORY
+    whole_share: bool = False  # the process's whole share of the step fits one batch
+
+    def describe(self, batch: int) -> str | None:
+        """Why batches of ``batch`` tokens under ``max_tokens=auto``: what fits where (None for a number)."""
+        if self.setting != AUTO:
+            return None
+        if not self.on_gpu:
+            return f"task.datamodule.max_tokens=auto: at most {PLAIN_BATCH_TOKENS:,} tokens a batch without a GPU to size it"
+        assumed = " (assumed: its memory is not known here)" if self.assumed else ""
+        fits = "the process's share of the step fits one batch" if self.whole_share else \
+            f"at most {self.tokens:,} tokens fit one batch"
+        return (f"task.datamodule.max_tokens=auto: {fits}, ~{self.estimate.at(batch) / 1e9:.1f} GB of the GPU's "
+                f"{self.device_bytes / 1e9:.0f} GB{assumed}")
+
+
+def batch_limit(config: Mapping[str, Any], placement: Placement, machine: Machine) -> BatchLimit:
+    """The most one process's batch may hold: ``task.datamodule.max_tokens`` as given, or for
+    ``auto`` the process's share of ``optim.tokens_per_step``, on a GPU no more than fits its
+    memory (aiayn.config.memory) and on a CPU no more than :data:`PLAIN_BATCH_TOKENS` (which is also
+    the batch where the recipe sets no step to split)."""
+    data = config["task"]["datamodule"]
+    setting = data.get("max_tokens")
+    if setting != AUTO:
+        return BatchLimit(setting, setting)
+    tokens_per_step = config["optim"].get("tokens_per_step")
+    if tokens_per_step is None or config["trainer"].get("accumulate_grad_batches") is not None:
+        return BatchLimit(PLAIN_BATCH_TOKENS, setting)
+    share = math.ceil(_positive(tokens_per_step, "optim.tokens_per_step") / placement.processes)
+    if placement.accelerator != "gpu":
+        return BatchLimit(min(share, PLAIN_BATCH_TOKENS), setting)
+    try:
+        network = network_arguments(config["model"], config.get("width_divisor", 1) or 1)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    estimate = training_memory(network, int(config["task"]["vocab_size"]), placement.precision, placement.processes)
+    device = machine.gpu_memory or ASSUMED_GPU_MEMORY
+    fits = tokens_that_fit(estimate, device)
+    longest = data.get("max_length")
+    if fits < (longest + 2 if isinstance(longest, int) else 1):
+        raise ConfigError(
+            f"task.datamodule.max_tokens=auto: the model's weights and optimizer state (~{estimate.fixed / 1e9:.1f} GB) "
+            f"leave room for {fits:,} tokens a batch on a GPU of {device / 1e9:.0f} GB ({usable(device) / GIB:.1f} GiB "
+            "usable), too few for one training pair; train on a GPU with more memory or a smaller model")
+    return BatchLimit(min(share, fits), setting, on_gpu=True, estimate=estimate, device_bytes=device,
+                      assumed=machine.gpu_memory is None, whole_share=fits >= share)
+
+
 def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = False) -> dict[str, Any]:
     """The plan of a (resolved or unresolved) training config on ``machine``: ``trainer`` holds
     what Lightning's Trainer is given for the hardware and the step (validation counted in
@@ -84,7 +161,8 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
     data = config["task"]["datamodule"]
     placement = place(machine, trainer.get("accelerator"), trainer.get("devices"), trainer.get("strategy"),
                       trainer.get("precision"), trainer.get("num_nodes", 1), multirun=multirun)
-    step = step_size(placement.processes, data.get("max_tokens"), data.get("max_length"),
+    limit = batch_limit(config, placement, machine)
+    step = step_size(placement.processes, limit.tokens, data.get("max_length"),
                      optim.get("tokens_per_step"), trainer.get("accumulate_grad_batches"))
     interval = trainer.get("val_check_interval")
     if isinstance(interval, int) and not isinstance(interval, bool):
@@ -101,6 +179,7 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
         "tokens_per_batch": step.tokens_per_batch,
         "tokens_per_step": step.tokens_per_step,
         "accumulation_derived": step.derived,
+        "batch_limit": limit.describe(step.tokens_per_batch),
     }
 
 
@@ -127,23 +206,28 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
         f"plan: {where}{device}, {trainer['precision']}{strategy}",
         (f"  step: {_count(processes, 'process')} × {batches} of {plan['tokens_per_batch']:,} tokens = "
          f"{plan['tokens_per_step']:,} tokens a side ({source}; the paper's: ~{PAPER_TOKENS_PER_STEP:,}, §5.1)"),
+        f"  batch: {plan['batch_limit']}" if plan.get("batch_limit") else None,
         f"  {optim['train_steps']:,} steps, warmup {optim['warmup_steps']:,}",
     ]
-    measured = measured_throughput(records, model, trainer["accelerator"], plan.get("device"),
-                                   trainer["precision"], config["task"]["vocab_size"], bool(config.get("compile")))
+    measured = measured_throughput(records, model, trainer["accelerator"], plan.get("device"), trainer["precision"],
+                                   config["task"]["vocab_size"], bool(config.get("compile")), plan["tokens_per_batch"])
     if measured is not None:
-        seconds = optim["train_steps"] * plan["tokens_per_step"] / (measured["tgt_tokens_per_s"] * processes)
+        # A step is `accumulate` batches of the size measured, on every device at once.
+        batch_seconds = measured["step_seconds"]["mean"]
+        seconds = optim["train_steps"] * accumulate * batch_seconds
         scaling = ", if the devices scale linearly" if processes > 1 else ""
-        lines.append(f"  projected: {_duration(seconds)} at {measured['tgt_tokens_per_s']:,.0f} target tokens/s a "
-                     f"device (measured {measured['date'][:10]}, {records.name}){scaling}")
-    return "\n".join(lines)
+        lines.append(f"  projected: {_duration(seconds)} at {1000 * batch_seconds:,.0f} ms a batch, "
+                     f"{measured['tgt_tokens_per_s']:,.0f} target tokens/s a device (measured "
+                     f"{measured['date'][:10]}, {records.name}){scaling}")
+    return "\n".join(line for line in lines if line is not None)
 
 
 def measured_throughput(records: Path, model: str | None, accelerator: str, device: str | None, precision: str,
-                        vocab_size: int, compiled: bool) -> dict[str, Any] | None:
+                        vocab_size: int, compiled: bool, tokens_per_batch: int | None = None) -> dict[str, Any] | None:
     """The newest record of ``records`` (train_throughput.py's JSON lines) that measured this model
-    (by its config name), vocabulary, precision and compile switch on this kind of device (the GPU's
-    or the CPU's name), with SDPA's cuDNN kernel off as the model keeps it (a record with
+    (by its config name), vocabulary, precision, compile switch and batch (``tokens_per_batch``, the
+    record's ``max_tokens``; None: any) on this kind of device (the GPU's or the CPU's name), with
+    SDPA's cuDNN kernel off as the model keeps it (a record with
     ``settings.cudnn_attention`` true measured that kernel, up to 5× slower on an H200); None when
     there is none."""
     if model is None or device is None or not records.is_file():
@@ -157,7 +241,9 @@ def measured_throughput(records: Path, model: str | None, accelerator: str, devi
             name = machine.get("gpu") if record["device"] == "cuda" else machine.get("cpu")
             if ((record["device"], settings["precision"]) == want and settings["model"] == model and name == device
                     and settings["vocab_size"] == vocab_size and bool(settings.get("compile")) == compiled
-                    and not settings.get("cudnn_attention") and record["tgt_tokens_per_s"] > 0):
+                    and not settings.get("cudnn_attention") and record["tgt_tokens_per_s"] > 0
+                    and (tokens_per_batch is None or settings.get("max_tokens") == tokens_per_batch)
+                    and record["step_seconds"]["mean"] > 0):
                 found = record if found is None or record["date"] >= found["date"] else found
         except (ValueError, KeyError, TypeError):
             continue  # a line of another format
@@ -194,7 +280,10 @@ def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
 
     config = {"trainer": settings(_root_.trainer, PLANNED_TRAINER_SETTINGS),
               "optim": settings(_root_.optim, ("tokens_per_step",)),
-              "task": {"datamodule": settings(_root_.task.datamodule, ("max_tokens", "max_length"))}}
+              "task": {"datamodule": settings(_root_.task.datamodule, ("max_tokens", "max_length")),
+                       "vocab_size": _root_.task.get("vocab_size")},
+              # what max_tokens=auto sizes a GPU's batch for (aiayn.config.memory)
+              "model": OmegaConf.to_container(_root_.model, resolve=True), "width_divisor": _root_.get("width_divisor", 1)}
     machine = this_machine()
     try:
         plan = make_plan(config, machine, multirun=multirun)

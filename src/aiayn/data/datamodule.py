@@ -85,6 +85,9 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         self.download = download
         self.splits = {"train": train_split, "val": val_split, "test": test_split}
         self.eval_max_tokens = eval_max_tokens if eval_max_tokens is not None else max_tokens
+        if not isinstance(self.eval_max_tokens, int):  # max_tokens=auto: train.py's plan sizes the training batch
+            raise ConfigError(f"task.datamodule.max_tokens={max_tokens} leaves the evaluation batches unsized: "
+                              "give task.datamodule.eval_max_tokens=N")
         self.vocab: Subwords | None = None
         self.filtered: dict[str, int] = {}
         self._datasets: dict[str, Dataset] = {}
@@ -282,6 +285,9 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         return self._loader("test", self.eval_max_tokens, shuffle=False, pad_to_equal=False)
 
     def _loader(self, role: str, max_tokens: int, shuffle: bool, pad_to_equal: bool) -> DataLoader:
+        if not isinstance(max_tokens, int):
+            raise ConfigError(f"task.datamodule.max_tokens={max_tokens}: the training batch is settled by train.py's "
+                              "plan (aiayn.config.plan); give a number to train with this data module elsewhere")
         dataset = self.dataset(role)
         trainer = self.trainer
         num_replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)

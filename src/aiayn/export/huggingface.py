@@ -29,6 +29,8 @@ def card_facts(trained: TrainedModel, ckpt: Path, steps: list[int]) -> CardFacts
     datamodule = dict(task.get("datamodule") or {})
     data = {key: datamodule[key] for key in ("_target_", "src_lang", "tgt_lang", "vocab_size", "max_tokens",
                                              "test_split") if key in datamodule}
+    if data.get("max_tokens") == "auto":  # the batch the plan settled on
+        data["max_tokens"] = (trained.config.get("plan") or {}).get("tokens_per_batch", "auto")
     network = dict(trained.config.get("model") or {})
     network["vocab_size"] = trained.vocab.vocab_size
     name = str(ckpt) if len(steps) == 1 else f"averaged, newest {ckpt}"

@@ -90,8 +90,11 @@ def _check_task(task: Mapping[str, Any]) -> None:
     _check_target_keys("task.datamodule", data)
     for key in ("max_tokens", "eval_max_tokens", "max_length"):
         value = data.get(key)
+        if key == "max_tokens" and value == "auto":
+            continue  # settled by the plan (aiayn.config.plan.batch_limit)
         if key in data and value is not None and (not _whole(value) or value < 1):
-            raise ConfigError(f"task.datamodule.{key} must be a positive whole number, got {value!r}")
+            also = " or auto (sized by the plan from the step and the GPU's memory)" if key == "max_tokens" else ""
+            raise ConfigError(f"task.datamodule.{key} must be a positive whole number{also}, got {value!r}")
     max_tokens, max_length = data.get("max_tokens"), data.get("max_length")
     if _whole(max_tokens) and _whole(max_length) and max_tokens < max_length + 2:
         raise ConfigError(

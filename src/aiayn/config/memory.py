@@ -1,0 +1,101 @@
+"""The GPU memory a training step takes, estimated from the model's shapes, and the biggest batch
+that fits a GPU (:func:`tokens_that_fit`): what ``task.datamodule.max_tokens=auto`` plans with
+(aiayn.config.plan).
+
+The estimate is ``fixed + per_token × tokens``, ``tokens`` being a batch's padded tokens a side:
+
+* ``fixed``: the fp32 weights, their gradients and Adam's two moments (16 bytes a parameter),
+  autocast's half-precision copies of the weights (2 more under mixed precision), and under DDP
+  its gradient buckets (4 more).
+* ``per_token``: what autograd keeps of one source and one target position until the backward
+  pass, layer by layer (:func:`activation_bytes`), and, at the loss, the fp32 log-probabilities
+  and their gradient with the logits and theirs in the compute dtype: ``(8 + 2 × compute bytes)``
+  per vocabulary entry — over a 32–37K vocabulary the largest part.
+
+Checked against every CUDA training record in benchmarks/results (tests/config/test_memory.py):
+the estimate is at or above the measured peak (``torch.cuda.max_memory_allocated``) and within
+20% of it. A GPU's usable memory is taken as 90% of its total less 1 GiB: the CUDA context,
+cuBLAS's workspaces and the allocator's fragmentation are not in torch's count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+GIB = 2**30
+USABLE_SHARE = 0.9  # of a GPU's total memory, for the allocator's fragmentation and reserve
+RESERVED_BYTES = 1 * GIB  # the CUDA context and library workspaces, outside torch's allocator
+ROUND_TO = 8  # a batch's token budget is a multiple of this
+# The bytes of an activation in the compute dtype, by Lightning's precision name.
+COMPUTE_BYTES = {"32-true": 4, "32": 4, "64-true": 8, "bf16-mixed": 2, "16-mixed": 2, "bf16-true": 2, "16-true": 2,
+                 "bf16": 2, "16": 2, "transformer-engine": 2}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """A training step's memory: ``fixed`` bytes and ``per_token`` bytes per padded token a side."""
+
+    fixed: int
+    per_token: int
+
+    def at(self, tokens: int) -> int:
+        """Bytes for a batch of ``tokens`` padded tokens a side."""
+        return self.fixed + self.per_token * tokens
+
+
+def parameters(model: Mapping[str, Any], vocab_size: int) -> int:
+    """The parameters of aiayn.model.Transformer with these arguments (widths as built)."""
+    d, f, n = int(model.get("d_model", 512)), int(model.get("d_ff", 2048)), int(model.get("n_layers", 6))
+    hq, hv = int(model.get("n_heads", 8)) * int(model.get("d_k", 64)), int(model.get("n_heads", 8)) * int(model.get("d_v", 64))
+    attention = d * (2 * hq + hv) + hv * d  # W^Q, W^K, W^V and W^O, no biases (tensor2tensor)
+    feed_forward = d * f + f + f * d + d  # Eq. 2 with its biases
+    norm = 2 * d
+    encoder_layer = attention + feed_forward + 2 * norm
+    decoder_layer = 2 * attention + feed_forward + 3 * norm
+    embeddings = vocab_size * d * (1 if model.get("share_embeddings", True) else 3)  # and the output projection
+    positions = int(model.get("max_positions", 1024)) * d * 2 if model.get("positional") == "learned" else 0
+    return n * (encoder_layer + decoder_layer) + embeddings + positions
+
+
+def activation_bytes(model: Mapping[str, Any], compute_bytes: int) -> int:
+    """What autograd keeps for the backward pass of one source and one target position, the
+    logits aside: in each sub-layer the input of every matrix product (in the compute dtype), the
+    attention's Q, K, V and output (flash attention keeps no weights), dropout's mask (a byte a
+    value) and the fp32 residual sum that LayerNorm normalises."""
+    a = compute_bytes
+    d, f, n = int(model.get("d_model", 512)), int(model.get("d_ff", 2048)), int(model.get("n_layers", 6))
+    h = int(model.get("n_heads", 8))
+    hq, hv = h * int(model.get("d_k", 64)), h * int(model.get("d_v", 64))
+    residual = d + 4 * d + 8  # dropout's mask, the fp32 sum, LayerNorm's mean and 1/σ
+    self_attention = a * d + a * (2 * hq + hv) + a * hv + 4 * h + residual
+    cross_queries = a * d + a * hq + a * hv + 4 * h + residual  # per target position
+    cross_memory = a * d + a * (hq + hv)  # K and V of each source position, in every decoder layer
+    feed_forward = a * d + a * f + residual
+    encoder = n * (self_attention + feed_forward)
+    decoder = n * (self_attention + cross_queries + cross_memory + feed_forward)
+    embeddings = 2 * (4 * d + d)  # both sides: the scaled sum and dropout's mask
+    return encoder + decoder + embeddings + a * d  # and the decoder's output, into the projection
+
+
+def training_memory(model: Mapping[str, Any], vocab_size: int, precision: Any, processes: int = 1) -> MemoryEstimate:
+    """The estimate for the network ``model`` (its arguments as built, widths divided) trained in
+    ``precision`` (Lightning's name) by ``processes`` processes (DDP's buckets from two on)."""
+    a = COMPUTE_BYTES.get(str(precision), 2)
+    weights = parameters(model, vocab_size)
+    fixed = weights * (16 + (2 if a == 2 else 0) + (4 if processes > 1 else 0))
+    per_token = activation_bytes(model, a) + (8 + 2 * a) * vocab_size
+    return MemoryEstimate(fixed=fixed, per_token=per_token)
+
+
+def usable(device_bytes: int) -> int:
+    """The bytes of a GPU of ``device_bytes`` a training step may plan to use."""
+    return int(USABLE_SHARE * device_bytes) - RESERVED_BYTES
+
+
+def tokens_that_fit(estimate: MemoryEstimate, device_bytes: int) -> int:
+    """The most padded tokens a side one batch may hold on a GPU of ``device_bytes`` (a multiple
+    of 8; 0 when not even the weights and optimizer state fit)."""
+    room = usable(device_bytes) - estimate.fixed
+    return max(0, room // estimate.per_token // ROUND_TO * ROUND_TO)

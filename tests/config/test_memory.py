@@ -1,0 +1,128 @@
+"""The batch that fits a GPU (aiayn.config.memory, ``task.datamodule.max_tokens=auto`` in
+aiayn.config.plan): the estimate against every GPU training record in benchmarks/results, and the
+plans of the paper's models on simulated GPUs of 16, 40, 80 and 141 GB, one or eight of them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from aiayn.config.hardware import Machine
+from aiayn.config.memory import parameters, tokens_that_fit, training_memory, usable
+from aiayn.config.plan import describe, make_plan
+from aiayn.config.schemas import network_arguments
+from aiayn.errors import ConfigError
+from aiayn.model import Transformer
+from tests.config.test_plan import composed
+from tests.helpers.runs import REPO
+
+GB = 10**9
+RESULTS = REPO / "benchmarks" / "results"
+MODELS = {name: network_arguments(OmegaConf.to_container(composed(f"model={name}").model)) for name in ("base", "big")}
+
+
+def gpu(memory_gb: float, gpus: int = 1, bf16: bool = True, name: str = "a GPU") -> Machine:
+    return Machine(gpus=gpus, bf16=bf16, cpu_cores=16, gpu_name=name, gpu_memory=int(memory_gb * GB))
+
+
+@pytest.mark.parametrize("model", [
+    {}, {"d_model": 1024, "d_ff": 4096, "n_heads": 16}, {"positional": "learned", "n_layers": 2},
+    {"share_embeddings": False, "n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "d_k": 16, "d_v": 24}])
+def test_the_parameters_counted_from_the_shapes_are_the_models(model: dict) -> None:
+    built = Transformer(1000, 1000, **model)
+    assert parameters(model, 1000) == sum(p.numel() for p in built.parameters())
+
+
+def gpu_training_records() -> list[tuple[str, dict, int, int, float]]:
+    """(where, network, vocabulary, max_tokens, peak MiB) of every CUDA training record kept."""
+    found = []
+    for name in ("train_throughput.jsonl", "gpu_batch_size.jsonl"):
+        for line in (RESULTS / name).read_text().splitlines():
+            record = json.loads(line)
+            if record.get("device") == "cuda" and record["settings"]["precision"] == "bf16":
+                network = {**MODELS["base"], **record["model"]}
+                found.append((f"{name} {record['date']}", network, record["settings"]["vocab_size"],
+                              record["settings"]["max_tokens"], record["peak_memory_mb"]))
+    for line in (RESULTS / "gpu_suite.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        for run in (record.get("train") or {}).get("runs", []) if record.get("device") == "cuda" else []:
+            if run["status"] == "ok" and run["config"] in MODELS:
+                found.append((f"gpu_suite.jsonl {record['date']} {run['run']}", MODELS[run["config"]],
+                              run["vocab_size"], run["max_tokens"], run["peak_memory_mb"]))
+    return found
+
+
+def test_the_estimate_covers_every_measured_gpu_peak_within_20_percent() -> None:
+    records = gpu_training_records()
+    assert {network["d_model"] for _, network, *_ in records} >= {512, 1024}, "base and big were both measured"
+    for where, network, vocab, tokens, peak_mib in records:
+        estimate = training_memory(network, vocab, "bf16-mixed").at(tokens) / 2**20
+        assert peak_mib <= estimate <= 1.2 * peak_mib, (where, tokens, peak_mib, round(estimate))
+
+
+@pytest.mark.parametrize(("model", "task", "machine", "accumulate", "batch"), [
+    ("big", "wmt_en_fr", gpu(16.9, bf16=False, name="Tesla V100-SXM2-16GB"), 3, 8333),
+    ("big", "wmt_en_fr", gpu(42.4, name="NVIDIA A100-SXM4-40GB"), 1, 25_000),
+    ("big", "wmt_en_fr", gpu(85.0, name="NVIDIA H100 80GB HBM3"), 1, 25_000),
+    ("big", "wmt_en_fr", gpu(150.1, name="NVIDIA H200"), 1, 25_000),
+    ("base", "wmt_en_de", gpu(16.9, bf16=False, name="Tesla V100-SXM2-16GB"), 2, 12_500),
+    ("base", "wmt_en_de", gpu(42.4, name="NVIDIA A100-SXM4-40GB"), 1, 25_000),
+])
+def test_one_gpu_takes_the_whole_step_in_one_batch_where_it_fits_and_accumulates_the_rest(
+        model: str, task: str, machine: Machine, accumulate: int, batch: int) -> None:
+    cfg = composed(f"model={model}", f"task={task}")
+    plan = make_plan(cfg, machine)
+    assert (plan["processes"], plan["trainer"]["accumulate_grad_batches"], plan["tokens_per_batch"]) == (
+        1, accumulate, batch)
+    assert plan["tokens_per_step"] <= 25_000 and plan["tokens_per_step"] >= 25_000 - accumulate
+    network = network_arguments(OmegaConf.to_container(cfg.model))
+    needed = training_memory(network, cfg.task.vocab_size, plan["trainer"]["precision"]).at(batch)
+    assert needed <= usable(machine.gpu_memory)
+    if accumulate > 1:  # the fewest batches that fit: one fewer would not
+        bigger = -(-25_000 // (accumulate - 1))
+        assert training_memory(network, cfg.task.vocab_size, "16-mixed").at(bigger) > usable(machine.gpu_memory)
+    text = describe(plan, {**OmegaConf.to_container(cfg), "plan": plan}, model=model)
+    assert f"GB of the GPU's {machine.gpu_memory / GB:.0f} GB" in text.splitlines()[2]
+
+
+def test_eight_gpus_each_take_their_share_of_3125_tokens_in_one_batch() -> None:
+    for memory in (16.9, 85.0):
+        plan = make_plan(composed("model=big", "task=wmt_en_fr", "trainer.devices=8"), gpu(memory, gpus=8))
+        assert (plan["processes"], plan["trainer"]["accumulate_grad_batches"], plan["tokens_per_batch"]) == (
+            8, 1, 3125)
+
+
+def test_an_explicit_batch_wins_and_the_cpu_keeps_its_batches() -> None:
+    fixed = make_plan(composed("model=big", "task=wmt_en_fr", "task.datamodule.max_tokens=3400"), gpu(85.0))
+    assert (fixed["trainer"]["accumulate_grad_batches"], fixed["tokens_per_batch"], fixed["batch_limit"]) == (
+        8, 3125, None)
+    laptop = Machine(gpus=0, cpu_cores=2, cpu_name="a CPU")
+    cpu = make_plan(composed("model=big", "task=wmt_en_fr"), laptop)
+    assert (cpu["trainer"]["accumulate_grad_batches"], cpu["tokens_per_batch"]) == (8, 3125)
+    # No step to split (the small model's recipe): batches of 3,400, on any hardware.
+    for machine in (laptop, gpu(85.0)):
+        plain = make_plan(composed("task=wmt_en_de"), machine)
+        assert (plain["trainer"]["accumulate_grad_batches"], plain["tokens_per_batch"]) == (1, 3400)
+
+
+def test_a_gpu_too_small_for_the_weights_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"^task.datamodule.max_tokens=auto: the model's weights and optimizer "
+                                          r"state \(~3.8 GB\) leave room for 0 tokens a batch on a GPU of 4 GB"):
+        make_plan(composed("model=big", "task=wmt_en_fr"), gpu(4.0))
+
+
+def test_fp32_takes_more_memory_a_token_than_mixed_precision() -> None:
+    mixed, full = (training_memory(MODELS["base"], 37000, precision) for precision in ("bf16-mixed", "32-true"))
+    assert full.per_token > mixed.per_token and tokens_that_fit(full, 80 * GB) < tokens_that_fit(mixed, 80 * GB)
+    assert tokens_that_fit(full, 80 * GB) % 8 == 0
+
+
+@pytest.mark.gpu
+def test_this_gpus_memory_is_read() -> None:
+    from aiayn.config.hardware import this_machine
+
+    assert this_machine().gpu_memory == min(torch.cuda.get_device_properties(i).total_memory
+                                            for i in range(torch.cuda.device_count()))
