@@ -230,5 +230,5 @@ def perplexity(model: Transformer, vocab: Subwords, sources: list[str], referenc
         logits = model(batch["src"].to(device), batch["tgt_in"].to(device))
         _, nll, n_tokens = label_smoothed_loss(logits, batch["tgt_out"].to(device), 0.0, vocab.pad_id)
         total_nll += float(nll)
-        total_tokens += n_tokens
+        total_tokens += int(n_tokens)
     return math.exp(total_nll / total_tokens), total_tokens

@@ -133,8 +133,8 @@ def test_work_that_stays_on_the_device_is_not_counted():
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_training_forward_loss_and_backward_name_their_devices(variant):
     """Teacher forcing, the label-smoothed loss and its gradients create no tensor without a
-    device, and give bit for bit what they give outside the check. The loss waits once (its token
-    count, an int); the forward pass never."""
+    device, and give bit for bit what they give outside the check. Neither the forward pass nor the
+    loss waits for the device (the token count stays a tensor)."""
     src, tgt = sources([5, 3, 7], seed=1), sources([6, 2, 4], seed=2)
     tgt_in = torch.cat([torch.full((3, 1), BOS), tgt[:, :-1]], dim=1)
 
@@ -154,7 +154,7 @@ def test_training_forward_loss_and_backward_name_their_devices(variant):
         logits = model(src, tgt_in)
     with count_host_syncs() as loss_syncs:
         label_smoothed_loss(logits, tgt, 0.1, PAD)
-    assert forward_syncs.total == 0 and dict(loss_syncs.kinds) == {"_local_scalar_dense": 1}
+    assert forward_syncs.total == 0 and loss_syncs.total == 0
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -1,5 +1,7 @@
 """Steps with a NaN/inf loss or gradient are skipped and counted; too many in a row stop the run
-with a clear error and a checkpoint of the state from before them."""
+with a clear error and a checkpoint of the state from before them. With fused Adam (the default)
+the step is skipped on the device and the counts are read back every ``log_every_n_steps`` steps;
+with plain Adam the check reads the step's flag back at once."""
 
 from __future__ import annotations
 
@@ -25,16 +27,17 @@ def datamodule(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Mul
     return data
 
 
-def _module(max_in_a_row: int = 3) -> TranslationModule:
+def _module(max_in_a_row: int = 3, fused: bool = True) -> TranslationModule:
     torch.manual_seed(0)
-    return TranslationModule(MODEL, 500, OPTIM, DECODING, label_smoothing=0.1, seed=0,
+    return TranslationModule(MODEL, 500, {**OPTIM, "fused": fused}, DECODING, label_smoothing=0.1, seed=0,
                              max_nonfinite_in_a_row=max_in_a_row)
 
 
-def _trainer(tmp_path: Path, steps: int) -> L.Trainer:
+def _trainer(tmp_path: Path, steps: int, log_every_n_steps: int = 1) -> L.Trainer:
     return L.Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
                      limit_val_batches=0, enable_progress_bar=False, enable_model_summary=False,
-                     default_root_dir=str(tmp_path), use_distributed_sampler=False)
+                     default_root_dir=str(tmp_path), use_distributed_sampler=False,
+                     log_every_n_steps=log_every_n_steps)
 
 
 class Poison(L.Callback):
@@ -60,9 +63,10 @@ class Poison(L.Callback):
             self._hook = None
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "plain"])
 @pytest.mark.parametrize("where", ["loss", "grad"])
-def test_nonfinite_steps_are_skipped_and_counted(tmp_path, datamodule, single_thread, where):
-    module, poison = _module(), Poison({2, 3}, where)
+def test_nonfinite_steps_are_skipped_and_counted(tmp_path, datamodule, single_thread, where, fused):
+    module, poison = _module(fused=fused), Poison({2, 3}, where)
     trainer = _trainer(tmp_path, steps=6)
     trainer.callbacks.append(poison)
     trainer.fit(module, datamodule=datamodule)
@@ -75,8 +79,9 @@ def test_nonfinite_steps_are_skipped_and_counted(tmp_path, datamodule, single_th
     assert all(torch.isfinite(p).all() for p in module.parameters())
 
 
-def test_too_many_in_a_row_stop_with_a_checkpoint_from_before(tmp_path, datamodule, single_thread):
-    module, poison = _module(max_in_a_row=3), Poison(set(range(3, 100)), "loss")
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "plain"])
+def test_too_many_in_a_row_stop_with_a_checkpoint_from_before(tmp_path, datamodule, single_thread, fused):
+    module, poison = _module(max_in_a_row=3, fused=fused), Poison(set(range(3, 100)), "loss")
     trainer = _trainer(tmp_path, steps=20)
     trainer.callbacks.append(poison)
     with pytest.raises(NonFiniteLossError) as raised:
@@ -89,6 +94,19 @@ def test_too_many_in_a_row_stop_with_a_checkpoint_from_before(tmp_path, datamodu
     for name, weight in before.items():
         assert torch.equal(saved["state_dict"][name], weight), name
     assert saved["nonfinite_steps"] == {"in_a_row": 3, "total": 3}
+
+
+def test_counts_read_back_every_few_steps_stop_at_the_first_read_after_the_limit(tmp_path, datamodule, single_thread):
+    """Read back every 4 steps: steps 3, 4, 5 … poisoned, 3 allowed in a row; the read after step 7
+    (the 8th) finds 5 in a row and stops there, with the state from before step 3."""
+    module, poison = _module(max_in_a_row=3), Poison(set(range(3, 100)), "grad")
+    trainer = _trainer(tmp_path, steps=20, log_every_n_steps=4)
+    trainer.callbacks.append(poison)
+    with pytest.raises(NonFiniteLossError, match=r"^5 steps in a row had a non-finite gradient \(last at step 7\)"):
+        trainer.fit(module, datamodule=datamodule)
+    saved = torch.load(tmp_path / "checkpoints" / "nonfinite-step0000007.ckpt", weights_only=False)
+    for name, weight in poison.weights[3].items():
+        assert torch.equal(saved["state_dict"][name], weight), name
 
 
 def test_fp16_loss_scale_overflows_are_the_scalers_to_skip_not_a_stop(tmp_path, datamodule, single_thread):

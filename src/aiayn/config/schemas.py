@@ -61,7 +61,7 @@ class OptimConfig:
 
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam's β1, β2
     eps: float = 1e-9  # Adam's ε
-    fused: bool = False  # torch's fused Adam kernel: the same update in one pass; helps on GPU
+    fused: bool = True  # torch's fused Adam: the same update in one kernel, a non-finite step skipped on the device
     warmup_steps: int = 4000  # Eq. 3's warmup_steps: the rate rises linearly for this many steps
     lr_factor: float = 1.0  # scales Eq. 3 (1.0: the paper)
     train_steps: int = 100000  # steps to train (trainer.max_steps; Table 3's "train steps")

@@ -12,14 +12,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def label_smoothed_loss(logits: Tensor, target: Tensor, label_smoothing: float, pad_id: int) -> tuple[Tensor, Tensor, int]:
+def label_smoothed_loss(logits: Tensor, target: Tensor, label_smoothing: float, pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (smoothed loss summed over tokens, negative log-likelihood summed over tokens,
-    number of non-pad tokens). Sums, not means, so that batches of any size combine exactly."""
+    number of non-pad tokens). Sums, not means, so that batches of any size combine exactly. The
+    count is a tensor on the logits' device: nothing here waits for the device."""
     log_probs = logits.float().log_softmax(dim=-1).view(-1, logits.size(-1))
     target = target.reshape(-1)
     real = target != pad_id
     nll = F.nll_loss(log_probs, target, ignore_index=pad_id, reduction="sum")
-    n_tokens = int(real.sum())
+    n_tokens = real.sum()
     if label_smoothing == 0.0:
         return nll, nll.detach(), n_tokens
     # Cross-entropy against the uniform distribution, at real tokens only.

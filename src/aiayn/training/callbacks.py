@@ -181,7 +181,9 @@ class RunSummaryCallback(L.Callback):
         flops = training_flops(self.shapes, src.size(0), src.size(1), tgt.size(1))
         # On the device, so that counting never waits for it; one small sum over the ranks per batch.
         counts = torch.stack([(src != pl_module.pad_id).sum(), (tgt != pl_module.pad_id).sum()]).to(torch.float64)
-        batch_totals = torch.cat([counts, torch.tensor([float(flops)], dtype=torch.float64, device=counts.device)])
+        # The FLOPs from the host without waiting (a copy of a number made on the device would wait).
+        flops = torch.tensor([float(flops)], dtype=torch.float64).to(counts.device, non_blocking=True)
+        batch_totals = torch.cat([counts, flops])
         if trainer.world_size > 1:
             batch_totals = trainer.strategy.reduce(batch_totals, reduce_op="sum")
         self.totals += batch_totals

@@ -47,6 +47,16 @@ class TranslationModule(L.LightningModule):
     Speed switches that leave the results unchanged (up to rounding): ``compile_model`` compiles
     the Transformer's forward with ``torch.compile`` when fitting starts; ``optim["fused"]`` asks
     for torch's fused Adam kernel.
+
+    The loss of a step is the label-smoothed loss summed over every target token of the step —
+    all its accumulated batches, on every process — divided by their number (:meth:`training_step`,
+    :meth:`on_before_optimizer_step`), as fairseq normalises by the step's sample size: one batch of
+    25,000 tokens and the same sentences in 8 accumulated batches of any sizes give the same
+    gradient. A step reads nothing back from the device (CUDA can run ahead of Python, or replay
+    a captured graph): token counts, the gradient's norm and the non-finite check stay tensors, a
+    non-finite step is skipped by fused Adam itself (its ``found_inf``), and the counts are read
+    back when Lightning reads its logged values (``trainer.log_every_n_steps``; every step in
+    train.py). With ``optim.fused`` false the check reads the step's flag back at every step.
     """
 
     def __init__(
@@ -84,8 +94,11 @@ class TranslationModule(L.LightningModule):
         # Steps whose loss or gradient is NaN/inf are skipped (no update) and counted; after
         # `max_nonfinite_in_a_row` of them in a row training stops (NonFiniteLossError).
         self.max_nonfinite_in_a_row = max_nonfinite_in_a_row
-        self.nonfinite_in_a_row = 0
+        self.nonfinite_in_a_row = 0  # as last read back from the device (see _read_nonfinite)
         self.nonfinite_total = 0
+        self._nonfinite: torch.Tensor | None = None  # on the device: [in a row, in all], from the last read on
+        self._step_tokens: torch.Tensor | int = 0  # target tokens of the step's batches so far, on the device
+        self._step_loss_finite: torch.Tensor | bool = True  # every batch of the step had a finite loss
         self.compile_model = compile_model
 
     def setup(self, stage: str) -> None:
@@ -107,6 +120,8 @@ class TranslationModule(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if datamodule is not None and getattr(datamodule, "vocab", None) is not None:
             checkpoint["subwords"] = datamodule.vocab.serialized()
+        if self._nonfinite is not None:  # the device's counts (a read back, at a save only)
+            self.nonfinite_in_a_row, self.nonfinite_total = (int(n) for n in self._nonfinite.tolist()[:2])
         checkpoint["nonfinite_steps"] = {"in_a_row": self.nonfinite_in_a_row, "total": self.nonfinite_total}
         if self._trainer is not None:
             checkpoint["logger_runs"] = run_ids(self.loggers)  # a resumed run continues these runs
@@ -125,6 +140,7 @@ class TranslationModule(L.LightningModule):
             raise DataError(f"{getattr(self.trainer, 'ckpt_path', None) or 'the checkpoint resumed'}: {difference}")
         counts = checkpoint.get("nonfinite_steps", {})
         self.nonfinite_in_a_row, self.nonfinite_total = counts.get("in_a_row", 0), counts.get("total", 0)
+        self._nonfinite = None  # made again from these at the next step
 
     # -- training -------------------------------------------------------------------------
     def on_fit_start(self) -> None:
@@ -138,11 +154,16 @@ class TranslationModule(L.LightningModule):
         if getattr(self.model, "_compiled_call_impl", None) is None:
             self.model.compile(**options)
 
-    def training_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
-        """The label-smoothed loss of one teacher-forced batch, per non-padding target token,
-        and the number of those tokens."""
+    def summed_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The label-smoothed loss of one teacher-forced batch summed over its non-padding target
+        tokens, and the number of those tokens (a tensor: nothing is read back)."""
         logits = self.model(batch["src"], batch["tgt_in"])
         loss_sum, _, n_tokens = label_smoothed_loss(logits, batch["tgt_out"], self.label_smoothing, self.pad_id)
+        return loss_sum, n_tokens
+
+    def training_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss of a step of this one batch: per non-padding target token, and their number."""
+        loss_sum, n_tokens = self.summed_loss(batch)
         return loss_sum / n_tokens, n_tokens
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
@@ -152,43 +173,28 @@ class TranslationModule(L.LightningModule):
         state = np.random.SeedSequence([self.seed, self.current_epoch, batch_idx, self.global_rank])
         torch.manual_seed(int(state.generate_state(1, np.uint64)[0]))
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
-        # Mean over this batch's target tokens; Lightning divides by the accumulation count and
-        # DDP averages over ranks, so with token-sized batches every token weighs about the same.
-        loss, n_tokens = self.training_loss(batch)
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        # The loss summed over this batch's target tokens, in a unit fixed for the whole run (the
+        # plan's batch), so that its size stays that of a per-token mean (fp16's loss scale);
+        # on_before_optimizer_step turns the step's gradient into the mean over all its tokens.
+        loss_sum, n_tokens = self.summed_loss(batch)
         self._tokens = n_tokens
-        if not self._all_ranks_finite(loss):
-            self._skip_nonfinite("loss")
-            return None  # Lightning then skips backward and the update on every rank
-        self.log("train/loss", loss, on_step=True, prog_bar=True, batch_size=n_tokens)
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, prog_bar=True)
-        return loss
+        self._step_tokens = self._step_tokens + n_tokens
+        token_loss = loss_sum.detach() / n_tokens
+        self._step_loss_finite = torch.isfinite(token_loss) & self._step_loss_finite
+        self.log("train/loss", token_loss, on_step=True, prog_bar=True)
+        # A host tensor: a number logged as such would be copied to the device, which waits for it.
+        self.log("train/lr", torch.tensor(float(self.optimizers().param_groups[0]["lr"])), on_step=True, prog_bar=True)
+        return {"loss": loss_sum / self._loss_unit(), "token_loss": token_loss}
 
-    def _all_ranks_finite(self, loss: torch.Tensor) -> bool:
-        finite = torch.isfinite(loss.detach()).to(torch.float32)
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(finite, op=dist.ReduceOp.MIN)  # every rank must skip together
-        return bool(finite.item())
-
-    def _skip_nonfinite(self, what: str) -> None:
-        self.nonfinite_in_a_row += 1
-        self.nonfinite_total += 1
-        log.warning("step %d: non-finite %s, update skipped (%d in a row, %d in all)",
-                    self.global_step, what, self.nonfinite_in_a_row, self.nonfinite_total)
-        if self.nonfinite_in_a_row >= self.max_nonfinite_in_a_row:
-            # The skipped steps changed nothing, so the weights and optimizer state now are those
-            # from before the first of them: keep them for a restart with other settings.
-            path = f"{self.trainer.default_root_dir}/checkpoints/nonfinite-step{self.global_step:07d}.ckpt"
-            self.trainer.save_checkpoint(path)
-            raise NonFiniteLossError(
-                f"{self.nonfinite_in_a_row} steps in a row had a non-finite {what} (last at step {self.global_step}); "
-                f"the state from before them is in {path}. Lower optim.lr_factor or raise optim.warmup_steps "
-                f"and resume with resume={path}, or allow more with nonfinite.max_in_a_row"
-            )
+    def _loss_unit(self) -> float:
+        """The run's constant divisor of a batch's summed loss: the plan's tokens a batch."""
+        tokens = getattr(getattr(self._trainer, "datamodule", None), "max_tokens", None)
+        return float(tokens) if isinstance(tokens, int) and tokens > 0 else 1.0
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()
-        if self._last_batch_end is not None:
+        if self._last_batch_end is not None:  # the batch's tokens stay on the device until logged
             self.log("train/tgt_tokens_per_sec", self._tokens / (now - self._last_batch_end), on_step=True)
         self._last_batch_end = now
 
@@ -197,31 +203,83 @@ class TranslationModule(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
+        tokens, loss_finite = self._step_tokens, self._step_loss_finite
+        self._step_tokens, self._step_loss_finite = 0, True
         if not grads:
-            return  # the loss was not finite: training_step skipped backward
+            return
+        # The gradient summed over the step's tokens, per token: Lightning divided each batch's
+        # loss by the accumulation and DDP averaged the processes' gradients.
+        tokens = torch.as_tensor(tokens, dtype=torch.float32, device=grads[0].device)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(tokens)  # every process's tokens (a collective; the host does not wait)
+        processes = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        torch._foreach_mul_(grads, self.trainer.accumulate_grad_batches * processes * self._loss_unit() / tokens)
         grad_norm = torch.nn.utils.get_total_norm(grads)
         scaler = getattr(self.trainer.precision_plugin, "scaler", None)  # fp16 (16-mixed on a GPU without bf16)
         if scaler is not None:
-            # Gradients are unscaled by now. An overflow is the loss scale's, not the model's: the
-            # scaler skips this update and halves the scale, as dynamic loss scaling does (a loss
-            # that is itself not finite was caught in training_step).
+            # An overflow is the loss scale's, not the model's: the scaler skips the update and halves
+            # the scale, as dynamic loss scaling does. Only a non-finite loss counts as the model's.
             self.log("train/loss_scale", float(scaler.get_scale()), on_step=True)
-            if not torch.isfinite(grad_norm):
-                return
-        if not torch.isfinite(grad_norm):  # gradients are all-reduced already: every rank agrees
-            for parameter in self.parameters():
-                parameter.grad = None  # Adam leaves parameters without a gradient untouched
-            self._skip_nonfinite("gradient")
+            bad = ~torch.as_tensor(loss_finite, device=grad_norm.device)
+            if not _fused(optimizer):  # its gradients are unscaled by now (with fused Adam, in its step)
+                self.log("train/grad_norm", grad_norm, on_step=True)
+        else:
+            # Gradients are all-reduced already: every process finds the same.
+            bad = ~torch.isfinite(grad_norm)
+            if _fused(optimizer):
+                optimizer.found_inf = bad.to(torch.float32)  # fused Adam skips the update on the device
+            elif bad.item():  # plain Adam: leaves parameters without a gradient untouched
+                for parameter in self.parameters():
+                    parameter.grad = None
+            self.log("train/grad_norm", grad_norm, on_step=True)
+        self._count_nonfinite(bad, ~torch.as_tensor(loss_finite, device=bad.device))
+
+    def _count_nonfinite(self, bad: torch.Tensor, bad_loss: torch.Tensor) -> None:
+        """Counts a skipped step on the device; reads the counts back where Lightning reads its
+        logged values (every ``trainer.log_every_n_steps`` steps) and at the end of training."""
+        if self._nonfinite is None:  # [in a row, in all, whether the last skipped step's loss was non-finite]
+            self._nonfinite = torch.tensor([self.nonfinite_in_a_row, self.nonfinite_total, 0], device=bad.device)
+        counts = self._nonfinite
+        counts[0] = torch.where(bad, counts[0] + 1, 0)
+        counts[1] += bad.to(counts.dtype)
+        counts[2] = torch.where(bad, bad_loss.to(counts.dtype), counts[2])
+        self.log("train/skipped_steps", counts[1].to(torch.float32), on_step=True)
+        step = self.global_step + 1  # the step being taken
+        if step % max(1, self.trainer.log_every_n_steps) == 0:
+            self._read_nonfinite(step)
+
+    def _read_nonfinite(self, step: int) -> None:
+        """The device's counts read back: a warning for the steps skipped since the last read, and
+        after ``max_nonfinite_in_a_row`` in a row a stop with a checkpoint from before them."""
+        if self._nonfinite is None:
             return
-        self.nonfinite_in_a_row = 0
-        self.log("train/grad_norm", grad_norm, on_step=True)
-        self.log("train/skipped_steps", float(self.nonfinite_total), on_step=True)
+        in_a_row, total, loss = (int(n) for n in self._nonfinite.tolist())
+        skipped = total - self.nonfinite_total
+        self.nonfinite_in_a_row, self.nonfinite_total = in_a_row, total
+        if not skipped:
+            return
+        what = "loss" if loss else "gradient"
+        log.warning("step %d: non-finite %s, update skipped (%d in a row, %d in all%s)", step - 1, what, in_a_row, total,
+                    "" if skipped == 1 else f"; {skipped} since the last check")
+        if in_a_row >= self.max_nonfinite_in_a_row:
+            # The skipped steps changed nothing, so the weights and optimizer state now are those
+            # from before the first of them: keep them for a restart with other settings.
+            path = f"{self.trainer.default_root_dir}/checkpoints/nonfinite-step{step - 1:07d}.ckpt"
+            self.trainer.save_checkpoint(path)
+            raise NonFiniteLossError(
+                f"{in_a_row} steps in a row had a non-finite {what} (last at step {step - 1}); "
+                f"the state from before them is in {path}. Lower optim.lr_factor or raise optim.warmup_steps "
+                f"and resume with resume={path}, or allow more with nonfinite.max_in_a_row"
+            )
+
+    def on_train_end(self) -> None:
+        self._read_nonfinite(self.global_step)  # the counts as they ended, for the summary and the last checkpoint
 
     def configure_optimizers(self) -> dict[str, Any]:
         # §5.3: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9; lr = 1.0 scaled by the schedule.
-        # optim.fused: torch's fused Adam (one kernel for all parameters), same update.
+        # optim.fused (the default): torch's fused Adam (one kernel for all parameters), same update.
         optimizer = torch.optim.Adam(self.parameters(), lr=1.0, betas=tuple(self.optim["betas"]),
-                                     eps=self.optim["eps"], fused=bool(self.optim.get("fused", False)))
+                                     eps=self.optim["eps"], fused=bool(self.optim.get("fused", True)))
         scheduler = transformer_scheduler(optimizer, self.model.d_model, self.optim["warmup_steps"],
                                           self.optim.get("lr_factor", 1.0))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
@@ -276,6 +334,11 @@ class TranslationModule(L.LightningModule):
         for key, value in scores.items():
             self.log(f"{stage}/{key}", value, prog_bar=key == self.scorer.name)
         log.info("%s %s", stage, self.scorer.describe(scores, len(indices)))
+
+
+def _fused(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer`` is torch's fused Adam, which takes ``found_inf`` (skips on the device)."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
 
 
 def _gather(pairs: list[tuple[int, str]]) -> dict[int, str]:

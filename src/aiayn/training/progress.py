@@ -124,11 +124,11 @@ class ProgressLog(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else None
-        if loss is not None:  # None: a step skipped for a non-finite loss
-            # Lightning hands the loss over divided by the batches a step accumulates.
-            batch_loss = loss.detach().to(torch.float64) * trainer.accumulate_grad_batches
-            self._losses += torch.stack([batch_loss, torch.ones_like(batch_loss)])
+        loss = outputs.get("token_loss") if isinstance(outputs, Mapping) else None
+        if loss is not None:  # the batch's loss per target token (TranslationModule.training_step)
+            batch_loss = loss.detach().to(torch.float64)
+            finite = torch.isfinite(batch_loss)  # a step skipped for a non-finite loss is left out
+            self._losses += torch.stack([torch.where(finite, batch_loss, 0.0), finite.to(torch.float64)])
         step = trainer.global_step
         if step == self._last_step:
             return  # a batch accumulated into a step still to come
