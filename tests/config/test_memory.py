@@ -108,6 +108,11 @@ def test_an_explicit_batch_wins_and_the_cpu_keeps_its_batches() -> None:
         assert (plain["trainer"]["accumulate_grad_batches"], plain["tokens_per_batch"]) == (1, 3400)
 
 
+def test_a_batch_that_is_neither_a_number_nor_auto_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"^task.datamodule.max_tokens must be a positive whole number or auto"):
+        make_plan(composed("task=wmt_en_de", "task.datamodule.max_tokens=many"), gpu(85.0))
+
+
 def test_a_gpu_too_small_for_the_weights_is_refused_in_one_line() -> None:
     with pytest.raises(ConfigError, match=r"^task.datamodule.max_tokens=auto: the model's weights and optimizer "
                                           r"state \(~3.8 GB\) leave room for 0 tokens a batch on a GPU of 4 GB"):

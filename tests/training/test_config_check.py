@@ -93,3 +93,16 @@ def test_train_checks_the_stopping_rule_nbest_and_sampling_as_the_tools_do(overr
         check_train_config(resolved(*overrides))
     check_train_config(resolved("decoding.stop=first_k", "decoding.nbest=4", "decoding.sampling=true",
                                 "decoding.top_p=0.9", "decoding.nbest=8"))  # sampling: nbest is how many samples
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["task.datamodule.length_buckets=[64,32]"], r"^task.datamodule.length_buckets must be ascending positive lengths"),
+    (["task.datamodule.length_buckets=[16,32]"],
+     r"^task.datamodule.length_buckets ends at 32, below the longest training sequence \(max_length=128"),
+    (["compile_mode=fastest"], r"^compile_mode must be one of default, reduce-overhead, max-autotune"),
+])
+def test_the_batch_shape_and_compile_settings_are_checked(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_train_config(resolved(*overrides))
+    check_train_config(resolved("task.datamodule.length_buckets=[16,32,64,129]", "compile=true",
+                                "compile_mode=cudagraphs"))

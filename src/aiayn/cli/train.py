@@ -244,6 +244,7 @@ def _module(cfg: DictConfig, config: dict) -> TranslationModule:
             seed=cfg.seed,
             max_nonfinite_in_a_row=cfg.nonfinite.max_in_a_row,
             compile_model=cfg.compile,
+            compile_mode=cfg.compile_mode,
         )
     except (TypeError, ValueError) as error:
         raise ConfigError(f"model: {error}") from None

@@ -129,6 +129,9 @@ def batch_limit(config: Mapping[str, Any], placement: Placement, machine: Machin
     data = config["task"]["datamodule"]
     setting = data.get("max_tokens")
     if setting != AUTO:
+        if isinstance(setting, bool) or not isinstance(setting, int) or setting < 1:
+            raise ConfigError(f"task.datamodule.max_tokens must be a positive whole number or auto (the most the "
+                              f"machine holds of the step), got {setting!r}")
         return BatchLimit(setting, setting)
     tokens_per_step = config["optim"].get("tokens_per_step")
     if tokens_per_step is None or config["trainer"].get("accumulate_grad_batches") is not None:

@@ -36,6 +36,12 @@ class TokenBatchSampler(Sampler[list[int]]):
     Resuming mid-epoch: :meth:`resume` makes the next iteration over epoch ``epoch`` start after
     the first ``batches_done`` batches of this rank's share, so a restarted run sees the rest of
     the interrupted epoch in the same order; later epochs are whole again.
+
+    With ``length_buckets`` (ascending lengths; the last covers every example) each example counts
+    as the bucket of its longer side, examples are sorted by bucket first, and a batch of bucket
+    ``L`` holds at most ``max_tokens // L`` examples: the collator then pads it to exactly that
+    many rows of ``L`` positions on both sides (:func:`bucket_shape`), so that training sees one
+    batch shape per bucket (CUDA graphs, torch.compile) instead of a new one at almost every step.
     """
 
     def __init__(
@@ -49,6 +55,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         rank: int | None = None,
         pad_to_equal: bool = True,
         batches_per_step: int = 1,
+        length_buckets: Sequence[int] | None = None,
     ):
         src = np.asarray(src_lengths, dtype=np.int64).reshape(-1)
         tgt = np.asarray(tgt_lengths, dtype=np.int64).reshape(-1)
@@ -70,6 +77,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.num_replicas = int(num_replicas)
         self.rank = int(rank)
         self.pad_to_equal = bool(pad_to_equal)
+        self.length_buckets = check_buckets(length_buckets, self.max_tokens)
         # Training: the batches of one optimizer step over all ranks; the epoch's count is a multiple of it.
         self.step_batches = self.num_replicas * int(batches_per_step) if self.pad_to_equal else self.num_replicas
         self.epoch = 0
@@ -78,7 +86,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.batches = self._build(src, tgt)
         if self.pad_to_equal and self.step_batches > 1:
             self.batches = _split_for_ranks(self.batches, self.step_batches)
-        self._padding_fraction = _padding_fraction(self.batches, src, tgt)
+        self._padding_fraction = _padding_fraction(self.batches, src, tgt, self.length_buckets, self.max_tokens)
 
     def _build(self, src: np.ndarray, tgt: np.ndarray) -> _Batches:
         if self.shuffle:
@@ -86,8 +94,13 @@ class TokenBatchSampler(Sampler[list[int]]):
             tie = torch.randperm(len(src), generator=generator).numpy()
         else:
             tie = np.arange(len(src))
-        order = _sort_order(src, tgt, tie)
-        longest = np.maximum(src[order], tgt[order])
+        if self.length_buckets is None:
+            order = _sort_order(src, tgt, tie)
+            longest = np.maximum(src[order], tgt[order])
+        else:  # by bucket first: a batch holds one bucket's examples (two where a bucket's last ones meet the next's)
+            bucket = bucket_lengths(np.maximum(src, tgt), self.length_buckets)
+            order = np.lexsort((tie, tgt, src, bucket))
+            longest = bucket[order]
         over = np.flatnonzero(longest > self.max_tokens)
         if over.size:
             index = int(order[over[0]])
@@ -159,6 +172,36 @@ class TokenBatchSampler(Sampler[list[int]]):
         return self._padding_fraction
 
 
+def check_buckets(buckets: Sequence[int] | None, max_tokens: int) -> tuple[int, ...] | None:
+    """``buckets`` as a tuple, checked: ascending positive lengths, each within ``max_tokens``."""
+    if buckets is None:
+        return None
+    buckets = tuple(buckets)
+    if not buckets or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in buckets) \
+            or list(buckets) != sorted(set(buckets)):
+        raise ValueError(f"length_buckets must be ascending positive lengths, got {list(buckets)}")
+    if buckets[-1] > max_tokens:
+        raise ValueError(f"length bucket {buckets[-1]} is longer than a batch of max_tokens={max_tokens} holds")
+    return tuple(int(b) for b in buckets)
+
+
+def bucket_lengths(lengths: np.ndarray, buckets: Sequence[int]) -> np.ndarray:
+    """The bucket of each length: the shortest bucket at least as long; ValueError past the last."""
+    lengths = np.asarray(lengths)
+    at = np.searchsorted(np.asarray(buckets), lengths, side="left")
+    if lengths.size and at.max() >= len(buckets):
+        raise ValueError(f"an example of {int(lengths.max())} tokens (with BOS/EOS) is longer than the last length "
+                         f"bucket, {buckets[-1]}; make the last bucket at least max_length + 2")
+    return np.asarray(buckets)[at]
+
+
+def bucket_shape(longest: int, rows: int, buckets: Sequence[int], max_tokens: int) -> tuple[int, int]:
+    """(rows, length) a batch of ``rows`` examples whose longest side is ``longest`` tokens is padded
+    to: its bucket's length, and as many rows as ``max_tokens`` allows at that length."""
+    length = int(bucket_lengths(np.asarray([longest]), buckets)[0])
+    return max(rows, max_tokens // length), length
+
+
 def _sort_order(src: np.ndarray, tgt: np.ndarray, tie: np.ndarray) -> np.ndarray:
     """``np.lexsort((tie, tgt, src))`` (``tie`` is a permutation): as one int64 key when the
     three fit in 63 bits, which sorts millions of examples several times faster."""
@@ -185,14 +228,19 @@ def _split_for_ranks(batches: _Batches, num_replicas: int) -> _Batches:
         bounds = np.sort(np.concatenate([bounds, bounds[chosen] + sizes[chosen] // 2]))
 
 
-def _padding_fraction(batches: _Batches, src: np.ndarray, tgt: np.ndarray) -> float:
+def _padding_fraction(batches: _Batches, src: np.ndarray, tgt: np.ndarray, buckets: tuple[int, ...] | None = None,
+                      max_tokens: int = 0) -> float:
     if not len(batches):
         return 0.0
     starts, sizes = batches.bounds[:-1], np.diff(batches.bounds)
-    real = padded = 0
-    for lengths in (src[batches.order], tgt[batches.order]):
-        real += int(lengths.sum())
-        padded += int((np.maximum.reduceat(lengths, starts) * sizes).sum())
+    real = int(src[batches.order].sum() + tgt[batches.order].sum())
+    if buckets is None:
+        padded = sum(int((np.maximum.reduceat(lengths, starts) * sizes).sum())
+                     for lengths in (src[batches.order], tgt[batches.order]))
+    else:  # both sides padded to the batch's bucket, and the rows to what the budget holds at that length
+        longest = np.maximum.reduceat(np.maximum(src, tgt)[batches.order], starts)
+        shapes = [bucket_shape(int(n), int(rows), buckets, max_tokens) for n, rows in zip(longest, sizes, strict=True)]
+        padded = 2 * sum(rows * length for rows, length in shapes)
     return 1.0 - real / padded if padded else 0.0
 
 

@@ -12,6 +12,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from aiayn.data.batching import bucket_shape
+
 
 class TranslationBatch(TypedDict):
     """A collated batch; a plain dict of tensors at run time."""
@@ -60,18 +62,33 @@ def _pack(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
 
 
 class TranslationCollator:
-    """Collates ``(index, src_ids, tgt_ids)`` items into a :class:`TranslationBatch`."""
+    """Collates ``(index, src_ids, tgt_ids)`` items into a :class:`TranslationBatch`.
 
-    def __init__(self, pad_id: int, bos_id: int, eos_id: int):
+    With ``length_buckets`` (and the batches' ``max_tokens``; aiayn.data.batching) both sides are
+    padded to the batch's bucket and the batch to the rows the budget holds at that length; a row
+    added so is a one-token source (EOS) and a target of BOS alone with nothing to predict (its
+    ``tgt_out`` all padding, its ``index`` -1), which attention and the loss handle as any padding."""
+
+    def __init__(self, pad_id: int, bos_id: int, eos_id: int, length_buckets: Sequence[int] | None = None,
+                 max_tokens: int | None = None):
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.length_buckets = tuple(length_buckets) if length_buckets is not None else None
+        if self.length_buckets is not None and not max_tokens:
+            raise ValueError("length_buckets needs the batches' max_tokens")
+        self.max_tokens = max_tokens
 
     def __call__(self, items: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> TranslationBatch:
         size = len(items)
         src_len = max((len(src) for _, src, _ in items), default=0) + 1  # no items: an empty batch
         tgt_len = max((len(tgt) for _, _, tgt in items), default=0) + 1
-        src = np.full((size, src_len), self.pad_id, dtype=np.int64)
-        tgt_in = np.full((size, tgt_len), self.pad_id, dtype=np.int64)
-        tgt_out = np.full((size, tgt_len), self.pad_id, dtype=np.int64)
+        rows = size
+        if self.length_buckets is not None and items:
+            rows, src_len = bucket_shape(max(src_len, tgt_len), size, self.length_buckets, self.max_tokens)
+            tgt_len = src_len
+        src = np.full((rows, src_len), self.pad_id, dtype=np.int64)
+        tgt_in = np.full((rows, tgt_len), self.pad_id, dtype=np.int64)
+        tgt_out = np.full((rows, tgt_len), self.pad_id, dtype=np.int64)
+        src[size:, 0], tgt_in[size:, 0] = self.eos_id, self.bos_id  # the rows added for the bucket's shape
         for row, (_, s, t) in enumerate(items):
             src[row, : len(s)] = s
             src[row, len(s)] = self.eos_id
@@ -83,7 +100,7 @@ class TranslationCollator:
             src=torch.from_numpy(src),
             tgt_in=torch.from_numpy(tgt_in),
             tgt_out=torch.from_numpy(tgt_out),
-            index=torch.tensor([index for index, _, _ in items], dtype=torch.long),
+            index=torch.tensor([index for index, _, _ in items] + [-1] * (rows - size), dtype=torch.long),
         )
 
 

@@ -72,6 +72,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         val_split: str,
         test_split: str,
         eval_max_tokens: int | None,
+        length_buckets: list[int] | None = None,
     ):
         super().__init__()
         self.data_root = Path(data_root)
@@ -79,6 +80,9 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         self.vocab_size = vocab_size
         self.max_tokens = max_tokens
         self.max_length = max_length
+        # Training batches padded to these lengths (both sides) and to the rows their budget holds:
+        # one shape per bucket (aiayn.data.batching.TokenBatchSampler); None: each batch as long as its longest.
+        self.length_buckets = list(length_buckets) if length_buckets is not None else None
         self.cache_dir = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
         self.seed = seed
         self.num_workers = num_workers
@@ -293,10 +297,17 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         num_replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         # An optimizer step takes accumulate_grad_batches batches of every rank (aiayn.config.plan).
         accumulate = getattr(trainer, "accumulate_grad_batches", 1) if role == "train" else 1
-        sampler = TokenBatchSampler(
-            dataset.src_lengths, dataset.tgt_lengths, max_tokens, shuffle=shuffle, seed=self.seed,
-            num_replicas=num_replicas, rank=rank, pad_to_equal=pad_to_equal, batches_per_step=accumulate,
-        )
+        buckets = self.length_buckets if role == "train" else None
+        try:
+            sampler = TokenBatchSampler(
+                dataset.src_lengths, dataset.tgt_lengths, max_tokens, shuffle=shuffle, seed=self.seed,
+                num_replicas=num_replicas, rank=rank, pad_to_equal=pad_to_equal, batches_per_step=accumulate,
+                length_buckets=buckets,
+            )
+        except ValueError as error:
+            if buckets is None:
+                raise
+            raise ConfigError(f"task.datamodule.length_buckets={buckets}: {error}") from None
         if role == "train":
             log.info(
                 "training batches of at most %d padded tokens per side on rank %d of %d: %d batches, "
@@ -311,7 +322,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         return DataLoader(
             dataset,
             batch_sampler=sampler,
-            collate_fn=TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id),
+            collate_fn=TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id, buckets, max_tokens),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )

@@ -180,7 +180,10 @@ class RunSummaryCallback(L.Callback):
         src, tgt = batch["src"], batch["tgt_out"]
         flops = training_flops(self.shapes, src.size(0), src.size(1), tgt.size(1))
         # On the device, so that counting never waits for it; one small sum over the ranks per batch.
-        counts = torch.stack([(src != pl_module.pad_id).sum(), (tgt != pl_module.pad_id).sum()]).to(torch.float64)
+        # Rows added to fill a length bucket's shape (index -1) hold no example: their tokens are not counted.
+        real_rows = (batch["index"] >= 0)[:, None]
+        counts = torch.stack([((src != pl_module.pad_id) & real_rows).sum(),
+                              (tgt != pl_module.pad_id).sum()]).to(torch.float64)
         # The FLOPs from the host without waiting (a copy of a number made on the device would wait).
         flops = torch.tensor([float(flops)], dtype=torch.float64).to(counts.device, non_blocking=True)
         batch_totals = torch.cat([counts, flops])

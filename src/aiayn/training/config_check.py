@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from aiayn.config.schemas import check_against_schemas, check_decoding, check_sampling, network_arguments
@@ -24,9 +24,10 @@ from aiayn.reporting.flops import sustained_tflops
 # tests/training/test_config_check.py checks this list against the composed configs.
 ROOT_SETTINGS = (
     "task", "model", "optim", "loss", "paths", "callbacks", "trainer", "logger", "seed", "run_name", "run_group",
-    "width_divisor", "compile", "resume", "nonfinite", "cost", "test_after_training", "validation",
+    "width_divisor", "compile", "compile_mode", "resume", "nonfinite", "cost", "test_after_training", "validation",
     "visualize_at_end", "checkpoint", "distributed", "experiment", "plan", "decoding",
 )
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "cudagraphs")
 TASK_SETTINGS = ("name", "vocab_size", "datamodule", "raw_dir", "split", "splits")
 
 
@@ -101,6 +102,15 @@ def _check_task(task: Mapping[str, Any]) -> None:
             f"task.datamodule.max_tokens={max_tokens} cannot hold one pair of max_length={max_length} subwords "
             f"plus BOS/EOS; raise max_tokens to at least {max_length + 2} or lower max_length"
         )
+    buckets = data.get("length_buckets")
+    if buckets is not None:
+        if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets or \
+                not all(_whole(b) and b > 0 for b in buckets) or list(buckets) != sorted(set(buckets)):
+            raise ConfigError(f"task.datamodule.length_buckets must be ascending positive lengths (e.g. [32,64,128,256]) "
+                              f"or null, got {buckets!r}")
+        if _whole(max_length) and buckets[-1] < max_length + 1:
+            raise ConfigError(f"task.datamodule.length_buckets ends at {buckets[-1]}, below the longest training sequence "
+                              f"(max_length={max_length} subwords plus EOS); end it at {max_length + 1} or more")
     if _whole(data.get("num_workers")) and data["num_workers"] < 0:
         raise ConfigError(f"task.datamodule.num_workers must be 0 or more, got {data['num_workers']}")
     if "download" in data and not isinstance(data["download"], bool):
@@ -172,6 +182,8 @@ def _check_run(config: Mapping[str, Any]) -> None:
     for key in ("compile", "test_after_training", "visualize_at_end"):
         if key in config and not isinstance(config[key], bool):
             raise ConfigError(f"{key} must be true or false, got {config[key]!r}")
+    if config.get("compile_mode", "default") not in COMPILE_MODES:
+        raise ConfigError(f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {config['compile_mode']!r}")
     seed = config.get("seed", 0)
     if not _whole(seed) or not 0 <= seed < 2**32:  # what numpy's generator, which Lightning seeds too, accepts
         raise ConfigError(f"seed must be a whole number from 0 to {2**32 - 1}, got {seed!r}")

@@ -74,6 +74,7 @@ class TranslationModule(L.LightningModule):
         seed: int = 0,
         max_nonfinite_in_a_row: int = 8,
         compile_model: bool = False,
+        compile_mode: str = "default",
     ):
         super().__init__()
         # run_config (the whole resolved Hydra config) travels in checkpoints, not in the logger's
@@ -99,7 +100,7 @@ class TranslationModule(L.LightningModule):
         self._nonfinite: torch.Tensor | None = None  # on the device: [in a row, in all], from the last read on
         self._step_tokens: torch.Tensor | int = 0  # target tokens of the step's batches so far, on the device
         self._step_loss_finite: torch.Tensor | bool = True  # every batch of the step had a finite loss
-        self.compile_model = compile_model
+        self.compile_model, self.compile_mode = compile_model, compile_mode
 
     def setup(self, stage: str) -> None:
         """The datamodule (set up before this) must speak the model's vocabulary, and its
@@ -145,7 +146,7 @@ class TranslationModule(L.LightningModule):
     # -- training -------------------------------------------------------------------------
     def on_fit_start(self) -> None:
         if self.compile_model:
-            self.compile_transformer()
+            self.compile_transformer(**compile_options(self.compile_mode))
 
     def compile_transformer(self, **options: Any) -> None:
         """Compile the Transformer's forward (teacher forcing) with ``torch.compile(**options)``,
@@ -172,6 +173,8 @@ class TranslationModule(L.LightningModule):
         # the uninterrupted run would have done, whatever else used the global generator.
         state = np.random.SeedSequence([self.seed, self.current_epoch, batch_idx, self.global_rank])
         torch.manual_seed(int(state.generate_state(1, np.uint64)[0]))
+        if self.compile_model and self.compile_mode in CUDA_GRAPH_MODES:
+            torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs are no longer read
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
         # The loss summed over this batch's target tokens, in a unit fixed for the whole run (the
@@ -334,6 +337,18 @@ class TranslationModule(L.LightningModule):
         for key, value in scores.items():
             self.log(f"{stage}/{key}", value, prog_bar=key == self.scorer.name)
         log.info("%s %s", stage, self.scorer.describe(scores, len(indices)))
+
+
+# compile_mode → torch.compile's arguments; the modes that replay CUDA graphs.
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune", "cudagraphs")
+
+
+def compile_options(mode: str) -> dict[str, Any]:
+    """torch.compile's arguments for a ``compile_mode``: inductor in that mode, or for
+    ``cudagraphs`` torch's CUDA-graph backend (no code generation: the eager kernels, replayed)."""
+    if mode == "cudagraphs":
+        return {"backend": "cudagraphs"}
+    return {} if mode == "default" else {"mode": mode}
 
 
 def _fused(optimizer: torch.optim.Optimizer) -> bool:

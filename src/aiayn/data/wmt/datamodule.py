@@ -63,10 +63,11 @@ class WMTDataModule(TranslationDataModule):
         max_ratio: float = 2.5,
         subword_sample_pairs: int = 1_000_000,
         prepare_workers: int | None = None,
+        length_buckets: list[int] | None = None,
     ):
         super().__init__(
             raw_dir, src_lang, tgt_lang, vocab_size, max_tokens, max_length, cache_dir, seed,
-            num_workers, download, "train", val_split, test_split, eval_max_tokens,
+            num_workers, download, "train", val_split, test_split, eval_max_tokens, length_buckets,
         )
         expected_files(raw_dir, src_lang, tgt_lang)  # an unsupported pair fails here, not later
         if (val_split, test_split) != (VAL_SPLIT, TEST_SPLIT):
