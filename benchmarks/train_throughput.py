@@ -2,18 +2,23 @@
 model FLOPs utilisation, with each speed switch on or off.
 
     .venv/bin/python benchmarks/train_throughput.py --model base [--device cpu|cuda] [--precision fp32|bf16]
-        [--attention sdpa|explicit] [--compile [--compile-dynamic]] [--fused-adam] [--vocab-size 37000] [--max-tokens N]
+        [--attention sdpa|explicit] [--compile [--compile-dynamic] [--compile-mode MODE]] [--no-fused-adam]
+        [--length-buckets 16,32,...] [--timing block|step] [--vocab-size 37000] [--max-tokens N]
         [--steps 5] [--warmup-steps 2] [--peak-tflops X] [--set model.KEY=VALUE ...] [--out FILE]
         [--profile ROWS]
 
 The batches are what training sees: the sentence lengths of the real newstest2014 EN-DE test set
 ($AIAYN_DATA_ROOT/wmt14), in subwords, cut into token-budget batches by the repo's own
 TokenBatchSampler (``--max-tokens`` padded tokens per side, as task.datamodule.max_tokens) and
-collated by TranslationCollator; the token ids are random (the speed of a step does not depend on
+collated by TranslationCollator (with ``--length-buckets``, padded to one shape per bucket, as
+task.datamodule.length_buckets does); the token ids are random (the speed of a step does not depend on
 them). Subword lengths are the word counts times ``--subwords-per-word``, or the lengths a
 sentencepiece model (``--subwords FILE.model``) gives. A timed step is what the training module
 does: TranslationModule.training_loss (forward and label-smoothed loss), backward, Adam with the
-§5.3 schedule.
+§5.3 schedule (fused, as optim.fused's default; ``--no-fused-adam``: the per-parameter kernels).
+``--timing block`` (the default) waits for the device once before and once after the timed steps,
+as training runs (nothing in a step waits for the device), and gives their mean; ``--timing step``
+waits after every step, for each step's own time (median, min, max), at the cost of the overlap.
 
 Model FLOPs utilisation = FLOPs counted from the model's shapes (aiayn.reporting.flops, padded
 positions included: they are computed) / measured time / the device's peak, given with
@@ -53,7 +58,7 @@ from aiayn.data.corpus import ParallelCorpus, TranslationCollator
 from aiayn.data.readers import read_parallel
 from aiayn.data.subwords import BOS_ID, EOS_ID, PAD_ID, Subwords
 from aiayn.reporting.flops import Shapes, training_flops
-from aiayn.training.module import TranslationModule
+from aiayn.training.module import TranslationModule, compile_options
 
 RESULTS = REPO / "benchmarks" / "results" / "train_throughput.jsonl"
 MODEL_DIR = REPO / "conf" / "model"
@@ -181,10 +186,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     corpus = synthetic_corpus(src_words, tgt_words, args.vocab_size, args.seed)
     src_lengths, tgt_lengths = np.asarray(corpus.src_lengths), np.asarray(corpus.tgt_lengths)
     sampler = TokenBatchSampler(src_lengths, tgt_lengths, max_tokens, shuffle=True, seed=args.seed,
-                                num_replicas=1, rank=0)
+                                num_replicas=1, rank=0, length_buckets=args.length_buckets)
     sampled = list(sampler)
     naive = corpus_order_batches(src_lengths, tgt_lengths, max_tokens)
-    collate = TranslationCollator(PAD_ID, BOS_ID, EOS_ID)
+    collate = TranslationCollator(PAD_ID, BOS_ID, EOS_ID, args.length_buckets, max_tokens)
     total = args.warmup_steps + args.steps
     profiled = 1 if args.profile else 0  # one more step after the timed ones, under the profiler
     batches = [collate([corpus[i] for i in sampled[step % len(sampled)]]) for step in range(total + profiled)]
@@ -194,7 +199,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         optim={"betas": [0.9, 0.98], "eps": 1e-9, "warmup_steps": 4000, "lr_factor": 1.0, "fused": args.fused_adam},
     ).to(device).train()
     if args.compile:
-        module.compile_transformer(**({"dynamic": True} if args.compile_dynamic else {}))
+        module.compile_transformer(**compile_options(args.compile_mode), **({"dynamic": True} if args.compile_dynamic else {}))
     if args.cudnn_attention:  # the user's own choice after the model is built stands (aiayn.model.attention)
         torch.backends.cuda.enable_cudnn_sdp(True)
     optimizers = module.configure_optimizers()
@@ -202,38 +207,64 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     shapes = Shapes.from_config(model_config, args.vocab_size)
 
-    step_seconds, tokens, flops, losses = [], 0, 0, []
-    profiler = None
-    for step, batch in enumerate(batches):
-        if step == total:
-            profiler = torch.profiler.profile(activities=_profiled_activities(device))
-            profiler.__enter__()
-        if step == args.warmup_steps and device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
-        _synchronize(device)
-        started = time.perf_counter()
+    graphs = args.compile and args.compile_mode in ("reduce-overhead", "max-autotune", "cudagraphs")
+    on_device = [{key: value.to(device, non_blocking=True) for key, value in batch.items()} for batch in batches]
+
+    def step(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One training step, waiting for nothing: its loss and target tokens stay on the device."""
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
             loss, n_tokens = module.training_loss(batch)
         loss.backward()
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
+        return loss.detach().clone(), n_tokens
+
+    def timed(batch: dict[str, torch.Tensor], label: str) -> tuple[float, torch.Tensor, torch.Tensor]:
+        _synchronize(device)
+        started = time.perf_counter()
+        loss, n_tokens = step(batch)
         _synchronize(device)
         elapsed = time.perf_counter() - started
-        if profiler is not None:
-            profiler.__exit__(None, None, None)
-            sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-            print(profiler.key_averages().table(sort_by=sort, row_limit=args.profile), file=sys.stderr)
-            break
-        losses.append(float(loss.detach()))
-        if step >= args.warmup_steps:
+        print(f"step {label}: {elapsed:.3f} s, {int(n_tokens)} target tokens, loss {float(loss):.3f}", file=sys.stderr)
+        return elapsed, loss, n_tokens
+
+    losses, counted = [], []
+    for index in range(args.warmup_steps):
+        _, loss, _ = timed(on_device[index], f"{index + 1}/{total} (warm-up)")
+        losses.append(loss)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    measured = on_device[args.warmup_steps:total]
+    if args.timing == "step":
+        step_seconds = []
+        for index, batch in enumerate(measured):
+            elapsed, loss, n_tokens = timed(batch, f"{args.warmup_steps + index + 1}/{total}")
             step_seconds.append(elapsed)
-            tokens += n_tokens
-            size, src_len = batch["src"].shape
-            flops += training_flops(shapes, size, src_len, batch["tgt_in"].size(1))
-        print(f"step {step + 1}/{total}{' (warm-up)' if step < args.warmup_steps else ''}: "
-              f"{elapsed:.3f} s, {n_tokens} target tokens, loss {losses[-1]:.3f}", file=sys.stderr)
+            losses.append(loss)
+            counted.append(n_tokens)
+    else:
+        _synchronize(device)
+        started = time.perf_counter()
+        for batch in measured:
+            loss, n_tokens = step(batch)
+            losses.append(loss)
+            counted.append(n_tokens)
+        _synchronize(device)
+        block = time.perf_counter() - started
+        step_seconds = [block / len(measured)] * len(measured)
+        print(f"{len(measured)} timed steps: {block:.3f} s", file=sys.stderr)
+    if args.profile:  # one more step after the timed ones, under the profiler
+        with torch.profiler.profile(activities=_profiled_activities(device)) as profiler:
+            step(on_device[total])
+            _synchronize(device)
+        sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+        print(profiler.key_averages().table(sort_by=sort, row_limit=args.profile), file=sys.stderr)
+    losses = [float(loss) for loss in losses]  # read back now that the timing is done
+    tokens = int(sum(int(n) for n in counted))
+    flops = sum(training_flops(shapes, *batch["src"].shape, batch["tgt_in"].size(1)) for batch in measured)
 
     seconds = sum(step_seconds)
     peak = args.peak_tflops
@@ -247,6 +278,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "settings": {**{key: value for key, value in vars(args).items() if key not in ("out", "data_root")},
                      "max_tokens": max_tokens,
+                     "length_buckets": list(args.length_buckets) if args.length_buckets else None,
                      # SDPA's cuDNN kernel, which the model keeps off (aiayn.model.attention)
                      "cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled()},
         "model": {"name": Path(args.model).stem,
@@ -263,7 +295,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "peak_tflops": peak, "peak_tflops_source": peak_source,
         "mfu": achieved / peak,
         "losses": losses,
-        "padding": {"sampler": padding_fraction(sampled, src_lengths, tgt_lengths),
+        "padding": {"sampler": sampler.padding_fraction,  # the rows and lengths that buckets add included
                     "corpus_order": padding_fraction(naive, src_lengths, tgt_lengths),
                     "sampler_batches": len(sampled), "corpus_order_batches": len(naive),
                     "sentences": len(corpus)},
@@ -287,7 +319,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cudnn-attention", action="store_true",
                         help="turn SDPA's cuDNN kernel back on after building the model, which keeps it off: "
                              "what keeping it off gains (settings.cudnn_attention in the record)")
-    parser.add_argument("--fused-adam", action="store_true", help="torch's fused Adam (config: optim.fused)")
+    parser.add_argument("--fused-adam", action=argparse.BooleanOptionalAction, default=True,
+                        help="torch's fused Adam (config: optim.fused, on by default); --no-fused-adam: the plain one")
+    parser.add_argument("--compile-mode", default="default",
+                        choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "cudagraphs"),
+                        help="with --compile: torch.compile's mode, or cudagraphs (config: compile_mode)")
+    parser.add_argument("--length-buckets", default=None, type=lambda text: tuple(int(n) for n in text.split(",")),
+                        help="pad batches to these lengths and rows, e.g. 16,32,48,64,96,128,192,256 "
+                             "(config: task.datamodule.length_buckets)")
+    parser.add_argument("--timing", default="block", choices=("block", "step"),
+                        help="block: one wait for the device around the timed steps (as training runs); "
+                             "step: a wait after every step, for each step's time")
     parser.add_argument("--vocab-size", type=int, default=37000)
     parser.add_argument("--max-tokens", type=int, default=None,
                         help=f"padded tokens per batch and side (default {DEFAULT_MAX_TOKENS})")
