@@ -18,6 +18,7 @@ from aiayn.analysis import (
     attention_maps,
     draw_attention,
     draw_positional_encoding,
+    paper_layer,
 )
 from aiayn.analysis.attention_maps import attention_figure_size
 from aiayn.data.readers import read_lines
@@ -96,6 +97,14 @@ def test_draw_attention_writes_one_picture_per_layer_and_kind(maps: AttentionMap
     assert not [o for o in gc.get_objects() if type(o) is Figure], "no figure outlives its drawing"
 
 
+def test_some_layers_are_drawn_when_asked_and_the_papers_is_the_next_to_last(maps: AttentionMaps,
+                                                                              tmp_path: Path) -> None:
+    assert [paper_layer(n) for n in (1, 2, 6, 8)] == [1, 1, 5, 7]
+    paths = draw_attention(maps, tmp_path, layers=[N_LAYERS])
+    assert [path.name for path in paths] == [name for name in expected_names(N_LAYERS)
+                                              if name.endswith(f"layer{N_LAYERS}.png")]
+
+
 def test_draw_positional_encoding_writes_one_png_where_asked(tmp_path: Path) -> None:
     path = draw_positional_encoding(64, 100, tmp_path / "pe" / "positional.png")
     assert path == tmp_path / "pe" / "positional.png" and path.stat().st_size > 10_000
@@ -111,9 +120,10 @@ def run_dir(tiny_run: TrainedRun) -> Path:
     return tiny_run.run_dir
 
 
-def test_training_ends_by_drawing_attention(run_dir: Path) -> None:
+def test_training_ends_by_drawing_the_papers_layer(run_dir: Path) -> None:
+    """Two layers: the paper's "layer 5 of 6" is the next to last, layer 1: a picture of each kind."""
     pictures = sorted((run_dir / "attention").glob("*.png"))
-    assert [p.name for p in pictures] == sorted(expected_names(2))
+    assert [p.name for p in pictures] == sorted(name for name in expected_names(2) if name.endswith("layer1.png"))
     assert all(p.stat().st_size > 10_000 for p in pictures)
 
 

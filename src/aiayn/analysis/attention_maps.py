@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,10 +116,17 @@ def attention_figure_size(n_heads: int) -> tuple[int, int]:
     return round(columns * PANEL_INCHES * DPI), round((rows * PANEL_INCHES + TITLE_INCHES) * DPI)
 
 
-def draw_attention(maps: AttentionMaps, out_dir: str | os.PathLike) -> list[Path]:
+def paper_layer(n_layers: int) -> int:
+    """The layer the paper's Figures 3–5 show, counted from 1: "layer 5 of 6", the next to last
+    (the only one of a one-layer model)."""
+    return max(1, n_layers - 1)
+
+
+def draw_attention(maps: AttentionMaps, out_dir: str | os.PathLike, layers: Sequence[int] | None = None) -> list[Path]:
     """One PNG per layer and kind, a panel per head, into ``out_dir`` (created if missing):
     ``encoder_self_layer{L}.png``, ``decoder_self_layer{L}.png``, ``cross_layer{L}.png`` with L
-    counted from 1. Returns their paths, encoder self-attention first, each kind by layer."""
+    counted from 1; ``layers`` (counted from 1) picks some, None draws every one. Returns their
+    paths, encoder self-attention first, each kind by layer."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     caption = _shorten(f"{maps.source}  →  {maps.translation or '(empty translation)'}", 140)
@@ -128,6 +136,8 @@ def draw_attention(maps: AttentionMaps, out_dir: str | os.PathLike) -> list[Path
         row_labels = maps.src_pieces if field == "encoder_self" else maps.tgt_pieces
         column_labels = maps.src_pieces if keys_are_source else maps.tgt_pieces
         for layer in range(weights.size(0)):
+            if layers is not None and layer + 1 not in layers:
+                continue
             path = out_dir / f"{stem}_layer{layer + 1}.png"
             _draw_heads(weights[layer], row_labels, column_labels, f"{title}, layer {layer + 1}\n{caption}", path)
             paths.append(path)
@@ -144,19 +154,30 @@ def _draw_heads(weights: Tensor, row_labels: list[str], column_labels: list[str]
     font = max(3.0, min(9.0, 190.0 / max(len(row_labels), len(column_labels))))
     rows_text, columns_text = _labels(row_labels), _labels(column_labels)
     image = None
+    last_row = math.ceil(n_heads / columns) - 1
     for head, ax in enumerate(axes.flat):
         if head >= n_heads:
             ax.set_axis_off()
             continue
         image = ax.imshow(weights[head].numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto",
                           interpolation="nearest")
-        ax.set_xticks(range(len(columns_text)), labels=columns_text, rotation=90, fontsize=font)
-        ax.set_yticks(range(len(rows_text)), labels=rows_text, fontsize=font)
+        # The heads of a layer share their pieces: labelled once, along the left and the bottom
+        # (each panel's own labels made a big model's 18 pictures take minutes to lay out).
+        row, column = divmod(head, columns)
+        below = row == last_row or head + columns >= n_heads
+        if below:
+            ax.set_xticks(range(len(columns_text)), labels=columns_text, rotation=90, fontsize=font)
+        else:
+            ax.set_xticks([])
+        if column == 0:
+            ax.set_yticks(range(len(rows_text)), labels=rows_text, fontsize=font)
+        else:
+            ax.set_yticks([])
         ax.tick_params(length=0)
         ax.set_title(f"head {head + 1}", fontsize=10)
     figure.suptitle(_escape(title), fontsize=11)
     figure.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
-    figure.savefig(path, dpi=DPI)
+    figure.savefig(path, dpi=DPI, pil_kwargs={"compress_level": 1})  # a fast PNG: 18 of them for a run
 
 
 def draw_positional_encoding(d_model: int, max_positions: int, path: str | os.PathLike) -> Path:

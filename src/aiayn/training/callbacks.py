@@ -101,12 +101,16 @@ class AttentionPicturesCallback(L.Callback):
     into ``<trainer.default_root_dir>/attention/`` and give them to the run's loggers (W&B: key
     ``attention/<file stem>``; MLflow: artifacts ``attention/``). Rank zero only.
 
-    ``index`` picks the sentence: the validation split's raw source line of that index. A failure
-    here is logged as a warning: the pictures are not worth losing the test evaluation for.
+    ``index`` picks the sentence: the validation split's raw source line of that index; ``layers``
+    which layers: ``paper`` the one the paper's Figures 3–5 show (layer 5 of 6: three pictures, a
+    few seconds for the big model), ``all`` every one (src/visualize.py draws any). A failure here
+    is logged as a warning: the pictures are not worth losing the test evaluation for.
     """
 
-    def __init__(self, split: str = "val", index: int = 0, folder: str = "attention"):
-        self.split, self.index, self.folder = split, index, folder
+    def __init__(self, split: str = "val", index: int = 0, folder: str = "attention", layers: str = "paper"):
+        if layers not in ("paper", "all"):
+            raise ValueError(f"callbacks.attention_pictures.layers must be paper or all, got {layers!r}")
+        self.split, self.index, self.folder, self.layers = split, index, folder, layers
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero:
@@ -123,12 +127,14 @@ class AttentionPicturesCallback(L.Callback):
         from aiayn.analysis.attention_maps import (  # matplotlib only when used
             attention_maps,
             draw_attention,
+            paper_layer,
         )
 
         datamodule = trainer.datamodule
         sentence = datamodule.sources(self.split)[self.index]
         maps = attention_maps(pl_module.model, datamodule.vocab, sentence, pl_module.decoding)
-        paths = draw_attention(maps, Path(trainer.default_root_dir) / self.folder)
+        layers = None if self.layers == "all" else [paper_layer(maps.n_layers)]
+        paths = draw_attention(maps, Path(trainer.default_root_dir) / self.folder, layers)
         return paths, f"{maps.source} → {maps.translation or '(empty translation)'}"
 
 
