@@ -2,7 +2,9 @@
 
 * ``tests_part``: ``python -m pytest -m gpu -ra`` (with --quick: ``--collect-only -q tests/gpu``); the counts
   come from pytest's closing summary line, the ids of failures and errors from its ``-ra`` lines.
-* ``train_part``: benchmarks/train_throughput.py once per model eager, and base compiled, bf16 autocast.
+* ``train_part``: benchmarks/train_throughput.py for each of :data:`TRAIN_RUNS`, bf16 autocast: the
+  runs the targets are measured on, and each speed switch on and off.
+* ``users_command_part``: benchmarks/_users_command.py (src/train.py model=big task=wmt_en_fr itself).
 * ``decode_part``: benchmarks/_gpu_decode.py (our beam search and CTranslate2 on the same weights).
 
 ``run_capped`` gives a process its cap: shortly before it, its process group gets SIGINT (pytest
@@ -27,14 +29,32 @@ from pathlib import Path
 from _common import REPO
 
 PYTHON = sys.executable
-# (label, conf/model name, vocabulary, extra train_throughput.py arguments): the paper's base model
-# on WMT EN-DE (37k shared BPE) and big on EN-FR (32k word-pieces, P_drop 0.1 there, §6.1).
-TRAIN_MODELS = [("base", "base", 37000, []), ("big", "big", 32000, ["--set", "model.dropout=0.1"])]
+BIG = ["--set", "model.dropout=0.1", "--pair", "en-fr"]  # big on EN-FR: P_drop 0.1 there (§6.1), EN-FR's lengths
+BUCKETS = ["--length-buckets", "16,24,32,40,48,64,96,128,256"]
+GRAPHS = ["--compile", "--compile-mode", "cudagraphs", *BUCKETS]  # CUDA graphs of the step, one per bucket
+# (label, conf/model name, vocabulary, padded tokens a batch, extra train_throughput.py arguments):
+# the paper's base model on WMT EN-DE (37k shared BPE) and big on EN-FR (32k word-pieces). 25,000
+# tokens: the whole step in one batch (one GPU, task.datamodule.max_tokens=auto); 3,125: one of 8
+# GPUs' share (§5.1). The first three are the targets' runs (docs/performance.md); the rest turn one
+# switch each: CUDA graphs with length buckets, the buckets alone, plain Adam instead of fused.
+TRAIN_RUNS = [
+    ("big 25000", "big", 32000, 25000, BIG),
+    ("big 3125", "big", 32000, 3125, BIG),
+    ("base 3125", "base", 37000, 3125, []),
+    ("base 3125 graphs", "base", 37000, 3125, GRAPHS),
+    ("big 3125 graphs", "big", 32000, 3125, [*BIG, *GRAPHS]),
+    ("base 3125 buckets", "base", 37000, 3125, BUCKETS),
+    ("base 3125 plain Adam", "base", 37000, 3125, ["--no-fused-adam"]),
+]
 TINY = ["--set", "model.n_layers=1", "--set", "model.d_model=32", "--set", "model.d_ff=64", "--set",
         "model.n_heads=2", "--set", "model.d_k=16", "--set", "model.d_v=16"]
-QUICK_MODELS = [("tiny", "small", 1000, TINY)]
-MAX_TOKENS = 3125  # one GPU's share of the paper's 25,000-token step on 8 GPUs (§5.1)
-EAGER_CAP_S = 90  # the most an eager training run may take (about 15 s on an H100)
+QUICK_RUNS = [("tiny 1024", "small", 1000, 1024, TINY)]
+RUN_CAP_S = 60  # the most one run may take (an eager one: about 20 s on an H200, a compiled one more)
+# The targets (docs/performance.md): MFU of the bare step in bf16 against the measured bf16 peak,
+# each over the runs of that model and batch (the best of its switches), and the real loop's
+# target tokens/s over the bare step's at the same batch (the users_command part).
+TARGETS = {"big 25000": 0.45, "big 3125": 0.25, "base 3125": 0.15}
+LOOP_TARGET = 0.9
 
 
 def run_capped(command: list[str], cap_s: float, log: Path) -> dict:
@@ -141,33 +161,30 @@ def tests_part(cap_s: float, work: Path, quick: bool) -> dict:
 
 
 def train_part(cap_s: float, work: Path, device: str, quick: bool, records_file: Path | None) -> dict:
-    """bf16 training throughput per model eager, then of the first compiled (on CUDA only with --quick:
-    inductor takes minutes on a small CPU); each record of train_throughput.py is appended to
-    ``records_file`` (None: not kept, as for --quick) and summed up here."""
+    """bf16 training throughput of each of :data:`TRAIN_RUNS` (with --quick the tiny model alone,
+    eager); each record of train_throughput.py is appended to ``records_file`` (None: not kept, as
+    for --quick) and summed up here."""
     deadline = time.monotonic() + cap_s
-    models = QUICK_MODELS if quick else TRAIN_MODELS
-    # Every eager run first, then the first model compiled: compiling one model (dynamic shapes,
-    # forward and backward) took over 90 s on an H200 with 16 cores, so the part has room for one.
-    plan = [(model, False) for model in models] + ([(models[0], True)] if device == "cuda" or not quick else [])
-    steps = ["--warmup-steps", "1", "--steps", "2"] if quick else ["--warmup-steps", "5", "--steps", "50"]
-    runs, skipped = [], []
-    if device == "cpu" and quick:
-        skipped.append("compiled: left out of --quick on cpu (torch.compile takes minutes there)")
-    for index, ((label, conf, vocab, extra), compiled) in enumerate(plan):
-        left = deadline - time.monotonic()
-        compiled_left = sum(c for _, c in plan[index:])
-        cap = min(left, EAGER_CAP_S) if not compiled else left / compiled_left
-        name = f"{label}{'-compiled' if compiled else ''}"
-        summary = {"run": name, "model": label, "config": conf, "vocab_size": vocab, "precision": "bf16",
-                   "compile": compiled, "max_tokens": 1024 if quick else MAX_TOKENS}
+    plan = QUICK_RUNS if quick else TRAIN_RUNS
+    runs = []
+    skipped = ["compiled runs and the other switches: left out of --quick (compiling takes minutes on a CPU)"] \
+        if quick else []
+    for label, conf, vocab, max_tokens, extra in plan:
+        cap = min(deadline - time.monotonic(), RUN_CAP_S)
+        compiled = "--compile" in extra
+        summary = {"run": label, "model": label.split()[0], "config": conf, "vocab_size": vocab, "precision": "bf16",
+                   "compile": compiled, "max_tokens": max_tokens, "switches": _switches(extra)}
         if cap < 5:
             runs.append({**summary, "status": "not run", "reason": "the part's time cap was spent"})
             continue
+        name = label.replace(" ", "-")
         out, log = work / f"train-{name}.jsonl", work / f"train-{name}.log"
+        steps = ["--warmup-steps", "1", "--steps", "2"] if quick else \
+            ["--warmup-steps", "10" if compiled else "3" if max_tokens > 10_000 else "5",
+             "--steps", "12" if max_tokens > 10_000 else "40"]
         command = [PYTHON, "benchmarks/train_throughput.py", "--model", conf, *extra, "--device", device,
-                   "--precision", "bf16", "--vocab-size", str(vocab), "--max-tokens", str(summary["max_tokens"]),
-                   *steps, "--out", str(out)]
-        command += ["--compile", "--compile-dynamic"] if compiled else []
+                   "--precision", "bf16", "--vocab-size", str(vocab), "--max-tokens", str(max_tokens), *steps,
+                   "--out", str(out)]
         command += ["--threads", "1"] if quick and device == "cpu" else []
         run = run_capped(command, cap, log)
         warmup = [float(s) for s in re.findall(r"\(warm-up\): ([\d.]+) s", log.read_text(errors="replace"))]
@@ -187,11 +204,49 @@ def train_part(cap_s: float, work: Path, device: str, quick: bool, records_file:
                      "achieved_tflops": float(f"{record['achieved_tflops']:.4g}"),
                      "peak_tflops": float(f"{record['peak_tflops']:.4g}"), "peak_tflops_source": record["peak_tflops_source"],
                      "mfu": float(f"{record['mfu']:.4g}"), "peak_memory_mb": round(record["peak_memory_mb"], 1),
-                     "gpu": record["machine"].get("gpu")})
+                     "padding": round(record["padding"]["sampler"], 4), "gpu": record["machine"].get("gpu")})
     statuses = {run["status"] for run in runs}
     return {"runs": runs, "skipped": skipped, "records_file": str(records_file) if records_file else None,
             "status": "ok" if statuses == {"ok"} else "timed out" if "timed out" in statuses else "incomplete",
             "peak_memory_mb": max((run.get("peak_memory_mb", 0) for run in runs), default=None)}
+
+
+def _switches(extra: list[str]) -> list[str]:
+    """The speed switches a run's arguments turn (their names), for the record."""
+    return [arg.removeprefix("--") for arg in extra if arg.startswith("--") and arg not in ("--set", "--pair")]
+
+
+def users_command_part(cap_s: float, work: Path, device: str, quick: bool) -> dict:
+    """src/train.py model=big task=wmt_en_fr for 100 steps and what follows (benchmarks/_users_command.py)."""
+    out, log = work / "users_command.json", work / "users_command.log"
+    command = [PYTHON, "benchmarks/_users_command.py", "--json", str(out), "--device", device,
+               "--work", str(work / "users_command")]
+    command += ["--quick"] if quick else []
+    run = run_capped(command, cap_s, log)
+    result = json.loads(out.read_text()) if out.is_file() else {}
+    result.update(process_seconds=run["seconds"], cap_s=run["cap_s"])
+    result["status"] = "ok" if run["returncode"] == 0 and out.is_file() else \
+        "timed out" if run["timed_out"] else "error"
+    if result["status"] != "ok":
+        result["log_tail"] = log_tail(log)
+    result["peak_memory_mb"] = (result.get("bare_step") or {}).get("peak_memory_mb")
+    return result
+
+
+def targets(record: dict) -> dict:
+    """Each target (docs/performance.md) with what was measured and whether it was met."""
+    found = {}
+    runs = [run for run in (record.get("train") or {}).get("runs", []) if run["status"] == "ok"]
+    for label, target in TARGETS.items():
+        model, tokens = label.split()
+        candidates = [run for run in runs if run["model"] == model and run["max_tokens"] == int(tokens)]
+        best = max(candidates, key=lambda run: run["mfu"], default=None)
+        found[f"{label} MFU"] = {"target": target, "measured": best and best["mfu"], "run": best and best["run"],
+                                 "met": bool(best and best["mfu"] >= target)}
+    loop = (record.get("users_command") or {}).get("loop_over_bare")
+    found["train.py over the bare step"] = {"target": LOOP_TARGET, "measured": loop, "run": "users_command",
+                                           "met": bool(loop and loop >= LOOP_TARGET)}
+    return found
 
 
 def decode_part(cap_s: float, work: Path, device: str, quick: bool, sentences: int | None) -> dict:

@@ -8,7 +8,7 @@ model FLOPs utilisation, with each speed switch on or off.
         [--profile ROWS]
 
 The batches are what training sees: the sentence lengths of the real newstest2014 EN-DE test set
-($AIAYN_DATA_ROOT/wmt14), in subwords, cut into token-budget batches by the repo's own
+(``--pair en-fr``: EN-FR's; $AIAYN_DATA_ROOT/wmt14), in subwords, cut into token-budget batches by the repo's own
 TokenBatchSampler (``--max-tokens`` padded tokens per side, as task.datamodule.max_tokens) and
 collated by TranslationCollator (with ``--length-buckets``, padded to one shape per bucket, as
 task.datamodule.length_buckets does); the token ids are random (the speed of a step does not depend on
@@ -94,9 +94,12 @@ def load_model_config(name: str, overrides: list[str]) -> dict[str, Any]:
     return OmegaConf.to_container(merged, resolve=True)
 
 
-def sentence_lengths(data_root: Path, subwords: str | None, per_word: float) -> tuple[list[int], list[int]]:
-    """Subword lengths (no BOS/EOS) of newstest2014 EN-DE sources and targets."""
-    src, tgt = read_parallel(data_root / "wmt14" / "newstest2014-en-de.en", data_root / "wmt14" / "newstest2014-en-de.de")
+def sentence_lengths(data_root: Path, subwords: str | None, per_word: float,
+                     pair: str = "en-de") -> tuple[list[int], list[int]]:
+    """Subword lengths (no BOS/EOS) of newstest2014's sources and targets of ``pair`` (en-de, en-fr)."""
+    source, target = pair.split("-")
+    src, tgt = read_parallel(data_root / "wmt14" / f"newstest2014-{pair}.{source}",
+                             data_root / "wmt14" / f"newstest2014-{pair}.{target}")
     if subwords:
         model = Subwords(subwords)
         return [len(ids) for ids in model.encode(src)], [len(ids) for ids in model.encode(tgt)]
@@ -182,7 +185,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     model_config["attention"] = args.attention
     max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS[device.type]
 
-    src_words, tgt_words = sentence_lengths(Path(args.data_root), args.subwords, args.subwords_per_word)
+    src_words, tgt_words = sentence_lengths(Path(args.data_root), args.subwords, args.subwords_per_word, args.pair)
     corpus = synthetic_corpus(src_words, tgt_words, args.vocab_size, args.seed)
     src_lengths, tgt_lengths = np.asarray(corpus.src_lengths), np.asarray(corpus.tgt_lengths)
     sampler = TokenBatchSampler(src_lengths, tgt_lengths, max_tokens, shuffle=True, seed=args.seed,
@@ -343,6 +346,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "ROWS operators by self time")
     parser.add_argument("--subwords", default=None, help="a sentencepiece .model to measure subword lengths with")
     parser.add_argument("--subwords-per-word", type=float, default=SUBWORDS_PER_WORD)
+    parser.add_argument("--pair", default="en-de", choices=("en-de", "en-fr"),
+                        help="whose newstest2014 sentence lengths the batches have (default en-de)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-root", default=os.environ.get("AIAYN_DATA_ROOT") or str(REPO.parent / "shared" / "data"))
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"JSON lines file to append to (default {RESULTS})")

@@ -40,9 +40,10 @@ def test_quick_cpu_run_writes_one_record_with_every_part(quick_run) -> None:
     assert record["benchmark"] == "gpu_suite" and record["device"] == "cpu" and record["quick"] is True
     assert record["date"].startswith("20") and record["commit"] and record["machine"]["cores"]
     assert "gpu" not in record["machine"] and record["machine"]["torch"] == torch.__version__
-    assert record["parts"] == ["tests", "train", "decode"] and set(record["caps_s"]) == set(record["parts"])
+    assert record["parts"] == ["tests", "train", "users_command", "decode"]
+    assert set(record["caps_s"]) == set(record["parts"])
     assert 0 < record["seconds"] < 240
-    assert set(record["peak_memory_mb"]) == {"tests", "train", "decode"}
+    assert set(record["peak_memory_mb"]) == set(record["parts"])
     assert record["peak_memory_mb"]["train"] == {"device": None, "torch": record["train"]["peak_memory_mb"]}
     for part in record["parts"]:  # every part ran within its cap and says how long it took
         assert record[part]["part_seconds"] <= record[part]["part_cap_s"]
@@ -63,6 +64,19 @@ def test_quick_cpu_run_writes_one_record_with_every_part(quick_run) -> None:
     assert run["step_seconds"]["min"] <= run["step_seconds"]["median"] <= run["step_seconds"]["max"]
     # --quick keeps its tiny runs out of the records the training plan reads
     assert train["records_file"] is None and not (results / "train_throughput.jsonl").exists()
+
+    users = record["users_command"]  # src/train.py itself on a miniature EN-FR tree (the tiny model with --quick)
+    assert users["status"] == "ok" and users["returncode"] == 0 and users["steps"] == 4
+    assert users["command"].startswith("python src/train.py debug=tiny") and "task=wmt_en_fr" in users["command"]
+    assert users["plan"].startswith("plan: 1 CPU process") and users["tokens_per_batch"] == 1024
+    assert [line["step"] for line in users["progress_lines"]] == [1, 2, 3, 4] and users["tgt_tokens_per_s"] > 0
+    assert set(users["after_last_step"]) == {"validation_s", "checkpoint_s", "checkpoint_gb", "attention_pictures_s",
+                                             "test_s"}
+    assert all(value is not None and value >= 0 for value in users["after_last_step"].values())
+    assert users["pictures"] == ["cross_layer1.png", "decoder_self_layer1.png", "encoder_self_layer1.png"]
+    assert users["test_line"].startswith("test sacreBLEU on ")
+    assert users["bare_step"]["tgt_tokens_per_s"] > 0 and users["loop_over_bare"] > 0
+    assert "targets" not in record  # judged on GPU records only
 
     decode = record["decode"]
     assert decode["status"] == "ok" and decode["complete"] and decode["sentences"] == 16
@@ -108,6 +122,35 @@ def test_quick_cpu_run_appends_a_dated_markdown_section(quick_run) -> None:
         assert re.match(r"[\d.]+ sentences/s", by_run[("decode", engine)][3]), engine
     assert re.search(r"identical to ours fp32: \d+/16", by_run[("decode", "ctranslate2 float32")][3])
     assert "random weights, so every output runs to input + 50" in section
+    users = by_run[("users_command", "the user's command, 4 steps, batches of 1024")]
+    assert users[2] == "ok" and re.match(r"[\d,]+ target tokens/s, [\d.]+ of the bare step's", users[3])
+    assert re.match(r"validation [\d.]+ s, checkpoint [\d.]+ s, attention pictures [\d.]+ s, test [\d.]+ s",
+                    by_run[("users_command", "after the last step")][3])
+
+
+def test_each_target_is_set_beside_the_best_run_of_its_model_and_batch() -> None:
+    """The targets of a GPU record: the best MFU of each model and batch over its switches, and the
+    user's command over the bare step; a target without a run is not met and says so."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import _gpu_parts
+    import gpu_suite
+
+    run = lambda label, mfu, status="ok": {"run": label, "model": label.split()[0], "max_tokens": int(label.split()[1]),
+                                           "mfu": mfu, "status": status}
+    record = {"train": {"runs": [run("big 25000", 0.31), run("big 3125", 0.11), run("big 3125 graphs", 0.27),
+                                 run("base 3125", 0.03), run("base 3125 graphs", 0.5, status="timed out")]},
+              "users_command": {"loop_over_bare": 0.93}}
+    found = _gpu_parts.targets(record)
+    assert found["big 25000 MFU"] == {"target": 0.45, "measured": 0.31, "run": "big 25000", "met": False}
+    assert found["big 3125 MFU"] == {"target": 0.25, "measured": 0.27, "run": "big 3125 graphs", "met": True}
+    assert found["base 3125 MFU"]["measured"] == 0.03 and not found["base 3125 MFU"]["met"]
+    assert found["train.py over the bare step"]["met"] is True
+    assert _gpu_parts.targets({})["big 25000 MFU"] == {"target": 0.45, "measured": None, "run": None, "met": False}
+    shown = {"targets": found, "machine": {"cpu": "Xeon", "cores": 16, "python": "3.12", "torch": "2.11"},
+             "date": "2026-12-01T00:00:00", "commit": "abc", "quick": False, "caps_s": {}, "seconds": 1.0}
+    notes = gpu_suite.markdown(shown)
+    assert "- target big 25000 MFU ≥ 45%: 31.0% (big 25000) — missed" in notes
+    assert "- target train.py over the bare step ≥ 0.90: 0.93 (users_command) — met" in notes
 
 
 def test_a_gpu_record_without_ctranslate2_says_so_instead_of_a_comparison() -> None:
