@@ -163,9 +163,16 @@ def test_a_throughput_is_used_only_for_the_same_model_device_precision_vocabular
     assert measured_throughput(records, **args)["tgt_tokens_per_s"] == 50_000
     assert measured_throughput(records, **args, tokens_per_batch=3125)["tgt_tokens_per_s"] == 50_000
     for change in ({"model": "base"}, {"device": "NVIDIA A100"}, {"precision": "32-true"}, {"vocab_size": 37000},
-                   {"compiled": True}, {"accelerator": "cpu"}, {"model": None}, {"tokens_per_batch": 25_000}):
+                   {"compiled": True}, {"accelerator": "cpu"}, {"model": None}, {"tokens_per_batch": 25_000},
+                   {"length_buckets": True}):
         assert measured_throughput(records, **{**args, **change}) is None, change
     assert measured_throughput(tmp_path / "absent.jsonl", **args) is None
+    # A compiled record is used for a run compiled in the same mode only.
+    graphs = throughput_record(compile=True, tgt_tokens_per_s=70_000.0)
+    graphs["settings"]["compile_mode"] = "cudagraphs"
+    records.write_text(json.dumps(graphs) + "\n")
+    assert measured_throughput(records, **{**args, "compiled": True, "compile_mode": "cudagraphs"}) is not None
+    assert measured_throughput(records, **{**args, "compiled": True}) is None
 
 
 # -- the tool ---------------------------------------------------------------------------------------

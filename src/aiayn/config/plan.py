@@ -212,8 +212,11 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
         f"  batch: {plan['batch_limit']}" if plan.get("batch_limit") else None,
         f"  {optim['train_steps']:,} steps, warmup {optim['warmup_steps']:,}",
     ]
+    switches = {"compile_mode": config.get("compile_mode", "default"),
+                "length_buckets": bool(config["task"].get("datamodule", {}).get("length_buckets"))}
     measured = measured_throughput(records, model, trainer["accelerator"], plan.get("device"), trainer["precision"],
-                                   config["task"]["vocab_size"], bool(config.get("compile")), plan["tokens_per_batch"])
+                                   config["task"]["vocab_size"], bool(config.get("compile")), plan["tokens_per_batch"],
+                                   **switches)
     if measured is not None:
         # A step is `accumulate` batches of the size measured, on every device at once.
         batch_seconds = measured["step_seconds"]["mean"]
@@ -226,10 +229,12 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
 
 
 def measured_throughput(records: Path, model: str | None, accelerator: str, device: str | None, precision: str,
-                        vocab_size: int, compiled: bool, tokens_per_batch: int | None = None) -> dict[str, Any] | None:
+                        vocab_size: int, compiled: bool, tokens_per_batch: int | None = None,
+                        compile_mode: str = "default", length_buckets: bool = False) -> dict[str, Any] | None:
     """The newest record of ``records`` (train_throughput.py's JSON lines) that measured this model
-    (by its config name), vocabulary, precision, compile switch and batch (``tokens_per_batch``, the
-    record's ``max_tokens``; None: any) on this kind of device (the GPU's or the CPU's name), with
+    (by its config name), vocabulary, precision, compile switch (and mode), length buckets or none,
+    and batch (``tokens_per_batch``, the record's ``max_tokens``; None: any) on this kind of device
+    (the GPU's or the CPU's name), with
     SDPA's cuDNN kernel off as the model keeps it (a record with
     ``settings.cudnn_attention`` true measured that kernel, up to 5× slower on an H200); None when
     there is none."""
@@ -246,6 +251,8 @@ def measured_throughput(records: Path, model: str | None, accelerator: str, devi
                     and settings["vocab_size"] == vocab_size and bool(settings.get("compile")) == compiled
                     and not settings.get("cudnn_attention") and record["tgt_tokens_per_s"] > 0
                     and (tokens_per_batch is None or settings.get("max_tokens") == tokens_per_batch)
+                    and (not compiled or settings.get("compile_mode", "default") == compile_mode)
+                    and bool(settings.get("length_buckets")) == length_buckets
                     and record["step_seconds"]["mean"] > 0):
                 found = record if found is None or record["date"] >= found["date"] else found
         except (ValueError, KeyError, TypeError):
