@@ -3,7 +3,7 @@ model FLOPs utilisation, with each speed switch on or off.
 
     .venv/bin/python benchmarks/train_throughput.py --model base [--device cpu|cuda] [--precision fp32|bf16]
         [--attention sdpa|explicit] [--compile [--compile-dynamic] [--compile-mode MODE]] [--no-fused-adam]
-        [--length-buckets 16,32,...] [--timing block|step] [--vocab-size 37000] [--max-tokens N]
+        [--fused-loss] [--length-buckets 16,32,...] [--timing block|step] [--vocab-size 37000] [--max-tokens N]
         [--steps 5] [--warmup-steps 2] [--peak-tflops X] [--set model.KEY=VALUE ...] [--out FILE]
         [--profile ROWS]
 
@@ -199,6 +199,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     module = TranslationModule(
         model=model_config, vocab_size=args.vocab_size, decoding={}, label_smoothing=0.1,  # ε_ls: loss.label_smoothing
+        fused_loss=args.fused_loss,
         optim={"betas": [0.9, 0.98], "eps": 1e-9, "warmup_steps": 4000, "lr_factor": 1.0, "fused": args.fused_adam},
     ).to(device).train()
     if args.compile:
@@ -324,6 +325,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "what keeping it off gains (settings.cudnn_attention in the record)")
     parser.add_argument("--fused-adam", action=argparse.BooleanOptionalAction, default=True,
                         help="torch's fused Adam (config: optim.fused, on by default); --no-fused-adam: the plain one")
+    parser.add_argument("--fused-loss", action="store_true",
+                        help="the label-smoothed loss with its gradient in one pass (config: loss.fused)")
     parser.add_argument("--compile-mode", default="default",
                         choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "cudagraphs"),
                         help="with --compile: torch.compile's mode, or cudagraphs (config: compile_mode)")

@@ -201,7 +201,8 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["validation.bleu_sentences=-5"], "train.py: validation.bleu_sentences must be a whole number, 0 or more"),
     (["model.n_layers=0"], "train.py: model.n_layers must be at least 1 (N: the layers of each stack), got 0"),
     (["model.attention_window=0"], "train.py: model: attention_window must be a whole number of at least 1"),
-    (["task.datamodule.max_tokens=0"], "train.py: task.datamodule.max_tokens must be a positive whole number, got 0"),
+    (["task.datamodule.max_tokens=0"], ("train.py: task.datamodule.max_tokens must be a positive whole number or "
+                                        "auto (the most the machine holds of the step), got 0")),
     (["task.datamodule.eval_max_tokens=-1"], ("train.py: task.datamodule.eval_max_tokens must be a positive whole "
                                              "number, got -1")),
     (["checkpoint.keep_timed=0"], ("train.py: checkpoint.keep_timed must be how many checkpoints to keep, 1 or "

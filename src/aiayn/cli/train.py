@@ -238,6 +238,7 @@ def _module(cfg: DictConfig, config: dict) -> TranslationModule:
             vocab_size=cfg.task.vocab_size,
             optim=config["optim"],
             label_smoothing=config["loss"]["label_smoothing"],
+            fused_loss=config["loss"].get("fused", False),
             decoding=config["decoding"],
             bleu_sentences=cfg.validation.bleu_sentences,
             run_config=config,

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 # What makes a row run that row: the network, its widths, the recipe and the task.
 ROW_KEYS = ("task.name", "task.vocab_size", "model", "width_divisor", "loss", "optim")
 # Speed switches compute the same numbers another way: not a change of the row.
-SPEED_KEYS = ("optim.fused", "model.attention")
+SPEED_KEYS = ("optim.fused", "model.attention", "loss.fused")
 # Overrides the name and tags leave out: said already (run_name, run_group, experiment, scale, debug) or not a
 # value of the run.
 _UNNAMED = ("run_name", "run_group", "experiment", "scale", "debug", "resume", "logger", "trainer.devices")

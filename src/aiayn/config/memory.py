@@ -79,13 +79,20 @@ def activation_bytes(model: Mapping[str, Any], compute_bytes: int) -> int:
     return encoder + decoder + embeddings + a * d  # and the decoder's output, into the projection
 
 
-def training_memory(model: Mapping[str, Any], vocab_size: int, precision: Any, processes: int = 1) -> MemoryEstimate:
+def training_memory(model: Mapping[str, Any], vocab_size: int, precision: Any, processes: int = 1,
+                    fused_loss: bool = False) -> MemoryEstimate:
     """The estimate for the network ``model`` (its arguments as built, widths divided) trained in
-    ``precision`` (Lightning's name) by ``processes`` processes (DDP's buckets from two on)."""
+    ``precision`` (Lightning's name) by ``processes`` processes (DDP's buckets from two on), with
+    the plain loss or the fused one (``loss.fused``: the logits and their gradient in the compute
+    dtype, and an fp32 scratch of a block of rows, aiayn.model.loss)."""
+    from aiayn.model.loss import FUSED_ROWS
+
     a = COMPUTE_BYTES.get(str(precision), 2)
     weights = parameters(model, vocab_size)
     fixed = weights * (16 + (2 if a == 2 else 0) + (4 if processes > 1 else 0))
-    per_token = activation_bytes(model, a) + (8 + 2 * a) * vocab_size
+    if fused_loss:
+        fixed += 2 * 4 * FUSED_ROWS * vocab_size
+    per_token = activation_bytes(model, a) + (2 * a if fused_loss else 8 + 2 * a) * vocab_size
     return MemoryEstimate(fixed=fixed, per_token=per_token)
 
 

@@ -143,7 +143,8 @@ def batch_limit(config: Mapping[str, Any], placement: Placement, machine: Machin
         network = network_arguments(config["model"], config.get("width_divisor", 1) or 1)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    estimate = training_memory(network, int(config["task"]["vocab_size"]), placement.precision, placement.processes)
+    estimate = training_memory(network, int(config["task"]["vocab_size"]), placement.precision, placement.processes,
+                               fused_loss=bool((config.get("loss") or {}).get("fused")))
     device = machine.gpu_memory or ASSUMED_GPU_MEMORY
     fits = tokens_that_fit(estimate, device)
     longest = data.get("max_length")
@@ -293,7 +294,8 @@ def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
               "task": {"datamodule": settings(_root_.task.datamodule, ("max_tokens", "max_length")),
                        "vocab_size": _root_.task.get("vocab_size")},
               # what max_tokens=auto sizes a GPU's batch for (aiayn.config.memory)
-              "model": OmegaConf.to_container(_root_.model, resolve=True), "width_divisor": _root_.get("width_divisor", 1)}
+              "model": OmegaConf.to_container(_root_.model, resolve=True), "width_divisor": _root_.get("width_divisor", 1),
+              "loss": settings(_root_.loss, ("fused",))}
     machine = this_machine()
     try:
         plan = make_plan(config, machine, multirun=multirun)

@@ -77,6 +77,10 @@ class LossConfig:
     """The training loss: cross-entropy with label smoothing (§5.4)."""
 
     label_smoothing: float = 0.1  # ε_ls: the share of each target's probability spread over the vocabulary
+    # The same loss computed with its gradient a block of rows at a time, keeping that gradient in the
+    # logits' dtype instead of fp32 log-probabilities over the vocabulary: less memory a token, so
+    # bigger batches fit (aiayn.model.loss). A speed switch: the same numbers up to rounding.
+    fused: bool = False
 
 
 @dataclass

@@ -66,6 +66,7 @@ class TranslationModule(L.LightningModule):
         optim: dict[str, Any],
         decoding: dict[str, Any],
         label_smoothing: float = 0.1,
+        fused_loss: bool = False,
         pad_id: int = 0,
         bos_id: int = 2,
         eos_id: int = 3,
@@ -80,7 +81,7 @@ class TranslationModule(L.LightningModule):
         # run_config (the whole resolved Hydra config) travels in checkpoints, not in the logger's
         # hyper-parameters: train.py logs it itself.
         self.save_hyperparameters(logger=False)
-        self.label_smoothing = float(label_smoothing)
+        self.label_smoothing, self.fused_loss = float(label_smoothing), bool(fused_loss)
         self.model = Transformer(vocab_size, vocab_size, pad_id=pad_id, **model)
         self.optim, self.decoding = dict(optim), dict(decoding)
         self._search: Search | None = None  # how to decode, from the data's vocabulary when first needed
@@ -159,7 +160,8 @@ class TranslationModule(L.LightningModule):
         """The label-smoothed loss of one teacher-forced batch summed over its non-padding target
         tokens, and the number of those tokens (a tensor: nothing is read back)."""
         logits = self.model(batch["src"], batch["tgt_in"])
-        loss_sum, _, n_tokens = label_smoothed_loss(logits, batch["tgt_out"], self.label_smoothing, self.pad_id)
+        loss_sum, _, n_tokens = label_smoothed_loss(logits, batch["tgt_out"], self.label_smoothing, self.pad_id,
+                                                    fused=self.fused_loss)
         return loss_sum, n_tokens
 
     def training_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
