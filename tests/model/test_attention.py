@@ -199,6 +199,29 @@ def test_stacked_projections_equal_the_three_of_the_paper(grad):
         assert all(torch.allclose(a, b, atol=1e-12) for a, b in zip(stacked, plain))
 
 
+def test_evaluation_after_a_fused_adam_step_projects_with_the_new_weights():
+    """torch's fused Adam changes the weights in place without counting it in their versions: the
+    stack kept for decoding must not outlive the step (it did: validation after a fused step used
+    the weights of the last validation)."""
+    mha = _mha(16, 2, 5, 3).float()
+    x = torch.randn(3, 4, 16)
+    optimizer = torch.optim.Adam(mha.parameters(), lr=0.1, fused=True)
+    mha.eval()
+    with torch.no_grad():
+        before, _ = mha.project_self(x)  # builds the kept stack
+    mha.train()
+    q, (k, v) = mha.project_self(x)
+    (q.square().sum() + k.sum() + v.sum()).backward()
+    version = mha.w_q.weight._version
+    optimizer.step()
+    assert mha.w_q.weight._version == version, "fused Adam left the version alone (else this test shows nothing)"
+    mha.eval()
+    with torch.no_grad():
+        after, _ = mha.project_self(x)
+    expected = mha.split_heads(mha.w_q(x), 5)
+    assert not torch.allclose(before, expected) and torch.allclose(after, expected, atol=1e-6)
+
+
 def test_one_query_on_the_cpu_equals_sdpa():
     """A decoding step (one query) takes the written-out Eq. 1 on the CPU; it must equal SDPA's."""
     mha = _mha(16, 4, 4, 4)

@@ -125,10 +125,18 @@ class MultiHeadAttention(nn.Module):
             return list(kind.stacked(layers)(x).split(widths, dim=-1))  # (…, Σ widths) split
         return [layer(x) for layer in layers]
 
+    def train(self, mode: bool = True) -> MultiHeadAttention:
+        """Switching between training and evaluation drops the kept stacks (see :meth:`_stacked`):
+        torch's fused Adam updates the weights in place without counting it in their versions, so
+        only a new stack is sure to hold the weights of the last step."""
+        self._stacks.clear()
+        return super().train(mode)
+
     def _stacked(self, *names: str) -> Tensor:
         """The weights of the projections ``names`` stacked row-wise, for one matrix product. While
         no gradient is taken (decoding) the stack is kept until a weight changes (its version or
-        storage), instead of being copied at every step."""
+        storage) or the module switches between training and evaluation, instead of being copied at
+        every step."""
         weights = [getattr(self, name).weight for name in names]
         if torch.is_grad_enabled():
             return torch.cat(weights)  # part of the graph: gradients flow back to each projection
