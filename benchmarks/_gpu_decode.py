@@ -14,7 +14,7 @@ vocabulary must be the model's) speaks it. --quick: a one-layer 32-wide model an
 Engines, one after another over the same batches (TokenBatchSampler, ``--max-tokens`` padded
 source tokens each, in a seeded shuffled order so that a cut-off run is a fair sample):
 ``ours_fp32`` and ``ours_bf16`` (aiayn.model.beam_search; bf16 through
-aiayn.decoding_speed.for_decoding), then CTranslate2 on the model exported as src/export.py
+aiayn.decoding.speed.for_decoding), then CTranslate2 on the model exported as src/export.py
 exports it (aiayn.export.ctranslate2), computing in float32, bfloat16 and float16 where it
 supports them on the device. Each gets one untimed warm-up batch. Figures: sentences/s,
 generated tokens/s (EOS not counted), outputs at their maximum length, outputs identical to
@@ -56,7 +56,7 @@ from aiayn.checkpoints.trained import TrainedModel
 from aiayn.config.schemas import decoding_settings
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import TranslationCollator
-from aiayn.decoding_speed import for_decoding
+from aiayn.decoding.speed import for_decoding
 from aiayn.model import beam_search
 
 # §6.1's beam 4, α 0.6, input + 50: the decoding settings' defaults (aiayn.config.schemas.DecodingConfig).
@@ -204,7 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     scratch = tempfile.TemporaryDirectory(prefix="aiayn-gpu-decode-")
     export_started = time.monotonic()
     try:
-        from aiayn.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
+        from aiayn.decoding.ctranslate2 import CTranslate2Translator
+        from aiayn.export.ctranslate2 import export_ctranslate2
 
         trained = TrainedModel(model=model, vocab=vocab, decoding=decoding_settings(SEARCH), config={}, step=0)
         ct2_folder = export_ctranslate2(trained, Path(scratch.name) / "ct2", steps=[0],

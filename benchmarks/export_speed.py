@@ -32,7 +32,7 @@ import torch
 from aiayn.checkpoints.trained import load_trained
 from aiayn.config.schemas import decoding_settings
 from aiayn.data.readers import read_lines
-from aiayn.inference import translate
+from aiayn.decoding.translator import translate
 from aiayn.metrics.bleu import sacrebleu_score
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, when imported from elsewhere
@@ -66,7 +66,7 @@ def marian_translate(folder: Path, sentences: list[str]) -> tuple[list[str], flo
 
 
 def ctranslate2_translate(folder: Path, sentences: list[str], threads: int) -> tuple[list[str], float]:
-    from aiayn.export.ctranslate2 import CTranslate2Translator
+    from aiayn.decoding.ctranslate2 import CTranslate2Translator
 
     translator = CTranslate2Translator(folder, batch_size=BATCH, threads=threads, **SEARCH)
     texts = [text for ready in translator.stream([sentences]) for text in ready]

@@ -20,7 +20,7 @@
     ``--sentences``) as every engine decodes it, from the same subword ids in the same batches of
     ``--batch-size`` length-sorted sentences (benchmarks/_trained_decoding.py): ours (fp32; fp32
     through oneDNN, ``onednn=true``; the decoder step by ONNX Runtime, ``onnxruntime=true``, when
-    the onnx extra is installed; and int8: aiayn.decoding_speed),
+    the onnx extra is installed; and int8: aiayn.decoding.speed),
     fairseq's ``SequenceGenerator`` on a copy of the weights (benchmarks/fairseq_peer.py; skipped
     when fairseq is not installed) and CTranslate2 (float32 and int8) on the model exported as
     src/export.py exports it. Beam 4 and greedy; sentences/s, generated tokens/s, sacreBLEU,

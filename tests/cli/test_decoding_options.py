@@ -16,7 +16,7 @@ from tests.helpers.runs import TrainedRun
 
 LINES = ["A man is riding a bike.", "", "Two dogs play in the snow.", "A woman sings.", "Children run on a beach."]
 # A length penalty this strong keeps the 4-step model from ending every translation at once, so the
-# hypotheses differ (tests/test_inference.py).
+# hypotheses differ (tests/decoding/test_translator.py).
 STRONG = ["decoding.alpha=20.0", "decoding.max_len_offset=5"]
 
 

@@ -152,7 +152,7 @@ def test_average_last_averages_the_checkpoints_ending_at_the_one_given(tiny_run:
     from aiayn.checkpoints.averaging import average_checkpoints
     from aiayn.checkpoints.trained import load_trained
     from aiayn.data.readers import read_parallel
-    from aiayn.inference import perplexity
+    from aiayn.decoding.translator import perplexity
 
     folder = tiny_run.checkpoints
     result = evaluate(f"ckpt={folder / 'step0000002.ckpt'}", "average_last=2", "split=test_2017_mscoco",

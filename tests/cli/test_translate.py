@@ -23,8 +23,8 @@ from aiayn.checkpoints.trained import TrainedModel, load_trained
 from aiayn.cli.line_input import AvailableLines, chunked
 from aiayn.cli.translate import LineWriter
 from aiayn.data.readers import decode_lines, iter_lines
+from aiayn.decoding.translator import Translator, translate
 from aiayn.errors import DataError
-from aiayn.inference import Translator, translate
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO, TrainedRun, offline_environment
 

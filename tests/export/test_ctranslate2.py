@@ -16,7 +16,8 @@ from aiayn.model import greedy_search
 pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")
 pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
 
-from aiayn.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
+from aiayn.decoding.ctranslate2 import CTranslate2Translator
+from aiayn.export.ctranslate2 import export_ctranslate2
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 OFFSET = 8

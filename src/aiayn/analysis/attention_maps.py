@@ -28,8 +28,8 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from aiayn.data.subwords import Subwords
+from aiayn.decoding.search import Search
 from aiayn.errors import ConfigError
-from aiayn.inference import Search
 from aiayn.model.positional import sinusoidal_table
 from aiayn.model.transformer import Transformer
 

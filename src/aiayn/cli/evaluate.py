@@ -9,7 +9,7 @@ trees in EVALB's format (one tree a line) beside the hypotheses.
 ``average_last=k`` averages the checkpoint given and the k - 1 before it by step (§6.1);
 ``ckpt=a.ckpt,b.ckpt`` evaluates the ensemble of several (aiayn.model.Ensemble). With
 ``decoding.nbest=k`` each input's k hypotheses and their scores are also written, in the n-best
-format (aiayn.inference.nbest_lines), as ``<name>.nbest.<lang>``; the best of each is scored. The task's
+format (aiayn.decoding.translator.nbest_lines), as ``<name>.nbest.<lang>``; the best of each is scored. The task's
 files are read under ``data_root``, whatever its data module calls that folder. Every file is
 named after the split, the step(s), the decoding settings and the averaging (:func:`report_name`),
 so the evaluations of a sweep never overwrite one another.
@@ -33,10 +33,11 @@ from aiayn.cli.errors import is_composition_error, reports_composition_errors, r
 from aiayn.cli.renamed import accepts_old_names
 from aiayn.config.identity import MODIFIED, run_folder_changes
 from aiayn.config.schemas import decoding_settings
-from aiayn.decoding_speed import for_decoding, switches_of
+from aiayn.decoding.search import tree_constraint
+from aiayn.decoding.speed import for_decoding, switches_of
+from aiayn.decoding.translator import nbest_lines, perplexity, translate
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_write_text
-from aiayn.inference import nbest_lines, perplexity, translate, tree_constraint
 from aiayn.reporting.loggers import wandb_logger
 
 log = logging.getLogger(__name__)

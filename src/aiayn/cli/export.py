@@ -48,7 +48,8 @@ def main(cfg: DictConfig) -> None:
 
     from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
     from aiayn.checkpoints.trained import load_trained
-    from aiayn.export.marian import check_expressible, require
+    from aiayn.decoding.packages import require
+    from aiayn.export.marian import check_expressible
 
     require("transformers")
     if cfg.format == "ctranslate2":

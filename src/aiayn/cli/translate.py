@@ -5,7 +5,7 @@ One sentence a line in, one translation a line out, in the same order; an empty 
 empty line; a line longer than the model can read is truncated with a warning. With
 ``decoding.nbest=k`` (k > 1) each input gets its k best hypotheses (k samples with
 ``decoding.sampling=true``), one a line, best first, as ``<input index>\t<score>\t<log-prob>\t<text>``
-(aiayn.inference.nbest_lines; the index counts input lines from 0). ``ckpt=a.ckpt,b.ckpt``
+(aiayn.decoding.translator.nbest_lines; the index counts input lines from 0). ``ckpt=a.ckpt,b.ckpt``
 translates with the ensemble of the checkpoints (aiayn.model.Ensemble).
 
 Input is read in chunks of at most ``buffer_size`` lines, each sorted by length and translated in
@@ -48,9 +48,9 @@ from aiayn.cli.line_input import AvailableLines, chunked
 from aiayn.cli.renamed import accepts_old_names
 from aiayn.config.schemas import decoding_settings
 from aiayn.data.readers import decode_lines, iter_lines
-from aiayn.decoding_speed import for_decoding, switches_of
+from aiayn.decoding.speed import for_decoding, switches_of
+from aiayn.decoding.translator import Translator, nbest_lines
 from aiayn.errors import ConfigError
-from aiayn.inference import Translator, nbest_lines
 
 # What translates: aiayn's own beam search over a checkpoint, or a CTranslate2 export (src/export.py).
 ENGINES = ("aiayn", "ctranslate2")
@@ -94,7 +94,7 @@ def _translator(cfg: DictConfig, overrides: dict) -> Translator:
     (``engine=ctranslate2``) the CTranslate2 translator of the exported folder ``model_dir``, which
     has the same ``stream`` and counters."""
     if cfg.engine == "ctranslate2":
-        from aiayn.export.ctranslate2 import CTranslate2Translator
+        from aiayn.decoding.ctranslate2 import CTranslate2Translator
 
         search = {key: overrides[key] for key in ("beam_size", "alpha", "max_len_offset") if key in overrides}
         return CTranslate2Translator(cfg.model_dir, batch_size=cfg.batch_size, device=cfg.device, **search)

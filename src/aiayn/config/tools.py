@@ -22,7 +22,7 @@ from omegaconf import MISSING
 
 @dataclass
 class DecodeSwitches:
-    """Switches that make decoding faster (aiayn.decoding_speed); evaluate and translate take them."""
+    """Switches that make decoding faster (aiayn.decoding.speed); evaluate and translate take them."""
 
     precision: str = "fp32"  # fp32 | bf16 | fp16: weights and activations in that type (bf16/fp16 for GPUs)
     int8: bool = False  # int8 dynamic quantisation of the linear layers (CPU; outputs change a little)

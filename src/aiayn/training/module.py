@@ -13,8 +13,8 @@ import torch.distributed as dist
 from torchmetrics import MeanMetric
 
 from aiayn.checkpoints.trained import layout_difference
+from aiayn.decoding.search import Search
 from aiayn.errors import DataError, UserError
-from aiayn.inference import Search
 from aiayn.metrics.scorers import Scorer
 from aiayn.model import Transformer
 from aiayn.model.loss import label_smoothed_loss

@@ -17,7 +17,7 @@
   because MKL runs a generic path there (docs/performance.md). Off by default, so that fp32
   outputs stay bit for bit those of the plain model.
 * ``onnxruntime``: the incremental decoder step exported to ONNX once and run by ONNX Runtime
-  (CPU; aiayn.onnx_step): one planned graph instead of some 130 torch calls a step. fp32 by other
+  (CPU; aiayn.decoding.onnx_step): one planned graph instead of some 130 torch calls a step. fp32 by other
   kernels, so the last bits differ, as with ``onednn``; the extra ``onnx`` installs it.
 
 Each switch works on a copy: the model given is never changed.
@@ -34,9 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from aiayn.decoding.onnx_step import OnnxRuntimeDecode
+from aiayn.decoding.packages import require_onnxruntime
 from aiayn.errors import ConfigError
 from aiayn.model import Ensemble, Transformer
-from aiayn.onnx_step import OnnxRuntimeDecode, require_onnxruntime
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
