@@ -53,14 +53,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import decode_speed  # subwords, data, model and machine helpers
 
 from aiayn.checkpoints.trained import TrainedModel
-from aiayn.config.schemas import decoding_settings
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import TranslationCollator
+from aiayn.decoding.settings import Decoding
 from aiayn.decoding.speed import for_decoding
 from aiayn.model import beam_search
 
 # §6.1's beam 4, α 0.6, input + 50: the decoding settings' defaults (aiayn.config.schemas.DecodingConfig).
-SEARCH = {key: decoding_settings()[key] for key in ("beam_size", "alpha", "max_len_offset")}
+SEARCH = {key: Decoding.of().settings()[key] for key in ("beam_size", "alpha", "max_len_offset")}
 FULL = {"model": "base", "override": [], "vocab": 37000}
 QUICK = {"model": "small", "vocab": 1000, "sentences": 16,
          "override": ["n_layers=1", "d_model=32", "d_ff=64", "n_heads=2", "d_k=16", "d_v=16"]}
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
         from aiayn.decoding.ctranslate2 import CTranslate2Translator
         from aiayn.export.ctranslate2 import export_ctranslate2
 
-        trained = TrainedModel(model=model, vocab=vocab, decoding=decoding_settings(SEARCH), config={}, step=0)
+        trained = TrainedModel(model=model, vocab=vocab, decoding=dict(SEARCH), config={}, step=0)
         ct2_folder = export_ctranslate2(trained, Path(scratch.name) / "ct2", steps=[0],
                                         ckpt=Path(scratch.name) / "run" / "checkpoints" / "random.ckpt")
     except Exception as error:  # noqa: BLE001  (a missing package or a converter change: ours still runs)

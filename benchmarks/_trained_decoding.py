@@ -61,7 +61,7 @@ def compare_trained(args) -> list[dict]:
 
     def ctranslate2(translator):
         def run(rows, beam):
-            translator.beam_size = beam
+            translator.arguments["beam_size"] = beam  # CTranslate2's own argument
             return translator.translate_ids([ids[i] for i in rows])
         return run
 

@@ -30,8 +30,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch
 
 from aiayn.checkpoints.trained import load_trained
-from aiayn.config.schemas import decoding_settings
 from aiayn.data.readers import read_lines
+from aiayn.decoding.settings import Decoding
 from aiayn.decoding.translator import translate
 from aiayn.metrics.bleu import sacrebleu_score
 
@@ -40,7 +40,7 @@ import _common
 
 RESULTS = _common.REPO / "benchmarks" / "results" / "export_speed.jsonl"
 # §6.1's beam 4, α 0.6, input + 50: the decoding settings' defaults (aiayn.config.schemas.DecodingConfig).
-SEARCH = {key: decoding_settings()[key] for key in ("beam_size", "alpha", "max_len_offset")}
+SEARCH = {key: Decoding.of().settings()[key] for key in ("beam_size", "alpha", "max_len_offset")}
 BATCH = 64
 
 

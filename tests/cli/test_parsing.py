@@ -168,7 +168,7 @@ def test_attention_maps_of_a_parser_decode_a_tree(trained) -> None:
     _, ckpt, _ = trained
     model = load_trained(ckpt)
     words = ["The", "company", "said", "it", "expects", "a", "loss", "."]
-    maps = attention_maps(model.model, model.vocab, " ".join(words), model.decoding)
+    maps = attention_maps(model.model, model.vocab, " ".join(words), model.decoding, model.output_constraint())
     assert model.decoding["constrained"] is True
     assert linearize(delinearize(maps.translation, words)) == maps.translation  # a tree, one XX per word
     assert maps.translation.split().count(LEAF) == len(words)

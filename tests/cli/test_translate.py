@@ -268,7 +268,8 @@ BAD = {  # (the bad setting, given tmp_path; the start of the one line)
     "decoding.constrained=maybe": (lambda tmp: "decoding.constrained=maybe",
                                    "Error merging override decoding.constrained=maybe"),
     "constrained, a translation model": (lambda tmp: "decoding.constrained=true",
-                                         "constrained decoding needs a parsing model: its vocabulary has no tree symbols"),
+                                         ("decoding.constrained=true decodes within the task's output constraint, "
+                                          "and this model's task has none (constrained decoding is for parsing tasks)")),
     "output folder under a file": (lambda tmp: f"out={tmp}/in.en/out.de",
                                    "out={tmp}/in.en/out.de: cannot create its folder {tmp}/in.en ({tmp}/in.en is a file)"),
     "output is the input": (lambda tmp: f"out={tmp}/in.en", "out={tmp}/in.en is the input file"),

@@ -103,8 +103,8 @@ def test_constrained_translation_names_its_devices(model: Transformer, vocab: Su
     """Translating with the tree constraint (its per-hypothesis counters and masks on the model's
     device) creates no tensor without a device and gives what it gives outside the check: trees."""
     settings = {"beam_size": 2, "alpha": 0.6, "max_len_offset": 30, "constrained": True}
-    expected = translate(model, vocab, SENTENCES, settings, batch_size=4).texts
-    translator = Translator(model, vocab, settings, batch_size=4)  # builds the constraint's tables, on the host
+    expected = translate(model, vocab, SENTENCES, settings, TreeConstraint(vocab), batch_size=4).texts
+    translator = Translator(model, vocab, settings, TreeConstraint(vocab), batch_size=4)  # tables on the host, as a task hands them over
     translator.collate = HostCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     host_tables(translator.search.constraint)
     with tensors_name_their_device():

@@ -10,6 +10,7 @@ import pytest
 
 from aiayn.checkpoints.trained import load_trained
 from aiayn.data.corpus import TranslationCollator
+from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError, DataError
 from aiayn.model import greedy_search
 
@@ -57,7 +58,8 @@ def test_stream_keeps_input_order_and_empty_lines(ct2_export, tiny_trained, mult
 
 def test_export_carries_settings_subwords_and_card(ct2_export, tiny_trained):
     settings = json.loads((ct2_export / "aiayn.json").read_text())
-    assert settings["decoding"] == {k: tiny_trained.decoding[k] for k in ("beam_size", "alpha", "max_len_offset")}
+    served = Decoding.of(tiny_trained.decoding, engine="ctranslate2 export").settings()
+    assert settings["decoding"] == served and served["stop"] == "first_k"  # the rule CTranslate2 stops by
     assert settings["max_positions"] == tiny_trained.model.max_positions and settings["quantization"] == "float32"
     assert (ct2_export / "source.spm").read_bytes() == tiny_trained.vocab.serialized()
     assert "|Y|^α" in (ct2_export / "README.md").read_text(encoding="utf-8")

@@ -8,49 +8,43 @@ from typing import Any
 
 import torch
 
-from aiayn.config.schemas import decoding_settings
-from aiayn.data.parsing.constraints import TreeConstraint
 from aiayn.data.subwords import Subwords
+from aiayn.decoding.declarations import BEAM, SAMPLING, arguments
+from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
 from aiayn.model import Hypothesis, beam_search_nbest, sample
-
-
-def tree_constraint(vocab: Subwords) -> TreeConstraint:
-    """The constraint of decoding to well-formed trees (§6.3's parsers); a model whose vocabulary
-    has no tree symbols is a ConfigError."""
-    try:
-        return TreeConstraint(vocab)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
+from aiayn.model.search import OutputConstraint
 
 
 class Search:
-    """How every decoder (the tools, validation, the attention pictures) decodes a batch of
-    sources: decoding settings (aiayn.config.schemas.DecodingConfig; missing ones at its defaults,
-    ConfigError for a bad one) and ``vocab`` (its BOS/EOS ids; the tree constraint, built once
-    here, where ``constrained`` asks for it) made into beam search or, with ``sampling``, sampling.
-    Calling it gives each source's ``nbest`` hypotheses, best first; :meth:`best` the best's tokens.
-    Sampling draws from one generator seeded with ``seed`` when first called: the same settings,
-    sources and batches give the same samples."""
+    """How a batch of sources is decoded: ``decoding`` (a :data:`~aiayn.decoding.settings.Decoding`;
+    plain settings are made into one, checked) as beam search or, with ``sampling``, sampling, each
+    handed what the mode serves (aiayn.decoding.declarations); ``vocab`` gives the BOS/EOS ids and
+    ``constraint`` is the task's output constraint (its data module's), which ``constrained`` asks
+    for. Calling it gives each source's ``nbest`` hypotheses, best first; :meth:`best` the best's
+    tokens. Sampling draws from one generator seeded with ``seed`` when first called: the same
+    settings, sources and batches give the same samples."""
 
-    def __init__(self, decoding: Mapping[str, Any] | None, vocab: Subwords):
-        self.settings = decoding_settings(decoding)
-        self.nbest = self.settings["nbest"]
-        self.constraint = tree_constraint(vocab) if self.settings["constrained"] else None
+    def __init__(self, decoding: Decoding | Mapping[str, Any] | None, vocab: Subwords,
+                 constraint: OutputConstraint | None = None):
+        self.decoding = decoding if isinstance(decoding, Decoding) else Decoding.of(None, decoding)
+        self.arguments = arguments(SAMPLING if self.decoding.sampling else BEAM, self.decoding)
+        self.seed = self.arguments.pop("seed", None)
+        self.constraint = constraint if self.arguments.pop("constrained") else None
+        if self.decoding.constrained and constraint is None:
+            raise ConfigError("decoding.constrained=true decodes within the task's output constraint, and this model's "
+                              "task has none (constrained decoding is for parsing tasks); set decoding.constrained=false")
+        self.arguments["constraint"] = self.constraint
+        self.arguments.update(bos_id=vocab.bos_id, eos_id=vocab.eos_id)
+        self.nbest = self.decoding.nbest
         self.generator: torch.Generator | None = None
-        self.common = {"bos_id": vocab.bos_id, "eos_id": vocab.eos_id, "max_len_offset": self.settings["max_len_offset"],
-                       "alpha": self.settings["alpha"], "kv_cache": self.settings["kv_cache"],
-                       "constraint": self.constraint}
 
     def __call__(self, model: Any, src: torch.Tensor) -> list[list[Hypothesis]]:
-        settings = self.settings
-        if not settings["sampling"]:
-            return beam_search_nbest(model, src, beam_size=settings["beam_size"], stop=settings["stop"],
-                                     nbest=self.nbest, **self.common)
+        if not self.decoding.sampling:
+            return beam_search_nbest(model, src, **self.arguments)
         if self.generator is None:
-            self.generator = torch.Generator(src.device).manual_seed(settings["seed"])
-        return sample(model, src, samples=self.nbest, temperature=settings["temperature"], top_k=settings["top_k"],
-                      top_p=settings["top_p"], generator=self.generator, **self.common)
+            self.generator = torch.Generator(src.device).manual_seed(self.seed)
+        return sample(model, src, generator=self.generator, **self.arguments)
 
     def best(self, model: Any, src: torch.Tensor) -> list[list[int]]:
         """The best hypothesis of each source: token ids without BOS/EOS."""

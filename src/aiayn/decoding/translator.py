@@ -22,8 +22,10 @@ from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import ParallelCorpus, TranslationCollator
 from aiayn.data.subwords import Subwords
 from aiayn.decoding.search import Search
+from aiayn.decoding.settings import Decoding
 from aiayn.model import Transformer
 from aiayn.model.loss import label_smoothed_loss
+from aiayn.model.search import OutputConstraint
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ def encode_sources(model: Transformer, vocab: Subwords, sentences: Sequence[str]
 
 class Translator:
     """Translation of sentences that arrive in chunks, given back in input order, with the
-    ``decoding`` settings (:class:`Search`).
+    ``decoding`` settings and the task's output ``constraint`` (:class:`~aiayn.decoding.search.Search`).
 
     Each chunk is sorted by length and cut into batches of ``batch_size`` sentences (similar
     lengths together: little padding); after each batch, :meth:`stream` yields the longest run of
@@ -82,10 +84,11 @@ class Translator:
     counted), ``truncated`` (inputs cut to the model's maximum length) and ``seconds``, the wall
     time of encoding, search and decoding only (not the time spent waiting for input or writing)."""
 
-    def __init__(self, model: Transformer, vocab: Subwords, decoding: Mapping[str, Any] | None = None, *,
-                 batch_size: int = 64):
+    def __init__(self, model: Transformer, vocab: Subwords, decoding: Decoding | Mapping[str, Any] | None = None,
+                 constraint: OutputConstraint | None = None, *, batch_size: int = 64):
         self.model, self.vocab, self.batch_size = model, vocab, batch_size
-        self.search = Search(decoding, vocab)
+        self.search = Search(decoding, vocab, constraint)
+        self.nbest = self.search.nbest  # hypotheses an input
         self.collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
         self.sentences = self.output_tokens = self.truncated = 0
         self.seconds = 0.0
@@ -111,6 +114,13 @@ class Translator:
                 yield ready
                 started = time.perf_counter()
             self.seconds += time.perf_counter() - started
+
+    def translations(self, sentences: list[str]) -> Translations:
+        """``sentences`` translated, returned in input order (``texts``: the best of each; ``nbest``:
+        all of each, with scores). An empty (or blank) sentence translates to ""."""
+        nbest = [hypotheses for ready in self.stream_nbest([sentences]) for hypotheses in ready]
+        return Translations([hypotheses[0].text for hypotheses in nbest], self.output_tokens, self.seconds,
+                            self.truncated, nbest)
 
     def _chunk(self, sentences: Sequence[str]) -> Iterator[list[list[Scored]]]:
         device = next(self.model.parameters()).device
@@ -149,15 +159,12 @@ class Translator:
                 yield ready
 
 
-def translate(model: Transformer, vocab: Subwords, sentences: list[str], decoding: Mapping[str, Any] | None = None,
-              *, batch_size: int = 64) -> Translations:
+def translate(model: Transformer, vocab: Subwords, sentences: list[str],
+              decoding: Decoding | Mapping[str, Any] | None = None, constraint: OutputConstraint | None = None, *,
+              batch_size: int = 64) -> Translations:
     """Translations of ``sentences`` with the ``decoding`` settings (None: the defaults),
-    ``batch_size`` sentences of similar length at a time, returned in input order (``texts``: the
-    best of each; ``nbest``: all of each, with scores). An empty (or blank) sentence translates to ""."""
-    translator = Translator(model, vocab, decoding, batch_size=batch_size)
-    nbest = [hypotheses for ready in translator.stream_nbest([sentences]) for hypotheses in ready]
-    return Translations([hypotheses[0].text for hypotheses in nbest], translator.output_tokens, translator.seconds,
-                        translator.truncated, nbest)
+    ``batch_size`` sentences of similar length at a time (:meth:`Translator.translations`)."""
+    return Translator(model, vocab, decoding, constraint, batch_size=batch_size).translations(sentences)
 
 
 def nbest_lines(nbest: Sequence[Sequence[Scored]], first_index: int = 0) -> list[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from aiayn.checkpoints.trained import TrainedModel
 from aiayn.decoding.ctranslate2 import SETTINGS_FILE, SUBWORDS_FILE
 from aiayn.decoding.packages import require
+from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
 from aiayn.export.huggingface import card_facts, replacing_folder, save_huggingface
 from aiayn.export.marian import model_sizes
@@ -63,18 +64,22 @@ def _converter(hf_folder: Path):
 
 
 def export_ctranslate2(trained: TrainedModel, out: Path, *, ckpt: Path, steps: list[int],
-                       quantization: str | None = None) -> Path:
+                       quantization: str | None = None, decoding: Decoding | None = None) -> Path:
     """Export ``trained`` as a MarianMT folder (in a scratch folder) and convert that into a
-    CTranslate2 model in ``out``, with ``quantization``'s weights (None: float32)."""
+    CTranslate2 model in ``out``, with ``quantization``'s weights (None: float32), to decode with
+    ``decoding`` (made for the ``ctranslate2 export`` engine; None: the checkpoint's own settings,
+    as CTranslate2 serves them), which its ``aiayn.json`` records."""
     require("ctranslate2")
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ConfigError(f"quantization={quantization} is not one of CTranslate2's: {', '.join(QUANTIZATIONS)} "
                           "(null: float32)")
-    facts = card_facts(trained, ckpt, steps)
+    decoding = decoding or Decoding.of(trained.decoding, engine="ctranslate2 export",
+                                       where="the checkpoint's decoding.")
+    facts = card_facts(trained, ckpt, steps, decoding)
     with replacing_folder(out) as scratch, tempfile.TemporaryDirectory(prefix="aiayn-hf-") as hf:
         hf_folder = Path(hf)
         save_huggingface(trained, hf_folder, facts, str(ckpt))
-        settings = {"decoding": facts.decoding, "max_positions": model_sizes(trained.model)["max_positions"],
+        settings = {"decoding": decoding.settings(), "max_positions": model_sizes(trained.model)["max_positions"],
                     "src_lang": facts.src_lang, "tgt_lang": facts.tgt_lang, "quantization": quantization or "float32"}
         (hf_folder / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         _converter(hf_folder).convert(str(scratch), quantization=quantization, force=True)

@@ -48,10 +48,9 @@ def sample(
     generator: torch.Generator | None = None, kv_cache: bool = True, constraint: OutputConstraint | None = None,
 ) -> list[list[Hypothesis]]:
     """``samples`` outputs drawn for each source of ``src`` (batch, src_len), each sentence's
-    best-scoring first (ties: in the order drawn); tokens without BOS/EOS."""
-    if temperature <= 0 or not 0 < top_p <= 1 or top_k < 0 or samples < 1:
-        raise ValueError(f"need temperature > 0, 0 < top_p ≤ 1, top_k ≥ 0 and samples ≥ 1; got {temperature}, "
-                         f"{top_p}, {top_k}, {samples}")
+    best-scoring first (ties: in the order drawn); tokens without BOS/EOS. The settings are taken
+    as given (temperature > 0, 0 < top_p ≤ 1, top_k ≥ 0, samples ≥ 1): aiayn.decoding.settings
+    checks them, once, where they are made."""
     batch, device = src.size(0), src.device
     rows = torch.arange(batch, device=device).repeat_interleave(samples)  # (batch·samples,): each sample's source
     state, src_mask = start_search(model, src, rows)

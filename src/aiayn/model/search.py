@@ -193,16 +193,10 @@ def beam_search_nbest(
     ``nbest``-th best finished one (log-probabilities only fall as a hypothesis grows);
     "first_k", when ``beam_size`` hypotheses have finished. Finished sentences leave the batch.
     ``kv_cache``: reuse the self-attention keys/values of earlier steps (see the module docstring).
-    ``constraint``: only the tokens it allows are candidates (the others score -inf).
+    ``constraint``: only the tokens it allows are candidates (the others score -inf). The settings
+    are taken as given (beam_size ≥ 1, max_len_offset ≥ 0, 1 ≤ nbest ≤ beam_size, stop one of the
+    two rules): aiayn.decoding.settings checks them, once, where they are made.
     """
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be a whole number of at least 1, got {beam_size!r}")
-    if max_len_offset < 0:
-        raise ValueError(f"max_len_offset must be 0 or more, got {max_len_offset!r}")
-    if stop not in ("paper", "first_k"):
-        raise ValueError(f"stop must be 'paper' or 'first_k', got {stop!r}")
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest must be between 1 and beam_size={beam_size}, got {nbest!r}")
     batch, k = src.size(0), beam_size
     device = src.device
     rows = torch.arange(batch, device=device).repeat_interleave(k)  # (batch·beam,): each hypothesis's sentence

@@ -253,8 +253,9 @@ class TranslationModule(L.LightningModule):
         if bleu_sentences is not None:
             selected = batch["index"] < bleu_sentences
         if selected.any():
-            if self._search is None:  # the tree constraint, where decoding asks for one, is built once
-                self._search = Search(self.decoding, self.trainer.datamodule.vocab)
+            if self._search is None:  # the task's output constraint, where decoding asks for one, is built once
+                data = self.trainer.datamodule
+                self._search = Search(self.decoding, data.vocab, data.output_constraint(data.vocab))
             hypotheses = self._search.best(self.model, batch["src"][selected])
             texts = self.trainer.datamodule.vocab.decode(hypotheses)
             self.hypotheses.extend(zip(batch["index"][selected].tolist(), texts))
