@@ -214,6 +214,14 @@ def test_ensembles_of_other_members_keep_their_own_reports(tiny_run: TrainedRun,
         "step0000002.ckpt", "step0000003.ckpt"]
 
 
+def test_the_old_seed_is_decoding_seed_with_a_notice(tiny_run: TrainedRun, data_root: Path, tmp_path: Path) -> None:
+    """evaluate's own seed= seeded nothing (decoding.seed seeds the samples): it is that setting now."""
+    result = evaluate(f"ckpt={tiny_run.last}", "seed=7", "decoding.sampling=true", "split=test_2017_mscoco",
+                      "decoding.max_len_offset=2", f"out={tmp_path}", data_root=data_root, cache_dir=tiny_run.cache_dir)
+    assert result.stderr.splitlines()[0] == "evaluate.py: seed is now decoding.seed; the old name works until release 0.3"
+    assert report_of(tmp_path, "*.seed7.*json")["decoding"]["seed"] == 7
+
+
 def test_a_run_whose_row_no_longer_composes_is_evaluated_and_logged_untagged(tiny_run: TrainedRun, data_root: Path,
                                                                              tmp_path: Path) -> None:
     """evaluate.py tags its W&B run `modified` when the training run changed its paper row; a run

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
 from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints
@@ -45,7 +45,7 @@ from aiayn.reporting.loggers import wandb_logger
 log = logging.getLogger(__name__)
 
 
-@accepts_old_names("evaluate")  # out_dir= (before out=)
+@accepts_old_names("evaluate")  # out_dir= (before out=), seed= (before decoding.seed=)
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
@@ -196,6 +196,8 @@ def _task(cfg: DictConfig, trained_config: dict, ckpt: Path) -> dict:
     if cfg.get("task"):
         if data_root:
             cfg.paths.data_root = data_root
+        with open_dict(cfg):  # ${seed}: the order of training batches, the checkpoint's run's (evaluation reads none)
+            cfg.seed = trained_config.get("seed", 0)
         return OmegaConf.to_container(cfg.task, resolve=True)
     if "task" not in trained_config:
         raise ConfigError(f"{ckpt}: the checkpoint has no training config; name the data with task=<name>")
