@@ -198,7 +198,7 @@ def test_decoding_settings_are_checked_before_loading() -> None:
     wanted = asked({"max_len_offset": 0, "kv_cache": None})
     assert dict(wanted.values) == {"max_len_offset": 0}  # None: the checkpoint's own
     assert Decoding.of(None, wanted).settings() == {
-        "beam_size": 4, "alpha": 0.6, "max_len_offset": 0, "kv_cache": True, "constrained": False, "stop": "paper",
+        "beam_size": 4, "alpha": 0.6, "max_len_offset": 0, "min_len": 0, "kv_cache": True, "constrained": False, "stop": "paper",
         "nbest": 1, "sampling": False, "temperature": None, "top_k": None, "top_p": None, "seed": None}
     for settings, message in [({"beam_size": 0}, "decoding.beam_size must be a whole number of at least 1, got 0"),
                               ({"max_len_offset": -1}, "decoding.max_len_offset must be a whole number of at least 0"),

@@ -95,12 +95,15 @@ def test_an_export_serves_the_decoding_asked_for_or_refuses_it(tiny_run, data_ro
     assert draws[0] == draws[1]  # seeded
 
     hf = tmp_path / "hf"
-    export(tiny_run, data_root, f"ckpt={tiny_run.last}", f"out={hf}", "decoding.nbest=3", "decoding.stop=first_k")
+    export(tiny_run, data_root, f"ckpt={tiny_run.last}", f"out={hf}", "decoding.nbest=3", "decoding.stop=first_k",
+           "decoding.min_len=3")
     generation = json.loads((hf / "generation_config.json").read_text())
-    assert (generation["num_return_sequences"], generation["num_beams"], generation["early_stopping"]) == (3, 4, True)
+    assert (generation["num_return_sequences"], generation["num_beams"], generation["early_stopping"],
+            generation["min_new_tokens"]) == (3, 4, True, 3)
     marian = transformers.MarianMTModel.from_pretrained(str(hf))
     batch = transformers.MarianTokenizer.from_pretrained(str(hf))(SENTENCES[:2], return_tensors="pt", padding=True)
-    assert marian.generate(**batch, max_new_tokens=5).size(0) == 6  # three an input
+    generated = marian.generate(**batch, max_new_tokens=5)
+    assert generated.size(0) == 6 and (generated[:, 1:4] != marian.config.eos_token_id).all()  # 3 an input, 3 tokens at least
     refusals = {"decoding.max_len_offset=9": "decoding.max_len_offset=9 (generate has one maximum length",
                 "decoding.sampling=true decoding.seed=4": "decoding.seed=4 (a generation config holds no seed)"}
     for setting, refusal in refusals.items():

@@ -16,7 +16,7 @@ from aiayn.decoding.settings import NAMES, Decoding, asked
 from aiayn.errors import ConfigError
 
 # A value other than the default for every setting of the schema.
-OTHER = {"beam_size": 8, "alpha": 1.0, "max_len_offset": 7, "kv_cache": False, "constrained": True, "stop": "first_k",
+OTHER = {"beam_size": 8, "alpha": 1.0, "max_len_offset": 7, "min_len": 3, "kv_cache": False, "constrained": True, "stop": "first_k",
          "nbest": 2, "sampling": True, "temperature": 0.5, "top_k": 5, "top_p": 0.9, "seed": 3}
 # Each engine as a tool picks it: its name for Decoding.of, and the speed switches.
 RUNS = {"aiayn": ("aiayn", {}), "onnxruntime": ("aiayn", {"onnxruntime": True}), "ctranslate2": ("ctranslate2", {}),
@@ -95,13 +95,13 @@ def test_onnx_runtime_without_the_kv_cache_is_refused_and_ctranslate2_stops_as_f
     assert Decoding.of(None, {"kv_cache": False}).kv_cache is False  # torch's own search serves it
     ctranslate2 = Decoding.of(None, {"stop": "first_k", "nbest": 3, "sampling": False}, engine="ctranslate2")
     assert ctranslate2.stop == "first_k" and arguments(CTRANSLATE2, ctranslate2) == {
-        "beam_size": 4, "length_penalty": 0.6, "max_len_offset": 50, "num_hypotheses": 3}
+        "beam_size": 4, "length_penalty": 0.6, "max_len_offset": 50, "min_decoding_length": 0, "num_hypotheses": 3}
     assert Decoding.of(None, engine="ctranslate2").describe() == "beam 4, α 0.6, +50, stop first_k"  # its own rule
     sampled = Decoding.of(None, {"sampling": True, "top_k": 10, "top_p": 0.8, "temperature": 0.7, "seed": 5},
                           engine="ctranslate2")
     assert arguments(CTRANSLATE2, sampled) == {"sampling_temperature": 0.7, "sampling_topk": 10, "sampling_topp": 0.8,
                                                "seed": 5, "beam_size": 1, "length_penalty": 0.6,
-                                               "max_len_offset": 50, "num_hypotheses": 1}
+                                               "max_len_offset": 50, "min_decoding_length": 0, "num_hypotheses": 1}
 
 
 def test_the_tag_names_every_setting_switch_and_member_and_keeps_the_earlier_names() -> None:

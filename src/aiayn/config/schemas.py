@@ -91,6 +91,7 @@ class DecodingConfig:
     beam_size: Optional[int] = 4  # §6.1: "beam search with a beam size of 4"  # noqa: UP045
     alpha: Optional[float] = 0.6  # §6.1: "length penalty α = 0.6" (GNMT's ((5+|Y|)/6)^α)  # noqa: UP045
     max_len_offset: Optional[int] = 50  # §6.1: "maximum output length ... input length + 50"  # noqa: UP045
+    min_len: Optional[int] = 0  # the shortest output, in tokens before EOS (0: any; fairseq's --min-len)  # noqa: UP045
     # Reuse the decoder's self-attention keys/values (the same outputs; tensor2tensor's fast decoding).
     kv_cache: Optional[bool] = True  # noqa: UP045
     constrained: Optional[bool] = False  # only well-formed trees over the input's words (parsing; ours)  # noqa: UP045

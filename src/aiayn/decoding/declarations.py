@@ -118,6 +118,12 @@ SETTINGS: dict[str, Setting] = {
         {BEAM: Serves(to="max_len_offset"), SAMPLING: Serves(to="max_len_offset"), ONNX_RUNTIME: ALL,
          CTRANSLATE2: Serves(to="max_len_offset"),
          HF: does_not_use("generate has one maximum length for a batch, not each input's length + an offset")}),
+    "min_len": Setting(
+        _whole(0), "{key} must be a whole number of at least 0",
+        lambda v: f"minlen{v}" if v else None, lambda v: f"at least {v} tokens" if v else None,
+        {BEAM: Serves(to="min_len"), SAMPLING: Serves(to="min_len"), ONNX_RUNTIME: ALL,
+         CTRANSLATE2: Serves(to="min_decoding_length"),  # (its own default is 1: passed even at 0)
+         HF: Serves(to="min_new_tokens", value=lambda d: d.min_len or None)}),
     "stop": Setting(
         lambda v: v in STOPPING_RULES, "{key} must be paper (tensor2tensor's bound, the paper's) or first_k (stop "
         "after beam_size finished hypotheses, fairseq's and CTranslate2's)",
