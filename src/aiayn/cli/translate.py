@@ -129,7 +129,7 @@ class LineWriter:
 
 def _check_settings(cfg: DictConfig) -> dict:
     """The engine's settings checked (what the engine serves of the decoding settings, it says
-    itself); the speed switches (aiayn.decoding.speed.switches_of) returned."""
+    itself); the speed switches (aiayn.decoding.switches.switches_of) returned."""
     if cfg.batch_size < 1:
         raise ConfigError(f"batch_size must be a whole number of at least 1, got {cfg.batch_size!r}")
     if cfg.engine not in ENGINES:

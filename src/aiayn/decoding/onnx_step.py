@@ -55,7 +55,7 @@ class OnnxRuntimeDecode:
     model of no layers, a tensor not on the CPU or not fp32) goes to the model's own ``decode``."""
 
     def __init__(self, model: Transformer):
-        self.model = model  # (its packages checked by aiayn.decoding.speed.switches_of)
+        self.model = model  # (its packages checked by aiayn.decoding.switches.switches_of)
         self._session: Any = None  # and self._names, its inputs' names: made at the first step (_start)
 
     def __deepcopy__(self, memo: dict) -> OnnxRuntimeDecode:

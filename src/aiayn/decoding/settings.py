@@ -72,7 +72,7 @@ class _Decoding:
         """The settings ``wanted`` (a command line's :func:`asked`; a mapping is checked here) laid
         over those ``handed`` (a checkpoint's; ``where`` names them in an error) over the schema's
         defaults, as ``engine`` serves them (``aiayn``, ``ctranslate2``, ``ctranslate2 export``,
-        ``hf export``) with the speed ``switches`` (as aiayn.decoding.speed.switches_of gives
+        ``hf export``) with the speed ``switches`` (as aiayn.decoding.switches.switches_of gives
         them); ``members``: the identities of the checkpoints decoding together."""
         values = {**OmegaConf.to_container(OmegaConf.structured(DecodingConfig)),
                   **_checked({k: v for k, v in (handed or {}).items() if v is not None}, where)}
