@@ -14,7 +14,7 @@ vocabulary must be the model's) speaks it. --quick: a one-layer 32-wide model an
 Engines, one after another over the same batches (TokenBatchSampler, ``--max-tokens`` padded
 source tokens each, in a seeded shuffled order so that a cut-off run is a fair sample):
 ``ours_fp32`` and ``ours_bf16`` (aiayn.model.beam_search; bf16 through
-aiayn.decoding_speed.for_decoding), then CTranslate2 on the model exported as src/export.py
+aiayn.decoding.speed.for_decoding), then CTranslate2 on the model exported as src/export.py
 exports it (aiayn.export.ctranslate2), computing in float32, bfloat16 and float16 where it
 supports them on the device. Each gets one untimed warm-up batch. Figures: sentences/s,
 generated tokens/s (EOS not counted), outputs at their maximum length, outputs identical to
@@ -53,14 +53,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import decode_speed  # subwords, data, model and machine helpers
 
 from aiayn.checkpoints.trained import TrainedModel
-from aiayn.config.schemas import decoding_settings
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import TranslationCollator
-from aiayn.decoding_speed import for_decoding
+from aiayn.decoding.settings import Decoding
+from aiayn.decoding.speed import for_decoding
 from aiayn.model import beam_search
 
 # §6.1's beam 4, α 0.6, input + 50: the decoding settings' defaults (aiayn.config.schemas.DecodingConfig).
-SEARCH = {key: decoding_settings()[key] for key in ("beam_size", "alpha", "max_len_offset")}
+SEARCH = {key: Decoding.of().settings()[key] for key in ("beam_size", "alpha", "max_len_offset")}
 FULL = {"model": "base", "override": [], "vocab": 37000}
 QUICK = {"model": "small", "vocab": 1000, "sentences": 16,
          "override": ["n_layers=1", "d_model=32", "d_ff=64", "n_heads=2", "d_k=16", "d_v=16"]}
@@ -204,9 +204,10 @@ def main(argv: list[str] | None = None) -> None:
     scratch = tempfile.TemporaryDirectory(prefix="aiayn-gpu-decode-")
     export_started = time.monotonic()
     try:
-        from aiayn.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
+        from aiayn.decoding.ctranslate2 import CTranslate2Translator
+        from aiayn.export.ctranslate2 import export_ctranslate2
 
-        trained = TrainedModel(model=model, vocab=vocab, decoding=decoding_settings(SEARCH), config={}, step=0)
+        trained = TrainedModel(model=model, vocab=vocab, decoding=dict(SEARCH), config={}, step=0)
         ct2_folder = export_ctranslate2(trained, Path(scratch.name) / "ct2", steps=[0],
                                         ckpt=Path(scratch.name) / "run" / "checkpoints" / "random.ckpt")
     except Exception as error:  # noqa: BLE001  (a missing package or a converter change: ours still runs)

@@ -19,9 +19,10 @@ import fairseq_peer
 from aiayn.checkpoints.trained import load_trained
 from aiayn.data.corpus import TranslationCollator
 from aiayn.data.readers import read_lines
-from aiayn.decoding_speed import for_decoding
+from aiayn.decoding.ctranslate2 import CTranslate2Translator
+from aiayn.decoding.speed import for_decoding
 from aiayn.errors import ConfigError
-from aiayn.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
+from aiayn.export.ctranslate2 import export_ctranslate2
 from aiayn.metrics.bleu import sacrebleu_score
 from aiayn.model import beam_search, greedy_search
 
@@ -60,7 +61,7 @@ def compare_trained(args) -> list[dict]:
 
     def ctranslate2(translator):
         def run(rows, beam):
-            translator.beam_size = beam
+            translator.arguments["beam_size"] = beam  # CTranslate2's own argument
             return translator.translate_ids([ids[i] for i in rows])
         return run
 

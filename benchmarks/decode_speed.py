@@ -38,11 +38,12 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from aiayn.config.schemas import decoding_settings, network_arguments
+from aiayn.config.schemas import network_arguments
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import TranslationCollator
 from aiayn.data.readers import read_lines
 from aiayn.data.subwords import Subwords, train_or_load
+from aiayn.decoding.settings import Decoding
 from aiayn.model import Transformer, beam_search
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, when imported from elsewhere
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--subword-vocab", type=int, default=8000, help="ids of the BPE model learnt on the WMT slice")
     parser.add_argument("--sentences", type=int, default=None, help="only the first N sentences of newstest2014")
     parser.add_argument("--cache", choices=("both", "on", "off"), default="both", help="the key/value cache setting(s)")
-    paper = decoding_settings()  # §6.1's beam 4, α 0.6, input + 50 (aiayn.config.schemas.DecodingConfig)
+    paper = Decoding.of().settings()  # §6.1's beam 4, α 0.6, input + 50 (aiayn.config.schemas.DecodingConfig)
     parser.add_argument("--beam-size", type=int, default=paper["beam_size"])
     parser.add_argument("--alpha", type=float, default=paper["alpha"])
     parser.add_argument("--max-len-offset", type=int, default=paper["max_len_offset"])

@@ -30,9 +30,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch
 
 from aiayn.checkpoints.trained import load_trained
-from aiayn.config.schemas import decoding_settings
 from aiayn.data.readers import read_lines
-from aiayn.inference import translate
+from aiayn.decoding.settings import Decoding
+from aiayn.decoding.translator import translate
 from aiayn.metrics.bleu import sacrebleu_score
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, when imported from elsewhere
@@ -40,7 +40,7 @@ import _common
 
 RESULTS = _common.REPO / "benchmarks" / "results" / "export_speed.jsonl"
 # §6.1's beam 4, α 0.6, input + 50: the decoding settings' defaults (aiayn.config.schemas.DecodingConfig).
-SEARCH = {key: decoding_settings()[key] for key in ("beam_size", "alpha", "max_len_offset")}
+SEARCH = {key: Decoding.of().settings()[key] for key in ("beam_size", "alpha", "max_len_offset")}
 BATCH = 64
 
 
@@ -66,7 +66,7 @@ def marian_translate(folder: Path, sentences: list[str]) -> tuple[list[str], flo
 
 
 def ctranslate2_translate(folder: Path, sentences: list[str], threads: int) -> tuple[list[str], float]:
-    from aiayn.export.ctranslate2 import CTranslate2Translator
+    from aiayn.decoding.ctranslate2 import CTranslate2Translator
 
     translator = CTranslate2Translator(folder, batch_size=BATCH, threads=threads, **SEARCH)
     texts = [text for ready in translator.stream([sentences]) for text in ready]

@@ -20,7 +20,7 @@
     ``--sentences``) as every engine decodes it, from the same subword ids in the same batches of
     ``--batch-size`` length-sorted sentences (benchmarks/_trained_decoding.py): ours (fp32; fp32
     through oneDNN, ``onednn=true``; the decoder step by ONNX Runtime, ``onnxruntime=true``, when
-    the onnx extra is installed; and int8: aiayn.decoding_speed),
+    the onnx extra is installed; and int8: aiayn.decoding.speed),
     fairseq's ``SequenceGenerator`` on a copy of the weights (benchmarks/fairseq_peer.py; skipped
     when fairseq is not installed) and CTranslate2 (float32 and int8) on the model exported as
     src/export.py exports it. Beam 4 and greedy; sentences/s, generated tokens/s, sacreBLEU,
@@ -58,9 +58,9 @@ import decode_speed
 import fairseq_peer
 import peers
 
-from aiayn.config.schemas import decoding_settings
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import ParallelCorpus, TranslationCollator
+from aiayn.decoding.settings import Decoding
 from aiayn.model import beam_search
 from aiayn.model.loss import label_smoothed_loss
 
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--sentences", type=int, default=None,
                         help="sentences to decode: newstest2014's first 100 (parts a, b) or test2016's 1,000 (c)")
     parser.add_argument("--max-tokens", type=int, default=2000, help="padded source tokens per decoding batch")
-    paper = decoding_settings()  # §6.1's beam 4, α 0.6, input + 50 (aiayn.config.schemas.DecodingConfig)
+    paper = Decoding.of().settings()  # §6.1's beam 4, α 0.6, input + 50 (aiayn.config.schemas.DecodingConfig)
     parser.add_argument("--beam-size", type=int, default=paper["beam_size"])
     parser.add_argument("--alpha", type=float, default=paper["alpha"])
     parser.add_argument("--max-len-offset", type=int, default=paper["max_len_offset"])

@@ -30,8 +30,8 @@ import decode_speed
 from aiayn.checkpoints.trained import load_trained
 from aiayn.data.corpus import TranslationCollator
 from aiayn.data.readers import read_lines
-from aiayn.decoding_speed import for_decoding
-from aiayn.inference import Search
+from aiayn.decoding.search import Search
+from aiayn.decoding.speed import for_decoding
 from aiayn.metrics import chrf_score, sacrebleu_score
 
 RESULTS = _common.REPO / "benchmarks" / "results" / "stopping_rule.jsonl"
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--test-set", choices=sorted(TEST_SETS), default="multi30k")
     parser.add_argument("--sentences", type=int, default=None, help="the first N sentences (default: all)")
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--int8", action="store_true", help="int8 dynamic quantisation (aiayn.decoding_speed)")
+    parser.add_argument("--int8", action="store_true", help="int8 dynamic quantisation (aiayn.decoding.speed)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)

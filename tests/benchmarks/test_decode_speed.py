@@ -56,7 +56,7 @@ def test_side_by_side_decodes_a_trained_model_with_every_engine(tiny_run, tmp_pa
     same sentences, BLEU and speed per engine."""
     out = tmp_path / "trained.jsonl"
     run("side_by_side.py", "--part", "trained", "--checkpoint", str(tiny_run.last), "--sentences", "6",
-        # α 20: the 4-step model's translations are otherwise all empty (see tests/test_inference.py)
+        # α 20: the 4-step model's translations are otherwise all empty (see tests/decoding/test_translator.py)
         "--batch-size", "4", "--max-len-offset", "3", "--alpha", "20", "--threads", "1", "--out", str(out),
         data_root=data_root,
         cache=tiny_run.cache_dir)

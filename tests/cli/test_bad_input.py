@@ -319,7 +319,8 @@ def test_evaluate_constrained_on_a_translation_model_is_refused_before_decoding(
                       "wandb=disabled", data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith(
-        "evaluate.py: constrained decoding needs a parsing model: its vocabulary has no tree symbols")
+        "evaluate.py: decoding.constrained=true decodes within the task's output constraint, and this model's task "
+        "has none (constrained decoding is for parsing tasks)")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -16,7 +16,7 @@ from tests.helpers.runs import TrainedRun
 
 LINES = ["A man is riding a bike.", "", "Two dogs play in the snow.", "A woman sings.", "Children run on a beach."]
 # A length penalty this strong keeps the 4-step model from ending every translation at once, so the
-# hypotheses differ (tests/test_inference.py).
+# hypotheses differ (tests/decoding/test_translator.py).
 STRONG = ["decoding.alpha=20.0", "decoding.max_len_offset=5"]
 
 
@@ -122,7 +122,7 @@ def test_evaluate_writes_the_nbest_list_and_reports_chrf_and_lowercased_bleu(tin
 @pytest.mark.parametrize("setting, wanted", [
     ("decoding.nbest=5", "decoding.nbest=5 asks for more hypotheses than the beam holds"),
     ("decoding.stop=fairseq", "decoding.stop must be paper"),
-    ("decoding.top_k=5", "decoding.top_k=5 applies to sampling only"),
+    ("decoding.top_k=5", "beam search cannot serve decoding.top_k=5 (it applies to sampling only)"),
     ("decoding.temperature=0", "decoding.temperature must be above 0"),
 ])
 def test_bad_decoding_options_are_one_line(setting: str, wanted: str, tiny_run: TrainedRun, data_root: Path,

@@ -20,7 +20,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from aiayn.cli import config_options
 from aiayn.cli.errors import USER_ERROR, describe, reports_errors
-from aiayn.config.schemas import decoding_settings
+from aiayn.decoding.settings import Decoding, asked
 from aiayn.errors import ConfigError, DataError
 from aiayn.training.module import NonFiniteLossError
 from tests.helpers import inprocess
@@ -195,9 +195,11 @@ def test_cuda_without_a_gpu_names_the_setting_to_change() -> None:
 
 
 def test_decoding_settings_are_checked_before_loading() -> None:
-    assert decoding_settings({"max_len_offset": 0, "kv_cache": None}) == {
-        "beam_size": 4, "alpha": 0.6, "max_len_offset": 0, "kv_cache": True, "constrained": False, "stop": "paper",
-        "nbest": 1, "sampling": False, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
+    wanted = asked({"max_len_offset": 0, "kv_cache": None})
+    assert dict(wanted.values) == {"max_len_offset": 0}  # None: the checkpoint's own
+    assert Decoding.of(None, wanted).settings() == {
+        "beam_size": 4, "alpha": 0.6, "max_len_offset": 0, "min_len": 0, "kv_cache": True, "constrained": False, "stop": "paper",
+        "nbest": 1, "sampling": False, "temperature": None, "top_k": None, "top_p": None, "seed": None}
     for settings, message in [({"beam_size": 0}, "decoding.beam_size must be a whole number of at least 1, got 0"),
                               ({"max_len_offset": -1}, "decoding.max_len_offset must be a whole number of at least 0"),
                               ({"alpha": -1}, "decoding.alpha (the length penalty's exponent) must be a number"),
@@ -205,7 +207,7 @@ def test_decoding_settings_are_checked_before_loading() -> None:
                               ({"kv_cache": "maybe"}, "decoding.kv_cache: Value 'maybe' is not a valid bool"),
                               ({"beam": 4}, "decoding.beam is not a decoding setting; the settings are alpha, ")]:
         with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-            decoding_settings(settings)
+            asked(settings)
 
 
 def test_help_lists_a_groups_options() -> None:

@@ -152,7 +152,7 @@ def test_average_last_averages_the_checkpoints_ending_at_the_one_given(tiny_run:
     from aiayn.checkpoints.averaging import average_checkpoints
     from aiayn.checkpoints.trained import load_trained
     from aiayn.data.readers import read_parallel
-    from aiayn.inference import perplexity
+    from aiayn.decoding.translator import perplexity
 
     folder = tiny_run.checkpoints
     result = evaluate(f"ckpt={folder / 'step0000002.ckpt'}", "average_last=2", "split=test_2017_mscoco",
@@ -197,6 +197,29 @@ def test_evaluations_with_other_decoding_settings_leave_their_own_reports(tiny_r
     assert [reports[name]["speed_switches"]["onednn"] for name in sorted(reports)] == [True, False, False, False]
     for report in reports.values():  # each names its own hypotheses, all kept
         assert len(Path(report["hypotheses"]).read_text(encoding="utf-8").splitlines()) == 461
+
+
+def test_ensembles_of_other_members_keep_their_own_reports(tiny_run: TrainedRun, data_root: Path,
+                                                          tmp_path: Path) -> None:
+    """ckpt=A,B then ckpt=A,C: two reports (before: both were ....ens2, the second replaced the first);
+    the same ensemble again writes over its own."""
+    checkpoints = tiny_run.checkpoints
+    for members in ([tiny_run.last, checkpoints / "step0000003.ckpt"], [tiny_run.last, checkpoints / "step0000002.ckpt"],
+                    [tiny_run.last, checkpoints / "step0000003.ckpt"]):
+        evaluate(f"ckpt={','.join(map(str, members))}", "split=test_2017_mscoco", "decoding.max_len_offset=2",
+                 f"out={tmp_path}", data_root=data_root, cache_dir=tiny_run.cache_dir)
+    reports = {path.name: json.loads(path.read_text()) for path in tmp_path.glob("*.json")}
+    assert len(reports) == 2 and all(".ens2-" in name for name in reports), sorted(reports)
+    assert sorted(report["ensemble"][1].rsplit("/", 1)[1] for report in reports.values()) == [
+        "step0000002.ckpt", "step0000003.ckpt"]
+
+
+def test_the_old_seed_is_decoding_seed_with_a_notice(tiny_run: TrainedRun, data_root: Path, tmp_path: Path) -> None:
+    """evaluate's own seed= seeded nothing (decoding.seed seeds the samples): it is that setting now."""
+    result = evaluate(f"ckpt={tiny_run.last}", "seed=7", "decoding.sampling=true", "split=test_2017_mscoco",
+                      "decoding.max_len_offset=2", f"out={tmp_path}", data_root=data_root, cache_dir=tiny_run.cache_dir)
+    assert result.stderr.splitlines()[0] == "evaluate.py: seed is now decoding.seed; the old name works until release 0.3"
+    assert report_of(tmp_path, "*.seed7.*json")["decoding"]["seed"] == 7
 
 
 def test_a_run_whose_row_no_longer_composes_is_evaluated_and_logged_untagged(tiny_run: TrainedRun, data_root: Path,
@@ -260,6 +283,10 @@ BAD_INPUT = [
     (["onednn=true", "compile=true"], "onednn runs the fp32 products; it cannot be combined with compile=true"),
     (["onnxruntime=true", "int8=true"],
      "onnxruntime runs the fp32 decoder step itself; it cannot be combined with int8=true"),
+    # ONNX Runtime's step is the cached one: without the cache it was torch's, in a report named .onnxruntime
+    (["onnxruntime=true", "decoding.kv_cache=false"],
+     "ONNX Runtime cannot serve decoding.kv_cache=false (its decoder step is the cached one)"),
+    (["decoding.seed=3"], "beam search cannot serve decoding.seed=3 (it applies to sampling only)"),
     # Checked before the checkpoint is loaded and the split translated (it died after the work).
     (["out={folder}/last.ckpt"], ("out={folder}/last.ckpt is a file; give a folder to write the hypotheses and report "
                                  "into")),

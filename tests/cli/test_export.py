@@ -5,6 +5,7 @@ written. On the session's tiny trained run; the tools run in this process (tests
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,56 @@ def test_ctranslate2_export_serves_translate_with_our_output(tiny_run, data_root
                       "out=" + str(tmp_path / "ct2.de"), data_root=data_root, cache_dir=tiny_run.cache_dir)
     assert "translated 4 lines" in theirs.stderr and ours.returncode == 0
     assert (tmp_path / "ct2.de").read_text(encoding="utf-8") == (tmp_path / "ours.de").read_text(encoding="utf-8")
+    # What CTranslate2 serves is passed on (its own rule, first_k, asked for too; n-best lists); what it
+    # cannot serve is refused naming it (before: stop, nbest and sampling were refused for the stopping rule).
+    nbest = run_tool("src/translate.py", "engine=ctranslate2", f"model_dir={out}", f"input={source}",
+                     "decoding.stop=first_k", "decoding.nbest=3", data_root=data_root, cache_dir=tiny_run.cache_dir)
+    rows = [line.split("\t") for line in nbest.stdout.splitlines()]
+    assert [int(row[0]) for row in rows] == [0, 0, 0, 1, 2, 2, 2, 3, 3, 3]  # the empty line: one, "" scored 0
+    assert rows[3][1:] == ["0.0000", "0.0000", ""] and all(float(row[2]) < 0 for row in rows if row[3])
+    for setting, refusal in [("decoding.constrained=true", "CTranslate2 cannot serve decoding.constrained=true"),
+                             ("decoding.kv_cache=false", "CTranslate2 cannot serve decoding.kv_cache=false")]:
+        result = run_tool("src/translate.py", "engine=ctranslate2", f"model_dir={out}", setting, stdin="A dog.\n",
+                          data_root=data_root, check=False)
+        assert result.returncode == 2 and result.stderr.startswith(f"translate.py: {refusal}"), result.stderr
+
+
+def test_an_export_serves_the_decoding_asked_for_or_refuses_it(tiny_run, data_root, tmp_path):
+    """export.py decoding.*: what the export's engine serves is recorded for it (CTranslate2's
+    aiayn.json, Hugging Face's generation config); what it cannot serve is refused in one line.
+    Before, both exited 0 and the served model ran beam search."""
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
+    ct2 = tmp_path / "ct2"
+    export(tiny_run, data_root, f"ckpt={tiny_run.last}", "format=ctranslate2", f"out={ct2}", "decoding.sampling=true",
+           "decoding.top_k=5", "decoding.seed=2")
+    recorded = json.loads((ct2 / "aiayn.json").read_text())["decoding"]
+    assert {key: recorded.get(key) for key in ("sampling", "top_k", "seed", "beam_size")} == {
+        "sampling": True, "top_k": 5, "seed": 2, "beam_size": None}
+    from aiayn.decoding.ctranslate2 import CTranslate2Translator
+
+    served = CTranslate2Translator(ct2, threads=1)
+    assert served.arguments["sampling_topk"] == 5 and served.arguments["beam_size"] == 1
+    draws = [list(CTranslate2Translator(ct2, threads=1).stream([SENTENCES])) for _ in range(2)]
+    assert draws[0] == draws[1]  # seeded
+
+    hf = tmp_path / "hf"
+    export(tiny_run, data_root, f"ckpt={tiny_run.last}", f"out={hf}", "decoding.nbest=3", "decoding.stop=first_k",
+           "decoding.min_len=3")
+    generation = json.loads((hf / "generation_config.json").read_text())
+    assert (generation["num_return_sequences"], generation["num_beams"], generation["early_stopping"],
+            generation["min_new_tokens"]) == (3, 4, True, 3)
+    marian = transformers.MarianMTModel.from_pretrained(str(hf))
+    batch = transformers.MarianTokenizer.from_pretrained(str(hf))(SENTENCES[:2], return_tensors="pt", padding=True)
+    generated = marian.generate(**batch, max_new_tokens=5)
+    assert generated.size(0) == 6 and (generated[:, 1:4] != marian.config.eos_token_id).all()  # 3 an input, 3 tokens at least
+    refusals = {"decoding.max_len_offset=9": "decoding.max_len_offset=9 (generate has one maximum length",
+                "decoding.sampling=true decoding.seed=4": "decoding.seed=4 (a generation config holds no seed)"}
+    for setting, refusal in refusals.items():
+        result = export(tiny_run, data_root, f"ckpt={tiny_run.last}", f"out={tmp_path / 'refused'}",
+                        *setting.split(), check=False)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(f"export.py: the Hugging Face export cannot serve {refusal}"), result.stderr
+        assert not (tmp_path / "refused").exists()
 
 
 def checkpoint_with(tiny_run: TrainedRun, folder: Path, **model_settings) -> Path:
@@ -109,7 +160,6 @@ def test_translate_engine_settings_are_checked(tiny_run, data_root, tmp_path):
         (f"ckpt={tiny_run.last}", f"model_dir={tmp_path}"): "is for engine=ctranslate2",
         ("engine=onnx", f"ckpt={tiny_run.last}"): "engine=onnx is not one of aiayn, ctranslate2",
         ("engine=ctranslate2", f"model_dir={tmp_path}"): "not a CTranslate2 export of aiayn",
-        ("engine=ctranslate2", f"model_dir={tmp_path}", "decoding.constrained=true"): "CTranslate2 cannot constrain its output",
         ("engine=ctranslate2", f"model_dir={tmp_path}", "onednn=true"): "precision, int8, compile, onednn and onnxruntime are aiayn's",
     }
     for arguments, expected in cases.items():

@@ -143,7 +143,7 @@ def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
     assert task["vocab_size"] == 16000
     assert (task["datamodule"]["train_split"], task["datamodule"]["val_split"], task["datamodule"]["test_split"]) == \
         ("02-21", "22", "23")
-    assert OmegaConf.to_container(wsj.decoding) == {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300,
+    assert OmegaConf.to_container(wsj.decoding) == {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300, "min_len": 0,
                                                     "kv_cache": True, "constrained": True, "stop": "paper", "nbest": 1, "sampling": False, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
     assert semi.task.vocab_size == 32000 and list(semi.task.datamodule.extra_trees) == ["parsing_semi/*"]
     assert sample.task.vocab_size == 2000 and sample.task.datamodule.test_split == "wsj_0180-wsj_0199"
@@ -168,7 +168,7 @@ def test_attention_maps_of_a_parser_decode_a_tree(trained) -> None:
     _, ckpt, _ = trained
     model = load_trained(ckpt)
     words = ["The", "company", "said", "it", "expects", "a", "loss", "."]
-    maps = attention_maps(model.model, model.vocab, " ".join(words), model.decoding)
+    maps = attention_maps(model.model, model.vocab, " ".join(words), model.decoding, model.output_constraint())
     assert model.decoding["constrained"] is True
     assert linearize(delinearize(maps.translation, words)) == maps.translation  # a tree, one XX per word
     assert maps.translation.split().count(LEAF) == len(words)

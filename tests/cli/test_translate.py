@@ -23,8 +23,8 @@ from aiayn.checkpoints.trained import TrainedModel, load_trained
 from aiayn.cli.line_input import AvailableLines, chunked
 from aiayn.cli.translate import LineWriter
 from aiayn.data.readers import decode_lines, iter_lines
+from aiayn.decoding.translator import Translator, translate
 from aiayn.errors import DataError
-from aiayn.inference import Translator, translate
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO, TrainedRun, offline_environment
 
@@ -268,7 +268,8 @@ BAD = {  # (the bad setting, given tmp_path; the start of the one line)
     "decoding.constrained=maybe": (lambda tmp: "decoding.constrained=maybe",
                                    "Error merging override decoding.constrained=maybe"),
     "constrained, a translation model": (lambda tmp: "decoding.constrained=true",
-                                         "constrained decoding needs a parsing model: its vocabulary has no tree symbols"),
+                                         ("decoding.constrained=true decodes within the task's output constraint, "
+                                          "and this model's task has none (constrained decoding is for parsing tasks)")),
     "output folder under a file": (lambda tmp: f"out={tmp}/in.en/out.de",
                                    "out={tmp}/in.en/out.de: cannot create its folder {tmp}/in.en ({tmp}/in.en is a file)"),
     "output is the input": (lambda tmp: f"out={tmp}/in.en", "out={tmp}/in.en is the input file"),

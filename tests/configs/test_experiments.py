@@ -304,7 +304,7 @@ def test_every_row_composes_with_its_wmt_task_and_the_papers_dev_and_test_sets(t
     assert cfg.task.name == task and data._target_ == "aiayn.data.wmt.datamodule.WMTDataModule"
     assert cfg.task.vocab_size == (37000 if task == "wmt_en_de" else 32000)
     assert (data.val_split, data.test_split) == ("newstest2013", "newstest2014")
-    assert dict(cfg.decoding) == {"beam_size": 4, "alpha": 0.6, "max_len_offset": 50, "kv_cache": True,
+    assert dict(cfg.decoding) == {"beam_size": 4, "alpha": 0.6, "max_len_offset": 50, "min_len": 0, "kv_cache": True,
                                   "constrained": False, "stop": "paper", "nbest": 1, "sampling": False, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
     check_train_config(OmegaConf.to_container(cfg, resolve=True))
     if table == "table3":

@@ -10,13 +10,16 @@ import pytest
 
 from aiayn.checkpoints.trained import load_trained
 from aiayn.data.corpus import TranslationCollator
+from aiayn.decoding.search import Search
+from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError, DataError
 from aiayn.model import greedy_search
 
 pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")
 pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
 
-from aiayn.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
+from aiayn.decoding.ctranslate2 import CTranslate2Translator
+from aiayn.export.ctranslate2 import export_ctranslate2
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 OFFSET = 8
@@ -43,6 +46,20 @@ def test_greedy_outputs_are_ours(ct2_export, tiny_trained, multi30k_pairs):
     assert sum(map(len, ours)) > len(english)  # real outputs, not all empty
 
 
+def test_min_len_is_served_as_ours(ct2_export, tiny_trained, multi30k_pairs):
+    """decoding.min_len reaches CTranslate2 as min_decoding_length: its greedy outputs with a minimum
+    are aiayn's (beam 1, α 0) with the same minimum."""
+    english, _ = multi30k_pairs
+    vocab = tiny_trained.vocab
+    src = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)(
+        [(i, ids, []) for i, ids in enumerate(vocab.encode(english))])["src"]
+    wanted = {"beam_size": 1, "alpha": 0.0, "max_len_offset": OFFSET, "min_len": 6}
+    ours = Search(Decoding.of(tiny_trained.decoding, wanted), vocab).best(tiny_trained.model, src)
+    translator = CTranslate2Translator(ct2_export, wanted, threads=1)
+    assert translator.arguments["min_decoding_length"] == 6
+    assert translator.translate_ids(vocab.encode(english)) == ours and min(map(len, ours)) >= 6
+
+
 def test_stream_keeps_input_order_and_empty_lines(ct2_export, tiny_trained, multi30k_pairs):
     english, _ = multi30k_pairs
     lines = ["", english[0], "   ", *english[1:5]]
@@ -56,7 +73,8 @@ def test_stream_keeps_input_order_and_empty_lines(ct2_export, tiny_trained, mult
 
 def test_export_carries_settings_subwords_and_card(ct2_export, tiny_trained):
     settings = json.loads((ct2_export / "aiayn.json").read_text())
-    assert settings["decoding"] == {k: tiny_trained.decoding[k] for k in ("beam_size", "alpha", "max_len_offset")}
+    served = Decoding.of(tiny_trained.decoding, engine="ctranslate2 export").settings()
+    assert settings["decoding"] == served and served["stop"] == "first_k"  # the rule CTranslate2 stops by
     assert settings["max_positions"] == tiny_trained.model.max_positions and settings["quantization"] == "float32"
     assert (ct2_export / "source.spm").read_bytes() == tiny_trained.vocab.serialized()
     assert "|Y|^α" in (ct2_export / "README.md").read_text(encoding="utf-8")
@@ -69,7 +87,9 @@ def test_int8_weights_load_and_translate(ct2_export, tiny_run, tiny_trained, tmp
     out = export_ctranslate2(load_trained(tiny_run.last, "cpu"), tmp_path / "int8", ckpt=tiny_run.last,
                              steps=[tiny_trained.step], quantization="int8")
     assert json.loads((out / "aiayn.json").read_text())["quantization"] == "int8"
-    texts = [text for batch in CTranslate2Translator(out, threads=1).stream([english[:4]]) for text in batch]
+    # at least a token each (the 4-step model ends at once otherwise, as ours does: CTranslate2's own
+    # minimum of 1 no longer stands in for decoding.min_len=0)
+    texts = [text for batch in CTranslate2Translator(out, min_len=1, threads=1).stream([english[:4]]) for text in batch]
     assert len(texts) == 4 and all(texts)
     assert (out / "model.bin").stat().st_size < 0.6 * (ct2_export / "model.bin").stat().st_size  # 8-bit weights
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from aiayn.data.corpus import TranslationCollator
+from aiayn.decoding.packages import require
 from aiayn.errors import ConfigError
-from aiayn.export.marian import check_expressible, marian_order, require
+from aiayn.export.marian import check_expressible, marian_order
 from aiayn.model import Transformer, greedy_search
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from aiayn.decoding_speed import for_decoding
+from aiayn.decoding.speed import for_decoding
 from aiayn.model import Transformer, beam_search
 from tests.helpers.batches import cosine, flat, padded_batch, relative_error
 

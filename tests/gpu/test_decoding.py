@@ -17,8 +17,8 @@ from aiayn.checkpoints.trained import TrainedModel, load_trained
 from aiayn.data.corpus import TranslationCollator
 from aiayn.data.multi30k import multi30k_path
 from aiayn.data.readers import read_lines
-from aiayn.decoding_speed import for_decoding
-from aiayn.inference import encode_sources, translate
+from aiayn.decoding.speed import for_decoding
+from aiayn.decoding.translator import encode_sources, translate
 from aiayn.model import beam_search, beam_search_nbest
 from aiayn.model.search import length_penalty
 from tests.helpers.runs import TrainedRun

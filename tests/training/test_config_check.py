@@ -85,14 +85,17 @@ def test_parsing_tasks_decode_constrained_and_translation_tasks_do_not() -> None
 @pytest.mark.parametrize(("overrides", "message"), [
     (["decoding.stop=early"], "decoding.stop must be paper .* or first_k"),
     (["decoding.nbest=5"], "decoding.nbest=5 asks for more hypotheses than the beam holds"),
-    (["decoding.top_p=0.9"], "decoding.top_p=0.9 applies to sampling only"),
+    (["decoding.top_p=0.9"], r"beam search cannot serve decoding.top_p=0.9 \(it applies to sampling only\)"),
     (["decoding.sampling=true", "decoding.top_p=1.5"], "decoding.top_p must be above 0 and at most 1"),
+    # what sampling has no use for is refused, not ignored (it was, without a word)
+    (["decoding.sampling=true", "decoding.stop=first_k"], "sampling cannot serve decoding.stop=first_k"),
+    (["decoding.sampling=true", "decoding.beam_size=8"], "sampling cannot serve decoding.beam_size=8"),
 ])
 def test_train_checks_the_stopping_rule_nbest_and_sampling_as_the_tools_do(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         check_train_config(resolved(*overrides))
-    check_train_config(resolved("decoding.stop=first_k", "decoding.nbest=4", "decoding.sampling=true",
-                                "decoding.top_p=0.9", "decoding.nbest=8"))  # sampling: nbest is how many samples
+    check_train_config(resolved("decoding.stop=first_k", "decoding.nbest=4"))
+    check_train_config(resolved("decoding.sampling=true", "decoding.top_p=0.9", "decoding.nbest=8"))  # 8 samples
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

@@ -29,8 +29,9 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from aiayn.data.subwords import Subwords
+from aiayn.decoding.search import Search
+from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
-from aiayn.inference import Search
 from aiayn.model.positional import sinusoidal_table
 from aiayn.model.transformer import Transformer
 
@@ -72,9 +73,10 @@ class AttentionMaps:
 
 
 @torch.no_grad()
-def attention_maps(model: Transformer, vocab: Subwords, text: str, decoding: dict[str, Any]) -> AttentionMaps:
+def attention_maps(model: Transformer, vocab: Subwords, text: str, decoding: Decoding | dict[str, Any],
+                   constraint: Any = None) -> AttentionMaps:
     """Translate ``text`` with beam search (``decoding``: the decoding settings, as a checkpoint
-    holds them; a parser's constrained to trees) and collect the attention weights of the teacher-forced pass over BOS + the
+    holds them; ``constraint``: the task's output constraint, a parser's trees) and collect the attention weights of the teacher-forced pass over BOS + the
     translation. The model runs in eval mode (dropout off) and is left in the mode it was in."""
     device = next(model.parameters()).device
     src_ids = vocab.encode([text])[0] + [vocab.eos_id]
@@ -87,7 +89,7 @@ def attention_maps(model: Transformer, vocab: Subwords, text: str, decoding: dic
     was_training = model.training
     model.eval()
     try:
-        hypothesis = Search(decoding, vocab).best(model, src)[0]
+        hypothesis = Search(decoding, vocab, constraint).best(model, src)[0]
         hypothesis = hypothesis[: model.max_positions - 1]  # BOS + hypothesis must fit the positions
         tgt_in = torch.tensor([[vocab.bos_id] + hypothesis], dtype=torch.long, device=device)
         memory, src_mask, encoder_weights = model.encode(src, return_weights=True)

@@ -31,6 +31,15 @@ def file_digest(path: str | os.PathLike) -> str:
     return files.file_digest(path, "blake2b", digest_size=32)
 
 
+def identity(path: str | os.PathLike) -> str:
+    """What identifies the checkpoint at ``path``: the digest of its bytes, as recorded beside it
+    (else computed), so that a copy of it is the same checkpoint and a retrained one is not."""
+    try:
+        return digest_path(Path(path), follow=True).read_text().strip()
+    except OSError:
+        return file_digest(path)
+
+
 def write_digest(path: Path, written: str | os.PathLike) -> None:
     """The digest of ``written`` (the bytes about to become ``path``) into ``path``'s digest file."""
     atomic_write_text(digest_path(path), file_digest(written) + "\n")

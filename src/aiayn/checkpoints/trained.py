@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 
+from aiayn.checkpoints.digest import identity
 from aiayn.checkpoints.io import read_checkpoint
-from aiayn.config.schemas import decoding_settings, network_arguments
-from aiayn.data.datamodule import output_constraint
+from aiayn.config.schemas import network_arguments
+from aiayn.data.datamodule import task_module
 from aiayn.data.subwords import Subwords
 from aiayn.errors import ConfigError, DataError
 from aiayn.model import Ensemble, Transformer
@@ -43,10 +44,18 @@ MODEL_PREFIX = "model."
 class TrainedModel:
     model: Transformer  # in eval mode
     vocab: Subwords
-    decoding: dict[str, Any]  # every decoding setting (aiayn.config.schemas.DecodingConfig), as trained
+    decoding: dict[str, Any]  # the decoding settings it was trained with (aiayn.config.schemas.DecodingConfig's)
     config: dict[str, Any]  # the training run's resolved config ({} for old checkpoints)
     step: int
-    members: int = 1  # checkpoints decoding together (an ensemble: model is an aiayn.model.Ensemble)
+    # What identifies each checkpoint decoding together (an ensemble: model is an aiayn.model.Ensemble;
+    # aiayn.checkpoints.digest.identity); () for one.
+    members: tuple[str, ...] = ()
+
+    def output_constraint(self) -> Any:
+        """The constraint its task puts on its outputs, for its vocabulary, as the task's data
+        module hands it over (None: none, or a checkpoint that names no task)."""
+        kind = task_module(self.config.get("task") or {})
+        return kind.output_constraint(self.vocab) if kind is not None else None
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Put a training checkpoint's weights (an average of several, say) into the model."""
@@ -66,10 +75,10 @@ def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cp
     put_weights(model, model_weights(state_dict if state_dict is not None else checkpoint["state_dict"]), str(path))
     model.to(map_location).eval()
     config = _moved_targets(dict(checkpoint["hyper_parameters"].get("run_config") or {}))
-    # Its settings over the defaults; a checkpoint from before constrained decoding: on for a parsing
-    # task, as its config now says.
-    decoding = decoding_settings({"constrained": output_constraint(config.get("task") or {}) is not None},
-                                 arguments.get("decoding"), where="the checkpoint's decoding.")
+    # Its settings (aiayn.decoding.settings checks them where it lays a tool's over them); a checkpoint
+    # from before constrained decoding: on where its task has an output constraint, as its config now says.
+    kind = task_module(config.get("task") or {})
+    decoding = {"constrained": kind is not None and kind.OUTPUT_CONSTRAINT is not None, **(arguments.get("decoding") or {})}
     return TrainedModel(model=model, vocab=Subwords(proto=checkpoint["subwords"]), decoding=decoding, config=config,
                         step=int(checkpoint.get("global_step", 0)))
 
@@ -102,7 +111,8 @@ def load_ensemble(ckpt: str, map_location: str | torch.device = "cpu") -> Traine
             raise ConfigError(f"ckpt: {path} was trained on task {_task_of(task)}, {paths[0]} on {_task_of(first_task)}; "
                               "an ensemble's checkpoints must share one task")
     return TrainedModel(model=Ensemble([member.model for member in members]), vocab=first.vocab,
-                        decoding=first.decoding, config=first.config, step=first.step, members=len(members))
+                        decoding=first.decoding, config=first.config, step=first.step,
+                        members=tuple(identity(path) for path in paths))
 
 
 def _task_of(task: dict[str, Any]) -> str:

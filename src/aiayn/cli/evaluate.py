@@ -9,10 +9,11 @@ trees in EVALB's format (one tree a line) beside the hypotheses.
 ``average_last=k`` averages the checkpoint given and the k - 1 before it by step (§6.1);
 ``ckpt=a.ckpt,b.ckpt`` evaluates the ensemble of several (aiayn.model.Ensemble). With
 ``decoding.nbest=k`` each input's k hypotheses and their scores are also written, in the n-best
-format (aiayn.inference.nbest_lines), as ``<name>.nbest.<lang>``; the best of each is scored. The task's
+format (aiayn.decoding.translator.nbest_lines), as ``<name>.nbest.<lang>``; the best of each is scored. The task's
 files are read under ``data_root``, whatever its data module calls that folder. Every file is
-named after the split, the step(s), the decoding settings and the averaging (:func:`report_name`),
-so the evaluations of a sweep never overwrite one another.
+named after the split, the step(s), the averaging and the decoding object's tag (every setting
+that changes an output, the speed switches and an ensemble's members: :func:`file_stem`), so the
+evaluations of a sweep never overwrite one another.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import os
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
 from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints
@@ -32,17 +33,19 @@ from aiayn.cli import CONFIG_DIR
 from aiayn.cli.errors import is_composition_error, reports_composition_errors, reports_errors
 from aiayn.cli.renamed import accepts_old_names
 from aiayn.config.identity import MODIFIED, run_folder_changes
-from aiayn.config.schemas import decoding_settings
-from aiayn.decoding_speed import for_decoding, switches_of
+from aiayn.data.datamodule import task_module
+from aiayn.decoding.settings import Decoding, asked
+from aiayn.decoding.speed import for_decoding
+from aiayn.decoding.switches import switches_of
+from aiayn.decoding.translator import Translator, nbest_lines, perplexity
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_write_text
-from aiayn.inference import nbest_lines, perplexity, translate, tree_constraint
 from aiayn.reporting.loggers import wandb_logger
 
 log = logging.getLogger(__name__)
 
 
-@accepts_old_names("evaluate")  # out_dir= (before out=)
+@accepts_old_names("evaluate")  # out_dir= (before out=), seed= (before decoding.seed=)
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
@@ -58,8 +61,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if len(ensemble) > 1 and k > 1:
         raise ConfigError(f"average_last={k} averages one checkpoint with those before it; give one checkpoint, "
                           f"or average each first (src/average.py) and give the averages as ckpt=a.ckpt,b.ckpt")
-    overrides = {key: value for key, value in cfg.decoding.items() if value is not None}
-    decoding_settings(overrides, partial=True)  # checked before anything is loaded
+    wanted = asked(cfg.decoding)  # checked before anything is loaded
     if cfg.batch_size < 1:
         raise ConfigError(f"batch_size must be a whole number of at least 1, got {cfg.batch_size!r}")
     switches = switches_of(cfg)  # precision, int8, compile, onednn and onnxruntime
@@ -73,9 +75,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     task = _task(cfg, trained.config, ckpt)
 
     trained_task = trained.config.get("task", {})
-    if trained_task and _kind(trained_task) != _kind(task):
-        raise ConfigError(f"{ckpt} was trained on task {trained_task.get('name')}, which {_kind(trained_task)}, but "
-                          f"task {task['name']} {_kind(task)}; pick a task of the same kind and direction")
+    did, does = _does(trained_task), _does(task)  # each task's data module says what its models do
+    if did and does and did != does:
+        raise ConfigError(f"{ckpt} was trained on task {trained_task.get('name')}, which {did}, but task "
+                          f"{task['name']} {does}; pick a task of the same kind and direction")
     datamodule = hydra.utils.instantiate(task["datamodule"])
     split = datamodule.check_split(cfg.split, task["name"])  # the task says which splits it can score
     needed = datamodule.preparation_needed() if trained_task.get("name", task["name"]) != task["name"] else None
@@ -87,21 +90,22 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         trained.load_weights(average["state_dict"])
         steps = average["averaged_steps"]
     sources, targets, references = datamodule.evaluation_data(split)  # references: what its scorer compares with
-    decoding = decoding_settings(trained.decoding, overrides)
-    if decoding["constrained"]:
-        tree_constraint(trained.vocab)  # a model without tree symbols is refused before any decoding
+    decoding = Decoding.of(trained.decoding, wanted, switches=switches, members=trained.members,
+                           where="the checkpoint's decoding.")
+    # The task hands over its output constraint; the search refuses constrained decoding without one.
+    translator = Translator(for_decoding(trained.model, **decoding.switches), trained.vocab, decoding,
+                            datamodule.output_constraint(trained.vocab), batch_size=cfg.batch_size)
 
     ppl, n_tokens = perplexity(trained.model, trained.vocab, sources, targets, cfg.max_tokens)
-    model = for_decoding(trained.model, **switches)
-    result = translate(model, trained.vocab, sources, decoding, batch_size=cfg.batch_size)
+    result = translator.translations(sources)
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    name = report_name(split, steps, {**decoding, **switches}, len(ensemble))
+    name = file_stem(split, steps, decoding)
     hypotheses_file = out_dir / f"{name}.hyp.{datamodule.tgt_lang}"
     # Whole or not at all (a full disk, a kill): a later step or tool trusts what is there.
     atomic_write_text(hypotheses_file, "".join(text + "\n" for text in result.texts))
     files = {"hypotheses": str(hypotheses_file)}
-    if decoding["nbest"] > 1:  # every hypothesis, with its index and scores
+    if decoding.nbest > 1:  # every hypothesis, with its index and scores
         files["nbest"] = str(out_dir / f"{name}.nbest.{datamodule.tgt_lang}")
         atomic_write_text(files["nbest"], "".join(line + "\n" for line in nbest_lines(result.nbest)))
     scored = datamodule.scorer().report(result.texts, references, out_dir, name)  # the Scorer validation uses
@@ -113,8 +117,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     })
     report = {
         "checkpoint": str(ckpt), "ensemble": ensemble, "averaged": [str(p) for p in averaged], "averaged_steps": steps,
-        "step": trained.step, "task": task["name"], "split": split, "sentences": len(sources), "decoding": decoding,
-        "speed_switches": switches, "device": device, **files, **scored.details,
+        "step": trained.step, "task": task["name"], "split": split, "sentences": len(sources),
+        "decoding": decoding.settings(), "speed_switches": dict(decoding.switches), "device": device, **files, **scored.details,
         "ppl_tokens": n_tokens, **metrics,
     }
     atomic_write_text(out_dir / f"{name}.json", json.dumps(report, indent=2) + "\n")
@@ -127,58 +131,29 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     for line in scored.lines:
         print(f"  {line}")
     print(f"  perplexity      {ppl:6.2f}  per wordpiece, {n_tokens} tokens")
-    search = (f"sampling (temperature {decoding['temperature']}, top-k {decoding['top_k']}, top-p {decoding['top_p']}, "
-              f"seed {decoding['seed']})" if decoding["sampling"] else f"beam {decoding['beam_size']}, stop {decoding['stop']}")
     print(f"  decoding        {result.sentences_per_second:6.1f} sentences/s, {result.tokens_per_second:.0f} tokens/s "
-          f"({search}, α {decoding['alpha']}, +{decoding['max_len_offset']}, "
-          f"{'' if decoding.get('kv_cache', True) else 'no '}kv cache, "
-          f"{'constrained to trees, ' if decoding.get('constrained') else ''}{device})")
+          f"({decoding.describe()}, {device})")
     print(f"  hypotheses      {hypotheses_file}")
     if "nbest" in files:
-        print(f"  n-best          {files['nbest']}  ({decoding['nbest']} an input: index, score, log-prob, text)")
-    _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding,
+        print(f"  n-best          {files['nbest']}  ({decoding.nbest} an input: index, score, log-prob, text)")
+    _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding.settings(),
                   {key: value for key, value in scored.details.items() if key == "sacrebleu_signature"})
     if cfg.mlflow:
         from aiayn.reporting.mlflow_logger import log_evaluation  # mlflow only when asked for
 
-        settings = {"evaluate": OmegaConf.to_container(cfg, resolve=True), "decoding": decoding}
+        settings = {"evaluate": OmegaConf.to_container(cfg, resolve=True), "decoding": decoding.settings()}
         log_evaluation(cfg.mlflow, trained.config, name, settings, metrics, trained.step, out_dir / f"{name}.json")
     return metrics
 
 
-def report_name(split: str, steps: list[int], decoding: dict, ensemble: int = 1) -> str:
+def file_stem(split: str, steps: list[int], decoding: Decoding) -> str:
     """The stem of an evaluation's files (hypotheses, JSON report, EVALB trees): the split, the
-    step (the first and last step when averaged), the decoding settings, the number averaged and
-    the number ensembled, e.g. ``test_2016_flickr.step1500-2000.beam4.alpha0.6.len+50.avg2``; so
-    evaluations of one checkpoint that differ in any of them (a sweep of α or beam size) never
-    overwrite one another. Settings at their defaults (the paper's stopping rule, the 1-best) add
-    nothing, so the names of earlier evaluations stay."""
+    step (the first and last when averaged), the decoding's tag and the number averaged, e.g.
+    ``test_2016_flickr.step1500-2000.beam4.alpha0.6.len+50.avg2``: evaluations that differ in any
+    of them never overwrite one another."""
     step = f"step{steps[0]}" if len(steps) == 1 else f"step{steps[0]}-{steps[-1]}"
-    if decoding.get("sampling"):
-        settings = (f"sample.t{float(decoding['temperature']):g}.topk{decoding['top_k']}.topp"
-                    f"{float(decoding['top_p']):g}.seed{decoding['seed']}.alpha{float(decoding['alpha']):g}"
-                    f".len+{decoding['max_len_offset']}")
-    else:
-        settings = f"beam{decoding['beam_size']}.alpha{float(decoding['alpha']):g}.len+{decoding['max_len_offset']}"
-        if decoding.get("stop", "paper") != "paper":
-            settings += f".{decoding['stop']}"
-    if decoding.get("nbest", 1) > 1:
-        settings += f".nbest{decoding['nbest']}"
-    if not decoding.get("kv_cache", True):
-        settings += ".nokv"
-    if decoding.get("constrained"):
-        settings += ".constrained"
-    if decoding.get("precision", "fp32") != "fp32":  # the outputs of other arithmetic keep apart
-        settings += f".{decoding['precision']}"
-    if decoding.get("int8"):
-        settings += ".int8"
-    if decoding.get("onednn"):
-        settings += ".onednn"
-    if decoding.get("onnxruntime"):
-        settings += ".onnxruntime"
     averaged = f".avg{len(steps)}" if len(steps) > 1 else ""
-    averaged += f".ens{ensemble}" if ensemble > 1 else ""
-    return f"{split.replace('/', '_')}.{step}.{settings}{averaged}"
+    return f"{split.replace('/', '_')}.{step}.{decoding.tag()}{averaged}"
 
 
 def _averaged_count(average_last) -> int:
@@ -204,11 +179,10 @@ def _check_checkpoint_file(ckpt: Path) -> None:
     raise ConfigError(f"ckpt={ckpt} is a directory and holds no checkpoint files; give one checkpoint file")
 
 
-def _kind(task: dict) -> str:
-    """What a task's model does: translates between its languages, or parses (no language pair)."""
-    datamodule = task.get("datamodule") or {}
-    src, tgt = datamodule.get("src_lang"), datamodule.get("tgt_lang")
-    return f"translates {src}→{tgt}" if src and tgt else "parses sentences into trees"
+def _does(task: dict) -> str | None:
+    """What a model of ``task`` does, as its data module says (None: no data module of ours)."""
+    kind = task_module(task)
+    return kind.does(task["datamodule"]) if kind is not None else None
 
 
 def _task(cfg: DictConfig, trained_config: dict, ckpt: Path) -> dict:
@@ -222,6 +196,8 @@ def _task(cfg: DictConfig, trained_config: dict, ckpt: Path) -> dict:
     if cfg.get("task"):
         if data_root:
             cfg.paths.data_root = data_root
+        with open_dict(cfg):  # ${seed}: the order of training batches, the checkpoint's run's (evaluation reads none)
+            cfg.seed = trained_config.get("seed", 0)
         return OmegaConf.to_container(cfg.task, resolve=True)
     if "task" not in trained_config:
         raise ConfigError(f"{ckpt}: the checkpoint has no training config; name the data with task=<name>")

@@ -4,9 +4,11 @@
 ``format=hf`` writes a Hugging Face MarianMT folder (weights, tokenizer files, generation settings,
 model card); ``format=ctranslate2`` converts that into a CTranslate2 model (``quantization=int8``:
 8-bit weights). ``average_last=k`` exports the average of the checkpoint and the k - 1 before it by
-step (§6.1). A model MarianMT cannot express (separate vocabularies, learned positions, heads not
-d_model / h wide), a missing package or a bad setting is one line on stderr, exit 2, before
-anything is written.
+step (§6.1). ``decoding.*`` over the checkpoint's own settings are what the export serves with
+(the generation settings; the CTranslate2 model's ``aiayn.json``), as its engine serves them
+(aiayn.decoding.declarations): a setting it cannot serve is refused, never dropped. A model
+MarianMT cannot express (separate vocabularies, learned positions, heads not d_model / h wide), a
+missing package or a bad setting is one line on stderr, exit 2, before anything is written.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from aiayn.cli import CONFIG_DIR, tool_command
 from aiayn.cli.errors import reports_composition_errors, reports_errors
-from aiayn.config.schemas import decoding_settings
+from aiayn.decoding.settings import Decoding, asked
 from aiayn.errors import ConfigError
 
 FORMATS = ("hf", "ctranslate2")
@@ -40,22 +42,24 @@ def main(cfg: DictConfig) -> None:
     if k < 1:
         raise ConfigError(f"average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint "
                           f"alone), got {cfg.average_last!r}")
-    overrides = {key: value for key, value in cfg.decoding.items() if value is not None}
-    decoding_settings(overrides, partial=True)  # checked before anything is loaded
+    wanted = asked(cfg.decoding)  # checked before anything is loaded
     ckpt = Path(cfg.ckpt)
     if ckpt.is_dir():
         raise ConfigError(f"ckpt={ckpt} is a folder; give one checkpoint file in it, e.g. ckpt={ckpt / 'last.ckpt'}")
 
     from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
     from aiayn.checkpoints.trained import load_trained
-    from aiayn.export.marian import check_expressible, require
+    from aiayn.decoding.packages import require
+    from aiayn.export.marian import check_expressible
 
     require("transformers")
     if cfg.format == "ctranslate2":
         require("ctranslate2")
     averaged = last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [ckpt]  # DataError: too few
     trained = load_trained(ckpt, "cpu")
-    trained.decoding = decoding_settings(trained.decoding, overrides)  # what the export records and serves with
+    # What the export records and serves with, as its engine serves it.
+    decoding = Decoding.of(trained.decoding, wanted, engine=f"{'hf' if cfg.format == 'hf' else 'ctranslate2'} export",
+                           where="the checkpoint's decoding.")
     check_expressible(trained.model, str(ckpt))  # ConfigError naming the setting Marian cannot hold
     steps = [trained.step]
     if k > 1:  # §6.1: the weights averaged over the k checkpoints ending at the one given
@@ -65,11 +69,12 @@ def main(cfg: DictConfig) -> None:
     if cfg.format == "hf":
         from aiayn.export.huggingface import export_huggingface
 
-        out = export_huggingface(trained, Path(cfg.out), ckpt=ckpt, steps=steps)
+        out = export_huggingface(trained, Path(cfg.out), ckpt=ckpt, steps=steps, decoding=decoding)
     else:
         from aiayn.export.ctranslate2 import export_ctranslate2
 
-        out = export_ctranslate2(trained, Path(cfg.out), ckpt=ckpt, steps=steps, quantization=cfg.quantization)
+        out = export_ctranslate2(trained, Path(cfg.out), ckpt=ckpt, steps=steps, quantization=cfg.quantization,
+                                 decoding=decoding)
     what = f"step {steps[-1]}" + (f", averaged over steps {', '.join(map(str, steps))}" if len(steps) > 1 else "")
     print(f"exported {ckpt} ({what}) as {cfg.format}"
           + (f" ({cfg.quantization})" if cfg.quantization else "") + f" -> {out}")

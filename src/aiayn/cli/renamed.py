@@ -28,7 +28,7 @@ DECODING = ("beam_size", "alpha", "max_len_offset", "kv_cache", "constrained")
 RENAMED = {
     "train": {"task.decoding.": "decoding."},
     "translate": {**{key: f"decoding.{key}" for key in DECODING}, "output": "out"},
-    "evaluate": {"out_dir": "out"},
+    "evaluate": {"out_dir": "out", "seed": "decoding.seed"},  # its own seed= seeded nothing
     "average": {"dir": "ckpt", "last": "average_last"},
 }
 

@@ -5,7 +5,7 @@ One sentence a line in, one translation a line out, in the same order; an empty 
 empty line; a line longer than the model can read is truncated with a warning. With
 ``decoding.nbest=k`` (k > 1) each input gets its k best hypotheses (k samples with
 ``decoding.sampling=true``), one a line, best first, as ``<input index>\t<score>\t<log-prob>\t<text>``
-(aiayn.inference.nbest_lines; the index counts input lines from 0). ``ckpt=a.ckpt,b.ckpt``
+(aiayn.decoding.translator.nbest_lines; the index counts input lines from 0). ``ckpt=a.ckpt,b.ckpt``
 translates with the ensemble of the checkpoints (aiayn.model.Ensemble).
 
 Input is read in chunks of at most ``buffer_size`` lines, each sorted by length and translated in
@@ -22,9 +22,11 @@ translates together the lines that have arrived and answers them before waiting 
 long file piped in is still batched while a line fed alone into an open pipe is answered at once.
 
 ``engine=ctranslate2 model_dir=<folder>`` translates with a CTranslate2 export of a checkpoint
-(src/export.py format=ctranslate2) instead, through the same reading and writing; its beam search
-normalises by |Y|^α rather than GNMT's length penalty (its ``decoding.beam_size=1`` is greedy
-search, which aiayn's ``decoding.beam_size=1 decoding.alpha=0`` is too).
+(src/export.py format=ctranslate2) instead, through the same reading and writing, with the
+decoding settings CTranslate2 serves (aiayn.decoding.declarations; others are refused in one
+line): its beam search normalises by |Y|^α rather than GNMT's length penalty and stops as
+``decoding.stop=first_k`` (its ``decoding.beam_size=1`` is greedy search, which aiayn's
+``decoding.beam_size=1 decoding.alpha=0`` is too).
 """
 
 from __future__ import annotations
@@ -46,11 +48,12 @@ from aiayn.cli import CONFIG_DIR
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.cli.line_input import AvailableLines, chunked
 from aiayn.cli.renamed import accepts_old_names
-from aiayn.config.schemas import decoding_settings
 from aiayn.data.readers import decode_lines, iter_lines
-from aiayn.decoding_speed import for_decoding, switches_of
+from aiayn.decoding.settings import Asked, Decoding, asked
+from aiayn.decoding.speed import for_decoding
+from aiayn.decoding.switches import switches_of
+from aiayn.decoding.translator import Translator, nbest_lines
 from aiayn.errors import ConfigError
-from aiayn.inference import Translator, nbest_lines
 
 # What translates: aiayn's own beam search over a checkpoint, or a CTranslate2 export (src/export.py).
 ENGINES = ("aiayn", "ctranslate2")
@@ -62,15 +65,14 @@ ENGINES = ("aiayn", "ctranslate2")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
 def main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    overrides = {key: value for key, value in cfg.decoding.items() if value is not None}
-    decoding_settings(overrides, partial=True)  # checked before anything is loaded
-    _check_settings(cfg)
+    wanted = asked(cfg.decoding)  # checked before anything is loaded
+    switches = _check_settings(cfg)
     source = _input_file(cfg.input)
     output = _output_file(cfg.out, source)
-    translator = _translator(cfg, overrides)
+    translator = _translator(cfg, wanted, switches)
     chunks = _chunks(cfg, source)
     writer = None
-    nbest = isinstance(translator, Translator) and translator.search.nbest > 1
+    nbest = translator.nbest > 1
     try:
         with _opened(output, cfg.out) as out:
             writer = LineWriter(out)
@@ -89,18 +91,19 @@ def main(cfg: DictConfig) -> None:
     _summary(writer.inputs, translator)
 
 
-def _translator(cfg: DictConfig, overrides: dict) -> Translator:
-    """aiayn's own :class:`Translator` of ``ckpt`` (its decoding settings with ``overrides``), or
-    (``engine=ctranslate2``) the CTranslate2 translator of the exported folder ``model_dir``, which
-    has the same ``stream`` and counters."""
+def _translator(cfg: DictConfig, wanted: Asked, switches: dict) -> Translator:
+    """aiayn's own :class:`Translator` of ``ckpt`` (its decoding settings with those ``wanted``,
+    its task's output constraint), or (``engine=ctranslate2``) the CTranslate2 translator of the
+    exported folder ``model_dir``, which has the same ``stream``, ``stream_nbest`` and counters."""
     if cfg.engine == "ctranslate2":
-        from aiayn.export.ctranslate2 import CTranslate2Translator
+        from aiayn.decoding.ctranslate2 import CTranslate2Translator
 
-        search = {key: overrides[key] for key in ("beam_size", "alpha", "max_len_offset") if key in overrides}
-        return CTranslate2Translator(cfg.model_dir, batch_size=cfg.batch_size, device=cfg.device, **search)
+        return CTranslate2Translator(cfg.model_dir, wanted, batch_size=cfg.batch_size, device=cfg.device)
     trained = load_ensemble(cfg.ckpt, cfg.device)  # several checkpoints: their ensemble
-    model = for_decoding(trained.model, **switches_of(cfg))  # ConfigError: int8 off the CPU
-    return Translator(model, trained.vocab, decoding_settings(trained.decoding, overrides), batch_size=cfg.batch_size)
+    decoding = Decoding.of(trained.decoding, wanted, switches=switches, members=trained.members,
+                           where="the checkpoint's decoding.")
+    model = for_decoding(trained.model, **decoding.switches)  # ConfigError: int8 off the CPU
+    return Translator(model, trained.vocab, decoding, trained.output_constraint(), batch_size=cfg.batch_size)
 
 
 def _summary(lines: int, translator: Translator) -> None:
@@ -124,7 +127,9 @@ class LineWriter:
         self.inputs += len(texts) if inputs is None else inputs
 
 
-def _check_settings(cfg: DictConfig) -> None:
+def _check_settings(cfg: DictConfig) -> dict:
+    """The engine's settings checked (what the engine serves of the decoding settings, it says
+    itself); the speed switches (aiayn.decoding.switches.switches_of) returned."""
     if cfg.batch_size < 1:
         raise ConfigError(f"batch_size must be a whole number of at least 1, got {cfg.batch_size!r}")
     if cfg.engine not in ENGINES:
@@ -136,13 +141,6 @@ def _check_settings(cfg: DictConfig) -> None:
         if not OmegaConf.is_missing(cfg, "ckpt"):
             raise ConfigError(f"ckpt={cfg.ckpt} is for engine=aiayn; with engine=ctranslate2 give the exported "
                               "folder as model_dir=<folder>")
-        if cfg.decoding.constrained:
-            raise ConfigError("decoding.constrained=true is aiayn's own search; CTranslate2 cannot constrain its "
-                              "output: use engine=aiayn ckpt=<file.ckpt>")
-        for key in ("stop", "nbest", "sampling", "temperature", "top_k", "top_p", "seed"):
-            if cfg.decoding[key] is not None:
-                raise ConfigError(f"decoding.{key} is aiayn's own search (CTranslate2 stops after beam_size finished "
-                                  "hypotheses, as decoding.stop=first_k); use engine=aiayn ckpt=<file.ckpt>")
         if cfg.int8 or cfg.compile or cfg.onednn or cfg.onnxruntime or cfg.precision != "fp32":
             raise ConfigError("precision, int8, compile, onednn and onnxruntime are aiayn's own switches; a CTranslate2 "
                               "model has its type from the export (src/export.py format=ctranslate2 quantization=int8)")
@@ -152,11 +150,11 @@ def _check_settings(cfg: DictConfig) -> None:
     elif cfg.model_dir is not None:
         raise ConfigError(f"model_dir={cfg.model_dir} is for engine=ctranslate2; add engine=ctranslate2, or give a "
                           "checkpoint as ckpt=<file.ckpt>")
-    switches_of(cfg)  # precision, int8, compile, onednn and onnxruntime
     if cfg.interactive not in ("auto", True, False):
         raise ConfigError(f"interactive must be auto, true or false, got {cfg.interactive!r}")
     if cfg.buffer_size < 1:
         raise ConfigError(f"buffer_size must be a whole number of at least 1, got {cfg.buffer_size!r}")
+    return switches_of(cfg)  # precision, int8, compile, onednn and onnxruntime
 
 
 def _input_file(given: str | None) -> Path | None:

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from aiayn.cli import CONFIG_DIR, tool_command
 from aiayn.cli.errors import reports_composition_errors, reports_errors
-from aiayn.config.schemas import decoding_settings
+from aiayn.decoding.settings import Decoding, asked
 from aiayn.errors import ConfigError, DataError
 
 
@@ -33,8 +33,7 @@ def main(cfg: DictConfig) -> None:
         raise ConfigError(f"positional_encoding_positions must be a positive whole number, got {positions!r}")
     if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ConfigError(f"out={cfg.out} is a file; give a folder for the pictures")
-    overrides = {key: value for key, value in cfg.decoding.items() if value is not None}
-    decoding_settings(overrides, partial=True)  # checked before anything is loaded
+    wanted = asked(cfg.decoding)  # checked before anything is loaded
     ckpt = Path(cfg.ckpt).absolute()
     if not ckpt.is_file():  # before the slow imports (torch, Lightning, matplotlib)
         raise DataError(f"{ckpt}: checkpoint not found")
@@ -43,7 +42,8 @@ def main(cfg: DictConfig) -> None:
 
     trained = load_trained(ckpt, map_location=cfg.device)
     out = Path(cfg.out) if cfg.out else ckpt.parent.parent / "attention"
-    maps = attention_maps(trained.model, trained.vocab, str(cfg.text), decoding_settings(trained.decoding, overrides))
+    decoding = Decoding.of(trained.decoding, wanted, where="the checkpoint's decoding.")
+    maps = attention_maps(trained.model, trained.vocab, str(cfg.text), decoding, trained.output_constraint())
     paths = draw_attention(maps, out)
     if cfg.positional_encoding:
         paths.append(draw_positional_encoding(trained.model.d_model, cfg.positional_encoding_positions,

@@ -1,7 +1,7 @@
 """The typed settings (conf/): the network (``model``), the optimiser and its schedule
 (``optim``), the loss (``loss``) and decoding (``decoding``, every tool's), as dataclasses, and
-the functions that turn a model config into the network's arguments and decoding settings into
-checked ones.
+the function that turns a model config into the network's arguments (decoding settings are
+checked and served by aiayn.decoding.settings).
 
 Importing this module (any of ``aiayn.config``) registers the dataclasses in Hydra's ConfigStore
 as the schemas ``schema/model``, ``schema/optim``, ``schema/loss``, ``schema/decoding`` and
@@ -95,6 +95,7 @@ class DecodingConfig:
     beam_size: Optional[int] = 4  # §6.1: "beam search with a beam size of 4"  # noqa: UP045
     alpha: Optional[float] = 0.6  # §6.1: "length penalty α = 0.6" (GNMT's ((5+|Y|)/6)^α)  # noqa: UP045
     max_len_offset: Optional[int] = 50  # §6.1: "maximum output length ... input length + 50"  # noqa: UP045
+    min_len: Optional[int] = 0  # the shortest output, in tokens before EOS (0: any; fairseq's --min-len)  # noqa: UP045
     # Reuse the decoder's self-attention keys/values (the same outputs; tensor2tensor's fast decoding).
     kv_cache: Optional[bool] = True  # noqa: UP045
     constrained: Optional[bool] = False  # only well-formed trees over the input's words (parsing; ours)  # noqa: UP045
@@ -143,71 +144,6 @@ for _name, _schema in {**SCHEMAS, "decoding_overrides": DecodingOverrides, "trai
                        "progress_log": ProgressLogConfig}.items():
     ConfigStore.instance().store(group="schema", name=_name, node=_schema)
 
-
-def decoding_settings(*layers: Mapping[str, Any] | None, where: str = "decoding.", partial: bool = False) -> dict[str, Any]:
-    """The decoding settings of ``layers`` laid over :class:`DecodingConfig`'s defaults, each
-    layer's None values left out (a checkpoint's settings, then a tool's overrides), checked:
-    a ConfigError names a key that is not a setting, a value of the wrong type or out of range.
-    ``partial``: the layers are a tool's overrides alone, checked before a checkpoint's are known,
-    so settings are checked against one another only where the layers give both."""
-    values: dict[str, Any] = {}
-    for layer in layers:
-        values.update({key: value for key, value in (layer or {}).items() if value is not None})
-    settings = sorted(f.name for f in fields(DecodingConfig))
-    unknown = sorted(set(values) - set(settings))
-    if unknown:
-        raise ConfigError(f"{where}{unknown[0]} is not a decoding setting; the settings are {', '.join(settings)}")
-    try:
-        decoding = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(DecodingConfig), values))
-    except OmegaConfBaseException as error:
-        first = str(getattr(error, "msg", error)).strip().splitlines()[0]
-        raise ConfigError(f"{where}{getattr(error, 'full_key', None) or '?'}: {first}") from None
-    check_decoding(decoding, where)
-    check_sampling(values if partial else decoding, where)
-    return decoding
-
-
-def check_decoding(settings: Mapping[str, Any], where: str = "decoding.") -> None:
-    """Raise ConfigError for a decoding setting beam search would refuse (None: not given)."""
-    for key, least in (("beam_size", 1), ("max_len_offset", 0)):
-        value = settings.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-            raise ConfigError(f"{where}{key} must be a whole number of at least {least}, got {value!r}")
-    alpha = settings.get("alpha")
-    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0):
-        raise ConfigError(f"{where}alpha (the length penalty's exponent) must be a number, 0 or more, got {alpha!r}")
-
-
-STOPPING_RULES = ("paper", "first_k")
-SAMPLING_ONLY = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
-
-
-def check_sampling(settings: Mapping[str, Any], where: str = "decoding.") -> None:
-    """Raise ConfigError for a stopping rule, n-best or sampling setting that cannot be (None: not
-    given); n-best against the beam and the sampling settings against ``sampling`` only where
-    both are given (a tool's overrides alone may lack them)."""
-    stop, nbest, beam = settings.get("stop"), settings.get("nbest"), settings.get("beam_size")
-    if stop is not None and stop not in STOPPING_RULES:
-        raise ConfigError(f"{where}stop must be paper (tensor2tensor's bound, the paper's) or first_k (stop after "
-                          f"beam_size finished hypotheses, fairseq's and CTranslate2's), got {stop!r}")
-    for key, least in (("nbest", 1), ("top_k", 0), ("seed", 0)):
-        value = settings.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-            raise ConfigError(f"{where}{key} must be a whole number of at least {least}, got {value!r}")
-    temperature, top_p = settings.get("temperature"), settings.get("top_p")
-    if temperature is not None and not temperature > 0:
-        raise ConfigError(f"{where}temperature must be above 0 (1.0: the model's own distribution), got {temperature!r}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ConfigError(f"{where}top_p must be above 0 and at most 1 (1.0: no cut), got {top_p!r}")
-    sampling = settings.get("sampling")
-    if sampling is False:
-        for key, off in SAMPLING_ONLY.items():
-            if settings.get(key) is not None and settings[key] != off:
-                raise ConfigError(f"{where}{key}={settings[key]} applies to sampling only; add {where}sampling=true, "
-                                  f"or leave {key} at {off}")
-        if nbest is not None and beam is not None and nbest > beam:
-            raise ConfigError(f"{where}nbest={nbest} asks for more hypotheses than the beam holds "
-                              f"({where}beam_size={beam}); raise beam_size to at least {nbest}, or lower nbest")
 
 # The widths width_divisor divides; N and h stay.
 WIDTHS = ("d_model", "d_ff", "d_k", "d_v")

@@ -22,7 +22,7 @@ from omegaconf import MISSING
 
 @dataclass
 class DecodeSwitches:
-    """Switches that make decoding faster (aiayn.decoding_speed); evaluate and translate take them."""
+    """Switches that make decoding faster (aiayn.decoding.speed); evaluate and translate take them."""
 
     precision: str = "fp32"  # fp32 | bf16 | fp16: weights and activations in that type (bf16/fp16 for GPUs)
     int8: bool = False  # int8 dynamic quantisation of the linear layers (CPU; outputs change a little)
@@ -41,7 +41,6 @@ class EvaluateConfig(DecodeSwitches):
     # k: average ckpt and the k-1 checkpoints before it by step in its folder (§6.1: 5 base, 20 big)
     average_last: Optional[int] = None  # noqa: UP045
     data_root: Optional[str] = None  # noqa: UP045  (conf/evaluate.yaml: $AIAYN_DATA_ROOT)
-    seed: int = 0
     decoding: Any = None  # typed by schema/decoding_overrides (the yaml's defaults); null: the checkpoint's own
     batch_size: int = 128  # sentences per translation batch
     max_tokens: int = 4096  # tokens per batch for the perplexity pass

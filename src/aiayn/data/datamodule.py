@@ -44,14 +44,14 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
     the subword models.
 
     The task's questions are the data module's to answer, so that no tool asks which kind of task
-    it has: which splits can be scored (:meth:`check_split`, :attr:`EVALUATION_SPLITS`), with what
-    and against what (:meth:`scorer`, :meth:`evaluation_data`), and which decoding constraint its
-    outputs allow (:attr:`OUTPUT_CONSTRAINT`).
+    it has: what its models do (:meth:`does`), which splits can be scored (:meth:`check_split`,
+    :attr:`EVALUATION_SPLITS`), with what and against what (:meth:`scorer`, :meth:`evaluation_data`),
+    and the constraint decoding may put on its outputs (:meth:`output_constraint`, the object itself).
     """
 
-    # The constraint decoding may put on this task's outputs (decoding.constrained): None, or
-    # "trees" (well-formed linearised trees over the input's words, aiayn.data.parsing).
-    OUTPUT_CONSTRAINT: ClassVar[str | None] = None
+    # The class of the constraint decoding may put on this task's outputs (decoding.constrained):
+    # None, or e.g. aiayn.data.parsing.constraints.TreeConstraint (well-formed trees over the input's words).
+    OUTPUT_CONSTRAINT: ClassVar[type | None] = None
     # The names of the splits of this corpus that evaluate.py can score; None: whatever split
     # names its files have (:meth:`split_files` says whether they are there).
     EVALUATION_SPLITS: ClassVar[tuple[str, ...] | None] = None
@@ -212,6 +212,23 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         None here; a corpus that must be prepared first says so (WMT's data module)."""
         return None
 
+    @classmethod
+    def does(cls, datamodule: Mapping[str, Any]) -> str:
+        """What a model of this task (its data module's config ``datamodule``) does, in words."""
+        return f"translates {datamodule.get('src_lang')}→{datamodule.get('tgt_lang')}"
+
+    @classmethod
+    def output_constraint(cls, vocab: Subwords) -> Any:
+        """The constraint decoding may put on this task's outputs (aiayn.model.search's
+        OutputConstraint) for a model of ``vocab``; None: the task has none. A vocabulary the
+        constraint cannot read (no tree symbols) is a ConfigError."""
+        if cls.OUTPUT_CONSTRAINT is None:
+            return None
+        try:
+            return cls.OUTPUT_CONSTRAINT(vocab)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+
     def check_split(self, split: str, task: str) -> str:
         """The file name of the evaluation split ``split`` (a role, ``val``/``test``, or a name);
         a ConfigError naming the splits there are when this corpus has no such split."""
@@ -328,16 +345,16 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         )
 
 
-def output_constraint(task: Mapping[str, Any]) -> str | None:
-    """What a task's config (``task``: its ``datamodule._target_``) answers to which constraint
-    decoding may put on its outputs: its data module's :attr:`~TranslationDataModule.OUTPUT_CONSTRAINT`
-    (None for a target that is no data module of ours)."""
+def task_module(task: Mapping[str, Any]) -> type[TranslationDataModule] | None:
+    """The data module class a task's config names (its ``datamodule._target_``), without building
+    it: what a tool asks about a task it holds only the config of (None for a target that is no
+    data module of ours)."""
     module, _, name = str((task.get("datamodule") or {}).get("_target_", "")).rpartition(".")
     try:
         kind = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError, ValueError):
         return None
-    return kind.OUTPUT_CONSTRAINT if isinstance(kind, type) and issubclass(kind, TranslationDataModule) else None
+    return kind if isinstance(kind, type) and issubclass(kind, TranslationDataModule) else None
 
 
 def _require_lines(src: list[str], src_path: Path, tgt_path: Path) -> None:

@@ -70,6 +70,10 @@ class Subwords:
         """The subword piece of each id (for labels, e.g. attention pictures)."""
         return [self._sp.id_to_piece(int(i)) for i in ids]
 
+    def piece_ids(self) -> dict[str, int]:
+        """Every piece and its id."""
+        return {piece: i for i, piece in enumerate(self.pieces(range(self.vocab_size)))}
+
     def serialized(self) -> bytes:
         """The model as bytes: a checkpoint keeps it so that it is usable on its own."""
         return self._sp.serialized_model_proto()

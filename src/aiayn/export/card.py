@@ -13,13 +13,16 @@ from typing import Any
 
 import yaml
 
+from aiayn.decoding.settings import Decoding
+from aiayn.errors import ConfigError
+
 LENGTH_PENALTY_NOTE = (
     "aiayn ranks beam-search hypotheses by log P(Y|X) / ((5 + |Y|) / 6)^α (GNMT's length penalty, §6.1 "
     "of the paper, α = {alpha}); MarianMT's `generate` and CTranslate2 divide by |Y|^α instead. With the "
     "same α the two can pick different hypotheses, so beam-search output (and its BLEU) may differ slightly "
     "from aiayn's; greedy decoding (`num_beams=1`, `beam_size=1`) gives exactly aiayn's greedy output. aiayn also "
-    "stops each sentence at its own input length + {offset} tokens; `generate` uses one maximum for the batch "
-    "(`max_length` below, or `max_new_tokens`)."
+    "stops each sentence at its own input length + an offset (`decoding.max_len_offset`); `generate` uses one "
+    "maximum for the batch (`max_length` below, or `max_new_tokens`)."
 )
 
 
@@ -33,7 +36,7 @@ class CardFacts:
     tgt_lang: str | None
     steps: list[int]  # the training steps of the checkpoint(s) exported (several: averaged)
     model: dict[str, Any]  # the network's settings
-    decoding: dict[str, Any]  # beam_size, alpha, max_len_offset
+    decoding: dict[str, Any]  # the settings the export decodes with (aiayn.decoding.settings.Decoding's)
     data: dict[str, Any] = field(default_factory=dict)  # the task's data settings
     scores: list[str] = field(default_factory=list)  # one line per measurement of these weights
     parses: bool = False  # a parser (§6.3: sentences to trees), not a translation model
@@ -45,7 +48,7 @@ def measured_scores(ckpt: Path, steps: list[int], train_split: str = "train") ->
     the last of them. Only what describes the exported model goes on the card: its fp32 arithmetic
     (not an int8, bf16, oneDNN or ONNX Runtime evaluation), one model (not an ensemble), beam search (not samples) and a
     held-out split (not ``train_split``); each line names the split, the decoding settings and the
-    metric's signature."""
+    metric's signature. Which describe the model is the decoding's to say (:attr:`Decoding.plain`)."""
     run_dir = ckpt.resolve().parent.parent
     found = []
     for report in sorted((run_dir / "eval").glob("*.json")):
@@ -54,18 +57,18 @@ def measured_scores(ckpt: Path, steps: list[int], train_split: str = "train") ->
         except (OSError, ValueError):
             continue
         averaged = data.get("averaged") or [data.get("checkpoint")]
-        if data.get("step") != steps[-1] or len(averaged) != len(steps) or len(data.get("ensemble") or [1]) > 1:
+        if data.get("step") != steps[-1] or len(averaged) != len(steps):
             continue
-        switches = data.get("speed_switches") or {}
-        decoding = data.get("decoding") or {}
-        if (switches.get("precision", "fp32") != "fp32" or switches.get("int8") or switches.get("onednn")
-                or switches.get("onnxruntime") or decoding.get("sampling")):
+        try:
+            decoding = Decoding.of(data.get("decoding"), switches=data.get("speed_switches"),
+                                   members=tuple(data.get("ensemble") or ()), where=f"{report}: decoding.")
+        except ConfigError:  # a report this version cannot read
             continue
-        if data.get("split") in (None, train_split):
+        if not decoding.plain or data.get("split") in (None, train_split):
             continue
         line = _report_line(data)
         if line:
-            found.append(f"{data['split']} ({data.get('sentences', '?'):,} sentences; {_decoding(decoding)}): {line}")
+            found.append(f"{data['split']} ({data.get('sentences', '?'):,} sentences; {decoding.describe()}): {line}")
     summary = run_dir / "summary.json"
     try:
         data = json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else {}
@@ -97,12 +100,6 @@ def _report_line(report: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _decoding(settings: dict[str, Any]) -> str:
-    text = (f"beam {settings.get('beam_size', '?')}, α {settings.get('alpha', '?')}, "
-            f"+{settings.get('max_len_offset', '?')}, stop {settings.get('stop', 'paper')}")
-    return text + (", constrained to trees" if settings.get("constrained") else "")
-
-
 def model_card(facts: CardFacts) -> str:
     """The README.md text."""
     if facts.parses:  # §6.3: English sentences (the Penn Treebank's WSJ) to linearised constituency trees
@@ -121,7 +118,7 @@ def model_card(facts: CardFacts) -> str:
               or "- not measured yet: `python src/evaluate.py ckpt=<file>`")
     config = yaml.safe_dump({"model": facts.model, "decoding": facts.decoding, "data": facts.data},
                             sort_keys=False, allow_unicode=True).rstrip()
-    note = LENGTH_PENALTY_NOTE.format(alpha=facts.decoding["alpha"], offset=facts.decoding["max_len_offset"])
+    note = LENGTH_PENALTY_NOTE.format(alpha=facts.decoding["alpha"])
     if facts.parses:
         note += (" aiayn's parser also constrains its beam search to well-formed trees over the input's words "
                  "(`decoding.constrained`); `generate` does not, so its output may need repair (docs/parsing.md).")

@@ -16,15 +16,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from aiayn.checkpoints.trained import TrainedModel
-from aiayn.data.datamodule import output_constraint
+from aiayn.data.datamodule import task_module
+from aiayn.decoding.declarations import HF, arguments
+from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
 from aiayn.export.card import CardFacts, measured_scores, model_card
 from aiayn.export.marian import model_sizes, to_marian
 from aiayn.export.tokenizer import save_tokenizer
 
 
-def card_facts(trained: TrainedModel, ckpt: Path, steps: list[int]) -> CardFacts:
-    """What the model card says, from the checkpoint's own config and the run's reports."""
+def card_facts(trained: TrainedModel, ckpt: Path, steps: list[int], decoding: Decoding | None = None) -> CardFacts:
+    """What the model card says, from the checkpoint's own config, the decoding settings the export
+    serves with (None: the checkpoint's own, as the Hugging Face export serves them) and the run's
+    reports."""
+    decoding = decoding or Decoding.of(trained.decoding, engine="hf export", where="the checkpoint's decoding.")
     task = trained.config.get("task") or {}
     datamodule = dict(task.get("datamodule") or {})
     data = {key: datamodule[key] for key in ("_target_", "src_lang", "tgt_lang", "vocab_size", "max_tokens",
@@ -33,25 +38,28 @@ def card_facts(trained: TrainedModel, ckpt: Path, steps: list[int]) -> CardFacts
         data["max_tokens"] = (trained.config.get("plan") or {}).get("tokens_per_batch", "auto")
     network = dict(trained.config.get("model") or {})
     network["vocab_size"] = trained.vocab.vocab_size
+    kind = task_module(task)
     name = str(ckpt) if len(steps) == 1 else f"averaged, newest {ckpt}"
     return CardFacts(name=name, task=str(task.get("name", "translation")), src_lang=datamodule.get("src_lang"),
                      tgt_lang=datamodule.get("tgt_lang"), steps=steps, model=network,
-                     decoding={k: trained.decoding[k] for k in ("beam_size", "alpha", "max_len_offset")},
-                     data=data, scores=measured_scores(ckpt, steps, datamodule.get("train_split", "train")),
-                     parses=output_constraint(task) is not None)  # the task says: a parser's outputs are trees
+                     decoding=decoding.settings(), data=data,
+                     scores=measured_scores(ckpt, steps, datamodule.get("train_split", "train")),
+                     parses=kind is not None and kind.OUTPUT_CONSTRAINT is not None)  # the task says: its outputs are trees
 
 
-def save_huggingface(trained: TrainedModel, out: Path, facts: CardFacts, where: str) -> None:
-    """Write the MarianMT folder of ``trained`` into ``out`` (an empty or new folder)."""
+def save_huggingface(trained: TrainedModel, out: Path, facts: CardFacts, where: str,
+                     generation: dict | None = None) -> None:
+    """Write the MarianMT folder of ``trained`` into ``out`` (an empty or new folder), ``generate``'s
+    settings from ``generation`` (aiayn.decoding.declarations' arguments of the HF column)."""
     model, vocab = trained.model, trained.vocab
     marian = to_marian(model.cpu(), bos_id=vocab.bos_id, eos_id=vocab.eos_id,
                        dropout=float(model.embedding_dropout.p), where=where)
-    generation = marian.generation_config
-    generation.decoder_start_token_id, generation.bos_token_id = vocab.bos_id, vocab.bos_id
-    generation.eos_token_id, generation.pad_token_id, generation.forced_eos_token_id = vocab.eos_id, vocab.pad_id, None
-    generation.num_beams = int(trained.decoding["beam_size"])
-    generation.length_penalty = float(trained.decoding["alpha"])  # |Y|^α there: see the model card
-    generation.max_length = model_sizes(model)["max_positions"]
+    config = marian.generation_config
+    config.decoder_start_token_id, config.bos_token_id = vocab.bos_id, vocab.bos_id
+    config.eos_token_id, config.pad_token_id, config.forced_eos_token_id = vocab.eos_id, vocab.pad_id, None
+    for key, value in (generation or {}).items():  # the length penalty |Y|^α there: see the model card
+        setattr(config, key, value)
+    config.max_length = model_sizes(model)["max_positions"]
     marian.save_pretrained(str(out))
     save_tokenizer(vocab, out, src_lang=facts.src_lang, tgt_lang=facts.tgt_lang,
                    max_positions=model_sizes(model)["max_positions"])
@@ -86,8 +94,13 @@ def replacing_folder(out: Path):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def export_huggingface(trained: TrainedModel, out: Path, *, ckpt: Path, steps: list[int]) -> Path:
-    """Export ``trained`` (its weights as they are: averaged already, if asked) into ``out``."""
+def export_huggingface(trained: TrainedModel, out: Path, *, ckpt: Path, steps: list[int],
+                       decoding: Decoding | None = None) -> Path:
+    """Export ``trained`` (its weights as they are: averaged already, if asked) into ``out``, to
+    decode with ``decoding`` (made for the ``hf export`` engine; None: the checkpoint's own
+    settings, as the export serves them)."""
+    decoding = decoding or Decoding.of(trained.decoding, engine="hf export", where="the checkpoint's decoding.")
     with replacing_folder(out) as scratch:
-        save_huggingface(trained, scratch, card_facts(trained, ckpt, steps), str(ckpt))
+        save_huggingface(trained, scratch, card_facts(trained, ckpt, steps, decoding), str(ckpt),
+                         arguments(HF, decoding))
     return out

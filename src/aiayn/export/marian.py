@@ -26,21 +26,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from aiayn.decoding.packages import require
 from aiayn.errors import ConfigError
 from aiayn.model import Transformer
-
-SERVE_EXTRA = "pip install 'aiayn[serve]'"
-
-
-def require(module: str):
-    """Import ``module`` (``transformers``, ``ctranslate2``), or say in one line how to install it."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise ConfigError(f"exporting and serving need the {module} package, which is not installed; "
-                          f"{SERVE_EXTRA}") from None
 
 
 def model_sizes(model: Transformer) -> dict[str, int]:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from aiayn.data.subwords import Subwords
-from aiayn.export.marian import require
+from aiayn.decoding.packages import require
 
 # The pieces our sentencepiece models give the special ids (Subwords: pad 0, unk 1, bos 2, eos 3).
 SPECIAL_PIECES = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
@@ -28,7 +28,7 @@ def piece_vocabulary(vocab: Subwords) -> dict[str, int]:
         if pieces[getattr(vocab, f"{name}_id")] != piece:
             raise ValueError(f"the subword model's {name} id {getattr(vocab, f'{name}_id')} is the piece "
                              f"{pieces[getattr(vocab, f'{name}_id')]!r}, not {piece!r}")
-    return {piece: i for i, piece in enumerate(pieces)}
+    return vocab.piece_ids()
 
 
 def save_tokenizer(vocab: Subwords, out: Path, *, src_lang: str | None, tgt_lang: str | None,

@@ -114,7 +114,7 @@ class MultiHeadAttention(nn.Module):
     def _project(self, x: Tensor, *names: str) -> list[Tensor]:
         """``x`` (…, d_model) through each of the projections ``names`` (…, its width), as one
         matrix product with their weights stacked. Layers replaced for decoding
-        (aiayn.decoding_speed) stack themselves where their kind offers it (``stacked``, e.g.
+        (aiayn.decoding.speed) stack themselves where their kind offers it (``stacked``, e.g.
         oneDNN's products), else run one by one (e.g. int8-quantised ones)."""
         layers = [getattr(self, name) for name in names]
         widths = [layer.out_features for layer in layers]

@@ -46,12 +46,13 @@ def sample(
     model: Any, src: Tensor, *, bos_id: int, eos_id: int, max_len_offset: int, alpha: float = 0.0,
     samples: int = 1, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
     generator: torch.Generator | None = None, kv_cache: bool = True, constraint: OutputConstraint | None = None,
+    min_len: int = 0,
 ) -> list[list[Hypothesis]]:
     """``samples`` outputs drawn for each source of ``src`` (batch, src_len), each sentence's
-    best-scoring first (ties: in the order drawn); tokens without BOS/EOS."""
-    if temperature <= 0 or not 0 < top_p <= 1 or top_k < 0 or samples < 1:
-        raise ValueError(f"need temperature > 0, 0 < top_p ≤ 1, top_k ≥ 0 and samples ≥ 1; got {temperature}, "
-                         f"{top_p}, {top_k}, {samples}")
+    best-scoring first (ties: in the order drawn); tokens without BOS/EOS, at least ``min_len`` of
+    them where the maximum length allows (EOS is not drawn before). The settings are taken
+    as given (temperature > 0, 0 < top_p ≤ 1, top_k ≥ 0, samples ≥ 1): aiayn.decoding.settings
+    checks them, once, where they are made."""
     batch, device = src.size(0), src.device
     rows = torch.arange(batch, device=device).repeat_interleave(samples)  # (batch·samples,): each sample's source
     state, src_mask = start_search(model, src, rows)
@@ -68,6 +69,8 @@ def sample(
         log_probs, state = next_log_probs(model, tokens, state, kv_cache)  # (n, vocab)
         if constrained is not None:
             log_probs = log_probs.masked_fill(~constrained.allowed(), float("-inf"))
+        if step <= min_len:  # EOS now would end a sample of step - 1 < min_len tokens
+            log_probs[:, eos_id] = float("-inf")
         probs = filtered(log_probs, temperature, top_k, top_p).softmax(-1)  # (n, vocab)
         next_token = torch.multinomial(probs, 1, generator=generator)[:, 0]  # (n,)
         log_prob[active] += log_probs.gather(1, next_token[:, None])[:, 0]

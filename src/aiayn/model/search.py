@@ -178,6 +178,7 @@ def beam_search_nbest(
     constraint: OutputConstraint | None = None,
     stop: str = "paper",
     nbest: int = 1,
+    min_len: int = 0,
 ) -> list[list[Hypothesis]]:
     """Beam search over a batch of sentences at once; returns the ``nbest`` best hypotheses per
     sentence, best first, ranked by log-probability / lp (fewer only where fewer were found).
@@ -193,16 +194,11 @@ def beam_search_nbest(
     ``nbest``-th best finished one (log-probabilities only fall as a hypothesis grows);
     "first_k", when ``beam_size`` hypotheses have finished. Finished sentences leave the batch.
     ``kv_cache``: reuse the self-attention keys/values of earlier steps (see the module docstring).
-    ``constraint``: only the tokens it allows are candidates (the others score -inf).
+    ``constraint``: only the tokens it allows are candidates (the others score -inf); so is EOS
+    before ``min_len`` tokens (no hypothesis finishes shorter). The settings
+    are taken as given (beam_size ≥ 1, max_len_offset ≥ 0, 1 ≤ nbest ≤ beam_size, stop one of the
+    two rules): aiayn.decoding.settings checks them, once, where they are made.
     """
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be a whole number of at least 1, got {beam_size!r}")
-    if max_len_offset < 0:
-        raise ValueError(f"max_len_offset must be 0 or more, got {max_len_offset!r}")
-    if stop not in ("paper", "first_k"):
-        raise ValueError(f"stop must be 'paper' or 'first_k', got {stop!r}")
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest must be between 1 and beam_size={beam_size}, got {nbest!r}")
     batch, k = src.size(0), beam_size
     device = src.device
     rows = torch.arange(batch, device=device).repeat_interleave(k)  # (batch·beam,): each hypothesis's sentence
@@ -245,6 +241,8 @@ def beam_search_nbest(
             log_probs, state = next_log_probs(model, tokens, state, kv_cache)  # (n·beam, vocab)
         if constrained is not None:
             log_probs = log_probs.masked_fill(~constrained.allowed(), float("-inf"))
+        if step <= min_len:  # EOS now would end a hypothesis of step - 1 < min_len tokens
+            log_probs[:, eos_id] = float("-inf")
         vocab = log_probs.size(-1)
         # (n, beam, vocab) + (n, beam, 1) → (n, beam·vocab), in place: the log-probabilities are not needed after
         candidates = log_probs.view(n, k, vocab).add_(scores.unsqueeze(-1)).view(n, k * vocab)

@@ -132,7 +132,8 @@ class AttentionPicturesCallback(L.Callback):
 
         datamodule = trainer.datamodule
         sentence = datamodule.sources(self.split)[self.index]
-        maps = attention_maps(pl_module.model, datamodule.vocab, sentence, pl_module.decoding)
+        maps = attention_maps(pl_module.model, datamodule.vocab, sentence, pl_module.decoding,
+                              datamodule.output_constraint(datamodule.vocab))
         layers = None if self.layers == "all" else [paper_layer(maps.n_layers)]
         paths = draw_attention(maps, Path(trainer.default_root_dir) / self.folder, layers)
         return paths, f"{maps.source} → {maps.translation or '(empty translation)'}"

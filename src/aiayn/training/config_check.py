@@ -15,8 +15,9 @@ import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from aiayn.config.schemas import check_against_schemas, check_decoding, check_sampling, network_arguments
-from aiayn.data.datamodule import output_constraint
+from aiayn.config.schemas import check_against_schemas, network_arguments
+from aiayn.data.datamodule import task_module
+from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import sustained_tflops
 
@@ -129,9 +130,9 @@ def _check_positions(model: Mapping[str, Any], data: Mapping[str, Any]) -> None:
 
 
 def _check_decoding(decoding: Mapping[str, Any], task: Mapping[str, Any]) -> None:
-    check_decoding(decoding)
-    check_sampling(decoding)  # the stopping rule, n-best and sampling, as every tool checks them
-    if decoding.get("constrained") and output_constraint(task) is None:
+    Decoding.of(None, decoding)  # as validation makes it (training.module), and every tool
+    kind = task_module(task)
+    if decoding.get("constrained") and (kind is None or kind.OUTPUT_CONSTRAINT is None):
         raise ConfigError(f"decoding.constrained=true decodes linearised trees, for parsing tasks; task "
                           f"{task.get('name')} has no trees: set it to false")
 

@@ -13,8 +13,8 @@ import torch.distributed as dist
 from torchmetrics import MeanMetric
 
 from aiayn.checkpoints.trained import layout_difference
+from aiayn.decoding.search import Search
 from aiayn.errors import DataError, UserError
-from aiayn.inference import Search
 from aiayn.metrics.scorers import Scorer
 from aiayn.model import Transformer
 from aiayn.model.loss import label_smoothed_loss
@@ -316,8 +316,9 @@ class TranslationModule(L.LightningModule):
         if bleu_sentences is not None:
             selected = batch["index"] < bleu_sentences
         if selected.any():
-            if self._search is None:  # the tree constraint, where decoding asks for one, is built once
-                self._search = Search(self.decoding, self.trainer.datamodule.vocab)
+            if self._search is None:  # the task's output constraint, where decoding asks for one, is built once
+                data = self.trainer.datamodule
+                self._search = Search(self.decoding, data.vocab, data.output_constraint(data.vocab))
             hypotheses = self._search.best(self.model, batch["src"][selected])
             texts = self.trainer.datamodule.vocab.decode(hypotheses)
             self.hypotheses.extend(zip(batch["index"][selected].tolist(), texts))

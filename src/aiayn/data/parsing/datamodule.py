@@ -13,11 +13,13 @@ import hashlib
 import json
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from glob import glob
 from pathlib import Path
+from typing import Any
 
 from aiayn.data.datamodule import TranslationDataModule
+from aiayn.data.parsing.constraints import TreeConstraint
 from aiayn.data.parsing.linearize import LINEARIZATIONS, delinearize, linearize, output_symbols
 from aiayn.data.parsing.treebank import (
     ROOT_LABEL,
@@ -58,7 +60,7 @@ class ParsingDataModule(TranslationDataModule):
     any sections or file ranges of the treebank.
     """
 
-    OUTPUT_CONSTRAINT = "trees"
+    OUTPUT_CONSTRAINT = TreeConstraint
 
     def __init__(
         self,
@@ -211,6 +213,10 @@ class ParsingDataModule(TranslationDataModule):
     def scorer(self) -> ParseF1:
         """EVALB's F1 (§6.3) of the outputs read back as trees over their gold trees' words."""
         return ParseF1(to_trees=output_trees)
+
+    @classmethod
+    def does(cls, datamodule: Mapping[str, Any]) -> str:
+        return "parses sentences into trees"
 
     def check_split(self, split: str, task: str) -> str:
         """A split's specification (a role, or sections/file ranges of the treebank, any of them);

@@ -1,4 +1,4 @@
-"""aiayn.inference's Translator: sentences streamed in chunks, translations given back in input
+"""aiayn.decoding.translator's Translator: sentences streamed in chunks, translations given back in input
 order as soon as every one before them is done, on the session's tiny trained run (real
 checkpoint, real sentencepiece)."""
 
@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from aiayn.checkpoints.trained import TrainedModel, load_trained
-from aiayn.inference import Translator, translate
+from aiayn.decoding.translator import Translator, translate
 from tests.helpers.runs import TrainedRun
 
 # A length penalty this strong keeps the 4-step model from ending every translation at once (its
@@ -50,7 +50,7 @@ def test_chunks_follow_one_another_and_lines_are_numbered_across_them(trained: T
     chunks = [["A dog runs.", ""], ["Two cats.", " ".join(["word"] * 400)], ["", ""]]
     translator = Translator(trained.model, trained.vocab, SETTINGS, batch_size=8)
 
-    with caplog.at_level(logging.WARNING, logger="aiayn.inference"):
+    with caplog.at_level(logging.WARNING, logger="aiayn.decoding.translator"):
         texts = [text for group in translator.stream(chunks) for text in group]
 
     assert texts == translate(trained.model, trained.vocab, [line for chunk in chunks for line in chunk],

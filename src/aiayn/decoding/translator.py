@@ -1,5 +1,5 @@
 """Translating and scoring raw sentences with a trained model: what evaluate.py and translate.py
-share.
+share (the search itself: :mod:`aiayn.decoding.search`).
 
 :class:`Translator` translates a stream of sentences (read in chunks: a file's windows, the lines
 typed so far) and gives each translation back as soon as it and every one before it are done, in
@@ -18,14 +18,14 @@ from typing import Any
 
 import torch
 
-from aiayn.config.schemas import decoding_settings
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import ParallelCorpus, TranslationCollator
-from aiayn.data.parsing.constraints import TreeConstraint
 from aiayn.data.subwords import Subwords
-from aiayn.errors import ConfigError
-from aiayn.model import Hypothesis, Transformer, beam_search_nbest, sample
+from aiayn.decoding.search import Search
+from aiayn.decoding.settings import Decoding
+from aiayn.model import Transformer
 from aiayn.model.loss import label_smoothed_loss
+from aiayn.model.search import OutputConstraint
 
 log = logging.getLogger(__name__)
 
@@ -71,51 +71,9 @@ def encode_sources(model: Transformer, vocab: Subwords, sentences: Sequence[str]
     return ids, len(truncated)
 
 
-def tree_constraint(vocab: Subwords) -> TreeConstraint:
-    """The constraint of decoding to well-formed trees (§6.3's parsers); a model whose vocabulary
-    has no tree symbols is a ConfigError."""
-    try:
-        return TreeConstraint(vocab)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-
-
-class Search:
-    """How every decoder (the tools, validation, the attention pictures) decodes a batch of
-    sources: decoding settings (aiayn.config.schemas.DecodingConfig; missing ones at its defaults,
-    ConfigError for a bad one) and ``vocab`` (its BOS/EOS ids; the tree constraint, built once
-    here, where ``constrained`` asks for it) made into beam search or, with ``sampling``, sampling.
-    Calling it gives each source's ``nbest`` hypotheses, best first; :meth:`best` the best's tokens.
-    Sampling draws from one generator seeded with ``seed`` when first called: the same settings,
-    sources and batches give the same samples."""
-
-    def __init__(self, decoding: Mapping[str, Any] | None, vocab: Subwords):
-        self.settings = decoding_settings(decoding)
-        self.nbest = self.settings["nbest"]
-        self.constraint = tree_constraint(vocab) if self.settings["constrained"] else None
-        self.generator: torch.Generator | None = None
-        self.common = {"bos_id": vocab.bos_id, "eos_id": vocab.eos_id, "max_len_offset": self.settings["max_len_offset"],
-                       "alpha": self.settings["alpha"], "kv_cache": self.settings["kv_cache"],
-                       "constraint": self.constraint}
-
-    def __call__(self, model: Any, src: torch.Tensor) -> list[list[Hypothesis]]:
-        settings = self.settings
-        if not settings["sampling"]:
-            return beam_search_nbest(model, src, beam_size=settings["beam_size"], stop=settings["stop"],
-                                     nbest=self.nbest, **self.common)
-        if self.generator is None:
-            self.generator = torch.Generator(src.device).manual_seed(settings["seed"])
-        return sample(model, src, samples=self.nbest, temperature=settings["temperature"], top_k=settings["top_k"],
-                      top_p=settings["top_p"], generator=self.generator, **self.common)
-
-    def best(self, model: Any, src: torch.Tensor) -> list[list[int]]:
-        """The best hypothesis of each source: token ids without BOS/EOS."""
-        return [hypotheses[0].tokens for hypotheses in self(model, src)]
-
-
 class Translator:
     """Translation of sentences that arrive in chunks, given back in input order, with the
-    ``decoding`` settings (:class:`Search`).
+    ``decoding`` settings and the task's output ``constraint`` (:class:`~aiayn.decoding.search.Search`).
 
     Each chunk is sorted by length and cut into batches of ``batch_size`` sentences (similar
     lengths together: little padding); after each batch, :meth:`stream` yields the longest run of
@@ -126,10 +84,11 @@ class Translator:
     counted), ``truncated`` (inputs cut to the model's maximum length) and ``seconds``, the wall
     time of encoding, search and decoding only (not the time spent waiting for input or writing)."""
 
-    def __init__(self, model: Transformer, vocab: Subwords, decoding: Mapping[str, Any] | None = None, *,
-                 batch_size: int = 64):
+    def __init__(self, model: Transformer, vocab: Subwords, decoding: Decoding | Mapping[str, Any] | None = None,
+                 constraint: OutputConstraint | None = None, *, batch_size: int = 64):
         self.model, self.vocab, self.batch_size = model, vocab, batch_size
-        self.search = Search(decoding, vocab)
+        self.search = Search(decoding, vocab, constraint)
+        self.nbest = self.search.nbest  # hypotheses an input
         self.collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
         self.sentences = self.output_tokens = self.truncated = 0
         self.seconds = 0.0
@@ -155,6 +114,13 @@ class Translator:
                 yield ready
                 started = time.perf_counter()
             self.seconds += time.perf_counter() - started
+
+    def translations(self, sentences: list[str]) -> Translations:
+        """``sentences`` translated, returned in input order (``texts``: the best of each; ``nbest``:
+        all of each, with scores). An empty (or blank) sentence translates to ""."""
+        nbest = [hypotheses for ready in self.stream_nbest([sentences]) for hypotheses in ready]
+        return Translations([hypotheses[0].text for hypotheses in nbest], self.output_tokens, self.seconds,
+                            self.truncated, nbest)
 
     def _chunk(self, sentences: Sequence[str]) -> Iterator[list[list[Scored]]]:
         device = next(self.model.parameters()).device
@@ -193,15 +159,12 @@ class Translator:
                 yield ready
 
 
-def translate(model: Transformer, vocab: Subwords, sentences: list[str], decoding: Mapping[str, Any] | None = None,
-              *, batch_size: int = 64) -> Translations:
+def translate(model: Transformer, vocab: Subwords, sentences: list[str],
+              decoding: Decoding | Mapping[str, Any] | None = None, constraint: OutputConstraint | None = None, *,
+              batch_size: int = 64) -> Translations:
     """Translations of ``sentences`` with the ``decoding`` settings (None: the defaults),
-    ``batch_size`` sentences of similar length at a time, returned in input order (``texts``: the
-    best of each; ``nbest``: all of each, with scores). An empty (or blank) sentence translates to ""."""
-    translator = Translator(model, vocab, decoding, batch_size=batch_size)
-    nbest = [hypotheses for ready in translator.stream_nbest([sentences]) for hypotheses in ready]
-    return Translations([hypotheses[0].text for hypotheses in nbest], translator.output_tokens, translator.seconds,
-                        translator.truncated, nbest)
+    ``batch_size`` sentences of similar length at a time (:meth:`Translator.translations`)."""
+    return Translator(model, vocab, decoding, constraint, batch_size=batch_size).translations(sentences)
 
 
 def nbest_lines(nbest: Sequence[Sequence[Scored]], first_index: int = 0) -> list[str]:

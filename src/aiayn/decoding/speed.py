@@ -17,7 +17,7 @@
   because MKL runs a generic path there (docs/performance.md). Off by default, so that fp32
   outputs stay bit for bit those of the plain model.
 * ``onnxruntime``: the incremental decoder step exported to ONNX once and run by ONNX Runtime
-  (CPU; aiayn.onnx_step): one planned graph instead of some 130 torch calls a step. fp32 by other
+  (CPU; aiayn.decoding.onnx_step): one planned graph instead of some 130 torch calls a step. fp32 by other
   kernels, so the last bits differ, as with ``onednn``; the extra ``onnx`` installs it.
 
 Each switch works on a copy: the model given is never changed.
@@ -34,39 +34,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from aiayn.decoding.onnx_step import OnnxRuntimeDecode
+from aiayn.decoding.switches import DEFAULTS, switches_of
 from aiayn.errors import ConfigError
 from aiayn.model import Ensemble, Transformer
-from aiayn.onnx_step import OnnxRuntimeDecode, require_onnxruntime
 
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-# The switches and their defaults (the plain model: for_decoding gives the model itself).
-DEFAULTS = {"precision": "fp32", "int8": False, "compile": False, "onednn": False, "onnxruntime": False}
-# Switches that run the fp32 arithmetic their own way, and so go with no other: what each does.
-SOLE = {"onnxruntime": "runs the fp32 decoder step itself", "onednn": "runs the fp32 products"}
-
-
-def switches_of(cfg) -> dict:
-    """The switches set in a translate/evaluate config (DEFAULTS' keys), checked: a ConfigError
-    (a ValueError) names a wrong one."""
-    switches = {key: cfg.get(key, default) for key, default in DEFAULTS.items()}
-    if switches["precision"] not in PRECISIONS:
-        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {switches['precision']!r}")
-    for key in ("int8", "compile", "onednn", "onnxruntime"):
-        if type(switches[key]) is not bool:
-            raise ConfigError(f"{key} must be true or false, got {switches[key]!r}")
-    if switches["int8"] and switches["precision"] != "fp32":
-        raise ConfigError(f"int8 quantises fp32 weights; it cannot be combined with precision={switches['precision']}")
-    # (onednn with compile: inductor cannot lower oneDNN's packed weights.)
-    for key, what in SOLE.items():
-        others = [f"{other}=true" for other in ("int8", "compile", "onednn") if other != key and switches[other]]
-        others += [f"precision={switches['precision']}"] if switches["precision"] != "fp32" else []
-        if switches[key] and others:
-            raise ConfigError(f"{key} {what}; it cannot be combined with {others[0]}")
-    if switches["onnxruntime"]:
-        require_onnxruntime()
-    return switches
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # of switches.PRECISIONS
 
 
 def for_decoding(model: Transformer, *, precision: str = "fp32", int8: bool = False,
@@ -82,7 +55,7 @@ def for_decoding(model: Transformer, *, precision: str = "fp32", int8: bool = Fa
     with torch.inference_mode(False):  # weights with versions (packed copies follow them), even when called in inference mode
         fast = copy.deepcopy(model).eval()
     if precision != "fp32":
-        fast = fast.to(PRECISIONS[precision])
+        fast = fast.to(DTYPES[precision])
     if int8:
         fast = quantize_int8(fast)
     if onednn:

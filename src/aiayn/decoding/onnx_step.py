@@ -26,22 +26,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from aiayn.errors import ConfigError
 from aiayn.model.transformer import DecoderState, Transformer
 
 log = logging.getLogger(__name__)
-
-NEEDS = "onnxruntime=true needs ONNX Runtime and torch's ONNX exporter: pip install 'aiayn[onnx]' (onnx, onnxscript, onnxruntime)"
-
-
-def require_onnxruntime() -> None:
-    """A ConfigError in one line when ONNX Runtime or the exporter's packages are missing."""
-    try:
-        import onnxruntime  # noqa: F401
-        import onnxscript  # noqa: F401
-    except ImportError:
-        raise ConfigError(NEEDS) from None
-
 
 class _Step(nn.Module):
     """One incremental decoder step as a module of tensors only (what the exporter takes): the new
@@ -68,7 +55,7 @@ class OnnxRuntimeDecode:
     model of no layers, a tensor not on the CPU or not fp32) goes to the model's own ``decode``."""
 
     def __init__(self, model: Transformer):
-        self.model = model  # (its packages checked by aiayn.decoding_speed.switches_of)
+        self.model = model  # (its packages checked by aiayn.decoding.switches.switches_of)
         self._session: Any = None  # and self._names, its inputs' names: made at the first step (_start)
 
     def __deepcopy__(self, memo: dict) -> OnnxRuntimeDecode:

@@ -1,4 +1,4 @@
-"""aiayn.inference (translation and perplexity) and constrained decoding would run right on a GPU,
+"""aiayn.decoding.translator (translation and perplexity) and constrained decoding would run right on a GPU,
 checked on the CPU (tests/helpers/devices.py says how), with a real sentencepiece vocabulary
 trained on Multi30k with a parser's tree symbols and a small random Transformer.
 
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import aiayn.inference
+import aiayn.decoding.translator
 from aiayn.data.corpus import TranslationCollator
 from aiayn.data.parsing.constraints import SPACE, TreeConstraint
 from aiayn.data.readers import read_lines
 from aiayn.data.subwords import Subwords, train_or_load
-from aiayn.inference import Translator, perplexity, translate
+from aiayn.decoding.translator import Translator, perplexity, translate
 from aiayn.model import Transformer, beam_search, greedy_search
 from tests.helpers.devices import count_host_syncs, host_tensors, on_the_host, tensors_name_their_device
 
@@ -103,8 +103,8 @@ def test_constrained_translation_names_its_devices(model: Transformer, vocab: Su
     """Translating with the tree constraint (its per-hypothesis counters and masks on the model's
     device) creates no tensor without a device and gives what it gives outside the check: trees."""
     settings = {"beam_size": 2, "alpha": 0.6, "max_len_offset": 30, "constrained": True}
-    expected = translate(model, vocab, SENTENCES, settings, batch_size=4).texts
-    translator = Translator(model, vocab, settings, batch_size=4)  # builds the constraint's tables, on the host
+    expected = translate(model, vocab, SENTENCES, settings, TreeConstraint(vocab), batch_size=4).texts
+    translator = Translator(model, vocab, settings, TreeConstraint(vocab), batch_size=4)  # tables on the host, as a task hands them over
     translator.collate = HostCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     host_tables(translator.search.constraint)
     with tensors_name_their_device():
@@ -142,7 +142,7 @@ def test_perplexity_names_its_devices(model: Transformer, vocab: Subwords, monke
     references = ["Ein Hund rennt .", "Zwei Männer spielen Gitarre .", "Ein Kind .", "Eine Frau geht ."]
     sources = [s for s in SENTENCES if s]
     expected = perplexity(model, vocab, sources, references, max_tokens=40)
-    monkeypatch.setattr(aiayn.inference, "TranslationCollator", HostCollator)
+    monkeypatch.setattr(aiayn.decoding.translator, "TranslationCollator", HostCollator)
     HostCollator.batches = 0
     with tensors_name_their_device():
         got = perplexity(model, vocab, sources, references, max_tokens=40)

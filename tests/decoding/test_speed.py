@@ -1,4 +1,4 @@
-"""aiayn.decoding_speed: each switch (int8, bf16, compile, onednn, onnxruntime) against the plain fp32 path, on random
+"""aiayn.decoding.speed: each switch (int8, bf16, compile, onednn, onnxruntime) against the plain fp32 path, on random
 models and on the session's tiny trained run (real checkpoint, real sentencepiece)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from aiayn.checkpoints.trained import TrainedModel, load_trained
-from aiayn.decoding_speed import OneDNNLinear, for_decoding
-from aiayn.inference import translate
+from aiayn.decoding.speed import OneDNNLinear, for_decoding
+from aiayn.decoding.translator import translate
 from aiayn.model import Transformer, beam_search, greedy_search
 from tests.helpers.runs import TrainedRun
 

@@ -1,4 +1,4 @@
-"""aiayn.onnx_step (``onnxruntime=true``): the incremental decoder step exported to ONNX and run by
+"""aiayn.decoding.onnx_step (``onnxruntime=true``): the incremental decoder step exported to ONNX and run by
 ONNX Runtime, against the model's own torch step; real exporter, real runtime."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import copy
 import pytest
 import torch
 
-from aiayn.decoding_speed import for_decoding
+from aiayn.decoding.onnx_step import OnnxRuntimeDecode
+from aiayn.decoding.speed import for_decoding
 from aiayn.model import Transformer, beam_search, greedy_search
 from aiayn.model.search import start_search
-from aiayn.onnx_step import OnnxRuntimeDecode
 
 BOS, EOS, PAD = 1, 2, 0
 

@@ -1,0 +1,135 @@
+"""Translating with a CTranslate2 export of a checkpoint (src/export.py format=ctranslate2) as
+aiayn's translate.py does (``engine=ctranslate2``): the same reading, batching and counters as
+aiayn.decoding.translator.Translator, CTranslate2's search, with the decoding settings it serves.
+
+CTranslate2's beam search normalises a hypothesis's score by |Y|^α, not GNMT's ((5 + |Y|) / 6)^α
+(see the model card); its maximum output length is one number per batch, so each output is cut
+at its own sentence's limit (input length + ``max_len_offset``) as aiayn's is.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from aiayn.data.subwords import Subwords
+from aiayn.decoding.declarations import CTRANSLATE2, arguments
+from aiayn.decoding.packages import require
+from aiayn.decoding.settings import Asked, Decoding
+from aiayn.decoding.translator import Scored
+from aiayn.errors import DataError
+
+# What aiayn needs besides CTranslate2's own files: the decoding settings and the model's positions.
+SETTINGS_FILE = "aiayn.json"
+SUBWORDS_FILE = "source.spm"
+
+
+class CTranslate2Translator:
+    """Translates sentences with an exported CTranslate2 model: the counterpart of
+    :class:`aiayn.decoding.translator.Translator` (the same ``stream``, ``stream_nbest`` and
+    counters), for translate.py's ``engine=ctranslate2``. Each chunk is translated ``batch_size``
+    sentences at a time in input order, and each batch's translations are yielded as soon as it
+    is done.
+
+    ``wanted`` (and ``settings``, keyword by keyword) are the decoding settings asked for, laid
+    over the exported model's as CTranslate2 serves them (aiayn.decoding.declarations: beam
+    search or sampling, n-best lists, stopping as ``first_k``; what it cannot serve is refused),
+    then handed to it as its own arguments (:attr:`arguments`). ``threads`` is CTranslate2's
+    intra-op threads (0: its default); ``compute_type`` the type it computes in (CTranslate2's
+    ``compute_type``: "default" keeps the weights' own type, else e.g. "float32", "bfloat16",
+    "float16", "int8")."""
+
+    def __init__(self, folder: str | Path, wanted: Asked | Mapping[str, Any] | None = None, *, batch_size: int = 64,
+                 threads: int = 0, device: str = "cpu", compute_type: str = "default", **settings: Any):
+        ctranslate2 = require("ctranslate2")
+        folder = Path(folder)
+        if not (folder / SETTINGS_FILE).is_file() or not (folder / "model.bin").is_file():
+            raise DataError(f"model_dir={folder}: not a CTranslate2 export of aiayn ({SETTINGS_FILE} or model.bin missing); "
+                            "write one with src/export.py format=ctranslate2")
+        exported = json.loads((folder / SETTINGS_FILE).read_text(encoding="utf-8"))
+        if settings:
+            wanted = {**(wanted.values if isinstance(wanted, Asked) else wanted or {}), **settings}
+        self.decoding = Decoding.of(exported.get("decoding"), wanted, engine="ctranslate2",
+                                    where=f"{folder / SETTINGS_FILE}: decoding.")
+        self.arguments = arguments(CTRANSLATE2, self.decoding)  # translate_batch's, but these two:
+        self.max_len_offset = self.arguments.pop("max_len_offset")  # each output cut at its own limit
+        seed = self.arguments.pop("seed", None)
+        if seed is not None:  # samples drawn as the seed says, one stream for the process
+            ctranslate2.set_random_seed(seed)
+        self.nbest = self.decoding.nbest
+        self.max_positions = int(exported["max_positions"])
+        self.batch_size = batch_size
+        self.vocab = Subwords(folder / SUBWORDS_FILE)
+        self.piece_ids = self.vocab.piece_ids()
+        self.translator = ctranslate2.Translator(str(folder), device=device, compute_type=compute_type,
+                                                 inter_threads=1, intra_threads=threads)
+        self.sentences = self.output_tokens = self.truncated = 0
+        self.seconds = 0.0
+
+    @property
+    def sentences_per_second(self) -> float:
+        return self.sentences / self.seconds if self.seconds else 0.0
+
+    def translate_ids(self, sources: Sequence[Sequence[int]]) -> list[list[int]]:
+        """The best output's ids (no BOS/EOS) of each source's ids (no EOS)."""
+        return [hypotheses[0][0] for hypotheses in self._search(sources)]
+
+    def _search(self, sources: Sequence[Sequence[int]], scores: bool = False) -> list[list[tuple[list[int], float]]]:
+        """Each source's hypotheses (ids, CTranslate2's score), best first, each cut at its own maximum
+        length as aiayn's search cuts it: source length with EOS + max_len_offset, at most the
+        model's positions."""
+        if not sources:
+            return []
+        limits = [min(len(ids) + 1 + self.max_len_offset, self.max_positions) for ids in sources]
+        tokens = [self._pieces(ids) for ids in sources]
+        results = self.translator.translate_batch(tokens, max_decoding_length=max(limits), max_batch_size=self.batch_size,
+                                                  return_scores=scores, **self.arguments)
+        return [[([self.piece_ids[piece] for piece in hypothesis][:limit], score)
+                 for hypothesis, score in zip(result.hypotheses, result.scores or [0.0] * len(result.hypotheses))]
+                for result, limit in zip(results, limits)]
+
+    def _pieces(self, ids: Sequence[int]) -> list[str]:
+        return self.vocab.pieces([*ids, self.vocab.eos_id])
+
+    def stream(self, chunks: Iterable[Sequence[str]]) -> Iterator[list[str]]:
+        """For each chunk, after each batch: that batch's translations, in input order."""
+        for ready in self._batches(chunks, nbest=False):
+            yield [hypotheses[0].text for hypotheses in ready]
+
+    def stream_nbest(self, chunks: Iterable[Sequence[str]]) -> Iterator[list[list[Scored]]]:
+        """:meth:`stream` with each input's ``nbest`` hypotheses, in CTranslate2's order, each with
+        CTranslate2's score (what it ranks by: log P / |Y|^α) and log P(Y|X) (CTranslate2's
+        scoring of the hypothesis and EOS); an empty input has one, "" scored 0."""
+        return self._batches(chunks, nbest=True)
+
+    def _batches(self, chunks: Iterable[Sequence[str]], nbest: bool) -> Iterator[list[list[Scored]]]:
+        limit = self.max_positions - 1
+        for chunk in chunks:
+            for start in range(0, len(chunk), self.batch_size):
+                started = time.perf_counter()
+                sentences = list(chunk[start : start + self.batch_size])
+                ids = self.vocab.encode(sentences)
+                for i, seq in enumerate(ids):
+                    if len(seq) > limit:
+                        ids[i], self.truncated = seq[:limit], self.truncated + 1
+                todo = [i for i, (text, seq) in enumerate(zip(sentences, ids)) if text.strip() and seq]
+                found = self._search([ids[i] for i in todo], scores=nbest)
+                ready = [[Scored("", 0.0, 0.0)] for _ in sentences]
+                for i, hypotheses in zip(todo, found):
+                    texts = self.vocab.decode([tokens for tokens, _ in hypotheses])
+                    log_probs = self._log_probs(ids[i], [tokens for tokens, _ in hypotheses]) if nbest else [0.0] * len(texts)
+                    ready[i] = [Scored(text, score, log_prob)
+                                for text, (_, score), log_prob in zip(texts, hypotheses, log_probs)]
+                self.output_tokens += sum(len(hypotheses[0][0]) for hypotheses in found)
+                self.sentences += len(sentences)
+                self.seconds += time.perf_counter() - started
+                yield ready
+
+    def _log_probs(self, source: Sequence[int], outputs: list[list[int]]) -> list[float]:
+        """log P(output + EOS | source) of each output, as CTranslate2 scores it."""
+        scored = self.translator.score_batch([self._pieces(source)] * len(outputs),
+                                             [self.vocab.pieces(output) for output in outputs])
+        return [float(sum(result.log_probs)) for result in scored]
