@@ -119,6 +119,16 @@ def test_a_gpu_too_small_for_the_weights_is_refused_in_one_line() -> None:
         make_plan(composed("model=big", "task=wmt_en_fr"), gpu(4.0))
 
 
+def test_the_fused_loss_takes_less_memory_a_token_and_its_block_is_the_losss() -> None:
+    from aiayn.config.memory import FUSED_LOSS_ROWS
+    from aiayn.model.loss import FUSED_ROWS
+
+    assert FUSED_LOSS_ROWS == FUSED_ROWS
+    plain, fused = (training_memory(MODELS["big"], 32000, "bf16-mixed", fused_loss=f) for f in (False, True))
+    assert plain.per_token - fused.per_token == 8 * 32000 and fused.fixed > plain.fixed
+    assert tokens_that_fit(fused, 16.9 * GB) > 1.25 * tokens_that_fit(plain, 16.9 * GB)  # big on a 16 GB V100
+
+
 def test_fp32_takes_more_memory_a_token_than_mixed_precision() -> None:
     mixed, full = (training_memory(MODELS["base"], 37000, precision) for precision in ("bf16-mixed", "32-true"))
     assert full.per_token > mixed.per_token and tokens_that_fit(full, 80 * GB) < tokens_that_fit(mixed, 80 * GB)

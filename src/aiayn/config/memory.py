@@ -28,6 +28,9 @@ GIB = 2**30
 USABLE_SHARE = 0.9  # of a GPU's total memory, for the allocator's fragmentation and reserve
 RESERVED_BYTES = 1 * GIB  # the CUDA context and library workspaces, outside torch's allocator
 ROUND_TO = 8  # a batch's token budget is a multiple of this
+# The rows the fused loss takes at a time (aiayn.model.loss.FUSED_ROWS; config/ imports no model code,
+# and tests/config/test_memory.py holds the two equal).
+FUSED_LOSS_ROWS = 4096
 # The bytes of an activation in the compute dtype, by Lightning's precision name.
 COMPUTE_BYTES = {"32-true": 4, "32": 4, "64-true": 8, "bf16-mixed": 2, "16-mixed": 2, "bf16-true": 2, "16-true": 2,
                  "bf16": 2, "16": 2, "transformer-engine": 2}
@@ -85,13 +88,11 @@ def training_memory(model: Mapping[str, Any], vocab_size: int, precision: Any, p
     ``precision`` (Lightning's name) by ``processes`` processes (DDP's buckets from two on), with
     the plain loss or the fused one (``loss.fused``: the logits and their gradient in the compute
     dtype, and an fp32 scratch of a block of rows, aiayn.model.loss)."""
-    from aiayn.model.loss import FUSED_ROWS
-
     a = COMPUTE_BYTES.get(str(precision), 2)
     weights = parameters(model, vocab_size)
     fixed = weights * (16 + (2 if a == 2 else 0) + (4 if processes > 1 else 0))
     if fused_loss:
-        fixed += 2 * 4 * FUSED_ROWS * vocab_size
+        fixed += 2 * 4 * FUSED_LOSS_ROWS * vocab_size
     per_token = activation_bytes(model, a) + (2 * a if fused_loss else 8 + 2 * a) * vocab_size
     return MemoryEstimate(fixed=fixed, per_token=per_token)
 
