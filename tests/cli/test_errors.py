@@ -22,7 +22,7 @@ from aiayn.cli import config_options
 from aiayn.cli.errors import USER_ERROR, describe, reports_errors
 from aiayn.decoding.settings import Decoding, asked
 from aiayn.errors import ConfigError, DataError
-from aiayn.training.module import NonFiniteLossError
+from aiayn.training.nonfinite import NonFiniteLossError
 from tests.helpers import inprocess
 from tests.helpers.runs import REPO, run_command
 

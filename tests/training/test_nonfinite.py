@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from aiayn.data.multi30k import Multi30kDataModule
-from aiayn.training.module import NonFiniteLossError, TranslationModule
+from aiayn.training.module import TranslationModule
+from aiayn.training.nonfinite import NonFiniteLossError
 
 MODEL = {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "d_k": 16, "d_v": 16, "dropout": 0.1, "max_positions": 256}
 OPTIM = {"betas": [0.9, 0.98], "eps": 1e-9, "warmup_steps": 4, "lr_factor": 1.0}

@@ -187,7 +187,7 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
     preemption = sys.modules.get("aiayn.training.preemption")  # stopped on a signal after saving: exit 75
     if preemption is not None and (preempted := preemption.describe(error)) is not None:
         return preempted
-    if _is(error, "aiayn.training.module", "NonFiniteLossError"):
+    if _is(error, "aiayn.training.nonfinite", "NonFiniteLossError"):
         return str(error), STOPPED
     if _a_rank_failed(error):
         rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK")

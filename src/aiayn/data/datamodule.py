@@ -15,9 +15,9 @@ import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
-from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.checks import ROLES, SplitFiles
-from aiayn.data.corpus import ParallelCorpus, TranslationCollator, filter_pairs
+from aiayn.data.corpus import ParallelCorpus, filter_pairs
+from aiayn.data.loaders import split_loader
 from aiayn.data.readers import read_parallel
 from aiayn.data.subwords import Subwords, train_or_load
 from aiayn.errors import ConfigError, DataError
@@ -306,43 +306,14 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         return self._loader("test", self.eval_max_tokens, shuffle=False, pad_to_equal=False)
 
     def _loader(self, role: str, max_tokens: int, shuffle: bool, pad_to_equal: bool) -> DataLoader:
-        if not isinstance(max_tokens, int):
-            raise ConfigError(f"task.datamodule.max_tokens={max_tokens}: the training batch is settled by train.py's "
-                              "plan (aiayn.config.plan); give a number to train with this data module elsewhere")
-        dataset = self.dataset(role)
         trainer = self.trainer
         num_replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         # An optimizer step takes accumulate_grad_batches batches of every rank (aiayn.config.plan).
         accumulate = getattr(trainer, "accumulate_grad_batches", 1) if role == "train" else 1
-        buckets = self.length_buckets if role == "train" else None
-        try:
-            sampler = TokenBatchSampler(
-                dataset.src_lengths, dataset.tgt_lengths, max_tokens, shuffle=shuffle, seed=self.seed,
-                num_replicas=num_replicas, rank=rank, pad_to_equal=pad_to_equal, batches_per_step=accumulate,
-                length_buckets=buckets,
-            )
-        except ValueError as error:
-            if buckets is None:
-                raise
-            raise ConfigError(f"task.datamodule.length_buckets={buckets}: {error}") from None
-        if role == "train":
-            log.info(
-                "training batches of at most %d padded tokens per side on rank %d of %d: %d batches, "
-                "%.1f%% of their tokens are padding", max_tokens, rank, num_replicas, len(sampler.batches),
-                100 * sampler.padding_fraction,
-            )
-        elif rank == 0 and len(sampler.batches) < num_replicas:
-            log.info("%s batches of at most %d padded tokens: %d for %d ranks; ranks %d to %d evaluate an empty "
-                     "batch (the metrics are those of one process)", role, max_tokens, len(sampler.batches),
-                     num_replicas, len(sampler.batches), num_replicas - 1)
-        vocab = self.vocab
-        return DataLoader(
-            dataset,
-            batch_sampler=sampler,
-            collate_fn=TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id, buckets, max_tokens),
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
+        return split_loader(role, self.dataset(role), self.vocab, max_tokens, shuffle=shuffle, pad_to_equal=pad_to_equal,
+                            seed=self.seed, num_replicas=num_replicas, rank=rank, accumulate=accumulate,
+                            length_buckets=self.length_buckets if role == "train" else None,
+                            num_workers=self.num_workers)
 
 
 def task_module(task: Mapping[str, Any]) -> type[TranslationDataModule] | None:

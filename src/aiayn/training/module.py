@@ -19,6 +19,7 @@ from aiayn.metrics.scorers import Scorer
 from aiayn.model import Transformer
 from aiayn.model.loss import label_smoothed_loss
 from aiayn.reporting.loggers import run_ids
+from aiayn.training.nonfinite import NonFiniteSteps
 from aiayn.training.schedule import transformer_scheduler
 
 log = logging.getLogger(__name__)
@@ -26,10 +27,6 @@ log = logging.getLogger(__name__)
 
 class VocabularyMismatchError(UserError):
     """The checkpoint being resumed was trained with another subword model than the data's."""
-
-
-class NonFiniteLossError(RuntimeError):
-    """Training stopped after too many consecutive steps with a non-finite loss or gradient."""
 
 
 class TranslationModule(L.LightningModule):
@@ -95,10 +92,7 @@ class TranslationModule(L.LightningModule):
         self.seed = seed
         # Steps whose loss or gradient is NaN/inf are skipped (no update) and counted; after
         # `max_nonfinite_in_a_row` of them in a row training stops (NonFiniteLossError).
-        self.max_nonfinite_in_a_row = max_nonfinite_in_a_row
-        self.nonfinite_in_a_row = 0  # as last read back from the device (see _read_nonfinite)
-        self.nonfinite_total = 0
-        self._nonfinite: torch.Tensor | None = None  # on the device: [in a row, in all], from the last read on
+        self.nonfinite = NonFiniteSteps(max_nonfinite_in_a_row)
         self._step_tokens: torch.Tensor | int = 0  # target tokens of the step's batches so far, on the device
         self._step_loss_finite: torch.Tensor | bool = True  # every batch of the step had a finite loss
         self.compile_model, self.compile_mode = compile_model, compile_mode
@@ -122,9 +116,7 @@ class TranslationModule(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if datamodule is not None and getattr(datamodule, "vocab", None) is not None:
             checkpoint["subwords"] = datamodule.vocab.serialized()
-        if self._nonfinite is not None:  # the device's counts (a read back, at a save only)
-            self.nonfinite_in_a_row, self.nonfinite_total = (int(n) for n in self._nonfinite.tolist()[:2])
-        checkpoint["nonfinite_steps"] = {"in_a_row": self.nonfinite_in_a_row, "total": self.nonfinite_total}
+        checkpoint["nonfinite_steps"] = self.nonfinite.state()
         if self._trainer is not None:
             checkpoint["logger_runs"] = run_ids(self.loggers)  # a resumed run continues these runs
 
@@ -140,9 +132,7 @@ class TranslationModule(L.LightningModule):
         difference = layout_difference(self.state_dict(), checkpoint.get("state_dict", {}))
         if difference is not None:  # before Lightning loads it, which would print torch's list of every key
             raise DataError(f"{getattr(self.trainer, 'ckpt_path', None) or 'the checkpoint resumed'}: {difference}")
-        counts = checkpoint.get("nonfinite_steps", {})
-        self.nonfinite_in_a_row, self.nonfinite_total = counts.get("in_a_row", 0), counts.get("total", 0)
-        self._nonfinite = None  # made again from these at the next step
+        self.nonfinite.load(checkpoint.get("nonfinite_steps", {}))
 
     # -- training -------------------------------------------------------------------------
     def on_fit_start(self) -> None:
@@ -237,48 +227,22 @@ class TranslationModule(L.LightningModule):
                 for parameter in self.parameters():
                     parameter.grad = None
             self.log("train/grad_norm", grad_norm, on_step=True)
-        self._count_nonfinite(bad, ~torch.as_tensor(loss_finite, device=bad.device))
-
-    def _count_nonfinite(self, bad: torch.Tensor, bad_loss: torch.Tensor) -> None:
-        """Counts a skipped step on the device; reads the counts back where Lightning reads its
-        logged values (every ``trainer.log_every_n_steps`` steps) and at the end of training."""
-        if self._nonfinite is None:  # [in a row, in all, whether the last skipped step's loss was non-finite]
-            self._nonfinite = torch.tensor([self.nonfinite_in_a_row, self.nonfinite_total, 0], device=bad.device)
-        counts = self._nonfinite
-        counts[0] = torch.where(bad, counts[0] + 1, 0)
-        counts[1] += bad.to(counts.dtype)
-        counts[2] = torch.where(bad, bad_loss.to(counts.dtype), counts[2])
-        self.log("train/skipped_steps", counts[1].to(torch.float32), on_step=True)
+        skipped = self.nonfinite.count(bad, ~torch.as_tensor(loss_finite, device=bad.device))
+        self.log("train/skipped_steps", skipped.to(torch.float32), on_step=True)
         step = self.global_step + 1  # the step being taken
-        if step % max(1, self.trainer.log_every_n_steps) == 0:
-            self._read_nonfinite(step)
+        if step % max(1, self.trainer.log_every_n_steps) == 0:  # where Lightning reads its logged values back
+            self.nonfinite.read(step, self.trainer.save_checkpoint, self.trainer.default_root_dir)
 
-    def _read_nonfinite(self, step: int) -> None:
-        """The device's counts read back: a warning for the steps skipped since the last read, and
-        after ``max_nonfinite_in_a_row`` in a row a stop with a checkpoint from before them."""
-        if self._nonfinite is None:
-            return
-        in_a_row, total, loss = (int(n) for n in self._nonfinite.tolist())
-        skipped = total - self.nonfinite_total
-        self.nonfinite_in_a_row, self.nonfinite_total = in_a_row, total
-        if not skipped:
-            return
-        what = "loss" if loss else "gradient"
-        log.warning("step %d: non-finite %s, update skipped (%d in a row, %d in all%s)", step - 1, what, in_a_row, total,
-                    "" if skipped == 1 else f"; {skipped} since the last check")
-        if in_a_row >= self.max_nonfinite_in_a_row:
-            # The skipped steps changed nothing, so the weights and optimizer state now are those
-            # from before the first of them: keep them for a restart with other settings.
-            path = f"{self.trainer.default_root_dir}/checkpoints/nonfinite-step{step - 1:07d}.ckpt"
-            self.trainer.save_checkpoint(path)
-            raise NonFiniteLossError(
-                f"{in_a_row} steps in a row had a non-finite {what} (last at step {step - 1}); "
-                f"the state from before them is in {path}. Lower optim.lr_factor or raise optim.warmup_steps "
-                f"and resume with resume={path}, or allow more with nonfinite.max_in_a_row"
-            )
+    def on_train_end(self) -> None:  # the counts as they ended, for the summary and the last checkpoint
+        self.nonfinite.read(self.global_step, self.trainer.save_checkpoint, self.trainer.default_root_dir)
 
-    def on_train_end(self) -> None:
-        self._read_nonfinite(self.global_step)  # the counts as they ended, for the summary and the last checkpoint
+    @property
+    def nonfinite_in_a_row(self) -> int:
+        return self.nonfinite.in_a_row
+
+    @property
+    def nonfinite_total(self) -> int:
+        return self.nonfinite.total
 
     def configure_optimizers(self) -> dict[str, Any]:
         # §5.3: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9; lr = 1.0 scaled by the schedule.
