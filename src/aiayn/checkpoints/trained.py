@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from aiayn.checkpoints.given import checkpoint_list
 from aiayn.checkpoints.io import read_checkpoint
 from aiayn.config.schemas import decoding_settings, network_arguments
 from aiayn.data.datamodule import output_constraint
@@ -74,17 +75,8 @@ def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cp
                         step=int(checkpoint.get("global_step", 0)))
 
 
-def checkpoint_list(ckpt: str) -> list[str]:
-    """The checkpoints of ``ckpt=``: one file, or several, comma-separated (an ensemble)."""
-    paths = [path.strip() for path in str(ckpt).split(",")]
-    if any(not path for path in paths):
-        raise ConfigError(f"ckpt={ckpt}: an empty name in the list; give one checkpoint, or several separated by "
-                          "commas (an ensemble)")
-    return paths
-
-
-def load_ensemble(ckpt: str, map_location: str | torch.device = "cpu") -> TrainedModel:
-    """The checkpoint of ``ckpt``, or (several, comma-separated) their ensemble
+def load_ensemble(ckpt: Any, map_location: str | torch.device = "cpu") -> TrainedModel:
+    """The checkpoint of ``ckpt``, or (several: aiayn.checkpoints.given) their ensemble
     (aiayn.model.Ensemble: the mean of their log-probabilities at every step) with the first's
     vocabulary, decoding settings, config and step; refused in one line when their vocabularies
     or tasks differ."""

@@ -95,8 +95,10 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
     def run(*args: Any, **kwargs: Any) -> Result:
         global _task_started
         _task_started = False  # this invocation's composition (a process may run a tool more than once)
-        # Hydra re-raises instead of printing its own report and exiting with 1.
-        os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+        # Hydra re-raises instead of printing its own report and exiting with 1, whatever the user's
+        # HYDRA_FULL_ERROR says (0 would bring that report back).
+        before = os.environ.get("HYDRA_FULL_ERROR")
+        os.environ["HYDRA_FULL_ERROR"] = "1"
         try:
             return main(*args, **kwargs)
         except Exception as error:
@@ -108,6 +110,11 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
                 raise
             within = raised_by_resolver(error)
             fail(str(within) if within is not None else composition_message(error))
+        finally:
+            if before is None:
+                os.environ.pop("HYDRA_FULL_ERROR", None)
+            else:
+                os.environ["HYDRA_FULL_ERROR"] = before
 
     return run
 

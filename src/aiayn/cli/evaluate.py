@@ -26,11 +26,12 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
+from aiayn.checkpoints.given import checkpoint_list
 from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints
-from aiayn.checkpoints.trained import checkpoint_list, load_ensemble
+from aiayn.checkpoints.trained import load_ensemble
 from aiayn.cli import CONFIG_DIR
+from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import is_composition_error, reports_composition_errors, reports_errors
-from aiayn.cli.renamed import accepts_old_names
 from aiayn.config.identity import MODIFIED, run_folder_changes
 from aiayn.config.schemas import decoding_settings
 from aiayn.decoding_speed import for_decoding, switches_of
@@ -42,7 +43,7 @@ from aiayn.reporting.loggers import wandb_logger
 log = logging.getLogger(__name__)
 
 
-@accepts_old_names("evaluate")  # out_dir= (before out=)
+@read_by_hydra("evaluate")  # paths as one value, old names, Hydra's options anywhere (aiayn.cli.command_line)
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix

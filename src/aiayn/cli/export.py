@@ -16,7 +16,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from aiayn.checkpoints.given import one_checkpoint
 from aiayn.cli import CONFIG_DIR, tool_command
+from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.config.schemas import decoding_settings
 from aiayn.errors import ConfigError
@@ -24,6 +26,7 @@ from aiayn.errors import ConfigError
 FORMATS = ("hf", "ctranslate2")
 
 
+@read_by_hydra("export")  # paths as one value, old names, Hydra's options anywhere (aiayn.cli.command_line)
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="export")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
@@ -42,7 +45,7 @@ def main(cfg: DictConfig) -> None:
                           f"alone), got {cfg.average_last!r}")
     overrides = {key: value for key, value in cfg.decoding.items() if value is not None}
     decoding_settings(overrides, partial=True)  # checked before anything is loaded
-    ckpt = Path(cfg.ckpt)
+    ckpt = Path(one_checkpoint(cfg.ckpt))
     if ckpt.is_dir():
         raise ConfigError(f"ckpt={ckpt} is a folder; give one checkpoint file in it, e.g. ckpt={ckpt / 'last.ckpt'}")
 
