@@ -80,7 +80,8 @@ def main(cfg: DictConfig | None = None) -> dict[str, float] | None:
     showing = any(arg in ("--cfg", "-c") or arg.startswith("--cfg=") for arg in sys.argv[1:])
     if showing and "--resolve" not in sys.argv:
         sys.argv.append("--resolve")
-    with showing_only() if showing else contextlib.nullcontext():
+    # What the run folder's callback holds (before Hydra writes there) is let go as the command ends.
+    with showing_only() if showing else contextlib.nullcontext(), run_folder.until_the_end():
         return _main()
 
 
