@@ -14,6 +14,7 @@ Browse: ``mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db`` and open ht
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import numbers
@@ -21,13 +22,26 @@ from collections.abc import Mapping, MutableSequence, Sequence
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STORE = "sqlite:///mlruns/mlflow.db"
+
+
+def first_use_lock(tracking_uri: str) -> contextlib.AbstractContextManager:
+    """Held around a process's first use of a SQLite store (``<file>.lock`` beside it): MLflow
+    migrates a new store's tables as it opens it, and several jobs starting together would each
+    migrate the same tables (alembic's ``CommandError``, ``duplicate column name``) and each make
+    the same experiment. Another kind of store (a server, a database) migrates itself."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix):
+        return contextlib.nullcontext()
+    return FileLock(f"{tracking_uri[len(prefix):]}.lock")
 
 
 def local_store(tracking_uri: str) -> tuple[str, str | None]:
@@ -55,9 +69,20 @@ class MLflowRunLogger(MLFlowLogger):
         # A tag is text: a list (the run's labels) joined by commas; an unset one (null) left out.
         text = {key: ",".join(map(str, value)) if isinstance(value, (MutableSequence, tuple)) else str(value)
                 for key, value in (tags or {}).items() if value is not None}
-        super().__init__(experiment_name=experiment_name, run_name=run_name, tracking_uri=uri, tags=text,
-                         artifact_location=artifacts, run_id=resume_id)
+        with first_use_lock(uri):  # MLflow's client opens the store (and migrates a new one) at once
+            super().__init__(experiment_name=experiment_name, run_name=run_name, tracking_uri=uri, tags=text,
+                             artifact_location=artifacts, run_id=resume_id)
         self._config: dict[str, Any] = {}
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> Any:
+        """Lightning's: the experiment found or made and the run made or continued at the first
+        use, one process at a time (:func:`first_use_lock`): two jobs would each make the experiment."""
+        if self._initialized:
+            return self._mlflow_client
+        with first_use_lock(self._tracking_uri):
+            return MLFlowLogger.experiment.fget(self)
 
     @rank_zero_only
     def log_hyperparams(self, params: Mapping[str, Any] | Any) -> None:
