@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from aiayn.cli.errors import fail
 from aiayn.config.hardware import first_process
+from aiayn.config.identity import FOLDER_STAMP
 from aiayn.errors import UserError
 
 JOB_NOTE = ".job"  # who made the folder: the job's identity
@@ -51,7 +52,7 @@ def job_identity() -> str:
 
 def new_run_dir(base: str) -> str:
     """``<base>/<date>_<time>``, or with ``-2``, ``-3``, ... when another job made that folder."""
-    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    stamp = datetime.now().strftime(FOLDER_STAMP)
     me = job_identity()
     for number in range(1, 1000):
         folder = Path(base) / (stamp if number == 1 else f"{stamp}-{number}")

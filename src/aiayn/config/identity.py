@@ -21,6 +21,7 @@ Registered as ``${aiayn.run:name}`` (``group``, ``tags``, ``scale``), for conf/l
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,10 @@ SPEED_KEYS = ("optim.fused", "model.attention")
 # value of the run.
 _UNNAMED = ("run_name", "run_group", "experiment", "scale", "debug", "resume", "logger", "trainer.devices")
 MODIFIED = "modified"
+# The folders of one run name's runs (aiayn.cli.run_folder.new_run_dir): outputs/<run name>/<date>_<time>,
+# with -2, -3, ... for runs started in the same second; resume=auto looks through them.
+FOLDER_STAMP = "%Y-%m-%d_%H-%M-%S"
+STAMPED_FOLDER = re.compile(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d(-\d+)?")
 _TAG_LIMIT = 64  # W&B refuses longer tags
 
 
