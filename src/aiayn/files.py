@@ -38,9 +38,11 @@ def atomic_path(path: str | os.PathLike, suffix: str = "", *, resumable: bool = 
         yield temporary
         if os.path.lexists(temporary):
             os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         if not resumable:
             _remove(temporary)
+        if isinstance(error, OSError) and error.filename is None:  # a failed write() names no file: this one
+            error.filename = str(path)
         raise
 
 

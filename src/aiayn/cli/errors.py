@@ -8,7 +8,9 @@ it was invoked: ``train.py``, ``aiayn-train``), and exit status 2:
 * a mandatory setting left out (``ckpt=???``: omegaconf's ``MissingMandatoryValue``);
 * ``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError`` (a path that is not there, or
   not readable);
-* a GPU asked for (``hardware=gpu``, ``device=cuda``) on a machine without a usable CUDA device.
+* a GPU asked for (``hardware=gpu``, ``device=cuda``) on a machine without a usable CUDA device;
+* a write refused for want of room (a full disk, a quota, a file-size limit): the file, and to
+  free space (what aiayn writes is written whole or not at all, aiayn.files).
 
 A run that stopped on its own is one line and exit status 1: non-finite losses too many steps in
 a row (``NonFiniteLossError``), or another DDP rank that died (this rank's collective lost its
@@ -37,6 +39,7 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from aiayn.cli import tool_command, tool_name
 from aiayn.errors import UserError
+from aiayn.files import no_room
 
 USER_ERROR = 2  # exit status: the user can fix it
 STOPPED = 1  # exit status: the run stopped on its own (resume=auto continues it)
@@ -189,6 +192,10 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
     if isinstance(error, InterpolationResolutionError):
         where = f"{error.full_key}: " if getattr(error, "full_key", None) else ""
         return f"{where}{str(error).strip().splitlines()[0]}", USER_ERROR
+    if (full := no_room(error)) is not None:  # a full disk, a quota, a file-size limit
+        elsewhere = ", or give out= a folder on a disk with room," if _has(cfg, "out") else ""
+        return (f"{_os_error(full)} while writing; nothing of that file was kept (what was written before it is "
+                f"whole). Free space there{elsewhere} and run again"), USER_ERROR
     if isinstance(error, (FileNotFoundError, IsADirectoryError, PermissionError)):
         return _os_error(error), USER_ERROR
     preemption = sys.modules.get("aiayn.training.preemption")  # stopped on a signal after saving: exit 75
