@@ -41,8 +41,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = "", *, resumable: bool = 
     except BaseException as error:
         if not resumable:
             _remove(temporary)
-        if isinstance(error, OSError) and error.filename is None:  # a failed write() names no file: this one
-            error.filename = str(path)
+        if isinstance(error, OSError) and error.errno in _NO_ROOM and error.filename is None:
+            error.filename = str(path)  # a write() refused for want of room names no file: this one
         raise
 
 
