@@ -12,7 +12,8 @@ it was invoked: ``train.py``, ``aiayn-train``), and exit status 2:
 * a write refused for want of room (a full disk, a quota, a file-size limit): the file, and to
   free space (what aiayn writes is written whole or not at all, aiayn.files).
 
-A run that stopped on its own is one line and exit status 1: non-finite losses too many steps in
+A multi-node run whose other nodes never joined says how nodes are started (exit 2). A run that
+stopped on its own is one line and exit status 1: non-finite losses too many steps in
 a row (``NonFiniteLossError``), or another DDP rank that died (this rank's collective lost its
 peer, or ``ddp_spawn`` saw a child exit); the line says to continue with ``resume=auto``.
 
@@ -203,6 +204,8 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
         return preempted
     if _is(error, "aiayn.training.module", "NonFiniteLossError"):
         return str(error), STOPPED
+    if (joined := _never_joined(error, cfg)) is not None:
+        return joined, USER_ERROR
     if _a_rank_failed(error):
         rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK")
         where = f" (seen by rank {rank})" if rank else ""
@@ -254,6 +257,25 @@ def _os_error(error: OSError) -> str:
 def _is(error: BaseException, module: str, name: str) -> bool:
     kind = getattr(sys.modules.get(module), name, None)
     return isinstance(kind, type) and isinstance(error, kind)
+
+
+_JOINED = re.compile(r"waiting for clients\. (\d+)/(\d+) clients joined")
+
+
+def _never_joined(error: BaseException, cfg: Any) -> str | None:
+    """torch's rendezvous gave up waiting for the job's other processes (a multi-node run whose
+    other nodes were never started): what happened and how nodes are started; else None."""
+    match = _JOINED.search(str(error)) if isinstance(error, RuntimeError) else None
+    if match is None:
+        return None
+    try:
+        minutes = f"={cfg.distributed.timeout_minutes}"
+    except Exception:  # noqa: BLE001  a config without it: the line names the setting alone
+        minutes = ""
+    return (f"the job's other nodes never joined ({match[1]} of its {match[2]} processes started within "
+            f"distributed.timeout_minutes{minutes}): trainer.num_nodes=N runs the same command on each of N nodes. "
+            "Under SLURM, srun starts them (one task per device on every node); by hand, start it on node k with "
+            "MASTER_ADDR=<node 0's address> MASTER_PORT=<one free port for all> NODE_RANK=k set, node 0 first")
 
 
 def _a_rank_failed(error: BaseException) -> bool:
