@@ -154,6 +154,27 @@ def test_mlflow_server_shows_the_sweep(sweep, mlflow_server: str) -> None:
 
 
 @pytest.mark.slow
+def test_an_evaluation_is_an_mlflow_run_under_the_training_run_it_scored(sweep, tmp_path: Path) -> None:
+    """Before: its ``trained_run`` tag named the row (``table3-C_N2``), not the run."""
+    from mlflow import MlflowClient
+
+    runs_dir, store, env = sweep
+    copy = tmp_path / "mlflow.db"  # the sweep's store as it is, for the other tests
+    shutil.copy(store.removeprefix("sqlite:///"), copy)
+    run_dir = next(runs_dir.glob("*_table3-C_N2"))
+    run_tool("src/evaluate.py", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}", "split=val", "wandb=disabled",
+             f"mlflow=sqlite:///{copy}", f"out={tmp_path / 'eval'}", env=env)
+    client = MlflowClient(f"sqlite:///{copy}")
+    runs = client.search_runs([client.get_experiment_by_name("table3").experiment_id])
+    (evaluation,) = [run for run in runs if run.data.tags.get("job_type") == "eval"]
+    (trained,) = [run for run in runs if run.info.run_id == evaluation.data.tags["trained_run"]]
+    assert trained.info.run_name.startswith("table3-C_N2-multi30k-")
+    assert evaluation.data.tags["trained_run_name"] == trained.info.run_name
+    assert evaluation.data.tags["mlflow.parentRunId"] == trained.info.run_id  # nested under it in the UI
+    assert evaluation.data.tags["row"] == "C_N2" and evaluation.data.tags["trained_wandb_run"]
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium (Debian: apt-get install chromium)")
 def test_the_mlflow_ui_renders_the_runs(sweep, mlflow_server: str, tmp_path: Path) -> None:
     """What a person sees: the compare view of the sweep's runs, screenshot by headless Chromium."""

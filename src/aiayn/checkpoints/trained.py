@@ -9,7 +9,7 @@ arguments directly: inference needs no LightningModule.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -48,6 +48,8 @@ class TrainedModel:
     config: dict[str, Any]  # the training run's resolved config ({} for old checkpoints)
     step: int
     members: int = 1  # checkpoints decoding together (an ensemble: model is an aiayn.model.Ensemble)
+    # the training run's runs in the trackers, by kind ({"mlflow": id, "wandb": id}), as its checkpoint keeps them
+    logger_runs: dict[str, str] = field(default_factory=dict)
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Put a training checkpoint's weights (an average of several, say) into the model."""
@@ -71,8 +73,10 @@ def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cp
     # task, as its config now says.
     decoding = decoding_settings({"constrained": output_constraint(config.get("task") or {}) is not None},
                                  arguments.get("decoding"), where="the checkpoint's decoding.")
+    runs = {**({"wandb": checkpoint["wandb_run_id"]} if checkpoint.get("wandb_run_id") else {}),
+            **(checkpoint.get("logger_runs") or {})}
     return TrainedModel(model=model, vocab=Subwords(proto=checkpoint["subwords"]), decoding=decoding, config=config,
-                        step=int(checkpoint.get("global_step", 0)))
+                        step=int(checkpoint.get("global_step", 0)), logger_runs=runs)
 
 
 def load_ensemble(ckpt: Any, map_location: str | torch.device = "cpu") -> TrainedModel:

@@ -68,6 +68,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         _check_checkpoint_file(Path(path))
     out_dir = Path(cfg.out) if cfg.out else ckpt.resolve().parent.parent / "eval"
     _check_out_dir(out_dir, "out" if cfg.out else "the default out (<run>/eval)")  # before any decoding
+    if cfg.mlflow:  # a server that does not answer, before any decoding
+        from aiayn.reporting.mlflow_logger import check_reachable
+
+        check_reachable(str(cfg.mlflow), "mlflow")
     averaged = last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [ckpt]  # DataError: too few
     trained = load_ensemble(cfg.ckpt, cfg.device)
     device = str(next(trained.model.parameters()).device)
@@ -143,7 +147,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         from aiayn.reporting.mlflow_logger import log_evaluation  # mlflow only when asked for
 
         settings = {"evaluate": OmegaConf.to_container(cfg, resolve=True), "decoding": decoding}
-        log_evaluation(cfg.mlflow, trained.config, name, settings, metrics, trained.step, out_dir / f"{name}.json")
+        log_evaluation(cfg.mlflow, trained.config, name, settings, metrics, trained.step, out_dir / f"{name}.json",
+                       trained_runs=trained.logger_runs)
     return metrics
 
 

@@ -2,7 +2,8 @@
 ``logger.mlflow.run_name`` …), its scale, and whether it still is the paper row it names.
 
 * **name**: ``run_name`` (``table3-A_h1``, ``multi30k_en_de-small``), the scale, then the job's
-  own overrides (``seed=2``, ``model.dropout=0.2``): unique among the jobs of a sweep.
+  own overrides (``seed=2``, ``model.dropout=0.2``): unique among the jobs of a sweep; runs of one
+  command started in the same second (folders ``<date>_<time>``, ``<date>_<time>-2``) add ``#2``, ...
 * **group**: ``run_group`` when set (``experiments/tables.py run`` sets its jobs' folder), else the
   sweep (``multirun/<date>_<time>``: ``hydra.sweep.dir``'s last two parts), the same for every job
   of one ``--multirun``; none for a single run.
@@ -121,7 +122,11 @@ def identity(root: DictConfig, what: str) -> Any:
     if what == "scale":
         return scale
     if what == "name":
-        return "-".join([str(root.run_name), *([scale] if scale else []), *([",".join(own)] if own else [])])
+        name = "-".join([str(root.run_name), *([scale] if scale else []), *([",".join(own)] if own else [])])
+        together = None
+        if job is not None and job.mode != RunMode.MULTIRUN:  # outputs/<run name>/<date>_<time>-N: the Nth that second
+            together = STAMPED_FOLDER.fullmatch(Path(str(job.runtime.output_dir)).name)
+        return name + (f"#{together.group(1)[1:]}" if together and together.group(1) else "")
     if what == "group":
         if root.get("run_group"):
             return str(root.run_group)
