@@ -263,15 +263,35 @@ def test_report_leaves_out_the_runs_tagged_modified_unless_asked() -> None:
         assert (parsed.key.section, parsed.op, parsed.value) == ("config", "=", "table2")
 
 
+def _offline_home(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """An empty home (no W&B key) and the environment of a fresh shell there; matplotlib's own
+    settings and cache, which its first import in a process writes, kept apart from it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    return home, {**env, "HOME": str(home), "MPLCONFIGDIR": str(tmp_path / "matplotlib")}
+
+
 @pytest.mark.parametrize("table", REPORTED_TABLES)
 def test_report_refused_in_one_line_while_wandb_is_offline(table: str, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    result = run_tool("experiments/tables.py", "report", "--table", table, "--entity", "someone",
-                      env={**env, "HOME": str(tmp_path)}, cwd=tmp_path, check=False)
+    home, env = _offline_home(tmp_path)
+    result = run_tool("experiments/tables.py", "report", "--table", table, "--entity", "someone", env=env, cwd=home,
+                      check=False)
     assert result.returncode == 2 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tables.py: W&B is offline") and "wandb sync" in lines[0]
-    assert list(tmp_path.iterdir()) == []  # nothing else happened
+    assert list(home.iterdir()) == []  # nothing else happened
+
+
+def test_rebuild_from_wandb_refused_in_one_line_while_wandb_is_offline(tmp_path: Path) -> None:
+    """Before: wandb's UsageError traceback."""
+    home, env = _offline_home(tmp_path)
+    result = run_tool("experiments/tables.py", "rebuild", "--wandb", "someone/aiayn", "--out", str(home / "out"),
+                      env=env, cwd=home, check=False)
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tables.py: W&B is offline") and "--runs <folder>" in lines[0]
+    assert list(home.iterdir()) == []
 
 
 def test_mlflow_ui_command_in_readme() -> None:
