@@ -123,9 +123,8 @@ def identity(root: DictConfig, what: str) -> Any:
         return scale
     if what == "name":
         name = "-".join([str(root.run_name), *([scale] if scale else []), *([",".join(own)] if own else [])])
-        together = None
-        if job is not None and job.mode != RunMode.MULTIRUN:  # outputs/<run name>/<date>_<time>-N: the Nth that second
-            together = STAMPED_FOLDER.fullmatch(Path(str(job.runtime.output_dir)).name)
+        folder = OmegaConf.select(job, "runtime.output_dir") if job is not None and job.mode != RunMode.MULTIRUN else None
+        together = STAMPED_FOLDER.fullmatch(Path(folder).name) if folder else None  # <date>_<time>-N: the Nth that second
         return name + (f"#{together.group(1)[1:]}" if together and together.group(1) else "")
     if what == "group":
         if root.get("run_group"):
