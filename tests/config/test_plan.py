@@ -79,8 +79,9 @@ def test_the_base_recipe_trains_the_same_step_on_any_number_of_gpus(gpus: int) -
     assert (plan["tokens_per_step"], plan["tokens_per_batch"]) == (25_000, 3125)
     accumulate = plan["trainer"]["accumulate_grad_batches"]
     assert accumulate == 8 // gpus
-    # Validation every 1,000 optimizer steps: Lightning counts batches, so the plan gives it 1,000 × accumulation.
-    assert plan["trainer"]["val_check_interval"] == 1000 * accumulate
+    # Validation every 1,000 optimizer steps: Lightning counts batches, so the plan gives it 1,000 × accumulation,
+    # and says the steps beside it (before: --cfg job showed val_check_interval: 8000 alone).
+    assert plan["trainer"]["val_check_interval"] == 1000 * accumulate and plan["validate_every_steps"] == 1000
 
 
 def test_the_big_model_is_p_drop_03_except_on_en_fr_and_the_command_line_still_wins() -> None:
@@ -134,7 +135,7 @@ def test_the_plan_block_says_what_the_run_will_do_and_projects_its_time(tmp_path
     assert lines[0] == "plan: 8 GPUs (NVIDIA H100 80GB HBM3), bf16-mixed, ddp"
     assert lines[1].startswith("  step: 8 processes × 1 batch of 3,125 tokens = 25,000 tokens a side "
                                "(accumulation derived from optim.tokens_per_step=25,000")
-    assert lines[2] == "  300,000 steps, warmup 4,000"
+    assert lines[2] == "  300,000 steps, warmup 4,000, validation every 1,000 steps"
     # 300,000 steps × 25,000 tokens / (50,000 tokens/s × 8 GPUs) = 18,750 s
     assert lines[3].startswith("  projected: 5.2 h at 50,000 target tokens/s a device (measured 2026-11-25")
     assert len(lines) == 4
@@ -171,6 +172,7 @@ def test_cfg_job_shows_the_plan_resolved(monkeypatch: pytest.MonkeyPatch, capsys
     main()
     shown = OmegaConf.create(capsys.readouterr().out)
     assert shown.plan.trainer.accelerator == "cpu" and shown.plan.trainer.accumulate_grad_batches == 8
+    assert (shown.plan.trainer.val_check_interval, shown.plan.validate_every_steps) == (8000, 1000)
     assert (shown.plan.tokens_per_step, shown.plan.tokens_per_batch) == (25_000, 3125)
     # The user's command: shown as planned for the 8-GPU node it is written for, and said so; run
     # here, refused in one line.

@@ -86,8 +86,9 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
                       trainer.get("precision"), trainer.get("num_nodes", 1), multirun=multirun)
     step = step_size(placement.processes, data.get("max_tokens"), data.get("max_length"),
                      optim.get("tokens_per_step"), trainer.get("accumulate_grad_batches"))
-    interval = trainer.get("val_check_interval")
-    if isinstance(interval, int) and not isinstance(interval, bool):
+    every = interval = trainer.get("val_check_interval")
+    steps = isinstance(interval, int) and not isinstance(interval, bool)
+    if steps:
         interval *= step.accumulate  # steps → the batches Lightning counts
     devices = placement.devices
     return {
@@ -101,6 +102,8 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
         "tokens_per_batch": step.tokens_per_batch,
         "tokens_per_step": step.tokens_per_step,
         "accumulation_derived": step.derived,
+        # trainer.val_check_interval as set, in optimizer steps (the trainer's above counts batches); null: a fraction of an epoch
+        "validate_every_steps": every if steps else None,
     }
 
 
@@ -127,7 +130,8 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
         f"plan: {where}{device}, {trainer['precision']}{strategy}",
         (f"  step: {_count(processes, 'process')} × {batches} of {plan['tokens_per_batch']:,} tokens = "
          f"{plan['tokens_per_step']:,} tokens a side ({source}; the paper's: ~{PAPER_TOKENS_PER_STEP:,}, §5.1)"),
-        f"  {optim['train_steps']:,} steps, warmup {optim['warmup_steps']:,}",
+        f"  {optim['train_steps']:,} steps, warmup {optim['warmup_steps']:,}" + (
+            f", validation every {plan['validate_every_steps']:,} steps" if plan.get("validate_every_steps") else ""),
     ]
     measured = measured_throughput(records, model, trainer["accelerator"], plan.get("device"),
                                    trainer["precision"], config["task"]["vocab_size"], bool(config.get("compile")))
