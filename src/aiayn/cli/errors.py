@@ -65,6 +65,12 @@ def say(line: str) -> None:
     sys.stderr.flush()
 
 
+def interrupted() -> NoReturn:
+    """Ctrl-C stopped the tool before it finished: one line, exit status 130."""
+    fail("interrupted (Ctrl-C) before it finished; what it writes is written whole or not at all: run the same "
+         "command again", INTERRUPTED)
+
+
 def reports_errors(task: Callable[[Any], Result]) -> Callable[[Any], Result]:
     """Wrap a tool's task function (under ``@hydra.main``) so that the errors above end the
     process with one line and their exit status; anything else is raised unchanged."""
@@ -76,8 +82,7 @@ def reports_errors(task: Callable[[Any], Result]) -> Callable[[Any], Result]:
         try:
             return task(cfg)
         except KeyboardInterrupt:  # Ctrl-C where the tool has no way of its own to stop (prepare's, translate's)
-            fail("interrupted (Ctrl-C) before it finished; what it writes is written whole or not at all: run the "
-                 "same command again", INTERRUPTED)
+            interrupted()
         except Exception as error:
             reported = describe(error, cfg)
             if reported is None:
