@@ -138,3 +138,15 @@ def test_logger_as_an_empty_list_trains_without_a_logger(tmp_path: Path, data_ro
              data_root=data_root, cache_dir=subword_cache)
     assert (run / "checkpoints" / "last.ckpt").is_file() and (run / "summary.json").is_file()
     assert not {"wandb", "csv", "mlruns"} & {path.name for path in run.iterdir()}
+
+
+@pytest.mark.cli
+def test_one_line_errors_on_a_terminal(tmp_path: Path, data_root: Path) -> None:
+    from tests.helpers import runs
+
+    result = runs.run_tool("src/train.py", "model=huge", cwd=tmp_path, data_root=data_root, stdout=runs.TERMINAL,
+                           check=False)
+    assert result.returncode == 2
+    assert result.stderr == ("train.py: In 'train': Could not find 'model/huge'. Available options in 'model': "
+                             "base, big, parsing, small\n")
+    assert not list(tmp_path.iterdir())
