@@ -67,9 +67,11 @@ def test_a_file_as_the_run_folder_is_named(tmp_path, data_root, subword_cache):
     (tmp_path / "taken").write_text("a file\n")
     for folder, reason in ((tmp_path / "taken", "a file of that name is there"),
                            (tmp_path / "taken" / "run", "Not a directory")):
-        line = _last_line(_train(tmp_path, data_root, subword_cache, f"hydra.run.dir={folder}"))
+        result = _train(tmp_path, data_root, subword_cache, f"hydra.run.dir={folder}")
+        line = _last_line(result)
         assert line == (f"train.py: hydra.run.dir: cannot make the output folder {folder} ({reason}); give "
                         "hydra.run.dir= a folder that can be made there"), line
+        assert result.stderr.count("\n") == 1, result.stderr  # the line alone
     assert (tmp_path / "taken").read_text() == "a file\n"
 
 

@@ -104,9 +104,15 @@ class HoldsTheRunFolder(Callback):
         if not _command:
             return
         try:
-            _command[-1].enter_context(hold(str(config.hydra.run.dir)))
+            folder = str(config.hydra.run.dir)
+        except Exception:  # noqa: BLE001  a folder it cannot resolve: Hydra says so in a moment, as ever
+            return
+        try:
+            _command[-1].enter_context(hold(folder))
         except UserError as error:  # raised, Hydra would make a warning of it and go on
             fail(str(error))
+        except OSError:  # a folder that cannot be made (a file of that name): Hydra says so in a moment, as ever
+            return
 
 
 @contextlib.contextmanager
