@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.runs and not args.wandb:
         parser.error("name the runs: --runs <folder> (repeatable) and/or --wandb <entity>/<project>")
+    if args.wandb and wandb_mode() != "online":
+        return _offline(f"--wandb {args.wandb} reads the runs from W&B", "or rebuild from the run folders with "
+                        "--runs <folder>")
     try:
         found = local_runs(args.runs, CONF) + (wandb_runs(args.wandb, args.tables) if args.wandb else [])
     except FileNotFoundError as error:
@@ -139,10 +142,8 @@ def main(argv: list[str] | None = None) -> int:
 def save_report(args: argparse.Namespace) -> int:
     """``report``: refused in one line while W&B is offline; else built, saved, its URL printed."""
     if wandb_mode() != "online":
-        print("tables.py: W&B is offline (no API key, or WANDB_MODE=offline), so no report can be saved: upload "
-              "the runs with `wandb sync <run dir>/wandb/offline-run-*`, then run this again with WANDB_API_KEY set "
-              "(or after `wandb login`)", file=sys.stderr)
-        return 2
+        return _offline("a report is saved to W&B", "after uploading the runs with "
+                        "`wandb sync <run dir>/wandb/offline-run-*`")
     try:
         runs = local_runs(args.runs, CONF) if args.runs else wandb_runs(f"{args.entity}/{args.project}", [args.table])
         runs = counted(runs, args.include_modified)
@@ -154,6 +155,13 @@ def save_report(args: argparse.Namespace) -> int:
     report.save()
     print(f"{args.table} report of {len(runs)} runs: {report.url}")
     return 0
+
+
+def _offline(needs: str, instead: str) -> int:
+    """One line on stderr: what needs W&B online, which it is not, and what to do; exit status 2."""
+    print(f"tables.py: W&B is offline (no API key, or WANDB_MODE=offline), and {needs}: run this again with "
+          f"WANDB_API_KEY set (or after `wandb login`), {instead}", file=sys.stderr)
+    return 2
 
 
 def run_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

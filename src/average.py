@@ -1,9 +1,9 @@
 """Average a run's last checkpoints (§6.1):
 
-A thin entry point: the command is :mod:`aiayn.cli.average` (also installed as ``aiayn-average``).
+A thin entry point (:mod:`aiayn.launch`): the command is :mod:`aiayn.cli.average` (also installed as ``aiayn-average``).
 """
 
-from aiayn.cli.average import main
+from aiayn.launch import average
 
 if __name__ == "__main__":
-    main()
+    average()

@@ -1,9 +1,9 @@
 """Prepare a task's data ahead of training: `python src/prepare.py task=wmt_en_de [task.raw_dir=...]`.
 
-A thin entry point: the command is :mod:`aiayn.cli.prepare` (also installed as ``aiayn-prepare``).
+A thin entry point (:mod:`aiayn.launch`): the command is :mod:`aiayn.cli.prepare` (also installed as ``aiayn-prepare``).
 """
 
-from aiayn.cli.prepare import main
+from aiayn.launch import prepare
 
 if __name__ == "__main__":
-    main()
+    prepare()

@@ -1,9 +1,9 @@
 """Draw a trained model's attention maps (the paper's Figures 3–5) for one sentence:
 
-A thin entry point: the command is :mod:`aiayn.cli.visualize` (also installed as ``aiayn-visualize``).
+A thin entry point (:mod:`aiayn.launch`): the command is :mod:`aiayn.cli.visualize` (also installed as ``aiayn-visualize``).
 """
 
-from aiayn.cli.visualize import main
+from aiayn.launch import visualize
 
 if __name__ == "__main__":
-    main()
+    visualize()

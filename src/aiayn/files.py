@@ -2,15 +2,21 @@
 process (or a later run) reads back goes through a temporary file renamed over the target.
 
 A kill or crash during the write leaves the previous file whole (or no file), and the temporary
-is removed when the write fails.
+is removed when the write fails. A temporary is named after its target, its machine and its
+process (``.<name>.<host>-<pid>.tmp``): what a killed process left is removed by the next write
+into that folder (:func:`remove_dead_temporaries`), never what a live one is writing, here or on
+another machine sharing the folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
+import re
 import shutil
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,16 +38,47 @@ def atomic_path(path: str | os.PathLike, suffix: str = "", *, resumable: bool = 
     if resumable:
         temporary = path.with_name(f"{path.name}.part{suffix}")
     else:
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp{suffix}")
+        temporary = path.with_name(f".{path.name}.{_HOST}-{os.getpid()}.tmp{suffix}")
         _remove(temporary)  # left by a killed process that had the same id
+        remove_dead_temporaries(path.parent)
     try:
         yield temporary
         if os.path.lexists(temporary):
             os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         if not resumable:
             _remove(temporary)
+        if isinstance(error, OSError) and error.errno in _NO_ROOM and error.filename is None:
+            error.filename = str(path)  # a write() refused for want of room names no file: this one
         raise
+
+
+# This machine, as the temporaries name it (no dots: the name is split at them).
+_HOST = socket.gethostname().replace(".", "_") or "host"
+_TEMPORARY = re.compile(r"^\..+\.(?P<host>[^.]+)-(?P<pid>\d+)\.tmp")
+
+
+def remove_dead_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temporaries (:func:`atomic_path`) in ``folder`` whose process, on this machine,
+    has died: what a killed writer left. Returns them."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in Path(folder).iterdir():
+            match = _TEMPORARY.match(entry.name)
+            if match and match["host"] == _HOST and not _alive(int(match["pid"])):
+                _remove(entry)
+                removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def _remove(path: Path) -> None:

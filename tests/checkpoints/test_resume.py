@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -176,3 +177,16 @@ def test_speed_switches_and_steps_may_change_on_resume_but_the_recipe_may_not() 
         "loss.label_smoothing: 0.1 → 0.0",
         "optim.lr_factor: 1.0 → 2.0",
     ]
+
+
+def test_resume_auto_looks_through_the_earlier_runs_of_its_run_name_only(tiny_run, tmp_path: Path) -> None:
+    """outputs/<run name>/<date>_<time>: a new folder of the same run name goes on from the newest
+    earlier one with the same settings; a folder named by hand (a table row's) is its run's only one."""
+    config = torch.load(tiny_run.last, map_location="cpu", weights_only=False)["hyper_parameters"]["run_config"]
+    earlier = tmp_path / "outputs" / "run" / "2026-01-01_00-00-00"
+    shutil.copytree(tiny_run.checkpoints, earlier / "checkpoints")
+    found = find_resume("auto", tmp_path / "outputs" / "run" / "2026-01-02_09-30-00-2", config, multirun=False)
+    assert found is not None and found.run_dir == earlier and found.checkpoint.name == "step0000004.ckpt"
+    rows = tmp_path / "table"
+    shutil.copytree(tiny_run.checkpoints, rows / "first" / "checkpoints")
+    assert find_resume("auto", rows / "second", config, multirun=False) is None

@@ -65,7 +65,7 @@ def test_kills_at_a_validated_step_and_after_the_last_checkpoint_lose_no_validat
     whole = tmp_path / "whole"
     expected = run_command(_command(whole), env=env)
     expected_points = _dev_points(whole)
-    assert sorted(expected_points) == [19, 39], "a validation after steps 20 and 40 (CSV rows count from 0)"
+    assert sorted(expected_points) == [20, 40], "a validation after steps 20 and 40, logged at the step validated"
     expected_summary = json.loads((whole / "summary.json").read_text())
     assert expected_summary["dev/step"] == 40
 
@@ -85,4 +85,4 @@ def test_kills_at_a_validated_step_and_after_the_last_checkpoint_lose_no_validat
     run_command(_command(killed, "resume=auto", "optim.train_steps=50"), env=env)
     extended = json.loads((killed / "summary.json").read_text())
     assert extended["dev/step"] == extended["steps"] == 50
-    assert sorted(_dev_points(killed)) == [19, 39, 49]
+    assert sorted(_dev_points(killed)) == [20, 40, 50]

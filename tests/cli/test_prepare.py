@@ -7,8 +7,6 @@ half-written in the cache, or what the next run removes."""
 from __future__ import annotations
 
 import os
-import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import IN_THE_FOREGROUND, REPO, offline_environment
+from tests.helpers.runs import IN_THE_FOREGROUND, REPO, in_small_filesystem, limit_file_size, offline_environment
 from tests.helpers.wmt import build_raw_tree
 
 
@@ -112,18 +110,6 @@ def test_what_a_killed_preparation_left_is_removed_by_the_next_run(long_raw, tmp
     assert not [p for p in cache.rglob(".*")]  # nothing hidden left anywhere in the cache
 
 
-def _in_small_filesystem(command: list[str], cache: Path) -> list[str] | None:
-    """``command`` with ``cache`` on a tmpfs of 2 MiB of its own (a mount namespace), where this
-    machine allows mounting one; else None."""
-    if shutil.which("unshare") is None:
-        return None
-    probe = subprocess.run(["unshare", "--mount", "--map-root-user", "true"], check=False, capture_output=True)
-    if probe.returncode != 0:
-        return None
-    return ["unshare", "--mount", "--map-root-user", "sh", "-c",
-            'mount -t tmpfs -o size=2m tmpfs "$0" && exec "$@"', str(cache), *command]
-
-
 @pytest.mark.cli
 def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(long_raw, tmp_path):
     """The preparation needs about 15 MB; its cache gets 2 MiB (a tmpfs, or a 1 MiB file-size limit
@@ -131,14 +117,9 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(long_raw, tmp_p
     cache = tmp_path / "cache"
     cache.mkdir()
     command = _command(long_raw, f"hydra.run.dir={tmp_path / 'run'}")
-    wrapped = _in_small_filesystem(command, cache)
-
-    def limit_file_size() -> None:  # a write past the limit fails with EFBIG instead of killing the process
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
-
+    wrapped = in_small_filesystem(command, cache)
     result = subprocess.run(wrapped or command, check=False, cwd=REPO, env=_environment(cache), capture_output=True, text=True,
-                            timeout=300, preexec_fn=None if wrapped else limit_file_size)
+                            timeout=300, preexec_fn=None if wrapped else limit_file_size(1 << 20))
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]  # before: OSError 28's traceback
     reason = "No space left on device" if wrapped else "File too large"

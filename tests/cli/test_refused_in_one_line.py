@@ -6,17 +6,19 @@ file-size limit)."""
 from __future__ import annotations
 
 import os
+import re
 import resource
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from aiayn.checkpoints.trained import load_trained
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import REPO, TINY, TrainedRun, offline_environment
+from tests.helpers.runs import REPO, TINY, TrainedRun, in_small_filesystem, limit_file_size, offline_environment
 
 
 def _last_line(result: subprocess.CompletedProcess) -> str:
@@ -65,9 +67,11 @@ def test_a_file_as_the_run_folder_is_named(tmp_path, data_root, subword_cache):
     (tmp_path / "taken").write_text("a file\n")
     for folder, reason in ((tmp_path / "taken", "a file of that name is there"),
                            (tmp_path / "taken" / "run", "Not a directory")):
-        line = _last_line(_train(tmp_path, data_root, subword_cache, f"hydra.run.dir={folder}"))
+        result = _train(tmp_path, data_root, subword_cache, f"hydra.run.dir={folder}")
+        line = _last_line(result)
         assert line == (f"train.py: hydra.run.dir: cannot make the output folder {folder} ({reason}); give "
                         "hydra.run.dir= a folder that can be made there"), line
+        assert result.stderr.count("\n") == 1, result.stderr  # the line alone
     assert (tmp_path / "taken").read_text() == "a file\n"
 
 
@@ -160,3 +164,26 @@ def test_evaluating_on_a_task_whose_data_is_not_prepared_refuses_instead_of_prep
                            f"{cache} "), line
     assert line.endswith("preparing it takes hours at full scale: run src/prepare.py with this task first"), line
     assert not (cache / "wmt14").exists()
+
+
+@pytest.mark.cli
+def test_a_full_disk_while_evaluate_writes_is_one_line_and_leaves_no_part_of_a_file(tiny_run: TrainedRun, data_root,
+                                                                                    tmp_path):
+    """``out=`` on a file system of 4 KiB (a tmpfs of its own, or a 4 KiB file-size limit): what
+    evaluate writes of the validation split does not all fit. Before: OSError 28's traceback, exit 1."""
+    out = tmp_path / "eval"
+    out.mkdir()
+    command = [sys.executable, "src/evaluate.py", f"ckpt={tiny_run.last}", "split=val", "wandb=disabled",
+               "decoding.max_len_offset=5", f"out={out}"]
+    wrapped = in_small_filesystem(command, out, size="4k")
+    environment = {**offline_environment(), "AIAYN_DATA_ROOT": str(data_root),
+                   "AIAYN_CACHE_DIR": str(tiny_run.cache_dir)}
+    result = subprocess.run(wrapped or command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=600,
+                            preexec_fn=None if wrapped else limit_file_size(4096), check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr[-3000:]
+    reason = "No space left on device" if wrapped else "File too large"
+    assert re.fullmatch(rf"evaluate\.py: {re.escape(str(out))}/val\.step4\S*: {reason} while writing; "
+                        r"nothing of that file was kept \(what was written before it is whole\)\. Free space there, "
+                        r"or give out= a folder on a disk with room, and run again\n", result.stderr), result.stderr
+    left = (tmp_path / "eval.left").read_text().split() if wrapped else [path.name for path in out.iterdir()]
+    assert not [name for name in left if name.startswith(".")]  # no temporary; the files before it whole

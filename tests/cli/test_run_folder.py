@@ -120,3 +120,35 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError:
         return ""
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+def test_a_run_refused_for_a_held_folder_writes_nothing_into_it(tmp_path: Path, data_root: Path,
+                                                                 subword_cache: Path) -> None:
+    env = {**os.environ, "WANDB_MODE": "offline", "AIAYN_DATA_ROOT": str(data_root),
+           "AIAYN_CACHE_DIR": str(subword_cache), "OMP_NUM_THREADS": "1"}
+    run = tmp_path / "run"
+    command = [sys.executable, str(REPO / "src/train.py"), *TINY, "logger=csv", "visualize_at_end=false",
+               "trainer.enable_progress_bar=false", f"hydra.run.dir={run}"]
+    live = subprocess.Popen([*command, "seed=1", "optim.train_steps=100000"], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while f'"pid": {live.pid}' not in _read(run / run_folder.LOCK) or not (
+                run / "checkpoints" / "step0000002.ckpt").exists():
+            assert live.poll() is None and time.monotonic() < deadline, "the live run never held its folder"
+            time.sleep(0.05)
+        record = {path: path.read_bytes() for path in (run / ".hydra").iterdir()}
+        # Another run into the same folder, and a second resume=auto of the live run.
+        for extra in (["seed=2"], ["seed=1", "resume=auto"]):
+            refused = run_command([*command, *extra], cwd=tmp_path, env=env, check=False)
+            assert refused.returncode == 2, refused.stderr[-2000:]
+            assert refused.stderr.count("\n") == 1 and f"is in use by another run (PID {live.pid} " in refused.stderr
+        assert {path: path.read_bytes() for path in (run / ".hydra").iterdir()} == record  # still says seed: 1
+        log = (run / "train.log").read_text()
+        assert "resuming from" not in log and "seed=2" not in log
+        assert live.poll() is None
+    finally:
+        live.kill()
+        live.wait()

@@ -21,14 +21,14 @@ CONF = REPO / "conf"
 SWEEP = "multirun/2026-11-26_10-00-00"
 
 
-def wandb_init(tmp_path: Path, *overrides: str, multirun: bool = False) -> dict:
+def wandb_init(tmp_path: Path, *overrides: str, multirun: bool = False, run_dir: Path | None = None) -> dict:
     """What WandbRunLogger would give wandb.init for this job (the job as Hydra's launcher sets it)."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=["logger=wandb", *overrides], return_hydra_config=True)
         with read_write(cfg.hydra), open_dict(cfg.hydra):
             cfg.hydra.mode = RunMode.MULTIRUN if multirun else RunMode.RUN
             cfg.hydra.sweep.dir = SWEEP
-            cfg.hydra.runtime.output_dir = str(tmp_path)
+            cfg.hydra.runtime.output_dir = str(run_dir or tmp_path)
         before = HydraConfig.instance().cfg
         HydraConfig.instance().set_config(cfg)
         try:
@@ -47,6 +47,16 @@ def test_the_jobs_of_a_sweep_share_it_as_group_and_their_names_and_tags_carry_th
     single = wandb_init(tmp_path, "seed=1")
     assert (single["name"], single["group"], single["tags"]) == (
         "multi30k_en_de-small-seed=1", None, ["task:multi30k_en_de", "model:small", "seed=1"])
+
+
+def test_runs_of_one_command_started_in_the_same_second_are_told_apart(tmp_path):
+    """Their folders are <date>_<time> and <date>_<time>-2 (aiayn.cli.run_folder); before, the
+    trackers showed both under one name."""
+    first, second = (wandb_init(tmp_path, "seed=1", run_dir=tmp_path / "outputs" / "x" / folder)
+                     for folder in ("2026-11-28_10-00-00", "2026-11-28_10-00-00-2"))
+    assert (first["name"], second["name"]) == ("multi30k_en_de-small-seed=1", "multi30k_en_de-small-seed=1#2")
+    named = wandb_init(tmp_path, "seed=1", run_dir=tmp_path / "table" / "row-2")  # a folder named by hand
+    assert named["name"] == "multi30k_en_de-small-seed=1"
 
 
 def test_run_group_sets_the_group_and_nothing_else(tmp_path):

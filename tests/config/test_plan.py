@@ -84,8 +84,9 @@ def test_the_base_recipe_trains_the_same_step_on_any_number_of_gpus(gpus: int) -
                                "task.datamodule.max_tokens=3400"), NODE_8_H100)
     accumulate = fixed["trainer"]["accumulate_grad_batches"]
     assert (fixed["tokens_per_step"], fixed["tokens_per_batch"], accumulate) == (25_000, 3125, 8 // gpus)
-    # Validation every 1,000 optimizer steps: Lightning counts batches, so the plan gives it 1,000 × accumulation.
-    assert fixed["trainer"]["val_check_interval"] == 1000 * accumulate
+    # Validation every 1,000 optimizer steps: Lightning counts batches, so the plan gives it 1,000 × accumulation,
+    # and says the steps beside it (before: --cfg job showed val_check_interval: 8000 alone).
+    assert fixed["trainer"]["val_check_interval"] == 1000 * accumulate and fixed["validate_every_steps"] == 1000
 
 
 def test_the_big_model_is_p_drop_03_except_on_en_fr_and_the_command_line_still_wins() -> None:
@@ -142,7 +143,7 @@ def test_the_plan_block_says_what_the_run_will_do_and_projects_its_time(tmp_path
                                "(accumulation derived from optim.tokens_per_step=25,000")
     assert lines[2] == ("  batch: task.datamodule.max_tokens=auto: the process's share of the step fits one batch, "
                         "~7.3 GB of the GPU's 80 GB (assumed: its memory is not known here)")
-    assert lines[3] == "  300,000 steps, warmup 4,000"
+    assert lines[3] == "  300,000 steps, warmup 4,000, validation every 1,000 steps"
     # 300,000 steps × 1 batch × 62.5 ms a batch of 3,125 tokens (the record's mean) = 18,750 s
     assert lines[4].startswith("  projected: 5.2 h at 62 ms a batch, 50,000 target tokens/s a device (measured "
                                "2026-11-25")
@@ -188,6 +189,7 @@ def test_cfg_job_shows_the_plan_resolved(monkeypatch: pytest.MonkeyPatch, capsys
     main()
     shown = OmegaConf.create(capsys.readouterr().out)
     assert shown.plan.trainer.accelerator == "cpu" and shown.plan.trainer.accumulate_grad_batches == 8
+    assert (shown.plan.trainer.val_check_interval, shown.plan.validate_every_steps) == (8000, 1000)
     assert (shown.plan.tokens_per_step, shown.plan.tokens_per_batch) == (25_000, 3125)
     # The user's command: shown as planned for the 8-GPU node it is written for, and said so; run
     # here, refused in one line.

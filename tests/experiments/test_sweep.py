@@ -161,3 +161,21 @@ def test_cli_dry_run_lists_and_runs_nothing(swept, tmp_path: Path) -> None:
     assert "1 jobs (part 2/2 of 2): 1 done, 0 partial, 0 new" in done.stdout
     bad = run_tool("experiments/tables.py", "run", "--root", str(root), "--part", "3/2", *OVERRIDES, check=False)
     assert bad.returncode == 2 and "part '3/2': expected K/M" in bad.stderr
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+def test_a_row_resumes_only_its_own_run(tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
+    """Two rows of the same settings (here only their names differ): the second, with no
+    checkpoint of its own yet, trains its own run rather than continuing the first's."""
+    jobs = sweep.plan(CONF, [*TINY, "logger=none", "run_name=first,second"], tmp_path)
+    failed, _ = _run(jobs[:1], _environment(data_root, subword_cache))
+    assert not failed
+    first = {path: path.read_bytes() for path in (jobs[0].dir / "summary.json", jobs[0].dir / "checkpoints" /
+                                                  "last.ckpt")}
+    failed, printed = _run(jobs, _environment(data_root, subword_cache))
+    log = jobs[1].log.read_text()
+    assert not failed, log[-3000:]
+    assert "skip run_namefirst: done" in printed and "resuming from" not in log
+    assert json.loads((jobs[1].dir / "summary.json").read_text())["steps"] == 4
+    assert {path: path.read_bytes() for path in first} == first  # the first row's run untouched

@@ -9,6 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import pty
+import resource
+import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -158,6 +161,28 @@ def run_tool(script: str, *args: str, cwd: Path = REPO, **options) -> subprocess
 def train(run_dir: Path, *overrides: str, **options) -> subprocess.CompletedProcess:
     """``src/train.py`` with ``overrides`` into ``run_dir`` (hydra.run.dir); options as run_command's."""
     return run_tool("src/train.py", *overrides, f"hydra.run.dir={run_dir}", **options)
+
+
+def in_small_filesystem(command: Sequence[str], folder: Path, size: str = "2m") -> list[str] | None:
+    """``command`` with ``folder`` on a tmpfs of ``size`` of its own (a mount namespace), where this
+    machine allows mounting one; else None. The tmpfs goes with the namespace: what the command
+    left in it is listed, one name a line, in ``<folder>.left`` beside it."""
+    if shutil.which("unshare") is None:
+        return None
+    probe = subprocess.run(["unshare", "--mount", "--map-root-user", "true"], check=False, capture_output=True)
+    if probe.returncode != 0:
+        return None
+    script = 'mount -t tmpfs -o size="$1" tmpfs "$0" || exit 99; shift; "$@"; status=$?; ls -A "$0" > "$0.left"; exit $status'
+    return ["unshare", "--mount", "--map-root-user", "sh", "-c", script, str(folder), size, *command]
+
+
+def limit_file_size(size: int) -> Callable[[], None]:
+    """A ``preexec_fn``: files of at most ``size`` bytes (``ulimit -f``), a write past it failing with
+    EFBIG instead of killing the process; where no tmpfs can be mounted (:func:`in_small_filesystem`)."""
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    return limit
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:

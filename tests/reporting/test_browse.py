@@ -154,6 +154,27 @@ def test_mlflow_server_shows_the_sweep(sweep, mlflow_server: str) -> None:
 
 
 @pytest.mark.slow
+def test_an_evaluation_is_an_mlflow_run_under_the_training_run_it_scored(sweep, tmp_path: Path) -> None:
+    """Before: its ``trained_run`` tag named the row (``table3-C_N2``), not the run."""
+    from mlflow import MlflowClient
+
+    runs_dir, store, env = sweep
+    copy = tmp_path / "mlflow.db"  # the sweep's store as it is, for the other tests
+    shutil.copy(store.removeprefix("sqlite:///"), copy)
+    run_dir = next(runs_dir.glob("*_table3-C_N2"))
+    run_tool("src/evaluate.py", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}", "split=val", "wandb=disabled",
+             f"mlflow=sqlite:///{copy}", f"out={tmp_path / 'eval'}", env=env)
+    client = MlflowClient(f"sqlite:///{copy}")
+    runs = client.search_runs([client.get_experiment_by_name("table3").experiment_id])
+    (evaluation,) = [run for run in runs if run.data.tags.get("job_type") == "eval"]
+    (trained,) = [run for run in runs if run.info.run_id == evaluation.data.tags["trained_run"]]
+    assert trained.info.run_name.startswith("table3-C_N2-multi30k-")
+    assert evaluation.data.tags["trained_run_name"] == trained.info.run_name
+    assert evaluation.data.tags["mlflow.parentRunId"] == trained.info.run_id  # nested under it in the UI
+    assert evaluation.data.tags["row"] == "C_N2" and evaluation.data.tags["trained_wandb_run"]
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium (Debian: apt-get install chromium)")
 def test_the_mlflow_ui_renders_the_runs(sweep, mlflow_server: str, tmp_path: Path) -> None:
     """What a person sees: the compare view of the sweep's runs, screenshot by headless Chromium."""
@@ -242,15 +263,35 @@ def test_report_leaves_out_the_runs_tagged_modified_unless_asked() -> None:
         assert (parsed.key.section, parsed.op, parsed.value) == ("config", "=", "table2")
 
 
+def _offline_home(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """An empty home (no W&B key) and the environment of a fresh shell there; matplotlib's own
+    settings and cache, which its first import in a process writes, kept apart from it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    return home, {**env, "HOME": str(home), "MPLCONFIGDIR": str(tmp_path / "matplotlib")}
+
+
 @pytest.mark.parametrize("table", REPORTED_TABLES)
 def test_report_refused_in_one_line_while_wandb_is_offline(table: str, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    result = run_tool("experiments/tables.py", "report", "--table", table, "--entity", "someone",
-                      env={**env, "HOME": str(tmp_path)}, cwd=tmp_path, check=False)
+    home, env = _offline_home(tmp_path)
+    result = run_tool("experiments/tables.py", "report", "--table", table, "--entity", "someone", env=env, cwd=home,
+                      check=False)
     assert result.returncode == 2 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tables.py: W&B is offline") and "wandb sync" in lines[0]
-    assert list(tmp_path.iterdir()) == []  # nothing else happened
+    assert list(home.iterdir()) == []  # nothing else happened
+
+
+def test_rebuild_from_wandb_refused_in_one_line_while_wandb_is_offline(tmp_path: Path) -> None:
+    """Before: wandb's UsageError traceback."""
+    home, env = _offline_home(tmp_path)
+    result = run_tool("experiments/tables.py", "rebuild", "--wandb", "someone/aiayn", "--out", str(home / "out"),
+                      env=env, cwd=home, check=False)
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tables.py: W&B is offline") and "--runs <folder>" in lines[0]
+    assert list(home.iterdir()) == []
 
 
 def test_mlflow_ui_command_in_readme() -> None:

@@ -177,11 +177,11 @@ def test_a_signal_during_a_step_that_is_validated_validates_it_then_saves_it(
     step, checkpoint, _ = _preempted(result, signal.SIGUSR2)
     assert step == 12
     history = read_run(next((run_dir / "wandb").glob("offline-run-*")), strict=True).history
-    # (W&B gets a validation at the step count before its step, as Lightning logs it: 11 for step 12)
-    assert [row["trainer/global_step"] for row in history if "val/loss" in row] == [11], "step 12 validated"
+    # (W&B gets a validation at the step it validated; before, at Lightning's count of the steps before it: 11)
+    assert [row["trainer/global_step"] for row in history if "val/loss" in row] == [12], "step 12 validated"
     _check_preempted_then_resumed(run_dir, step, checkpoint, environment, uninterrupted)
     resumed = read_run(sorted((run_dir / "wandb").glob("offline-run-*"))[1], strict=False).history
-    assert [row["trainer/global_step"] for row in resumed if "val/loss" in row] == [23, 29], "the rest, once"
+    assert [row["trainer/global_step"] for row in resumed if "val/loss" in row] == [24, 30], "the rest, once"
 
 
 @pytest.mark.cli

@@ -4,10 +4,13 @@ The real processes are tests/cli/test_train.py's (two gloo ranks, stdout a file;
 
 from __future__ import annotations
 
+import csv
 import io
+import json
 import logging
 import os
 import pickle
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import pytest
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 
 from aiayn.training.run_log import BAR_SHOWS_IT, RunLogFilter, SpawnedRanksLog
+from tests.helpers.inprocess import run_tool
 
 
 @pytest.fixture
@@ -91,3 +95,17 @@ def test_a_process_without_handlers_gets_the_launching_processs_when_the_callbac
     line = "[aiayn.training.progress][INFO] - step 1/4\n"
     assert (tmp_path / "train.log").read_text() == line
     assert capfd.readouterr().out == line  # stdout is no terminal here: the progress line is printed
+
+
+def test_a_validation_is_logged_at_the_step_it_validated(tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
+    """debug=tiny validates after steps 2 and 4: its metrics.csv rows, its progress lines and its
+    summary say 2 and 4 (before: the rows said 1 and 3, Lightning's count of the steps before)."""
+    run = tmp_path / "run"
+    run_tool("src/train.py", "debug=tiny", "logger=csv", "visualize_at_end=false", f"hydra.run.dir={run}",
+             data_root=data_root, cache_dir=subword_cache)
+    (metrics,) = run.glob("csv/version_*/metrics.csv")
+    rows = list(csv.DictReader(metrics.open()))
+    assert [int(row["step"]) for row in rows if row["val/loss"]] == [2, 4]
+    assert re.findall(r"validation at step (\d+)", (run / "train.log").read_text()) == ["2", "4"]
+    assert json.loads((run / "summary.json").read_text())["dev/step"] == 4
+    assert [int(row["step"]) for row in rows if row["train/loss"]] == [0, 1, 2, 3]  # each update's loss, as before

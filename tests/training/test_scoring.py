@@ -23,7 +23,7 @@ def evaluated(scorer, references: list[str], hypotheses: list[tuple[int, str]], 
     """(name, value, prog_bar) of what ``_log_evaluation`` logs for ``hypotheses``."""
     module = TranslationModule(NETWORK, 100, OPTIM, {})
     datamodule = SimpleNamespace(scorer=lambda: scorer, scoring_references=lambda split: references)
-    module._trainer = SimpleNamespace(datamodule=datamodule, sanity_checking=False)
+    module._trainer = SimpleNamespace(datamodule=datamodule, sanity_checking=False, global_step=7)
     module.scorer = datamodule.scorer()
     logged = []
     module.log = lambda name, value, prog_bar=False, **_: logged.append((name, float(value), prog_bar))
@@ -32,6 +32,8 @@ def evaluated(scorer, references: list[str], hypotheses: list[tuple[int, str]], 
     module.hypotheses = list(hypotheses)
     with caplog.at_level(logging.INFO, logger="aiayn.training.module"):
         module._log_evaluation(stage)
+    if stage == "val":  # logged at the step validated (tests/training/test_run_log.py)
+        assert logged.pop(0) == ("step", 7.0, False)
     assert [name for name, _, _ in logged[:3]] == [f"{stage}/loss", f"{stage}/nll", f"{stage}/ppl"]
     return logged[3:], [record.getMessage() for record in caplog.records]
 

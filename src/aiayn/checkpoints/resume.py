@@ -2,8 +2,9 @@
 atomically, :mod:`aiayn.checkpoints.io`, so a kill never leaves the newest one half-written).
 
 ``resume=auto`` looks in the run's own directory first, then in earlier directories of the same
-job (``outputs/<run name>/*`` for a single run, ``multirun/*/<job subdir>`` for a sweep job) whose
-checkpoints were trained with the same settings; ``resume=<file.ckpt or run dir>`` names one.
+job (``outputs/<run name>/<date>_<time>`` for a single run, ``multirun/*/<job subdir>`` for a sweep
+job) whose checkpoints were trained with the same settings; a run in a folder named otherwise
+(``hydra.run.dir=``) resumes only its own. ``resume=<file.ckpt or run dir>`` names one.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints, load_lazily
-from aiayn.config.identity import SPEED_KEYS, setting_differences
+from aiayn.config.identity import SPEED_KEYS, STAMPED_FOLDER, setting_differences
 from aiayn.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -139,11 +140,16 @@ def config_differences(saved: dict[str, Any] | None, config: dict[str, Any]) -> 
 
 
 def _job_dirs(output_dir: Path, multirun: bool) -> list[Path]:
-    """This run's directory, then earlier directories of the same job, newest first."""
+    """This run's directory, then earlier directories of the same job, newest first: the same job
+    subdir of earlier sweeps, or the earlier ``<date>_<time>`` folders of the same run name. A
+    folder named otherwise (``hydra.run.dir=`` given: a table row's of ``experiments/tables.py
+    run``) is its run's only one; the folders beside it are other runs."""
     if multirun:  # multirun/<date>/<job subdir>
         siblings = [d / output_dir.name for d in output_dir.parent.parent.iterdir() if d != output_dir.parent]
-    else:  # outputs/<run name>/<date>
-        siblings = [d for d in output_dir.parent.iterdir() if d != output_dir]
+    elif STAMPED_FOLDER.fullmatch(output_dir.name):  # outputs/<run name>/<date>_<time>
+        siblings = [d for d in output_dir.parent.iterdir() if d != output_dir and STAMPED_FOLDER.fullmatch(d.name)]
+    else:
+        siblings = []
     earlier = sorted((d for d in siblings if (d / "checkpoints").is_dir()), key=lambda d: d.name, reverse=True)
     return [output_dir, *earlier]
 

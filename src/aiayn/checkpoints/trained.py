@@ -9,12 +9,13 @@ arguments directly: inference needs no LightningModule.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from aiayn.checkpoints.digest import identity
+from aiayn.checkpoints.given import checkpoint_list
 from aiayn.checkpoints.io import read_checkpoint
 from aiayn.config.schemas import network_arguments
 from aiayn.data.datamodule import task_module
@@ -50,6 +51,8 @@ class TrainedModel:
     # What identifies each checkpoint decoding together (an ensemble: model is an aiayn.model.Ensemble;
     # aiayn.checkpoints.digest.identity); () for one.
     members: tuple[str, ...] = ()
+    # the training run's runs in the trackers, by kind ({"mlflow": id, "wandb": id}), as its checkpoint keeps them
+    logger_runs: dict[str, str] = field(default_factory=dict)
 
     def output_constraint(self) -> Any:
         """The constraint its task puts on its outputs, for its vocabulary, as the task's data
@@ -79,21 +82,14 @@ def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cp
     # from before constrained decoding: on where its task has an output constraint, as its config now says.
     kind = task_module(config.get("task") or {})
     decoding = {"constrained": kind is not None and kind.OUTPUT_CONSTRAINT is not None, **(arguments.get("decoding") or {})}
+    runs = {**({"wandb": checkpoint["wandb_run_id"]} if checkpoint.get("wandb_run_id") else {}),
+            **(checkpoint.get("logger_runs") or {})}
     return TrainedModel(model=model, vocab=Subwords(proto=checkpoint["subwords"]), decoding=decoding, config=config,
-                        step=int(checkpoint.get("global_step", 0)))
+                        step=int(checkpoint.get("global_step", 0)), logger_runs=runs)
 
 
-def checkpoint_list(ckpt: str) -> list[str]:
-    """The checkpoints of ``ckpt=``: one file, or several, comma-separated (an ensemble)."""
-    paths = [path.strip() for path in str(ckpt).split(",")]
-    if any(not path for path in paths):
-        raise ConfigError(f"ckpt={ckpt}: an empty name in the list; give one checkpoint, or several separated by "
-                          "commas (an ensemble)")
-    return paths
-
-
-def load_ensemble(ckpt: str, map_location: str | torch.device = "cpu") -> TrainedModel:
-    """The checkpoint of ``ckpt``, or (several, comma-separated) their ensemble
+def load_ensemble(ckpt: Any, map_location: str | torch.device = "cpu") -> TrainedModel:
+    """The checkpoint of ``ckpt``, or (several: aiayn.checkpoints.given) their ensemble
     (aiayn.model.Ensemble: the mean of their log-probabilities at every step) with the first's
     vocabulary, decoding settings, config and step; refused in one line when their vocabularies
     or tasks differ."""

@@ -17,14 +17,15 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
+from aiayn.checkpoints.given import one_checkpoint
 from aiayn.checkpoints.io import checkpoint_step, save_checkpoint_atomically
 from aiayn.cli import CONFIG_DIR, tool_command
+from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
-from aiayn.cli.renamed import accepts_old_names
 from aiayn.errors import ConfigError
 
 
-@accepts_old_names("average")  # dir=, last= (before ckpt=, average_last=)
+@read_by_hydra("average")  # paths as one value, old names, Hydra's options anywhere (aiayn.cli.command_line)
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="average")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
@@ -44,7 +45,7 @@ def main(cfg: DictConfig) -> None:
     if out.name.startswith("last") or checkpoint_step(out) is not None:
         raise ConfigError(f"out={cfg.out}: a name a run gives its own checkpoints (resume would take it for that "
                           f"step); give another, e.g. out={out.with_name('averaged.ckpt')}")
-    ckpt = Path(cfg.ckpt)
+    ckpt = Path(one_checkpoint(cfg.ckpt, "one checkpoint (or run folder)"))
     # DataError: missing folder, too few checkpoints
     paths = (last_checkpoints(ckpt.parent, cfg.average_last, ending_at=ckpt) if ckpt.is_file()
              else last_checkpoints(ckpt, cfg.average_last))

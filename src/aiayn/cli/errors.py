@@ -8,9 +8,12 @@ it was invoked: ``train.py``, ``aiayn-train``), and exit status 2:
 * a mandatory setting left out (``ckpt=???``: omegaconf's ``MissingMandatoryValue``);
 * ``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError`` (a path that is not there, or
   not readable);
-* a GPU asked for (``hardware=gpu``, ``device=cuda``) on a machine without a usable CUDA device.
+* a GPU asked for (``hardware=gpu``, ``device=cuda``) on a machine without a usable CUDA device;
+* a write refused for want of room (a full disk, a quota, a file-size limit): the file, and to
+  free space (what aiayn writes is written whole or not at all, aiayn.files).
 
-A run that stopped on its own is one line and exit status 1: non-finite losses too many steps in
+A multi-node run whose other nodes never joined says how nodes are started (exit 2). A run that
+stopped on its own is one line and exit status 1: non-finite losses too many steps in
 a row (``NonFiniteLossError``), or another DDP rank that died (this rank's collective lost its
 peer, or ``ddp_spawn`` saw a child exit); the line says to continue with ``resume=auto``.
 
@@ -37,6 +40,7 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from aiayn.cli import tool_command, tool_name
 from aiayn.errors import UserError
+from aiayn.files import no_room
 
 USER_ERROR = 2  # exit status: the user can fix it
 STOPPED = 1  # exit status: the run stopped on its own (resume=auto continues it)
@@ -61,6 +65,12 @@ def say(line: str) -> None:
     sys.stderr.flush()
 
 
+def interrupted() -> NoReturn:
+    """Ctrl-C stopped the tool before it finished: one line, exit status 130."""
+    fail("interrupted (Ctrl-C) before it finished; what it writes is written whole or not at all: run the same "
+         "command again", INTERRUPTED)
+
+
 def reports_errors(task: Callable[[Any], Result]) -> Callable[[Any], Result]:
     """Wrap a tool's task function (under ``@hydra.main``) so that the errors above end the
     process with one line and their exit status; anything else is raised unchanged."""
@@ -72,8 +82,7 @@ def reports_errors(task: Callable[[Any], Result]) -> Callable[[Any], Result]:
         try:
             return task(cfg)
         except KeyboardInterrupt:  # Ctrl-C where the tool has no way of its own to stop (prepare's, translate's)
-            fail("interrupted (Ctrl-C) before it finished; what it writes is written whole or not at all: run the "
-                 "same command again", INTERRUPTED)
+            interrupted()
         except Exception as error:
             reported = describe(error, cfg)
             if reported is None:
@@ -95,8 +104,10 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
     def run(*args: Any, **kwargs: Any) -> Result:
         global _task_started
         _task_started = False  # this invocation's composition (a process may run a tool more than once)
-        # Hydra re-raises instead of printing its own report and exiting with 1.
-        os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+        # Hydra re-raises instead of printing its own report and exiting with 1, whatever the user's
+        # HYDRA_FULL_ERROR says (0 would bring that report back).
+        before = os.environ.get("HYDRA_FULL_ERROR")
+        os.environ["HYDRA_FULL_ERROR"] = "1"
         try:
             return main(*args, **kwargs)
         except Exception as error:
@@ -108,6 +119,11 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
                 raise
             within = raised_by_resolver(error)
             fail(str(within) if within is not None else composition_message(error))
+        finally:
+            if before is None:
+                os.environ.pop("HYDRA_FULL_ERROR", None)
+            else:
+                os.environ["HYDRA_FULL_ERROR"] = before
 
     return run
 
@@ -182,6 +198,10 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
     if isinstance(error, InterpolationResolutionError):
         where = f"{error.full_key}: " if getattr(error, "full_key", None) else ""
         return f"{where}{str(error).strip().splitlines()[0]}", USER_ERROR
+    if (full := no_room(error)) is not None:  # a full disk, a quota, a file-size limit
+        elsewhere = ", or give out= a folder on a disk with room," if _has(cfg, "out") else ""
+        return (f"{_os_error(full)} while writing; nothing of that file was kept (what was written before it is "
+                f"whole). Free space there{elsewhere} and run again"), USER_ERROR
     if isinstance(error, (FileNotFoundError, IsADirectoryError, PermissionError)):
         return _os_error(error), USER_ERROR
     preemption = sys.modules.get("aiayn.training.preemption")  # stopped on a signal after saving: exit 75
@@ -189,6 +209,8 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
         return preempted
     if _is(error, "aiayn.training.nonfinite", "NonFiniteLossError"):
         return str(error), STOPPED
+    if (joined := _never_joined(error, cfg)) is not None:
+        return joined, USER_ERROR
     if _a_rank_failed(error):
         rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK")
         where = f" (seen by rank {rank})" if rank else ""
@@ -240,6 +262,25 @@ def _os_error(error: OSError) -> str:
 def _is(error: BaseException, module: str, name: str) -> bool:
     kind = getattr(sys.modules.get(module), name, None)
     return isinstance(kind, type) and isinstance(error, kind)
+
+
+_JOINED = re.compile(r"waiting for clients\. (\d+)/(\d+) clients joined")
+
+
+def _never_joined(error: BaseException, cfg: Any) -> str | None:
+    """torch's rendezvous gave up waiting for the job's other processes (a multi-node run whose
+    other nodes were never started): what happened and how nodes are started; else None."""
+    match = _JOINED.search(str(error)) if isinstance(error, RuntimeError) else None
+    if match is None:
+        return None
+    try:
+        minutes = f"={cfg.distributed.timeout_minutes}"
+    except Exception:  # noqa: BLE001  a config without it: the line names the setting alone
+        minutes = ""
+    return (f"the job's other nodes never joined ({match[1]} of its {match[2]} processes started within "
+            f"distributed.timeout_minutes{minutes}): trainer.num_nodes=N runs the same command on each of N nodes. "
+            "Under SLURM, srun starts them (one task per device on every node); by hand, start it on node k with "
+            "MASTER_ADDR=<node 0's address> MASTER_PORT=<one free port for all> NODE_RANK=k set, node 0 first")
 
 
 def _a_rank_failed(error: BaseException) -> bool:

@@ -27,11 +27,12 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
+from aiayn.checkpoints.given import checkpoint_list
 from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints
-from aiayn.checkpoints.trained import checkpoint_list, load_ensemble
+from aiayn.checkpoints.trained import load_ensemble
 from aiayn.cli import CONFIG_DIR
+from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import is_composition_error, reports_composition_errors, reports_errors
-from aiayn.cli.renamed import accepts_old_names
 from aiayn.config.identity import MODIFIED, run_folder_changes
 from aiayn.data.datamodule import task_module
 from aiayn.decoding.settings import Decoding, asked
@@ -45,7 +46,7 @@ from aiayn.reporting.loggers import wandb_logger
 log = logging.getLogger(__name__)
 
 
-@accepts_old_names("evaluate")  # out_dir= (before out=), seed= (before decoding.seed=)
+@read_by_hydra("evaluate")  # paths as one value, old names, Hydra's options anywhere (aiayn.cli.command_line)
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
@@ -69,6 +70,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         _check_checkpoint_file(Path(path))
     out_dir = Path(cfg.out) if cfg.out else ckpt.resolve().parent.parent / "eval"
     _check_out_dir(out_dir, "out" if cfg.out else "the default out (<run>/eval)")  # before any decoding
+    if cfg.mlflow:  # a server that does not answer, before any decoding
+        from aiayn.reporting.mlflow_logger import check_reachable
+
+        check_reachable(str(cfg.mlflow), "mlflow")
     averaged = last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [ckpt]  # DataError: too few
     trained = load_ensemble(cfg.ckpt, cfg.device)
     device = str(next(trained.model.parameters()).device)
@@ -142,7 +147,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         from aiayn.reporting.mlflow_logger import log_evaluation  # mlflow only when asked for
 
         settings = {"evaluate": OmegaConf.to_container(cfg, resolve=True), "decoding": decoding.settings()}
-        log_evaluation(cfg.mlflow, trained.config, name, settings, metrics, trained.step, out_dir / f"{name}.json")
+        log_evaluation(cfg.mlflow, trained.config, name, settings, metrics, trained.step, out_dir / f"{name}.json",
+                       trained_runs=trained.logger_runs)
     return metrics
 
 

@@ -18,7 +18,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from aiayn.checkpoints.given import one_checkpoint
 from aiayn.cli import CONFIG_DIR, tool_command
+from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.decoding.settings import Decoding, asked
 from aiayn.errors import ConfigError
@@ -26,6 +28,7 @@ from aiayn.errors import ConfigError
 FORMATS = ("hf", "ctranslate2")
 
 
+@read_by_hydra("export")  # paths as one value, old names, Hydra's options anywhere (aiayn.cli.command_line)
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="export")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
@@ -43,7 +46,7 @@ def main(cfg: DictConfig) -> None:
         raise ConfigError(f"average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint "
                           f"alone), got {cfg.average_last!r}")
     wanted = asked(cfg.decoding)  # checked before anything is loaded
-    ckpt = Path(cfg.ckpt)
+    ckpt = Path(one_checkpoint(cfg.ckpt))
     if ckpt.is_dir():
         raise ConfigError(f"ckpt={ckpt} is a folder; give one checkpoint file in it, e.g. ckpt={ckpt / 'last.ckpt'}")
 

@@ -17,9 +17,11 @@ import hydra
 from omegaconf import DictConfig
 
 from aiayn.cli import CONFIG_DIR
+from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import INTERRUPTED, fail, reports_composition_errors, reports_errors
 
 
+@read_by_hydra("prepare")  # paths as one value, old names, Hydra's options anywhere (aiayn.cli.command_line)
 @reports_composition_errors  # an unknown task (or other override Hydra refuses): one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="prepare")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix

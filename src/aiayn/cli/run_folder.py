@@ -9,6 +9,9 @@
   (an OS lock, which a dead process does not keep). A second run of the same folder (two
   ``resume=auto`` at once, say) is refused in one line naming the holder; the other ranks and
   nodes of the holder's job are let in.
+* :class:`HoldsTheRunFolder`, a Hydra callback (conf/train.yaml), holds ``hydra.run.dir`` before
+  Hydra writes its record of the config (``.hydra/``) or its log into it: a run refused there
+  touches nothing of the live run. The lock lasts until the command ends (:func:`until_the_end`).
 """
 
 from __future__ import annotations
@@ -23,9 +26,12 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
 
+from aiayn.cli.errors import fail
 from aiayn.config.hardware import first_process
+from aiayn.config.identity import FOLDER_STAMP
 from aiayn.errors import UserError
 
 JOB_NOTE = ".job"  # who made the folder: the job's identity
@@ -46,7 +52,7 @@ def job_identity() -> str:
 
 def new_run_dir(base: str) -> str:
     """``<base>/<date>_<time>``, or with ``-2``, ``-3``, ... when another job made that folder."""
-    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    stamp = datetime.now().strftime(FOLDER_STAMP)
     me = job_identity()
     for number in range(1, 1000):
         folder = Path(base) / (stamp if number == 1 else f"{stamp}-{number}")
@@ -74,14 +80,56 @@ def _maker(folder: Path, wait_s: float = 2.0) -> str | None:
         time.sleep(0.05)
 
 
+_held: dict[Path, int] = {}  # the folders this process holds, and how many holds of each are open
+_command: list[contextlib.ExitStack] = []  # the command under way (until_the_end): what it holds
+
+
+@contextlib.contextmanager
+def until_the_end() -> Iterator[None]:
+    """Around a command (train's ``main``): what :class:`HoldsTheRunFolder` holds is let go as it
+    ends, however it ends (a one-line error is a SystemExit, which Hydra lets through)."""
+    with contextlib.ExitStack() as stack:
+        _command.append(stack)
+        try:
+            yield
+        finally:
+            _command.remove(stack)
+
+
+class HoldsTheRunFolder(Callback):
+    """Hydra's ``on_run_start`` comes before it makes ``hydra.run.dir`` or writes ``.hydra/`` and
+    the log there: the folder is held (:func:`hold`) from then on, so a refused run writes nothing."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        if not _command:
+            return
+        try:
+            folder = str(config.hydra.run.dir)
+        except Exception:  # noqa: BLE001  a folder it cannot resolve: Hydra says so in a moment, as ever
+            return
+        try:
+            _command[-1].enter_context(hold(folder))
+        except UserError as error:  # raised, Hydra would make a warning of it and go on
+            fail(str(error))
+        except OSError:  # a folder that cannot be made (a file of that name): Hydra says so in a moment, as ever
+            return
+
+
 @contextlib.contextmanager
 def hold(run_dir: str | os.PathLike, tool: str = "train.py") -> Iterator[None]:
     """Hold ``run_dir`` while the block runs (the job's first process; the others share it).
-    UserError naming the holder when another live run holds it."""
-    if not first_process():
-        yield
+    UserError naming the holder when another live run holds it. A folder this process holds
+    already is held again at no cost."""
+    folder = Path(run_dir).absolute()
+    if not first_process() or folder in _held:
+        _held[folder] = _held.get(folder, 0) + 1
+        try:
+            yield
+        finally:
+            _held[folder] -= 1
+            if not _held[folder]:
+                del _held[folder]
         return
-    folder = Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -95,7 +143,11 @@ def hold(run_dir: str | os.PathLike, tool: str = "train.py") -> Iterator[None]:
                 "since": datetime.now().isoformat(timespec="seconds")}
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, (json.dumps(note) + "\n").encode(), 0)
-        yield
+        _held[folder] = 1
+        try:
+            yield
+        finally:
+            del _held[folder]
     finally:
         os.close(descriptor)  # releases the lock
 

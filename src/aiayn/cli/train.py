@@ -28,13 +28,13 @@ from omegaconf.errors import InterpolationResolutionError
 from aiayn.checkpoints.io import AtomicCheckpointIO
 from aiayn.checkpoints.resume import find_resume, remove_stale_temporaries
 from aiayn.cli import CONFIG_DIR, run_folder
+from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import (
     raised_by_resolver,
     report_dead_ranks_before_lightning_kills,
     reports_composition_errors,
     reports_errors,
 )
-from aiayn.cli.renamed import accepts_old_names
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import MODIFIED, row_changes
 from aiayn.config.plan import describe, showing_only
@@ -68,7 +68,7 @@ def ignore_moot_warnings() -> None:
 ignore_moot_warnings()
 
 
-@accepts_old_names("train")  # task.decoding.* (before decoding.*)
+@read_by_hydra("train")  # paths as one value, old names, Hydra's options anywhere (aiayn.cli.command_line)
 def main(cfg: DictConfig | None = None) -> dict[str, float] | None:
     """The command (``aiayn-train``, ``python src/train.py``); given a composed ``cfg`` (as Hydra's
     main takes one), the run of that config in this process."""
@@ -80,7 +80,8 @@ def main(cfg: DictConfig | None = None) -> dict[str, float] | None:
     showing = any(arg in ("--cfg", "-c") or arg.startswith("--cfg=") for arg in sys.argv[1:])
     if showing and "--resolve" not in sys.argv:
         sys.argv.append("--resolve")
-    with showing_only() if showing else contextlib.nullcontext():
+    # What the run folder's callback holds (before Hydra writes there) is let go as the command ends.
+    with showing_only() if showing else contextlib.nullcontext(), run_folder.until_the_end():
         return _main()
 
 
@@ -277,7 +278,7 @@ def _loggers(cfg: DictConfig, resume) -> list:
     """The loggers of ``logger.<name>`` (``logger=[wandb,mlflow]``: both), in that order. A resumed
     run gives each the id of the run it continues (kept in the checkpoint by kind: wandb, mlflow)."""
     built = []
-    for entry in (cfg.logger or {}).values():
+    for entry in (cfg.get("logger") or {}).values():  # logger=[] (none chosen) leaves no logger key
         kind = getattr(hydra.utils.get_object(entry._target_), "run_kind", None)
         continued = resume.logger_runs.get(kind) if resume is not None and kind else None
         built.append(hydra.utils.instantiate(entry, **({"resume_id": continued} if continued else {})))

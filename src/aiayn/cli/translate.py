@@ -45,9 +45,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from aiayn.checkpoints.trained import load_ensemble
 from aiayn.cli import CONFIG_DIR
+from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.cli.line_input import AvailableLines, chunked
-from aiayn.cli.renamed import accepts_old_names
 from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.decoding.settings import Asked, Decoding, asked
 from aiayn.decoding.speed import for_decoding
@@ -59,7 +59,7 @@ from aiayn.errors import ConfigError
 ENGINES = ("aiayn", "ctranslate2")
 
 
-@accepts_old_names("translate")  # beam_size=... (before decoding.beam_size=...), output=
+@read_by_hydra("translate")  # paths as one value, old names, Hydra's options anywhere (aiayn.cli.command_line)
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix

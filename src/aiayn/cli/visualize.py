@@ -14,12 +14,15 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from aiayn.checkpoints.given import one_checkpoint
 from aiayn.cli import CONFIG_DIR, tool_command
+from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.decoding.settings import Decoding, asked
 from aiayn.errors import ConfigError, DataError
 
 
+@read_by_hydra("visualize")  # paths as one value, old names, Hydra's options anywhere (aiayn.cli.command_line)
 @reports_composition_errors  # an override Hydra cannot apply: one line, exit 2
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="visualize")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
@@ -34,7 +37,7 @@ def main(cfg: DictConfig) -> None:
     if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ConfigError(f"out={cfg.out} is a file; give a folder for the pictures")
     wanted = asked(cfg.decoding)  # checked before anything is loaded
-    ckpt = Path(cfg.ckpt).absolute()
+    ckpt = Path(one_checkpoint(cfg.ckpt)).absolute()
     if not ckpt.is_file():  # before the slow imports (torch, Lightning, matplotlib)
         raise DataError(f"{ckpt}: checkpoint not found")
     from aiayn.analysis import attention_maps, draw_attention, draw_positional_encoding

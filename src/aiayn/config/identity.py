@@ -2,7 +2,8 @@
 ``logger.mlflow.run_name`` …), its scale, and whether it still is the paper row it names.
 
 * **name**: ``run_name`` (``table3-A_h1``, ``multi30k_en_de-small``), the scale, then the job's
-  own overrides (``seed=2``, ``model.dropout=0.2``): unique among the jobs of a sweep.
+  own overrides (``seed=2``, ``model.dropout=0.2``): unique among the jobs of a sweep; runs of one
+  command started in the same second (folders ``<date>_<time>``, ``<date>_<time>-2``) add ``#2``, ...
 * **group**: ``run_group`` when set (``experiments/tables.py run`` sets its jobs' folder), else the
   sweep (``multirun/<date>_<time>``: ``hydra.sweep.dir``'s last two parts), the same for every job
   of one ``--multirun``; none for a single run.
@@ -21,6 +22,7 @@ Registered as ``${aiayn.run:name}`` (``group``, ``tags``, ``scale``), for conf/l
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,10 @@ SPEED_KEYS = ("optim.fused", "model.attention", "loss.fused")
 # value of the run.
 _UNNAMED = ("run_name", "run_group", "experiment", "scale", "debug", "resume", "logger", "trainer.devices")
 MODIFIED = "modified"
+# The folders of one run name's runs (aiayn.cli.run_folder.new_run_dir): outputs/<run name>/<date>_<time>,
+# with -2, -3, ... for runs started in the same second; resume=auto looks through them.
+FOLDER_STAMP = "%Y-%m-%d_%H-%M-%S"
+STAMPED_FOLDER = re.compile(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d(-\d+)?")
 _TAG_LIMIT = 64  # W&B refuses longer tags
 
 
@@ -116,7 +122,10 @@ def identity(root: DictConfig, what: str) -> Any:
     if what == "scale":
         return scale
     if what == "name":
-        return "-".join([str(root.run_name), *([scale] if scale else []), *([",".join(own)] if own else [])])
+        name = "-".join([str(root.run_name), *([scale] if scale else []), *([",".join(own)] if own else [])])
+        folder = OmegaConf.select(job, "runtime.output_dir") if job is not None and job.mode != RunMode.MULTIRUN else None
+        together = STAMPED_FOLDER.fullmatch(Path(folder).name) if folder else None  # <date>_<time>-N: the Nth that second
+        return name + (f"#{together.group(1)[1:]}" if together and together.group(1) else "")
     if what == "group":
         if root.get("run_group"):
             return str(root.run_group)

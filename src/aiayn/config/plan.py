@@ -168,8 +168,9 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
     limit = batch_limit(config, placement, machine)
     step = step_size(placement.processes, limit.tokens, data.get("max_length"),
                      optim.get("tokens_per_step"), trainer.get("accumulate_grad_batches"))
-    interval = trainer.get("val_check_interval")
-    if isinstance(interval, int) and not isinstance(interval, bool):
+    every = interval = trainer.get("val_check_interval")
+    steps = isinstance(interval, int) and not isinstance(interval, bool)
+    if steps:
         interval *= step.accumulate  # steps → the batches Lightning counts
     devices = placement.devices
     return {
@@ -184,6 +185,8 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
         "tokens_per_step": step.tokens_per_step,
         "accumulation_derived": step.derived,
         "batch_limit": limit.describe(step.tokens_per_batch),
+        # trainer.val_check_interval as set, in optimizer steps (the trainer's above counts batches); null: a fraction of an epoch
+        "validate_every_steps": every if steps else None,
     }
 
 
@@ -211,7 +214,8 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
         (f"  step: {_count(processes, 'process')} × {batches} of {plan['tokens_per_batch']:,} tokens = "
          f"{plan['tokens_per_step']:,} tokens a side ({source}; the paper's: ~{PAPER_TOKENS_PER_STEP:,}, §5.1)"),
         f"  batch: {plan['batch_limit']}" if plan.get("batch_limit") else None,
-        f"  {optim['train_steps']:,} steps, warmup {optim['warmup_steps']:,}",
+        f"  {optim['train_steps']:,} steps, warmup {optim['warmup_steps']:,}" + (
+            f", validation every {plan['validate_every_steps']:,} steps" if plan.get("validate_every_steps") else ""),
     ]
     switches = {"compile_mode": config.get("compile_mode", "default"),
                 "length_buckets": bool(config["task"].get("datamodule", {}).get("length_buckets"))}

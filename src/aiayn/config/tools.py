@@ -2,7 +2,8 @@
 export.yaml, visualize.yaml, prepare.yaml) as schemas: each tool's config starts from its schema
 (``defaults: [/schema/tool/<tool>@_here_, ...]``), so a setting a tool does not have, or a value of
 the wrong type, is refused in one line while Hydra composes, before anything is loaded. What types
-cannot say (ranges, paths, one setting against another) each tool checks itself.
+cannot say (ranges, paths, one setting against another) each tool checks itself; ``ckpt`` is
+typed ``Any`` because it may be a list (aiayn.checkpoints.given).
 
 The defaults live here, one place each; a tool's yaml sets only what needs an interpolation.
 """
@@ -36,7 +37,8 @@ class DecodeSwitches:
 
 @dataclass
 class EvaluateConfig(DecodeSwitches):
-    ckpt: str = MISSING  # one checkpoint file (step…ckpt, time-step…ckpt or last.ckpt)
+    # one checkpoint file (step…ckpt, time-step…ckpt or last.ckpt), or a list of several: an ensemble
+    ckpt: Any = MISSING
     split: str = "test"  # test | val | a split name of the task (e.g. test_2017_flickr, newstest2013)
     # k: average ckpt and the k-1 checkpoints before it by step in its folder (§6.1: 5 base, 20 big)
     average_last: Optional[int] = None  # noqa: UP045
@@ -55,7 +57,7 @@ class EvaluateConfig(DecodeSwitches):
 
 @dataclass
 class TranslateConfig(DecodeSwitches):
-    ckpt: str = MISSING  # the checkpoint (engine=aiayn)
+    ckpt: Any = MISSING  # the checkpoint (engine=aiayn), or a list of several: an ensemble
     engine: str = "aiayn"  # aiayn | ctranslate2: a CTranslate2 export of src/export.py, given as model_dir=
     model_dir: Optional[str] = None  # noqa: UP045  engine=ctranslate2: the exported folder
     input: Optional[str] = None  # noqa: UP045  the file to translate (null: stdin)
@@ -70,14 +72,14 @@ class TranslateConfig(DecodeSwitches):
 
 @dataclass
 class AverageConfig:
-    ckpt: str = MISSING  # the newest checkpoint to average (a file), or a run dir / its checkpoints/ (its newest)
+    ckpt: Any = MISSING  # the newest checkpoint to average (a file), or a run dir / its checkpoints/ (its newest)
     average_last: int = 5  # how many checkpoints, ending at ckpt (§6.1: the base models 5, the big ones 20)
     out: str = MISSING  # the averaged checkpoint to write
 
 
 @dataclass
 class ExportConfig:
-    ckpt: str = MISSING  # one checkpoint file (step…ckpt, time-step…ckpt or last.ckpt)
+    ckpt: Any = MISSING  # one checkpoint file (step…ckpt, time-step…ckpt or last.ckpt)
     format: str = "hf"  # hf | ctranslate2
     out: str = MISSING  # the folder to write (new, empty, or an earlier export, which is replaced)
     average_last: Optional[int] = None  # noqa: UP045  k: the average of ckpt and the k-1 before it (§6.1)
@@ -87,7 +89,7 @@ class ExportConfig:
 
 @dataclass
 class VisualizeConfig:
-    ckpt: Optional[str] = None  # noqa: UP045  a checkpoint written by src/train.py
+    ckpt: Any = None  # a checkpoint written by src/train.py
     text: str = "A man is riding a bike."
     out: Optional[str] = None  # noqa: UP045  default: <ckpt dir>/../attention (the run's own attention/ folder)
     device: str = "auto"  # auto | cpu | cuda

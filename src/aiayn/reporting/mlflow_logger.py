@@ -14,20 +14,40 @@ Browse: ``mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db`` and open ht
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import numbers
+import os
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, MutableSequence, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+from filelock import FileLock
 from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+
+from aiayn.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STORE = "sqlite:///mlruns/mlflow.db"
+
+
+def first_use_lock(tracking_uri: str) -> contextlib.AbstractContextManager:
+    """Held around a process's first use of a SQLite store (``<file>.lock`` beside it): MLflow
+    migrates a new store's tables as it opens it, and several jobs starting together would each
+    migrate the same tables (alembic's ``CommandError``, ``duplicate column name``) and each make
+    the same experiment. Another kind of store (a server, a database) migrates itself."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix):
+        return contextlib.nullcontext()
+    return FileLock(f"{tracking_uri[len(prefix):]}.lock")
 
 
 def local_store(tracking_uri: str) -> tuple[str, str | None]:
@@ -43,10 +63,34 @@ def local_store(tracking_uri: str) -> tuple[str, str | None]:
     return f"{prefix}{path}", (path.parent / "artifacts").as_uri()
 
 
+def check_reachable(tracking_uri: str, setting: str) -> None:
+    """A ConfigError when ``tracking_uri`` is a server (``http(s)://``) that does not answer (MLflow
+    would retry for minutes, then fail with a traceback). Any answer will do: what it says is
+    MLflow's to judge."""
+    if urlparse(tracking_uri).scheme not in ("http", "https"):
+        return
+    try:
+        with urllib.request.urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=10):
+            return
+    except urllib.error.HTTPError:
+        return  # a server answered
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        given = " (MLFLOW_TRACKING_URI)" if os.environ.get("MLFLOW_TRACKING_URI") == tracking_uri else ""
+        raise ConfigError(f"{setting}={tracking_uri}{given}: no MLflow server answers there ({reason}); start it "
+                          f"(mlflow server --backend-store-uri {DEFAULT_STORE}), or log into a local store instead: "
+                          f"unset MLFLOW_TRACKING_URI for {DEFAULT_STORE}") from None
+
+
 class MLflowRunLogger(MLFlowLogger):
     """Lightning's MLFlowLogger on a local store (see the module), the run's table and row as tags."""
 
     run_kind = "mlflow"
+
+    @staticmethod
+    def check_settings(section: str, settings: Mapping[str, Any]) -> None:
+        """Before a run starts (aiayn.training.config_check): a server that does not answer is refused."""
+        check_reachable(str(settings.get("tracking_uri") or DEFAULT_STORE), f"{section}.tracking_uri")
 
     def __init__(self, experiment_name: str = "aiayn", run_name: str | None = None,
                  tracking_uri: str = DEFAULT_STORE, tags: Mapping[str, Any] | None = None,
@@ -55,9 +99,20 @@ class MLflowRunLogger(MLFlowLogger):
         # A tag is text: a list (the run's labels) joined by commas; an unset one (null) left out.
         text = {key: ",".join(map(str, value)) if isinstance(value, (MutableSequence, tuple)) else str(value)
                 for key, value in (tags or {}).items() if value is not None}
-        super().__init__(experiment_name=experiment_name, run_name=run_name, tracking_uri=uri, tags=text,
-                         artifact_location=artifacts, run_id=resume_id)
+        with first_use_lock(uri):  # MLflow's client opens the store (and migrates a new one) at once
+            super().__init__(experiment_name=experiment_name, run_name=run_name, tracking_uri=uri, tags=text,
+                             artifact_location=artifacts, run_id=resume_id)
         self._config: dict[str, Any] = {}
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> Any:
+        """Lightning's: the experiment found or made and the run made or continued at the first
+        use, one process at a time (:func:`first_use_lock`): two jobs would each make the experiment."""
+        if self._initialized:
+            return self._mlflow_client
+        with first_use_lock(self._tracking_uri):
+            return MLFlowLogger.experiment.fget(self)
 
     @rank_zero_only
     def log_hyperparams(self, params: Mapping[str, Any] | Any) -> None:
@@ -125,20 +180,43 @@ class MLflowRunLogger(MLFlowLogger):
 
 
 def log_evaluation(tracking_uri: str, trained_config: Mapping[str, Any], name: str, settings: Mapping[str, Any],
-                   metrics: Mapping[str, float], step: int, report: Path | None = None) -> str:
+                   metrics: Mapping[str, float], step: int, report: Path | None = None,
+                   trained_runs: Mapping[str, str] | None = None) -> str:
     """An evaluate.py run in MLflow: a run ``eval-<name>`` in the training run's experiment (its
-    table's), tagged ``job_type=eval`` with the training run's name, table and row, its settings
-    (the effective decoding included) as params, its figures as metrics at the checkpoint's step,
-    its report as an artifact. Returns the run's id."""
+    table's), tagged ``job_type=eval`` with the training run it scored (``trained_run``: its MLflow
+    run id, from the checkpoint; ``trained_run_name``; ``trained_wandb_run``), nested under it where
+    it is in this store, and with its table and row; its settings (the effective decoding
+    included) as params, its figures as metrics at the checkpoint's step, its report as an
+    artifact. Returns the run's id."""
     experiment = dict(trained_config.get("experiment") or {})
+    runs = dict(trained_runs or {})
+    trained = _run_in_store(tracking_uri, runs.get("mlflow"))
+    tags = {"job_type": "eval", "trained_run": runs.get("mlflow"), "trained_wandb_run": runs.get("wandb"),
+            "trained_run_name": trained.info.run_name if trained is not None else None,
+            "table": experiment.get("table"), "row": experiment.get("row"), "scale": experiment.get("scale")}
+    if trained is not None:
+        tags["mlflow.parentRunId"] = trained.info.run_id  # the UI shows it under the run it scored
     logger = MLflowRunLogger(experiment_name=experiment.get("table") or "aiayn", run_name=f"eval-{name}",
-                             tracking_uri=tracking_uri,
-                             tags={"job_type": "eval", "trained_run": trained_config.get("run_name"),
-                                   "table": experiment.get("table"), "row": experiment.get("row"),
-                                   "scale": experiment.get("scale")})
+                             tracking_uri=tracking_uri, tags=tags)
     logger.log_hyperparams(dict(settings))
     logger.log_metrics(dict(metrics), step=step)
     if report is not None:
         logger.experiment.log_artifact(logger.run_id, str(report))
     logger.close()
     return logger.run_id
+
+
+def _run_in_store(tracking_uri: str, run_id: str | None) -> Any:
+    """The MLflow run ``run_id`` where it is in the store of ``tracking_uri``; else None."""
+    if not run_id:
+        return None
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    uri, _ = local_store(tracking_uri)
+    with first_use_lock(uri):
+        client = MlflowClient(uri)
+    try:
+        return client.get_run(run_id)
+    except MlflowException:
+        return None

@@ -291,6 +291,8 @@ class TranslationModule(L.LightningModule):
         loss, nll = self.eval_loss.compute(), self.eval_nll.compute()
         self.eval_loss.reset()
         self.eval_nll.reset()
+        if stage == "val":  # the step validated, not Lightning's count of the steps before it (one fewer)
+            self.log("step", float(self.trainer.global_step))
         self.log(f"{stage}/loss", loss)
         self.log(f"{stage}/nll", nll)
         self.log(f"{stage}/ppl", torch.exp(nll))  # per-token perplexity of the subword model

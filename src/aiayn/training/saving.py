@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 
@@ -65,6 +66,13 @@ class StepCheckpoint(ModelCheckpoint):
                 super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         finally:
             self._before_validation = False
+
+    def _monitor_candidates(self, trainer: L.Trainer) -> dict[str, Any]:
+        # The step saved is the trainer's: a validation logs the step it validated as "step" (for the
+        # loggers' x-axis, aiayn.training.module), which Lightning would take for the steps after it.
+        candidates = super()._monitor_candidates(trainer)
+        candidates["step"] = torch.tensor(trainer.global_step)
+        return candidates
 
     def _save_now(self, trainer: L.Trainer) -> None:
         if not self._should_skip_saving_checkpoint(trainer):
