@@ -39,6 +39,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def hydra_left_as_found() -> Iterator[None]:
+    """A test that calls a tool's ``main`` itself (``--cfg job``, say) leaves Hydra's global state —
+    the job's config, with its overrides — as tests.helpers.inprocess's runs do not: put back after
+    every test, so that no later test's config reads another's job (the run names did)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    before = HydraConfig.instance().cfg
+    yield
+    if HydraConfig.instance().cfg is not before:
+        from hydra.core.global_hydra import GlobalHydra
+
+        HydraConfig.instance().cfg = before
+        GlobalHydra.instance().clear()
+
+
 @pytest.fixture(scope="session")
 def data_root() -> Path:
     """The real data folder: $AIAYN_DATA_ROOT, else ``<repo>/../shared/data``; fails if absent."""
