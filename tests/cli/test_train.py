@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import runs
 from tests.helpers.inprocess import train
-from tests.helpers.runs import REPO, TINY
+from tests.helpers.runs import REPO, TINY, TWO_CORES
 
 
 def test_train_validates_with_bleu_and_tests(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
@@ -54,6 +54,7 @@ VALIDATION_LINE = re.compile(r"\[aiayn\.training\.progress\]\[INFO\] - validatio
 
 @pytest.mark.cli  # ddp_spawn: two training processes, spawned by a process of its own
 @pytest.mark.slow
+@TWO_CORES
 def test_train_with_two_gloo_processes(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
     """Two DDP processes, stdout written to a file (``> log``, as nohup and SLURM write it)."""
     run_dir = tmp_path / "run"

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 # A model and run small enough for seconds on a CPU (conf/debug/tiny.yaml, as users run it);
@@ -49,6 +51,12 @@ TINY_RUN = [
     "checkpoint.every_n_minutes=0.000001", "checkpoint.keep_timed=2",
 ]
 
+
+# A test that starts two CPU training processes (DDP over gloo) on one node: train refuses more CPU
+# processes than this process may run on, so where it may run on one core (``taskset -c 0``) the
+# test is skipped, saying so.
+TWO_CORES = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
+                               reason="two CPU training processes need two CPU cores; this process may run on one")
 
 # ``python`` as a shell starts a command in the foreground: SIGINT not ignored (a test started in
 # the background inherits it ignored, and Python then raises no KeyboardInterrupt); exec keeps the

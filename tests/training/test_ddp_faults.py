@@ -20,7 +20,7 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from aiayn.config.hardware import cpu_cores, place, this_machine
 from aiayn.errors import ConfigError
 from aiayn.training.distributed import strategy_with_timeout
-from tests.helpers.runs import REPO, TINY_MODEL
+from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES
 
 RUN = [
     *TINY_MODEL, "task.datamodule.max_tokens=512", "trainer.max_steps=100000",
@@ -57,6 +57,7 @@ def _ranks(process: subprocess.Popen, strategy: str) -> list[int]:
 @pytest.mark.cli  # an end-to-end run of the tool; -m 'not cli' skips it
 @pytest.mark.parametrize("strategy, victim", [("ddp_spawn", 1), ("ddp_spawn", 0), ("ddp", 1)])
 @pytest.mark.slow
+@TWO_CORES
 def test_a_dead_rank_ends_the_job_cleanly(tmp_path: Path, data_root: Path, strategy: str, victim: int) -> None:
     env = {**os.environ, "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(tmp_path / "cache"),
            "OMP_NUM_THREADS": "1"}

@@ -14,7 +14,7 @@ import pytest
 
 from aiayn.checkpoints.trained import load_trained
 from aiayn.training.module import TranslationModule
-from tests.helpers.runs import TINY, offline_environment, train
+from tests.helpers.runs import TINY, TWO_CORES, offline_environment, train
 
 pytestmark = pytest.mark.cli  # an end-to-end run of src/train.py; -m 'not cli' skips it
 
@@ -28,6 +28,7 @@ RUN = [
 
 
 @pytest.mark.slow
+@TWO_CORES
 def test_two_ranks_one_dev_batch_validate_as_one_process(tmp_path: Path, data_root: Path, subword_cache: Path,
                                                          single_thread) -> None:
     run_dir = tmp_path / "run"

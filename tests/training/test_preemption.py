@@ -24,7 +24,7 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from aiayn.cli import CONFIG_DIR
 from aiayn.errors import ConfigError
 from aiayn.training.preemption import EXIT_STATUS, PreemptionCallback, signal_numbers
-from tests.helpers.runs import REPO, TINY_MODEL, run_command
+from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES, run_command
 from tests.helpers.wandb_offline import read_run
 
 # As tests/checkpoints/test_resume.py: 12 batches an epoch, a checkpoint every 5 steps, 30 steps.
@@ -321,6 +321,7 @@ def _children(pid: int, marker: bytes) -> list[int]:
 @pytest.mark.parametrize("strategy, victim, signum", [("ddp", "rank 1", signal.SIGTERM),
                                                       ("ddp_spawn", "launcher", signal.SIGUSR2)])
 @pytest.mark.slow
+@TWO_CORES
 def test_ddp_ranks_stop_after_the_same_step_whichever_process_got_the_signal(
         tmp_path: Path, environment, strategy: str, victim: str, signum: int) -> None:
     """``ddp`` (as under SLURM, every rank a process of its own), rank 1 alone signalled (a kill of

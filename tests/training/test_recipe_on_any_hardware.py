@@ -9,7 +9,6 @@ tokens, one validation batch."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.runs import REPO, TINY, offline_environment, train
+from tests.helpers.runs import REPO, TINY, TWO_CORES, offline_environment, train
 
 pytestmark = pytest.mark.cli  # end-to-end runs of src/train.py; -m 'not cli' skips them
 
@@ -89,8 +88,7 @@ def _two_nodes(run_dir: Path, env: dict[str, str], *overrides: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="two processes a node need two CPU cores")
+@TWO_CORES  # two processes a node
 def test_four_ddp_processes_on_two_nodes_train_validate_checkpoint_and_resume_exactly(
         tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
     env = _environment(data_root, subword_cache)
@@ -116,6 +114,7 @@ def test_four_ddp_processes_on_two_nodes_train_validate_checkpoint_and_resume_ex
 
 
 @pytest.mark.slow
+@TWO_CORES
 def test_one_process_accumulating_two_batches_trains_what_two_processes_train(tmp_path: Path, data_root: Path,
                                                                             subword_cache: Path) -> None:
     """optim.tokens_per_step=2048 over batches of at most 1,024 tokens: one process accumulates 2

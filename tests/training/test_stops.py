@@ -4,6 +4,7 @@ only the test) and the resumed run does just that; Ctrl-C in the other tools is 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -114,3 +115,30 @@ def test_ctrl_c_in_a_tool_is_one_line_and_exit_130(moment: str, tmp_path: Path, 
     assert result.returncode == 130, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith("evaluate.py: interrupted (Ctrl-C) "), result.stderr
     assert "Traceback" not in result.stderr and not list(tmp_path.glob("eval/.*"))
+
+
+def test_a_signal_while_a_line_is_logged_still_stops_the_run(tmp_path: Path) -> None:
+    """The signal comes while a log line is written (as on a loaded machine, where the test's
+    SIGTERM came as the summary was logged): logging's handler of write errors must not swallow
+    the stop (before: it printed '--- Logging error ---' and the run went on to exit 0)."""
+    import logging
+
+    from aiayn.training.final_test import stops_on_signals
+    from aiayn.training.preemption import Preempted
+
+    class SignalledWhileWritten(io.StringIO):
+        def write(self, text: str) -> int:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode, inside StreamHandler.emit
+            for _ in range(1000):  # the handler runs before this loop ends
+                pass
+            return super().write(text)
+
+    logger = logging.getLogger("tests.stops")
+    handler = logging.StreamHandler(SignalledWhileWritten())  # as the run's train.log and console handlers write
+    logger.addHandler(handler)
+    try:
+        with (pytest.raises(Preempted, match=r"^stopped by SIGTERM after training, before the test had finished"),
+              stops_on_signals(["SIGTERM"], tmp_path / "last.ckpt")):
+            logger.warning("run summary in …")
+    finally:
+        logger.removeHandler(handler)

@@ -22,6 +22,12 @@ from typing import Any
 from aiayn.training.preemption import Preempted, signal_numbers
 
 
+class _Stop(BaseException):
+    """Raised by the signal handler wherever the process is, a log line's writing included: as a
+    BaseException (as KeyboardInterrupt is) no ``except Exception`` on the way swallows it (before:
+    logging's did, and the run went on to exit 0); :class:`Preempted` once out of the block."""
+
+
 @contextlib.contextmanager
 def stops_on_signals(names: list[str] | tuple[str, ...], checkpoint: Path,
                      finished: Callable[[], bool] = lambda: True) -> Iterator[None]:
@@ -43,13 +49,15 @@ def stops_on_signals(names: list[str] | tuple[str, ...], checkpoint: Path,
         for number in numbers:  # a second signal while stopping changes nothing
             signal.signal(number, signal.SIG_IGN)
         saved = f"training is finished and saved ({checkpoint})" if checkpoint.exists() else "training is finished"
-        raise Preempted(f"stopped by {signal.Signals(signum).name} after training, before the test had finished; "
-                        f"{saved}; the same command with resume=auto runs only the test")
+        raise _Stop(f"stopped by {signal.Signals(signum).name} after training, before the test had finished; "
+                    f"{saved}; the same command with resume=auto runs only the test")
 
     for number in numbers:
         signal.signal(number, stop)
     try:
         yield
+    except _Stop as stopped:
+        raise Preempted(str(stopped)) from None
     finally:
         for number, handler in before.items():
             signal.signal(number, signal.SIG_DFL if handler is None else handler)
