@@ -99,22 +99,25 @@ def _main(cfg: DictConfig) -> dict[str, float]:
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
+    """The run of the composed ``cfg``: resolved and checked once (:func:`_before_training`), and
+    from there on its one resolved config alone."""
     run_dir = Path(cfg.paths.output_dir)
     with contextlib.ExitStack() as held:
         try:
             config, resume, datamodule = _before_training(cfg)
+            output_dir = config["paths"]["output_dir"]  # the resumed run's, when one is resumed
             # The folder the checkpoints go to (the resumed run's): this run's alone while it lives.
-            held.enter_context(run_folder.hold(cfg.paths.output_dir))
-            remove_stale_temporaries(cfg.paths.output_dir)  # of saves killed in an earlier attempt
-            module = _module(cfg, config)
-            loggers = _loggers(cfg, resume)  # nothing written until their first use, below
-            trainer = _trainer(cfg, config, loggers)
+            held.enter_context(run_folder.hold(output_dir))
+            remove_stale_temporaries(output_dir)  # of saves killed in an earlier attempt
+            module = _module(config)
+            loggers = _loggers(config, resume)  # nothing written until their first use, below
+            trainer = _trainer(config, loggers)
         except UserError:
             _remove_unstarted_run(run_dir)  # a run that never started leaves no folder behind
             raise
         before = set(run_dir.iterdir())
         try:
-            return _fit_and_test(cfg, config, resume, datamodule, module, loggers, trainer)
+            return _fit_and_test(config, resume, datamodule, module, loggers, trainer)
         except UserError:
             # Refused as the data was loaded (an evaluation example longer than a batch may be),
             # before the first step of a run that resumed nothing: what this attempt's loggers
@@ -125,7 +128,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             raise
 
 
-def _fit_and_test(cfg: DictConfig, config: dict, resume, datamodule, module, loggers, trainer) -> dict[str, float]:
+def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer) -> dict[str, float]:
     if rank_zero_only.rank == 0:
         log.info("%s", describe(config["plan"], config, model=_choice("model")))
     for each in loggers:
@@ -133,11 +136,12 @@ def _fit_and_test(cfg: DictConfig, config: dict, resume, datamodule, module, log
     if loggers and rank_zero_only.rank == 0:
         for line in describe_runs(loggers):
             log.info(line)
-    with _stops_after_training(cfg, config, trainer):
+    with _stops_after_training(config, trainer):
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
-        results = trainer.test(module, datamodule=datamodule)[0] if cfg.get("test_after_training", True) else {}
+        results = trainer.test(module, datamodule=datamodule)[0] if config.get("test_after_training", True) else {}
     if trainer.is_global_zero and results:
-        print(f"test {cfg.task.datamodule.test_split}: " + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
+        print(f"test {config['task']['datamodule']['test_split']}: "
+              + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
         if module.scorer is not None and module.scorer.signature:
             print(f"sacreBLEU signature: {module.scorer.signature}")
     if trainer.is_global_zero:
@@ -145,15 +149,15 @@ def _fit_and_test(cfg: DictConfig, config: dict, resume, datamodule, module, log
     return results
 
 
-def _stops_after_training(cfg: DictConfig, config: dict, trainer: L.Trainer):
+def _stops_after_training(config: dict, trainer: L.Trainer):
     """From the end of training (the preemption callback's handlers gone) through the test: a
     preemption signal or Ctrl-C stops the run in one line (training is saved; resume=auto runs
     only the test), in a process that tests alone."""
-    preemption = cfg.callbacks.get("preemption") or {}
+    preemption = config["callbacks"].get("preemption") or {}
     if (config["plan"]["processes"] != 1 or not preemption.get("enabled", False)
-            or not cfg.get("test_after_training", True)):
+            or not config.get("test_after_training", True)):
         return contextlib.nullcontext()
-    last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+    last = Path(config["paths"]["output_dir"]) / "checkpoints" / "last.ckpt"
     return stops_on_signals(preemption.get("signals", ()), last, finished=lambda: trainer.fit_loop.done)
 
 
@@ -168,9 +172,9 @@ def _before_training(cfg: DictConfig):
         log.info("continuing run %s (this attempt's config and log stay in %s)", resume.run_dir, cfg.paths.output_dir)
         cfg.paths.output_dir = str(resume.run_dir)  # checkpoints and logs go on in the resumed run
         config = _resolved(cfg)
-    L.seed_everything(cfg.seed, workers=True)
+    L.seed_everything(config["seed"], workers=True)
     # One process's batch: the plan's share of optim.tokens_per_step, at most task.datamodule.max_tokens.
-    datamodule = hydra.utils.instantiate(cfg.task.datamodule, max_tokens=config["plan"]["tokens_per_batch"])
+    datamodule = hydra.utils.instantiate(config["task"]["datamodule"], max_tokens=config["plan"]["tokens_per_batch"])
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:  # the other ranks of a node see the same files
         datamodule.check_files()  # train, dev and test: all there (fetched where allowed) before any folder is made
     return config, resume, datamodule
@@ -232,39 +236,39 @@ def _remove_unstarted_run(run_dir: Path, made_since: set[Path] | None = None) ->
         parent.rmdir()
 
 
-def _module(cfg: DictConfig, config: dict) -> TranslationModule:
+def _module(config: dict) -> TranslationModule:
     try:
         return TranslationModule(
             model=network_arguments(config["model"], config["width_divisor"]),  # the widths trained
-            vocab_size=cfg.task.vocab_size,
+            vocab_size=config["task"]["vocab_size"],
             optim=config["optim"],
             label_smoothing=config["loss"]["label_smoothing"],
             fused_loss=config["loss"].get("fused", False),
             decoding=config["decoding"],
-            bleu_sentences=cfg.validation.bleu_sentences,
+            bleu_sentences=config["validation"]["bleu_sentences"],
             run_config=config,
-            seed=cfg.seed,
-            max_nonfinite_in_a_row=cfg.nonfinite.max_in_a_row,
-            compile_model=cfg.compile,
-            compile_mode=cfg.compile_mode,
+            seed=config["seed"],
+            max_nonfinite_in_a_row=config["nonfinite"]["max_in_a_row"],
+            compile_model=config["compile"],
+            compile_mode=config["compile_mode"],
         )
     except (TypeError, ValueError) as error:
         raise ConfigError(f"model: {error}") from None
 
 
-def _trainer(cfg: DictConfig, config: dict, loggers: list) -> L.Trainer:
+def _trainer(config: dict, loggers: list) -> L.Trainer:
     """Lightning's Trainer from ``trainer.*`` with the plan's hardware, accumulation and validation
     interval (``plan.trainer``), the callbacks of conf/callbacks/ (built after a resume has moved
     paths.output_dir to the resumed run) and atomic checkpoint writes. A setting Lightning refuses
     is a ConfigError naming it, before anything is written."""
-    callbacks = build_callbacks(cfg.callbacks, run_settings(cfg))
-    trainer_args = hydra.utils.instantiate(cfg.trainer, _convert_="all")  # a strategy may be an object
+    callbacks = build_callbacks(config["callbacks"], run_settings(config))
+    trainer_args = hydra.utils.instantiate(config["trainer"], _convert_="all")  # a strategy may be an object
     planned = config["plan"]["trainer"]
     if not isinstance(trainer_args.get("strategy"), str):  # a Strategy object given in code: kept
         planned = {key: value for key, value in planned.items() if key != "strategy"}
     trainer_args.update(planned)
     # A hung rank ends the job after distributed.timeout_minutes, not Lightning's 30 minutes.
-    trainer_args["strategy"] = strategy_with_timeout(trainer_args["strategy"], cfg.distributed.timeout_minutes,
+    trainer_args["strategy"] = strategy_with_timeout(trainer_args["strategy"], config["distributed"]["timeout_minutes"],
                                                      config["plan"]["processes"])
     try:
         # SpawnedRanksLog: the ranks ddp_spawn starts print and write train.log as this process does.
@@ -274,12 +278,12 @@ def _trainer(cfg: DictConfig, config: dict, loggers: list) -> L.Trainer:
         raise ConfigError(f"trainer: {str(error).strip()}") from None
 
 
-def _loggers(cfg: DictConfig, resume) -> list:
+def _loggers(config: dict, resume) -> list:
     """The loggers of ``logger.<name>`` (``logger=[wandb,mlflow]``: both), in that order. A resumed
     run gives each the id of the run it continues (kept in the checkpoint by kind: wandb, mlflow)."""
     built = []
-    for entry in (cfg.get("logger") or {}).values():  # logger=[] (none chosen) leaves no logger key
-        kind = getattr(hydra.utils.get_object(entry._target_), "run_kind", None)
+    for entry in (config.get("logger") or {}).values():  # logger=[] (none chosen) leaves no logger key
+        kind = getattr(hydra.utils.get_object(entry["_target_"]), "run_kind", None)
         continued = resume.logger_runs.get(kind) if resume is not None and kind else None
         built.append(hydra.utils.instantiate(entry, **({"resume_id": continued} if continued else {})))
     return built
