@@ -126,3 +126,46 @@ def no_room(error: BaseException) -> OSError | None:
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
     return None
+
+
+def take_lock(path: str | os.PathLike, wait: bool = True, waiting: Callable[[], Any] | None = None) -> int | None:
+    """An open descriptor of ``path`` (made if missing) holding its OS lock (``flock``: released
+    when the process dies, however it dies), or None when another process holds it and ``wait``
+    is false; ``waiting`` is called once before waiting. A file removed while this process waited
+    for it is not held: the lock is taken on the file at ``path`` now instead. The one lock of the
+    project: the caches' entries (aiayn.data.cache) and the run folders (aiayn.cli.run_folder)."""
+    import fcntl  # POSIX only, as the fork-based encoding workers
+
+    path, told = Path(path), False
+    while True:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not wait:
+                    os.close(descriptor)
+                    return None
+                if waiting is not None and not told:
+                    waiting()
+                    told = True
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
+            try:
+                same = os.path.samestat(os.fstat(descriptor), os.stat(path))
+            except FileNotFoundError:
+                same = False
+        except BaseException:
+            os.close(descriptor)
+            raise
+        if same:
+            return descriptor
+        os.close(descriptor)  # removed by the process that held it: lock the file there now
+
+
+def release_lock(descriptor: int, remove: str | os.PathLike | None = None) -> None:
+    """Let go of a lock of :func:`take_lock`; ``remove``: its file, removed first, while still held
+    (a process waiting on it then sees it gone and locks the next)."""
+    if remove is not None:
+        with contextlib.suppress(FileNotFoundError):
+            Path(remove).unlink()
+    os.close(descriptor)

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import socket
@@ -33,6 +32,7 @@ from aiayn.cli.errors import fail
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import FOLDER_STAMP
 from aiayn.errors import UserError
+from aiayn.files import release_lock, take_lock
 
 JOB_NOTE = ".job"  # who made the folder: the job's identity
 LOCK = ".lock"  # held by the live run; its text names the holder
@@ -131,14 +131,11 @@ def hold(run_dir: str | os.PathLike, tool: str = "train.py") -> Iterator[None]:
                 del _held[folder]
         return
     folder.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    descriptor = take_lock(folder / LOCK, wait=False)
+    if descriptor is None:
+        raise UserError(f"{folder} is in use by another run ({_holder(folder / LOCK)}); wait for it to end or stop "
+                        "it, or start this one in a folder of its own (resume=null)")
     try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(descriptor)
-            raise UserError(f"{folder} is in use by another run ({holder}); wait for it to end or stop it, "
-                            "or start this one in a folder of its own (resume=null)") from None
         note = {"pid": os.getpid(), "host": socket.gethostname(), "job": job_identity(),
                 "since": datetime.now().isoformat(timespec="seconds")}
         os.ftruncate(descriptor, 0)
@@ -149,12 +146,12 @@ def hold(run_dir: str | os.PathLike, tool: str = "train.py") -> Iterator[None]:
         finally:
             del _held[folder]
     finally:
-        os.close(descriptor)  # releases the lock
+        release_lock(descriptor)  # the file stays: it holds the holder's note until the next run's
 
 
-def _holder(descriptor: int) -> str:
+def _holder(lock: Path) -> str:
     try:
-        note = json.loads(os.pread(descriptor, 4096, 0).decode() or "{}")
+        note = json.loads(lock.read_text(encoding="utf-8") or "{}")
     except (OSError, ValueError):
         note = {}
     if not note:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from aiayn.errors import ConfigError, DataError
-from aiayn.files import file_digest
+from aiayn.files import file_digest, release_lock, take_lock
 
 log = logging.getLogger(__name__)
 
@@ -36,41 +36,12 @@ def lock_file(folder: Path, key: str) -> Path:
 
 
 def _acquire(path: Path, wait: bool, what: str = "") -> int | None:
-    """An open descriptor of ``path`` holding its ``flock``, or None when another job holds it
-    and ``wait`` is false. A file removed while this job waited for it is not held: the loop
-    locks the file at ``path`` now instead."""
-    import fcntl  # POSIX only, as the fork-based encoding workers
-
-    waited = False
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if not wait:
-                    os.close(fd)
-                    return None
-                if not waited:
-                    log.info("waiting for another job that is %s (it holds %s)", what, path)
-                    waited = True
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                same = os.path.samestat(os.fstat(fd), os.stat(path))
-            except FileNotFoundError:
-                same = False
-        except BaseException:
-            os.close(fd)
-            raise
-        if same:
-            return fd
-        os.close(fd)  # removed by the job that held it (or by a clean-up): lock the file there now
+    """The lock of ``path`` (aiayn.files.take_lock), waiting when ``wait``, logged once."""
+    return take_lock(path, wait, lambda: log.info("waiting for another job that is %s (it holds %s)", what, path))
 
 
 def _release(path: Path, fd: int) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()  # while still held: a job waiting on this file sees it is gone and retries
-    os.close(fd)
+    release_lock(fd, remove=path)  # removed while still held: a job waiting on this file sees it is gone and retries
 
 
 @contextlib.contextmanager
