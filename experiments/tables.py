@@ -15,7 +15,7 @@ wandb.Table (offline without an API key; --no-wandb to skip). A run whose networ
 was changed from its row's (W&B tag ``modified``) is left out, named in a warning, unless
 --include-modified. See experiments/README.md.
 
-``report`` builds and saves a W&B Report of one table's runs (aiayn.experiments.report) and
+``report`` builds and saves a W&B Report of one table's runs (aiayn.tables.report) and
 prints its URL; it needs W&B online (an API key): offline it says so in one line, exit status 2.
 
 ``run`` trains a sweep's jobs, each in its fixed directory <root>/<name> (named by the overrides
@@ -23,7 +23,7 @@ that differ between jobs), skipping those with summary.json and resuming those s
 (resume=auto): run the same command again to go on after a stop. --part K/M takes every M-th job
 from the K-th; --parallel P runs P jobs at a time, each on its own share of the CPUs. Each job's
 output goes to <root>/<name>.log. Exit 0 when all its jobs finished, 1 if any failed, 130 on
-interrupt. The logic is aiayn.experiments.sweep.
+interrupt. The logic is aiayn.tables.runner.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from aiayn.experiments import sweep as sweeps
-from aiayn.experiments.report import REPORTED_TABLES, build_report, table_markdown
-from aiayn.experiments.rows import format_parameter_report, parameter_report, table_rows
-from aiayn.experiments.runs import TABLES, counted, local_runs, wandb_runs
-from aiayn.experiments.table_files import log_to_wandb, write_table
 from aiayn.reporting.loggers import wandb_mode
+from aiayn.tables import runner
+from aiayn.tables.output import log_to_wandb, write_table
+from aiayn.tables.report import REPORTED_TABLES, build_report, table_markdown
+from aiayn.tables.rows import format_parameter_report, parameter_report, table_rows
+from aiayn.tables.runs import TABLES, counted, local_runs, wandb_runs
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.command == "sweep":
-        jobs = sweeps.expand_sweep(CONF, args.overrides)
+        jobs = runner.expand_sweep(CONF, args.overrides)
         for number, job in enumerate(jobs):
             print(f"#{number} : {' '.join(job)}")
         print(f"{len(jobs)} jobs")
@@ -169,12 +169,12 @@ def run_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.parallel < 1:
         parser.error(f"--parallel must be at least 1, got {args.parallel}")
     try:
-        everything = sweeps.plan(CONF, args.overrides, args.root)
-        jobs = sweeps.select_part(everything, args.part)
+        everything = runner.plan(CONF, args.overrides, args.root)
+        jobs = runner.select_part(everything, args.part)
     except ValueError as error:
         parser.error(str(error))
     states = [job.state for job in jobs]
-    counts = ", ".join(f"{states.count(state)} {state}" for state in (sweeps.DONE, sweeps.PARTIAL, sweeps.NEW))
+    counts = ", ".join(f"{states.count(state)} {state}" for state in (runner.DONE, runner.PARTIAL, runner.NEW))
     part = f" (part {args.part} of {len(everything)})" if args.part else ""
     if args.dry_run:
         for job, state in zip(jobs, states):
@@ -183,7 +183,7 @@ def run_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 0
     print(f"{len(jobs)} jobs{part} in {args.root}: {counts}; {args.parallel} at a time", flush=True)
     try:
-        failed = sweeps.run(jobs, parallel=args.parallel, python=sys.executable, repo=REPO)
+        failed = runner.run(jobs, parallel=args.parallel, python=sys.executable, repo=REPO)
     except KeyboardInterrupt:
         print("interrupted: the stopped jobs resume when the same command runs again", file=sys.stderr)
         return 130

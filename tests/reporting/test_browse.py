@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from aiayn.experiments.report import CURVE_X, EVAL, REPORTED_TABLES, SECTIONS, TRAIN, build_report, named_keys
+from aiayn.tables.report import CURVE_X, EVAL, REPORTED_TABLES, SECTIONS, TRAIN, build_report, named_keys
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO, TINY_ROW
 from tests.helpers.wandb_offline import read_run

@@ -123,7 +123,7 @@ def test_a_signal_while_a_line_is_logged_still_stops_the_run(tmp_path: Path) -> 
     the stop (before: it printed '--- Logging error ---' and the run went on to exit 0)."""
     import logging
 
-    from aiayn.training.final_test import stops_on_signals
+    from aiayn.training.after_training import stops_on_signals
     from aiayn.training.preemption import Preempted
 
     class SignalledWhileWritten(io.StringIO):

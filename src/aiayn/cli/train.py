@@ -41,10 +41,10 @@ from aiayn.config.plan import describe, showing_only
 from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers
 from aiayn.errors import ConfigError, UserError
 from aiayn.reporting.loggers import close_runs, describe_runs, quiet_lightning
+from aiayn.training.after_training import stops_on_signals
 from aiayn.training.callbacks import build_callbacks, run_settings
 from aiayn.training.config_check import check_train_config
 from aiayn.training.distributed import strategy_with_timeout
-from aiayn.training.final_test import stops_on_signals
 from aiayn.training.module import TranslationModule
 from aiayn.training.run_log import SpawnedRanksLog, filter_the_run_log, lightning_into_the_run_log
 

@@ -3,7 +3,7 @@ tables — dev perplexity and BLEU (Table 3), parameter count (Table 3), trainin
 and training FLOPs, counted and the paper's estimate (Table 2, §6.1 footnote).
 
 :class:`aiayn.training.callbacks.RunSummaryCallback` gathers the figures during training and
-writes them with :func:`write_summary`; the tables (:mod:`aiayn.experiments.runs`) read them back
+writes them with :func:`write_summary`; the tables (:mod:`aiayn.tables.runs`) read them back
 with :func:`read_summary`.
 """
 

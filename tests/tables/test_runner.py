@@ -1,4 +1,4 @@
-"""`experiments/tables.py run` and aiayn.experiments.sweep: a sweep's jobs in fixed, resumable
+"""`experiments/tables.py run` and aiayn.tables.runner: a sweep's jobs in fixed, resumable
 directories, several at once, with real tiny training runs (src/train.py, debug=tiny): the
 sweep's jobs are real processes (marked ``cli``); `tables.py run --dry-run` and its refusal of a
 bad --part start none, and run in this process (tests.helpers.inprocess)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.experiments import sweep
+from aiayn.tables import runner
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO, TINY, offline_environment, snapshot
 
@@ -26,11 +26,11 @@ def _environment(data_root: Path, cache_dir: Path) -> dict[str, str]:
     return {**offline_environment(), "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(cache_dir)}
 
 
-def _run(jobs: list[sweep.Job], environment: dict[str, str], parallel: int = 1) -> tuple[list[sweep.Job], str]:
-    """sweep.run's failed jobs and what it printed."""
+def _run(jobs: list[runner.RowJob], environment: dict[str, str], parallel: int = 1) -> tuple[list[runner.RowJob], str]:
+    """runner.run's failed jobs and what it printed."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        failed = sweep.run(jobs, parallel=parallel, env=environment, poll_s=0.2)
+        failed = runner.run(jobs, parallel=parallel, env=environment, poll_s=0.2)
     return failed, printed.getvalue()
 
 
@@ -38,66 +38,66 @@ def _run(jobs: list[sweep.Job], environment: dict[str, str], parallel: int = 1) 
 def swept(tmp_path_factory: pytest.TempPathFactory, data_root: Path, subword_cache: Path):
     """The two tiny jobs of OVERRIDES run two at a time: (root, jobs, printed lines)."""
     root = tmp_path_factory.mktemp("sweep") / "table"
-    jobs = sweep.plan(CONF, OVERRIDES, root)
+    jobs = runner.plan(CONF, OVERRIDES, root)
     failed, printed = _run(jobs, _environment(data_root, subword_cache), parallel=2)
     assert not failed, "\n\n".join(job.log.read_text()[-3000:] for job in failed)
     return root, jobs, printed
 
 
 def test_plan_names_each_job_by_what_differs(tmp_path: Path) -> None:
-    jobs = sweep.plan(CONF, ["debug=tiny", "seed=1,2"], tmp_path / "root")
+    jobs = runner.plan(CONF, ["debug=tiny", "seed=1,2"], tmp_path / "root")
     assert [job.name for job in jobs] == ["seed1", "seed2"]
     assert [job.dir for job in jobs] == [tmp_path / "root" / "seed1", tmp_path / "root" / "seed2"]
     assert [job.overrides for job in jobs] == [("debug=tiny", "seed=1"), ("debug=tiny", "seed=2")]
-    assert all(job.state == sweep.NEW for job in jobs)
-    again = sweep.plan(CONF, ["debug=tiny", "seed=1,2"], tmp_path / "root")
+    assert all(job.state == runner.NEW for job in jobs)
+    again = runner.plan(CONF, ["debug=tiny", "seed=1,2"], tmp_path / "root")
     assert [(job.name, job.dir) for job in again] == [(job.name, job.dir) for job in jobs]
     command = jobs[0].command("python", REPO)
     group = f"{tmp_path.resolve().name}/root"  # the jobs' folder, as a --multirun's group is its sweep folder
     assert command[1:] == [str(REPO / "src" / "train.py"), "debug=tiny", "seed=1",
                            f"hydra.run.dir={tmp_path / 'root' / 'seed1'}", "resume=auto", f"run_group={group}"]
     with pytest.raises(ValueError, match="run_group"):  # the runner sets it
-        sweep.plan(CONF, ["debug=tiny", "seed=1,2", "run_group=mine"], tmp_path / "root")
+        runner.plan(CONF, ["debug=tiny", "seed=1,2", "run_group=mine"], tmp_path / "root")
 
 
 def test_job_names() -> None:
-    names = sweep.job_names([["experiment=table3_A_h1", "seed=1235", "+scale=x"],
+    names = runner.job_names([["experiment=table3_A_h1", "seed=1235", "+scale=x"],
                              ["experiment=table3_A_h4", "seed=1236", "+scale=x"]])
     assert names == ["table3_A_h1-seed1235", "table3_A_h4-seed1236"]
-    assert sweep.job_names([["experiment=table3_base", "debug=tiny"]]) == ["table3_base"]
+    assert runner.job_names([["experiment=table3_base", "debug=tiny"]]) == ["table3_base"]
     # The experiment and the seed name the job whether or not they vary: base's repeats and the
     # whole table's sweep find the same directory for base at seed 1234.
-    repeats = sweep.job_names([["experiment=table3_base", "seed=1234"], ["experiment=table3_base", "seed=1235"]])
-    table = sweep.job_names([["experiment=table3_A_h1", "seed=1234"], ["experiment=table3_base", "seed=1234"]])
+    repeats = runner.job_names([["experiment=table3_base", "seed=1234"], ["experiment=table3_base", "seed=1235"]])
+    table = runner.job_names([["experiment=table3_A_h1", "seed=1234"], ["experiment=table3_base", "seed=1234"]])
     assert repeats == ["table3_base-seed1234", "table3_base-seed1235"]
     assert table == ["table3_A_h1-seed1234", "table3_base-seed1234"]
-    assert sweep.job_names([["seed=1234", "experiment=table3_base", "x=1"], ["seed=1234", "experiment=table3_base",
+    assert runner.job_names([["seed=1234", "experiment=table3_base", "x=1"], ["seed=1234", "experiment=table3_base",
                                                                             "x=2"]]) == [
         "table3_base-seed1234-x1", "table3_base-seed1234-x2"]
-    assert sweep.job_names([["debug=tiny"]]) == ["job"]
-    assert sweep.job_names([["a.b=x/y z"], ["a.b=1"]]) == ["a.bx_y_z", "a.b1"]
+    assert runner.job_names([["debug=tiny"]]) == ["job"]
+    assert runner.job_names([["a.b=x/y z"], ["a.b=1"]]) == ["a.bx_y_z", "a.b1"]
     with pytest.raises(ValueError, match="would share the directory name 'a.bx_y'"):
-        sweep.job_names([["a.b=x/y"], ["a.b=x y"]])
+        runner.job_names([["a.b=x/y"], ["a.b=x y"]])
     with pytest.raises(ValueError, match="sets resume itself"):
-        sweep.plan(CONF, ["seed=1,2", "resume=none"], "root")
+        runner.plan(CONF, ["seed=1,2", "resume=none"], "root")
 
 
 def test_parts_partition_the_jobs(tmp_path: Path) -> None:
-    jobs = sweep.plan(CONF, ["debug=tiny", "seed=1,2,3,4,5"], tmp_path)
-    first, second = sweep.select_part(jobs, "1/2"), sweep.select_part(jobs, "2/2")
+    jobs = runner.plan(CONF, ["debug=tiny", "seed=1,2,3,4,5"], tmp_path)
+    first, second = runner.select_part(jobs, "1/2"), runner.select_part(jobs, "2/2")
     assert [job.name for job in first] == ["seed1", "seed3", "seed5"]
     assert [job.name for job in second] == ["seed2", "seed4"]
-    assert sweep.select_part(jobs, None) == jobs and sweep.select_part(jobs, "1/1") == jobs
+    assert runner.select_part(jobs, None) == jobs and runner.select_part(jobs, "1/1") == jobs
     for bad in ("0/2", "3/2", "x", "1/0", "1/2/3", ""):
         with pytest.raises(ValueError, match=r"expected K/M with 1 <= K <= M") as error:
-            sweep.select_part(jobs, bad)
+            runner.select_part(jobs, bad)
         assert "\n" not in str(error.value)
 
 
 def test_cpu_shares_are_disjoint() -> None:
-    assert sweep.cpu_shares(1) == [None]
-    assert sweep.cpu_shares(2, cpus=[0, 1, 2, 3, 4]) == [[0, 1], [2, 3, 4]]
-    assert sweep.cpu_shares(3, cpus=[4, 5]) == [[4], [4], [5]]  # more slots than CPUs: one each
+    assert runner.cpu_shares(1) == [None]
+    assert runner.cpu_shares(2, cpus=[0, 1, 2, 3, 4]) == [[0, 1], [2, 3, 4]]
+    assert runner.cpu_shares(3, cpus=[4, 5]) == [[4], [4], [5]]  # more slots than CPUs: one each
 
 
 @pytest.mark.cli
@@ -108,8 +108,8 @@ def test_run_two_jobs_at_once_then_nothing(swept, data_root: Path, subword_cache
     for job in jobs:
         assert json.loads((job.dir / "summary.json").read_text())["steps"] == 4
         assert "resume=auto" in job.log.read_text() and "cpus " in job.log.read_text()
-    replanned = sweep.plan(CONF, OVERRIDES, root)
-    assert [job.state for job in replanned] == [sweep.DONE, sweep.DONE]
+    replanned = runner.plan(CONF, OVERRIDES, root)
+    assert [job.state for job in replanned] == [runner.DONE, runner.DONE]
     before = snapshot(root)
     failed, again = _run(replanned, _environment(data_root, subword_cache), parallel=2)
     assert not failed and "start " not in again and again.count("skip ") == 2
@@ -125,22 +125,22 @@ def test_partial_job_resumes_from_its_checkpoint(swept, tmp_path: Path, data_roo
     stopped = tmp_path / jobs[0].name
     for name in ("summary.json", "checkpoints/step0000004.ckpt", "checkpoints/last.ckpt"):
         (stopped / name).unlink()
-    planned = sweep.plan(CONF, OVERRIDES, tmp_path)
-    assert [job.state for job in planned] == [sweep.PARTIAL, sweep.NEW]
-    failed, printed = _run(sweep.select_part(planned, "1/2"), _environment(data_root, subword_cache))
+    planned = runner.plan(CONF, OVERRIDES, tmp_path)
+    assert [job.state for job in planned] == [runner.PARTIAL, runner.NEW]
+    failed, printed = _run(runner.select_part(planned, "1/2"), _environment(data_root, subword_cache))
     log = planned[0].log.read_text()
     assert not failed, log[-3000:]
     assert "start seed1 (partial)" in printed and "seed2" not in printed
     assert "resuming from" in log and "step0000002.ckpt (step 2)" in log
     assert "cpus " not in log  # one at a time: affinity and threads left alone
     assert json.loads((stopped / "summary.json").read_text())["steps"] == 4
-    assert planned[0].state == sweep.DONE and not planned[1].dir.exists()
+    assert planned[0].state == runner.DONE and not planned[1].dir.exists()
 
 
 def test_a_job_another_runner_trains_is_left_to_it(tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
     """Two runners on one root (two parts, or the same command twice): a job whose lock another
     runner holds is skipped, not trained twice in the same directory."""
-    jobs = sweep.plan(CONF, OVERRIDES, tmp_path)
+    jobs = runner.plan(CONF, OVERRIDES, tmp_path)
     with jobs[0].lock:  # "another runner" is training seed1
         failed, printed = _run(jobs[:1], _environment(data_root, subword_cache))
     assert not failed and "skip seed1: another runner is training it" in printed and "start " not in printed
@@ -168,7 +168,7 @@ def test_cli_dry_run_lists_and_runs_nothing(swept, tmp_path: Path) -> None:
 def test_a_row_resumes_only_its_own_run(tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
     """Two rows of the same settings (here only their names differ): the second, with no
     checkpoint of its own yet, trains its own run rather than continuing the first's."""
-    jobs = sweep.plan(CONF, [*TINY, "logger=none", "run_name=first,second"], tmp_path)
+    jobs = runner.plan(CONF, [*TINY, "logger=none", "run_name=first,second"], tmp_path)
     failed, _ = _run(jobs[:1], _environment(data_root, subword_cache))
     assert not failed
     first = {path: path.read_bytes() for path in (jobs[0].dir / "summary.json", jobs[0].dir / "checkpoints" /

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from aiayn.experiments.runs import Run, seed_order
+from aiayn.tables.runs import Run, seed_order
 
 
 @dataclass

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.experiments.noise import base_spread, within_noise
-from aiayn.experiments.rows import Row, table_rows
-from aiayn.experiments.runs import Run
-from aiayn.experiments.table_files import write_table
-from aiayn.experiments.tables import build_table
+from aiayn.tables.build import build_table
+from aiayn.tables.noise import base_spread, within_noise
+from aiayn.tables.output import write_table
+from aiayn.tables.rows import Row, table_rows
+from aiayn.tables.runs import Run
 from tests.helpers.runs import REPO
 
 CONF = REPO / "conf"
@@ -119,7 +119,7 @@ def test_restricted_attention_rows_come_after_e_and_before_big_by_radius(rows: l
     def row(name: str) -> Row:
         return Row(table="table3", row=name, label=name, model={}, paper={}, experiment=f"table3_{name}")
 
-    from aiayn.experiments.rows import _paper_order
+    from aiayn.tables.rows import _paper_order
 
     names = ["big", "F_r16", "F_r2", "E_learned", "F_r4", "base", "F_r1", "A_h1", "D_new", "F_other", "D_ls02"]
     ordered = [r.row for r in sorted(map(row, names), key=_paper_order)]
@@ -182,7 +182,7 @@ def test_no_runs_still_writes_the_papers_differences(rows: list[Row], tmp_path: 
 
 
 def test_an_axis_turns_symmetric_log_only_where_one_difference_dwarfs_the_band() -> None:
-    from aiayn.experiments.table_files import _linear_range
+    from aiayn.tables.output import _linear_range
 
     nan = float("nan")
     # N=8's ΔPPL of +180 beside differences of a few points: log beyond the band's reach (3).

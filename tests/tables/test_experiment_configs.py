@@ -15,11 +15,11 @@ from omegaconf import OmegaConf
 
 from aiayn.config.schemas import network_arguments
 from aiayn.errors import ConfigError
-from aiayn.experiments.rows import count_parameters, parameter_report, table_rows
-from aiayn.experiments.sweep import expand_sweep
 from aiayn.model import Transformer
 from aiayn.model.positional import LearnedPositionalEmbedding
 from aiayn.reporting.flops import Shapes, forward_flops, paper_estimate, training_flops
+from aiayn.tables.rows import count_parameters, parameter_report, table_rows
+from aiayn.tables.runner import expand_sweep
 from aiayn.training.config_check import check_train_config
 from aiayn.training.module import TranslationModule
 from tests.helpers.runs import REPO

@@ -1,4 +1,4 @@
-"""A rebuilt table (:func:`aiayn.experiments.tables.build_table`) written out: markdown, CSV, a
+"""A rebuilt table (:func:`aiayn.tables.build.build_table`) written out: markdown, CSV, a
 chart, and a W&B run holding them as ``wandb.Table``s.
 
 Table 2's chart puts each row's BLEU beside the paper's. Table 3's puts each row's difference
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiayn.experiments.noise import WITHIN_NOISE_RULE, BaseSpread, base_spread, noise_limits, within_noise
-from aiayn.experiments.rows import Row, base_paper_figures
-from aiayn.experiments.runs import Run
-from aiayn.experiments.tables import build_table
+from aiayn.tables.build import build_table
+from aiayn.tables.noise import WITHIN_NOISE_RULE, BaseSpread, base_spread, noise_limits, within_noise
+from aiayn.tables.rows import Row, base_paper_figures
+from aiayn.tables.runs import Run
 
 DELTAS = ("ΔPPL", "paper ΔPPL", "ΔBLEU", "paper ΔBLEU")
 

@@ -42,7 +42,7 @@ _TERMINATE_WAIT_S = 30.0
 
 
 @dataclass
-class Job:
+class RowJob:
     """One job of a sweep: its overrides and its fixed directory ``<root>/<name>``."""
 
     index: int  # its place in the sweep's expansion
@@ -146,7 +146,7 @@ def expand_sweep(conf_dir: Path | str, overrides: list[str]) -> list[list[str]]:
     return [list(job) for batch in batches for job in batch]
 
 
-def plan(conf_dir: str | os.PathLike, overrides: Sequence[str], root: str | os.PathLike) -> list[Job]:
+def plan(conf_dir: str | os.PathLike, overrides: Sequence[str], root: str | os.PathLike) -> list[RowJob]:
     """The jobs of ``python src/train.py --multirun <overrides>``, in Hydra's order, each with its
     directory ``<root>/<name>`` (see :func:`job_names`). Raises ValueError for an override the
     runner sets itself (hydra.run.dir, resume, ...) and for colliding names."""
@@ -155,7 +155,7 @@ def plan(conf_dir: str | os.PathLike, overrides: Sequence[str], root: str | os.P
             raise ValueError(f"{override!r}: the sweep runner sets {_key(override)} itself; leave it out")
     expanded = expand_sweep(conf_dir, list(overrides))
     root = Path(root).resolve()
-    return [Job(index, name, tuple(job), root / name)
+    return [RowJob(index, name, tuple(job), root / name)
             for index, (job, name) in enumerate(zip(expanded, job_names(expanded)))]
 
 
@@ -168,7 +168,7 @@ def parse_part(part: str) -> tuple[int, int]:
     return k, m
 
 
-def select_part(jobs: Sequence[Job], part: str | None) -> list[Job]:
+def select_part(jobs: Sequence[RowJob], part: str | None) -> list[RowJob]:
     """Part ``K/M`` of the jobs: those whose place i in the expansion has i % M == K - 1
     (all of them for None)."""
     if part is None:
@@ -204,14 +204,14 @@ def _describe(cpus: Sequence[int]) -> str:
 
 @dataclass
 class _Running:
-    job: Job
+    job: RowJob
     process: subprocess.Popen
     slot: int
     started: float
     lock: FileLock
 
 
-def _claim(job: Job) -> FileLock | None:
+def _claim(job: RowJob) -> FileLock | None:
     """The job's lock, held, when no other runner trains it and it is not done; else None."""
     job.dir.parent.mkdir(parents=True, exist_ok=True)
     lock = job.lock
@@ -227,7 +227,7 @@ def _claim(job: Job) -> FileLock | None:
     return lock
 
 
-def _start(job: Job, slot: int, share: list[int] | None, python: str, repo: Path,
+def _start(job: RowJob, slot: int, share: list[int] | None, python: str, repo: Path,
            env: Mapping[str, str] | None, lock: FileLock) -> _Running:
     command = job.command(python, repo)
     environment = dict(os.environ if env is None else env)
@@ -266,8 +266,8 @@ def _raise_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def run(jobs: Sequence[Job], parallel: int = 1, python: str | os.PathLike = sys.executable,
-        repo: str | os.PathLike = REPO, env: Mapping[str, str] | None = None, poll_s: float = 0.5) -> list[Job]:
+def run(jobs: Sequence[RowJob], parallel: int = 1, python: str | os.PathLike = sys.executable,
+        repo: str | os.PathLike = REPO, env: Mapping[str, str] | None = None, poll_s: float = 0.5) -> list[RowJob]:
     """Train the jobs that are not done, at most ``parallel`` at a time, each as
     ``python <repo>/src/train.py <overrides> hydra.run.dir=<dir> resume=auto`` with its output
     appended to ``<root>/<name>.log``. With ``parallel`` > 1 each slot runs on its own share of
@@ -284,7 +284,7 @@ def run(jobs: Sequence[Job], parallel: int = 1, python: str | os.PathLike = sys.
     shares = cpu_shares(parallel)
     repo, python = Path(repo), str(python)
     running: list[_Running] = []
-    failed: list[Job] = []
+    failed: list[RowJob] = []
     free = list(range(parallel))
     previous = None
     if threading.current_thread() is threading.main_thread():

@@ -1,16 +1,16 @@
 """The paper's Tables 2 and 3 rebuilt from finished runs, each row beside the paper's figures.
 
-The rows and the paper's figures come from the experiment configs (:mod:`aiayn.experiments.rows`);
+The rows and the paper's figures come from the experiment configs (:mod:`aiayn.tables.rows`);
 the runs, and what each measured, from their run directories or W&B
-(:mod:`aiayn.experiments.runs`). :func:`build_table` puts each run beside its row.
+(:mod:`aiayn.tables.runs`). :func:`build_table` puts each run beside its row.
 
 Table 3 (§6.2): dev perplexity per wordpiece, dev BLEU, parameters ×10^6, and each run's
 difference from the base model trained at the same scale (ΔPPL and ΔBLEU) beside the paper's
-difference, with a noise band from repeated base runs (:mod:`aiayn.experiments.noise`).
+difference, with a noise band from repeated base runs (:mod:`aiayn.tables.noise`).
 Rows (F) are restricted self-attention (§4, ``model.attention_window``), which the paper's
 Table 3 does not have. Table 2 (§6.1):
 newstest2014 BLEU and the training cost in FLOPs, counted and estimated the paper's way (see
-:mod:`aiayn.reporting.flops`). :mod:`aiayn.experiments.table_files` writes a rebuilt table out.
+:mod:`aiayn.reporting.flops`). :mod:`aiayn.tables.output` writes a rebuilt table out.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from aiayn.config.schemas import network_arguments
-from aiayn.experiments.noise import BaseSpread, base_spread, within_noise
-from aiayn.experiments.rows import Row, base_paper_figures
-from aiayn.experiments.runs import Run, seed_order
+from aiayn.tables.noise import BaseSpread, base_spread, within_noise
+from aiayn.tables.rows import Row, base_paper_figures
+from aiayn.tables.runs import Run, seed_order
 
 
 def build_table(rows: list[Row], runs: list[Run]) -> list[dict[str, Any]]:

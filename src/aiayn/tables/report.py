@@ -174,10 +174,10 @@ def table_markdown(table: str, rows: list[Any], runs: list[Any]) -> str:
     ``experiments/tables.py rebuild`` writes them (Table 3 with its noise band); Table 4 a line
     per recipe and evaluation (decoding, checkpoints averaged) of the local runs' evaluate.py
     reports, beside the paper's F1."""
-    from aiayn.experiments.noise import base_spread
-    from aiayn.experiments.rows import base_paper_figures
-    from aiayn.experiments.table_files import MARKDOWN_COLUMNS, noise_markdown, to_markdown
-    from aiayn.experiments.tables import build_table
+    from aiayn.tables.build import build_table
+    from aiayn.tables.noise import base_spread
+    from aiayn.tables.output import MARKDOWN_COLUMNS, noise_markdown, to_markdown
+    from aiayn.tables.rows import base_paper_figures
 
     runs = [run for run in runs if run.table == table]
     if table == "table4":

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from aiayn.config.schemas import network_arguments
-from aiayn.experiments.rows import table_rows
 from aiayn.reporting.flops import Shapes
+from aiayn.tables.rows import table_rows
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO, TINY_ROW
 from tests.helpers.wandb_offline import read_run
