@@ -301,3 +301,24 @@ def test_a_data_root_or_cache_dir_that_is_a_file_is_named_by_its_variable(data_r
             f"{variable} to a folder (or unset it for the default)" in lines[0]  # before: 12 "missing" files, or a traceback
         assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*"))
     assert not (tmp_path / "train").exists()  # a training run refused before it starts leaves no folder
+
+
+def test_a_runs_checks_read_each_split_through_once_and_again_when_a_file_changes(data_root, tmp_path, monkeypatch):
+    import aiayn.data.checks
+
+    reads = []
+    monkeypatch.setattr(aiayn.data.checks, "count_pairs", lambda *paths: reads.append(paths) or len(read_lines(paths[0])))
+    root = _linked_copy(data_root, tmp_path / "data", leave_out={"test_2016_flickr.de.gz"})
+    test_de = root / "multi30k" / "test_2016_flickr.de.gz"
+    test_de.write_bytes((data_root / "multi30k" / "test_2016_flickr.de.gz").read_bytes())
+    module = Multi30kDataModule(str(root), vocab_size=VOCAB, cache_dir=str(tmp_path / "cache"), download=False)
+    module.check_files()  # as train.py checks, then Lightning's hooks
+    module.prepare_data()
+    module.setup("fit")
+    module.setup("test")
+    assert sorted(path.name for path, _ in reads) == ["test_2016_flickr.en.gz", "train.en.gz", "val.en.gz"]
+    lines = read_lines(test_de)[:990]  # the test file cut short after the checks: read through again, and named
+    test_de.write_bytes(gzip.compress("".join(f"{line}\n" for line in lines).encode()))
+    monkeypatch.undo()
+    with pytest.raises(DataError, match=rf"^test split 'test_2016_flickr': parallel files differ in length: {test_de}"):
+        module.setup("test")

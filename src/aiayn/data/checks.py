@@ -72,8 +72,17 @@ class SplitFiles:
         if problems:
             listing = "; ".join(f"{path} ({problem})" for path, problem in problems.items())
             raise DataError(self.missing_files_message(listing))
+        # A run checks its files up to four times (train.py before the run folder is made,
+        # prepare_data, setup("fit"), setup("test")): a split's files are read through once while
+        # they stay as they were (the same size and modification time).
+        checked = self.__dict__.setdefault("_contents_checked", {})
         for role in dict.fromkeys(roles):
-            self.check_contents(self.splits[role], role)
+            split = self.splits[role]
+            state = tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns)
+                          for path in self.required_files(split))
+            if checked.get(split) != state:
+                self.check_contents(split, role)
+                checked[split] = state
 
     def check_contents(self, split: str, role: str) -> None:
         """Read the two files of ``split`` through: a :class:`DataError` naming the file that ends
