@@ -4,6 +4,8 @@ one-line refusals of bad settings, one kind each, are in tests/cli/test_bad_inpu
 
 from __future__ import annotations
 
+import copy
+import functools
 from dataclasses import fields, replace
 
 import pytest
@@ -32,7 +34,12 @@ SHIPPED = [
 def resolved(*overrides: str, least_cores: int = 1) -> dict:
     """The config resolved, its plan made on this machine; with ``least_cores``, as if this process
     could run on that many cores at least (``hardware=cpu2_ddp`` asks for two, and a test may run
-    under ``taskset -c 0``)."""
+    under ``taskset -c 0``). A copy: each config is composed once in a test process."""
+    return copy.deepcopy(_resolved(overrides, least_cores))
+
+
+@functools.cache
+def _resolved(overrides: tuple[str, ...], least_cores: int) -> dict:
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[*overrides, "paths.output_dir=/tmp/run", "run_name=test"])
     machine = this_machine()
