@@ -1,6 +1,6 @@
 # make train  — create .venv, install aiayn (torch pinned), run the default job
 # make test   — same install, run the tests on every core (PYTEST_ARGS to pass options; PYTEST_WORKERS=1 for one process)
-# make test-fast — the inner loop: the tests that take seconds (not slow, not a process of their own)
+# make test-fast — the inner loop: the tests of about a second or less (not slow, not a process of their own)
 # make lint   — ruff, with the rules in pyproject.toml
 # make gpu-check — same install, then on a machine with a CUDA GPU, in under 9 minutes: the gpu-marked
 #                  tests, bf16 training throughput (base and big eager, base compiled) and beam-4 decoding

@@ -81,6 +81,7 @@ def test_maps_have_every_layer_head_and_token(maps: AttentionMaps, model: Transf
     assert not torch.equal(maps.encoder_self[0, 0], maps.encoder_self[0, 1]), "heads differ"
 
 
+@pytest.mark.slow
 def test_draw_attention_writes_one_picture_per_layer_and_kind(maps: AttentionMaps, tmp_path: Path) -> None:
     from matplotlib.figure import Figure
 
@@ -120,6 +121,7 @@ def run_dir(tiny_run: TrainedRun) -> Path:
     return tiny_run.run_dir
 
 
+@pytest.mark.slow
 def test_training_ends_by_drawing_the_papers_layer(run_dir: Path) -> None:
     """Two layers: the paper's "layer 5 of 6" is the next to last, layer 1: a picture of each kind."""
     pictures = sorted((run_dir / "attention").glob("*.png"))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.inprocess import run_tool
 
 TINY = ["--model", "small", "--override", "n_layers=1", "d_model=32", "d_ff=64", "n_heads=2", "d_k=16", "d_v=16",
@@ -34,6 +36,7 @@ def test_decode_speed_with_and_without_cache(tmp_path, data_root):
     assert "cache speed-up" in stdout
 
 
+@pytest.mark.slow
 def test_side_by_side_measures_both_parts_against_both_peers(tmp_path, data_root):
     out = tmp_path / "side.jsonl"
     run("side_by_side.py", *TINY, "--train-steps", "2", "--train-max-tokens", "200", "--sentences", "6",
@@ -51,6 +54,7 @@ def test_side_by_side_measures_both_parts_against_both_peers(tmp_path, data_root
     assert decoding["generated_tokens"]["ours"] > 6 and decoding["generated_tokens"]["marian_mt"] > 6
 
 
+@pytest.mark.slow
 def test_side_by_side_decodes_a_trained_model_with_every_engine(tiny_run, tmp_path, data_root):
     """Part (c) on the session's tiny Multi30k checkpoint: every engine, beam 4 and greedy, the
     same sentences, BLEU and speed per engine."""

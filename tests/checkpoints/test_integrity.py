@@ -98,6 +98,7 @@ def test_average_never_writes_over_a_file_or_a_name_a_run_gives_its_checkpoints(
     assert (run_copy / "notes.txt").read_text() == "mine\n"
 
 
+@pytest.mark.slow
 def test_a_copied_run_folder_resumes_with_last_ckpt_the_newest_and_no_versioned_copies(
         run_copy: Path, tiny_run: TrainedRun, data_root: Path) -> None:
     train(run_copy, *tiny_run.overrides, "resume=auto", "optim.train_steps=6", "test_after_training=false",

@@ -279,6 +279,7 @@ def test_a_run_refused_before_training_leaves_no_output_folder(tmp_path, data_ro
     assert not (tmp_path / "outputs").exists(), list((tmp_path / "outputs").rglob("*"))
 
 
+@pytest.mark.slow
 def test_a_sweep_of_a_dozen_overrides_gets_folders_the_file_system_accepts(tmp_path, subword_cache, data_root):
     """The sweep subdir is built from the overrides; past a file name's 255 bytes it is shortened
     (with a hash of the whole), so each job still gets its own folder."""

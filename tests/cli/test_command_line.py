@@ -49,6 +49,7 @@ def test_a_sweep_jobs_checkpoint_is_one_path_in_every_tool(tool: str, sweep_job:
     assert (sweep_job / made).exists()
 
 
+@pytest.mark.slow
 def test_train_resumes_a_sweep_jobs_checkpoint_named_by_its_path(sweep_job: Path, tiny_run: TrainedRun,
                                                                 data_root: Path, tmp_path: Path) -> None:
     result = _tool(tiny_run, data_root, "src/train.py", *tiny_run.overrides, "optim.train_steps=5",
@@ -132,6 +133,7 @@ def test_one_line_errors_whatever_the_working_folder_or_hydra_full_error(full_er
         assert not (cwd / "outputs").exists() or cwd != tmp_path
 
 
+@pytest.mark.slow
 def test_logger_as_an_empty_list_trains_without_a_logger(tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
     run = tmp_path / "run"
     run_tool("src/train.py", "debug=tiny", "logger=[]", "visualize_at_end=false", f"hydra.run.dir={run}",

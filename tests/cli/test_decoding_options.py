@@ -49,6 +49,7 @@ def test_nbest_lists_k_hypotheses_an_input_the_first_the_1best(tiny_run: Trained
             assert scores == sorted(scores, reverse=True) and all(float(h[2]) <= 0 for h in hypotheses)
 
 
+@pytest.mark.slow
 def test_sampling_is_reproducible_and_with_top_k_1_is_greedy(tiny_run: TrainedRun, data_root: Path,
                                                              tmp_path: Path) -> None:
     greedy = translated(tiny_run, data_root, tmp_path, "decoding.beam_size=1", "decoding.alpha=0",

@@ -108,6 +108,7 @@ OWN_SETTINGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", TOOLS)
 def test_help_shows_the_tools_own_settings(tool: str, tmp_path: Path) -> None:
     # In this process, invoked as the console script from outside the checkout.

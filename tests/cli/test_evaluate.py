@@ -147,6 +147,7 @@ def test_data_root_moves_every_path_of_the_checkpoints_task_under_it() -> None:
 
 
 # -- averaging: the k checkpoints ending at the one given -------------------------------------
+@pytest.mark.slow
 def test_average_last_averages_the_checkpoints_ending_at_the_one_given(tiny_run: TrainedRun, data_root: Path,
                                                                      tmp_path: Path) -> None:
     from aiayn.checkpoints.averaging import average_checkpoints
@@ -178,6 +179,7 @@ def test_average_last_averages_the_checkpoints_ending_at_the_one_given(tiny_run:
 
 
 # -- names: a sweep of decoding settings leaves one report per setting ------------------------
+@pytest.mark.slow
 def test_evaluations_with_other_decoding_settings_leave_their_own_reports(tiny_run: TrainedRun, data_root: Path,
                                                                           tmp_path: Path) -> None:
     for alpha in ("0.6", "1.0"):
@@ -199,6 +201,7 @@ def test_evaluations_with_other_decoding_settings_leave_their_own_reports(tiny_r
         assert len(Path(report["hypotheses"]).read_text(encoding="utf-8").splitlines()) == 461
 
 
+@pytest.mark.slow
 def test_ensembles_of_other_members_keep_their_own_reports(tiny_run: TrainedRun, data_root: Path,
                                                           tmp_path: Path) -> None:
     """ckpt=A,B then ckpt=A,C: two reports (before: both were ....ens2, the second replaced the first);
@@ -222,6 +225,7 @@ def test_the_old_seed_is_decoding_seed_with_a_notice(tiny_run: TrainedRun, data_
     assert report_of(tmp_path, "*.seed7.*json")["decoding"]["seed"] == 7
 
 
+@pytest.mark.slow
 def test_a_run_whose_row_no_longer_composes_is_evaluated_and_logged_untagged(tiny_run: TrainedRun, data_root: Path,
                                                                              tmp_path: Path) -> None:
     """evaluate.py tags its W&B run `modified` when the training run changed its paper row; a run

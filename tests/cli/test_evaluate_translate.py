@@ -13,6 +13,7 @@ from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import TrainedRun
 
 
+@pytest.mark.slow
 def test_evaluate_writes_hypotheses_and_reports_both_bleus(tiny_run: TrainedRun, data_root: Path,
                                                            tmp_path: Path) -> None:
     from aiayn.metrics.bleu import sacrebleu_score, tokenized_bleu
@@ -89,6 +90,7 @@ def test_translate_keeps_order_empty_lines_and_truncates(tiny_run: TrainedRun, d
     assert dashed.stdout.split("\n")[:-1] == translations and not (tmp_path / "-").exists()
 
 
+@pytest.mark.slow
 def test_evaluate_decodes_in_bf16_on_the_cpu_into_a_report_of_its_own(tiny_run: TrainedRun, data_root: Path,
                                                                      tmp_path: Path) -> None:
     """precision=bf16, the GPU's decoding switch, run on the CPU (torch computes bf16 there too):

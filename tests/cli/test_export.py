@@ -48,6 +48,7 @@ def test_hf_export_of_averaged_checkpoints_loads_with_transformers(tiny_run, dat
     assert sorted(p.name for p in out.parent.iterdir()) == ["hf"]  # no scratch folder left beside it
 
 
+@pytest.mark.slow
 def test_ctranslate2_export_serves_translate_with_our_output(tiny_run, data_root, tmp_path):
     pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
     out = tmp_path / "ct2"

@@ -28,6 +28,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> tuple[
     return root / "run", root / "run" / "checkpoints" / "last.ckpt", root / "cache"
 
 
+@pytest.mark.slow
 def test_train_validates_and_tests_with_f1(trained) -> None:
     run_dir, _, _ = trained
     with open(next(run_dir.glob("csv/version_*/metrics.csv"))) as metrics:
@@ -54,6 +55,7 @@ def test_evaluate_of_a_parser_on_a_translation_task_is_one_line(trained, data_ro
     assert not (tmp_path / "eval").exists()
 
 
+@pytest.mark.slow
 def test_evaluate_reports_f1_and_writes_evalb_files(trained, data_root: Path, tmp_path: Path) -> None:
     _, ckpt, cache = trained
     result = run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=test", f"out={tmp_path}", "wandb=disabled",

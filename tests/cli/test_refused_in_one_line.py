@@ -51,6 +51,7 @@ def test_positions_that_do_not_cover_max_length_are_refused_up_front(tmp_path, d
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_an_evaluation_example_beyond_the_positions_stops_the_run_before_its_first_step(tmp_path, data_root,
                                                                                        subword_cache):
     """Training pairs are held to max_length, evaluation examples are kept whole. Before: the
@@ -117,6 +118,7 @@ def _other_layout(tiny_run: TrainedRun, tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_layout_is_one_line_in_evaluate_and_resume(tiny_run: TrainedRun, data_root, tmp_path):
     """Before: torch's 'Error(s) in loading state_dict' with every key, as a traceback."""
     path = _other_layout(tiny_run, tmp_path)
@@ -133,6 +135,7 @@ def test_a_checkpoint_of_another_layout_is_one_line_in_evaluate_and_resume(tiny_
     assert line.startswith(f"train.py: {path}: {expected}model.encoder_layers.0."), line
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_saving_a_checkpoint_is_one_line_and_leaves_no_part_of_it(tmp_path, data_root,
                                                                                     subword_cache):
     """A 256 KiB file-size limit (``ulimit -f``): the logs fit, the tiny model's checkpoint does

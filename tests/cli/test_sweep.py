@@ -24,6 +24,7 @@ def table(sweep_dir: Path) -> list[dict[str, str]]:
     return list(csv.DictReader((sweep_dir / "sweep.tsv").read_text().splitlines(), delimiter="\t"))
 
 
+@pytest.mark.slow
 def test_refused_jobs_are_listed_one_line_each_before_any_runs(tmp_path, data_root, subword_cache):
     result = inprocess.run_tool("src/train.py", "--multirun", *JOB, "loss.label_smoothing=0.1,1.5", "seed=1,2",
                                 "optim.warmup_steps=0,2", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path,

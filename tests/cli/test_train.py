@@ -19,6 +19,7 @@ from tests.helpers.inprocess import train
 from tests.helpers.runs import REPO, TINY, TWO_CORES
 
 
+@pytest.mark.slow
 def test_train_validates_with_bleu_and_tests(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
     run_dir = tmp_path / "run"
     result = train(run_dir, *TINY, "logger=csv", data_root=data_root, cache_dir=subword_cache)
@@ -189,6 +190,7 @@ def test_wandb_offline_run_holds_config_and_metrics(tmp_path: Path, subword_cach
     assert "test/bleu" in run.summary
 
 
+@pytest.mark.slow
 def test_save_top_k_keeps_the_newest_step_checkpoints(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
     """checkpoint.save_top_k=2: the two newest step checkpoints stay (Lightning keeps k of them only
     by a monitored value; the step is it), and last.ckpt names the newest."""

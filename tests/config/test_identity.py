@@ -68,6 +68,7 @@ def test_run_group_sets_the_group_and_nothing_else(tmp_path):
             "multi30k_en_de-small-seed=1", "tables/table3", ["task:multi30k_en_de", "model:small", "seed=1"])
 
 
+@pytest.mark.slow
 def test_a_table3_row_at_cpu_or_debug_scale_never_looks_like_the_wmt_run(tmp_path):
     paper, cpu, debug = (wandb_init(tmp_path, "experiment=table3_C_N2", *scale, multirun=True)
                          for scale in ([], ["+scale=multi30k_cpu"], ["+scale=multi30k", "debug=tiny"]))
@@ -86,6 +87,7 @@ def changes(*overrides: str) -> list[str]:
     return row_changes(row_settings(cfg), choices, CONF)
 
 
+@pytest.mark.slow
 def test_a_row_run_with_its_model_or_recipe_changed_is_no_longer_that_row():
     assert changes("experiment=table3_A_h1", "model.n_heads=4") == ["model.n_heads: 1 → 4"]
     big = changes("experiment=table3_A_h1", "model=big")

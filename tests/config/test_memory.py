@@ -28,6 +28,7 @@ def gpu(memory_gb: float, gpus: int = 1, bf16: bool = True, name: str = "a GPU")
     return Machine(gpus=gpus, bf16=bf16, cpu_cores=16, gpu_name=name, gpu_memory=int(memory_gb * GB))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", [
     {}, {"d_model": 1024, "d_ff": 4096, "n_heads": 16}, {"positional": "learned", "n_layers": 2},
     {"share_embeddings": False, "n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "d_k": 16, "d_v": 24}])

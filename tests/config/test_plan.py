@@ -177,6 +177,7 @@ def test_a_throughput_is_used_only_for_the_same_model_device_precision_vocabular
 
 
 # -- the tool ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_cfg_job_shows_the_plan_resolved(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
                                          tmp_path: Path) -> None:
     import torch

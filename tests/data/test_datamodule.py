@@ -106,6 +106,7 @@ def test_setup_is_idempotent(dm):
     assert all(dm.dataset(role) is dataset for role, dataset in before.items())
 
 
+@pytest.mark.slow
 def test_filtering_matches_a_hand_count(data_root, cache, dm, caplog):
     src = read_lines(data_root / "multi30k" / "train.en.gz")
     tgt = read_lines(data_root / "multi30k" / "train.de.gz")

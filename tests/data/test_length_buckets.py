@@ -118,6 +118,7 @@ def test_a_bucketed_batch_gives_the_unpadded_batchs_loss_and_gradient(corpus: Pa
         assert float((b - a).norm() / a.norm()) < 1e-5
 
 
+@pytest.mark.slow
 def test_the_data_module_refuses_buckets_that_miss_a_training_pair_in_one_line(data_root: Path, tmp_path: Path) -> None:
     from aiayn.data.multi30k import Multi30kDataModule
 

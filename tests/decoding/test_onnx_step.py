@@ -34,6 +34,7 @@ def relative_error(fast: torch.Tensor, plain: torch.Tensor) -> float:
     return float((fast - plain).norm() / plain.norm())
 
 
+@pytest.mark.slow
 def test_each_step_gives_the_torch_step_logits_and_cache_with_beams_reordered(model: Transformer) -> None:
     fast = for_decoding(model, onnxruntime=True)
     assert isinstance(fast.decode, OnnxRuntimeDecode) and model.decode.__func__ is Transformer.decode
@@ -63,6 +64,7 @@ def steps_agree(model: Transformer, fast: Transformer) -> None:
     assert fast.decode._session is not None  # the steps after the first went through ONNX Runtime
 
 
+@pytest.mark.slow
 def test_searches_find_the_plain_outputs_one_row_or_many(model: Transformer) -> None:
     fast = for_decoding(model, onnxruntime=True)
     src = sources()

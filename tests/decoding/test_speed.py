@@ -102,6 +102,7 @@ def test_onednn_products_follow_weights_changed_in_place(model: Transformer) -> 
     assert relative_error(after, expected) < 1e-6 and relative_error(before, expected) > 0.1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("switches", [{"int8": True}, {"precision": "bf16"}, {"onednn": True}, {"onnxruntime": True}],
                          ids=["int8", "bf16", "onednn", "onnxruntime"])
 def test_a_switch_translates_nearly_as_the_plain_model(trained: TrainedModel, switches: dict) -> None:

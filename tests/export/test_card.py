@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
 from aiayn.checkpoints.trained import load_trained
@@ -20,6 +21,7 @@ def _front_matter(card: str) -> dict:
     return yaml.safe_load(card.split("---\n")[1])
 
 
+@pytest.mark.slow
 def test_the_card_lists_the_fp32_held_out_scores_each_with_decoding_and_signature(tiny_run: TrainedRun,
                                                                                   data_root: Path, tmp_path: Path):
     checkpoints = tmp_path / "run" / "checkpoints"

@@ -270,6 +270,7 @@ def analytic_parameters(model: dict, vocab: int) -> int:
     return vocab * d + n * (attention + ffn + 2 * norm) + n * (2 * attention + ffn + 3 * norm) + positions
 
 
+@pytest.mark.slow
 def test_the_parameter_report_covers_every_row_and_counts_right() -> None:
     report = {entry["row"]: entry for entry in parameter_report(CONF, 37000)}
     assert set(report) == set(ROWS)

@@ -47,6 +47,7 @@ def report(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     return json.loads(out.read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_gold_trees_are_the_data_modules(sample: dict, data_root: Path, tmp_path: Path) -> None:
     splits = sample["splits"]
     dm = ParsingDataModule(data_root=str(data_root), treebank=splits["treebank"], train_split=splits["train"],
@@ -64,6 +65,7 @@ def test_learnt_from_train(sample: dict) -> None:
     assert not learnt.punctuation & {"Wa", "$", "-LRB-", "the"}  # a mistagged word is not punctuation
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("role", ["val", "test"])
 def test_every_tree_has_the_gold_words_and_tags(sample: dict, role: str) -> None:
     gold = sample["trees"][role]
@@ -81,6 +83,7 @@ def test_every_tree_has_the_gold_words_and_tags(sample: dict, role: str) -> None
         assert (result.sentences, result.error_sentences, result.skipped_sentences) == (len(gold), 0, 0)
 
 
+@pytest.mark.slow
 def test_right_branching_beats_flat_on_test(report: dict) -> None:
     assert report["files"] == "wsj_0180-wsj_0199"
     assert report["sentences"] == 245

@@ -64,6 +64,7 @@ class Poison(L.Callback):
             self._hook = None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "plain"])
 @pytest.mark.parametrize("where", ["loss", "grad"])
 def test_nonfinite_steps_are_skipped_and_counted(tmp_path, datamodule, single_thread, where, fused):
@@ -110,6 +111,7 @@ def test_counts_read_back_every_few_steps_stop_at_the_first_read_after_the_limit
         assert torch.equal(saved["state_dict"][name], weight), name
 
 
+@pytest.mark.slow
 def test_fp16_loss_scale_overflows_are_the_scalers_to_skip_not_a_stop(tmp_path, datamodule, single_thread):
     """16-mixed with dynamic loss scaling (what hardware=auto picks on GPUs without bf16): a scale
     so large that the first dozens of steps overflow. The scaler skips those updates and halves the

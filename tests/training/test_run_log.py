@@ -97,6 +97,7 @@ def test_a_process_without_handlers_gets_the_launching_processs_when_the_callbac
     assert capfd.readouterr().out == line  # stdout is no terminal here: the progress line is printed
 
 
+@pytest.mark.slow
 def test_a_validation_is_logged_at_the_step_it_validated(tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
     """debug=tiny validates after steps 2 and 4: its metrics.csv rows, its progress lines and its
     summary say 2 and 4 (before: the rows said 1 and 3, Lightning's count of the steps before)."""

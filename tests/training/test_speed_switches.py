@@ -132,6 +132,7 @@ def _compiled_equals_eager(eager: TranslationModule, rtol: float, batches=SHAPES
         torch.testing.assert_close(grads[1][name], grads[0][name], rtol=rtol, atol=rtol * 1e-2, msg=name)
 
 
+@pytest.mark.slow
 def test_compiled_model_traced_without_codegen_gives_the_eager_loss_and_gradients():
     # aot_eager: TorchDynamo's graph capture and AOTAutograd's joint forward/backward graph, run by
     # eager kernels; the codegen of the default backend is the slow test below.

@@ -66,6 +66,7 @@ def _relative(a: dict, b: dict) -> float:
     return max(float((a[name] - b[name]).norm() / a[name].norm()) for name in a)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "plain"])
 def test_one_batch_and_eight_unequal_accumulated_batches_give_the_same_gradient(
         datamodule: Multi30kDataModule, tmp_path: Path, single_thread, fused: bool) -> None:

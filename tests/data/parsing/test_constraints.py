@@ -61,6 +61,7 @@ def well_formed(output: str, words: list[str]) -> bool:
     return linearize(delinearize(output, words), leaves) == output
 
 
+@pytest.mark.slow
 def test_words_are_counted_as_whitespace_words(datamodule: ParsingDataModule, constraint: TreeConstraint) -> None:
     assert constraint.leaves == datamodule.linearization
     for split in ("val", "test"):
@@ -135,6 +136,7 @@ def test_the_words_linearisation_leaves_are_the_sources_pieces(datamodule: Parsi
     assert compared >= 270
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("search", ["beam4", "beam21", "greedy"])
 def test_every_output_of_a_random_model_is_a_tree_over_the_words(datamodule: ParsingDataModule,
                                                                   constraint: TreeConstraint, search: str) -> None:
@@ -155,6 +157,7 @@ def test_every_output_of_a_random_model_is_a_tree_over_the_words(datamodule: Par
     assert not any(well_formed(output, sentence.split()) for sentence, output in zip(sentences, free))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("room", [0, 1, 7, 300])
 def test_random_walks_through_the_allowed_tokens_end_in_a_tree_within_the_limit(
         datamodule: ParsingDataModule, constraint: TreeConstraint, room: int) -> None:
@@ -187,6 +190,7 @@ def test_random_walks_through_the_allowed_tokens_end_in_a_tree_within_the_limit(
         assert all(output.index(vocab.eos_id) == n + 2 for output, n in zip(outputs, leaves))
 
 
+@pytest.mark.slow
 def test_without_a_constraint_the_search_is_unchanged(datamodule: ParsingDataModule) -> None:
     """The constraint is only consulted when given: a constraint that allows everything gives
     the unconstrained search's outputs exactly."""

@@ -28,6 +28,7 @@ def datamodule(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Par
     return dm
 
 
+@pytest.mark.slow
 def test_splits_are_words_to_linearised_trees(datamodule: ParsingDataModule) -> None:
     # one training tree linearises to 573 tokens, over max_length=400: dropped and counted
     assert datamodule.filtered == {"empty": 0, "too_long": 1}

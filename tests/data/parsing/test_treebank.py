@@ -23,6 +23,7 @@ def sample(data_root: Path) -> Path:
     return data_root / "ptb_sample"
 
 
+@pytest.mark.slow
 def test_reader_finds_every_tree_of_the_sample(sample: Path) -> None:
     files = split_files(sample, "00-01")
     assert len(files) == 199

@@ -37,6 +37,7 @@ def _prepare_tool(raw: Path, tmp_path: Path):
     return result, (run_dir / "prepare.log").read_text()
 
 
+@pytest.mark.slow
 def test_a_token_array_cut_short_is_found_and_prepared_again(raw_copy, tmp_path, caplog):
     folder = _prepare(raw_copy, tmp_path / "cache")
     array = folder / "train.src.ids.npy"
@@ -53,6 +54,7 @@ def test_a_token_array_cut_short_is_found_and_prepared_again(raw_copy, tmp_path,
     assert array.read_bytes() == whole and len(module.dataset("train")) > 9000
 
 
+@pytest.mark.slow
 def test_prepare_finds_flipped_bytes_in_a_token_array_and_prepares_again(raw_copy, tmp_path):
     folder = _prepare(raw_copy, tmp_path / "cache")
     array = folder / "train.tgt.ids.npy"
@@ -68,6 +70,7 @@ def test_prepare_finds_flipped_bytes_in_a_token_array_and_prepares_again(raw_cop
     assert f"reusing the prepared WMT14 en-de data in {folder}" in log and "preparing again" not in log
 
 
+@pytest.mark.slow
 def test_a_subword_model_cut_short_is_found_at_load_and_prepared_again(raw_copy, tmp_path, caplog):
     folder = _prepare(raw_copy, tmp_path / "cache")
     model = folder / "sentencepiece.model"

@@ -139,6 +139,7 @@ def test_a_raw_dir_that_does_not_exist_is_named_without_listing_every_file(tmp_p
 # --- the prepared folder ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_prepare_counts_each_cleaning_rule_and_stores_the_kept_pairs_unescaped(data_root, prepared):
     report = json.loads((prepared / "report.json").read_text())
     total = report["cleaning"]["total"]
@@ -211,6 +212,7 @@ def test_the_same_raw_tree_is_reused_and_a_copy_with_one_file_changed_is_prepare
     assert MappedCorpus(prepared, "train").stored_size == ours["train_pairs"]  # the first preparation is untouched
 
 
+@pytest.mark.slow
 def test_a_raw_file_changed_since_the_preparation_has_it_prepared_again(raw_copy, tmp_path, caplog):
     cache = tmp_path / "cache"
     first = _prepare(raw_copy, cache)
@@ -316,6 +318,7 @@ def test_worker_processes_map_the_same_files(dm):
     assert inline == workers
 
 
+@pytest.mark.slow
 def test_setup_fit_prepares_a_folder_missing_its_test_file_again_before_anything_is_loaded(raw_copy, tmp_path, caplog):
     cache = tmp_path / "cache"
     folder = _prepare(raw_copy, cache)
@@ -350,6 +353,7 @@ def test_unsupported_pair_and_splits(tmp_path):
 # --- end to end ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_train_cli_on_the_miniature_tree(raw_tree, cache, prepared, tmp_path):
     run_dir = tmp_path / "run"
     result = run_tool("src/train.py", "task=wmt_en_de", f"task.raw_dir={raw_tree}", *TINY,
