@@ -129,6 +129,7 @@ def test_training_ends_by_drawing_the_papers_layer(run_dir: Path) -> None:
     assert all(p.stat().st_size > 10_000 for p in pictures)
 
 
+@pytest.mark.slow
 def test_visualize_draws_a_checkpoint(run_dir: Path, tmp_path: Path) -> None:
     # A copy of the run's checkpoint in a fresh folder: the pictures go to <ckpt dir>/../attention.
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"

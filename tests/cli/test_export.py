@@ -77,6 +77,7 @@ def test_ctranslate2_export_serves_translate_with_our_output(tiny_run, data_root
         assert result.returncode == 2 and result.stderr.startswith(f"translate.py: {refusal}"), result.stderr
 
 
+@pytest.mark.slow
 def test_an_export_serves_the_decoding_asked_for_or_refuses_it(tiny_run, data_root, tmp_path):
     """export.py decoding.*: what the export's engine serves is recorded for it (CTranslate2's
     aiayn.json, Hugging Face's generation config); what it cannot serve is refused in one line.
@@ -153,6 +154,7 @@ def test_bad_export_is_one_line_and_writes_nothing(case, tiny_run, data_root, tm
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no scratch folder
 
 
+@pytest.mark.slow
 def test_translate_engine_settings_are_checked(tiny_run, data_root, tmp_path):
     cases = {
         ("engine=ctranslate2",): "engine=ctranslate2 needs model_dir=<folder>",

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO, TrainedRun
 
@@ -34,6 +36,7 @@ def _hidden(folder: Path) -> set[str]:
     return {path.name for path in folder.iterdir() if path.name.startswith(".")}
 
 
+@pytest.mark.slow
 def test_what_a_killed_evaluate_or_average_left_goes_with_the_next_write_there(tiny_run: TrainedRun, data_root: Path,
                                                                                tmp_path: Path) -> None:
     out = tmp_path / "eval"

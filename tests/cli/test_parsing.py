@@ -44,6 +44,7 @@ def test_train_validates_and_tests_with_f1(trained) -> None:
     assert "split: sample" in config and "beam_size: 21" in config and "alpha: 0.3" in config
 
 
+@pytest.mark.slow
 def test_evaluate_of_a_parser_on_a_translation_task_is_one_line(trained, data_root: Path, tmp_path: Path) -> None:
     _, ckpt, cache = trained
     result = run_tool("src/evaluate.py", f"ckpt={ckpt}", "task=multi30k_en_de", f"out={tmp_path / 'eval'}",

@@ -76,6 +76,7 @@ def test_a_file_as_the_run_folder_is_named(tmp_path, data_root, subword_cache):
     assert (tmp_path / "taken").read_text() == "a file\n"
 
 
+@pytest.mark.slow
 def test_wandb_online_without_an_api_key_is_refused_before_the_run_starts(tmp_path, data_root, subword_cache):
     """Before: wandb's UsageError traceback as the logger started."""
     bare = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}

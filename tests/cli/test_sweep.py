@@ -42,6 +42,7 @@ def test_refused_jobs_are_listed_one_line_each_before_any_runs(tmp_path, data_ro
     assert not (tmp_path / "sweep").exists() and "Launching" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_by_default_the_sweep_stops_at_the_first_failing_job(tmp_path, data_root, subword_cache):
     """Job 0's data folder is empty: found at its start (not by the check), so job 1 never runs."""
     sweep = tmp_path / "sweep"

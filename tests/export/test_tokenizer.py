@@ -12,6 +12,7 @@ from aiayn.export.tokenizer import piece_vocabulary
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")
 
 
+@pytest.mark.slow
 def test_tokenizer_round_trips_the_checkpoint_pieces(hf_export, tiny_trained, multi30k_pairs):
     vocab = tiny_trained.vocab
     tokenizer = transformers.MarianTokenizer.from_pretrained(str(hf_export))

@@ -287,6 +287,7 @@ def test_the_parameter_report_covers_every_row_and_counts_right() -> None:
     assert {report[r]["parameters"] for r in ("A_h1", "A_h4", "A_h16", "A_h32")} == {report["base"]["parameters"]}
 
 
+@pytest.mark.slow
 def test_the_parameter_report_from_the_command_line(capsys: pytest.CaptureFixture) -> None:
     text = run_tables_command(capsys, "params", "--vocab", "37000")
     big = next(line for line in text.splitlines() if line.startswith("big"))

@@ -58,6 +58,7 @@ def test_gold_trees_are_the_data_modules(sample: dict, data_root: Path, tmp_path
     assert [len(sample["trees"][role]) for role in ("train", "val", "test")] == [3396, 273, 245]
 
 
+@pytest.mark.slow
 def test_learnt_from_train(sample: dict) -> None:
     learnt = sample["learnt"]
     assert (learnt.root_label, learnt.frequent_label, learnt.final_label) == ("S", "NP", "VP")
@@ -98,6 +99,7 @@ def test_right_branching_beats_flat_on_test(report: dict) -> None:
     assert flat["precision"] > 80.0 and flat["test_brackets"] == 245
 
 
+@pytest.mark.slow
 def test_rule_is_chosen_on_dev(report: dict, sample: dict) -> None:
     best = max(row["f1"] for row in report["dev_f1_by_rule"])
     chosen = report["chosen_rule"]

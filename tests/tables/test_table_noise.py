@@ -136,6 +136,7 @@ def test_restricted_attention_rows_come_after_e_and_before_big_by_radius(rows: l
         assert names.index(f_rows[-1].row) == len(names) - 2
 
 
+@pytest.mark.slow
 def test_markdown_csv_and_chart_show_the_differences(rows: list[Row], tmp_path: Path) -> None:
     written = write_table("table3", rows, runs(), tmp_path, header="<!-- rebuilt from test runs -->\n")
     text = written.markdown.read_text()

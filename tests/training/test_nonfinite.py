@@ -82,6 +82,7 @@ def test_nonfinite_steps_are_skipped_and_counted(tmp_path, datamodule, single_th
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "plain"])
+@pytest.mark.slow
 def test_too_many_in_a_row_stop_with_a_checkpoint_from_before(tmp_path, datamodule, single_thread, fused):
     module, poison = _module(max_in_a_row=3, fused=fused), Poison(set(range(3, 100)), "loss")
     trainer = _trainer(tmp_path, steps=20)

@@ -71,6 +71,7 @@ def test_words_are_counted_as_whitespace_words(datamodule: ParsingDataModule, co
 
 
 @pytest.mark.parametrize("datamodule", ["xx"], indirect=True)
+@pytest.mark.slow
 def test_the_allowed_tokens_follow_the_tree_step_by_step(datamodule: ParsingDataModule,
                                                          constraint: TreeConstraint) -> None:
     vocab = datamodule.vocab
@@ -97,6 +98,7 @@ def test_the_allowed_tokens_follow_the_tree_step_by_step(datamodule: ParsingData
 
 
 @pytest.mark.parametrize("datamodule", ["words"], indirect=True)
+@pytest.mark.slow
 def test_words_are_copied_piece_by_piece(datamodule: ParsingDataModule, constraint: TreeConstraint) -> None:
     vocab = datamodule.vocab
     assert constraint.leaves == "words" and TreeConstraint(vocab).leaves == "words"

@@ -44,6 +44,7 @@ def test_splits_are_words_to_linearised_trees(datamodule: ParsingDataModule) -> 
     assert scores == {"f1": 100.0, "precision": 100.0, "recall": 100.0, "exact_match": 100.0}
 
 
+@pytest.mark.slow
 def test_bracket_tokens_are_single_pieces(datamodule: ParsingDataModule) -> None:
     vocab = datamodule.vocab
     line = datamodule.references("val")[0]

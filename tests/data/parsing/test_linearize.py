@@ -20,6 +20,7 @@ def test_linearisation_of_a_tree() -> None:
         linearize(TREE, "tags")
 
 
+@pytest.mark.slow
 def test_every_tree_of_the_sample_comes_back(data_root: Path) -> None:
     count = 0
     for _, raw in iter_split(data_root / "ptb_sample", "00-01"):

@@ -83,6 +83,7 @@ def test_a_subword_model_cut_short_is_found_at_load_and_prepared_again(raw_copy,
     assert model.read_bytes() == whole
 
 
+@pytest.mark.slow
 def test_raw_files_touched_or_copied_with_the_same_bytes_keep_the_preparation(raw_copy, tmp_path, caplog):
     cache = tmp_path / "cache"
     folder = _prepare(raw_copy, cache)

@@ -192,6 +192,7 @@ def _prepare(raw: Path, cache: Path) -> Path:
     return prepare_wmt(raw, cache, "en", "de", VOCAB, workers=1, download=False)
 
 
+@pytest.mark.slow
 def test_the_same_raw_tree_is_reused_and_a_copy_with_one_file_changed_is_prepared_anew(raw_tree, cache, prepared,
                                                                                         raw_copy, caplog):
     with caplog.at_level(logging.INFO, logger="aiayn.data"):
