@@ -19,6 +19,7 @@ def run(script: str, *args: str, data_root: Path, cache: Path) -> str:
     return run_tool(f"benchmarks/{script}", *args, data_root=data_root, cache_dir=cache).stdout
 
 
+@pytest.mark.slow
 def test_decode_speed_with_and_without_cache(tmp_path, data_root):
     out = tmp_path / "decode.jsonl"
     stdout = run("decode_speed.py", *TINY, "--sentences", "12", "--max-tokens", "150", "--max-len-offset", "4",
@@ -84,6 +85,7 @@ def test_side_by_side_decodes_a_trained_model_with_every_engine(tiny_run, tmp_pa
         assert runs["ours"]["identical_to_ours"] == 6 and runs["ours"]["generated_tokens"] > 0
 
 
+@pytest.mark.slow
 def test_stopping_rule_compares_both_rules_on_the_same_batches(tiny_run, tmp_path, data_root):
     out = tmp_path / "stop.jsonl"
     stdout = run("stopping_rule.py", "--checkpoint", str(tiny_run.last), "--sentences", "6", "--batch-size", "4",

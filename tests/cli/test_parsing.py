@@ -84,6 +84,7 @@ def test_evaluate_reports_f1_and_writes_evalb_files(trained, data_root: Path, tm
         assert output.split().count(LEAF) == len(words) and linearize(delinearize(output, words)) == output
 
 
+@pytest.mark.slow
 def test_evaluate_unconstrained_is_plain_beam_search(trained, data_root: Path, tmp_path: Path) -> None:
     """decoding.constrained=false: the search of translation, whose outputs the repair reads."""
     _, ckpt, cache = trained
@@ -113,6 +114,7 @@ def test_the_words_linearisation_trains_and_decodes_trees_of_the_words(data_root
         assert [token for token in output.split() if token[0] not in "()"] == words
 
 
+@pytest.mark.slow
 def test_a_checkpoint_from_before_constrained_decoding_decodes_constrained(trained, tmp_path: Path) -> None:
     import torch
 
@@ -162,6 +164,7 @@ def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
         datamodule.split_files(datamodule.splits["train"])
 
 
+@pytest.mark.slow
 def test_attention_maps_of_a_parser_decode_a_tree(trained) -> None:
     """visualize.py and the end-of-training pictures decode with the checkpoint's settings,
     constrained decoding included."""

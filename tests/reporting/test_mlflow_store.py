@@ -56,6 +56,7 @@ def test_jobs_that_start_together_on_a_new_store_each_get_their_run(tmp_path: Pa
     assert all(run.data.metrics == {"loss": 1.0} for run in runs)
 
 
+@pytest.mark.slow
 def test_a_server_that_does_not_answer_is_refused_before_the_run_starts(tmp_path: Path, data_root: Path,
                                                                         subword_cache: Path, tiny_run) -> None:
     """Before: MLflow retried for 4.5 minutes, then a traceback, and the run's folder stayed."""
