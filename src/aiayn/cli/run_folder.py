@@ -121,7 +121,19 @@ def hold(run_dir: str | os.PathLike, tool: str = "train.py") -> Iterator[None]:
     UserError naming the holder when another live run holds it. A folder this process holds
     already is held again at no cost."""
     folder = Path(run_dir).absolute()
-    if not first_process() or folder in _held:
+    descriptor = None
+    if first_process() and folder not in _held:
+        folder.mkdir(parents=True, exist_ok=True)
+        descriptor = take_lock(folder / LOCK, wait=False)
+        if descriptor is None:
+            raise UserError(f"{folder} is in use by another run ({_holder(folder / LOCK)}); wait for it to end or "
+                            "stop it, or start this one in a folder of its own (resume=null)")
+    try:
+        if descriptor is not None:
+            note = {"pid": os.getpid(), "host": socket.gethostname(), "job": job_identity(),
+                    "since": datetime.now().isoformat(timespec="seconds")}
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, (json.dumps(note) + "\n").encode(), 0)
         _held[folder] = _held.get(folder, 0) + 1
         try:
             yield
@@ -129,24 +141,9 @@ def hold(run_dir: str | os.PathLike, tool: str = "train.py") -> Iterator[None]:
             _held[folder] -= 1
             if not _held[folder]:
                 del _held[folder]
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    descriptor = take_lock(folder / LOCK, wait=False)
-    if descriptor is None:
-        raise UserError(f"{folder} is in use by another run ({_holder(folder / LOCK)}); wait for it to end or stop "
-                        "it, or start this one in a folder of its own (resume=null)")
-    try:
-        note = {"pid": os.getpid(), "host": socket.gethostname(), "job": job_identity(),
-                "since": datetime.now().isoformat(timespec="seconds")}
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, (json.dumps(note) + "\n").encode(), 0)
-        _held[folder] = 1
-        try:
-            yield
-        finally:
-            del _held[folder]
     finally:
-        release_lock(descriptor)  # the file stays: it holds the holder's note until the next run's
+        if descriptor is not None:
+            release_lock(descriptor)  # the file stays: it holds the holder's note until the next run's
 
 
 def _holder(lock: Path) -> str:

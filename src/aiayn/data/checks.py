@@ -78,8 +78,8 @@ class SplitFiles:
         checked = self.__dict__.setdefault("_contents_checked", {})
         for role in dict.fromkeys(roles):
             split = self.splits[role]
-            state = tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns)
-                          for path in self.required_files(split))
+            state = tuple((str(path), stat.st_size, stat.st_mtime_ns)
+                          for path in self.required_files(split) for stat in (path.stat(),))
             if checked.get(split) != state:
                 self.check_contents(split, role)
                 checked[split] = state
