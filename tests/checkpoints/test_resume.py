@@ -18,7 +18,7 @@ import torch
 
 from aiayn.checkpoints.io import AtomicCheckpointIO
 from aiayn.checkpoints.resume import find_resume, newest_checkpoint
-from tests.helpers.runs import REPO, TINY_MODEL, run_command
+from tests.helpers.runs import REPO, TINY_MODEL, popen, run_command
 from tests.helpers.wandb_offline import read_run
 
 # 12 batches an epoch, a checkpoint every 5 steps, validation at each epoch's end: a run of 30
@@ -62,8 +62,8 @@ def test_sigkill_mid_epoch_then_resume_repeats_the_uninterrupted_run(tmp_path: P
     assert sorted(expected) == list(range(30)), "one loss per step (logged at steps 0..29)"
 
     killed = tmp_path / "killed"
-    process = subprocess.Popen(_command(killed), cwd=REPO, env=environment,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = popen(_command(killed), cwd=REPO, env=environment,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while not (killed / "checkpoints" / "step0000015.ckpt").exists():
         assert process.poll() is None, "the run ended before it could be killed"

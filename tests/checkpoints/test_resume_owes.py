@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.runs import REPO, TINY, run_command
+from tests.helpers.runs import REPO, TINY, popen, run_command
 
 STEPS = [*TINY, "logger=csv", "optim.train_steps=40", "optim.warmup_steps=10", "checkpoint.every_n_train_steps=20",
          "trainer.val_check_interval=20", "trainer.enable_progress_bar=false", "visualize_at_end=false",
@@ -28,7 +28,7 @@ def _command(run_dir: Path, *overrides: str) -> list[str]:
 
 def _kill_when(command: list[str], env: dict[str, str], path: Path) -> None:
     """Start ``command`` and SIGKILL it the moment ``path`` appears."""
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while not path.exists():
         assert process.poll() is None, f"the run ended before {path.name}:\n{process.stderr.read()[-3000:]}"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import IN_THE_FOREGROUND, REPO, in_small_filesystem, limit_file_size, offline_environment
+from tests.helpers.runs import IN_THE_FOREGROUND, REPO, in_small_filesystem, limit_file_size, offline_environment, popen
 from tests.helpers.wmt import build_raw_tree
 
 
@@ -69,8 +69,8 @@ def _environment(cache: Path) -> dict[str, str]:
 def _start_and_stop_midway(raw: Path, cache: Path, run_dir: Path, how: signal.Signals) -> subprocess.CompletedProcess:
     """Start prepare.py as a process of its own (a session, as a shell's job), wait until its
     temporary folder is there, then send ``how`` to the whole job, as Ctrl-C or a kill does."""
-    process = subprocess.Popen([*IN_THE_FOREGROUND, *_command(raw, f"hydra.run.dir={run_dir}")[1:]], cwd=REPO, env=_environment(cache),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = popen([*IN_THE_FOREGROUND, *_command(raw, f"hydra.run.dir={run_dir}")[1:]], cwd=REPO, env=_environment(cache),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
     while not list((cache / "wmt14").glob(".*.tmp")) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)

@@ -16,7 +16,7 @@ import torch
 
 from aiayn.cli import run_folder
 from aiayn.errors import UserError
-from tests.helpers.runs import REPO, TINY, run_command
+from tests.helpers.runs import REPO, TINY, popen, run_command
 
 _LAUNCH_VARIABLES = ("SLURM_JOB_ID", "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
                      "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "SLURM_PROCID")
@@ -80,8 +80,8 @@ def test_two_runs_started_together_get_two_folders_and_two_resumes_of_one_run_do
            "AIAYN_CACHE_DIR": str(subword_cache), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, str(REPO / "src/train.py"), *TINY, "logger=csv", "test_after_training=false",
                "visualize_at_end=false", "trainer.enable_progress_bar=false", "run_name=together"]
-    started = [subprocess.Popen([*command, f"seed={seed}"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+    started = [popen([*command, f"seed={seed}"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
     for process in started:
         assert process.wait(timeout=300) == 0, process.stderr.read()[-2000:]
     folders = sorted((tmp_path / "outputs" / "together").iterdir())
@@ -97,7 +97,7 @@ def test_two_runs_started_together_get_two_folders_and_two_resumes_of_one_run_do
     # Two resume=auto of one run at once: the second is refused in one line naming the first.
     run = seeds[1]
     longer = [*command, "seed=1", f"hydra.run.dir={run}", "resume=auto", "optim.train_steps=400"]
-    first = subprocess.Popen(longer, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = popen(longer, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
         while f'"pid": {first.pid}' not in _read(run / run_folder.LOCK):
@@ -131,8 +131,8 @@ def test_a_run_refused_for_a_held_folder_writes_nothing_into_it(tmp_path: Path, 
     run = tmp_path / "run"
     command = [sys.executable, str(REPO / "src/train.py"), *TINY, "logger=csv", "visualize_at_end=false",
                "trainer.enable_progress_bar=false", f"hydra.run.dir={run}"]
-    live = subprocess.Popen([*command, "seed=1", "optim.train_steps=100000"], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    live = popen([*command, "seed=1", "optim.train_steps=100000"], cwd=tmp_path, env=env,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
         while f'"pid": {live.pid}' not in _read(run / run_folder.LOCK) or not (

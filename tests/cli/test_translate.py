@@ -26,7 +26,7 @@ from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.decoding.translator import Translator, translate
 from aiayn.errors import DataError
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import REPO, TrainedRun, offline_environment
+from tests.helpers.runs import REPO, TrainedRun, offline_environment, popen
 
 # A length penalty this strong keeps the 4-step model from ending every translation at once (its
 # translations with the task's α are all empty), so each line gets a translation of its own and a
@@ -50,8 +50,8 @@ def reference(trained: TrainedModel, lines: list[str]) -> str:
 def start(tiny_run: TrainedRun, data_root: Path, *arguments: str, **options) -> subprocess.Popen:
     """src/translate.py on the tiny run as its own process, in run_tool's environment."""
     environment = {**offline_environment(), "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(tiny_run.cache_dir)}
-    return subprocess.Popen([sys.executable, "src/translate.py", f"ckpt={tiny_run.last}", *ARGUMENTS, *arguments],
-                            cwd=REPO, env=environment, **options)
+    return popen([sys.executable, "src/translate.py", f"ckpt={tiny_run.last}", *ARGUMENTS, *arguments],
+                 cwd=REPO, env=environment, **options)
 
 
 def stop(process: subprocess.Popen) -> None:

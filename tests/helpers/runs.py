@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.preloaded import IN_THE_FOREGROUND as IN_THE_FOREGROUND  # noqa: PLC0414  theirs to share
+from tests.helpers.preloaded import popen
+
 REPO = Path(__file__).resolve().parents[2]
 
 # A model and run small enough for seconds on a CPU (conf/debug/tiny.yaml, as users run it);
@@ -57,12 +60,6 @@ TINY_RUN = [
 # test is skipped, saying so.
 TWO_CORES = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
                                reason="two CPU training processes need two CPU cores; this process may run on one")
-
-# ``python`` as a shell starts a command in the foreground: SIGINT not ignored (a test started in
-# the background inherits it ignored, and Python then raises no KeyboardInterrupt); exec keeps the
-# default. Followed by the script and its arguments.
-IN_THE_FOREGROUND = [sys.executable, "-c", ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                     "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")]
 
 
 @dataclass(frozen=True)
@@ -112,9 +109,15 @@ def run_command(command: Sequence[str], *, cwd: Path = REPO, env: Mapping[str, s
     if stdout == TERMINAL:
         environment.setdefault("TERM", "xterm")
     with _stdout(stdout) as (target, written):
-        result = subprocess.run(list(command), check=False, cwd=cwd, env=environment, stdout=target,
-                                stderr=subprocess.PIPE, timeout=timeout, text=not isinstance(stdin, bytes),
-                                **({"stdin": subprocess.DEVNULL} if stdin is None else {"input": stdin}))
+        with popen(list(command), cwd=cwd, env=environment, stdout=target, stderr=subprocess.PIPE,
+                   stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                   text=not isinstance(stdin, bytes)) as process:
+            try:
+                output, errors = process.communicate(stdin, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise
+        result = subprocess.CompletedProcess(process.args, process.returncode, output, errors)
     if written is not None:
         result.stdout = written()
     if check and result.returncode != 0:

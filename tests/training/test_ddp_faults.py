@@ -20,7 +20,7 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from aiayn.config.hardware import cpu_cores, place, this_machine
 from aiayn.errors import ConfigError
 from aiayn.training.distributed import strategy_with_timeout
-from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES
+from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES, popen
 
 RUN = [
     *TINY_MODEL, "task.datamodule.max_tokens=512", "trainer.max_steps=100000",
@@ -63,7 +63,7 @@ def test_a_dead_rank_ends_the_job_cleanly(tmp_path: Path, data_root: Path, strat
            "OMP_NUM_THREADS": "1"}
     run_dir = tmp_path / "run"
     command = [sys.executable, "src/train.py", *RUN, f"trainer.strategy={strategy}", f"hydra.run.dir={run_dir}"]
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
         while not (run_dir / "checkpoints" / "step0000005.ckpt").exists():  # both ranks are training

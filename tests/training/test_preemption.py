@@ -24,7 +24,7 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from aiayn.cli import CONFIG_DIR
 from aiayn.errors import ConfigError
 from aiayn.training.preemption import EXIT_STATUS, PreemptionCallback, signal_numbers
-from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES, run_command
+from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES, popen, run_command
 from tests.helpers.wandb_offline import read_run
 
 # As tests/checkpoints/test_resume.py: 12 batches an epoch, a checkpoint every 5 steps, 30 steps.
@@ -55,8 +55,8 @@ def _signal_after(command: list[str], env: dict[str, str], checkpoint: Path, sig
     """Start ``command`` (in a process group of its own), send ``signum`` to ``victims(process)``
     (process ids; minus the group's to signal every process of it) once ``checkpoint`` exists (the
     run is training), and wait for the run to end."""
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    process = popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                    start_new_session=True)
     try:
         deadline = time.monotonic() + 300
         while not checkpoint.exists():

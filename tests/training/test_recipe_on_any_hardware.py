@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.runs import REPO, TINY, TWO_CORES, offline_environment, train
+from tests.helpers.runs import REPO, TINY, TWO_CORES, offline_environment, popen, train
 
 pytestmark = pytest.mark.cli  # end-to-end runs of src/train.py; -m 'not cli' skips them
 
@@ -78,8 +78,8 @@ def _two_nodes(run_dir: Path, env: dict[str, str], *overrides: str) -> None:
     port = str(_free_port())
     command = [sys.executable, "src/train.py", *RUN, "trainer.accelerator=cpu", "trainer.devices=2",
                "trainer.num_nodes=2", "trainer.strategy=ddp_spawn", f"hydra.run.dir={run_dir}", *overrides]
-    nodes = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env={**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "NODE_RANK": str(rank)})
+    nodes = [popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                   env={**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "NODE_RANK": str(rank)})
              for rank in (0, 1)]
     outputs = [node.communicate(timeout=420)[0] for node in nodes]
     for rank, (node, output) in enumerate(zip(nodes, outputs)):

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from aiayn.training.preemption import EXIT_STATUS
-from tests.helpers.runs import IN_THE_FOREGROUND, REPO, TINY, run_command
+from tests.helpers.runs import IN_THE_FOREGROUND, REPO, TINY, popen, run_command
 
 RUN = [*TINY, "logger=csv", "trainer.enable_progress_bar=false", "visualize_at_end=false", "run_name=stops"]
 
@@ -36,10 +36,12 @@ def _cpu_seconds(process: subprocess.Popen) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _signal_when(command: list[str], env: dict[str, str], ready, signum: int) -> subprocess.CompletedProcess:
-    """Run ``command`` (SIGINT at its default), send ``signum`` once ``ready(process)`` holds."""
-    process = subprocess.Popen([*IN_THE_FOREGROUND, *command[1:]], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+def _signal_when(command: list[str], env: dict[str, str], ready, signum: int,
+                 fresh: bool = False) -> subprocess.CompletedProcess:
+    """Run ``command`` (SIGINT at its default), send ``signum`` once ``ready(process)`` holds;
+    ``fresh``: in an interpreter that imports everything itself (tests.helpers.preloaded)."""
+    process = popen([*IN_THE_FOREGROUND, *command[1:]], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, text=True, fresh=fresh)
     try:
         deadline = time.monotonic() + 300
         while not ready(process):
@@ -111,7 +113,8 @@ def test_ctrl_c_in_a_tool_is_one_line_and_exit_130(moment: str, tmp_path: Path, 
     # Working: 8 s of its own CPU time, past the imports (about 4 s) on an idle machine; on a loaded one
     # the signal may still come while it starts, which ends the same way.
     ready = _importing_torch if moment == "starting" else lambda process: _cpu_seconds(process) > 8
-    result = _signal_when(command, {**env, "AIAYN_CACHE_DIR": str(tiny_run.cache_dir)}, ready, signal.SIGINT)
+    result = _signal_when(command, {**env, "AIAYN_CACHE_DIR": str(tiny_run.cache_dir)}, ready, signal.SIGINT,
+                          fresh=moment == "starting")
     assert result.returncode == 130, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith("evaluate.py: interrupted (Ctrl-C) "), result.stderr
     assert "Traceback" not in result.stderr and not list(tmp_path.glob("eval/.*"))

@@ -1,0 +1,119 @@
+"""A process forked from the preloaded interpreter (tests/helpers/preloaded.py) is the process a
+fresh ``python script args`` is: what the script sees of its process, and what the test sees of
+its end, are the same either way."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import preloaded
+
+# Prints what a script can see of the process it runs in, then ends as its first argument says.
+SCRIPT = r'''
+import atexit, json, os, random, signal, sys, time
+atexit.register(lambda: print("atexit ran", flush=True))
+handlers = {name: repr(signal.getsignal(getattr(signal, name)))
+            for name in ("SIGINT", "SIGTERM", "SIGPIPE", "SIGXFSZ", "SIGCHLD", "SIGUSR1", "SIGHUP")}
+streams = {name: [getattr(sys, name).encoding, getattr(sys, name).errors, getattr(sys, name).line_buffering,
+                  getattr(sys, name).write_through] for name in ("stdin", "stdout", "stderr")}
+seen = {"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "handlers": handlers, "streams": streams,
+        "own_session": os.getsid(0) == os.getpid(), "variable": os.environ.get("PRELOADED_TEST"),
+        "stdin": sys.stdin.read(), "main": __name__, "file": __file__, "threads": None}
+if "torch" in sys.argv:
+    import torch
+    seen["threads"] = torch.get_num_threads()
+print(json.dumps({"seen": seen, "random": random.random()}))
+how = sys.argv[1]
+if how == "exit":
+    sys.exit(3)
+if how == "raise":
+    raise RuntimeError("uncaught")
+if how == "interrupt":
+    raise KeyboardInterrupt
+if how == "wait":
+    sys.stdout.flush()
+    time.sleep(300)
+'''
+
+
+@pytest.fixture()
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "tool" / "script.py"
+    path.parent.mkdir()
+    path.write_text(SCRIPT)
+    return path
+
+
+def _run(script: Path, *args: str, fresh: bool, cwd: Path, **options) -> tuple[subprocess.Popen, str, str]:
+    command = [sys.executable, str(script.relative_to(cwd)), *args]
+    env = {**preloaded._SERVER_ENVIRONMENT, "PRELOADED_TEST": "yes", "OMP_NUM_THREADS": "1"}
+    # The choice is made from this process's environment; the child's is the command's.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(preloaded.FRESH, "1" if fresh else "0")
+        process = preloaded.popen(command, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, **options)
+    assert isinstance(process, preloaded.Process) != fresh
+    out, err = process.communicate("the input\n", timeout=120)
+    return process, out, err
+
+
+@pytest.mark.parametrize("how, status", [("return", 0), ("exit", 3), ("raise", 1), ("interrupt", -signal.SIGINT)])
+def test_a_preloaded_process_sees_and_ends_as_a_fresh_one(script: Path, how: str, status: int) -> None:
+    cwd = script.parent.parent
+    ends = {}
+    for fresh in (True, False):
+        process, out, err = _run(script, how, "torch", fresh=fresh, cwd=cwd)
+        first, *rest = out.splitlines()
+        ends[fresh] = (json.loads(first)["seen"], rest, process.returncode, err.strip().splitlines()[-1:])
+    assert ends[True] == ends[False]
+    seen, rest, returncode, last_error = ends[False]
+    assert returncode == status
+    assert rest == ["atexit ran"]
+    assert seen["argv"] == ["tool/script.py", how, "torch"] and seen["path0"] == str(script.parent)
+    assert seen["stdin"] == "the input\n" and seen["variable"] == "yes" and seen["threads"] == 1
+    assert seen["main"] == "__main__" and not seen["own_session"]
+    if how == "raise":
+        assert last_error == ["RuntimeError: uncaught"]
+
+
+def test_a_preloaded_process_takes_signals_and_sessions_as_a_fresh_one(script: Path) -> None:
+    cwd = script.parent.parent
+    for fresh in (True, False):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(preloaded.FRESH, "1" if fresh else "0")
+            process = preloaded.popen([sys.executable, str(script), "wait"], cwd=cwd, stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            seen = json.loads(process.stdout.readline())["seen"]
+            assert seen["own_session"]
+            assert process.poll() is None
+            with pytest.raises(subprocess.TimeoutExpired):
+                process.wait(timeout=0.1)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) == -signal.SIGTERM
+        finally:
+            process.kill()
+            process.stdout.close()
+
+
+def test_two_preloaded_processes_draw_their_own_random_numbers(script: Path) -> None:
+    draws = [json.loads(_run(script, "return", fresh=False, cwd=script.parent)[1].splitlines()[0])["random"]
+             for _ in range(2)]
+    assert draws[0] != draws[1]
+
+
+def test_a_tools_command_in_the_tests_environment_is_preloaded() -> None:
+    """The suite's tool runs take the preloaded interpreter (a variable that a library sets in this
+    process while it runs, and that differs from the preloaded interpreter's, once made every run
+    a fresh interpreter without a word)."""
+    command = [sys.executable, "src/train.py", "--help"]
+    assert preloaded._preloadable(command, {"cwd": preloaded.REPO, "env": {**preloaded._SERVER_ENVIRONMENT,
+                                  "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x"}})
+    assert not preloaded._preloadable(command, {"cwd": preloaded.REPO, "env": {**preloaded._SERVER_ENVIRONMENT,
+                                      "PYTHONPATH": "/elsewhere"}})
