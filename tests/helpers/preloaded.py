@@ -29,6 +29,7 @@ import os
 import select
 import selectors
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -140,11 +141,21 @@ def _preloadable(command: list, popen: dict) -> bool:
         return False
     env = popen.get("env")
     env = os.environ if env is None else env
-    startup = lambda variables: {k: v for k, v in variables.items() if k.startswith(STARTUP) and k not in RUNTIME}
+    startup = lambda variables: {k: v for k, v in variables.items() if k.startswith(STARTUP) and k not in RUNTIME
+                                 and not (k == "HOME" and not _home_read_at_start(variables))}
     # OMP_NUM_THREADS is read when torch is loaded: the child sets torch's threads from it where it
     # is set; unset, it takes the preloaded interpreter's, right only where that had none either.
     threads = "OMP_NUM_THREADS" in env or "OMP_NUM_THREADS" not in _SERVER_ENVIRONMENT
     return threads and startup(env) == startup(_SERVER_ENVIRONMENT)
+
+
+def _home_read_at_start(variables) -> bool:
+    """Whether the interpreter or a preloaded library reads anything under HOME as it starts: the
+    user's site-packages (never in a virtual environment), matplotlib's matplotlibrc."""
+    home = variables.get("HOME", "")
+    config = variables.get("MPLCONFIGDIR") or os.path.join(variables.get("XDG_CONFIG_HOME") or
+                                                         os.path.join(home, ".config"), "matplotlib")
+    return site.ENABLE_USER_SITE or os.path.exists(os.path.join(config, "matplotlibrc"))
 
 
 class _Server:

@@ -117,3 +117,17 @@ def test_a_tools_command_in_the_tests_environment_is_preloaded() -> None:
                                   "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x"}})
     assert not preloaded._preloadable(command, {"cwd": preloaded.REPO, "env": {**preloaded._SERVER_ENVIRONMENT,
                                       "PYTHONPATH": "/elsewhere"}})
+
+
+def test_a_home_of_its_own_is_preloaded_where_nothing_under_home_is_read_at_start(tmp_path: Path) -> None:
+    """The tests that give a run a HOME of its own (no ~/.netrc: W&B offline) take the preloaded
+    interpreter in a virtual environment; not once the new HOME has a matplotlibrc, which
+    matplotlib reads as it is imported."""
+    command = [sys.executable, "src/train.py", "--help"]
+    env = {**preloaded._SERVER_ENVIRONMENT, "HOME": str(tmp_path)}
+    env.pop("MPLCONFIGDIR", None)
+    env.pop("XDG_CONFIG_HOME", None)
+    assert preloaded._preloadable(command, {"cwd": preloaded.REPO, "env": env}) == (sys.prefix != sys.base_prefix)
+    (tmp_path / ".config" / "matplotlib").mkdir(parents=True)
+    (tmp_path / ".config" / "matplotlib" / "matplotlibrc").write_text("figure.dpi: 72\n")
+    assert not preloaded._preloadable(command, {"cwd": preloaded.REPO, "env": env})
