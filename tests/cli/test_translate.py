@@ -26,7 +26,7 @@ from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.decoding.translator import Translator, translate
 from aiayn.errors import DataError
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import REPO, TrainedRun, offline_environment, popen
+from tests.helpers.runs import IN_THE_FOREGROUND, REPO, TrainedRun, offline_environment, popen
 
 # A length penalty this strong keeps the 4-step model from ending every translation at once (its
 # translations with the task's α are all empty), so each line gets a translation of its own and a
@@ -47,10 +47,13 @@ def reference(trained: TrainedModel, lines: list[str]) -> str:
     return "".join(text + "\n" for text in translate(trained.model, trained.vocab, lines, SETTINGS).texts)
 
 
-def start(tiny_run: TrainedRun, data_root: Path, *arguments: str, **options) -> subprocess.Popen:
-    """src/translate.py on the tiny run as its own process, in run_tool's environment."""
+def start(tiny_run: TrainedRun, data_root: Path, *arguments: str, foreground: bool = False,
+          **options) -> subprocess.Popen:
+    """src/translate.py on the tiny run as its own process, in run_tool's environment;
+    ``foreground``: SIGINT at its default, as from a terminal (tests.helpers.runs.IN_THE_FOREGROUND)."""
     environment = {**offline_environment(), "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(tiny_run.cache_dir)}
-    return popen([sys.executable, "src/translate.py", f"ckpt={tiny_run.last}", *ARGUMENTS, *arguments],
+    python = IN_THE_FOREGROUND if foreground else [sys.executable]
+    return popen([*python, "src/translate.py", f"ckpt={tiny_run.last}", *ARGUMENTS, *arguments],
                  cwd=REPO, env=environment, **options)
 
 
@@ -217,7 +220,7 @@ def test_ctrl_c_ends_an_interactive_session_without_a_traceback(tiny_run: Traine
         # As from a terminal, SIGINT at its default: a test run started in the background (nohup, `&`)
         # passes SIGINT on ignored, and then Python never turns it into KeyboardInterrupt.
         process = start(tiny_run, data_root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                        encoding="utf-8", preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                        encoding="utf-8", foreground=True)
         try:
             answers = read_lines_in_background(process.stdout)
             process.stdin.write("A dog runs.\n")

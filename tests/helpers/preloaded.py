@@ -14,7 +14,7 @@ Signals, kills, exit statuses, process groups and DDP's own processes are those 
 :class:`Process` is ``subprocess.Popen`` for such a child (pid, poll, wait, communicate,
 send_signal, pipes); :func:`popen` gives one where the command is ``python <script> ...`` and a
 fresh interpreter would start the same way (no interpreter options, no ``preexec_fn``, the same
-``PYTHON*``, ``LD_*`` and locale settings), else a plain ``subprocess.Popen``. With
+``PYTHON*`` but PYTHONPATH, ``LD_*``, locale and rank settings), else a plain ``subprocess.Popen``. With
 ``AIAYN_TESTS_FRESH_PROCESSES=1`` every process is a fresh interpreter, as a check that the two
 agree.
 """
@@ -43,7 +43,9 @@ PRELOAD = ("torch", "lightning", "hydra", "omegaconf", "sacrebleu", "sentencepie
 # Environment variables read when an interpreter or a preloaded library starts: a command whose
 # environment differs from the preloaded interpreter's in one of these gets a fresh interpreter.
 STARTUP = ("PYTHON", "LD_", "LC_", "LANG", "HOME", "XDG_", "TMP", "TEMP", "MKL_", "KMP_", "GOMP_", "TORCH", "PYTORCH",
-           "CUDA", "MPL", "HF_", "TRANSFORMERS", "AIAYN_CONFIG_DIR")
+           "CUDA", "MPL", "HF_", "TRANSFORMERS", "AIAYN_CONFIG_DIR",
+           # the process's rank, which Lightning's and torchmetrics' rank_zero_only take as they are imported
+           "RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 # ... except these, which torch and Lightning set in a test's process as they run (and so pass on
 # to the processes it starts), and which are read only when used.
 RUNTIME = ("PYTORCH_NVML_BASED_CUDA_CHECK", "TORCHINDUCTOR_CACHE_DIR")
@@ -142,6 +144,7 @@ def _preloadable(command: list, popen: dict) -> bool:
     env = popen.get("env")
     env = os.environ if env is None else env
     startup = lambda variables: {k: v for k, v in variables.items() if k.startswith(STARTUP) and k not in RUNTIME
+                                 and k != "PYTHONPATH"  # the child puts its folders on sys.path
                                  and not (k == "HOME" and not _home_read_at_start(variables))}
     # OMP_NUM_THREADS is read when torch is loaded: the child sets torch's threads from it where it
     # is set; unset, it takes the preloaded interpreter's, right only where that had none either.
@@ -283,12 +286,19 @@ def _become(request: dict, fds: list[int], fresh_signals: dict) -> None:
     script, *_ = sys.argv = request["argv"][1:]
     sys.orig_argv = request["argv"]
     sys.path[0] = os.path.dirname(os.path.realpath(script))
+    # PYTHONPATH's folders come next, as the interpreter puts them (made absolute by site).
+    theirs, ours = (_folders(environment.get("PYTHONPATH")) for environment in (request["env"], _SERVER_ENVIRONMENT))
+    sys.path[1:] = [*dict.fromkeys(theirs), *(folder for folder in sys.path[1:] if folder not in ours + theirs)]
     _fresh_streams()
     random.seed()
     numpy.random.seed()
     if "OMP_NUM_THREADS" in os.environ:  # read when torch was loaded: set as a fresh start sets it
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     os._exit(_run(script))
+
+
+def _folders(pythonpath: str | None) -> list[str]:
+    return [os.path.abspath(folder) for folder in (pythonpath or "").split(os.pathsep) if folder]
 
 
 def _fresh_streams() -> None:

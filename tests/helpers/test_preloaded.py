@@ -5,6 +5,7 @@ its end, are the same either way."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ streams = {name: [getattr(sys, name).encoding, getattr(sys, name).errors, getatt
                   getattr(sys, name).write_through] for name in ("stdin", "stdout", "stderr")}
 seen = {"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "handlers": handlers, "streams": streams,
         "own_session": os.getsid(0) == os.getpid(), "variable": os.environ.get("PRELOADED_TEST"),
-        "stdin": sys.stdin.read(), "main": __name__, "file": __file__, "threads": None}
+        "stdin": sys.stdin.read(), "main": __name__, "file": __file__, "threads": None, "path": sys.path}
 if "torch" in sys.argv:
     import torch
     seen["threads"] = torch.get_num_threads()
@@ -52,7 +53,8 @@ def script(tmp_path: Path) -> Path:
 
 def _run(script: Path, *args: str, fresh: bool, cwd: Path, **options) -> tuple[subprocess.Popen, str, str]:
     command = [sys.executable, str(script.relative_to(cwd)), *args]
-    env = {**preloaded._SERVER_ENVIRONMENT, "PRELOADED_TEST": "yes", "OMP_NUM_THREADS": "1"}
+    env = {**preloaded._SERVER_ENVIRONMENT, "PRELOADED_TEST": "yes", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(["extra", str(cwd / "more"), "extra"])}
     # The choice is made from this process's environment; the child's is the command's.
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(preloaded.FRESH, "1" if fresh else "0")
@@ -78,6 +80,7 @@ def test_a_preloaded_process_sees_and_ends_as_a_fresh_one(script: Path, how: str
     assert seen["argv"] == ["tool/script.py", how, "torch"] and seen["path0"] == str(script.parent)
     assert seen["stdin"] == "the input\n" and seen["variable"] == "yes" and seen["threads"] == 1
     assert seen["main"] == "__main__" and not seen["own_session"]
+    assert seen["path"][1:3] == [str(cwd / "extra"), str(cwd / "more")]
     if how == "raise":
         assert last_error == ["RuntimeError: uncaught"]
 
@@ -115,8 +118,9 @@ def test_a_tools_command_in_the_tests_environment_is_preloaded() -> None:
     command = [sys.executable, "src/train.py", "--help"]
     assert preloaded._preloadable(command, {"cwd": preloaded.REPO, "env": {**preloaded._SERVER_ENVIRONMENT,
                                   "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x"}})
-    assert not preloaded._preloadable(command, {"cwd": preloaded.REPO, "env": {**preloaded._SERVER_ENVIRONMENT,
-                                      "PYTHONPATH": "/elsewhere"}})
+    for read_at_start in ({"PYTHONHOME": "/elsewhere"}, {"LOCAL_RANK": "1"}, {"SLURM_PROCID": "3"}):
+        assert not preloaded._preloadable(command, {"cwd": preloaded.REPO,
+                                                    "env": {**preloaded._SERVER_ENVIRONMENT, **read_at_start}})
 
 
 def test_a_home_of_its_own_is_preloaded_where_nothing_under_home_is_read_at_start(tmp_path: Path) -> None:
