@@ -26,7 +26,6 @@ import contextlib
 import io
 import json
 import os
-import select
 import selectors
 import signal
 import site
@@ -85,7 +84,7 @@ class Process(subprocess.Popen):
         finally:
             self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
         if "pid" not in reply:
-            raise OSError(f"the preloaded interpreter did not start {args}: {reply.get('error', 'it has ended')}")
+            raise OSError(f"the preloaded interpreter did not start {args}")
         self.pid = reply["pid"]
 
     def _internal_poll(self, _deadstate=None, **_ignored) -> int | None:
@@ -111,10 +110,11 @@ class Process(subprocess.Popen):
         """The preloaded interpreter's next line about this child, or None after ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self._replies:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not select.select([self._server], [], [], left)[0]:
+            self._server.settimeout(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            try:
+                data = self._server.recv(4096)
+            except (TimeoutError, BlockingIOError):  # past the deadline (0: nothing there yet)
                 return None
-            data = self._server.recv(4096)
             if not data:
                 raise OSError(f"the preloaded interpreter ended before its child {getattr(self, 'pid', '')} did")
             self._replies += data
