@@ -1,0 +1,199 @@
+"""The preloaded interpreter of tests/helpers/preloaded.py, run as a script by each test process
+that starts a tool: ``python tests/helpers/preloaded_interpreter.py <socket>``. It imports
+PRELOAD, says "ready" on stdout, then for each request on the socket (the command, its working
+folder, environment, session, and file descriptors 0-2 passed along) forks a child that becomes
+``python <script> <args>`` and runs it; the child's pid, then its exit status, go back over the
+request's connection. It ends when its stdin closes (the test process has ended).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import io
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+
+# What it imports before it forks: the libraries every tool imports first.
+PRELOAD = ("torch", "lightning", "hydra", "omegaconf", "sacrebleu", "sentencepiece")
+# The environment it started with (tests/helpers/preloaded.py's _SERVER_ENVIRONMENT).
+_OWN_ENVIRONMENT = dict(os.environ)
+
+
+def _serve(address: str) -> None:
+    """Import PRELOAD, say "ready", then fork a child for each request until stdin closes."""
+    fresh_signals = {number: signal.getsignal(number) for number in signal.valid_signals()
+                     if signal.getsignal(number) is not None}
+    for module in PRELOAD:
+        __import__(module)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(64)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_write)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    selector.register(sys.stdin, selectors.EVENT_READ)
+    children: dict[int, socket.socket] = {}
+    print("ready", flush=True)
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is sys.stdin:
+                return
+            if key.fileobj is wake_read:
+                os.read(wake_read, 4096)
+                _reap(children)
+                continue
+            connection, _ = listener.accept()
+            message, fds, _, _ = socket.recv_fds(connection, 1 << 22, 3)
+            pid = os.fork()
+            if pid == 0:
+                for open_socket in (listener, connection, *children.values()):
+                    open_socket.close()
+                selector.close()
+                signal.set_wakeup_fd(-1)
+                os.close(wake_read)
+                os.close(wake_write)
+                try:
+                    _become(json.loads(message), fds, fresh_signals)
+                finally:
+                    os._exit(1)  # _become failed before the script ran (its traceback is on stderr)
+            for fd in fds:
+                os.close(fd)
+            children[pid] = connection
+            connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        _reap(children)
+
+
+def _reap(children: dict[int, socket.socket]) -> None:
+    while children:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            return
+        connection = children.pop(pid, None)
+        if connection is not None:
+            try:
+                connection.sendall(json.dumps({"status": status}).encode() + b"\n")
+            except OSError:
+                pass  # the test has gone
+            connection.close()
+
+
+def _become(request: dict, fds: list[int], fresh_signals: dict) -> None:
+    """In the forked child: become ``python <script> <args>`` and run it; never returns."""
+    import random
+
+    import numpy
+    import torch
+
+    if request["new_session"]:
+        os.setsid()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        if fd > 2:
+            os.close(fd)
+    if request["foreground"]:
+        fresh_signals = {**fresh_signals, signal.SIGINT: signal.default_int_handler}
+    for number, handler in fresh_signals.items():
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL, SIGSTOP and the C library's own
+            signal.signal(number, handler)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    script, *_ = sys.argv = request["argv"][1:]
+    sys.orig_argv = request["argv"]
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
+    # PYTHONPATH's folders come next, as the interpreter puts them (made absolute by site).
+    theirs, ours = (_folders(environment.get("PYTHONPATH")) for environment in (request["env"], _OWN_ENVIRONMENT))
+    sys.path[1:] = [*dict.fromkeys(theirs), *(folder for folder in sys.path[1:] if folder not in ours + theirs)]
+    _fresh_streams()
+    random.seed()
+    numpy.random.seed()
+    if "OMP_NUM_THREADS" in os.environ:  # read when torch was loaded: set as a fresh start sets it
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    os._exit(_run(script))
+
+
+def _folders(pythonpath: str | None) -> list[str]:
+    return [os.path.abspath(folder) for folder in (pythonpath or "").split(os.pathsep) if folder]
+
+
+def _fresh_streams() -> None:
+    """sys.stdin, stdout and stderr on the new descriptors, made as the interpreter makes them at
+    start: stdout and stderr unbuffered under ``-u``/PYTHONUNBUFFERED, else buffered, by lines
+    where they are a terminal (stderr always)."""
+    buffered = not sys.__stdout__.write_through  # as this interpreter's own were made
+    made = []
+    for fd, (name, mode) in enumerate((("stdin", "r"), ("stdout", "w"), ("stderr", "w"))):
+        old = getattr(sys, name)
+        raw = io.FileIO(fd, mode, closefd=False)
+        binary = io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw) if buffered else raw
+        lines = mode == "w" and buffered and (name == "stderr" or raw.isatty())
+        made.append(io.TextIOWrapper(binary, encoding=old.encoding, errors=old.errors, newline="\n",
+                                     line_buffering=lines, write_through=not buffered))
+    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = made
+
+
+def _run(script: str) -> int:
+    """Run ``script`` as ``__main__`` and end as the interpreter ends; the exit status."""
+    interrupted = False
+    try:
+        _run_as_main(script)
+        status = 0
+    except SystemExit as stop:
+        status = _exit_status(stop.code)
+    except KeyboardInterrupt:
+        sys.excepthook(*sys.exc_info())
+        status, interrupted = 1, True
+    except BaseException:  # noqa: BLE001  as the interpreter ends on an uncaught exception
+        sys.excepthook(*sys.exc_info())
+        status = 1
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001  a closed pipe: the interpreter's status for it
+            status = 120
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    return status
+
+
+def _run_as_main(script: str) -> None:
+    """``script`` as the interpreter runs a script: the module ``__main__``, its ``__file__`` the
+    absolute path, ``sys.argv[0]`` as given."""
+    import builtins
+    import importlib.machinery
+    import types
+
+    path = os.path.abspath(script)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=path, __builtins__=builtins, __cached__=None, __spec__=None,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", path))
+    sys.modules["__main__"] = main
+    with io.open_code(path) as source:
+        code = compile(source.read(), path, "exec")
+    exec(code, main.__dict__)  # noqa: S102  the script, as python runs it
+
+
+def _exit_status(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1])
