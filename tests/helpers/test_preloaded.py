@@ -111,10 +111,11 @@ def test_two_preloaded_processes_draw_their_own_random_numbers(script: Path) -> 
     assert draws[0] != draws[1]
 
 
-def test_a_tools_command_in_the_tests_environment_is_preloaded() -> None:
+def test_a_tools_command_in_the_tests_environment_is_preloaded(monkeypatch: pytest.MonkeyPatch) -> None:
     """The suite's tool runs take the preloaded interpreter (a variable that a library sets in this
     process while it runs, and that differs from the preloaded interpreter's, once made every run
     a fresh interpreter without a word)."""
+    monkeypatch.delenv(preloaded.FRESH, raising=False)  # AIAYN_TESTS_FRESH_PROCESSES=1 make test: still true
     command = [sys.executable, "src/train.py", "--help"]
     assert preloaded._preloadable(command, {"cwd": preloaded.REPO, "env": {**preloaded._SERVER_ENVIRONMENT,
                                   "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x"}})
@@ -123,10 +124,12 @@ def test_a_tools_command_in_the_tests_environment_is_preloaded() -> None:
                                                     "env": {**preloaded._SERVER_ENVIRONMENT, **read_at_start}})
 
 
-def test_a_home_of_its_own_is_preloaded_where_nothing_under_home_is_read_at_start(tmp_path: Path) -> None:
+def test_a_home_of_its_own_is_preloaded_where_nothing_under_home_is_read_at_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tests that give a run a HOME of its own (no ~/.netrc: W&B offline) take the preloaded
     interpreter in a virtual environment; not once the new HOME has a matplotlibrc, which
     matplotlib reads as it is imported."""
+    monkeypatch.delenv(preloaded.FRESH, raising=False)
     command = [sys.executable, "src/train.py", "--help"]
     env = {**preloaded._SERVER_ENVIRONMENT, "HOME": str(tmp_path)}
     env.pop("MPLCONFIGDIR", None)
