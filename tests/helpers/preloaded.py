@@ -57,10 +57,11 @@ FRESH = "AIAYN_TESTS_FRESH_PROCESSES"
 class Process(subprocess.Popen):
     """``subprocess.Popen`` whose child is forked by the preloaded interpreter: the same pipes,
     pid, signals and exit status; its status comes back over the interpreter's socket, as it is
-    that interpreter's child, not this process's. ``foreground``: SIGINT at its default."""
+    that interpreter's child, not this process's. ``foreground``: SIGINT at its default;
+    ``executable_name``: the child's ``sys.executable``."""
 
-    def __init__(self, args, *, foreground: bool = False, **options) -> None:
-        self._foreground = foreground
+    def __init__(self, args, *, foreground: bool = False, executable_name: str = sys.executable, **options) -> None:
+        self._foreground, self._executable_name = foreground, executable_name
         super().__init__(args, **options)
 
     def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
@@ -72,7 +73,7 @@ class Process(subprocess.Popen):
         try:
             request = {"argv": [str(part) for part in args], "cwd": str(cwd or os.getcwd()),
                        "env": dict(os.environ if env is None else env), "new_session": new_session,
-                       "foreground": self._foreground}
+                       "foreground": self._foreground, "executable": self._executable_name}
             self._server = _server().connect()
             socket.send_fds(self._server, [json.dumps(request).encode()], fds)
             reply = self._reply(None) or {}
@@ -120,19 +121,38 @@ class Process(subprocess.Popen):
 def popen(command, *, fresh: bool = False, **options) -> subprocess.Popen:
     """``subprocess.Popen(command, **options)``; a :class:`Process` where the preloaded interpreter
     starts the same process, unless ``fresh`` (a test of the interpreter's start itself).
-    ``[*IN_THE_FOREGROUND, script, ...]`` is ``python script ...`` with SIGINT at its default."""
+    ``[*IN_THE_FOREGROUND, script, ...]`` is ``python script ...`` with SIGINT at its default; a
+    console script of this environment (``aiayn-train``) is ``python <its path> ...`` as its first
+    line says, ``sys.executable`` the interpreter that line names."""
     command = list(command)
     foreground = command[:len(IN_THE_FOREGROUND)] == IN_THE_FOREGROUND
-    plain = [sys.executable, *command[len(IN_THE_FOREGROUND):]] if foreground else command
+    interpreter = None if foreground or not command else _interpreter_of(command[0])
+    plain = ([sys.executable, *command[len(IN_THE_FOREGROUND):]] if foreground else
+             [sys.executable, *command] if interpreter else command)
     if fresh or not _preloadable(plain, options):
         return subprocess.Popen(command, **options)
-    return Process(plain, foreground=foreground, **options)
+    return Process(plain, foreground=foreground, executable_name=interpreter or sys.executable, **options)
+
+
+def _interpreter_of(program) -> str | None:
+    """The interpreter a script's ``#!`` line names, where it is this environment's python (the
+    same folder, the same file once links are followed); else None."""
+    try:
+        with open(program, "rb") as file:
+            line = file.readline(4096)
+    except OSError:
+        return None
+    named = line[2:].strip().decode(errors="replace") if line.startswith(b"#!") else ""
+    mine = sys.executable
+    same = (" " not in named and os.path.dirname(named) == os.path.dirname(mine)
+            and os.path.realpath(named) == os.path.realpath(mine))
+    return named if same else None
 
 
 def _preloadable(command: list, popen: dict) -> bool:
     if os.environ.get(FRESH) == "1" or popen.get("preexec_fn") is not None or popen.get("shell"):
         return False
-    if len(command) < 2 or str(command[0]) != sys.executable or not str(command[1]).endswith(".py"):
+    if len(command) < 2 or str(command[0]) != sys.executable or str(command[1]).startswith("-"):
         return False
     if not Path(popen.get("cwd") or os.getcwd(), command[1]).is_file():
         return False

@@ -110,6 +110,7 @@ def _become(request: dict, fds: list[int], fresh_signals: dict) -> None:
     os.environ.update(request["env"])
     script, *_ = sys.argv = request["argv"][1:]
     sys.orig_argv = request["argv"]
+    sys.executable = request["executable"]
     sys.path[0] = os.path.dirname(os.path.realpath(script))
     # PYTHONPATH's folders come next, as the interpreter puts them (made absolute by site).
     theirs, ours = (_folders(environment.get("PYTHONPATH")) for environment in (request["env"], _OWN_ENVIRONMENT))

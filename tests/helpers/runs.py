@@ -1,5 +1,6 @@
 """What the tests share to run the tools: the checkout, the tiny run's settings, and running a
-tool (src/*.py, benchmarks/*.py, a console script) as its own process, as a user runs it.
+tool (src/*.py, benchmarks/*.py, a console script) as its own process, as a user runs it (forked
+from the preloaded interpreter where it starts the same way: tests/helpers/preloaded.py).
 
 Test modules import these from here, never from one another.
 """

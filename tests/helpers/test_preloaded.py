@@ -25,7 +25,8 @@ streams = {name: [getattr(sys, name).encoding, getattr(sys, name).errors, getatt
                   getattr(sys, name).write_through] for name in ("stdin", "stdout", "stderr")}
 seen = {"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "handlers": handlers, "streams": streams,
         "own_session": os.getsid(0) == os.getpid(), "variable": os.environ.get("PRELOADED_TEST"),
-        "stdin": sys.stdin.read(), "main": __name__, "file": __file__, "threads": None, "path": sys.path}
+        "stdin": sys.stdin.read(), "main": __name__, "file": __file__, "threads": None, "path": sys.path,
+        "executable": sys.executable}
 if "torch" in sys.argv:
     import torch
     seen["threads"] = torch.get_num_threads()
@@ -83,6 +84,29 @@ def test_a_preloaded_process_sees_and_ends_as_a_fresh_one(script: Path, how: str
     assert seen["path"][1:3] == [str(cwd / "extra"), str(cwd / "more")]
     if how == "raise":
         assert last_error == ["RuntimeError: uncaught"]
+
+
+def test_a_console_script_is_preloaded_as_its_first_line_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``aiayn-train`` as installed: a script whose ``#!`` line names this environment's python
+    (``python3`` where there is one), run as ``python <script>`` with that interpreter's name."""
+    named = Path(sys.executable).with_name("python3")
+    interpreter = named if named.is_file() else Path(sys.executable)
+    program = tmp_path / "bin" / "aiayn-like"
+    program.parent.mkdir()
+    program.write_text(f"#!{interpreter}\n{SCRIPT}")
+    program.chmod(0o755)
+    seen = {}
+    for fresh in (True, False):
+        monkeypatch.setenv(preloaded.FRESH, "1" if fresh else "0")
+        process = preloaded.popen([str(program), "return"], cwd=tmp_path, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, text=True)
+        assert isinstance(process, preloaded.Process) != fresh
+        seen[fresh] = (json.loads(process.communicate(timeout=120)[0].splitlines()[0])["seen"], process.returncode)
+    assert seen[True] == seen[False]
+    assert seen[False][0]["executable"] == str(interpreter) and seen[False][0]["argv"] == [str(program), "return"]
+    other = tmp_path / "other"
+    other.write_text(f"#!/usr/bin/env python3\n{SCRIPT}")  # not this environment's python by name: a fresh one
+    assert preloaded._interpreter_of(other) is None
 
 
 def test_a_preloaded_process_takes_signals_and_sessions_as_a_fresh_one(script: Path) -> None:
