@@ -66,6 +66,7 @@ def _run(script: Path, *args: str, fresh: bool, cwd: Path, **options) -> tuple[s
     return process, out, err
 
 
+@pytest.mark.cli  # starts processes, fresh and preloaded
 @pytest.mark.parametrize("how, status", [("return", 0), ("exit", 3), ("raise", 1), ("interrupt", -signal.SIGINT)])
 def test_a_preloaded_process_sees_and_ends_as_a_fresh_one(script: Path, how: str, status: int) -> None:
     cwd = script.parent.parent
@@ -86,6 +87,7 @@ def test_a_preloaded_process_sees_and_ends_as_a_fresh_one(script: Path, how: str
         assert last_error == ["RuntimeError: uncaught"]
 
 
+@pytest.mark.cli  # starts processes, fresh and preloaded
 def test_a_console_script_is_preloaded_as_its_first_line_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``aiayn-train`` as installed: a script whose ``#!`` line names this environment's python
     (``python3`` where there is one), run as ``python <script>`` with that interpreter's name."""
@@ -109,6 +111,7 @@ def test_a_console_script_is_preloaded_as_its_first_line_says(tmp_path: Path, mo
     assert preloaded._interpreter_of(other) is None
 
 
+@pytest.mark.cli  # starts processes, fresh and preloaded
 def test_a_preloaded_process_takes_signals_and_sessions_as_a_fresh_one(script: Path) -> None:
     cwd = script.parent.parent
     for fresh in (True, False):
@@ -129,6 +132,7 @@ def test_a_preloaded_process_takes_signals_and_sessions_as_a_fresh_one(script: P
             process.stdout.close()
 
 
+@pytest.mark.cli  # starts processes, fresh and preloaded
 def test_two_preloaded_processes_draw_their_own_random_numbers(script: Path) -> None:
     draws = [json.loads(_run(script, "return", fresh=False, cwd=script.parent)[1].splitlines()[0])["random"]
              for _ in range(2)]
