@@ -2,20 +2,20 @@
 Hydra: the same process a user's ``python src/<tool>.py ...`` is, without its ~6 s of imports.
 
 Each test process (each pytest-xdist worker) starts one preloaded interpreter
-(tests/helpers/preloaded_interpreter.py) the first time a test starts a tool. For each run it forks a child that becomes the
-process ``python <script> <args>`` would be: the file descriptors 0, 1 and 2, working folder,
-environment, ``sys.argv`` and ``sys.path[0]`` as the command gives them, the signal dispositions
-and standard streams a fresh interpreter starts with, fresh random seeds, a new session if asked;
-then the script runs as ``__main__`` and the child ends as an interpreter ends (non-daemon
-threads joined, ``atexit`` run, the streams flushed, exit status from ``SystemExit``, the
-traceback and status 1 for an uncaught exception, killed by SIGINT after an uncaught Ctrl-C).
+(tests/helpers/preloaded_interpreter.py) the first time a test starts a tool. For each run it forks
+a child that becomes the process ``python <script> <args>`` would be: the file descriptors 0, 1 and
+2, working folder, environment, ``sys.argv`` and ``sys.path[0]`` as the command gives them, the
+signal dispositions and standard streams a fresh interpreter starts with, fresh random seeds, a new
+session if asked; then the script runs as ``__main__`` and the child ends as an interpreter ends
+(non-daemon threads joined, ``atexit`` run, the streams flushed, exit status from ``SystemExit``,
+the traceback and status 1 for an uncaught exception, killed by SIGINT after an uncaught Ctrl-C).
 Signals, kills, exit statuses, process groups and DDP's own processes are those of real processes.
 
 :class:`Process` is ``subprocess.Popen`` for such a child (pid, poll, wait, communicate,
 send_signal, pipes); :func:`popen` gives one where the command is ``python <script> ...`` and a
 fresh interpreter would start the same way (no interpreter options, no ``preexec_fn``, the same
-``PYTHON*`` but PYTHONPATH, ``LD_*``, locale and rank settings), else a plain ``subprocess.Popen``. With
-``AIAYN_TESTS_FRESH_PROCESSES=1`` every process is a fresh interpreter, as a check that the two
+``PYTHON*`` but PYTHONPATH, ``LD_*``, locale and rank settings), else a plain ``subprocess.Popen``.
+With ``AIAYN_TESTS_FRESH_PROCESSES=1`` every process is a fresh interpreter, as a check that the two
 agree.
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import site
 import socket
 import subprocess
@@ -158,13 +159,17 @@ def _preloadable(command: list, popen: dict) -> bool:
         return False
     env = popen.get("env")
     env = os.environ if env is None else env
-    startup = lambda variables: {k: v for k, v in variables.items() if k.startswith(STARTUP) and k not in RUNTIME
-                                 and k != "PYTHONPATH"  # the child puts its folders on sys.path
-                                 and not (k == "HOME" and not _home_read_at_start(variables))}
     # OMP_NUM_THREADS is read when torch is loaded: the child sets torch's threads from it where it
     # is set; unset, it takes the preloaded interpreter's, right only where that had none either.
     threads = "OMP_NUM_THREADS" in env or "OMP_NUM_THREADS" not in _SERVER_ENVIRONMENT
-    return threads and startup(env) == startup(_SERVER_ENVIRONMENT)
+    return threads and _startup(env) == _SERVERS_STARTUP
+
+
+def _startup(variables) -> dict[str, str]:
+    """What of ``variables`` an interpreter or a preloaded library reads as it starts."""
+    return {k: v for k, v in variables.items() if k.startswith(STARTUP) and k not in RUNTIME
+            and k != "PYTHONPATH"  # the child puts its folders on sys.path
+            and not (k == "HOME" and not _home_read_at_start(variables))}
 
 
 def _home_read_at_start(variables) -> bool:
@@ -196,12 +201,11 @@ class _Server:
     def close(self) -> None:
         self.process.stdin.close()  # its sign to end
         self.process.wait(timeout=60)
-        for name in os.listdir(self.folder):
-            os.remove(os.path.join(self.folder, name))
-        os.rmdir(self.folder)
+        shutil.rmtree(self.folder)
 
 
 _SERVER_ENVIRONMENT = dict(os.environ)
+_SERVERS_STARTUP = _startup(_SERVER_ENVIRONMENT)
 _SERVER: list[_Server] = []
 _LOCK = threading.Lock()
 
