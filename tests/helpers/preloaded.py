@@ -40,9 +40,10 @@ STARTUP = ("PYTHON", "LD_", "LC_", "LANG", "HOME", "XDG_", "TMP", "TEMP", "MKL_"
            "CUDA", "MPL", "HF_", "TRANSFORMERS", "AIAYN_CONFIG_DIR",
            # the process's rank, which Lightning's and torchmetrics' rank_zero_only take as they are imported
            "RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
-# ... except these, which torch and Lightning set in a test's process as they run (and so pass on
-# to the processes it starts), and which are read only when used.
-RUNTIME = ("PYTORCH_NVML_BASED_CUDA_CHECK", "TORCHINDUCTOR_CACHE_DIR")
+# ... except these, which libraries set in a test's process as they run (and so pass on to the
+# processes it starts): torch and Lightning's, read only when used; joblib's (as it is imported),
+# read only by Intel's OpenMP, which this torch does not load (it has GNU's libgomp).
+RUNTIME = ("PYTORCH_NVML_BASED_CUDA_CHECK", "TORCHINDUCTOR_CACHE_DIR", "KMP_INIT_AT_FORK")
 REPO = Path(__file__).resolve().parents[2]
 INTERPRETER = Path(__file__).with_name("preloaded_interpreter.py")
 # ``python`` as a shell starts a command in the foreground: SIGINT not ignored (a test started in
@@ -158,7 +159,11 @@ def _preloadable(command: list, popen: dict) -> bool:
     if not Path(popen.get("cwd") or os.getcwd(), command[1]).is_file():
         return False
     env = popen.get("env")
-    env = os.environ if env is None else env
+    return _startup_matches(os.environ if env is None else env)
+
+
+def _startup_matches(env) -> bool:
+    """Whether an interpreter started with ``env`` starts as the preloaded one did."""
     # OMP_NUM_THREADS is read when torch is loaded: the child sets torch's threads from it where it
     # is set; unset, it takes the preloaded interpreter's, right only where that had none either.
     threads = "OMP_NUM_THREADS" in env or "OMP_NUM_THREADS" not in _SERVER_ENVIRONMENT
@@ -187,7 +192,8 @@ class _Server:
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="aiayn-preloaded-")
         self.address = os.path.join(self.folder, "socket")
-        self.process = subprocess.Popen([sys.executable, str(INTERPRETER), self.address], stdin=subprocess.PIPE,
+        # The last argument is room for each child's command line, written over the arguments.
+        self.process = subprocess.Popen([sys.executable, str(INTERPRETER), self.address, " " * 8192], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, env=_SERVER_ENVIRONMENT, cwd=REPO, text=True)
         if self.process.stdout.readline().strip() != "ready":
             raise OSError(f"the preloaded interpreter did not start (exit status {self.process.wait()})")

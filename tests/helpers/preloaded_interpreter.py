@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
+import importlib.machinery
 import io
 import json
 import os
@@ -18,11 +20,16 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
+
+import preloaded_children  # this folder's: the processes a tool starts, forked from a copy of this one
 
 # What it imports before it forks: the libraries every tool imports first.
 PRELOAD = ("torch", "lightning", "hydra", "omegaconf", "sacrebleu", "sentencepiece")
 # The environment it started with (tests/helpers/preloaded.py's _SERVER_ENVIRONMENT).
 _OWN_ENVIRONMENT = dict(os.environ)
+# The handlers a fresh interpreter sets for a signal it was not given ignored.
+_PYTHONS = {signal.SIGINT: signal.default_int_handler, signal.SIGPIPE: signal.SIG_IGN, signal.SIGXFSZ: signal.SIG_IGN}
 
 
 def _serve(address: str) -> None:
@@ -96,11 +103,16 @@ def _become(request: dict, fds: list[int], fresh_signals: dict) -> None:
 
     if request["new_session"]:
         os.setsid()
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-        if fd > 2:
-            os.close(fd)
-    if request["foreground"]:
+    elif "pgid" in request:  # the process group of the process that started it
+        with contextlib.suppress(OSError):
+            os.setpgid(0, request["pgid"])
+    preloaded_children.start_copy(lambda request, fds: _become(request, fds, fresh_signals))
+    _descriptors(fds, request.get("fd_numbers") or list(range(len(fds))))
+    if "ignored" in request:  # what a fresh interpreter has, but what its starter ignores
+        fresh_signals = {number: signal.SIG_IGN if number in request["ignored"] else
+                         _PYTHONS.get(number, signal.SIG_DFL) for number in signal.valid_signals()}
+        signal.pthread_sigmask(signal.SIG_SETMASK, request["mask"])
+    elif request["foreground"]:
         fresh_signals = {**fresh_signals, signal.SIGINT: signal.default_int_handler}
     for number, handler in fresh_signals.items():
         with contextlib.suppress(OSError, ValueError):  # SIGKILL, SIGSTOP and the C library's own
@@ -108,10 +120,12 @@ def _become(request: dict, fds: list[int], fresh_signals: dict) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    script, *_ = sys.argv = request["argv"][1:]
+    preloaded_children.show_command(request["argv"])
+    code = request.get("code")
+    script, *_ = sys.argv = ["-c", *request["argv"][request["argv"].index("-c") + 2:]] if code else request["argv"][1:]
     sys.orig_argv = request["argv"]
     sys.executable = request["executable"]
-    sys.path[0] = os.path.dirname(os.path.realpath(script))
+    sys.path[0] = "" if code else os.path.dirname(os.path.realpath(script))
     # PYTHONPATH's folders come next, as the interpreter puts them (made absolute by site).
     theirs, ours = (_folders(environment.get("PYTHONPATH")) for environment in (request["env"], _OWN_ENVIRONMENT))
     sys.path[1:] = [*dict.fromkeys(theirs), *(folder for folder in sys.path[1:] if folder not in ours + theirs)]
@@ -120,7 +134,20 @@ def _become(request: dict, fds: list[int], fresh_signals: dict) -> None:
     numpy.random.seed()
     if "OMP_NUM_THREADS" in os.environ:  # read when torch was loaded: set as a fresh start sets it
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    os._exit(_run(script))
+    os._exit(_run(lambda: _run_code(code) if code else _run_as_main(script)))
+
+
+def _descriptors(fds: list[int], numbers: list[int]) -> None:
+    """The received ``fds`` as descriptors ``numbers`` (moved out of their way first)."""
+    if not fds:
+        return
+    above = max(max(numbers), max(fds)) + 1
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, above) for fd in fds]
+    for fd in fds:
+        os.close(fd)
+    for fd, number in zip(moved, numbers):
+        os.dup2(fd, number)
+        os.close(fd)
 
 
 def _folders(pythonpath: str | None) -> list[str]:
@@ -143,11 +170,12 @@ def _fresh_streams() -> None:
     sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = made
 
 
-def _run(script: str) -> int:
-    """Run ``script`` as ``__main__`` and end as the interpreter ends; the exit status."""
+def _run(main: Callable[[], None]) -> int:
+    """Run ``main`` (the script or ``-c`` code as ``__main__``) and end as the interpreter ends;
+    the exit status."""
     interrupted = False
     try:
-        _run_as_main(script)
+        main()
         status = 0
     except SystemExit as stop:
         status = _exit_status(stop.code)
@@ -174,7 +202,6 @@ def _run_as_main(script: str) -> None:
     """``script`` as the interpreter runs a script: the module ``__main__``, its ``__file__`` the
     absolute path, ``sys.argv[0]`` as given."""
     import builtins
-    import importlib.machinery
     import types
 
     path = os.path.abspath(script)
@@ -185,6 +212,17 @@ def _run_as_main(script: str) -> None:
     with io.open_code(path) as source:
         code = compile(source.read(), path, "exec")
     exec(code, main.__dict__)  # noqa: S102  the script, as python runs it
+
+
+def _run_code(code: str) -> None:
+    """``python -c code``: a ``__main__`` of no file."""
+    import builtins
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__builtins__=builtins, __spec__=None, __loader__=importlib.machinery.BuiltinImporter)
+    sys.modules["__main__"] = main
+    exec(compile(code, "<string>", "exec"), main.__dict__)  # noqa: S102  the code, as python -c runs it
 
 
 def _exit_status(code: object) -> int:

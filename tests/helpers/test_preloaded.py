@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,6 +42,34 @@ if how == "interrupt":
 if how == "wait":
     sys.stdout.flush()
     time.sleep(300)
+'''
+
+
+# Starts a Python process two ways — multiprocessing's spawn (as DDP's ranks start) and
+# ``python <script>`` by subprocess — with SIGUSR1 ignored and SIGUSR2 blocked; each prints what
+# it sees of its process and ends with its own status.
+STARTS = r'''
+import json, multiprocessing, os, signal, subprocess, sys
+
+def report(how):
+    with open(f"/proc/{os.getpid()}/cmdline", "rb") as command:
+        words = command.read().replace(b"\0", b" ").decode().split()
+    handlers = {name: repr(signal.getsignal(getattr(signal, name))) for name in ("SIGINT", "SIGTERM", "SIGUSR1")}
+    print(json.dumps({"how": how, "parent": os.getppid(), "argv": sys.argv, "path0": sys.path[0], "handlers": handlers,
+                      "blocked": sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])), "command": words[1:],
+                      "group": os.getpgrp(), "preloaded": "torch" in sys.modules}), flush=True)
+    sys.exit(3)
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["child"]:
+        report("subprocess")
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
+    spawned = multiprocessing.get_context("spawn").Process(target=report, args=("spawn",))
+    spawned.start()
+    spawned.join()
+    started = subprocess.run([sys.executable, __file__, "child"])
+    print(json.dumps({"me": os.getpid(), "group": os.getpgrp(), "statuses": [spawned.exitcode, started.returncode]}))
 '''
 
 
@@ -112,6 +141,36 @@ def test_a_console_script_is_preloaded_as_its_first_line_says(tmp_path: Path, mo
 
 
 @pytest.mark.cli  # starts processes, fresh and preloaded
+def test_the_python_processes_a_preloaded_process_starts_are_its_own_as_fresh_ones_are(tmp_path: Path) -> None:
+    """DDP's spawned ranks and a ``python <script>`` that a preloaded tool starts are forked from a
+    copy of the preloaded interpreter (torch already imported), and are otherwise what fresh ones
+    are: the tool's children, in its process group, with its ignored signals and mask, their own
+    arguments and exit status, and their command in /proc."""
+    program = tmp_path / "starts.py"
+    program.write_text(STARTS)
+    seen = {}
+    for fresh in (True, False):
+        process, out, err = _run(program, fresh=fresh, cwd=tmp_path)
+        assert process.returncode == 0, err
+        spawned, started, parent = (json.loads(line) for line in out.splitlines())
+        assert spawned["parent"] == started["parent"] == parent["me"] == process.pid
+        assert spawned["group"] == started["group"] == parent["group"] and parent["statuses"] == [3, 3]
+        assert spawned["preloaded"] == started["preloaded"] == (not fresh)
+        # The descriptors' numbers in spawn's command are the starting process's (which has one
+        # more open where it is preloaded: its copy's socket).
+        seen[fresh] = [{k: re.sub(r"=\d+", "=N", json.dumps(v)) for k, v in record.items()
+                        if k not in ("parent", "group", "preloaded")} for record in (spawned, started)]
+    assert seen[True] == seen[False]
+    spawned, started = ({k: json.loads(v) for k, v in record.items()} for record in seen[False])
+    assert spawned["command"][-8:] == ["-c", "from", "multiprocessing.spawn", "import", "spawn_main;",
+                                       "spawn_main(tracker_fd=N,", "pipe_handle=N)", "--multiprocessing-fork"]
+    assert spawned["argv"] == ["starts.py"] and spawned["path0"] == str(tmp_path)  # spawn's: the starting process's
+    assert started["command"] == [str(program), "child"] and started["argv"] == [str(program), "child"]
+    for record in (spawned, started):
+        assert record["handlers"]["SIGUSR1"] == "<Handlers.SIG_IGN: 1>" and record["blocked"] == [signal.SIGUSR2]
+
+
+@pytest.mark.cli  # starts processes, fresh and preloaded
 def test_a_preloaded_process_takes_signals_and_sessions_as_a_fresh_one(script: Path) -> None:
     cwd = script.parent.parent
     for fresh in (True, False):
@@ -146,7 +205,8 @@ def test_a_tools_command_in_the_tests_environment_is_preloaded(monkeypatch: pyte
     monkeypatch.delenv(preloaded.FRESH, raising=False)  # AIAYN_TESTS_FRESH_PROCESSES=1 make test: still true
     command = [sys.executable, "src/train.py", "--help"]
     assert preloaded._preloadable(command, {"cwd": preloaded.REPO, "env": {**preloaded._SERVER_ENVIRONMENT,
-                                  "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x"}})
+                                  "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x",
+                                  "KMP_INIT_AT_FORK": "FALSE"}})
     for read_at_start in ({"PYTHONHOME": "/elsewhere"}, {"LOCAL_RANK": "1"}, {"SLURM_PROCID": "3"}):
         assert not preloaded._preloadable(command, {"cwd": preloaded.REPO,
                                                     "env": {**preloaded._SERVER_ENVIRONMENT, **read_at_start}})
