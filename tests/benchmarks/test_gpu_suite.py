@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from tests.helpers.inprocess import run_tool
+from tests.helpers.preloaded import python_starts_preloaded
 from tests.helpers.runs import REPO
 
 SEARCH = {"beam_size": 4, "alpha": 0.6, "max_len_offset": 50}
@@ -30,8 +31,9 @@ UNBOUND = [argument for part in ("tests", "train", "users_command", "decode") fo
 def quick_run(tmp_path_factory: pytest.TempPathFactory, data_root: Path):
     """One quick CPU run: (its output folder, the finished process)."""
     out = tmp_path_factory.mktemp("gpu-suite")
-    result = run_tool("benchmarks/gpu_suite.py", "--device", "cpu", "--quick", *UNBOUND, "--out-dir",
-                      str(out / "results"), data_root=data_root, cache_dir=out / "cache")
+    with python_starts_preloaded():
+        result = run_tool("benchmarks/gpu_suite.py", "--device", "cpu", "--quick", *UNBOUND, "--out-dir",
+                          str(out / "results"), data_root=data_root, cache_dir=out / "cache")
     return out / "results", result
 
 

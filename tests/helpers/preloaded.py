@@ -9,19 +9,23 @@ signal dispositions and standard streams a fresh interpreter starts with, fresh 
 session if asked; then the script runs as ``__main__`` and the child ends as an interpreter ends
 (non-daemon threads joined, ``atexit`` run, the streams flushed, exit status from ``SystemExit``,
 the traceback and status 1 for an uncaught exception, killed by SIGINT after an uncaught Ctrl-C).
-Signals, kills, exit statuses, process groups and DDP's own processes are those of real processes.
+Signals, kills, exit statuses and process groups are those of real processes. The Python
+processes such a child starts itself (DDP's spawned ranks, ``python <script>`` by subprocess) are
+forked the same way, as its own children (tests/helpers/preloaded_children.py).
 
 :class:`Process` is ``subprocess.Popen`` for such a child (pid, poll, wait, communicate,
 send_signal, pipes); :func:`popen` gives one where the command is ``python <script> ...`` and a
 fresh interpreter would start the same way (no interpreter options, no ``preexec_fn``, the same
-``PYTHON*`` but PYTHONPATH, ``LD_*``, locale and rank settings), else a plain ``subprocess.Popen``.
-With ``AIAYN_TESTS_FRESH_PROCESSES=1`` every process is a fresh interpreter, as a check that the two
-agree.
+``PYTHON*`` but PYTHONPATH and PYTHONUNBUFFERED, ``LD_*``, locale and rank settings), else a plain
+``subprocess.Popen``; :func:`python_starts_preloaded` does the same for the processes a tool run in
+this process starts. With ``AIAYN_TESTS_FRESH_PROCESSES=1`` every process is a fresh interpreter,
+as a check that the two agree.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -32,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 # Environment variables read when an interpreter or a preloaded library starts: a command whose
@@ -136,6 +141,26 @@ def popen(command, *, fresh: bool = False, **options) -> subprocess.Popen:
     return Process(plain, foreground=foreground, executable_name=interpreter or sys.executable, **options)
 
 
+@contextlib.contextmanager
+def python_starts_preloaded() -> Iterator[None]:
+    """Within it, this process's ``subprocess.Popen([sys.executable, script, ...])`` — a tool run in
+    this process starting one: the table runner's jobs, gpu-check's parts — is a :class:`Process`
+    wherever :func:`popen` would give one (a preloaded tool's own starts are already preloaded:
+    tests/helpers/preloaded_children.py)."""
+    def new(cls, args=(), *rest, **options):
+        if (cls is subprocess.Popen and not rest and isinstance(args, (list, tuple))
+                and _preloadable([str(part) for part in args], options)
+                and str(args[1]) != str(INTERPRETER)):  # the preloaded interpreter itself starts afresh
+            return object.__new__(Process)
+        return object.__new__(cls)
+
+    subprocess.Popen.__new__ = staticmethod(new)
+    try:
+        yield
+    finally:
+        del subprocess.Popen.__new__
+
+
 def _interpreter_of(program) -> str | None:
     """The interpreter a script's ``#!`` line names, where it is this environment's python (the
     same folder, the same file once links are followed); else None."""
@@ -173,7 +198,7 @@ def _startup_matches(env) -> bool:
 def _startup(variables) -> dict[str, str]:
     """What of ``variables`` an interpreter or a preloaded library reads as it starts."""
     return {k: v for k, v in variables.items() if k.startswith(STARTUP) and k not in RUNTIME
-            and k != "PYTHONPATH"  # the child puts its folders on sys.path
+            and k not in ("PYTHONPATH", "PYTHONUNBUFFERED")  # the child puts its folders on sys.path, makes its streams
             and not (k == "HOME" and not _home_read_at_start(variables))}
 
 

@@ -1,9 +1,14 @@
 """The preloaded interpreter of tests/helpers/preloaded.py, run as a script by each test process
-that starts a tool: ``python tests/helpers/preloaded_interpreter.py <socket>``. It imports
+that starts a tool: ``python tests/helpers/preloaded_interpreter.py <socket> <room>``. It imports
 PRELOAD, says "ready" on stdout, then for each request on the socket (the command, its working
 folder, environment, session, and file descriptors 0-2 passed along) forks a child that becomes
 ``python <script> <args>`` and runs it; the child's pid, then its exit status, go back over the
-request's connection. It ends when its stdin closes (the test process has ended).
+request's connection. It ends when its stdin closes (the test process has ended). ``<room>``, a
+long blank argument, is where each child writes its own command line (``/proc/<pid>/cmdline``).
+
+A child first forks its copy (tests/helpers/preloaded_children.py), which makes the Python
+processes the child starts itself the same way, from requests that also name their descriptors'
+numbers, ``python -c`` code (multiprocessing's spawn), and the signals the child ignores and blocks.
 """
 
 from __future__ import annotations
@@ -156,9 +161,9 @@ def _folders(pythonpath: str | None) -> list[str]:
 
 def _fresh_streams() -> None:
     """sys.stdin, stdout and stderr on the new descriptors, made as the interpreter makes them at
-    start: stdout and stderr unbuffered under ``-u``/PYTHONUNBUFFERED, else buffered, by lines
-    where they are a terminal (stderr always)."""
-    buffered = not sys.__stdout__.write_through  # as this interpreter's own were made
+    start: stdout and stderr unbuffered under PYTHONUNBUFFERED (the command's environment, now
+    this process's), else buffered, by lines where they are a terminal (stderr always)."""
+    buffered = not os.environ.get("PYTHONUNBUFFERED")
     made = []
     for fd, (name, mode) in enumerate((("stdin", "r"), ("stdout", "w"), ("stderr", "w"))):
         old = getattr(sys, name)

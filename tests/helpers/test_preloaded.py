@@ -81,10 +81,11 @@ def script(tmp_path: Path) -> Path:
     return path
 
 
-def _run(script: Path, *args: str, fresh: bool, cwd: Path, **options) -> tuple[subprocess.Popen, str, str]:
+def _run(script: Path, *args: str, fresh: bool, cwd: Path, env: dict | None = None,
+         **options) -> tuple[subprocess.Popen, str, str]:
     command = [sys.executable, str(script.relative_to(cwd)), *args]
     env = {**preloaded._SERVER_ENVIRONMENT, "PRELOADED_TEST": "yes", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(["extra", str(cwd / "more"), "extra"])}
+           "PYTHONPATH": os.pathsep.join(["extra", str(cwd / "more"), "extra"]), **(env or {})}
     # The choice is made from this process's environment; the child's is the command's.
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(preloaded.FRESH, "1" if fresh else "0")
@@ -114,6 +115,18 @@ def test_a_preloaded_process_sees_and_ends_as_a_fresh_one(script: Path, how: str
     assert seen["path"][1:3] == [str(cwd / "extra"), str(cwd / "more")]
     if how == "raise":
         assert last_error == ["RuntimeError: uncaught"]
+
+
+@pytest.mark.cli  # starts processes, fresh and preloaded
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_a_preloaded_process_makes_its_streams_as_its_pythonunbuffered_says(script: Path, unbuffered: str) -> None:
+    cwd = script.parent.parent
+    seen = {}
+    for fresh in (True, False):
+        process, out, _ = _run(script, "return", fresh=fresh, cwd=cwd, env={"PYTHONUNBUFFERED": unbuffered})
+        seen[fresh] = json.loads(out.splitlines()[0])["seen"]["streams"]
+    assert seen[True] == seen[False]
+    assert seen[False]["stdout"][3] == bool(unbuffered)  # write_through
 
 
 @pytest.mark.cli  # starts processes, fresh and preloaded

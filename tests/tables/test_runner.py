@@ -15,6 +15,7 @@ import pytest
 
 from aiayn.tables import runner
 from tests.helpers.inprocess import run_tool
+from tests.helpers.preloaded import python_starts_preloaded
 from tests.helpers.runs import REPO, TINY, offline_environment, snapshot
 
 CONF = REPO / "conf"
@@ -29,7 +30,7 @@ def _environment(data_root: Path, cache_dir: Path) -> dict[str, str]:
 def _run(jobs: list[runner.RowJob], environment: dict[str, str], parallel: int = 1) -> tuple[list[runner.RowJob], str]:
     """runner.run's failed jobs and what it printed."""
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    with contextlib.redirect_stdout(printed), python_starts_preloaded():
         failed = runner.run(jobs, parallel=parallel, env=environment, poll_s=0.2)
     return failed, printed.getvalue()
 
