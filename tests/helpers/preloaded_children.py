@@ -151,9 +151,10 @@ def _serve(connection: socket.socket, parent: int, become: Callable[[dict, list[
             except (OSError, ValueError):
                 pass
     null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):  # the tool's pipes are not held open by the copy
+    for fd in (0, 1, 2):  # the descriptors of the process it copies are not held open by the copy
         os.dup2(null, fd)
-    os.close(null)
+    os.closerange(3, connection.fileno())
+    os.closerange(connection.fileno() + 1, os.sysconf("SC_OPEN_MAX"))
     show_command([sys.executable, os.path.join(os.path.dirname(__file__), "preloaded_interpreter.py"),
                   f"(the copy of process {parent})"])
     while True:

@@ -111,8 +111,8 @@ def _become(request: dict, fds: list[int], fresh_signals: dict) -> None:
     elif "pgid" in request:  # the process group of the process that started it
         with contextlib.suppress(OSError):
             os.setpgid(0, request["pgid"])
-    preloaded_children.start_copy(lambda request, fds: _become(request, fds, fresh_signals))
     _descriptors(fds, request.get("fd_numbers") or list(range(len(fds))))
+    preloaded_children.start_copy(lambda request, fds: _become(request, fds, fresh_signals))
     if "ignored" in request:  # what a fresh interpreter has, but what its starter ignores
         fresh_signals = {number: signal.SIG_IGN if number in request["ignored"] else
                          _PYTHONS.get(number, signal.SIG_DFL) for number in signal.valid_signals()}

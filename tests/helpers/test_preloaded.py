@@ -123,7 +123,7 @@ def test_a_preloaded_process_makes_its_streams_as_its_pythonunbuffered_says(scri
     cwd = script.parent.parent
     seen = {}
     for fresh in (True, False):
-        process, out, _ = _run(script, "return", fresh=fresh, cwd=cwd, env={"PYTHONUNBUFFERED": unbuffered})
+        _, out, _ = _run(script, "return", fresh=fresh, cwd=cwd, env={"PYTHONUNBUFFERED": unbuffered})
         seen[fresh] = json.loads(out.splitlines()[0])["seen"]["streams"]
     assert seen[True] == seen[False]
     assert seen[False]["stdout"][3] == bool(unbuffered)  # write_through
