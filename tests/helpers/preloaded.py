@@ -57,6 +57,7 @@ INTERPRETER = Path(__file__).with_name("preloaded_interpreter.py")
 IN_THE_FOREGROUND = [sys.executable, "-c", ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
                      "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")]
 FRESH = "AIAYN_TESTS_FRESH_PROCESSES"
+_POPEN = subprocess.Popen  # the class, also while python_starts_preloaded() stands in for it
 
 
 # ---- the test's side -------------------------------------------------------------------------
@@ -137,7 +138,7 @@ def popen(command, *, fresh: bool = False, **options) -> subprocess.Popen:
     plain = ([sys.executable, *command[len(IN_THE_FOREGROUND):]] if foreground else
              [sys.executable, *command] if interpreter else command)
     if fresh or not _preloadable(plain, options):
-        return subprocess.Popen(command, **options)
+        return _POPEN(command, **options)
     return Process(plain, foreground=foreground, executable_name=interpreter or sys.executable, **options)
 
 
@@ -147,18 +148,17 @@ def python_starts_preloaded() -> Iterator[None]:
     this process starting one: the table runner's jobs, gpu-check's parts — is a :class:`Process`
     wherever :func:`popen` would give one (a preloaded tool's own starts are already preloaded:
     tests/helpers/preloaded_children.py)."""
-    def new(cls, args=(), *rest, **options):
-        if (cls is subprocess.Popen and not rest and isinstance(args, (list, tuple))
-                and _preloadable([str(part) for part in args], options)
+    def start(args, *rest, **options):
+        if (not rest and isinstance(args, (list, tuple)) and _preloadable([str(part) for part in args], options)
                 and str(args[1]) != str(INTERPRETER)):  # the preloaded interpreter itself starts afresh
-            return object.__new__(Process)
-        return object.__new__(cls)
+            return Process(args, **options)
+        return _POPEN(args, *rest, **options)
 
-    subprocess.Popen.__new__ = staticmethod(new)
+    subprocess.Popen = start
     try:
         yield
     finally:
-        del subprocess.Popen.__new__
+        subprocess.Popen = _POPEN
 
 
 def _interpreter_of(program) -> str | None:
@@ -218,7 +218,7 @@ class _Server:
         self.folder = tempfile.mkdtemp(prefix="aiayn-preloaded-")
         self.address = os.path.join(self.folder, "socket")
         # The last argument is room for each child's command line, written over the arguments.
-        self.process = subprocess.Popen([sys.executable, str(INTERPRETER), self.address, " " * 8192], stdin=subprocess.PIPE,
+        self.process = _POPEN([sys.executable, str(INTERPRETER), self.address, " " * 8192], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, env=_SERVER_ENVIRONMENT, cwd=REPO, text=True)
         if self.process.stdout.readline().strip() != "ready":
             raise OSError(f"the preloaded interpreter did not start (exit status {self.process.wait()})")

@@ -183,6 +183,25 @@ def test_the_python_processes_a_preloaded_process_starts_are_its_own_as_fresh_on
         assert record["handlers"]["SIGUSR1"] == "<Handlers.SIG_IGN: 1>" and record["blocked"] == [signal.SIGUSR2]
 
 
+@pytest.mark.cli  # starts processes
+def test_within_python_starts_preloaded_a_python_start_of_this_process_is_preloaded(
+        script: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the table runner and gpu-check start their jobs in a test's process; other commands, and
+    every start afterwards, are plain ``subprocess.Popen`` ones."""
+    monkeypatch.delenv(preloaded.FRESH, raising=False)
+    with preloaded.python_starts_preloaded():
+        process = subprocess.Popen([sys.executable, str(script), "exit"], env=preloaded._SERVER_ENVIRONMENT,
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+        assert isinstance(process, preloaded.Process)
+        assert json.loads(process.communicate(timeout=120)[0].splitlines()[0])["seen"]["argv"] == [str(script), "exit"]
+        assert process.returncode == 3
+        plain = subprocess.Popen(["true"])
+        assert type(plain) is preloaded._POPEN and plain.wait(timeout=60) == 0
+    assert subprocess.Popen is preloaded._POPEN
+    after = subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True, text=True, check=True)
+    assert after.stdout == "1\n"
+
+
 @pytest.mark.cli  # starts processes, fresh and preloaded
 def test_a_preloaded_process_takes_signals_and_sessions_as_a_fresh_one(script: Path) -> None:
     cwd = script.parent.parent
