@@ -104,13 +104,12 @@ def _spawnv_passfds(path, args, passfds):
     """multiprocessing's start of a spawned process (``python -c 'spawn_main(...)' --multiprocessing-fork``)."""
     args = [os.fsdecode(part) for part in args]
     passfds = sorted(map(int, passfds))
-    # The interpreter's options come from its own flags, which a fresh one started so has too.
     copy = _copy()
+    # The interpreter's options come from its own flags, which a fresh one started so has too.
     if (copy and os.fsdecode(path) == sys.executable and args[1:-3] == util._args_from_interpreter_flags()
             and args[-3] == "-c" and args[-2].startswith(_SPAWN) and args[-1] == "--multiprocessing-fork"
             and preloaded._startup_matches(os.environ)):
-        pid = copy.start(args, os.getcwd(), dict(os.environ), [0, 1, 2, *passfds], [0, 1, 2, *passfds],
-                             code=args[-2])
+        pid = copy.start(args, os.getcwd(), dict(os.environ), [0, 1, 2, *passfds], [0, 1, 2, *passfds], code=args[-2])
         if pid is not None:
             return pid
     return _ORIGINAL_SPAWN(path, args, passfds)
@@ -128,8 +127,8 @@ def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd,
         numbers = [0, 1, 2, *sorted(pass_fds)]
         fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
                errwrite if errwrite != -1 else 2, *sorted(pass_fds)]
-        pid = copy.start(command, os.fsdecode(cwd) if cwd else os.getcwd(),
-                             dict(os.environ if env is None else env), fds, numbers, new_session=bool(start_new_session))
+        pid = copy.start(command, os.fsdecode(cwd) if cwd else os.getcwd(), dict(os.environ if env is None else env),
+                         fds, numbers, new_session=bool(start_new_session))
         if pid is not None:
             self.pid, self._child_created = pid, True
             self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
