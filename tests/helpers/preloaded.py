@@ -149,8 +149,7 @@ def python_starts_preloaded() -> Iterator[None]:
     wherever :func:`popen` would give one (a preloaded tool's own starts are already preloaded:
     tests/helpers/preloaded_children.py)."""
     def start(args, *rest, **options):
-        if (not rest and isinstance(args, (list, tuple)) and _preloadable([str(part) for part in args], options)
-                and str(args[1]) != str(INTERPRETER)):  # the preloaded interpreter itself starts afresh
+        if not rest and isinstance(args, (list, tuple)) and _preloadable([str(part) for part in args], options):
             return Process(args, **options)
         return _POPEN(args, *rest, **options)
 
@@ -219,7 +218,7 @@ class _Server:
         self.address = os.path.join(self.folder, "socket")
         # The last argument is room for each child's command line, written over the arguments.
         self.process = _POPEN([sys.executable, str(INTERPRETER), self.address, " " * 8192], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=_SERVER_ENVIRONMENT, cwd=REPO, text=True)
+                              stdout=subprocess.PIPE, env=_SERVER_ENVIRONMENT, cwd=REPO, text=True)
         if self.process.stdout.readline().strip() != "ready":
             raise OSError(f"the preloaded interpreter did not start (exit status {self.process.wait()})")
         atexit.register(self.close)
