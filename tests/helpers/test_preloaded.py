@@ -162,8 +162,8 @@ def test_the_python_processes_a_preloaded_process_starts_are_its_own_as_fresh_on
     program = tmp_path / "starts.py"
     program.write_text(STARTS)
     seen = {}
-    for fresh in (True, False):
-        process, out, err = _run(program, fresh=fresh, cwd=tmp_path)
+    for fresh in (True, False):  # the tool's own choice is made from its environment
+        process, out, err = _run(program, fresh=fresh, cwd=tmp_path, env={preloaded.FRESH: "1" if fresh else "0"})
         assert process.returncode == 0, err
         spawned, started, parent = (json.loads(line) for line in out.splitlines())
         assert spawned["parent"] == started["parent"] == parent["me"] == process.pid
