@@ -15,6 +15,7 @@ its signal mask, in its process group. Anything else starts as before.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -43,7 +44,7 @@ def start_copy(become: Callable[[dict, list[int]], None]) -> None:
     if os.fork() == 0:
         ours.close()
         try:
-            _serve(theirs, parent, become)
+            _serve_copy(theirs, parent, become)
         finally:
             os._exit(0)
     theirs.close()
@@ -75,8 +76,8 @@ class _Copy:
               new_session: bool = False, code: str | None = None) -> int | None:
         """The pid of a child of this process that becomes ``argv`` (with ``fds`` as descriptors
         ``numbers``); None where the copy is gone."""
-        request = {"argv": argv, "cwd": cwd, "env": env, "new_session": new_session, "foreground": False,
-                   "executable": sys.executable, "fd_numbers": numbers, "code": code, "pgid": os.getpgrp(),
+        request = {"argv": argv, "cwd": cwd, "env": env, "new_session": new_session, "executable": sys.executable,
+                   "fd_numbers": numbers, "code": code, "pgid": os.getpgrp(),
                    "ignored": [int(number) for number in signal.valid_signals()
                                if signal.getsignal(number) == signal.SIG_IGN],
                    "mask": [int(number) for number in signal.pthread_sigmask(signal.SIG_BLOCK, [])]}
@@ -138,24 +139,21 @@ def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd,
                       uid, umask, start_new_session, process_group)
 
 
-def _serve(connection: socket.socket, parent: int, become: Callable[[dict, list[int]], None]) -> None:
+def _serve_copy(connection: socket.socket, parent: int, become: Callable[[dict, list[int]], None]) -> None:
     """The copy: for each request, a process in the middle forks the new one and ends."""
     _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # gone with the process it copies
     if os.getppid() != parent:
         return
     for number in signal.valid_signals():  # a signal to the process group is not for the copy
         if number not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
-            try:
+            with contextlib.suppress(OSError, ValueError):  # the C library's own
                 signal.signal(number, signal.SIG_IGN)
-            except (OSError, ValueError):
-                pass
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # the descriptors of the process it copies are not held open by the copy
         os.dup2(null, fd)
     os.closerange(3, connection.fileno())
     os.closerange(connection.fileno() + 1, os.sysconf("SC_OPEN_MAX"))
-    show_command([sys.executable, os.path.join(os.path.dirname(__file__), "preloaded_interpreter.py"),
-                  f"(the copy of process {parent})"])
+    show_command([sys.executable, str(preloaded.INTERPRETER), f"(the copy of process {parent})"])
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 256)
