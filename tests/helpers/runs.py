@@ -63,6 +63,23 @@ TWO_CORES = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
                                reason="two CPU training processes need two CPU cores; this process may run on one")
 
 
+def children(pid: int, marker: bytes = b"") -> list[int]:
+    """The child processes of ``pid`` whose command line holds ``marker`` (DDP ranks:
+    ``spawn_main`` for ddp_spawn's, ``src/train.py`` for those ddp starts), oldest first."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if parent == pid and marker in command:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
 @dataclass(frozen=True)
 class TrainedRun:
     """A finished src/train.py run: its directory, the AIAYN_CACHE_DIR it used, and its overrides."""

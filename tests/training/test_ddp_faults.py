@@ -20,7 +20,7 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from aiayn.config.hardware import cpu_cores, place, this_machine
 from aiayn.errors import ConfigError
 from aiayn.training.distributed import strategy_with_timeout
-from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES, popen
+from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES, children, popen
 
 RUN = [
     *TINY_MODEL, "task.datamodule.max_tokens=512", "trainer.max_steps=100000",
@@ -29,29 +29,11 @@ RUN = [
 ]
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry.name))
-    return sorted(found)
-
-
 def _ranks(process: subprocess.Popen, strategy: str) -> list[int]:
     """PIDs of the training processes, rank 0 first."""
-    def command(pid):
-        try:
-            return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            return ""
     if strategy == "ddp_spawn":  # both ranks are spawned children, in rank order
-        return [pid for pid in _children(process.pid) if "spawn_main" in command(pid)]
-    return [process.pid] + [pid for pid in _children(process.pid) if "src/train.py" in command(pid)]  # ddp
+        return children(process.pid, b"spawn_main")
+    return [process.pid, *children(process.pid, b"src/train.py")]  # ddp
 
 
 @pytest.mark.cli  # an end-to-end run of the tool; -m 'not cli' skips it

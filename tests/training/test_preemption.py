@@ -24,7 +24,7 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from aiayn.cli import CONFIG_DIR
 from aiayn.errors import ConfigError
 from aiayn.training.preemption import EXIT_STATUS, PreemptionCallback, signal_numbers
-from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES, popen, run_command
+from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES, children, popen, run_command
 from tests.helpers.wandb_offline import read_run
 
 # As tests/checkpoints/test_resume.py: 12 batches an epoch, a checkpoint every 5 steps, 30 steps.
@@ -301,22 +301,6 @@ def test_the_slurm_launcher_sends_a_signal_that_training_handles_and_allows_requ
     assert "SIGUSR2" in cfg.callbacks.preemption.signals
 
 
-def _children(pid: int, marker: bytes) -> list[int]:
-    """The child processes of ``pid`` whose command line holds ``marker``, oldest first."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            command = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if parent == pid and marker in command:
-            found.append(int(entry.name))
-    return sorted(found)
-
-
 @pytest.mark.cli
 @pytest.mark.parametrize("strategy, victim, signum", [("ddp", "rank 1", signal.SIGTERM),
                                                       ("ddp_spawn", "launcher", signal.SIGUSR2)])
@@ -335,7 +319,7 @@ def test_ddp_ranks_stop_after_the_same_step_whichever_process_got_the_signal(
     def victims(process: subprocess.Popen) -> list[int]:
         if victim == "launcher":
             return [process.pid]
-        rank_1 = _children(process.pid, b"src/train.py")  # ddp: rank 0 is the process started, rank 1 its child
+        rank_1 = children(process.pid, b"src/train.py")  # ddp: rank 0 is the process started, rank 1 its child
         assert len(rank_1) == 1, rank_1
         return rank_1
 

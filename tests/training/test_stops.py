@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from aiayn.training.preemption import EXIT_STATUS
-from tests.helpers.runs import IN_THE_FOREGROUND, REPO, TINY, popen, run_command
+from tests.helpers.runs import IN_THE_FOREGROUND, REPO, TINY, TWO_CORES, children, popen, run_command
 
 RUN = [*TINY, "logger=csv", "trainer.enable_progress_bar=false", "visualize_at_end=false", "run_name=stops"]
 
@@ -36,10 +36,11 @@ def _cpu_seconds(process: subprocess.Popen) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _signal_when(command: list[str], env: dict[str, str], ready, signum: int,
-                 fresh: bool = False) -> subprocess.CompletedProcess:
-    """Run ``command`` (SIGINT at its default), send ``signum`` once ``ready(process)`` holds;
-    ``fresh``: in an interpreter that imports everything itself (tests.helpers.preloaded)."""
+def _signal_when(command: list[str], env: dict[str, str], ready, signum: int, fresh: bool = False,
+                 victims=None) -> subprocess.CompletedProcess:
+    """Run ``command`` (SIGINT at its default), send ``signum`` once ``ready(process)`` holds, to
+    the process or to the pids ``victims(process)`` names; ``fresh``: in an interpreter that
+    imports everything itself (tests.helpers.preloaded)."""
     process = popen([*IN_THE_FOREGROUND, *command[1:]], cwd=REPO, env=env, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, text=True, fresh=fresh)
     try:
@@ -48,7 +49,10 @@ def _signal_when(command: list[str], env: dict[str, str], ready, signum: int,
             assert process.poll() is None, f"it ended before the signal:\n{process.stderr.read()[-3000:]}"
             assert time.monotonic() < deadline, "not ready within 5 minutes"
             time.sleep(0.02)
-        process.send_signal(signum)
+        targets = victims(process) if victims else [process.pid]
+        assert targets, "no process to signal"
+        for pid in targets:
+            os.kill(pid, signum)
         stdout, stderr = process.communicate(timeout=300)
     finally:
         if process.poll() is None:
@@ -94,6 +98,45 @@ def test_a_sigterm_during_the_test_says_so_and_resume_runs_only_the_test(tmp_pat
     assert len(rows) == 2, "the resumed attempt logged (its test) in a file of its own"
 
 
+@pytest.mark.cli
+@pytest.mark.slow
+@TWO_CORES
+@pytest.mark.parametrize("strategy, moment, victim", [("ddp", "testing", "first"), ("ddp", "testing", "rank 1"),
+                                                      ("ddp_spawn", "testing", "first"),
+                                                      ("ddp_spawn", "training ended", "first")])
+def test_a_sigterm_after_training_stops_every_ddp_rank_in_one_line(tmp_path: Path, env, strategy: str, moment: str,
+                                                                    victim: str) -> None:
+    """Two ranks; the signal goes to the process the user started (ddp: rank 0, which passes it
+    on; ddp_spawn: the launching process, which passes it on to the test's ranks), during the
+    test, or (ddp_spawn) as training's ranks end, before the test's are started; or to rank 1
+    alone (a kill of one process), which stops the job once rank 0 has run its share. Before:
+    'a training process failed' (ddp), the test hung or ran on to exit 0 (ddp_spawn)."""
+    run = tmp_path / "run"
+    command = [sys.executable, "src/train.py", *RUN, "hardware=cpu2_ddp", f"trainer.strategy={strategy}",
+               "trainer.limit_test_batches=1.0", f"hydra.run.dir={run}"]
+    log = run / "train.log"
+    if moment == "testing":
+        def ready(_: subprocess.Popen) -> bool:
+            return log.exists() and "testing on test_2016_flickr: 1,000 sentences" in log.read_text()
+    else:
+        def ready(_: subprocess.Popen) -> bool:
+            return (run / "summary.json").exists()
+    victims = None
+    if victim == "rank 1":  # ddp: rank 0 is the process started, rank 1 its child
+        def victims(process: subprocess.Popen) -> list[int]:
+            return children(process.pid, b"src/train.py")
+    result = _signal_when(command, env, ready, signal.SIGTERM, victims=victims)
+    assert result.returncode == EXIT_STATUS, result.stderr[-3000:]
+    line = (f"train.py: stopped by SIGTERM after training, before the test had finished; training is finished and "
+            f"saved ({run / 'checkpoints' / 'last.ckpt'}); the same command with resume=auto runs only the test")
+    assert result.stderr.strip().splitlines()[-1] == line
+    assert "a training process failed" not in result.stderr and "Traceback" not in result.stderr
+    assert "test test_2016_flickr:" not in result.stdout
+    if victim == "first" and strategy == "ddp":
+        resumed = run_command([*command, "resume=auto"], env=env)
+        assert "test test_2016_flickr:" in resumed.stdout
+
+
 def _importing_torch(process: subprocess.Popen) -> bool:
     """The process has begun to import torch (its library is mapped): the tool is starting."""
     try:
@@ -125,9 +168,9 @@ def test_a_signal_while_a_line_is_logged_still_stops_the_run(tmp_path: Path) -> 
     SIGTERM came as the summary was logged): logging's handler of write errors must not swallow
     the stop (before: it printed '--- Logging error ---' and the run went on to exit 0)."""
     import logging
+    from types import SimpleNamespace
 
-    from aiayn.training.after_training import stops_on_signals
-    from aiayn.training.preemption import Preempted
+    from aiayn.training.after_training import Stopped, StopsAfterTraining
 
     class SignalledWhileWritten(io.StringIO):
         def write(self, text: str) -> int:
@@ -139,9 +182,12 @@ def test_a_signal_while_a_line_is_logged_still_stops_the_run(tmp_path: Path) -> 
     logger = logging.getLogger("tests.stops")
     handler = logging.StreamHandler(SignalledWhileWritten())  # as the run's train.log and console handlers write
     logger.addHandler(handler)
+    stops = StopsAfterTraining(["SIGTERM"], tmp_path / "last.ckpt")
+    testing = SimpleNamespace(testing=True, world_size=1, strategy=SimpleNamespace(launcher=None))  # one process
     try:
-        with (pytest.raises(Preempted, match=r"^stopped by SIGTERM after training, before the test had finished"),
-              stops_on_signals(["SIGTERM"], tmp_path / "last.ckpt")):
+        with pytest.raises(Stopped, match=r"^stopped by SIGTERM after training, before the test had finished"):
+            stops.setup(testing, None, "test")
             logger.warning("run summary in …")
     finally:
         logger.removeHandler(handler)
+        stops.teardown(testing, None, "test")

@@ -41,11 +41,12 @@ from aiayn.config.plan import describe, showing_only
 from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers
 from aiayn.errors import ConfigError, UserError
 from aiayn.reporting.loggers import close_runs, describe_runs, quiet_lightning
-from aiayn.training.after_training import stops_on_signals
+from aiayn.training.after_training import Stopped, StopsAfterTraining
 from aiayn.training.callbacks import build_callbacks, run_settings
 from aiayn.training.config_check import check_train_config
 from aiayn.training.distributed import strategy_with_timeout
 from aiayn.training.module import TranslationModule
+from aiayn.training.preemption import Preempted
 from aiayn.training.run_log import SpawnedRanksLog, filter_the_run_log, lightning_into_the_run_log
 
 log = logging.getLogger("train")
@@ -136,9 +137,15 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer) ->
     if loggers and rank_zero_only.rank == 0:
         for line in describe_runs(loggers):
             log.info(line)
-    with _stops_after_training(config, trainer):
+    stops = next((each for each in trainer.callbacks if isinstance(each, StopsAfterTraining)), None)
+    try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
-        results = trainer.test(module, datamodule=datamodule)[0] if config.get("test_after_training", True) else {}
+        results = {}
+        if config.get("test_after_training", True):
+            with stops.around_the_test(trainer) if stops else contextlib.nullcontext():
+                results = trainer.test(module, datamodule=datamodule)[0]
+    except Stopped as stopped:  # a signal after training, in a single process (aiayn.training.after_training)
+        raise Preempted(str(stopped)) from None
     if trainer.is_global_zero and results:
         print(f"test {config['task']['datamodule']['test_split']}: "
               + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
@@ -149,16 +156,14 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer) ->
     return results
 
 
-def _stops_after_training(config: dict, trainer: L.Trainer):
-    """From the end of training (the preemption callback's handlers gone) through the test: a
-    preemption signal or Ctrl-C stops the run in one line (training is saved; resume=auto runs
-    only the test), in a process that tests alone."""
+def _stops_after_training(config: dict) -> list[StopsAfterTraining]:
+    """From the end of training through the test: a preemption signal or Ctrl-C stops the run in
+    one line (training is saved; resume=auto runs only the test), in every process of the run."""
     preemption = config["callbacks"].get("preemption") or {}
-    if (config["plan"]["processes"] != 1 or not preemption.get("enabled", False)
-            or not config.get("test_after_training", True)):
-        return contextlib.nullcontext()
+    if not preemption.get("enabled", False) or not config.get("test_after_training", True):
+        return []
     last = Path(config["paths"]["output_dir"]) / "checkpoints" / "last.ckpt"
-    return stops_on_signals(preemption.get("signals", ()), last, finished=lambda: trainer.fit_loop.done)
+    return [StopsAfterTraining(preemption.get("signals", ()), last)]
 
 
 def _before_training(cfg: DictConfig):
@@ -272,7 +277,8 @@ def _trainer(config: dict, loggers: list) -> L.Trainer:
                                                      config["plan"]["processes"])
     try:
         # SpawnedRanksLog: the ranks ddp_spawn starts print and write train.log as this process does.
-        return L.Trainer(**trainer_args, logger=loggers or False, callbacks=[*callbacks, SpawnedRanksLog()],
+        return L.Trainer(**trainer_args, logger=loggers or False,
+                         callbacks=[*callbacks, SpawnedRanksLog(), *_stops_after_training(config)],
                          plugins=[AtomicCheckpointIO()])
     except (TypeError, ValueError, MisconfigurationException) as error:
         raise ConfigError(f"trainer: {str(error).strip()}") from None

@@ -21,11 +21,13 @@ How it lives with what else handles these signals:
   handler (a collective at an arbitrary point, which can deadlock against the step's own), and
   makes the loops raise ``SIGTERMException``, a ``SystemExit`` with status 0, without a
   checkpoint. So from the sanity check (else ``on_train_start``) to the end of training this
-  callback's handler replaces it; Lightning's is back for whatever follows (the test evaluation),
-  and Lightning puts the process's own handlers back when ``fit`` ends. Before that (setting up,
-  starting the training data loader) a signal ends the process as it would without Lightning (the
-  handler the process had before, else the signal's default action: see the forwarding below). Lightning's SLURM auto-requeue (its SIGUSR1
-  handler, which saves ``hpc_ckpt_<n>.ckpt`` from inside the handler, where ``resume=auto`` never
+  callback's handler replaces it; Lightning's is back for whatever follows, and Lightning puts
+  the process's own handlers back when ``fit`` ends. (A run with the test after training has
+  Lightning register none: aiayn.training.after_training, which also stops the test.) Before
+  that (setting up, starting the training data loader) a signal ends the process as it would
+  without Lightning (the handler the process had before, else the signal's default action: see
+  the forwarding below). Lightning's SLURM auto-requeue (its SIGUSR1 handler, which saves
+  ``hpc_ckpt_<n>.ckpt`` from inside the handler, where ``resume=auto`` never
   looks) is switched off in favour of this.
 * DDP: the signal may reach only some ranks (a ``kill`` of one process); SLURM signals every task.
   Every rank takes part in one reduction of the flag (the signal's number, 0 for none; the maximum
@@ -285,6 +287,18 @@ def signal_numbers(names: list[str] | tuple[str, ...]) -> list[int]:
 # -- the launching process of ddp_spawn -----------------------------------------------------------
 _before_forwarding: dict[int, Any] = {}  # signal → the handler this process had before
 _forwarding_pid: int | None = None  # the process that installed the forwarding
+_passed_on: int | None = None  # the first signal passed on to the ranks (or held), since the last hold_signals
+_holding = False  # between training and the test: a signal with no rank alive to take it is held
+
+
+def hold_signals(hold: bool = True) -> int | None:
+    """``ddp_spawn``'s launching process, between training and the test (whose ranks are new
+    processes): hold a signal that comes while no rank lives instead of acting on it, until
+    ``hold_signals(False)``. Returns the signal passed on since the last call, if any: one passed
+    to training's ranks as their training ended, which they no longer act on (aiayn.training.after_training)."""
+    global _passed_on, _holding
+    passed, _passed_on, _holding = _passed_on, None, hold
+    return passed
 
 
 def _forward_to_spawned_ranks(signals: list[int]) -> None:
@@ -303,6 +317,7 @@ def _forward_to_spawned_ranks(signals: list[int]) -> None:
 
 
 def _forward(signum: int, frame: Any) -> None:
+    global _passed_on
     if os.getpid() != _forwarding_pid:
         return  # a forked child that inherited this handler
     # The training processes of ddp_spawn are this process's non-daemonic multiprocessing children
@@ -311,7 +326,10 @@ def _forward(signum: int, frame: Any) -> None:
     for rank in ranks:
         with suppress(ProcessLookupError):
             os.kill(rank.pid, signum)
-    if ranks or _stopping:
+    if ranks or _holding:
+        _passed_on = _passed_on or signum
+        return
+    if _stopping:
         return
     before = _before_forwarding.get(signum)
     if callable(before):

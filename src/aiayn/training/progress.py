@@ -95,6 +95,10 @@ class ProgressLog(L.Callback):
 
         validation at step 1000 | loss 2.345 | ppl 6.482 | bleu 27.31
 
+    and as the test after training starts (its beam search can take minutes)
+
+        testing on newstest2014: 3,003 sentences
+
     (the task's headline figure: ``bleu`` for translation, ``f1`` for parsing). ``loss``: the mean
     training loss (label-smoothed) of the batches since the last line, over every rank; ``lr``: the
     rate of the step; ``tok/s``: target tokens a second since the last line, every rank's, as the run
@@ -153,6 +157,12 @@ class ProgressLog(L.Callback):
         shown = [f"{key} {float(metrics[f'val/{key}']):{form}}"
                  for key, form in (("loss", ".3f"), ("ppl", ".2f"), (scorer, ".2f")) if f"val/{key}" in metrics]
         log.info(" | ".join([f"validation at step {trainer.global_step}", *shown]), extra={BAR_SHOWS_IT: True})
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        data = trainer.datamodule
+        if trainer.is_global_zero and hasattr(data, "splits"):
+            log.info("testing on %s: %s sentences", data.splits["test"], f"{len(data.dataset('test')):,}",
+                     extra={BAR_SHOWS_IT: True})
 
     def _report_step(self, trainer: L.Trainer, step: int) -> None:
         losses = self._losses
