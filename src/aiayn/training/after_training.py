@@ -138,7 +138,8 @@ class StopsAfterTraining(Callback):
             # The ranks were told to stop: however they ended (they stop together, or one that was
             # still starting had no handler yet and died of the signal), the test stopped on it.
             raise Preempted(stop_message(passed, self.checkpoint)) from None
-        passed = hold_signals(False)
+        finally:
+            passed = hold_signals(False)  # (None after the lines above)
         if passed is not None:  # the ranks had agreed to go on: the test is done
             log.warning("%s came as the test ended; its results are complete", signal.Signals(passed).name)
 

@@ -306,10 +306,11 @@ def _forward_to_spawned_ranks(signals: list[int]) -> None:
     spawned (``ddp_spawn``), which stop at a step boundary; with none, as before (its earlier
     handler, else the default action). Installed once per process; a process forked from it (a
     data loader worker) ignores them: its rank handles them and ends it."""
-    global _forwarding_pid
+    global _forwarding_pid, _passed_on, _holding
     if threading.current_thread() is not threading.main_thread():
         return
     _forwarding_pid = os.getpid()
+    _passed_on, _holding = None, False  # a new run (the next job of a --multirun in this process)
     for signum in signals:
         if signum not in _before_forwarding:
             _before_forwarding[signum] = signal.getsignal(signum)
