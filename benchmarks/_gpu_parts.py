@@ -38,10 +38,11 @@ GRAPHS = ["--compile", "--compile-mode", "cudagraphs", *BUCKETS]  # CUDA graphs 
 # GPUs' share (§5.1). The first three are the targets' runs (docs/performance.md); the rest turn one
 # switch each: CUDA graphs with length buckets, the fused loss, plain Adam instead of fused, the
 # buckets alone (last: the first runs matter most when the part's cap runs short).
+PROFILED = ["--profile", "0"]  # the targets' runs: where a step's time goes (benchmarks/_time_split.py)
 TRAIN_RUNS = [
-    ("big 25000", "big", 32000, 25000, BIG),
-    ("big 3125", "big", 32000, 3125, BIG),
-    ("base 3125", "base", 37000, 3125, []),
+    ("big 25000", "big", 32000, 25000, [*BIG, *PROFILED]),
+    ("big 3125", "big", 32000, 3125, [*BIG, *PROFILED]),
+    ("base 3125", "base", 37000, 3125, PROFILED),
     ("base 3125 graphs", "base", 37000, 3125, GRAPHS),
     ("big 3125 graphs", "big", 32000, 3125, [*BIG, *GRAPHS]),
     ("big 25000 fused loss", "big", 32000, 25000, [*BIG, "--fused-loss"]),
@@ -50,7 +51,7 @@ TRAIN_RUNS = [
 ]
 TINY = ["--set", "model.n_layers=1", "--set", "model.d_model=32", "--set", "model.d_ff=64", "--set",
         "model.n_heads=2", "--set", "model.d_k=16", "--set", "model.d_v=16"]
-QUICK_RUNS = [("tiny 1024", "small", 1000, 1024, TINY)]
+QUICK_RUNS = [("tiny 1024", "small", 1000, 1024, [*TINY, *PROFILED])]
 RUN_CAP_S = 60  # the most one run may take (an eager one: about 20 s on an H200, a compiled one more)
 # The targets (docs/performance.md): MFU of the bare step in bf16 against the measured bf16 peak,
 # each over the runs of that model and batch (the best of its switches), and the real loop's
@@ -206,7 +207,8 @@ def train_part(cap_s: float, work: Path, device: str, quick: bool, records_file:
                      "achieved_tflops": float(f"{record['achieved_tflops']:.4g}"),
                      "peak_tflops": float(f"{record['peak_tflops']:.4g}"), "peak_tflops_source": record["peak_tflops_source"],
                      "mfu": float(f"{record['mfu']:.4g}"), "peak_memory_mb": round(record["peak_memory_mb"], 1),
-                     "padding": round(record["padding"]["sampler"], 4), "gpu": record["machine"].get("gpu")})
+                     "padding": round(record["padding"]["sampler"], 4), "gpu": record["machine"].get("gpu"),
+                     "time_split": record.get("time_split")})
     statuses = {run["status"] for run in runs}
     return {"runs": runs, "skipped": skipped, "records_file": str(records_file) if records_file else None,
             "status": "ok" if statuses == {"ok"} else "timed out" if "timed out" in statuses else "incomplete",
@@ -215,7 +217,7 @@ def train_part(cap_s: float, work: Path, device: str, quick: bool, records_file:
 
 def _switches(extra: list[str]) -> list[str]:
     """The speed switches a run's arguments turn (their names), for the record."""
-    return [arg.removeprefix("--") for arg in extra if arg.startswith("--") and arg not in ("--set", "--pair")]
+    return [arg.removeprefix("--") for arg in extra if arg.startswith("--") and arg not in ("--set", "--pair", "--profile")]
 
 
 def users_command_part(cap_s: float, work: Path, device: str, quick: bool) -> dict:
@@ -244,7 +246,8 @@ def targets(record: dict) -> dict:
         candidates = [run for run in runs if run["model"] == model and run["max_tokens"] == int(tokens)]
         best = max(candidates, key=lambda run: run["mfu"], default=None)
         found[f"{label} MFU"] = {"target": target, "measured": best and best["mfu"], "run": best and best["run"],
-                                 "met": bool(best and best["mfu"] >= target)}
+                                 "met": bool(best and best["mfu"] >= target),
+                                 "time_split": best and best.get("time_split")}  # what the step spent its time on
     loop = (record.get("users_command") or {}).get("loop_over_bare")
     found["train.py over the bare step"] = {"target": LOOP_TARGET, "measured": loop, "run": "users_command",
                                            "met": bool(loop and loop >= LOOP_TARGET)}

@@ -57,6 +57,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, when imported from elsewhere
 import _common
 import _gpu_parts
+import _time_split
 
 RESULTS = _common.REPO / "benchmarks" / "results"
 PARTS = ("tests", "train", "users_command", "decode")
@@ -213,7 +214,9 @@ def markdown(record: dict) -> str:
         measured = target["measured"]
         shown = "not measured" if measured is None else f"{100 * measured:.1f}%" if "MFU" in name else f"{measured:.2f}"
         goal = f"{100 * target['target']:.0f}%" if "MFU" in name else f"{target['target']:.2f}"
-        notes.append(f"- target {name} ≥ {goal}: {shown} ({target['run']}) — {'met' if target['met'] else 'missed'}")
+        split = f"; {_time_split.describe(target['time_split'])}" if target.get("time_split") else ""
+        notes.append(f"- target {name} ≥ {goal}: {shown} ({target['run']}) — {'met' if target['met'] else 'missed'}"
+                     f"{split}")
     if "gpu" in m:
         notes.append("- peak memory: torch.cuda.max_memory_allocated for training and for ours; for CTranslate2 the "
                      "device memory in use above what it was before it loaded; for the tests nvidia-smi's peak in use "

@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _time_split
 import numpy as np
 import torch
 from _common import REPO, commit, machine, now
@@ -163,11 +164,6 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _profiled_activities(device: torch.device) -> list[torch.profiler.ProfilerActivity]:
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    return activities + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
-
-
 def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
@@ -194,7 +190,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     naive = corpus_order_batches(src_lengths, tgt_lengths, max_tokens)
     collate = TranslationCollator(PAD_ID, BOS_ID, EOS_ID, args.length_buckets, max_tokens)
     total = args.warmup_steps + args.steps
-    profiled = 1 if args.profile else 0  # one more step after the timed ones, under the profiler
+    profiled = 0 if args.profile is None else 1  # one more step after the timed ones, under the profiler
     batches = [collate([corpus[i] for i in sampled[step % len(sampled)]]) for step in range(total + profiled)]
 
     module = TranslationModule(
@@ -260,12 +256,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         block = time.perf_counter() - started
         step_seconds = [block / len(measured)] * len(measured)
         print(f"{len(measured)} timed steps: {block:.3f} s", file=sys.stderr)
-    if args.profile:  # one more step after the timed ones, under the profiler
-        with torch.profiler.profile(activities=_profiled_activities(device)) as profiler:
-            step(on_device[total])
-            _synchronize(device)
-        sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-        print(profiler.key_averages().table(sort_by=sort, row_limit=args.profile), file=sys.stderr)
+    split = None
+    if args.profile is not None:  # one more step after the timed ones, under the profiler
+        split = _time_split.profiled_step(lambda: step(on_device[total]), device, statistics.mean(step_seconds),
+                                          args.profile)
     losses = [float(loss) for loss in losses]  # read back now that the timing is done
     tokens = int(sum(int(n) for n in counted))
     flops = sum(training_flops(shapes, *batch["src"].shape, batch["tgt_in"].size(1)) for batch in measured)
@@ -298,6 +292,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "achieved_tflops": achieved,
         "peak_tflops": peak, "peak_tflops_source": peak_source,
         "mfu": achieved / peak,
+        "time_split": split,  # --profile: where a step's time goes (benchmarks/_time_split.py)
         "losses": losses,
         "padding": {"sampler": sampler.padding_fraction,  # the rows and lengths that buckets add included
                     "corpus_order": padding_fraction(naive, src_lengths, tgt_lengths),
@@ -344,9 +339,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="the device's peak TFLOPS in the dtype used (default: measured with a matmul)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
-                        help="after the timed steps, profile one more with torch.profiler and print its top "
-                             "ROWS operators by self time")
+    parser.add_argument("--profile", type=int, default=None, metavar="ROWS",
+                        help="after the timed steps, profile one more with torch.profiler: the record's time_split "
+                             "(where its time goes, benchmarks/_time_split.py); ROWS > 0 also prints its top ROWS "
+                             "operators by own time")
     parser.add_argument("--subwords", default=None, help="a sentencepiece .model to measure subword lengths with")
     parser.add_argument("--subwords-per-word", type=float, default=SUBWORDS_PER_WORD)
     parser.add_argument("--pair", default="en-de", choices=("en-de", "en-fr"),

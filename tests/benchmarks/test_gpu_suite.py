@@ -69,6 +69,11 @@ def test_quick_cpu_run_writes_one_record_with_every_part(quick_run) -> None:
     assert run["mfu"] == pytest.approx(run["achieved_tflops"] / run["peak_tflops"], rel=0.02)
     assert run["peak_tflops_source"] == "measured bf16 matmul" and run["peak_memory_mb"] > 50
     assert run["step_seconds"]["min"] <= run["step_seconds"]["median"] <= run["step_seconds"]["max"]
+    split = run["time_split"]  # one more step under the profiler: where its time went
+    assert split["device"] == "cpu" and split["busy_share"] is None  # no GPU to keep busy
+    assert set(split["by_kind"]) == {"matmul", "attention", "loss", "optimizer", "other"}
+    assert split["busy_s"] == pytest.approx(sum(split["by_kind"].values()), abs=1e-5) and split["by_kind"]["matmul"] > 0
+    assert split["by_kind"]["loss"] > 0 and split["by_kind"]["optimizer"] > 0 and len(split["top"]) == 8
     # --quick keeps its tiny runs out of the records the training plan reads
     assert train["records_file"] is None and not (results / "train_throughput.jsonl").exists()
 
@@ -142,22 +147,46 @@ def test_each_target_is_set_beside_the_best_run_of_its_model_and_batch() -> None
     import _gpu_parts
     import gpu_suite
 
+    split = {"device": "cuda", "busy_s": 0.1, "busy_share": 0.64,
+             "by_kind": {"matmul": 0.048, "attention": 0.007, "loss": 0.009, "optimizer": 0.005, "other": 0.031}}
     run = lambda label, mfu, status="ok": {"run": label, "model": label.split()[0], "max_tokens": int(label.split()[1]),
-                                           "mfu": mfu, "status": status}
+                                           "mfu": mfu, "status": status, **({"time_split": split} if mfu < 0.3 else {})}
     record = {"train": {"runs": [run("big 25000", 0.31), run("big 3125", 0.11), run("big 3125 graphs", 0.27),
                                  run("base 3125", 0.03), run("base 3125 graphs", 0.5, status="timed out")]},
               "users_command": {"loop_over_bare": 0.93}}
     found = _gpu_parts.targets(record)
-    assert found["big 25000 MFU"] == {"target": 0.45, "measured": 0.31, "run": "big 25000", "met": False}
-    assert found["big 3125 MFU"] == {"target": 0.25, "measured": 0.27, "run": "big 3125 graphs", "met": True}
+    assert found["big 25000 MFU"] == {"target": 0.45, "measured": 0.31, "run": "big 25000", "met": False,
+                                      "time_split": None}
+    assert found["big 3125 MFU"] == {"target": 0.25, "measured": 0.27, "run": "big 3125 graphs", "met": True,
+                                     "time_split": split}
     assert found["base 3125 MFU"]["measured"] == 0.03 and not found["base 3125 MFU"]["met"]
     assert found["train.py over the bare step"]["met"] is True
-    assert _gpu_parts.targets({})["big 25000 MFU"] == {"target": 0.45, "measured": None, "run": None, "met": False}
+    assert _gpu_parts.targets({})["big 25000 MFU"] == {"target": 0.45, "measured": None, "run": None, "met": False,
+                                                       "time_split": None}
     shown = {"targets": found, "machine": {"cpu": "Xeon", "cores": 16, "python": "3.12", "torch": "2.11"},
              "date": "2026-12-01T00:00:00", "commit": "abc", "quick": False, "caps_s": {}, "seconds": 1.0}
     notes = gpu_suite.markdown(shown)
-    assert "- target big 25000 MFU ≥ 45%: 31.0% (big 25000) — missed" in notes
+    assert "- target big 25000 MFU ≥ 45%: 31.0% (big 25000) — missed\n" in notes
+    # a target's run that was profiled says where its step's time went
+    assert ("- target base 3125 MFU ≥ 15%: 3.0% (base 3125) — missed; kernels busy 64% of the step; of that time: "
+            "matmul 48%, attention 7%, loss 9%, optimizer 5%, other 31%\n") in notes
     assert "- target train.py over the bare step ≥ 0.90: 0.93 (users_command) — met" in notes
+
+
+def test_a_steps_time_goes_to_the_innermost_operator_that_names_its_kind() -> None:
+    """benchmarks/_time_split.py: an operator's own time goes to the kind of the innermost
+    operator of its call chain that names one (the fused loss's copies are the loss's, a product
+    in a backward node is a product, Adam's kernels the optimizer's), the rest to ``other``."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from _time_split import kind_of
+
+    assert kind_of(["aten::copy_", "aten::_to_copy", "aten::to", "_FusedLabelSmoothedLoss"]) == "loss"
+    assert kind_of(["aten::mm", "MmBackward0", "autograd::engine::evaluate_function: MmBackward0"]) == "matmul"
+    assert kind_of(["aten::_efficient_attention_backward", "aten::_scaled_dot_product_efficient_attention_backward",
+                    "ScaledDotProductEfficientAttentionBackward0"]) == "attention"
+    assert kind_of(["aten::_fused_adam_", "Optimizer.step#Adam.step"]) == "optimizer"
+    assert kind_of(["aten::mul", "aten::dropout", "aten::native_layer_norm"]) == "other"
+    assert kind_of(["aten::add_", "aten::_foreach_add_"]) == "optimizer"
 
 
 def test_a_gpu_record_without_ctranslate2_says_so_instead_of_a_comparison() -> None:
