@@ -177,6 +177,9 @@ def test_wandb_offline_run_holds_config_and_metrics(tmp_path: Path, subword_cach
     assert "aiayn.training.progress" not in output and "validation at step" not in output
     train_log = (run_dir / "train.log").read_text()
     assert len(STEP_LINE.findall(train_log)) == 4 and len(VALIDATION_LINE.findall(train_log)) == 2, train_log
+    # the test says what it tests as it starts (debug=tiny cuts it to a fraction of its batches)
+    assert re.search(r"testing on test_2016_flickr: 1,000 sentences; trainer.limit_test_batches keeps (\d+) of its "
+                     r"(\d+) batches\n", train_log), train_log
 
     run = read_run(run_dir)
     assert run.name == "wandb-test-debug" and run.project == "aiayn" and run.exit_code == 0  # run_name, the scale

@@ -99,6 +99,8 @@ class ProgressLog(L.Callback):
 
         testing on newstest2014: 3,003 sentences
 
+    (``; trainer.limit_test_batches keeps 4 of its 14 batches`` where that setting cuts the test).
+
     (the task's headline figure: ``bleu`` for translation, ``f1`` for parsing). ``loss``: the mean
     training loss (label-smoothed) of the batches since the last line, over every rank; ``lr``: the
     rate of the step; ``tok/s``: target tokens a second since the last line, every rank's, as the run
@@ -160,9 +162,15 @@ class ProgressLog(L.Callback):
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         data = trainer.datamodule
-        if trainer.is_global_zero and hasattr(data, "splits"):
-            log.info("testing on %s: %s sentences", data.splits["test"], f"{len(data.dataset('test')):,}",
-                     extra={BAR_SHOWS_IT: True})
+        if not trainer.is_global_zero or not hasattr(data, "splits"):
+            return
+        line = f"testing on {data.splits['test']}: {len(data.dataset('test')):,} sentences"
+        loader = trainer.test_dataloaders
+        batches = len(loader) if hasattr(loader, "__len__") else None
+        kept = trainer.num_test_batches[0] if trainer.num_test_batches else batches
+        if batches and kept is not None and kept < batches:  # (on this process: each rank tests its share)
+            line += f"; trainer.limit_test_batches keeps {kept} of its {batches} batches"
+        log.info(line, extra={BAR_SHOWS_IT: True})
 
     def _report_step(self, trainer: L.Trainer, step: int) -> None:
         losses = self._losses
