@@ -253,6 +253,23 @@ def test_lightning_leaves_sigusr1_and_requeueing_to_it_under_slurm(tmp_path: Pat
         trainer._signal_connector.teardown()
 
 
+def test_lightning_registers_no_sigterm_handler_of_its_own_beside_the_callback(tmp_path: Path) -> None:
+    """Lightning's SIGTERM handler broadcasts from inside the handler, a collective that waits for
+    ever for a rank that is elsewhere (a ddp_spawn test hung on it): with the callback set up, as
+    every stage does before Lightning registers its handlers, it registers none."""
+    callback = PreemptionCallback(str(tmp_path), [signal.SIGTERM])
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[callback], enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path)
+    before = signal.getsignal(signal.SIGTERM)
+    for stage in ("fit", "test"):
+        callback.setup(trainer, None, stage)
+        trainer._signal_connector.register_signal_handlers()  # what each stage does next
+        try:
+            assert signal.getsignal(signal.SIGTERM) is before, stage
+        finally:
+            trainer._signal_connector.teardown()
+
+
 def test_requeue_needs_a_command_that_continues_the_run_and_reports_a_failure(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SLURM_JOB_ID", "4242")

@@ -9,9 +9,10 @@ process failed".
 
 :class:`StopsAfterTraining` is a callback, so that it acts in every process that runs the test: the
 single process, each DDP rank, the ranks ``ddp_spawn`` starts for the test. Its handlers are
-installed as the run sets up and do nothing new until training has finished. Lightning then
-registers no SIGTERM handler of its own (it would broadcast from inside the handler, a collective
-at an arbitrary point: a ``ddp_spawn`` job was seen to hang as its test began).
+installed as the run sets up and do nothing new until training has finished. It comes with the
+preemption callback, which has Lightning register no SIGTERM handler of its own (it would
+broadcast from inside the handler, a collective at an arbitrary point: a ``ddp_spawn`` job was seen
+to hang as its test began).
 
 * One process: the signal stops it at once (the test only reads).
 * Several (DDP, however launched): a rank cannot leave alone, for the others would wait for it in
@@ -146,11 +147,6 @@ class StopsAfterTraining(Callback):
     # -- the hooks -----------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._trainer = trainer
-        # Lightning would register its SIGTERM handler as each stage starts, after this hook (see
-        # the module's docstring): this run's handlers are these and the preemption callback's.
-        connector = getattr(trainer, "_signal_connector", None)
-        if connector is not None:
-            connector.register_signal_handlers = _registers_none
         self._install()
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -181,7 +177,3 @@ class StopsAfterTraining(Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._restore()
-
-
-def _registers_none() -> None:
-    """In place of Lightning's ``_SignalConnector.register_signal_handlers`` (see ``setup``)."""

@@ -14,21 +14,19 @@ How it lives with what else handles these signals:
 
 * The handler only records the signal (nothing else is safe at an arbitrary point of the step);
   :meth:`PreemptionCallback.on_train_batch_end` acts on it at the next step boundary. It does not
-  call the handler it replaces: that is Lightning's (below) or submitit's, which requeues and exits
-  from inside the handler, before any checkpoint.
-* Lightning's own SIGTERM handling (its ``_SignalConnector``, installed when ``fit`` starts the
-  stage) forwards the signal to the processes of a ``ddp`` launch, broadcasts from inside the
-  handler (a collective at an arbitrary point, which can deadlock against the step's own), and
-  makes the loops raise ``SIGTERMException``, a ``SystemExit`` with status 0, without a
-  checkpoint. So from the sanity check (else ``on_train_start``) to the end of training this
-  callback's handler replaces it; Lightning's is back for whatever follows, and Lightning puts
-  the process's own handlers back when ``fit`` ends. (A run with the test after training has
-  Lightning register none: aiayn.training.after_training, which also stops the test.) Before
-  that (setting up, starting the training data loader) a signal ends the process as it would
-  without Lightning (the handler the process had before, else the signal's default action: see
-  the forwarding below). Lightning's SLURM auto-requeue (its SIGUSR1 handler, which saves
-  ``hpc_ckpt_<n>.ckpt`` from inside the handler, where ``resume=auto`` never
-  looks) is switched off in favour of this.
+  call the handler it replaces (submitit's requeues and exits from inside the handler, before any
+  checkpoint).
+* Lightning's own SIGTERM handling (its ``_SignalConnector``, installed as each stage starts)
+  forwards the signal to the processes of a ``ddp`` launch, broadcasts from inside the handler (a
+  collective at an arbitrary point, which can deadlock against the step's own, or wait for ever
+  for a rank that is elsewhere), and makes the loops raise ``SIGTERMException``, a ``SystemExit``
+  with status 0, without a checkpoint. So this callback has Lightning register none (``setup``):
+  from the sanity check (else ``on_train_start``) to the end of training this callback's handler
+  acts; after it, aiayn.training.after_training's (the test); before it (setting up, starting the
+  training data loader) a signal ends the process as it would without Lightning (the handler the
+  process had before, else the signal's default action: see the forwarding below). Lightning's
+  SLURM auto-requeue (its SIGUSR1 handler, which saves ``hpc_ckpt_<n>.ckpt`` from inside the
+  handler, where ``resume=auto`` never looks) is switched off in favour of this.
 * DDP: the signal may reach only some ranks (a ``kill`` of one process); SLURM signals every task.
   Every rank takes part in one reduction of the flag (the signal's number, 0 for none; the maximum
   over the ranks) at every step boundary: one all-reduce of one number per optimizer step, beside
@@ -151,6 +149,13 @@ class PreemptionCallback(Checkpoint):
         self._previous = {}
 
     # -- the hooks -----------------------------------------------------------------------------
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # Lightning registers its SIGTERM handler as each stage starts, after this hook: none, in
+        # every process of the run (see the module's docstring; a ddp_spawn test was seen to hang).
+        connector = getattr(trainer, "_signal_connector", None)
+        if connector is not None:
+            connector.register_signal_handlers = _registers_none
+
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Before Lightning installs its handlers: one owner of requeueing (see the module's docstring).
         environment = getattr(trainer.strategy, "cluster_environment", None)
@@ -268,6 +273,10 @@ class PreemptionCallback(Checkpoint):
             return
         with atomic_path(path.parent / "last.ckpt") as temporary:
             os.symlink(path.name, temporary)
+
+
+def _registers_none() -> None:
+    """In place of Lightning's ``_SignalConnector.register_signal_handlers`` (PreemptionCallback.setup)."""
 
 
 def signal_numbers(names: list[str] | tuple[str, ...]) -> list[int]:
