@@ -245,9 +245,14 @@ def targets(record: dict) -> dict:
         model, tokens = label.split()
         candidates = [run for run in runs if run["model"] == model and run["max_tokens"] == int(tokens)]
         best = max(candidates, key=lambda run: run["mfu"], default=None)
+        # Where a step's time went: the best run's split, else that of the run of this model and batch
+        # that was profiled (the eager one, beside a switch that did better).
+        profiled = best if best and best.get("time_split") else next(
+            (run for run in candidates if run.get("time_split")), None)
         found[f"{label} MFU"] = {"target": target, "measured": best and best["mfu"], "run": best and best["run"],
                                  "met": bool(best and best["mfu"] >= target),
-                                 "time_split": best and best.get("time_split")}  # what the step spent its time on
+                                 "time_split": profiled and profiled["time_split"],
+                                 "time_split_run": profiled and profiled["run"]}
     loop = (record.get("users_command") or {}).get("loop_over_bare")
     found["train.py over the bare step"] = {"target": LOOP_TARGET, "measured": loop, "run": "users_command",
                                            "met": bool(loop and loop >= LOOP_TARGET)}

@@ -214,7 +214,10 @@ def markdown(record: dict) -> str:
         measured = target["measured"]
         shown = "not measured" if measured is None else f"{100 * measured:.1f}%" if "MFU" in name else f"{measured:.2f}"
         goal = f"{100 * target['target']:.0f}%" if "MFU" in name else f"{target['target']:.2f}"
-        split = f"; {_time_split.describe(target['time_split'])}" if target.get("time_split") else ""
+        split = ""
+        if target.get("time_split"):
+            other = f" (in {target['time_split_run']})" if target["time_split_run"] != target["run"] else ""
+            split = f"; {_time_split.describe(target['time_split'])}{other}"
         notes.append(f"- target {name} ≥ {goal}: {shown} ({target['run']}) — {'met' if target['met'] else 'missed'}"
                      f"{split}")
     if "gpu" in m:

@@ -149,20 +149,23 @@ def test_each_target_is_set_beside_the_best_run_of_its_model_and_batch() -> None
 
     split = {"device": "cuda", "busy_s": 0.1, "busy_share": 0.64,
              "by_kind": {"matmul": 0.048, "attention": 0.007, "loss": 0.009, "optimizer": 0.005, "other": 0.031}}
-    run = lambda label, mfu, status="ok": {"run": label, "model": label.split()[0], "max_tokens": int(label.split()[1]),
-                                           "mfu": mfu, "status": status, **({"time_split": split} if mfu < 0.3 else {})}
-    record = {"train": {"runs": [run("big 25000", 0.31), run("big 3125", 0.11), run("big 3125 graphs", 0.27),
-                                 run("base 3125", 0.03), run("base 3125 graphs", 0.5, status="timed out")]},
+    run = lambda label, mfu, status="ok", profiled=False: {
+        "run": label, "model": label.split()[0], "max_tokens": int(label.split()[1]), "mfu": mfu, "status": status,
+        **({"time_split": split} if profiled else {})}
+    record = {"train": {"runs": [run("big 25000", 0.31), run("big 3125", 0.11, profiled=True), run("big 3125 graphs", 0.27),
+                                 run("base 3125", 0.03, profiled=True),
+                                 run("base 3125 graphs", 0.5, status="timed out")]},
               "users_command": {"loop_over_bare": 0.93}}
     found = _gpu_parts.targets(record)
     assert found["big 25000 MFU"] == {"target": 0.45, "measured": 0.31, "run": "big 25000", "met": False,
-                                      "time_split": None}
+                                      "time_split": None, "time_split_run": None}
+    # the best run was not profiled: the split is that of the run of its model and batch that was
     assert found["big 3125 MFU"] == {"target": 0.25, "measured": 0.27, "run": "big 3125 graphs", "met": True,
-                                     "time_split": split}
+                                     "time_split": split, "time_split_run": "big 3125"}
     assert found["base 3125 MFU"]["measured"] == 0.03 and not found["base 3125 MFU"]["met"]
     assert found["train.py over the bare step"]["met"] is True
     assert _gpu_parts.targets({})["big 25000 MFU"] == {"target": 0.45, "measured": None, "run": None, "met": False,
-                                                       "time_split": None}
+                                                       "time_split": None, "time_split_run": None}
     shown = {"targets": found, "machine": {"cpu": "Xeon", "cores": 16, "python": "3.12", "torch": "2.11"},
              "date": "2026-12-01T00:00:00", "commit": "abc", "quick": False, "caps_s": {}, "seconds": 1.0}
     notes = gpu_suite.markdown(shown)
@@ -170,6 +173,8 @@ def test_each_target_is_set_beside_the_best_run_of_its_model_and_batch() -> None
     # a target's run that was profiled says where its step's time went
     assert ("- target base 3125 MFU ≥ 15%: 3.0% (base 3125) — missed; kernels busy 64% of the step; of that time: "
             "matmul 48%, attention 7%, loss 9%, optimizer 5%, other 31%\n") in notes
+    assert "— met; kernels busy 64% of the step; of that time: matmul 48%, attention 7%, loss 9%, optimizer 5%, other " \
+           "31% (in big 3125)\n" in notes
     assert "- target train.py over the bare step ≥ 0.90: 0.93 (users_command) — met" in notes
 
 
