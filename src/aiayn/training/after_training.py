@@ -62,6 +62,10 @@ def stop_message(signum: int, checkpoint: Path) -> str:
             "the same command with resume=auto runs only the test")
 
 
+def _came_late(signum: int) -> None:
+    log.warning("%s came as the test ended; its results are complete", signal.Signals(signum).name)
+
+
 class StopsAfterTraining(Callback):
     """Each signal of ``names`` and SIGINT, once training has finished, stops the test with one
     line naming the signal and ``checkpoint`` (the run's newest); before that it has the effect it
@@ -93,6 +97,11 @@ class StopsAfterTraining(Callback):
                 signal.signal(number, signal.SIG_DFL if handler is None else handler)
         self._before = {}
 
+    def _ignore(self) -> None:
+        """Stopping: a second signal changes nothing."""
+        for number in self.numbers:
+            signal.signal(number, signal.SIG_IGN)
+
     def _finished(self) -> bool:
         trainer = self._trainer
         return trainer is not None and (trainer.testing or trainer.fit_loop.done)
@@ -110,8 +119,7 @@ class StopsAfterTraining(Callback):
         if callable(kill):
             kill(signum)
         if trainer.world_size == 1:
-            for number in self.numbers:  # a second signal while stopping changes nothing
-                signal.signal(number, signal.SIG_IGN)
+            self._ignore()
             raise Stopped(stop_message(signum, self.checkpoint))
         # Several ranks: the test's remaining batches are emptied and the ranks stop together at its end.
 
@@ -142,7 +150,7 @@ class StopsAfterTraining(Callback):
         finally:
             passed = hold_signals(False)  # (None after the lines above)
         if passed is not None:  # the ranks had agreed to go on: the test is done
-            log.warning("%s came as the test ended; its results are complete", signal.Signals(passed).name)
+            _came_late(passed)
 
     # -- the hooks -----------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -163,8 +171,7 @@ class StopsAfterTraining(Callback):
             dist.all_reduce(received, op=dist.ReduceOp.MAX)  # before the module's own collectives
         signum = int(received.item())
         if signum:
-            for number in self.numbers:  # a second signal while stopping changes nothing
-                signal.signal(number, signal.SIG_IGN)
+            self._ignore()
             raise Preempted(stop_message(signum, self.checkpoint))
         self._agreed = True
 
@@ -172,7 +179,7 @@ class StopsAfterTraining(Callback):
         if stage != "test":
             return
         if self.received is not None and self._agreed:
-            log.warning("%s came as the test ended; its results are complete", signal.Signals(self.received).name)
+            _came_late(self.received)
         self._restore()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
