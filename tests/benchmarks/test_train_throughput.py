@@ -26,13 +26,25 @@ TINY = ["--model", "small", "--set", "model.n_layers=1", "--set", "model.d_model
 
 
 @pytest.fixture(scope="module")
-def bench():
+def benchmarks():
+    """benchmarks/ on the import path, as the scripts there have it."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
-        import train_throughput
-        yield train_throughput
+        yield
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
+
+
+@pytest.fixture(scope="module")
+def bench(benchmarks):
+    import train_throughput
+    return train_throughput
+
+
+@pytest.fixture(scope="module")
+def batches(benchmarks):
+    import _batches
+    return _batches
 
 
 def _run(data_root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -79,21 +91,21 @@ def test_benchmark_writes_one_record_per_run(tmp_path: Path, data_root: Path) ->
     assert padding["sampler_batches"] < padding["corpus_order_batches"]
 
 
-def test_padding_of_the_sampler_and_of_corpus_order(bench, data_root: Path) -> None:
-    src_words, tgt_words = bench.sentence_lengths(data_root, None, 1.3)
-    corpus = bench.synthetic_corpus(src_words, tgt_words, vocab_size=100, seed=0)
+def test_padding_of_the_sampler_and_of_corpus_order(batches, data_root: Path) -> None:
+    src_words, tgt_words = batches.sentence_lengths(data_root, None, 1.3)
+    corpus = batches.synthetic_corpus(src_words, tgt_words, vocab_size=100, seed=0)
     src, tgt = np.asarray(corpus.src_lengths), np.asarray(corpus.tgt_lengths)
     assert [len(ids) + 1 for _, ids, _ in (corpus[i] for i in range(5))] == src[:5].tolist()
     sampler = TokenBatchSampler(src, tgt, 2000, shuffle=True, seed=0, num_replicas=1, rank=0)
     # The benchmark's count of padding agrees with the sampler's own.
-    assert bench.padding_fraction(list(sampler), src, tgt) == pytest.approx(sampler.padding_fraction)
+    assert batches.padding_fraction(list(sampler), src, tgt) == pytest.approx(sampler.padding_fraction)
 
-    naive = bench.corpus_order_batches(src, tgt, 2000)
+    naive = batches.corpus_order_batches(src, tgt, 2000)
     assert [index for batch in naive for index in batch] == list(range(len(src)))  # corpus order, all of it
     assert all(len(batch) * max(max(src[batch]), max(tgt[batch])) <= 2000 for batch in naive)
     # Greedy: the next sentence would not have fitted.
     assert all((len(a) + 1) * max(max(src[a + b[:1]]), max(tgt[a + b[:1]])) > 2000 for a, b in itertools.pairwise(naive))
-    assert bench.padding_fraction(naive, src, tgt) > 2 * sampler.padding_fraction
+    assert batches.padding_fraction(naive, src, tgt) > 2 * sampler.padding_fraction
 
 
 def test_model_configs_are_composed_as_hydra_does(bench) -> None:
