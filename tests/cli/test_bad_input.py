@@ -1,5 +1,6 @@
 """Bad input, kind by kind: each gives a one-line error naming the file (and line) or the
-setting and what to do — never a traceback from deep inside torch — or a counted skip.
+setting and what to do — never a traceback from deep inside torch — or a counted skip. Here:
+settings and command lines; bad data files and checkpoints: test_bad_files.py.
 
 Kinds of other modules' inputs (treebank files, WMT sgm and archives) are tested with those
 modules too; the catalogue of every kind and where it is tested is docs/guarantees.md.
@@ -7,141 +8,21 @@ modules too; the catalogue of every kind and where it is tested is docs/guarante
 
 from __future__ import annotations
 
-import gzip
 import io
-import logging
 import os
-import shutil
 import sys
 from contextlib import redirect_stderr
 from pathlib import Path
 from unittest import mock
 
 import pytest
-import torch
 from hydra import compose, initialize_config_dir
 
-from aiayn.checkpoints.averaging import last_checkpoints
-from aiayn.checkpoints.io import read_checkpoint
 from aiayn.cli.train import main as train_main
-from aiayn.data.multi30k import Multi30kDataModule
-from aiayn.data.readers import read_lines, read_parallel
-from aiayn.errors import DataError
+from aiayn.data.readers import read_parallel
+from tests.helpers.datafiles import multi30k_copy, write_lines
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO, TINY, TrainedRun
-
-
-# -- data files ---------------------------------------------------------------------------------
-def _write(path: Path, lines: list[str] | bytes) -> Path:
-    data = lines if isinstance(lines, bytes) else "".join(line + "\n" for line in lines).encode()
-    (gzip.open if path.suffix == ".gz" else open)(path, "wb").write(data)
-    return path
-
-
-def test_parallel_files_of_different_lengths_name_both_files_and_counts(tmp_path):
-    a, b = _write(tmp_path / "a.en", ["one", "two", "three"]), _write(tmp_path / "a.de", ["eins", "zwei"])
-    with pytest.raises(DataError, match=rf"{a} has 3 lines, {b} has 2; they must be aligned line by line"):
-        read_parallel(a, b)
-
-
-def test_a_truncated_gzip_names_the_file_and_the_last_line_read(tmp_path):
-    full = gzip.compress("".join(f"line {i} with some words\n" for i in range(5000)).encode())
-    path = tmp_path / "cut.en.gz"
-    path.write_bytes(full[: len(full) // 2])
-    with pytest.raises(DataError, match=rf"{path}: truncated or corrupt gzip after line \d+ .*download it again"):
-        read_lines(path)
-
-
-def test_bytes_that_are_not_utf8_name_the_file_line_and_byte(tmp_path):
-    path = _write(tmp_path / "latin1.de", "eins\nzwei\nGr\xfc\xdfe\n".encode("latin-1"))
-    with pytest.raises(DataError, match=rf"{path}: line 3 is not valid UTF-8 \(byte 3 of the line\); re-encode"):
-        read_lines(path)
-
-
-def test_a_missing_file_is_named(tmp_path):
-    with pytest.raises(DataError, match=rf"{tmp_path / 'nope.en'}: file not found; check the path or the data root"):
-        read_lines(tmp_path / "nope.en")
-
-
-def _multi30k_copy(root: Path, data_root: Path, train_en: list[str] | None = None,
-                   train_de: list[str] | None = None) -> Path:
-    folder = root / "multi30k"
-    folder.mkdir(parents=True)
-    for file in (data_root / "multi30k").glob("*.gz"):
-        shutil.copy(file, folder / file.name)
-    if train_en is not None:
-        _write(folder / "train.en.gz", train_en)
-        _write(folder / "train.de.gz", train_de)
-    return root
-
-
-def _datamodule(root: Path, tmp_path: Path, **kwargs) -> Multi30kDataModule:
-    return Multi30kDataModule(str(root), **{"vocab_size": 100, "cache_dir": str(tmp_path / "cache"), "download": False,
-                                            **kwargs})
-
-
-def test_empty_training_files_are_an_error_naming_them(tmp_path, data_root):
-    root = _multi30k_copy(tmp_path / "data", data_root, [], [])
-    with pytest.raises(DataError, match=r"train.en.gz / .*train.de.gz: no lines; a split needs one sentence pair"):
-        _datamodule(root, tmp_path).setup("fit")
-
-
-def test_empty_and_overlong_training_lines_are_skipped_and_counted(tmp_path, data_root, caplog):
-    en, de = read_parallel(data_root / "multi30k" / "train.en.gz", data_root / "multi30k" / "train.de.gz")
-    en, de = en[:2000], de[:2000]
-    en[10], de[20] = "", "   "  # an empty side each
-    en[30] = " ".join(["word"] * 400)  # far over max_length subwords
-    root = _multi30k_copy(tmp_path / "data", data_root, en, de)
-    data = _datamodule(root, tmp_path, vocab_size=1000, max_length=150)
-    with caplog.at_level(logging.INFO, logger="aiayn.data.datamodule"):
-        data.setup("fit")
-    assert data.filtered == {"empty": 2, "too_long": 1}
-    assert len(data.dataset("train")) == 1997
-    assert "dropped 2 with an empty side, 1 with a side over max_length=150" in caplog.text
-
-
-def test_every_training_pair_filtered_says_to_raise_max_length(tmp_path, data_root):
-    en, de = read_parallel(data_root / "multi30k" / "train.en.gz", data_root / "multi30k" / "train.de.gz")
-    root = _multi30k_copy(tmp_path / "data", data_root, en[:500], de[:500])
-    with pytest.raises(DataError, match=r"every one of the 500 training pairs was dropped .*raise max_length"):
-        _datamodule(root, tmp_path, max_length=2).setup("fit")
-
-
-def test_a_vocabulary_larger_than_the_text_allows_says_to_lower_vocab_size(tmp_path, data_root):
-    root = _multi30k_copy(tmp_path / "data", data_root, ["a b c d e f g"] * 50, ["h i j k l m n"] * 50)
-    with pytest.raises(DataError, match=r"too few distinct pieces for a vocabulary of 100 subwords \(at most \d+ "
-                                        r"here\); lower task.vocab_size"):
-        _datamodule(root, tmp_path).setup("fit")
-
-
-# -- checkpoints --------------------------------------------------------------------------------
-def test_a_text_file_as_checkpoint_is_not_a_readable_checkpoint(tmp_path):
-    path = _write(tmp_path / "model.ckpt", ["this is not a checkpoint"])
-    with pytest.raises(DataError, match=rf"{path}: not a readable checkpoint"):
-        read_checkpoint(path)
-
-
-def test_a_truncated_checkpoint_is_not_a_readable_checkpoint(tmp_path):
-    path = tmp_path / "cut.ckpt"
-    torch.save({"state_dict": {"w": torch.zeros(10000)}, "hyper_parameters": {}, "subwords": b""}, path)
-    path.write_bytes(path.read_bytes()[:5000])
-    with pytest.raises(DataError, match=rf"{path}: not a readable checkpoint"):
-        read_checkpoint(path)
-
-
-def test_someone_elses_checkpoint_is_not_an_aiayn_checkpoint(tmp_path):
-    path = tmp_path / "other.ckpt"
-    torch.save({"state_dict": {}, "epoch": 3}, path)
-    with pytest.raises(DataError, match=rf"{path}: not an aiayn training checkpoint \(no hyper_parameters, subwords\)"):
-        read_checkpoint(path)
-
-
-def test_averaging_more_checkpoints_than_there_are_names_the_steps_found(tmp_path):
-    folder = tmp_path / "checkpoints"
-    folder.mkdir()
-    torch.save({"global_step": 5}, folder / "step0000005.ckpt")
-    with pytest.raises(DataError, match=r"asked for the last 5 checkpoints but there are only 1 \(steps 5\)"):
-        last_checkpoints(tmp_path, 5)
 
 
 # -- training configuration ---------------------------------------------------------------------
@@ -308,7 +189,7 @@ def test_translate_stdin_that_is_not_utf8_names_the_line_and_byte(tiny_run: Trai
 
 
 def test_translate_with_beam_size_0_names_the_setting_and_exits_2(tiny_run: TrainedRun, data_root, tmp_path):
-    source = _write(tmp_path / "in.en", ["A dog runs."])
+    source = write_lines(tmp_path / "in.en", ["A dog runs."])
     result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", f"input={source}", "decoding.beam_size=0",
                       data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
     assert result.returncode == 2
@@ -326,7 +207,7 @@ def test_evaluate_constrained_on_a_translation_model_is_refused_before_decoding(
 
 
 def test_evaluate_on_a_file_that_is_not_a_checkpoint_names_it_and_exits_2(subword_cache, data_root, tmp_path):
-    bogus = _write(tmp_path / "notes.ckpt", ["notes"])
+    bogus = write_lines(tmp_path / "notes.ckpt", ["notes"])
     result = run_tool("src/evaluate.py", f"ckpt={bogus}", data_root=data_root, cache_dir=subword_cache, check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith(f"evaluate.py: {bogus}: not a readable checkpoint")
@@ -334,7 +215,7 @@ def test_evaluate_on_a_file_that_is_not_a_checkpoint_names_it_and_exits_2(subwor
 
 def test_resume_on_data_whose_vocabulary_differs_is_refused(tiny_run: TrainedRun, data_root, tmp_path):
     en, de = read_parallel(data_root / "multi30k" / "train.en.gz", data_root / "multi30k" / "train.de.gz")
-    other = _multi30k_copy(tmp_path / "data", data_root, en[:6000], de[:6000])  # another subword model
+    other = multi30k_copy(tmp_path / "data", data_root, en[:6000], de[:6000])  # another subword model
     # The run's own settings, so that the subword model is the one difference.
     result = run_tool("src/train.py", *tiny_run.overrides, f"hydra.run.dir={tmp_path / 'again'}",
                       f"resume={tiny_run.run_dir}", "trainer.max_steps=6", data_root=other,

@@ -15,6 +15,7 @@ from aiayn.data.corpus import ParallelCorpus, TranslationCollator, filter_pairs
 from aiayn.data.multi30k import Multi30kDataModule
 from aiayn.data.readers import read_lines
 from aiayn.errors import DataError
+from tests.helpers.datafiles import multi30k_copy
 
 VOCAB = 1000
 
@@ -206,17 +207,8 @@ def test_missing_data_and_unknown_splits_languages_and_stages_are_refused(tmp_pa
         module.setup("train")
 
 
-def _linked_copy(data_root, root, leave_out=()):
-    """``root/multi30k/`` linking every real Multi30k file but those named in ``leave_out``."""
-    (root / "multi30k").mkdir(parents=True)
-    for file in (data_root / "multi30k").glob("*.gz"):
-        if file.name not in leave_out:
-            (root / "multi30k" / file.name).symlink_to(file)
-    return root
-
-
 def test_setup_fit_names_a_missing_test_file_before_anything_is_loaded(data_root, tmp_path):
-    root = _linked_copy(data_root, tmp_path / "data", leave_out={"test_2016_flickr.de.gz"})
+    root = multi30k_copy(tmp_path / "data", data_root, leave_out={"test_2016_flickr.de.gz"})
     module = Multi30kDataModule(str(root), vocab_size=VOCAB, cache_dir=str(tmp_path / "cache"), download=False)
     missing = root / "multi30k" / "test_2016_flickr.de.gz"
     with pytest.raises(DataError) as info:
@@ -231,7 +223,7 @@ def test_setup_fit_names_a_missing_test_file_before_anything_is_loaded(data_root
 
 
 def test_trainer_fit_stops_on_a_missing_test_file_before_the_first_step(data_root, tmp_path):
-    root = _linked_copy(data_root, tmp_path / "data", leave_out={"test_2016_flickr.en.gz"})
+    root = multi30k_copy(tmp_path / "data", data_root, leave_out={"test_2016_flickr.en.gz"})
     module = Multi30kDataModule(str(root), vocab_size=VOCAB, cache_dir=str(tmp_path / "cache"), download=False)
     probe = _Probe()
     trainer = L.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
@@ -242,7 +234,7 @@ def test_trainer_fit_stops_on_a_missing_test_file_before_the_first_step(data_roo
 
 
 def test_every_missing_file_of_every_split_is_named_in_one_error(data_root, tmp_path):
-    root = _linked_copy(data_root, tmp_path / "data", leave_out={"train.de.gz", "val.en.gz", "test_2016_flickr.de.gz"})
+    root = multi30k_copy(tmp_path / "data", data_root, leave_out={"train.de.gz", "val.en.gz", "test_2016_flickr.de.gz"})
     module = Multi30kDataModule(str(root), cache_dir=str(tmp_path / "cache"), download=False)
     with pytest.raises(DataError) as info:
         module.prepare_data()
@@ -258,7 +250,7 @@ def test_raw_lines_only_for_evaluation_splits(dm):
 
 
 def test_a_test_file_shorter_than_its_pair_stops_the_run_before_the_first_step(data_root, tmp_path):
-    root = _linked_copy(data_root, tmp_path / "data", leave_out={"test_2016_flickr.de.gz"})
+    root = multi30k_copy(tmp_path / "data", data_root, leave_out={"test_2016_flickr.de.gz"})
     short = root / "multi30k" / "test_2016_flickr.de.gz"
     lines = read_lines(data_root / "multi30k" / "test_2016_flickr.de.gz")[:990]
     short.write_bytes(gzip.compress("".join(f"{line}\n" for line in lines).encode()))
@@ -275,7 +267,7 @@ def test_a_test_file_shorter_than_its_pair_stops_the_run_before_the_first_step(d
 
 
 def test_an_empty_validation_file_pair_is_named_before_the_first_step(data_root, tmp_path):
-    root = _linked_copy(data_root, tmp_path / "data", leave_out={"val.en.gz", "val.de.gz"})
+    root = multi30k_copy(tmp_path / "data", data_root, leave_out={"val.en.gz", "val.de.gz"})
     for lang in ("en", "de"):
         (root / "multi30k" / f"val.{lang}.gz").write_bytes(gzip.compress(b""))
     module = Multi30kDataModule(str(root), vocab_size=VOCAB, cache_dir=str(tmp_path / "cache"), download=False)
@@ -309,7 +301,7 @@ def test_a_runs_checks_read_each_split_through_once_and_again_when_a_file_change
 
     reads = []
     monkeypatch.setattr(aiayn.data.checks, "count_pairs", lambda *paths: reads.append(paths) or len(read_lines(paths[0])))
-    root = _linked_copy(data_root, tmp_path / "data", leave_out={"test_2016_flickr.de.gz"})
+    root = multi30k_copy(tmp_path / "data", data_root, leave_out={"test_2016_flickr.de.gz"})
     test_de = root / "multi30k" / "test_2016_flickr.de.gz"
     test_de.write_bytes((data_root / "multi30k" / "test_2016_flickr.de.gz").read_bytes())
     module = Multi30kDataModule(str(root), vocab_size=VOCAB, cache_dir=str(tmp_path / "cache"), download=False)

@@ -1,0 +1,154 @@
+"""WMT14's raw files (no network but a loopback HTTP server): the readers (plain, gz, sgm) on the
+real shared files, the raw tree's errors named by file and line (copies of the miniature tree of
+conftest.py with one thing broken), and the archives downloaded and unpacked."""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+
+import pytest
+
+from aiayn.data.readers import read_lines
+from aiayn.data.wmt.archives import ARCHIVES, MIRROR_ENV, fetch_archive, locate
+from aiayn.data.wmt.cleaning import normalize
+from aiayn.data.wmt.preparation import prepare_wmt
+from aiayn.data.wmt.sgm import read_sgm, unescape
+from aiayn.errors import DataError
+
+VOCAB = 500
+
+
+# --- readers ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sgm, plain", [
+    ("newstest2014-deen-src.en.sgm", "newstest2014-en-de.en"), ("newstest2014-deen-ref.de.sgm", "newstest2014-en-de.de"),
+    ("newstest2014-fren-src.en.sgm", "newstest2014-en-fr.en"), ("newstest2014-fren-ref.fr.sgm", "newstest2014-en-fr.fr"),
+])
+def test_sgm_segments_equal_the_plain_test_set(data_root, sgm, plain):
+    segments = read_sgm(data_root / "wmt14" / "sgm" / sgm)
+    lines = read_lines(data_root / "wmt14" / plain)
+    assert len(segments) == len(lines) == 3003
+    assert [" ".join(s.split()) for s in segments] == [" ".join(line.split()) for line in lines]
+    assert not any("&amp;" in s or "&quot;" in s or "&lt;" in s for s in segments)
+
+
+def test_unescape_decodes_entities_and_normalize_collapses_whitespace():
+    assert unescape("Parliament &apos;s &quot;x&quot; &amp; &lt;b&gt; &#124; &#x41;") == "Parliament 's \"x\" & <b> | A"
+    assert unescape("AT&T &bogus; &#xZZ;") == "AT&T &bogus; &#xZZ;"
+    assert normalize("  a \t b&apos;  ") == "a b'"
+
+
+def test_sgm_broken_segment_names_file_and_line(data_root, tmp_path):
+    lines = (data_root / "wmt14" / "sgm" / "newstest2014-deen-ref.de.sgm").read_text(encoding="utf-8").splitlines()
+    number = next(i for i, line in enumerate(lines) if line.startswith("<seg")) + 11  # 0-based, a segment line
+    lines[number] = lines[number].replace("</seg>", "")
+    path = tmp_path / "broken.de.sgm"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=f"line {number + 1} has a broken segment") as info:
+        read_sgm(path)
+    assert str(path) in str(info.value)
+
+
+# --- errors in the raw tree ------------------------------------------------------------------
+
+
+def test_mismatched_line_counts_name_file_and_line(raw_copy, tmp_path):
+    root = raw_copy
+    short = root / "training" / "news-commentary-v9.de-en.de"
+    short.write_text("".join(f"{line}\n" for line in read_lines(short)[:1500]), encoding="utf-8")
+    with pytest.raises(DataError, match="ends after line 1500") as info:
+        prepare_wmt(root, tmp_path / "cache", "en", "de", VOCAB, download=False)
+    assert str(short) in str(info.value) and "goes on at line 1501" in str(info.value)
+    assert not list((tmp_path / "cache" / "wmt14").iterdir())  # nothing half-prepared is left
+
+
+def test_truncated_gz_names_file_and_line(raw_copy, tmp_path):
+    root = raw_copy
+    path = root / "commoncrawl.de-en.de.gz"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match=r"truncated or corrupt gzip after line \d+") as info:
+        prepare_wmt(root, tmp_path / "cache", "en", "de", VOCAB, download=False)
+    assert str(path) in str(info.value)
+
+
+def test_missing_files_are_listed_with_their_archives(raw_copy, tmp_path):
+    root = raw_copy
+    (root / "commoncrawl.de-en.en.gz").unlink()
+    shutil.rmtree(root / "test-full")
+    with pytest.raises(DataError) as info:
+        locate(root, "en", "de", download=False)
+    message = str(info.value)
+    assert str(root / "commoncrawl.de-en.en") in message and "training-parallel-commoncrawl.tgz" in message
+    assert str(root / "test-full" / "newstest2014-deen-src.en.sgm") in message and "wmt14/test-full.tgz" in message
+    assert "europarl" not in message and "task.raw_dir" in message
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="WMT14 en-fr files missing"):
+        locate(tmp_path / "empty", "en", "fr", download=False)
+
+
+def test_a_raw_dir_that_does_not_exist_is_named_without_listing_every_file(tmp_path):
+    with pytest.raises(DataError) as info:
+        locate(tmp_path / "nowhere", "en", "de", download=False)
+    assert str(info.value).startswith(f"task.raw_dir={tmp_path / 'nowhere'} does not exist: point task.raw_dir at")
+    assert "download=true" in str(info.value) and "europarl" not in str(info.value)
+
+
+# --- downloading (from a real HTTP server on the loopback interface) -------------------------
+
+
+@pytest.fixture
+def mirror(loopback_http, monkeypatch):
+    """The folder a loopback HTTP server serves, set as the WMT mirror."""
+    root, url = loopback_http
+    monkeypatch.setenv(MIRROR_ENV, url)
+    return root
+
+
+def test_missing_archives_are_downloaded_and_unpacked(raw_tree, tmp_path, mirror):
+    members = {"europarl": ["training/europarl-v7.de-en.en", "training/europarl-v7.de-en.de"],
+               "commoncrawl": ["commoncrawl.de-en.en.gz", "commoncrawl.de-en.de.gz"],
+               "news-commentary": ["training/news-commentary-v9.de-en.en", "training/news-commentary-v9.de-en.de"],
+               "dev": ["dev/newstest2013.en", "dev/newstest2013.de"],
+               "test": ["test-full/newstest2014-deen-src.en.sgm", "test-full/newstest2014-deen-ref.de.sgm"]}
+    for key, names in members.items():
+        with tarfile.open(mirror / ARCHIVES[key].name, "w:gz") as tar:
+            for name in names:
+                tar.add(raw_tree / name, arcname=name)
+    raw = tmp_path / "raw"
+    (raw / "training").mkdir(parents=True)
+    shutil.copyfile(raw_tree / "training" / "europarl-v7.de-en.en", raw / "training" / "europarl-v7.de-en.en")
+    (raw / "archives").mkdir()
+    (raw / "archives" / "dev.tgz.part").write_bytes(b"stale partial bytes")  # replaced: this server ignores Range
+    files = locate(raw, "en", "de", download=True)
+    for name, src, tgt in files.train:
+        assert src.read_bytes() == (raw_tree / src.relative_to(raw)).read_bytes()
+        assert tgt.read_bytes() == (raw_tree / tgt.relative_to(raw)).read_bytes()
+    assert files.test[1].read_bytes() == (raw_tree / "test-full" / "newstest2014-deen-ref.de.sgm").read_bytes()
+    assert sorted(p.name for p in (raw / "archives").iterdir()) == sorted(ARCHIVES[k].name for k in members)
+    # an archive the server does not have: the error lists what is still missing
+    shutil.rmtree(raw / "test-full")
+    (raw / "archives" / "test-full.tgz").unlink()
+    (mirror / "test-full.tgz").unlink()
+    with pytest.raises(DataError, match=r"could not fetch \S+/test-full.tgz into ") as info:
+        locate(raw, "en", "de", download=True)
+    assert str(raw / "test-full" / "newstest2014-deen-src.en.sgm") in str(info.value)
+    assert not [p for p in raw.iterdir() if p.name.startswith(".unpacking-")]  # no temporary folder left
+
+
+def test_a_truncated_archive_unpacks_nothing_and_is_named(raw_tree, tmp_path):
+    raw = tmp_path / "raw"
+    (raw / "archives").mkdir(parents=True)
+    whole = tmp_path / "test-full.tgz"
+    with tarfile.open(whole, "w:gz") as tar:
+        for name in ("newstest2014-deen-src.en.sgm", "newstest2014-deen-ref.de.sgm"):
+            tar.add(raw_tree / "test-full" / name, arcname=f"test-full/{name}")
+    data = whole.read_bytes()
+    (raw / "archives" / "test-full.tgz").write_bytes(data[: len(data) * 3 // 4])  # the second file cut short
+    failure = fetch_archive(ARCHIVES["test"], raw)
+    assert failure.startswith(f"{raw / 'archives' / 'test-full.tgz'} is not a readable tar archive")
+    assert "delete it so that it is downloaded again from" in failure
+    assert not (raw / "test-full").exists()  # not even the first, whole member: nothing half-unpacked
+    assert [p.name for p in raw.iterdir()] == ["archives"]
