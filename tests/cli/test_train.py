@@ -30,6 +30,7 @@ def test_train_validates_with_bleu_and_tests(tmp_path: Path, subword_cache: Path
     for metric in ("test/bleu=", "test/ppl=", "test/loss="):
         assert metric in summary[0]
     assert "sacreBLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in result.stdout
+    assert "Test metric" not in result.stdout  # the line above says it; no table of the same figures besides
 
     with open(next(run_dir.glob("csv/version_*/metrics.csv"))) as metrics:
         rows = list(csv.DictReader(metrics))

@@ -143,7 +143,7 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer) ->
         results = {}
         if config.get("test_after_training", True):
             with stops.around_the_test(trainer) if stops else contextlib.nullcontext():
-                results = trainer.test(module, datamodule=datamodule)[0]
+                results = trainer.test(module, datamodule=datamodule, verbose=False)[0]  # printed below, in one line
     except Stopped as stopped:  # a signal after training, in a single process (aiayn.training.after_training)
         raise Preempted(str(stopped)) from None
     if trainer.is_global_zero and results:
