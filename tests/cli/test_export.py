@@ -33,6 +33,7 @@ def test_hf_export_of_averaged_checkpoints_loads_with_transformers(tiny_run, dat
     result = export(tiny_run, data_root, f"ckpt={tiny_run.checkpoints / 'step0000004.ckpt'}", "average_last=2",
                     f"out={out}")
     assert "averaged over steps 3, 4" in result.stdout and str(out) in result.stdout
+    assert result.stderr == "", result.stderr  # no library's progress bars
     marian = transformers.MarianMTModel.from_pretrained(str(out))
     tokenizer = transformers.MarianTokenizer.from_pretrained(str(out))
     assert tokenizer("A dog.").input_ids[-1] == tokenizer.eos_token_id
@@ -52,7 +53,8 @@ def test_hf_export_of_averaged_checkpoints_loads_with_transformers(tiny_run, dat
 def test_ctranslate2_export_serves_translate_with_our_output(tiny_run, data_root, tmp_path):
     pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
     out = tmp_path / "ct2"
-    export(tiny_run, data_root, f"ckpt={tiny_run.last}", "format=ctranslate2", f"out={out}")
+    exported = export(tiny_run, data_root, f"ckpt={tiny_run.last}", "format=ctranslate2", f"out={out}")
+    assert exported.stderr == "", exported.stderr  # its one line on stdout; no library's progress bars
     source = tmp_path / "source.en"
     source.write_text("".join(line + "\n" for line in SENTENCES), encoding="utf-8")
     # beam 1 with α 0 is aiayn's greedy search (a length penalty could let a longer beam-1 hypothesis win)

@@ -55,7 +55,9 @@ def main(cfg: DictConfig) -> None:
     from aiayn.decoding.packages import require
     from aiayn.export.marian import check_expressible
 
-    require("transformers")
+    # The export says what it wrote in one line; transformers' bars of writing and reading back a
+    # model this size (a second each) say nothing more.
+    require("transformers").utils.logging.disable_progress_bar()
     if cfg.format == "ctranslate2":
         require("ctranslate2")
     averaged = last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [ckpt]  # DataError: too few
