@@ -137,6 +137,24 @@ def test_a_sigterm_after_training_stops_every_ddp_rank_in_one_line(tmp_path: Pat
         assert "test test_2016_flickr:" in resumed.stdout
 
 
+@pytest.mark.cli
+@TWO_CORES
+def test_a_sigterm_as_ddp_spawn_starts_its_ranks_stops_the_job_in_one_line(tmp_path: Path, env) -> None:
+    """The launching process passes the signal on to ranks still importing torch, with no handler
+    yet, which die of it: the job says so in one line, status 75, as a preemption (before: 'a
+    training process failed'). Fresh interpreters, so that the ranks take seconds to start."""
+    command = [sys.executable, "src/train.py", *RUN, "hardware=cpu2_ddp", "trainer.strategy=ddp_spawn",
+               f"hydra.run.dir={tmp_path / 'run'}"]
+    result = _signal_when(command, env, lambda process: len(children(process.pid, b"spawn_main")) == 2,
+                          signal.SIGTERM, fresh=True)
+    assert result.returncode == EXIT_STATUS, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "train.py: stopped by SIGTERM as the training processes started, before their first step; nothing of this "
+        "attempt was saved; continue with the same command and resume=auto")
+    assert "a training process failed" not in result.stderr and "Traceback" not in result.stderr
+    assert not list((tmp_path / "run" / "checkpoints").glob("*.ckpt"))
+
+
 def _importing_torch(process: subprocess.Popen) -> bool:
     """The process has begun to import torch (its library is mapped): the tool is starting."""
     try:

@@ -34,12 +34,13 @@ How it lives with what else handles these signals:
   and save together (``trainer.save_checkpoint`` is collective; rank 0 writes).
 * ``ddp_spawn``: the launching process is no rank and would die of SIGTERM, taking the ranks with
   it. :func:`preemption_handling`, which builds the callback in that process, has it pass these
-  signals on to the ranks instead; a process without spawned ranks does what it did before.
+  signals on to the ranks instead (a rank still starting dies of it; the job says so in its own
+  line: :func:`describe`); a process without spawned ranks does what it did before.
 
 Requeueing (``requeue``; only under SLURM, ``SLURM_JOB_ID`` set): after saving, rank 0 runs
-``scontrol requeue <job>``, as Lightning's SLURM auto-requeue does; SLURM starts the same batch
-script again, whose command must continue the run: ``resume=auto`` (or a run directory). A job
-whose command has no such ``resume`` is not requeued (it would start afresh), and the line says so.
+``scontrol requeue <job>`` (as Lightning's SLURM auto-requeue); SLURM starts the batch script again,
+whose command must continue the run (``resume=auto`` or a run directory), else it is not requeued
+(it would start afresh), and the line says so.
 """
 
 from __future__ import annotations
@@ -77,29 +78,29 @@ class Preempted(RuntimeError):
     """Training stopped on a signal after saving the step it had reached; the message is one line
     that names the step, the checkpoint, and how the run goes on."""
 
-    def __init__(self, message: str):
-        super().__init__(message)
-
 
 def describe(error: BaseException) -> tuple[str, int] | None:
-    """(one-line message, :data:`EXIT_STATUS`) for a preempted run, else None. Under ``ddp_spawn``
-    the launching process gets the rank's :class:`Preempted` as torch's ``ProcessRaisedException``,
-    whose text ends with the rank's traceback; its last line holds the message."""
+    """(one-line message, :data:`EXIT_STATUS`) for a preempted run, else None. ``ddp_spawn``'s
+    launching process gets a rank's :class:`Preempted` as a ``ProcessRaisedException`` whose last
+    line is the message; a ``ProcessExitedException`` of a rank that died of a signal passed on to
+    it, which had no handler yet: it was starting (after training, aiayn.training.after_training's)."""
     if isinstance(error, Preempted):
         return str(error), EXIT_STATUS
-    if type(error).__name__ == "ProcessRaisedException" and type(error).__module__.startswith("torch.multiprocessing"):
-        last = str(error).strip().splitlines()[-1] if str(error).strip() else ""
-        prefix = f"{__name__}.{Preempted.__name__}: "
-        if last.startswith(prefix):
-            return last[len(prefix):], EXIT_STATUS
+    kind = type(error).__name__ if type(error).__module__.startswith("torch.multiprocessing") else None
+    last = (str(error).strip().splitlines() or [""])[-1]
+    if kind == "ProcessRaisedException" and last.startswith(prefix := f"{__name__}.{Preempted.__name__}: "):
+        return last[len(prefix):], EXIT_STATUS
+    name = getattr(error, "signal_name", None)
+    if kind == "ProcessExitedException" and _passed_on is not None and name == signal.Signals(_passed_on).name:
+        return (f"stopped by {name} as the training processes started, before their first step; nothing of this "
+                "attempt was saved; continue with the same command and resume=auto"), EXIT_STATUS
     return None
 
 
 def preemption_handling(enabled: bool, dirpath: str, signals: list[str] | tuple[str, ...] = ("SIGTERM",),
                         requeue: bool = True, resume: str | None = None) -> PreemptionCallback | None:
-    """The :class:`PreemptionCallback` of conf/callbacks/default.yaml, or None when not ``enabled``
-    (``dirpath`` and ``resume`` are the run's, given by aiayn.training.callbacks.build_callbacks).
-    Also makes this process pass ``signals`` on to the ranks it spawns (``ddp_spawn``)."""
+    """The :class:`PreemptionCallback` of conf/callbacks/default.yaml (None when not ``enabled``; ``dirpath``,
+    ``resume``: the run's); this process then passes ``signals`` on to the ranks it spawns (``ddp_spawn``)."""
     if not enabled:
         return None
     numbers = signal_numbers(signals)
