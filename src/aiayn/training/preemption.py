@@ -62,6 +62,7 @@ from lightning.pytorch.callbacks import Checkpoint
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_path
 from aiayn.reporting.loggers import close_runs
+from aiayn.training.lightning_signals import PlainSigterm, register_none
 from aiayn.training.saving import validation_follows
 from aiayn.training.slurm import continues_itself, requeue, slurm_job
 
@@ -98,11 +99,12 @@ def describe(error: BaseException) -> tuple[str, int] | None:
 
 
 def preemption_handling(enabled: bool, dirpath: str, signals: list[str] | tuple[str, ...] = ("SIGTERM",),
-                        requeue: bool = True, resume: str | None = None) -> PreemptionCallback | None:
-    """The :class:`PreemptionCallback` of conf/callbacks/default.yaml (None when not ``enabled``; ``dirpath``,
-    ``resume``: the run's); this process then passes ``signals`` on to the ranks it spawns (``ddp_spawn``)."""
+                        requeue: bool = True, resume: str | None = None) -> PreemptionCallback | PlainSigterm:
+    """The :class:`PreemptionCallback` of conf/callbacks/default.yaml (``dirpath``, ``resume``: the
+    run's); this process then passes ``signals`` on to the ranks it spawns (``ddp_spawn``). Not
+    ``enabled``: none of this; Lightning's SIGTERM handler is kept off too (aiayn.training.lightning_signals)."""
     if not enabled:
-        return None
+        return PlainSigterm()
     numbers = signal_numbers(signals)
     _forward_to_spawned_ranks(numbers)
     return PreemptionCallback(dirpath, numbers, requeue=requeue, resume=resume)
@@ -151,11 +153,9 @@ class PreemptionCallback(Checkpoint):
 
     # -- the hooks -----------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # Lightning registers its SIGTERM handler as each stage starts, after this hook: none, in
-        # every process of the run (see the module's docstring; a ddp_spawn test was seen to hang).
-        connector = getattr(trainer, "_signal_connector", None)
-        if connector is not None:
-            connector.register_signal_handlers = _registers_none
+        # Lightning registers its handlers as each stage starts, after this hook: none, in every
+        # process of the run (see the module's docstring; a ddp_spawn test was seen to hang).
+        register_none(trainer)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Before Lightning installs its handlers: one owner of requeueing (see the module's docstring).
@@ -274,10 +274,6 @@ class PreemptionCallback(Checkpoint):
             return
         with atomic_path(path.parent / "last.ckpt") as temporary:
             os.symlink(path.name, temporary)
-
-
-def _registers_none() -> None:
-    """In place of Lightning's ``_SignalConnector.register_signal_handlers`` (PreemptionCallback.setup)."""
 
 
 def signal_numbers(names: list[str] | tuple[str, ...]) -> list[int]:
