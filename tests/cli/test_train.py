@@ -31,6 +31,8 @@ def test_train_validates_with_bleu_and_tests(tmp_path: Path, subword_cache: Path
         assert metric in summary[0]
     assert "sacreBLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in result.stdout
     assert "Test metric" not in result.stdout  # the line above says it; no table of the same figures besides
+    assert "Total FLOPs" not in result.stdout  # nor Lightning's model table: the plan says the model
+    assert re.search(r"^  model: small \(n_layers=1, d_model=32, .*\), 37\.0K parameters$", result.stdout, re.MULTILINE)
 
     with open(next(run_dir.glob("csv/version_*/metrics.csv"))) as metrics:
         rows = list(csv.DictReader(metrics))

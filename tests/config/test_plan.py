@@ -145,9 +145,12 @@ def test_the_plan_block_says_what_the_run_will_do_and_projects_its_time(tmp_path
                         "~7.3 GB of the GPU's 80 GB (assumed: its memory is not known here)")
     assert lines[3] == "  300,000 steps, warmup 4,000, validation every 1,000 steps"
     # 300,000 steps × 1 batch × 62.5 ms a batch of 3,125 tokens (the record's mean) = 18,750 s
-    assert lines[4].startswith("  projected: 5.2 h at 62 ms a batch, 50,000 target tokens/s a device (measured "
+    # Table 3's big row with EN-FR's 32,000 shared wordpieces: 209,051,648 (tests/model/test_parameter_count.py
+    # counts it by hand for 37,000)
+    assert lines[4] == "  model: big (n_layers=6, d_model=1024, d_ff=4096, n_heads=16, d_k=64, d_v=64), 209.1M parameters"
+    assert lines[5].startswith("  projected: 5.2 h at 62 ms a batch, 50,000 target tokens/s a device (measured "
                                "2026-11-25")
-    assert len(lines) == 5
+    assert len(lines) == 6
     other_gpu = make_plan(cfg, NODE_8_V100)
     assert "projected" not in describe(other_gpu, {**config, "plan": other_gpu}, model="big", records=records)
 

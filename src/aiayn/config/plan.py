@@ -34,7 +34,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from aiayn.config.hardware import AUTO, Machine, Placement, gpu_node_asked_for, gpus_per_node, place, this_machine
-from aiayn.config.memory import GIB, MemoryEstimate, tokens_that_fit, training_memory, usable
+from aiayn.config.memory import GIB, MemoryEstimate, parameters, tokens_that_fit, training_memory, usable
 from aiayn.config.schemas import network_arguments
 from aiayn.errors import ConfigError
 
@@ -216,6 +216,7 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
         f"  batch: {plan['batch_limit']}" if plan.get("batch_limit") else None,
         f"  {optim['train_steps']:,} steps, warmup {optim['warmup_steps']:,}" + (
             f", validation every {plan['validate_every_steps']:,} steps" if plan.get("validate_every_steps") else ""),
+        _describe_model(config, model),
     ]
     switches = {"compile_mode": config.get("compile_mode", "default"),
                 "length_buckets": bool(config["task"].get("datamodule", {}).get("length_buckets"))}
@@ -231,6 +232,20 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
                      f"{measured['tgt_tokens_per_s']:,.0f} target tokens/s a device (measured "
                      f"{measured['date'][:10]}, {records.name}){scaling}")
     return "\n".join(line for line in lines if line is not None)
+
+
+def _describe_model(config: Mapping[str, Any], name: str | None) -> str | None:
+    """The network as trained (widths divided by ``width_divisor``) and its parameters, counted from
+    the config (aiayn.config.memory.parameters): what Lightning's model table said, less its FLOPs
+    column, which reads 0 for a model given no example input."""
+    try:
+        network = network_arguments(config["model"], config.get("width_divisor", 1) or 1)
+    except ValueError:
+        return None  # refused where the plan is made
+    count = parameters(network, int(config["task"]["vocab_size"]))
+    size = f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count / 1e3:.1f}K" if count >= 1e3 else str(count)
+    shape = ", ".join(f"{key}={network[key]}" for key in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v"))
+    return f"  model: {name + ' ' if name else ''}({shape}), {size} parameters"
 
 
 def measured_throughput(records: Path, model: str | None, accelerator: str, device: str | None, precision: str,
