@@ -44,6 +44,7 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
 
+from aiayn.training.lightning_signals import put_back
 from aiayn.training.preemption import Preempted, hold_signals, signal_numbers
 
 log = logging.getLogger(__name__)
@@ -92,9 +93,7 @@ class StopsAfterTraining(Callback):
             signal.signal(number, self._on_signal)
 
     def _restore(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            for number, handler in self._before.items():
-                signal.signal(number, signal.SIG_DFL if handler is None else handler)
+        put_back(self._before)
         self._before = {}
 
     def _ignore(self) -> None:
@@ -108,8 +107,7 @@ class StopsAfterTraining(Callback):
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if not self._finished():  # setting up or training: as without this callback
-            before = self._before.get(signum)
-            signal.signal(signum, signal.SIG_DFL if before is None else before)
+            put_back({signum: self._before.get(signum)})
             signal.raise_signal(signum)
             return
         if self.received is None:

@@ -12,15 +12,27 @@ finished, without saving the step under way.
   requeue but not its SIGTERM handler. A SIGTERM then ends the run as it ends any program: at once,
   with status 143 (killed by the signal), losing the step under way; ``resume=auto`` continues
   from the newest checkpoint.
+
+:func:`put_back` is how every handler of aiayn's gives a signal back to the handler it had before.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
+
+
+def put_back(handlers: Mapping[int, Any]) -> None:
+    """Each signal's handler as it was (``signal.getsignal``'s None: one not set from Python, so the
+    default action), where handlers can be set: in the main thread."""
+    if threading.current_thread() is threading.main_thread():
+        for signum, handler in handlers.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 def register_none(trainer: L.Trainer) -> None:
@@ -47,10 +59,9 @@ class PlainSigterm(Callback):
             return
 
         def register_but_sigterm() -> None:
-            before = signal.getsignal(signal.SIGTERM)
+            before = {signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
             register()
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+            put_back(before)
 
         register_but_sigterm.leaves_sigterm = True
         connector.register_signal_handlers = register_but_sigterm

@@ -62,7 +62,7 @@ from lightning.pytorch.callbacks import Checkpoint
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_path
 from aiayn.reporting.loggers import close_runs
-from aiayn.training.lightning_signals import PlainSigterm, register_none
+from aiayn.training.lightning_signals import PlainSigterm, put_back, register_none
 from aiayn.training.saving import validation_follows
 from aiayn.training.slurm import continues_itself, requeue, slurm_job
 
@@ -146,9 +146,7 @@ class PreemptionCallback(Checkpoint):
             signal.signal(signum, self._on_signal)
 
     def _restore(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            for signum, handler in self._previous.items():  # None: one not set from Python; the default then
-                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        put_back(self._previous)
         self._previous = {}
 
     # -- the hooks -----------------------------------------------------------------------------
