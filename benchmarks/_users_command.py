@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     command = [PYTHON, "src/train.py", *model, "task=wmt_en_fr", *hardware, f"task.raw_dir={tree}",
                "task.datamodule.download=false", "logger=csv", f"optim.train_steps={steps}",
                f"trainer.val_check_interval={steps}", "trainer.limit_val_batches=2", "validation.bleu_sentences=32",
-               f"checkpoint.every_n_train_steps={steps}", "checkpoint.every_n_minutes=null",
+               f"checkpoint.every_n_train_steps={steps}",
                f"callbacks.progress_log.every_n_steps={max(1, steps // 10)}", f"hydra.run.dir={run}"]
     started = time.monotonic()
     with open(work / "train.out", "w", encoding="utf-8") as out:

@@ -79,7 +79,7 @@ def subword_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory, data_root: Path, subword_cache: Path) -> Iterator[TrainedRun]:
     """One tiny src/train.py run on Multi30k, in this process (tests.helpers.runs.TINY_RUN: 2 layers, 4 steps, a step
-    and a time checkpoint after every step, attention pictures at the end), shared by the tests of
+    checkpoint after every step, attention pictures at the end), shared by the tests of
     evaluate, translate, average, visualize and bad input. Read-only: a test that writes (reports,
     averaged checkpoints, pictures) writes to its own tmp_path or into a copy; the session fails
     at its end if anything in the run's directory changed."""

@@ -1,13 +1,14 @@
 """Checkpoint averaging (§6.1): the averaging itself on real torch.save'd files, the choice of the
 last k checkpoints, src/average.py end to end (in this process, tests.helpers.inprocess) on
-checkpoints of a real tiny training run (the session's `tiny_run`, tests/conftest.py), and the
-time-based checkpoints src/train.py writes for it."""
+checkpoints of a real tiny training run (the session's `tiny_run`, tests/conftest.py), and §6.1's
+window of checkpoints src/train.py writes for it (aiayn.config.checkpointing)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,10 @@ from aiayn.checkpoints.averaging import (
 )
 from aiayn.checkpoints.io import list_checkpoints
 from aiayn.errors import DataError
+from aiayn.training.preemption import EXIT_STATUS
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import TrainedRun
+from tests.helpers.runs import REPO, TINY, TrainedRun, offline_environment, run_command, train
+from tests.helpers.signals import signal_at
 
 
 def fake_checkpoint(step: int, seed: int = 0) -> dict:
@@ -124,8 +127,7 @@ def test_last_checkpoints_ending_at_a_given_one_take_it_and_those_before_it(tmp_
 # -- real runs -------------------------------------------------------------------------------
 @pytest.fixture
 def run_dir(tiny_run: TrainedRun) -> Path:
-    """The session's tiny training run (read only): a step checkpoint after every step, and time
-    checkpoints every 0.06 ms (so after every step too), of which the newest 2 stay (tests.helpers.runs.TINY_RUN)."""
+    """The session's tiny training run (read only): a step checkpoint after every step (tests.helpers.runs.TINY_RUN)."""
     return tiny_run.run_dir
 
 
@@ -133,13 +135,46 @@ def average_cli(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
     return run_tool("src/average.py", *arguments, cwd=cwd, check=False, timeout=120)
 
 
-def test_train_writes_rolling_time_checkpoints(run_dir: Path) -> None:
-    folder = run_dir / "checkpoints"
-    assert sorted(p.name for p in folder.glob("step*.ckpt")) == [f"step{s:07d}.ckpt" for s in (1, 2, 3, 4)]
-    timed = sorted(p.name for p in folder.glob("time-*.ckpt"))
-    assert timed == ["time-step0000003.ckpt", "time-step0000004.ckpt"], timed  # the newest checkpoint.keep_timed=2
-    checkpoint = torch.load(folder / "time-step0000004.ckpt", map_location="cpu", weights_only=False)
-    assert checkpoint["global_step"] == 4 and "subwords" in checkpoint
+# 7 steps, a step checkpoint every step, §6.1's last 3 two steps apart: steps 3, 5 and 7, and in the
+# window (from step 3) no others; before it, steps 1 and 2. save_top_k=2 keeps the newest 2, but
+# never fewer than the window's 3.
+WINDOW = [*TINY, "logger=none", "visualize_at_end=false", "test_after_training=false", "optim.train_steps=7",
+          "checkpoint.every_n_train_steps=1", "checkpoint.save_top_k=2", "checkpoint.average_last=3",
+          "checkpoint.average_every_n_steps=2"]
+
+
+def _steps_saved(run_dir: Path) -> list[int]:
+    return sorted(int(p.name[4:11]) for p in (run_dir / "checkpoints").glob("step*.ckpt"))
+
+
+def test_train_saves_the_window_of_checkpoints_that_average_last_then_averages(
+        tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
+    run_dir = tmp_path / "run"
+    train(run_dir, *WINDOW, data_root=data_root, cache_dir=subword_cache)
+    assert _steps_saved(run_dir) == [3, 5, 7]
+    assert "§6.1's last 3, every 2 steps from step 3, to average" in (run_dir / "train.log").read_text()
+    out = tmp_path / "averaged.ckpt"
+    result = average_cli(f"ckpt={run_dir}", "average_last=3", f"out={out}", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    averaged = torch.load(out, map_location="cpu", weights_only=False)
+    assert [Path(p).name for p in averaged["averaged_from"]] == [f"step{s:07d}.ckpt" for s in (3, 5, 7)]
+
+
+@pytest.mark.cli
+def test_a_step_saved_by_a_preemption_inside_the_window_goes_once_a_later_one_is_saved(
+        tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
+    """Stopped by SIGTERM during step 4, the run saves step 4 to resume from; resumed, it saves
+    steps 5 and 7, and step 4 goes with step 5's save: the newest 3 are the window again."""
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "src/train.py", *WINDOW, f"hydra.run.dir={run_dir}"]
+    env = {**offline_environment(), "PYTHONPATH": str(REPO)}
+    stopped = run_command([*command, *signal_at(4, "SIGTERM")], env=env, data_root=data_root,
+                          cache_dir=subword_cache, check=False)
+    assert stopped.returncode == EXIT_STATUS, stopped.stderr[-3000:]
+    assert _steps_saved(run_dir) == [1, 2, 3, 4]
+    run_command([*command, "resume=auto"], env=env, data_root=data_root, cache_dir=subword_cache)
+    assert _steps_saved(run_dir) == [3, 5, 7]
+    assert not list((run_dir / "checkpoints").glob("step0000004*")), "its digest went with it"
 
 
 def test_average_cli_writes_the_mean_of_the_last_step_checkpoints(run_dir: Path, tmp_path: Path) -> None:
@@ -155,7 +190,6 @@ def test_average_cli_writes_the_mean_of_the_last_step_checkpoints(run_dir: Path,
     assert [line.split(":")[0].strip() for line in result.stdout.splitlines() if "step " in line][:3] == [
         "step 2", "step 3", "step 4"]
 
-    # The step checkpoints (not also the time checkpoints of the same steps) went in.
     inputs = [torch.load(run_dir / "checkpoints" / f"step{s:07d}.ckpt", map_location="cpu", weights_only=False)
               for s in (2, 3, 4)]
     averaged = torch.load(out, map_location="cpu", weights_only=False)

@@ -27,7 +27,7 @@ RUN = [
     *TINY_MODEL, "model.dropout=0.3", "task.datamodule.max_tokens=512", "decoding.max_len_offset=5",
     "optim.warmup_steps=10", "trainer.max_steps=30", "trainer.limit_train_batches=12", "trainer.val_check_interval=12",
     "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0",
-    "checkpoint.every_n_train_steps=5", "checkpoint.every_n_minutes=null", "visualize_at_end=false",
+    "checkpoint.every_n_train_steps=5", "visualize_at_end=false",
     "logger=wandb", "run_name=resume-test",
 ]
 

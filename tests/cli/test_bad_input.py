@@ -86,11 +86,16 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
                                         "auto (the most the machine holds of the step), got 0")),
     (["task.datamodule.eval_max_tokens=-1"], ("train.py: task.datamodule.eval_max_tokens must be a positive whole "
                                              "number, got -1")),
-    (["checkpoint.keep_timed=0"], ("train.py: checkpoint.keep_timed must be how many checkpoints to keep, 1 or "
+    (["checkpoint.save_top_k=0"], ("train.py: checkpoint.save_top_k must be how many checkpoints to keep, 1 or "
                                   "more (-1: all), got 0")),
-    (["checkpoint.every_n_minutes=0"], "train.py: checkpoint.every_n_minutes must be a positive number of minutes"),
+    (["checkpoint.average_last=0"], "train.py: checkpoint.average_last must be how many checkpoints §6.1 averages"),
+    (["checkpoint.average_last=5"], ("train.py: checkpoint.average_last and checkpoint.average_every_n_steps make "
+                                     "§6.1's window together")),
     (["checkpoint.every_n_train_steps=0"], ("train.py: checkpoint.every_n_train_steps must be a positive whole "
-                                           "number, got 0")),
+                                           "number of steps, got 0")),
+    (["checkpoint.average_every_n_steps=0.5", "model=base"], ("train.py: checkpoint.average_every_n_steps must be a "
+                                                              "positive whole number of steps, got 0.5")),
+
     (["trainer.accumulate_grad_batches=0"], ("train.py: trainer.accumulate_grad_batches must be a positive whole "
                                             "number, got 0")),
     (["trainer.val_check_interval=0"], "train.py: trainer.val_check_interval must be a whole number of steps"),
@@ -138,6 +143,10 @@ def test_a_data_root_without_the_data_names_the_missing_file_and_exits_2(tmp_pat
     ("model.d_model=abc", ("train.py: Error merging override model.d_model=abc. Value 'abc' of type 'str' could not "
                           "be converted to Integer")),
     ("trainer.devices=[", "train.py: no viable alternative at input '['"),
+    # A setting that is no more says what took its place (aiayn.cli.renamed.REMOVED).
+    ("checkpoint.every_n_minutes=10", ("train.py: checkpoint.every_n_minutes is no longer a setting: §6.1's "
+                                       "checkpoints to average are counted in steps now")),
+    ("+checkpoint.keep_timed=20", "train.py: checkpoint.keep_timed is no longer a setting: §6.1's checkpoints"),
     ("run_name=${nope}", "train.py: Interpolation key 'nope' not found"),
     ("--multirun model.dropout=0.0,0.2 --cfg job", ("train.py: Only one of --run, --multirun, --cfg, --info and "
                                                    "--shell_completion can be specified: --cfg job shows one job's "
@@ -165,7 +174,7 @@ def test_a_sweep_of_a_dozen_overrides_gets_folders_the_file_system_accepts(tmp_p
     """The sweep subdir is built from the overrides; past a file name's 255 bytes it is shortened
     (with a hash of the whole), so each job still gets its own folder."""
     overrides = [*TINY, "logger=none", "optim.train_steps=1", "test_after_training=false", "visualize_at_end=false",
-                 "trainer.val_check_interval=1", "trainer.limit_val_batches=1", "checkpoint.every_n_minutes=null",
+                 "trainer.val_check_interval=1", "trainer.limit_val_batches=1",
                  "validation.bleu_sentences=4", "decoding.max_len_offset=2", "nonfinite.max_in_a_row=3",
                  "cost.gpu=K80", "seed=1,2", f"task.datamodule.cache_dir={subword_cache}",
                  "model.dropout=0.123456789", "loss.label_smoothing=0.0987654321"]

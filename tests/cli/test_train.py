@@ -202,7 +202,7 @@ def test_save_top_k_keeps_the_newest_step_checkpoints(tmp_path: Path, subword_ca
     by a monitored value; the step is it), and last.ckpt names the newest."""
     run_dir = tmp_path / "run"
     train(run_dir, *TINY, "logger=none", "test_after_training=false", "visualize_at_end=false",
-          "checkpoint.every_n_train_steps=1", "checkpoint.save_top_k=2", "checkpoint.every_n_minutes=null",
+          "checkpoint.every_n_train_steps=1", "checkpoint.save_top_k=2",
           data_root=data_root, cache_dir=subword_cache)
     names = sorted(path.name for path in (run_dir / "checkpoints").iterdir())
     # each with the digest of its bytes (aiayn.checkpoints.digest); those of the removed ones removed too

@@ -147,10 +147,13 @@ def test_the_plan_block_says_what_the_run_will_do_and_projects_its_time(tmp_path
     # 300,000 steps × 1 batch × 62.5 ms a batch of 3,125 tokens (the record's mean) = 18,750 s
     # Table 3's big row with EN-FR's 32,000 shared wordpieces: 209,051,648 (tests/model/test_parameter_count.py
     # counts it by hand for 37,000)
-    assert lines[4] == "  model: big (n_layers=6, d_model=1024, d_ff=4096, n_heads=16, d_k=64, d_v=64), 209.1M parameters"
-    assert lines[5].startswith("  projected: 5.2 h at 62 ms a batch, 50,000 target tokens/s a device (measured "
+    # §6.1's last 20 checkpoints, 600 steps apart, end at step 300,000: the first at 300,000 - 19 × 600
+    assert lines[4] == ("  checkpoints: every 1,000 steps, the newest 20 kept; §6.1's last 20, every 600 steps from "
+                        "step 288,600, to average")
+    assert lines[5] == "  model: big (n_layers=6, d_model=1024, d_ff=4096, n_heads=16, d_k=64, d_v=64), 209.1M parameters"
+    assert lines[6].startswith("  projected: 5.2 h at 62 ms a batch, 50,000 target tokens/s a device (measured "
                                "2026-11-25")
-    assert len(lines) == 6
+    assert len(lines) == 7
     other_gpu = make_plan(cfg, NODE_8_V100)
     assert "projected" not in describe(other_gpu, {**config, "plan": other_gpu}, model="big", records=records)
 

@@ -136,23 +136,27 @@ def test_the_callbacks_are_built_from_their_config_and_the_runs_settings(tmp_pat
     once: conf/callbacks/ names what to build, not the settings again."""
     cfg = compose_train("cost.gpu=K80")
     cfg.paths.output_dir = str(tmp_path)
-    assert "every_n_minutes" not in cfg.callbacks.timed_checkpoints and "gpu" not in cfg.callbacks.run_summary
+    assert "every_n_train_steps" not in cfg.callbacks.step_checkpoints and "gpu" not in cfg.callbacks.run_summary
     built = build_callbacks(cfg.callbacks, run_settings(cfg))
-    last_step, steps, timed, pictures, summary, bar, preemption, progress = built
+    last_step, steps, pictures, summary, bar, preemption, progress = built
     assert isinstance(last_step, ValidateLastStep)
-    assert isinstance(steps, StepCheckpoint) and isinstance(timed, StepCheckpoint)
+    assert isinstance(steps, StepCheckpoint)
     assert (steps.dirpath, steps.filename, steps._every_n_train_steps, steps.save_top_k, steps.save_last) == (
         str(tmp_path / "checkpoints"), "step{step:07d}", 1000, 5, True)  # bounded: big's 300 would be ~750 GB
-    assert (timed.filename, timed._train_time_interval.total_seconds(), timed.save_top_k, timed.monitor) == (
-        "time-step{step:07d}", 600, 20, "step")
+    assert (steps.average_last, steps.average_every_n_steps) == (None, None)  # the small model: no §6.1 window
+    for model, window in (("base", (5, 1500)), ("big", (20, 600))):  # §6.1's last 5 or 20, 10 minutes of P100 steps apart
+        big = compose_train(f"model={model}")
+        big.paths.output_dir = str(tmp_path)
+        steps = build_callbacks(big.callbacks, run_settings(big))[1]
+        assert (steps.average_last, steps.average_every_n_steps, steps.save_top_k) == (*window, window[0])
     assert isinstance(pictures, AttentionPicturesCallback) and isinstance(summary, RunSummaryCallback)
     assert summary.gpu == "K80"
     assert isinstance(bar, (StepRichProgressBar, StepTQDMProgressBar)) and isinstance(preemption, PreemptionCallback)
     assert preemption.dirpath == tmp_path / "checkpoints"
     assert bar.is_disabled  # stdout is no terminal here: the progress lines instead, every 100 steps by default
     assert isinstance(progress, ProgressLog) and progress.every_n_steps == 100
-    # Switched off: no timed checkpoints, no pictures, no bar, no progress lines.
-    cfg = compose_train("checkpoint.every_n_minutes=null", "visualize_at_end=false", "trainer.enable_progress_bar=false",
+    # Switched off: no pictures, no bar, no progress lines.
+    cfg = compose_train("visualize_at_end=false", "trainer.enable_progress_bar=false",
                         "callbacks.progress_log=null")
     cfg.paths.output_dir = str(tmp_path)
     kinds = [type(callback) for callback in build_callbacks(cfg.callbacks, run_settings(cfg))]

@@ -41,7 +41,7 @@ def test_a_training_step_on_the_gpu_never_waits_for_it(tmp_path: Path, data_root
     try:
         train(tmp_path / "run", *TINY, "logger=csv", f"optim.train_steps={STEPS}", "optim.tokens_per_step=2048",
               "trainer.log_every_n_steps=1000", "callbacks.progress_log.every_n_steps=1000",
-              "trainer.limit_val_batches=0", "checkpoint.every_n_train_steps=1000", "checkpoint.every_n_minutes=null",
+              "trainer.limit_val_batches=0", "checkpoint.every_n_train_steps=1000",
               "test_after_training=false", "visualize_at_end=false", env=offline_environment(),
               data_root=data_root, cache_dir=subword_cache)
     finally:

@@ -48,11 +48,10 @@ TINY_ROW = [
 
 # The session's one tiny trained run (the `tiny_run` fixture of tests/conftest.py), read by the tests
 # of evaluate, translate, average, visualize and bad input. On top of TINY it has what each of them
-# needs: 2 layers (six attention pictures, drawn at the end of training), a step checkpoint after
-# every step (steps 1-4) and a time checkpoint after every step too, of which the newest 2 stay.
+# needs: 2 layers (six attention pictures, drawn at the end of training) and a step checkpoint after
+# every step (steps 1-4).
 TINY_RUN = [
     *TINY, "model.n_layers=2", "logger=none", "visualize_at_end=true", "checkpoint.every_n_train_steps=1",
-    "checkpoint.every_n_minutes=0.000001", "checkpoint.keep_timed=2",
 ]
 
 

@@ -32,7 +32,7 @@ from tests.helpers.runs import REPO, TINY_ROW
 from tests.helpers.wandb_offline import read_run
 
 # Seconds on a CPU: the rows keep what they vary (N, ε_ls); the width is cut.
-TINY = [*TINY_ROW, "trainer.val_check_interval=1", "checkpoint.every_n_minutes=null"]
+TINY = [*TINY_ROW, "trainer.val_check_interval=1"]
 ROWS = {"table3-C_N2": "C_N2", "table3-D_ls0": "D_ls0"}
 
 

@@ -57,7 +57,7 @@ def test_no_training_step_reads_a_tensor_back(tmp_path: Path, data_root: Path, s
                         lambda *args: [start, *build(*args), CountTo(start)])
     train(tmp_path / "run", *TINY, "logger=csv", f"optim.train_steps={STEPS}", f"optim.tokens_per_step={1024 * accumulate}",
           "trainer.log_every_n_steps=1000", "callbacks.progress_log.every_n_steps=1000", "trainer.limit_val_batches=0",
-          "checkpoint.every_n_train_steps=1000", "checkpoint.every_n_minutes=null", "test_after_training=false",
+          "checkpoint.every_n_train_steps=1000", "test_after_training=false",
           "visualize_at_end=false", env=offline_environment(), data_root=data_root, cache_dir=subword_cache)
     assert len(start.per_batch) == STEPS * accumulate
     # Every batch but the last (whose end prints the last progress line and reads the counts back).

@@ -32,7 +32,7 @@ def test_cuda_graph_mode_with_length_buckets_trains_the_eager_runs_losses(tmp_pa
                                                                           subword_cache: Path) -> None:
     common = [*TINY, "logger=csv", "optim.train_steps=4", "task.datamodule.length_buckets=[16,32,64,129]",
               "trainer.limit_val_batches=0", "test_after_training=false", "visualize_at_end=false",
-              "checkpoint.every_n_minutes=null", "model.dropout=0.0"]
+              "model.dropout=0.0"]
     options = {"env": offline_environment(), "data_root": data_root, "cache_dir": subword_cache}
     train(tmp_path / "eager", *common, **options)
     train(tmp_path / "graphs", *common, "compile=true", "compile_mode=cudagraphs", **options)

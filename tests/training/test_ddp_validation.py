@@ -22,7 +22,7 @@ pytestmark = pytest.mark.cli  # an end-to-end run of src/train.py; -m 'not cli' 
 # all of Multi30k's dev set (1,014 sentences) or test2016 (1,000) in one batch.
 RUN = [
     *TINY, "hardware=cpu2_ddp", "logger=none", "trainer.max_steps=2", "task.datamodule.eval_max_tokens=100000",
-    "validation.bleu_sentences=100", "checkpoint.every_n_minutes=null", "visualize_at_end=false",
+    "validation.bleu_sentences=100", "visualize_at_end=false",
     "trainer.enable_progress_bar=false",
 ]
 

@@ -25,6 +25,7 @@ from aiayn.cli import CONFIG_DIR
 from aiayn.errors import ConfigError
 from aiayn.training.preemption import EXIT_STATUS, PreemptionCallback, signal_numbers
 from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES, children, popen, run_command
+from tests.helpers.signals import signal_at
 from tests.helpers.wandb_offline import read_run
 
 # As tests/checkpoints/test_resume.py: 12 batches an epoch, a checkpoint every 5 steps, 30 steps.
@@ -32,7 +33,7 @@ RUN = [
     *TINY_MODEL, "model.dropout=0.3", "task.datamodule.max_tokens=512", "decoding.max_len_offset=5",
     "optim.warmup_steps=10", "trainer.max_steps=30", "trainer.limit_train_batches=12", "trainer.val_check_interval=12",
     "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0",
-    "checkpoint.every_n_train_steps=5", "checkpoint.every_n_minutes=null", "visualize_at_end=false",
+    "checkpoint.every_n_train_steps=5", "visualize_at_end=false",
     "trainer.enable_progress_bar=false", "run_name=preemption-test",
 ]
 LINE = re.compile(r"^train\.py: preempted by (SIG\w+) at step (\d+); saved (\S+); (.*)$")
@@ -143,27 +144,6 @@ def test_sigterm_saves_the_step_reached_and_resume_repeats_the_uninterrupted_run
     _check_preempted_then_resumed(run_dir, step, checkpoint, environment, uninterrupted)
 
 
-class SignalAt(L.Callback):
-    """Sends the signal ``name`` to its own process during the step that makes ``global_step`` equal
-    ``step``; ``step`` 0: during the sanity check's validation."""
-
-    def __init__(self, step: int, name: str):
-        self.step, self.signum = step, signal.Signals[name]
-
-    def on_train_batch_start(self, trainer: L.Trainer, *args) -> None:
-        if trainer.global_step == self.step - 1:
-            os.kill(os.getpid(), self.signum)
-
-    def on_validation_batch_start(self, trainer: L.Trainer, *args) -> None:
-        if self.step == 0 and trainer.sanity_checking:
-            os.kill(os.getpid(), self.signum)
-
-
-def _signal_at(step: int, name: str) -> list[str]:
-    return ["+callbacks.signal_at._target_=tests.training.test_preemption.SignalAt",
-            f"+callbacks.signal_at.step={step}", f"+callbacks.signal_at.name={name}"]
-
-
 @pytest.mark.cli
 @pytest.mark.slow
 def test_a_signal_during_a_step_that_is_validated_validates_it_then_saves_it(
@@ -172,7 +152,7 @@ def test_a_signal_during_a_step_that_is_validated_validates_it_then_saves_it(
     it and stops (a checkpoint never stands before its step's validation, which a resume would
     skip); the dev point is logged once, and the resumed run goes on as the uninterrupted one."""
     run_dir = tmp_path / "run"
-    result = run_command(_command(run_dir, "logger=wandb", *_signal_at(12, "SIGUSR2")),
+    result = run_command(_command(run_dir, "logger=wandb", *signal_at(12, "SIGUSR2")),
                          env={**environment, "PYTHONPATH": str(REPO)}, check=False)
     step, checkpoint, _ = _preempted(result, signal.SIGUSR2)
     assert step == 12
@@ -189,7 +169,7 @@ def test_a_sigterm_during_the_sanity_check_stops_training_after_its_first_step(t
     """Lightning's own SIGTERM handling would let the step run and end the process with status 0
     and no checkpoint of it."""
     run_dir = tmp_path / "run"
-    result = run_command(_command(run_dir, "logger=none", "trainer.num_sanity_val_steps=1", *_signal_at(0, "SIGTERM")),
+    result = run_command(_command(run_dir, "logger=none", "trainer.num_sanity_val_steps=1", *signal_at(0, "SIGTERM")),
                          env={**environment, "PYTHONPATH": str(REPO)}, check=False)
     step, checkpoint, _ = _preempted(result, signal.SIGTERM)
     assert step == 1 and _saved_step(checkpoint) == 1

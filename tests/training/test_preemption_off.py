@@ -25,7 +25,7 @@ from tests.helpers.runs import REPO, TINY, TWO_CORES, children, popen
 
 RUN = [*TINY, "logger=csv", "callbacks.preemption.enabled=false", "trainer.max_steps=100000",
        "trainer.val_check_interval=100000", "trainer.limit_val_batches=1", "checkpoint.every_n_train_steps=5",
-       "checkpoint.every_n_minutes=null", "trainer.enable_progress_bar=false", "visualize_at_end=false"]
+       "trainer.enable_progress_bar=false", "visualize_at_end=false"]
 
 
 def test_the_setting_builds_the_callback_that_keeps_lightnings_sigterm_handler_off(tmp_path: Path,

@@ -21,7 +21,7 @@ from tests.helpers.runs import REPO, TINY, TWO_CORES, offline_environment, popen
 
 pytestmark = pytest.mark.cli  # end-to-end runs of src/train.py; -m 'not cli' skips them
 
-RUN = [*TINY, "logger=none", "checkpoint.every_n_minutes=null", "visualize_at_end=false", "test_after_training=false",
+RUN = [*TINY, "logger=none", "visualize_at_end=false", "test_after_training=false",
        "trainer.limit_val_batches=1", "validation.bleu_sentences=8", "trainer.enable_progress_bar=false"]
 
 

@@ -1,11 +1,12 @@
 """Checkpoint files: reading one with a clear error, listing a run's checkpoints by step, loading
 lazily (memory-mapped), and saving atomically, by hand or as Lightning's CheckpointIO plugin.
 
-src/train.py writes two kinds of checkpoints into ``<run>/checkpoints/``: ``step0001000.ckpt``
-every ``checkpoint.every_n_train_steps`` steps and ``time-step0001000.ckpt`` every
-``checkpoint.every_n_minutes`` minutes of training (plus ``last.ckpt``, a copy of or link to the
-newest). Every one of them is written to a temporary file and renamed over the target, so a kill
-during a save leaves the previous file (or none), never a truncated one.
+src/train.py writes its checkpoints into ``<run>/checkpoints/``: ``step0001000.ckpt`` every
+``checkpoint.every_n_train_steps`` steps and at §6.1's steps to average (aiayn.config.checkpointing),
+plus ``last.ckpt``, a copy of or link to the newest. (Runs of earlier releases also wrote
+``time-step0001000.ckpt`` every ten minutes; they are read as the steps they name.) Every one of
+them is written to a temporary file and renamed over the target, so a kill during a save leaves
+the previous file (or none), never a truncated one.
 """
 
 from __future__ import annotations

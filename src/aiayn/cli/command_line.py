@@ -1,7 +1,8 @@
 """What every tool does to its command line before Hydra reads it (:func:`read_by_hydra`, around
 each tool's ``main``):
 
-* old setting names become the new ones, each with a one-line notice (:mod:`aiayn.cli.renamed`);
+* old setting names become the new ones, each with a one-line notice, and a setting that is no more
+  is refused in one line (:mod:`aiayn.cli.renamed`);
 * a path's value is given to Hydra quoted, as the one string it is: a ``--multirun`` job's folder
   is named after its overrides (``0_debug=tiny,seed=7``), whose ``=`` Hydra's grammar refuses and
   whose commas it takes for a sweep. A value written in Hydra's own syntax (quoted, a list, an
@@ -22,7 +23,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from aiayn.cli import tool_name
-from aiayn.cli.renamed import RENAMED, new_arguments
+from aiayn.cli.errors import USER_ERROR
+from aiayn.cli.renamed import REMOVED, RENAMED, new_arguments, removed_setting
 
 Result = TypeVar("Result")
 
@@ -44,6 +46,10 @@ def read_by_hydra(tool: str) -> Callable[[Callable[..., Result]], Callable[..., 
         @functools.wraps(main)
         def run(*args: Any, **kwargs: Any) -> Result:
             if not args and not kwargs:
+                refused = removed_setting(sys.argv[1:], REMOVED.get(tool, {}))
+                if refused:
+                    sys.stderr.write(f"{tool_name()}: {refused}\n")
+                    raise SystemExit(USER_ERROR)
                 arguments, notices = new_arguments(sys.argv[1:], RENAMED.get(tool, {}))
                 sys.argv[1:] = hydra_options_first([quoted_path(argument, tool) for argument in arguments])
                 for notice in notices:

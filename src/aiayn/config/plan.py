@@ -33,6 +33,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from aiayn.config.checkpointing import describe as describe_checkpoints
 from aiayn.config.hardware import AUTO, Machine, Placement, gpu_node_asked_for, gpus_per_node, place, this_machine
 from aiayn.config.memory import GIB, MemoryEstimate, parameters, tokens_that_fit, training_memory, usable
 from aiayn.config.schemas import network_arguments
@@ -216,6 +217,7 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
         f"  batch: {plan['batch_limit']}" if plan.get("batch_limit") else None,
         f"  {optim['train_steps']:,} steps, warmup {optim['warmup_steps']:,}" + (
             f", validation every {plan['validate_every_steps']:,} steps" if plan.get("validate_every_steps") else ""),
+        describe_checkpoints(config["checkpoint"], optim["train_steps"]) if config.get("checkpoint") else None,
         _describe_model(config, model),
     ]
     switches = {"compile_mode": config.get("compile_mode", "default"),

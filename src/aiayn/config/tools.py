@@ -37,7 +37,7 @@ class DecodeSwitches:
 
 @dataclass
 class EvaluateConfig(DecodeSwitches):
-    # one checkpoint file (step…ckpt, time-step…ckpt or last.ckpt), or a list of several: an ensemble
+    # one checkpoint file (step…ckpt or last.ckpt), or a list of several: an ensemble
     ckpt: Any = MISSING
     split: str = "test"  # test | val | a split name of the task (e.g. test_2017_flickr, newstest2013)
     # k: average ckpt and the k-1 checkpoints before it by step in its folder (§6.1: 5 base, 20 big)
@@ -79,7 +79,7 @@ class AverageConfig:
 
 @dataclass
 class ExportConfig:
-    ckpt: Any = MISSING  # one checkpoint file (step…ckpt, time-step…ckpt or last.ckpt)
+    ckpt: Any = MISSING  # one checkpoint file (step…ckpt or last.ckpt)
     format: str = "hf"  # hf | ctranslate2
     out: str = MISSING  # the folder to write (new, empty, or an earlier export, which is replaced)
     average_last: Optional[int] = None  # noqa: UP045  k: the average of ckpt and the k-1 before it (§6.1)

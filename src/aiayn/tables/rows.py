@@ -28,7 +28,7 @@ class Row:
     model: dict[str, Any]  # the network's arguments (aiayn.config.schemas.network_arguments)
     paper: dict[str, Any]
     experiment: str  # the config name: experiment=<this>
-    average_last: int | None = None
+    average_last: int | None = None  # §6.1's checkpoints averaged (checkpoint.average_last): Table 2's
     label_smoothing: float | None = None  # ε_ls (loss.label_smoothing)
 
 
@@ -53,7 +53,7 @@ def _table_rows(conf_dir: Path, table: str) -> tuple[Row, ...]:
             model = network_arguments(OmegaConf.to_container(cfg.model, resolve=True), cfg.width_divisor)
             rows.append(Row(table=table, row=experiment["row"], label=experiment["label"], model=model,
                             paper=dict(experiment.get("paper") or {}), experiment=name,
-                            average_last=experiment.get("average_last"),
+                            average_last=cfg.checkpoint.average_last,
                             label_smoothing=cfg.loss.label_smoothing))
     return tuple(sorted(rows, key=_paper_order))
 

@@ -1,12 +1,12 @@
-"""Lightning callbacks of the training job: the step checkpoints and the timed checkpoints of
-§6.1, the attention pictures at the end of training, the run summary (dev PPL/BLEU, parameters,
+"""Lightning callbacks of the training job: the step checkpoints (§6.1's to average among them),
+the attention pictures at the end of training, the run summary (dev PPL/BLEU, parameters,
 tokens, FLOPs) in summary.json and W&B. conf/callbacks/default.yaml lists what a run uses; the
 factories here return None for a callback switched off, which then adds none.
 
 Settings of the run that a callback reads are not repeated in conf/callbacks/: :func:`build_callbacks`
 gives each factory the run settings its parameters name (:func:`run_settings`: ``checkpoint``,
 ``dirpath``, ``resume``, ``visualize_at_end``, ``cost``, ``trainer``), so each setting has one
-address (``checkpoint.every_n_minutes``, not also a callback's).
+address (``checkpoint.every_n_train_steps``, not also a callback's).
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ import inspect
 import logging
 import time
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 
+from aiayn.config.checkpointing import kept
 from aiayn.reporting.flops import (
     Shapes,
     paper_estimate,
@@ -63,27 +64,18 @@ def build_callbacks(entries: Mapping[str, Any], settings: Mapping[str, Any]) -> 
 
 
 def step_checkpoints(checkpoint: Mapping[str, Any], dirpath: str) -> StepCheckpoint:
-    """Every ``checkpoint.every_n_train_steps`` steps, ``<dirpath>/step<N>.ckpt`` (the newest
-    ``checkpoint.save_top_k`` kept, -1: all), and the last step; ``last.ckpt`` always names the
-    newest. A step that is validated is saved after its validation (aiayn.training.saving)."""
-    keep = checkpoint["save_top_k"]
+    """Every ``checkpoint.every_n_train_steps`` steps, ``<dirpath>/step<N>.ckpt``, and the last step;
+    in §6.1's window before the last step, its ``checkpoint.average_last`` steps
+    ``checkpoint.average_every_n_steps`` apart instead (aiayn.config.checkpointing). The newest
+    ``checkpoint.save_top_k`` are kept (-1: all), never fewer than the window's; ``last.ckpt`` always
+    names the newest. A step that is validated is saved after its validation (aiayn.training.saving)."""
+    keep = kept(checkpoint)
     # Lightning keeps more than one but not all only by a monitored value: the step, so the newest.
     ranking = {"monitor": "step", "mode": "max"} if keep > 1 else {}
     return StepCheckpoint(dirpath=dirpath, filename="step{step:07d}", auto_insert_metric_name=False,
                           every_n_train_steps=checkpoint["every_n_train_steps"], save_top_k=keep, save_last=True,
-                          save_last_step=True, **ranking)
-
-
-def timed_checkpoints(checkpoint: Mapping[str, Any], dirpath: str) -> StepCheckpoint | None:
-    """§6.1: a checkpoint every ``checkpoint.every_n_minutes`` minutes of training wall time,
-    ``<dirpath>/time-step<N>.ckpt``, the newest ``checkpoint.keep_timed`` kept (-1: all;
-    ``monitor="step"`` makes "newest" the ranking), for src/average.py to average. None when
-    ``every_n_minutes`` is None."""
-    if checkpoint["every_n_minutes"] is None:
-        return None
-    return StepCheckpoint(dirpath=dirpath, filename="time-step{step:07d}", auto_insert_metric_name=False,
-                          train_time_interval=timedelta(minutes=checkpoint["every_n_minutes"]),
-                          save_top_k=checkpoint["keep_timed"], monitor="step", mode="max")
+                          save_last_step=True, average_last=checkpoint.get("average_last"),
+                          average_every_n_steps=checkpoint.get("average_every_n_steps"), **ranking)
 
 
 def attention_pictures(visualize_at_end: bool, **options: Any) -> AttentionPicturesCallback | None:

@@ -167,19 +167,21 @@ def _check_run(config: Mapping[str, Any]) -> None:
         raise ConfigError(f"validation.bleu_sentences must be a whole number, 0 or more (null: every validation "
                           f"sentence), got {bleu!r}")
     checkpoint = config.get("checkpoint") or {}
-    _known("checkpoint", checkpoint, ("every_n_train_steps", "save_top_k", "every_n_minutes", "keep_timed"))
-    every = checkpoint.get("every_n_train_steps")
-    if every is not None and (not _whole(every) or every < 1):
-        raise ConfigError(f"checkpoint.every_n_train_steps must be a positive whole number, got {every!r}")
-    for key in ("save_top_k", "keep_timed"):
-        value = checkpoint.get(key)
-        if value is not None and (not _whole(value) or value == 0 or value < -1):
-            raise ConfigError(f"checkpoint.{key} must be how many checkpoints to keep, 1 or more (-1: all), "
-                              f"got {value!r}")
-    minutes = checkpoint.get("every_n_minutes")
-    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or minutes <= 0):
-        raise ConfigError(f"checkpoint.every_n_minutes must be a positive number of minutes (null: no timed "
-                          f"checkpoints), got {minutes!r}")
+    _known("checkpoint", checkpoint, ("every_n_train_steps", "save_top_k", "average_last", "average_every_n_steps"))
+    for key in ("every_n_train_steps", "average_every_n_steps"):
+        every = checkpoint.get(key)
+        if every is not None and (not _whole(every) or every < 1):
+            raise ConfigError(f"checkpoint.{key} must be a positive whole number of steps, got {every!r}")
+    keep = checkpoint.get("save_top_k")
+    if keep is not None and (not _whole(keep) or keep == 0 or keep < -1):
+        raise ConfigError(f"checkpoint.save_top_k must be how many checkpoints to keep, 1 or more (-1: all), got {keep!r}")
+    count = checkpoint.get("average_last")
+    if count is not None and (not _whole(count) or count < 1):
+        raise ConfigError(f"checkpoint.average_last must be how many checkpoints §6.1 averages, 1 or more (null: no "
+                          f"window), got {count!r}")
+    if (count is None) != (checkpoint.get("average_every_n_steps") is None):
+        raise ConfigError("checkpoint.average_last and checkpoint.average_every_n_steps make §6.1's window together: "
+                          "give both, or null both for none")
     for key in ("compile", "test_after_training", "visualize_at_end"):
         if key in config and not isinstance(config[key], bool):
             raise ConfigError(f"{key} must be true or false, got {config[key]!r}")

@@ -14,11 +14,17 @@ summary describes the model it ends with, whatever ``trainer.val_check_interval`
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+
+from aiayn.config.checkpointing import window_steps
+
+STEP_FILE = re.compile(r"^step(\d+)\.ckpt$")  # the names StepCheckpoint and the preemption give a step
 
 
 def validation_follows(trainer: L.Trainer) -> bool:
@@ -47,21 +53,29 @@ class StepCheckpoint(ModelCheckpoint):
     ended, by Lightning's own deferral (the one it uses for a monitored metric validation computes).
     Steps without a validation are saved at the end of their batch, as before. The loggers are
     flushed before each save. ``save_last_step``: the last step (``trainer.max_steps``) is saved
-    too, so that ``last.ckpt`` of a finished run is the model it ended with."""
+    too, so that ``last.ckpt`` of a finished run is the model it ended with. ``average_last`` and
+    ``average_every_n_steps``: §6.1's window before the last step (aiayn.config.checkpointing), in
+    which its steps are saved and no others."""
 
-    def __init__(self, *args: Any, save_last_step: bool = False, **kwargs: Any):
+    def __init__(self, *args: Any, save_last_step: bool = False, average_last: int | None = None,
+                 average_every_n_steps: int | None = None, **kwargs: Any):
         # A name is a step's: saved again (a resumed run retraining it), it is that step again,
         # written over atomically, never a Lightning "-v1" copy beside it (last.ckpt included).
         super().__init__(*args, enable_version_counter=False, **kwargs)
         self.save_last_step = save_last_step
+        self.average_last, self.average_every_n_steps = average_last, average_every_n_steps
         self._before_validation = False
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         self._before_validation = validation_follows(trainer)
+        window = window_steps(trainer.max_steps, self.average_last, self.average_every_n_steps)
         try:
             if self.save_last_step and 0 < trainer.max_steps <= trainer.global_step:
                 self._save_now(trainer)  # the model the run ends with, whatever every_n_train_steps is
+            elif window is not None and trainer.global_step >= window.start:
+                if trainer.global_step in window:
+                    self._save_now(trainer)
             else:
                 super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         finally:
@@ -98,3 +112,18 @@ class StepCheckpoint(ModelCheckpoint):
         for logger in trainer.loggers:
             logger.save()
         super()._save_checkpoint(trainer, filepath)
+        self._drop_strays(trainer)
+
+    def _drop_strays(self, trainer: L.Trainer) -> None:
+        """Inside the window, the step checkpoints older than this step that are not the window's:
+        a preempted attempt's (aiayn.training.preemption saves the step it stopped at), a resume
+        point no longer needed once a newer checkpoint is whole. Left there, it would be one of the
+        newest ``average_last`` that §6.1's average takes, in place of the window's oldest."""
+        window = window_steps(trainer.max_steps, self.average_last, self.average_every_n_steps)
+        if window is None or self.dirpath is None or trainer.global_step < window.start:
+            return
+        for path in Path(self.dirpath).glob("step*.ckpt"):
+            match = STEP_FILE.match(path.name)
+            step = int(match.group(1)) if match else None
+            if step is not None and window.start <= step < trainer.global_step and step not in window:
+                trainer.strategy.remove_checkpoint(path)  # rank zero's; its digest with it

@@ -1,0 +1,32 @@
+"""A training run that signals itself at a chosen step: the callback a test adds to src/train.py's
+command line (``signal_at(step, name)``), so that a stop lands on that step and not on whichever
+step a signal from outside happens to reach. The command needs the checkout on PYTHONPATH."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import lightning as L
+
+
+class SignalAt(L.Callback):
+    """Sends the signal ``name`` to its own process during the step that makes ``global_step`` equal
+    ``step``; ``step`` 0: during the sanity check's validation."""
+
+    def __init__(self, step: int, name: str):
+        self.step, self.signum = step, signal.Signals[name]
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args) -> None:
+        if trainer.global_step == self.step - 1:
+            os.kill(os.getpid(), self.signum)
+
+    def on_validation_batch_start(self, trainer: L.Trainer, *args) -> None:
+        if self.step == 0 and trainer.sanity_checking:
+            os.kill(os.getpid(), self.signum)
+
+
+def signal_at(step: int, name: str) -> list[str]:
+    """The overrides that add :class:`SignalAt` to a run's callbacks."""
+    return ["+callbacks.signal_at._target_=tests.helpers.signals.SignalAt",
+            f"+callbacks.signal_at.step={step}", f"+callbacks.signal_at.name={name}"]
