@@ -199,12 +199,15 @@ def test_wandb_offline_run_holds_config_and_metrics(tmp_path: Path, subword_cach
 @pytest.mark.slow
 def test_save_top_k_keeps_the_newest_step_checkpoints(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
     """checkpoint.save_top_k=2: the two newest step checkpoints stay (Lightning keeps k of them only
-    by a monitored value; the step is it), and last.ckpt names the newest."""
+    by a monitored value; the step is it), and last.ckpt names the newest: a link to it, not a
+    second copy of its bytes written at every save."""
     run_dir = tmp_path / "run"
     train(run_dir, *TINY, "logger=none", "test_after_training=false", "visualize_at_end=false",
           "checkpoint.every_n_train_steps=1", "checkpoint.save_top_k=2",
           data_root=data_root, cache_dir=subword_cache)
     names = sorted(path.name for path in (run_dir / "checkpoints").iterdir())
     # each with the digest of its bytes (aiayn.checkpoints.digest); those of the removed ones removed too
-    kept = ["last.ckpt", "step0000003.ckpt", "step0000004.ckpt"]
-    assert names == sorted([*kept, *(f"{name}.blake2b" for name in kept)]), names
+    kept = ["step0000003.ckpt", "step0000004.ckpt"]
+    assert names == sorted(["last.ckpt", *kept, *(f"{name}.blake2b" for name in kept)]), names
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert last.is_symlink() and os.readlink(last) == "step0000004.ckpt"  # relative: the run folder may move

@@ -142,7 +142,7 @@ def test_the_callbacks_are_built_from_their_config_and_the_runs_settings(tmp_pat
     assert isinstance(last_step, ValidateLastStep)
     assert isinstance(steps, StepCheckpoint)
     assert (steps.dirpath, steps.filename, steps._every_n_train_steps, steps.save_top_k, steps.save_last) == (
-        str(tmp_path / "checkpoints"), "step{step:07d}", 1000, 5, True)  # bounded: big's 300 would be ~750 GB
+        str(tmp_path / "checkpoints"), "step{step:07d}", 1000, 5, "link")  # bounded: big's 300 would be ~750 GB
     assert (steps.average_last, steps.average_every_n_steps) == (None, None)  # the small model: no §6.1 window
     for model, window in (("base", (5, 1500)), ("big", (20, 600))):  # §6.1's last 5 or 20, 10 minutes of P100 steps apart
         big = compose_train(f"model={model}")

@@ -3,10 +3,10 @@ lazily (memory-mapped), and saving atomically, by hand or as Lightning's Checkpo
 
 src/train.py writes its checkpoints into ``<run>/checkpoints/``: ``step0001000.ckpt`` every
 ``checkpoint.every_n_train_steps`` steps and at §6.1's steps to average (aiayn.config.checkpointing),
-plus ``last.ckpt``, a copy of or link to the newest. (Runs of earlier releases also wrote
-``time-step0001000.ckpt`` every ten minutes; they are read as the steps they name.) Every one of
-them is written to a temporary file and renamed over the target, so a kill during a save leaves
-the previous file (or none), never a truncated one.
+plus ``last.ckpt``, a link to the newest (a copy where no link can be made). (Runs of earlier
+releases also wrote ``time-step0001000.ckpt`` every ten minutes; they are read as the steps they
+name.) Every one of them is written to a temporary file and renamed over the target, so a kill
+during a save leaves the previous file (or none), never a truncated one.
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     """(global step, path) of every step checkpoint in ``directory`` (a run dir or its
     checkpoints/ folder), oldest first, one per step. The step comes from the file name, else from
     the file's ``global_step``; ``last*.ckpt`` (a copy of the newest) and averaged checkpoints are
-    left out. When several files hold the same step (a step and a time checkpoint written after
-    the same batch) the one named ``step...`` is kept, so no weights count twice."""
+    left out. When several files hold the same step (a step and a time checkpoint of an earlier
+    release, written after the same batch) the one named ``step...`` is kept, so no weights count twice."""
     folder = checkpoints_dir(directory)
     by_step: dict[int, Path] = {}
     for path in sorted(folder.glob("*.ckpt")):

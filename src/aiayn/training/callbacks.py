@@ -73,7 +73,7 @@ def step_checkpoints(checkpoint: Mapping[str, Any], dirpath: str) -> StepCheckpo
     # Lightning keeps more than one but not all only by a monitored value: the step, so the newest.
     ranking = {"monitor": "step", "mode": "max"} if keep > 1 else {}
     return StepCheckpoint(dirpath=dirpath, filename="step{step:07d}", auto_insert_metric_name=False,
-                          every_n_train_steps=checkpoint["every_n_train_steps"], save_top_k=keep, save_last=True,
+                          every_n_train_steps=checkpoint["every_n_train_steps"], save_top_k=keep, save_last="link",
                           save_last_step=True, average_last=checkpoint.get("average_last"),
                           average_every_n_steps=checkpoint.get("average_every_n_steps"), **ranking)
 

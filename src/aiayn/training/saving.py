@@ -14,7 +14,9 @@ summary describes the model it ends with, whatever ``trainer.val_check_interval`
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from aiayn.config.checkpointing import window_steps
+from aiayn.files import atomic_path
 
 STEP_FILE = re.compile(r"^step(\d+)\.ckpt$")  # the names StepCheckpoint and the preemption give a step
 
@@ -52,8 +55,9 @@ class StepCheckpoint(ModelCheckpoint):
     """A ModelCheckpoint that saves a step Lightning is about to validate once that validation has
     ended, by Lightning's own deferral (the one it uses for a monitored metric validation computes).
     Steps without a validation are saved at the end of their batch, as before. The loggers are
-    flushed before each save. ``save_last_step``: the last step (``trainer.max_steps``) is saved
-    too, so that ``last.ckpt`` of a finished run is the model it ended with. ``average_last`` and
+    flushed before each save; ``last.ckpt`` is a link to the newest. ``save_last_step``: the last
+    step (``trainer.max_steps``) is saved too, so that ``last.ckpt`` of a finished run is the model
+    it ended with. ``average_last`` and
     ``average_every_n_steps``: §6.1's window before the last step (aiayn.config.checkpointing), in
     which its steps are saved and no others."""
 
@@ -113,6 +117,19 @@ class StepCheckpoint(ModelCheckpoint):
             logger.save()
         super()._save_checkpoint(trainer, filepath)
         self._drop_strays(trainer)
+
+    @staticmethod
+    def _link_checkpoint(trainer: L.Trainer, filepath: str, linkpath: str) -> None:
+        # ``last.ckpt`` as a link to the newest checkpoint (save_last="link"), not a second copy of
+        # its bytes (2.5 GB for big, written and hashed at every save), swapped in atomically, so
+        # that there is never a moment without one; a copy where no link can be made.
+        if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
+            try:
+                with atomic_path(linkpath) as temporary:
+                    os.symlink(os.path.relpath(filepath, os.path.dirname(linkpath)), temporary)
+            except OSError:
+                shutil.copy(filepath, linkpath)
+        trainer.strategy.barrier()
 
     def _drop_strays(self, trainer: L.Trainer) -> None:
         """Inside the window, the step checkpoints older than this step that are not the window's:
