@@ -197,13 +197,16 @@ def test_wandb_offline_run_holds_config_and_metrics(tmp_path: Path, subword_cach
 
 
 @pytest.mark.slow
-def test_save_top_k_keeps_the_newest_step_checkpoints(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
+@pytest.mark.parametrize("in_background", [True, False])
+def test_save_top_k_keeps_the_newest_step_checkpoints(in_background: bool, tmp_path: Path, subword_cache: Path,
+                                                      data_root: Path) -> None:
     """checkpoint.save_top_k=2: the two newest step checkpoints stay (Lightning keeps k of them only
     by a monitored value; the step is it), and last.ckpt names the newest: a link to it, not a
-    second copy of its bytes written at every save."""
+    second copy of its bytes written at every save. The same with the saves in the training thread
+    and in the background."""
     run_dir = tmp_path / "run"
     train(run_dir, *TINY, "logger=none", "test_after_training=false", "visualize_at_end=false",
-          "checkpoint.every_n_train_steps=1", "checkpoint.save_top_k=2",
+          "checkpoint.every_n_train_steps=1", "checkpoint.save_top_k=2", f"checkpoint.in_background={in_background}",
           data_root=data_root, cache_dir=subword_cache)
     names = sorted(path.name for path in (run_dir / "checkpoints").iterdir())
     # each with the digest of its bytes (aiayn.checkpoints.digest); those of the removed ones removed too

@@ -25,6 +25,7 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
+from aiayn.checkpoints.background import BackgroundCheckpointIO
 from aiayn.checkpoints.io import AtomicCheckpointIO
 from aiayn.checkpoints.resume import find_resume, remove_stale_temporaries
 from aiayn.cli import CONFIG_DIR, run_folder
@@ -279,9 +280,14 @@ def _trainer(config: dict, loggers: list) -> L.Trainer:
         # SpawnedRanksLog: the ranks ddp_spawn starts print and write train.log as this process does.
         return L.Trainer(**trainer_args, logger=loggers or False,
                          callbacks=[*callbacks, SpawnedRanksLog(), *_stops_after_training(config)],
-                         plugins=[AtomicCheckpointIO()])
+                         plugins=[_checkpoint_writer(config)])
     except (TypeError, ValueError, MisconfigurationException) as error:
         raise ConfigError(f"trainer: {str(error).strip()}") from None
+
+
+def _checkpoint_writer(config: dict) -> AtomicCheckpointIO:
+    """Atomic saves (aiayn.checkpoints.io), in a background thread with checkpoint.in_background."""
+    return BackgroundCheckpointIO() if config["checkpoint"].get("in_background") else AtomicCheckpointIO()
 
 
 def _loggers(config: dict, resume) -> list:

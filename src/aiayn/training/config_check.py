@@ -167,7 +167,10 @@ def _check_run(config: Mapping[str, Any]) -> None:
         raise ConfigError(f"validation.bleu_sentences must be a whole number, 0 or more (null: every validation "
                           f"sentence), got {bleu!r}")
     checkpoint = config.get("checkpoint") or {}
-    _known("checkpoint", checkpoint, ("every_n_train_steps", "save_top_k", "average_last", "average_every_n_steps"))
+    _known("checkpoint", checkpoint, ("every_n_train_steps", "save_top_k", "average_last", "average_every_n_steps",
+                                      "in_background"))
+    if not isinstance(checkpoint.get("in_background", False), bool):
+        raise ConfigError(f"checkpoint.in_background must be true or false, got {checkpoint['in_background']!r}")
     for key in ("every_n_train_steps", "average_every_n_steps"):
         every = checkpoint.get(key)
         if every is not None and (not _whole(every) or every < 1):

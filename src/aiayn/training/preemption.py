@@ -60,10 +60,9 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import Checkpoint
 
 from aiayn.errors import ConfigError
-from aiayn.files import atomic_path
 from aiayn.reporting.loggers import close_runs
 from aiayn.training.lightning_signals import PlainSigterm, put_back, register_none
-from aiayn.training.saving import validation_follows
+from aiayn.training.saving import after_saves, link_last, validation_follows, wait_for_saves
 from aiayn.training.slurm import continues_itself, requeue, slurm_job
 
 log = logging.getLogger(__name__)
@@ -205,6 +204,7 @@ class PreemptionCallback(Checkpoint):
             trainer.save_checkpoint(path, weights_only=False)  # collective; rank 0 writes, atomically
             if trainer.is_global_zero:
                 self._point_last_at(trainer, path)
+        wait_for_saves(trainer)  # on disk (checkpoint.in_background) before the run says it is saved
         self._saved = (step, path)
         # The step's metrics are logged after this hook; the run stops at the next one.
 
@@ -270,8 +270,7 @@ class PreemptionCallback(Checkpoint):
                    and Path(callback.dirpath).resolve() == path.parent.resolve()
                    for callback in trainer.checkpoint_callbacks if callback is not self):
             return
-        with atomic_path(path.parent / "last.ckpt") as temporary:
-            os.symlink(path.name, temporary)
+        after_saves(trainer, link_last, path, path.parent / "last.ckpt")
 
 
 def signal_numbers(names: list[str] | tuple[str, ...]) -> list[int]:

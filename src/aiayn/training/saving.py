@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,34 @@ def validation_follows(trainer: L.Trainer) -> bool:
     # Lightning's own predicate (a private method of the loop, stable across 2.x): reimplementing
     # its cases (steps, epochs, time intervals, should_stop) would drift from what it then does.
     return bool(loop._should_check_val_fx(trainer.fit_loop._data_fetcher))
+
+
+def after_saves(trainer: L.Trainer, action: Callable[..., Any], *args: Any) -> None:
+    """``action(*args)`` once the checkpoints the trainer's writer has under way are on disk
+    (``checkpoint.in_background``: aiayn.checkpoints.background), or at once for one that saves
+    before it returns."""
+    run_after = getattr(trainer.strategy.checkpoint_io, "after_saves", None)
+    if run_after is None:
+        action(*args)
+    else:
+        run_after(action, *args)
+
+
+def wait_for_saves(trainer: L.Trainer) -> None:
+    """Return once the trainer's checkpoints are on disk."""
+    wait = getattr(trainer.strategy.checkpoint_io, "wait", None)
+    if wait is not None:
+        wait()
+
+
+def link_last(filepath: str | os.PathLike, linkpath: str | os.PathLike) -> None:
+    """``linkpath`` (``last.ckpt``) as a relative link to ``filepath``, swapped in atomically (never
+    a moment without one); a copy where no link can be made."""
+    try:
+        with atomic_path(linkpath) as temporary:
+            os.symlink(os.path.relpath(filepath, os.path.dirname(linkpath)), temporary)
+    except OSError:
+        shutil.copy(filepath, linkpath)
 
 
 class ValidateLastStep(L.Callback):
@@ -121,14 +150,10 @@ class StepCheckpoint(ModelCheckpoint):
     @staticmethod
     def _link_checkpoint(trainer: L.Trainer, filepath: str, linkpath: str) -> None:
         # ``last.ckpt`` as a link to the newest checkpoint (save_last="link"), not a second copy of
-        # its bytes (2.5 GB for big, written and hashed at every save), swapped in atomically, so
-        # that there is never a moment without one; a copy where no link can be made.
+        # its bytes (2.5 GB for big, written and hashed at every save), swapped in atomically once
+        # that checkpoint is on disk (after_saves), so that it never names a file not yet written.
         if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
-            try:
-                with atomic_path(linkpath) as temporary:
-                    os.symlink(os.path.relpath(filepath, os.path.dirname(linkpath)), temporary)
-            except OSError:
-                shutil.copy(filepath, linkpath)
+            after_saves(trainer, link_last, filepath, linkpath)
         trainer.strategy.barrier()
 
     def _drop_strays(self, trainer: L.Trainer) -> None:

@@ -1,0 +1,99 @@
+"""Checkpoints saved while training goes on (``checkpoint.in_background``).
+
+A save holds training for as long as it takes to write and hash the file: ~10 s for big's 2.5 GB
+on a slow disk, at every ``checkpoint.every_n_train_steps`` steps. Here the state is copied where
+it is (a device-to-device copy on a GPU) and one background thread writes the copy through
+:func:`aiayn.checkpoints.io.save_checkpoint_atomically` while the next steps train. Everything the
+run does to its checkpoint files goes through that thread, in order: saves, the removal of those
+no longer kept, ``last.ckpt``'s link (:meth:`BackgroundCheckpointIO.after_saves`, which the
+callbacks reach through aiayn.training.saving). So the files on disk are always those of some
+moment of a synchronous run: a link never names a file not yet written, a checkpoint is removed
+only once a newer one is whole, and after a save that failed nothing more is done. A kill loses at
+most the saves still under way (their temporaries are removed on resume).
+
+:meth:`BackgroundCheckpointIO.wait` waits for the thread: the preemption does before it says the
+step is saved, and Lightning's teardown does when ``fit`` ends or fails. A save that failed (a
+full disk) raises its error at the next save, wait or teardown.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import torch
+from lightning_utilities.core.apply_func import apply_to_collection
+
+from aiayn.checkpoints.io import AtomicCheckpointIO
+
+
+def _copy(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().clone()  # on its own device: training may change the original a moment later
+
+
+class BackgroundCheckpointIO(AtomicCheckpointIO):
+    """:class:`AtomicCheckpointIO` in one background thread, in the order of the calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
+        self._failure: BaseException | None = None
+
+    def __getstate__(self) -> dict[str, Any]:  # ddp_spawn pickles the plugin for its ranks
+        return {**self.__dict__, "_executor": None, "_pending": []}
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike,
+                        storage_options: Any | None = None) -> None:
+        snapshot = apply_to_collection(checkpoint, torch.Tensor, _copy)
+        self._submit(super().save_checkpoint, snapshot, path, storage_options)
+
+    def remove_checkpoint(self, path: str | os.PathLike) -> None:
+        self._submit(super().remove_checkpoint, path)
+
+    def after_saves(self, action: Callable[..., Any], *args: Any) -> None:
+        """Run ``action(*args)`` once the saves asked for before it are on disk."""
+        self._submit(action, *args)
+
+    def wait(self) -> None:
+        """Return once every save, removal and action asked for is done; raise the error of the
+        first that failed."""
+        for future in self._pending:
+            future.result()
+        self._pending = []
+        self._raise_failure()
+
+    def teardown(self) -> None:
+        try:
+            self.wait()
+        finally:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
+
+    def _submit(self, action: Callable[..., Any], *args: Any) -> None:
+        self._raise_failure()  # as soon as it is known
+        self._pending = [future for future in self._pending if not future.done()]
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._pending.append(self._executor.submit(self._run, action, *args))
+
+    def _run(self, action: Callable[..., Any], *args: Any) -> None:
+        """In the thread: ``action``, unless one before it failed (a link to a checkpoint that was
+        not written, or the removal of the one before it, would leave the run worse off)."""
+        if self._failure is not None:
+            return
+        try:
+            action(*args)
+        except BaseException as error:  # noqa: BLE001  raised in the training thread (_raise_failure)
+            self._failure = error
+
+    def _raise_failure(self) -> None:
+        if self._failure is None:
+            return
+        for future in self._pending:  # the actions after it skip themselves while it is set
+            future.result()
+        self._pending = []
+        failure, self._failure = self._failure, None
+        raise failure
