@@ -150,9 +150,13 @@ def _steps_saved(run_dir: Path) -> list[int]:
 def test_train_saves_the_window_of_checkpoints_that_average_last_then_averages(
         tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
     run_dir = tmp_path / "run"
-    train(run_dir, *WINDOW, data_root=data_root, cache_dir=subword_cache)
+    result = train(run_dir, *WINDOW, data_root=data_root, cache_dir=subword_cache)
     assert _steps_saved(run_dir) == [3, 5, 7]
     assert "§6.1's last 3, every 2 steps from step 3, to average" in (run_dir / "train.log").read_text()
+    # what the paper scored, and how: the run's last line
+    assert result.stdout.strip().splitlines()[-1] == (
+        f"§6.1 scores the average of the last 3 checkpoints (steps 3–7): python src/evaluate.py "
+        f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'} average_last=3 split=test")
     out = tmp_path / "averaged.ckpt"
     result = average_cli(f"ckpt={run_dir}", "average_last=3", f"out={out}", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -36,6 +36,7 @@ from aiayn.cli.errors import (
     reports_composition_errors,
     reports_errors,
 )
+from aiayn.config.checkpointing import window_steps
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import MODIFIED, row_changes
 from aiayn.config.plan import describe, showing_only
@@ -152,9 +153,27 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer) ->
               + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
         if module.scorer is not None and module.scorer.signature:
             print(f"sacreBLEU signature: {module.scorer.signature}")
+    average = _average_to_score(config, trainer) if trainer.is_global_zero else None
+    if average:
+        print(average)
     if trainer.is_global_zero:
         close_runs(loggers)  # under --multirun the next job starts runs of its own
     return results
+
+
+def _average_to_score(config: dict, trainer: L.Trainer) -> str | None:
+    """Where the recipe has §6.1's window and the run has trained through it: what the paper scored
+    (the average of the window's checkpoints, not the last weights the test above used) and the
+    command that scores it."""
+    checkpoint = config["checkpoint"]
+    steps = window_steps(config["optim"]["train_steps"], checkpoint.get("average_last"),
+                         checkpoint.get("average_every_n_steps"))
+    if steps is None or trainer.global_step < steps[-1]:
+        return None
+    last = Path(config["paths"]["output_dir"]) / "checkpoints" / "last.ckpt"
+    tool = "python src/evaluate.py" if sys.argv[0].endswith(".py") else "aiayn-evaluate"
+    return (f"§6.1 scores the average of the last {len(steps)} checkpoints (steps {steps[0]:,}–{steps[-1]:,}): "
+            f"{tool} ckpt={last} average_last={len(steps)} split=test")
 
 
 def _stops_after_training(config: dict) -> list[StopsAfterTraining]:

@@ -1,4 +1,4 @@
-"""When a training step is saved: after the validation that follows it.
+"""When a training step is saved: after the validation that follows it, and which steps are.
 
 Lightning validates after a training batch's ``on_train_batch_end`` hooks, where a ModelCheckpoint
 saves. A run killed between the two (during the validation, or just after the last step's
@@ -10,6 +10,11 @@ before and validates that step on its way; the last step's checkpoint holds the 
 
 The last step is always validated (as fairseq validates at ``--max-update``), so that the run's
 summary describes the model it ends with, whatever ``trainer.val_check_interval`` is.
+
+Which steps are saved: every ``checkpoint.every_n_train_steps``, and in §6.1's window before the
+last step only the window's (aiayn.config.checkpointing). ``last.ckpt`` is a link to the newest.
+What the callbacks do to the files goes through the run's checkpoint writer, in order with its
+saves (:func:`after_saves`; aiayn.checkpoints.background saves while training goes on).
 """
 
 from __future__ import annotations
@@ -86,9 +91,8 @@ class StepCheckpoint(ModelCheckpoint):
     Steps without a validation are saved at the end of their batch, as before. The loggers are
     flushed before each save; ``last.ckpt`` is a link to the newest. ``save_last_step``: the last
     step (``trainer.max_steps``) is saved too, so that ``last.ckpt`` of a finished run is the model
-    it ended with. ``average_last`` and
-    ``average_every_n_steps``: §6.1's window before the last step (aiayn.config.checkpointing), in
-    which its steps are saved and no others."""
+    it ended with. ``average_last`` and ``average_every_n_steps``: §6.1's window before the last
+    step (aiayn.config.checkpointing), in which its steps are saved and no others."""
 
     def __init__(self, *args: Any, save_last_step: bool = False, average_last: int | None = None,
                  average_every_n_steps: int | None = None, **kwargs: Any):
