@@ -1,10 +1,10 @@
 """Settings renamed so that each has one name in every tool: the old names keep working for one
 release, each use answered with a one-line notice on stderr naming the new one.
 
-A setting that is no more (:data:`REMOVED`) is refused in one line that says what took its place
-(:func:`removed_setting`). aiayn.cli.command_line rewrites each tool's command line with
-:func:`new_arguments` before Hydra reads it: ``task.decoding.beam_size=5`` (train) becomes ``decoding.beam_size=5``, ``beam_size=5``
-(translate) too. A name that ends in ``.`` renames a whole section.
+aiayn.cli.command_line rewrites each tool's command line with :func:`new_arguments` before Hydra
+reads it: ``task.decoding.beam_size=5`` (train) becomes ``decoding.beam_size=5``, ``beam_size=5``
+(translate) too. A name that ends in ``.`` renames a whole section. A setting that is no more
+(:data:`REMOVED`) is refused there in one line that says what took its place (:func:`removed_setting`).
 """
 
 from __future__ import annotations

@@ -166,8 +166,7 @@ def _average_to_score(config: dict, trainer: L.Trainer) -> str | None:
     (the average of the window's checkpoints, not the last weights the test above used) and the
     command that scores it."""
     checkpoint = config["checkpoint"]
-    steps = window_steps(config["optim"]["train_steps"], checkpoint.get("average_last"),
-                         checkpoint.get("average_every_n_steps"))
+    steps = window_steps(trainer.max_steps, checkpoint.get("average_last"), checkpoint.get("average_every_n_steps"))
     if steps is None or trainer.global_step < steps[-1]:
         return None
     last = Path(config["paths"]["output_dir"]) / "checkpoints" / "last.ckpt"

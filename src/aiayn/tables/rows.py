@@ -28,7 +28,7 @@ class Row:
     model: dict[str, Any]  # the network's arguments (aiayn.config.schemas.network_arguments)
     paper: dict[str, Any]
     experiment: str  # the config name: experiment=<this>
-    average_last: int | None = None  # §6.1's checkpoints averaged (checkpoint.average_last): Table 2's
+    average_last: int | None = None  # §6.1's checkpoints averaged (checkpoint.average_last; Table 2's rows)
     label_smoothing: float | None = None  # ε_ls (loss.label_smoothing)
 
 
