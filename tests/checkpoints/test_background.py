@@ -7,6 +7,7 @@ tests/training (resume, preemption, DDP) and tests/cli/test_refused_in_one_line.
 
 from __future__ import annotations
 
+import collections
 import pickle
 import threading
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.checkpoints.background import BackgroundCheckpointIO
+from aiayn.checkpoints.background import BackgroundCheckpointIO, snapshot
 from aiayn.checkpoints.digest import damaged, digest_path
 from aiayn.training.saving import link_last
 
@@ -43,6 +44,21 @@ def test_the_state_written_is_the_state_when_the_save_was_asked_for(writer, tmp_
     saved = torch.load(tmp_path / "step0000001.ckpt", weights_only=False)
     assert torch.equal(saved["state_dict"]["w"], torch.zeros(1000))
     assert digest_path(tmp_path / "step0000001.ckpt").exists() and not damaged(tmp_path / "step0000001.ckpt")
+
+
+def test_the_snapshot_copies_tensors_and_keeps_everything_else_as_it_is() -> None:
+    Step = collections.namedtuple("Step", "weights count")
+    counts = collections.defaultdict(int, {"a": 1})
+    checkpoint = {"state_dict": collections.OrderedDict(w=torch.ones(3)), "subwords": b"\x00model", "counts": counts,
+                  "loops": [Step(torch.zeros(2), 7), (1, 2)]}
+    copied = snapshot(checkpoint)
+    checkpoint["state_dict"]["w"].add_(1.0)
+    checkpoint["loops"][0].weights.add_(1.0)
+    assert torch.equal(copied["state_dict"]["w"], torch.ones(3)) and type(copied["state_dict"]) is collections.OrderedDict
+    assert torch.equal(copied["loops"][0].weights, torch.zeros(2)) and copied["loops"][0].count == 7
+    assert type(copied["loops"][0]) is Step and copied["loops"][1] == (1, 2)
+    assert copied["subwords"] is checkpoint["subwords"]  # bytes as they are, not walked byte by byte
+    assert type(copied["counts"]) is collections.defaultdict and copied["counts"]["b"] == 0 and "b" not in counts
 
 
 def test_removals_and_links_wait_for_the_saves_asked_for_before_them(writer, tmp_path: Path) -> None:

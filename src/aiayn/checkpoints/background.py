@@ -17,19 +17,33 @@ full disk) raises its error at the next save, wait or teardown.
 """
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
-from lightning_utilities.core.apply_func import apply_to_collection
 
 from aiayn.checkpoints.io import AtomicCheckpointIO
 
 
-def _copy(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.detach().clone()  # on its own device: training may change the original a moment later
+def snapshot(value: Any) -> Any:
+    """``value`` with every tensor in it copied (on its own device: training changes the original a
+    moment later) and the dicts, lists and tuples holding them rebuilt; anything else as it is.
+    (Lightning's apply_to_collection walks ``bytes`` byte by byte: the subword model in every
+    checkpoint made that a second a save.)"""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (dict, list)):
+        copied = copy.copy(value)  # its own type and attributes (an OrderedDict, a defaultdict)
+        for key, item in (value.items() if isinstance(value, dict) else enumerate(value)):
+            copied[key] = snapshot(item)
+        return copied
+    if isinstance(value, tuple):
+        items = [snapshot(item) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)  # a named tuple, or not
+    return value
 
 
 class BackgroundCheckpointIO(AtomicCheckpointIO):
@@ -46,8 +60,7 @@ class BackgroundCheckpointIO(AtomicCheckpointIO):
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike,
                         storage_options: Any | None = None) -> None:
-        snapshot = apply_to_collection(checkpoint, torch.Tensor, _copy)
-        self._submit(super().save_checkpoint, snapshot, path, storage_options)
+        self._submit(super().save_checkpoint, snapshot(checkpoint), path, storage_options)
 
     def remove_checkpoint(self, path: str | os.PathLike) -> None:
         self._submit(super().remove_checkpoint, path)
