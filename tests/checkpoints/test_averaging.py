@@ -5,6 +5,7 @@ window of checkpoints src/train.py writes for it (aiayn.config.checkpointing).""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -147,21 +148,29 @@ def _steps_saved(run_dir: Path) -> list[int]:
     return sorted(int(p.name[4:11]) for p in (run_dir / "checkpoints").glob("step*.ckpt"))
 
 
-def test_train_saves_the_window_of_checkpoints_that_average_last_then_averages(
+def test_train_saves_the_window_of_checkpoints_then_tests_their_average(
         tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
+    """The window's checkpoints are saved, and train.py's own test scores their average (what the
+    paper's Table 2 reports): the perplexity of evaluate.py on average.py's average, to rounding."""
     run_dir = tmp_path / "run"
-    result = train(run_dir, *WINDOW, data_root=data_root, cache_dir=subword_cache)
+    # the whole of the smaller test set (461 sentences), decoded greedily: seconds
+    tested = ["test_after_training=true", "trainer.limit_test_batches=1.0", "task.datamodule.test_split=test_2017_mscoco",
+              "decoding.beam_size=1"]
+    result = train(run_dir, *WINDOW, *tested, data_root=data_root, cache_dir=subword_cache)
     assert _steps_saved(run_dir) == [3, 5, 7]
     assert "§6.1's last 3, every 2 steps from step 3, to average" in (run_dir / "train.log").read_text()
-    # what the paper scored, and how: the run's last line
-    assert result.stdout.strip().splitlines()[-1] == (
-        f"§6.1 scores the average of the last 3 checkpoints (steps 3–7): python src/evaluate.py "
-        f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'} average_last=3 split=test")
+    assert "test test_2017_mscoco (§6.1: the average of the last 3 checkpoints, steps 3–7): " in result.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["test_averaged"] == 3  # where Table 2 reads it (aiayn.tables.runs)
     out = tmp_path / "averaged.ckpt"
     result = average_cli(f"ckpt={run_dir}", "average_last=3", f"out={out}", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     averaged = torch.load(out, map_location="cpu", weights_only=False)
     assert [Path(p).name for p in averaged["averaged_from"]] == [f"step{s:07d}.ckpt" for s in (3, 5, 7)]
+    run_tool("src/evaluate.py", f"ckpt={out}", "split=test_2017_mscoco", "wandb=disabled",
+             f"out={tmp_path / 'eval'}", cwd=tmp_path, data_root=data_root, cache_dir=subword_cache)
+    report = json.loads(next((tmp_path / "eval").glob("*.json")).read_text())
+    assert summary["test/ppl"] == pytest.approx(report["test_2017_mscoco/ppl"], rel=1e-4)
 
 
 @pytest.mark.cli

@@ -178,3 +178,22 @@ def test_table2_rebuilt_from_an_averaged_evaluation(tmp_path: Path, data_root: P
     assert float(line["paper FLOPs"]) == 3.3e18
     assert lines[3]["paper BLEU"] == "41.8" and lines[3]["P_drop"] == "0.1" and lines[3]["run"] == ""
     assert (out / "table2.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_table2_takes_a_runs_own_test_of_the_average_unless_evaluate_wrote_one(tmp_path: Path) -> None:
+    """train.py's test after training scores §6.1's average (summary.json: test/*, test_averaged);
+    an evaluate.py report in <run>/eval/, where there is one, is taken before it."""
+    from aiayn.tables.runs import local_runs
+
+    run = tmp_path / "0_table2-base_en_de"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("experiment: {table: table2, row: base_en_de}\nseed: 1\n")
+    (run / "summary.json").write_text(json.dumps({"steps": 100000, "test/tokenized_bleu": 27.1, "test/bleu": 26.5,
+                                                 "test_averaged": 5}))
+    [found] = local_runs([tmp_path])
+    assert found.test == {"bleu": 27.1, "sacrebleu": 26.5, "averaged": 5}
+    (run / "eval").mkdir()
+    (run / "eval" / "test.step85000-100000.beam4.alpha0.6.len+50.avg11.json").write_text(json.dumps(
+        {"test/tokenized_bleu": 27.4, "test/bleu": 26.8, "averaged": [f"step{s}.ckpt" for s in range(11)]}))
+    [found] = local_runs([tmp_path])
+    assert found.test == {"bleu": 27.4, "sacrebleu": 26.8, "averaged": 11}

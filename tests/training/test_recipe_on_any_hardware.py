@@ -25,6 +25,11 @@ RUN = [*TINY, "logger=none", "visualize_at_end=false", "test_after_training=fals
        "trainer.limit_val_batches=1", "validation.bleu_sentences=8", "trainer.enable_progress_bar=false"]
 
 
+# A window of §6.1 over the last 2 of the 4 steps, and the test after training that averages it.
+AVERAGED_TEST = ["checkpoint.average_last=2", "checkpoint.average_every_n_steps=2", "test_after_training=true",
+                 "trainer.limit_test_batches=1"]
+
+
 def _environment(data_root: Path, cache: Path) -> dict[str, str]:
     return {**offline_environment(), "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(cache),
             "OMP_NUM_THREADS": "1"}
@@ -72,7 +77,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _two_nodes(run_dir: Path, env: dict[str, str], *overrides: str) -> None:
+def _two_nodes(run_dir: Path, env: dict[str, str], *overrides: str) -> list[str]:
     """One job of 2 nodes × 2 CPU processes (gloo), its two nodes started on this machine as a
     cluster starts them: the same command with NODE_RANK 0 and 1 and the master's address."""
     port = str(_free_port())
@@ -85,6 +90,7 @@ def _two_nodes(run_dir: Path, env: dict[str, str], *overrides: str) -> None:
     for rank, (node, output) in enumerate(zip(nodes, outputs)):
         assert node.returncode == 0, f"node {rank} exited with {node.returncode}:\n{output[-4000:]}"
     assert "GLOBAL_RANK: 3, MEMBER: 4/4" in outputs[1], outputs[1][-3000:]
+    return outputs
 
 
 @pytest.mark.slow
@@ -92,7 +98,10 @@ def _two_nodes(run_dir: Path, env: dict[str, str], *overrides: str) -> None:
 def test_four_ddp_processes_on_two_nodes_train_validate_checkpoint_and_resume_exactly(
         tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
     env = _environment(data_root, subword_cache)
-    _two_nodes(tmp_path / "whole", env)
+    # §6.1's last 2 checkpoints, steps 2 and 4 (saved either way), averaged for the test: rank 0
+    # reads them and the 4 ranks test the average (aiayn.cli.averaged_test)
+    outputs = _two_nodes(tmp_path / "whole", env, *AVERAGED_TEST)
+    assert "(§6.1: the average of the last 2 checkpoints, steps 2–4): " in outputs[0], outputs[0][-3000:]
     _two_nodes(tmp_path / "cut", env, "trainer.max_steps=2")
     assert sorted(p.name for p in (tmp_path / "cut" / "checkpoints").glob("step*.ckpt")) == ["step0000002.ckpt"]
     _assert_same_training_state(tmp_path / "whole" / "checkpoints" / "step0000002.ckpt",
@@ -109,6 +118,7 @@ def test_four_ddp_processes_on_two_nodes_train_validate_checkpoint_and_resume_ex
     summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in ("whole", "cut")]
     for summary in summaries:
         assert summary["processes"] == 4 and summary["dev/step"] == 4, summary
+    assert summaries[0]["test_averaged"] == 2 and "test_averaged" not in summaries[1]  # the cut run: no test
     for key in ("tokens_seen", "src_tokens_seen", "train_flops"):  # the counts go on across the resume
         assert summaries[0][key] == summaries[1][key], key
 
@@ -123,7 +133,9 @@ def test_one_process_accumulating_two_batches_trains_what_two_processes_train(tm
     env = _environment(data_root, subword_cache)
     recipe = [*RUN, "optim.tokens_per_step=2048", "task.datamodule.max_tokens=1024", "model.dropout=0.0"]
     train(tmp_path / "one", *recipe, env=env, timeout=300)
-    train(tmp_path / "two", *recipe, "hardware=cpu2_ddp", env=env, timeout=300)
+    spawned = train(tmp_path / "two", *recipe, "hardware=cpu2_ddp", *AVERAGED_TEST, env=env, timeout=300)
+    # ddp_spawn: the ranks it starts for the test load the average as the test starts
+    assert "(§6.1: the average of the last 2 checkpoints, steps 2–4): " in spawned.stdout, spawned.stdout[-3000:]
     one, two = (_state(tmp_path / run / "checkpoints" / "last.ckpt") for run in ("one", "two"))
     plans = [state["hyper_parameters"]["run_config"]["plan"] for state in (one, two)]
     assert [(p["processes"], p["trainer"]["accumulate_grad_batches"], p["tokens_per_batch"]) for p in plans] == [

@@ -29,6 +29,7 @@ from aiayn.checkpoints.background import BackgroundCheckpointIO
 from aiayn.checkpoints.io import AtomicCheckpointIO
 from aiayn.checkpoints.resume import find_resume, remove_stale_temporaries
 from aiayn.cli import CONFIG_DIR, run_folder
+from aiayn.cli.averaged_test import average_before_test, averaged_steps, described
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import (
     raised_by_resolver,
@@ -36,13 +37,13 @@ from aiayn.cli.errors import (
     reports_composition_errors,
     reports_errors,
 )
-from aiayn.config.checkpointing import window_steps
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import MODIFIED, row_changes
 from aiayn.config.plan import describe, showing_only
 from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers
 from aiayn.errors import ConfigError, UserError
-from aiayn.reporting.loggers import close_runs, describe_runs, quiet_lightning
+from aiayn.reporting.loggers import close_runs, describe_runs, quiet_lightning, record_summary
+from aiayn.reporting.summary import read_summary, write_summary
 from aiayn.training.after_training import Stopped, StopsAfterTraining
 from aiayn.training.callbacks import build_callbacks, run_settings
 from aiayn.training.config_check import check_train_config
@@ -149,30 +150,27 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer) ->
     except Stopped as stopped:  # a signal after training, in a single process (aiayn.training.after_training)
         raise Preempted(str(stopped)) from None
     if trainer.is_global_zero and results:
-        print(f"test {config['task']['datamodule']['test_split']}: "
+        averaged = averaged_steps(config)  # §6.1's average, where the recipe has a window (AverageBeforeTest)
+        tested = f" ({described(averaged)})" if averaged else ""
+        print(f"test {config['task']['datamodule']['test_split']}{tested}: "
               + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
         if module.scorer is not None and module.scorer.signature:
             print(f"sacreBLEU signature: {module.scorer.signature}")
-    average = _average_to_score(config, trainer) if trainer.is_global_zero else None
-    if average:
-        print(average)
+    if trainer.is_global_zero and results:
+        _record_test(trainer, loggers, results, averaged_steps(config))
     if trainer.is_global_zero:
         close_runs(loggers)  # under --multirun the next job starts runs of its own
     return results
 
 
-def _average_to_score(config: dict, trainer: L.Trainer) -> str | None:
-    """Where the recipe has §6.1's window and the run has trained through it: what the paper scored
-    (the average of the window's checkpoints, not the last weights the test above used) and the
-    command that scores it."""
-    checkpoint = config["checkpoint"]
-    steps = window_steps(trainer.max_steps, checkpoint.get("average_last"), checkpoint.get("average_every_n_steps"))
-    if steps is None or trainer.global_step < steps[-1]:
-        return None
-    last = Path(config["paths"]["output_dir"]) / "checkpoints" / "last.ckpt"
-    tool = "python src/evaluate.py" if sys.argv[0].endswith(".py") else "aiayn-evaluate"
-    return (f"§6.1 scores the average of the last {len(steps)} checkpoints (steps {steps[0]:,}–{steps[-1]:,}): "
-            f"{tool} ckpt={last} average_last={len(steps)} split=test")
+def _record_test(trainer: L.Trainer, loggers: list, results: dict, averaged: list[int] | None) -> None:
+    """The test's figures and how many checkpoints it averaged (1: the last weights) beside the
+    run's summary (summary.json, the loggers' run summary), where the tables read them."""
+    test = {**results, "test_averaged": len(averaged) if averaged else 1}
+    summary = read_summary(trainer.default_root_dir)
+    if summary is not None:  # callbacks.run_summary=null writes none
+        write_summary(trainer.default_root_dir, {**summary, **test})
+    record_summary(loggers, test)
 
 
 def _stops_after_training(config: dict) -> list[StopsAfterTraining]:
@@ -297,7 +295,8 @@ def _trainer(config: dict, loggers: list) -> L.Trainer:
     try:
         # SpawnedRanksLog: the ranks ddp_spawn starts print and write train.log as this process does.
         return L.Trainer(**trainer_args, logger=loggers or False,
-                         callbacks=[*callbacks, SpawnedRanksLog(), *_stops_after_training(config)],
+                         callbacks=[*callbacks, SpawnedRanksLog(), *_stops_after_training(config),
+                                    *average_before_test(config)],
                          plugins=[_checkpoint_writer(config)])
     except (TypeError, ValueError, MisconfigurationException) as error:
         raise ConfigError(f"trainer: {str(error).strip()}") from None

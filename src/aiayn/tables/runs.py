@@ -6,8 +6,9 @@ such a run is *modified* (:func:`aiayn.config.identity.row_changes`; W&B: the ta
 and :func:`counted` leaves it out of the tables.
 What it measured comes from its summary (:mod:`aiayn.reporting.summary`): ``summary.json`` in the
 run directory, which every run writes (or the W&B run's summary, read from the W&B project).
-Table 2's test BLEU comes from ``src/evaluate.py``'s report in ``<run dir>/eval/`` (checkpoint
-averaging, §6.1).
+Table 2's test BLEU comes from ``src/evaluate.py``'s report in ``<run dir>/eval/`` where there is
+one (the one averaging most checkpoints), else from train.py's own test, which scores §6.1's
+average where the recipe has one (its summary's ``test_averaged``).
 """
 
 from __future__ import annotations
@@ -92,8 +93,8 @@ def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) 
                 log.warning("%s: no summary (unfinished run?); left out", run_dir)
                 continue
             modified = run_folder_changes(loaded, run_dir, conf_dir) if conf_dir else []
-            runs.append(Run(source=str(run_dir), config=config, summary=summary, test=_test_report(run_dir),
-                            modified=modified))
+            runs.append(Run(source=str(run_dir), config=config, summary=summary,
+                            test=_test_report(run_dir) or _tested_in_training(summary), modified=modified))
     return runs
 
 
@@ -110,6 +111,14 @@ def _test_report(run_dir: Path) -> dict[str, Any]:
     return _test_figures(report, averaged)
 
 
+def _tested_in_training(summary: dict[str, Any]) -> dict[str, Any]:
+    """train.py's own test, from its summary: of the §6.1 average where the recipe has one
+    (``test_averaged`` checkpoints, aiayn.cli.averaged_test); {} for a run tested otherwise."""
+    if "test/tokenized_bleu" not in summary:
+        return {}
+    return _test_figures(summary, int(summary.get("test_averaged") or 1))
+
+
 def _test_figures(metrics: dict[str, Any], averaged: int) -> dict[str, Any]:
     # sacreBLEU is test/bleu (the scorer's headline, as val/bleu); reports before it was named so: test/sacrebleu.
     sacrebleu = metrics.get("test/bleu", metrics.get("test/sacrebleu"))
@@ -124,7 +133,8 @@ def _averaged(evaluate_run_config: dict[str, Any]) -> int:
 def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
     """The finished runs of ``project`` ("entity/project") tagged with the tables' names, online. For
     Table 2 the test BLEU comes from src/evaluate.py's W&B run (job type "eval", grouped under
-    the training run's name), the newest with the most checkpoints averaged."""
+    the training run's name), the newest with the most checkpoints averaged, else from the
+    training run's own test."""
     import wandb
 
     api = wandb.Api()
@@ -140,6 +150,7 @@ def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
                 if evaluations:
                     newest = max(evaluations, key=lambda e: (_averaged(e.config), e.created_at))
                     test = _test_figures(newest.summary_metrics, _averaged(newest.config))
+                test = test or _tested_in_training(summary)
             modified = ["tagged modified"] if MODIFIED in (run.tags or []) else []
             runs.append(Run(source="/".join(run.path), config=config, summary=summary, test=test, modified=modified))
     return runs
