@@ -24,7 +24,7 @@ from aiayn.checkpoints.io import list_checkpoints
 from aiayn.errors import DataError
 from aiayn.training.preemption import EXIT_STATUS
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import REPO, TINY, TrainedRun, offline_environment, run_command, train
+from tests.helpers.runs import REPO, TINY, TrainedRun, offline_environment, run_command
 from tests.helpers.signals import signal_at
 
 
@@ -148,18 +148,29 @@ def _steps_saved(run_dir: Path) -> list[int]:
     return sorted(int(p.name[4:11]) for p in (run_dir / "checkpoints").glob("step*.ckpt"))
 
 
-def test_train_saves_the_window_of_checkpoints_then_tests_their_average(
+@pytest.mark.cli
+def test_the_window_saved_through_a_preemption_is_what_the_test_averages(
         tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
-    """The window's checkpoints are saved, and train.py's own test scores their average (what the
-    paper's Table 2 reports): the perplexity of evaluate.py on average.py's average, to rounding."""
+    """Stopped by SIGTERM during step 4, the run saves step 4 to resume from. Resumed, it saves
+    steps 5 and 7, and step 4 goes with step 5's save: the newest 3 are the window again. Then
+    train.py's own test scores their average, what the paper's Table 2 reports: its perplexity is
+    evaluate.py's on average.py's average of the three, to rounding."""
     run_dir = tmp_path / "run"
     # the whole of the smaller test set (461 sentences), decoded greedily: seconds
     tested = ["test_after_training=true", "trainer.limit_test_batches=1.0", "task.datamodule.test_split=test_2017_mscoco",
               "decoding.beam_size=1"]
-    result = train(run_dir, *WINDOW, *tested, data_root=data_root, cache_dir=subword_cache)
+    command = [sys.executable, "src/train.py", *WINDOW, *tested, f"hydra.run.dir={run_dir}"]
+    env = {**offline_environment(), "PYTHONPATH": str(REPO)}
+    stopped = run_command([*command, *signal_at(4, "SIGTERM")], env=env, data_root=data_root,
+                          cache_dir=subword_cache, check=False)
+    assert stopped.returncode == EXIT_STATUS, stopped.stderr[-3000:]
+    assert _steps_saved(run_dir) == [1, 2, 3, 4]
+    resumed = run_command([*command, "resume=auto"], env=env, data_root=data_root, cache_dir=subword_cache)
     assert _steps_saved(run_dir) == [3, 5, 7]
+    assert not list((run_dir / "checkpoints").glob("step0000004*")), "its digest went with it"
     assert "§6.1's last 3, every 2 steps from step 3, to average" in (run_dir / "train.log").read_text()
-    assert "test test_2017_mscoco (§6.1: the average of the last 3 checkpoints, steps 3–7): " in result.stdout
+
+    assert "test test_2017_mscoco (§6.1: the average of the last 3 checkpoints, steps 3–7): " in resumed.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["test_averaged"] == 3  # where Table 2 reads it (aiayn.tables.runs)
     out = tmp_path / "averaged.ckpt"
@@ -171,23 +182,6 @@ def test_train_saves_the_window_of_checkpoints_then_tests_their_average(
              f"out={tmp_path / 'eval'}", cwd=tmp_path, data_root=data_root, cache_dir=subword_cache)
     report = json.loads(next((tmp_path / "eval").glob("*.json")).read_text())
     assert summary["test/ppl"] == pytest.approx(report["test_2017_mscoco/ppl"], rel=1e-4)
-
-
-@pytest.mark.cli
-def test_a_step_saved_by_a_preemption_inside_the_window_goes_once_a_later_one_is_saved(
-        tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
-    """Stopped by SIGTERM during step 4, the run saves step 4 to resume from; resumed, it saves
-    steps 5 and 7, and step 4 goes with step 5's save: the newest 3 are the window again."""
-    run_dir = tmp_path / "run"
-    command = [sys.executable, "src/train.py", *WINDOW, f"hydra.run.dir={run_dir}"]
-    env = {**offline_environment(), "PYTHONPATH": str(REPO)}
-    stopped = run_command([*command, *signal_at(4, "SIGTERM")], env=env, data_root=data_root,
-                          cache_dir=subword_cache, check=False)
-    assert stopped.returncode == EXIT_STATUS, stopped.stderr[-3000:]
-    assert _steps_saved(run_dir) == [1, 2, 3, 4]
-    run_command([*command, "resume=auto"], env=env, data_root=data_root, cache_dir=subword_cache)
-    assert _steps_saved(run_dir) == [3, 5, 7]
-    assert not list((run_dir / "checkpoints").glob("step0000004*")), "its digest went with it"
 
 
 def test_average_cli_writes_the_mean_of_the_last_step_checkpoints(run_dir: Path, tmp_path: Path) -> None:

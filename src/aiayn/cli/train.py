@@ -156,8 +156,7 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer) ->
               + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
         if module.scorer is not None and module.scorer.signature:
             print(f"sacreBLEU signature: {module.scorer.signature}")
-    if trainer.is_global_zero and results:
-        _record_test(trainer, loggers, results, averaged_steps(config))
+        _record_test(trainer, loggers, results, averaged)
     if trainer.is_global_zero:
         close_runs(loggers)  # under --multirun the next job starts runs of its own
     return results
