@@ -64,7 +64,8 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
                                "max_steps")),
     (["+task.datamodule.max_token=10"], ("train.py: task.datamodule.max_token is not an argument of "
                                         "Multi30kDataModule; did you mean max_tokens")),
-    (["+checkpoint.every=5"], "train.py: checkpoint.every is not a setting in checkpoint;"),
+    (["+checkpoint.every=5"], ("train.py: checkpoint.every is not a checkpoint setting; the settings are "
+                               "average_every_n_steps,")),
     (["+callbacks.preemption.signal=[SIGTERM]"], ("train.py: callbacks.preemption.signal is not an argument of "
                                                  "preemption_handling; did you mean signals?")),
     (["logger=csv", "+logger.csv.save_dirs=x"], ("train.py: logger.csv.save_dirs is not an argument of "
@@ -93,8 +94,8 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
                                      "§6.1's window together")),
     (["checkpoint.every_n_train_steps=0"], ("train.py: checkpoint.every_n_train_steps must be a positive whole "
                                            "number of steps, got 0")),
-    (["checkpoint.average_every_n_steps=0.5", "model=base"], ("train.py: checkpoint.average_every_n_steps must be a "
-                                                              "positive whole number of steps, got 0.5")),
+    (["checkpoint.average_every_n_steps=0", "model=base"], ("train.py: checkpoint.average_every_n_steps must be a "
+                                                            "positive whole number of steps, got 0")),
 
     (["trainer.accumulate_grad_batches=0"], ("train.py: trainer.accumulate_grad_batches must be a positive whole "
                                             "number, got 0")),
@@ -143,6 +144,9 @@ def test_a_data_root_without_the_data_names_the_missing_file_and_exits_2(tmp_pat
     ("model.d_model=abc", ("train.py: Error merging override model.d_model=abc. Value 'abc' of type 'str' could not "
                           "be converted to Integer")),
     ("trainer.devices=[", "train.py: no viable alternative at input '['"),
+    # The checkpoint settings are typed (aiayn.config.schemas.CheckpointConfig).
+    ("checkpoint.in_background=maybe", ("train.py: Error merging override checkpoint.in_background=maybe. Value "
+                                        "'maybe' is not a valid bool")),
     # A setting that is no more says what took its place (aiayn.cli.renamed.REMOVED).
     ("checkpoint.every_n_minutes=10", ("train.py: checkpoint.every_n_minutes is no longer a setting: §6.1's "
                                        "checkpoints to average are counted in steps now")),

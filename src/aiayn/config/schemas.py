@@ -127,6 +127,21 @@ class ProgressLogConfig:
     every_n_steps: int = 100
 
 
+@dataclass
+class CheckpointConfig:
+    """The checkpoints a run writes: resume points and §6.1's window to average
+    (aiayn.config.checkpointing). conf/checkpoint/<model>.yaml starts from this; the defaults are
+    the base model's (conf/checkpoint/base.yaml says why)."""
+
+    every_n_train_steps: int = 1000  # a resume point every this many steps, and the last step
+    save_top_k: int = 5  # the newest kept (-1: all), never fewer than average_last
+    # §6.1's window: the last average_last checkpoints, average_every_n_steps apart, the last at the
+    # last step (base 5 × 1,500, big 20 × 600); null both: none
+    average_last: Optional[int] = 5  # noqa: UP045
+    average_every_n_steps: Optional[int] = 1500  # noqa: UP045
+    in_background: bool = True  # saved by a background thread while training goes on
+
+
 def overrides_of(schema: type) -> type:
     """``schema`` with every field None by default: a tool's overrides of settings a checkpoint
     stores (None: the checkpoint's), typed by the one schema; a subclass, so that Hydra merges it
@@ -138,7 +153,8 @@ def overrides_of(schema: type) -> type:
 
 DecodingOverrides = overrides_of(DecodingConfig)
 
-SCHEMAS = {"model": ModelConfig, "optim": OptimConfig, "loss": LossConfig, "decoding": DecodingConfig}
+SCHEMAS = {"model": ModelConfig, "optim": OptimConfig, "loss": LossConfig, "decoding": DecodingConfig,
+           "checkpoint": CheckpointConfig}
 
 for _name, _schema in {**SCHEMAS, "decoding_overrides": DecodingOverrides, "trainer": TrainerConfig,
                        "progress_log": ProgressLogConfig}.items():
@@ -167,10 +183,10 @@ def network_arguments(model: Mapping[str, Any], width_divisor: int = 1) -> dict[
 
 
 def check_against_schemas(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """``model``, ``optim``, ``loss`` and ``decoding`` of ``config`` as their schemas type them (missing keys
-    at their defaults). Raises ConfigError for a key a schema lacks, or a value it cannot take:
-    what Hydra already refuses for ``key=value``, here also for ``+key=value`` and for configs
-    written in code."""
+    """``model``, ``optim``, ``loss``, ``decoding`` and ``checkpoint`` of ``config`` as their schemas
+    type them (missing keys at their defaults). Raises ConfigError for a key a schema lacks, or a
+    value it cannot take: what Hydra already refuses for ``key=value``, here also for
+    ``+key=value`` and for configs written in code."""
     typed = {}
     for section, schema in SCHEMAS.items():
         values = config.get(section) or {}

@@ -2,8 +2,8 @@
 is reported at once, as one line naming it and saying what to change — not as a traceback from
 deep inside torch or Lightning, and not hours into a run at its first validation.
 
-Keys and types of ``model``, ``optim``, ``loss`` and ``decoding`` are the schemas' business
-(aiayn.config.schemas). Here: keys everywhere else (the root, ``validation``, ``checkpoint``,
+Keys and types of ``model``, ``optim``, ``loss``, ``decoding`` and ``checkpoint`` are the schemas'
+business (aiayn.config.schemas). Here: keys everywhere else (the root, ``validation``,
 ``trainer`` against Lightning's Trainer, ``task.datamodule`` against its class), ranges and one
 setting against another. (What this machine can run: the plan, aiayn.config.plan.)
 """
@@ -167,10 +167,6 @@ def _check_run(config: Mapping[str, Any]) -> None:
         raise ConfigError(f"validation.bleu_sentences must be a whole number, 0 or more (null: every validation "
                           f"sentence), got {bleu!r}")
     checkpoint = config.get("checkpoint") or {}
-    _known("checkpoint", checkpoint, ("every_n_train_steps", "save_top_k", "average_last", "average_every_n_steps",
-                                      "in_background"))
-    if not isinstance(checkpoint.get("in_background", False), bool):
-        raise ConfigError(f"checkpoint.in_background must be true or false, got {checkpoint['in_background']!r}")
     for key in ("every_n_train_steps", "average_every_n_steps"):
         every = checkpoint.get(key)
         if every is not None and (not _whole(every) or every < 1):
