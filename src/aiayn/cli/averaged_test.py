@@ -25,6 +25,7 @@ from typing import Any
 import lightning as L
 
 from aiayn.checkpoints.averaging import average_checkpoints
+from aiayn.checkpoints.io import checkpoint_step
 from aiayn.checkpoints.trained import model_weights, put_weights
 from aiayn.config.checkpointing import window_steps
 
@@ -49,7 +50,7 @@ def averaged_steps(config: Mapping[str, Any]) -> list[int] | None:
     paths = window_checkpoints(config)
     if paths is None or not all(path.is_file() for path in paths):
         return None
-    return [int(path.stem.removeprefix("step")) for path in paths]
+    return [checkpoint_step(path) for path in paths]
 
 
 def average_before_test(config: Mapping[str, Any]) -> list[L.Callback]:

@@ -101,12 +101,17 @@ class StepCheckpoint(ModelCheckpoint):
         super().__init__(*args, enable_version_counter=False, **kwargs)
         self.save_last_step = save_last_step
         self.average_last, self.average_every_n_steps = average_last, average_every_n_steps
+        self._window: range | None = None  # its steps, once the run's last step is known (setup)
         self._before_validation = False
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self._window = window_steps(trainer.max_steps, self.average_last, self.average_every_n_steps)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         self._before_validation = validation_follows(trainer)
-        window = window_steps(trainer.max_steps, self.average_last, self.average_every_n_steps)
+        window = self._window
         try:
             if self.save_last_step and 0 < trainer.max_steps <= trainer.global_step:
                 self._save_now(trainer)  # the model the run ends with, whatever every_n_train_steps is
@@ -165,7 +170,7 @@ class StepCheckpoint(ModelCheckpoint):
         a preempted attempt's (aiayn.training.preemption saves the step it stopped at), a resume
         point no longer needed once a newer checkpoint is whole. Left there, it would be one of the
         newest ``average_last`` that §6.1's average takes, in place of the window's oldest."""
-        window = window_steps(trainer.max_steps, self.average_last, self.average_every_n_steps)
+        window = self._window
         if window is None or self.dirpath is None or trainer.global_step < window.start:
             return
         for path in Path(self.dirpath).glob("step*.ckpt"):
