@@ -10,7 +10,7 @@ beside the repository, on the disk runs write to), alternately
 
 - ``in_background=false``: the training thread writes it (held: the whole save);
 - ``in_background=true``: aiayn.checkpoints.background.BackgroundCheckpointIO (held: the copy of
-  the state; the thread then writes it while training would go on).
+  the state into host memory; the thread then writes it while training would go on).
 
 For each it records the time held and the time until the file is on disk, medians of
 ``--repeats``. Appends one JSON line to benchmarks/results/checkpoint_save.jsonl. A benchmark,
@@ -77,8 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     state = training_state(args.model, args.vocab_size, device)
-    size = sum(t.numel() * t.element_size() for t in (*state["state_dict"].values(),
-               *(v for s in state["optimizer_states"][0]["state"].values() for v in s.values() if torch.is_tensor(v))))
+    size = 0  # the file's (the tied embeddings are one storage, written once)
     folder = Path(tempfile.mkdtemp(prefix="checkpoint-save-", dir=args.dir or REPO.parent))
     writers = {"false": AtomicCheckpointIO(), "true": BackgroundCheckpointIO()}
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in writers}
@@ -87,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
             for name, writer in writers.items():  # alternately, so that both meet the same disk
                 path = folder / f"step{repeat:07d}-{name}.ckpt"
                 times[name].append(timed_save(writer, state, path, device))
+                size = path.stat().st_size
                 writer.remove_checkpoint(path)
         writers["true"].teardown()
     finally:

@@ -1,15 +1,20 @@
 """Checkpoints saved while training goes on (``checkpoint.in_background``).
 
 A save holds training for as long as it takes to write and hash the file: ~10 s for big's 2.5 GB
-on a slow disk, at every ``checkpoint.every_n_train_steps`` steps. Here the state is copied where
-it is (a device-to-device copy on a GPU) and one background thread writes the copy through
-:func:`aiayn.checkpoints.io.save_checkpoint_atomically` while the next steps train. Everything the
-run does to its checkpoint files goes through that thread, in order: saves, the removal of those
-no longer kept, ``last.ckpt``'s link (:meth:`BackgroundCheckpointIO.after_saves`, which the
-callbacks reach through aiayn.training.saving). So the files on disk are always those of some
-moment of a synchronous run: a link never names a file not yet written, a checkpoint is removed
-only once a newer one is whole, and after a save that failed nothing more is done. A kill loses at
-most the saves still under way (their temporaries are removed on resume).
+on a slow disk, at every ``checkpoint.every_n_train_steps`` steps. Here the state is copied into
+host memory (:func:`snapshot`: on a GPU, one device-to-host copy, so that a save takes no GPU memory
+the batch plan of aiayn.config.memory did not count) and one background thread writes the copy
+through :func:`aiayn.checkpoints.io.save_checkpoint_atomically` while the next steps train.
+Everything the run does to its checkpoint files goes through that thread, in order: saves, the
+removal of those no longer kept, ``last.ckpt``'s link (:meth:`BackgroundCheckpointIO.after_saves`,
+which the callbacks reach through aiayn.training.saving). So the files on disk are always those of
+some moment of a synchronous run: a link never names a file not yet written, a checkpoint is
+removed only once a newer one is whole, and after a save that failed nothing more is done. A kill
+loses at most the save under way (its temporary is removed on resume).
+
+One save at a time: a save asked for while the one before it is still being written waits for it
+(and says so once in the run's log), so that at most one copy of the state is held, however
+often checkpoints are asked for and however slow the disk.
 
 :meth:`BackgroundCheckpointIO.wait` waits for the thread: the preemption does before it says the
 step is saved, and Lightning's teardown does when ``fit`` ends or fails. A save that failed (a
@@ -18,30 +23,41 @@ full disk) raises its error at the next save, wait or teardown.
 from __future__ import annotations
 
 import copy
+import logging
 import os
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from aiayn.checkpoints.io import AtomicCheckpointIO
 
+log = logging.getLogger(__name__)
 
-def snapshot(value: Any) -> Any:
-    """``value`` with every tensor in it copied (on its own device: training changes the original a
+
+def snapshot(value: Any, _copies: dict | None = None) -> Any:
+    """``value`` with every tensor in it copied into host memory (training changes the original a
     moment later) and the dicts, lists and tuples holding them rebuilt; anything else as it is.
-    (Lightning's apply_to_collection walks ``bytes`` byte by byte: the subword model in every
-    checkpoint made that a second a save.)"""
+    Tensors that are one (the tied embeddings' entries of a state_dict are views of one storage)
+    are copied once and stay one, as ``torch.save`` writes them. (Lightning's apply_to_collection
+    walks ``bytes`` byte by byte: the subword model in every checkpoint made that a second a save.)"""
+    copies = {} if _copies is None else _copies
     if isinstance(value, torch.Tensor):
-        return value.detach().clone()
+        same = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape), value.stride(),
+                value.dtype, value.device)
+        if same not in copies:
+            copies[same] = value.detach().to("cpu", copy=True)
+        return copies[same]
     if isinstance(value, (dict, list)):
         copied = copy.copy(value)  # its own type and attributes (an OrderedDict, a defaultdict)
         for key, item in (value.items() if isinstance(value, dict) else enumerate(value)):
-            copied[key] = snapshot(item)
+            copied[key] = snapshot(item, copies)
         return copied
     if isinstance(value, tuple):
-        items = [snapshot(item) for item in value]
+        items = [snapshot(item, copies) for item in value]
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)  # a named tuple, or not
     return value
 
@@ -53,14 +69,17 @@ class BackgroundCheckpointIO(AtomicCheckpointIO):
         super().__init__()
         self._executor: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
+        self._saving: Future | None = None  # the last save asked for
         self._failure: BaseException | None = None
+        self._said_it_waited = False
 
     def __getstate__(self) -> dict[str, Any]:  # ddp_spawn pickles the plugin for its ranks
-        return {**self.__dict__, "_executor": None, "_pending": []}
+        return {**self.__dict__, "_executor": None, "_pending": [], "_saving": None}
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike,
                         storage_options: Any | None = None) -> None:
-        self._submit(super().save_checkpoint, snapshot(checkpoint), path, storage_options)
+        self._one_save_at_a_time(path)
+        self._saving = self._submit(super().save_checkpoint, snapshot(checkpoint), path, storage_options)
 
     def remove_checkpoint(self, path: str | os.PathLike) -> None:
         self._submit(super().remove_checkpoint, path)
@@ -85,12 +104,28 @@ class BackgroundCheckpointIO(AtomicCheckpointIO):
                 self._executor.shutdown(wait=True)
                 self._executor = None
 
-    def _submit(self, action: Callable[..., Any], *args: Any) -> None:
+    def _one_save_at_a_time(self, path: str | os.PathLike) -> None:
+        """Wait for the save before this one (not for the actions after it) to be on disk."""
+        previous = self._saving
+        if previous is None or previous.done():
+            return
+        started = time.monotonic()
+        previous.result()
+        if not self._said_it_waited:
+            self._said_it_waited = True
+            log.warning("the checkpoint before %s was still being written when it was asked for: training waited "
+                        "%.1f s for it (one save at a time, so that one copy of the state is held); if this recurs, "
+                        "a larger checkpoint.every_n_train_steps avoids it", Path(path).name,
+                        time.monotonic() - started)
+
+    def _submit(self, action: Callable[..., Any], *args: Any) -> Future:
         self._raise_failure()  # as soon as it is known
         self._pending = [future for future in self._pending if not future.done()]
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
-        self._pending.append(self._executor.submit(self._run, action, *args))
+        future = self._executor.submit(self._run, action, *args)
+        self._pending.append(future)
+        return future
 
     def _run(self, action: Callable[..., Any], *args: Any) -> None:
         """In the thread: ``action``, unless one before it failed (a link to a checkpoint that was

@@ -12,6 +12,9 @@ The estimate is ``fixed + per_token × tokens``, ``tokens`` being a batch's padd
   and their gradient with the logits and theirs in the compute dtype: ``(8 + 2 × compute bytes)``
   per vocabulary entry — over a 32–37K vocabulary the largest part.
 
+A checkpoint save adds nothing on the GPU: the state is copied into host memory
+(aiayn.checkpoints.background), one save at a time.
+
 Checked against every CUDA training record in benchmarks/results (tests/config/test_memory.py):
 the estimate is at or above the measured peak (``torch.cuda.max_memory_allocated``) and within
 20% of it. A GPU's usable memory is taken as 90% of its total less 1 GiB: the CUDA context,
