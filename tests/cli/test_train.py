@@ -53,7 +53,8 @@ def test_train_validates_with_bleu_and_tests(tmp_path: Path, subword_cache: Path
 STEP_LINE = re.compile(r"\[aiayn\.training\.progress\]\[INFO\] - step (\d)/4 \| loss (\d+\.\d{3}) \| "
                        r"lr (\d\.\d\de-\d\d) \| ([\d,]+) tok/s \| ETA \d+:\d\d:\d\d$", re.MULTILINE)
 VALIDATION_LINE = re.compile(r"\[aiayn\.training\.progress\]\[INFO\] - validation at step (\d) \| "
-                             r"loss \d+\.\d{3} \| ppl (\d+\.\d\d) \| bleu \d+\.\d\d$", re.MULTILINE)
+                             r"loss \d+\.\d{3} \| ppl (\d+\.\d\d) \| bleu \d+\.\d\d \| "
+                             r"(\d+\.\d) s, validations (\d+)% of the time so far$", re.MULTILINE)
 
 
 @pytest.mark.cli  # ddp_spawn: two training processes, spawned by a process of its own
@@ -92,8 +93,10 @@ def test_train_with_two_gloo_processes(tmp_path: Path, subword_cache: Path, data
         # The rate each step trained with, as logged (3 significant digits; the log's is a float32)
         assert all(math.isclose(float(rate), rates[int(step)], rel_tol=0.006) for step, _, rate, _ in steps)
         validations = VALIDATION_LINE.findall(text)
-        assert [int(step) for step, _ in validations] == [2, 4], text[-3000:]
+        assert [int(step) for step, *_ in validations] == [2, 4], text[-3000:]
         assert f"{summary['dev/ppl']:.2f}" == validations[-1][1]  # the last validation's, as summary.json has it
+        # how long each took, and the share of the run's time validations took so far
+        assert all(float(took) >= 0 and 0 <= int(share) <= 100 for *_, took, share in validations)
     # Lightning's own lines reach train.log as well as stdout, once each: the seed, the devices, and
     # the distributed set-up of both ranks (spawned processes, which log as the launching one).
     for text in (result.stdout, train_log):

@@ -93,7 +93,7 @@ class ProgressLog(L.Callback):
 
     and after each validation (not the sanity check)
 
-        validation at step 1000 | loss 2.345 | ppl 6.482 | bleu 27.31
+        validation at step 1000 | loss 2.345 | ppl 6.482 | bleu 27.31 | 12.3 s, validations 4% of the time so far
 
     and as the test after training starts (its beam search can take minutes)
 
@@ -106,7 +106,10 @@ class ProgressLog(L.Callback):
     rate of the step; ``tok/s``: target tokens a second since the last line, every rank's, as the run
     summary counts them (:class:`aiayn.training.callbacks.RunSummaryCallback`; left out without
     it), validation time left out; ``ETA``: the steps left at this attempt's pace so far,
-    validations included. Logged by rank zero through the ``aiayn.training.progress`` logger.
+    validations included. A validation's line ends with how long it took and the share of this
+    attempt's time validations have taken (on fast hardware ``trainer.val_check_interval`` and
+    ``validation.bleu_sentences`` decide much of the wall time). Logged by rank zero through the
+    ``aiayn.training.progress`` logger.
     """
 
     def __init__(self, every_n_steps: int = 100):
@@ -120,6 +123,7 @@ class ProgressLog(L.Callback):
         self._tokens_since = self._tokens()
         self._paused = 0.0  # validation time since the last line
         self._paused_at: float | None = None
+        self._validating = 0.0  # validation time of this attempt
         self._losses = torch.zeros(2, dtype=torch.float64, device=pl_module.device)  # sum, batches
         self._lr: float | None = None
 
@@ -149,16 +153,22 @@ class ProgressLog(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
+        took = None
         if self._paused_at is not None:
-            self._paused += time.perf_counter() - self._paused_at
+            now = time.perf_counter()
+            took = now - self._paused_at
+            self._paused += took
+            self._validating += took
             self._paused_at = None
+            took = f"{took:.1f} s, validations {self._validating / (now - self._started):.0%} of the time so far"
         if not trainer.is_global_zero:
             return
         metrics = trainer.callback_metrics
         scorer = getattr(getattr(pl_module, "scorer", None), "name", None)
         shown = [f"{key} {float(metrics[f'val/{key}']):{form}}"
                  for key, form in (("loss", ".3f"), ("ppl", ".2f"), (scorer, ".2f")) if f"val/{key}" in metrics]
-        log.info(" | ".join([f"validation at step {trainer.global_step}", *shown]), extra={BAR_SHOWS_IT: True})
+        line = [f"validation at step {trainer.global_step}", *shown, *([took] if took else [])]
+        log.info(" | ".join(line), extra={BAR_SHOWS_IT: True})
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         data = trainer.datamodule
