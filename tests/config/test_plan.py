@@ -151,8 +151,9 @@ def test_the_plan_block_says_what_the_run_will_do_and_projects_its_time(tmp_path
     assert lines[4] == ("  checkpoints: every 1,000 steps, the newest 20 kept; §6.1's last 20, every 600 steps from "
                         "step 288,600, to average")
     assert lines[5] == "  model: big (n_layers=6, d_model=1024, d_ff=4096, n_heads=16, d_k=64, d_v=64), 209.1M parameters"
-    assert lines[6].startswith("  projected: 5.2 h at 62 ms a batch, 50,000 target tokens/s a device (measured "
-                               "2026-11-25")
+    assert lines[6].startswith("  projected: 5.2 h of training steps at 62 ms a batch, 50,000 target tokens/s a "
+                               "device (measured 2026-11-25")
+    assert lines[6].endswith(", if the devices scale linearly; validations add to it")
     assert len(lines) == 7
     other_gpu = make_plan(cfg, NODE_8_V100)
     assert "projected" not in describe(other_gpu, {**config, "plan": other_gpu}, model="big", records=records)

@@ -230,9 +230,10 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
         batch_seconds = measured["step_seconds"]["mean"]
         seconds = optim["train_steps"] * accumulate * batch_seconds
         scaling = ", if the devices scale linearly" if processes > 1 else ""
-        lines.append(f"  projected: {_duration(seconds)} at {1000 * batch_seconds:,.0f} ms a batch, "
+        # The steps alone: the validations add their time (each validation's progress line says how much).
+        lines.append(f"  projected: {_duration(seconds)} of training steps at {1000 * batch_seconds:,.0f} ms a batch, "
                      f"{measured['tgt_tokens_per_s']:,.0f} target tokens/s a device (measured "
-                     f"{measured['date'][:10]}, {records.name}){scaling}")
+                     f"{measured['date'][:10]}, {records.name}){scaling}; validations add to it")
     return "\n".join(line for line in lines if line is not None)
 
 
