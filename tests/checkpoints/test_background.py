@@ -92,18 +92,21 @@ def test_a_save_asked_for_while_the_one_before_is_being_written_waits_for_it(wri
     """At most one copy of the state is held: a save waits for the one before it, and says so once.
     (The gate opens a moment later from another thread: a disk slower than the steps between two
     saves. The second save returns only after the first is on disk, however late the gate opens.)"""
-    first, second, third = (tmp_path / f"step000000{step}.ckpt" for step in (1, 2, 3))
+    first, second, third, fourth = (tmp_path / f"step000000{step}.ckpt" for step in (1, 2, 3, 4))
     gate = _hold(writer)
     writer.save_checkpoint({"global_step": 1}, first)
     threading.Timer(0.2, gate.set).start()
     with caplog.at_level(logging.WARNING, logger="aiayn.checkpoints.background"):
         writer.save_checkpoint({"global_step": 2}, second)
         assert first.exists(), "the second save was copied while the first was still being written"
-        gate = _hold(writer)
-        threading.Timer(0.2, gate.set).start()
-        writer.save_checkpoint({"global_step": 3}, third)  # held again: waits again, says nothing more
         writer.wait()
-    assert second.exists() and third.exists()
+        gate = _hold(writer)
+        writer.save_checkpoint({"global_step": 3}, third)
+        threading.Timer(0.2, gate.set).start()
+        writer.save_checkpoint({"global_step": 4}, fourth)  # waits again, says nothing more
+        assert third.exists()
+        writer.wait()
+    assert second.exists() and fourth.exists()
     lines = [record.getMessage() for record in caplog.records]
     assert len(lines) == 1 and lines[0].startswith("the checkpoint before step0000002.ckpt was still being written "
                                                    "when it was asked for: training waited"), lines
