@@ -139,7 +139,21 @@ def _become(request: dict, fds: list[int], fresh_signals: dict) -> None:
     numpy.random.seed()
     if "OMP_NUM_THREADS" in os.environ:  # read when torch was loaded: set as a fresh start sets it
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    _ranks_from_environment()
     os._exit(_run(lambda: _run_code(code) if code else _run_as_main(script)))
+
+
+def _ranks_from_environment() -> None:
+    """The process's rank, which Lightning's and torchmetrics' ``rank_zero_only`` take from the
+    environment as they are imported (lightning.fabric.utilities.rank_zero: RANK, LOCAL_RANK,
+    SLURM_PROCID or JSM_NAMESPACE_RANK; torchmetrics.utilities.prints: LOCAL_RANK), taken again
+    from this process's environment as a fresh start takes it (the preloaded interpreter took its own)."""
+    from lightning.fabric.utilities.rank_zero import _get_rank, rank_zero_only
+
+    rank_zero_only.rank = _get_rank() or 0
+    prints = sys.modules.get("torchmetrics.utilities.prints")
+    if prints is not None:
+        prints.rank_zero_only.rank = int(os.environ.get("LOCAL_RANK", "0"))
 
 
 def _descriptors(fds: list[int], numbers: list[int]) -> None:

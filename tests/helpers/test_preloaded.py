@@ -31,6 +31,10 @@ seen = {"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "handlers": 
 if "torch" in sys.argv:
     import torch
     seen["threads"] = torch.get_num_threads()
+if "ranks" in sys.argv:  # the rank Lightning and torchmetrics take from the environment as they are imported
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+    from torchmetrics.utilities import prints
+    seen["ranks"] = {"lightning": rank_zero_only.rank, "torchmetrics": prints.rank_zero_only.rank}
 print(json.dumps({"seen": seen, "random": random.random()}))
 how = sys.argv[1]
 if how == "exit":
@@ -230,6 +234,22 @@ def test_two_preloaded_processes_draw_their_own_random_numbers(script: Path) -> 
     assert draws[0] != draws[1]
 
 
+@pytest.mark.cli  # starts processes, fresh and preloaded
+def test_a_preloaded_process_takes_its_rank_from_its_environment(script: Path) -> None:
+    """ddp starts its later ranks as ``python <script>`` with LOCAL_RANK set; Lightning's and
+    torchmetrics' rank_zero_only read the rank as they are imported (in the preloaded interpreter,
+    before any child's environment existed): a preloaded child has the rank a fresh start has."""
+    cwd = script.parent.parent
+    seen = [json.loads(_run(script, "return", "ranks", fresh=fresh, cwd=cwd, env={"LOCAL_RANK": "1"})[1]
+                       .splitlines()[0])["seen"]["ranks"] for fresh in (True, False)]
+    assert seen[0] == seen[1] == {"lightning": 1, "torchmetrics": 1}
+    # Lightning reads SLURM_PROCID too (torchmetrics only LOCAL_RANK); no rank at all is rank 0
+    for env, ranks in (({"SLURM_PROCID": "3"}, {"lightning": 3, "torchmetrics": 0}),
+                       ({}, {"lightning": 0, "torchmetrics": 0})):
+        out = _run(script, "return", "ranks", fresh=False, cwd=cwd, env=env)[1]
+        assert json.loads(out.splitlines()[0])["seen"]["ranks"] == ranks, env
+
+
 def test_a_tools_command_in_the_tests_environment_is_preloaded(monkeypatch: pytest.MonkeyPatch) -> None:
     """The suite's tool runs take the preloaded interpreter (a variable that a library sets in this
     process while it runs, and that differs from the preloaded interpreter's, once made every run
@@ -239,9 +259,12 @@ def test_a_tools_command_in_the_tests_environment_is_preloaded(monkeypatch: pyte
     assert preloaded._preloadable(command, {"cwd": preloaded.REPO, "env": {**preloaded._SERVER_ENVIRONMENT,
                                   "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x",
                                   "KMP_INIT_AT_FORK": "FALSE"}})
-    for read_at_start in ({"PYTHONHOME": "/elsewhere"}, {"LOCAL_RANK": "1"}, {"SLURM_PROCID": "3"}):
-        assert not preloaded._preloadable(command, {"cwd": preloaded.REPO,
-                                                    "env": {**preloaded._SERVER_ENVIRONMENT, **read_at_start}})
+    assert not preloaded._preloadable(command, {"cwd": preloaded.REPO,
+                                                "env": {**preloaded._SERVER_ENVIRONMENT, "PYTHONHOME": "/elsewhere"}})
+    # a rank's variables are read as Lightning is imported, and taken again by a preloaded child
+    # (test_a_preloaded_process_takes_its_rank_from_its_environment): ddp's later ranks are preloaded
+    assert preloaded._preloadable(command, {"cwd": preloaded.REPO,
+                                            "env": {**preloaded._SERVER_ENVIRONMENT, "LOCAL_RANK": "1"}})
 
 
 def test_a_home_of_its_own_is_preloaded_where_nothing_under_home_is_read_at_start(
