@@ -209,3 +209,39 @@ def test_a_signal_while_a_line_is_logged_still_stops_the_run(tmp_path: Path) -> 
     finally:
         logger.removeHandler(handler)
         stops.teardown(testing, None, "test")
+
+
+@pytest.mark.parametrize("newest, said", [(4, "after training"), (2, "as the training processes started")])
+def test_a_training_rank_killed_by_the_signal_passed_on_as_it_ends_is_a_stop_after_training(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, newest: int, said: str) -> None:
+    """ddp_spawn's launching process passed a SIGTERM on to training's ranks as they ended; one, past
+    its handlers, died of it and fit failed. With the last step (4) saved, training is finished and
+    the line says so, as at any other moment after training; with an earlier step the newest, the
+    ranks were killed before training ended, and the line is the one for ranks that were starting.
+    (End to end, fresh interpreters hit this moment: test_a_sigterm_after_training_stops_every_ddp_rank_in_one_line
+    with AIAYN_TESTS_FRESH_PROCESSES=1 said 'as the training processes started' before.)"""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
+    from torch.multiprocessing import ProcessExitedException
+
+    from aiayn.training import preemption
+    from aiayn.training.after_training import StopsAfterTraining
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    (folder / f"step{newest:07d}.ckpt").write_bytes(b"saved")
+    (folder / "last.ckpt").symlink_to(f"step{newest:07d}.ckpt")
+    stops = StopsAfterTraining(["SIGTERM"], folder / "last.ckpt")
+    launcher = _MultiProcessingLauncher.__new__(_MultiProcessingLauncher)
+    trainer = SimpleNamespace(max_steps=4, strategy=SimpleNamespace(launcher=launcher))
+    monkeypatch.setattr(preemption, "_passed_on", int(signal.SIGTERM))  # what _forward records as it passes it on
+    died = ProcessExitedException("process 1 terminated with signal SIGTERM", error_index=1, error_pid=4242,
+                                  exit_code=-signal.SIGTERM, signal_name="SIGTERM")
+    with pytest.raises((preemption.Preempted, ProcessExitedException)) as raised, stops.around_the_training(trainer):
+        raise died
+    line, status = preemption.describe(raised.value)
+    assert status == EXIT_STATUS and line.startswith(f"stopped by SIGTERM {said}"), line
+    if newest == 4:
+        assert line.endswith(f"training is finished and saved ({folder / 'last.ckpt'}); the same command with "
+                             "resume=auto runs only the test")

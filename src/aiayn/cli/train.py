@@ -142,7 +142,8 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer) ->
             log.info(line)
     stops = next((each for each in trainer.callbacks if isinstance(each, StopsAfterTraining)), None)
     try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
+        with stops.around_the_training(trainer) if stops else contextlib.nullcontext():
+            trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
         results = {}
         if config.get("test_after_training", True):
             with stops.around_the_test(trainer) if stops else contextlib.nullcontext():

@@ -25,7 +25,9 @@ to hang as its test began).
   of one process) stops the job once the other ranks have run their share of the test.
 * ``ddp_spawn``'s launching process, which passes the signals on to its ranks, stops before the
   test's ranks are started on a signal that came as training's ranks ended, and reports the line
-  however the test's ranks ended once it has passed one on (:meth:`StopsAfterTraining.around_the_test`).
+  however the test's ranks ended once it has passed one on (:meth:`StopsAfterTraining.around_the_test`),
+  or however training's ranks ended once their last step is saved (:meth:`StopsAfterTraining.around_the_training`:
+  a rank past its handlers dies of the signal passed on as it ends).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
 
 from aiayn.training.lightning_signals import put_back
 from aiayn.training.preemption import Preempted, hold_signals, signal_numbers
+from aiayn.training.saving import STEP_FILE
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +125,28 @@ class StopsAfterTraining(Callback):
         # Several ranks: the test's remaining batches are emptied and the ranks stop together at its end.
 
     # -- ddp_spawn's launching process -------------------------------------------------------------
+    @contextlib.contextmanager
+    def around_the_training(self, trainer: L.Trainer) -> Iterator[None]:
+        """``fit``, in the process that calls it. ``ddp_spawn``'s launching process passes a
+        signal on to training's ranks; one that comes as they end, their last step saved, can kill
+        a rank that no longer handles it, and ``fit`` fails: training is finished and saved all the
+        same, and the line says so (not "as the training processes started", which
+        aiayn.training.preemption says of ranks killed by it before their first step)."""
+        try:
+            yield
+        except Exception:
+            if isinstance(trainer.strategy.launcher, _MultiProcessingLauncher) and self._saved_its_last_step(trainer):
+                passed = hold_signals(False)
+                if passed is not None:
+                    raise Preempted(stop_message(passed, self.checkpoint)) from None
+            raise
+
+    def _saved_its_last_step(self, trainer: L.Trainer) -> bool:
+        """The run's newest checkpoint is of the last step training was to take."""
+        newest = self.checkpoint.resolve()
+        found = STEP_FILE.match(newest.name)
+        return found is not None and newest.is_file() and int(found.group(1)) == trainer.max_steps
+
     @contextlib.contextmanager
     def around_the_test(self, trainer: L.Trainer) -> Iterator[None]:
         """The test, in the process that calls ``fit`` and ``test``. ``ddp_spawn``'s launching
