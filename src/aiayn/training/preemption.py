@@ -201,6 +201,7 @@ class PreemptionCallback(Checkpoint):
         path = self.dirpath / f"step{step:07d}.ckpt"
         log.warning("preemption: %s; saving step %d to %s", signal.Signals(self.received).name, step, path)
         if not self._saved_just_now(trainer, path):  # else a ModelCheckpoint saved this step a moment ago
+            wait_for_saves(trainer)  # a save under way first: a wait here says nothing of how often saves come
             trainer.save_checkpoint(path, weights_only=False)  # collective; rank 0 writes, atomically
             if trainer.is_global_zero:
                 self._point_last_at(trainer, path)
