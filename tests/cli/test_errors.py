@@ -172,7 +172,15 @@ def test_what_the_wrapper_reports(tmp_path: Path) -> None:
         "stopped after 8 non-finite steps in a row", 1)
     message, status = describe(RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer"))
     assert status == 1 and message.startswith("a training process failed, so the job stopped")
-    assert message.endswith("Connection closed by peer. Continue from the newest checkpoint with resume=auto")
+    assert message.endswith("stopped: Connection closed by peer. Continue from the newest checkpoint with resume=auto")
+    # what a rank saw of its peer's death (ddp's rank 0 killed, tests/training/test_ddp_faults.py), without gloo's
+    # source location and closing advice
+    message, _ = describe(RuntimeError(
+        "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:652: Connection "
+        "reset by peer. This is typically caused by a remote worker hanging or bugs in the application. Check the logs "
+        "of the remote worker before reporting an error. GLHF! 🏖️"))
+    assert message == ("a training process failed, so the job stopped: Read error [127.0.0.1]:652: Connection reset by "
+                       "peer. Continue from the newest checkpoint with resume=auto")
 
     # A user error raised by a class that hydra.utils.instantiate builds (a data module) is still one.
     with pytest.raises(Exception) as wrapped:

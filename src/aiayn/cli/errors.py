@@ -215,7 +215,7 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
         rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK")
         where = f" (seen by rank {rank})" if rank else ""
         lines = str(error).strip().splitlines() or [type(error).__name__]
-        return (f"a training process failed, so the job stopped{where}: {lines[-1][:300]}. "
+        return (f"a training process failed, so the job stopped{where}: {_what_gloo_saw(lines[-1])[:300]}. "
                 "Continue from the newest checkpoint with resume=auto"), STOPPED
     if _no_gpu(error):
         setting = "device=cpu" if _has(cfg, "device") else "hardware=cpu"
@@ -250,6 +250,14 @@ def report_dead_ranks_before_lightning_kills() -> None:
 
     report_then_terminate.reports = True
     observer._terminate_all = report_then_terminate
+
+
+def _what_gloo_saw(line: str) -> str:
+    """gloo's message without its source location and its closing advice: ``[…/pair.cc:537] Read
+    error [127.0.0.1]:652: Connection reset by peer. This is typically caused by … GLHF!`` is
+    ``Read error [127.0.0.1]:652: Connection reset by peer``; any other line as it is."""
+    line = re.sub(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", line)
+    return line.split(". This is typically caused by")[0].rstrip(".")
 
 
 def _os_error(error: OSError) -> str:
