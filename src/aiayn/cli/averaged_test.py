@@ -25,38 +25,37 @@ from typing import Any
 import lightning as L
 
 from aiayn.checkpoints.averaging import average_checkpoints
-from aiayn.checkpoints.io import checkpoint_step
 from aiayn.checkpoints.trained import model_weights, put_weights
 from aiayn.config.checkpointing import window_steps
 
 log = logging.getLogger(__name__)
 
 
-def window_checkpoints(config: Mapping[str, Any]) -> list[Path] | None:
-    """The files of the run's §6.1 window (``<run>/checkpoints/step<N>.ckpt``), oldest first; None
-    for a recipe without one, or a run shorter than it."""
+def window_checkpoints(config: Mapping[str, Any]) -> dict[int, Path] | None:
+    """The steps of the run's §6.1 window and their files (``<run>/checkpoints/step<N>.ckpt``),
+    oldest first; None for a recipe without one, or a run shorter than it."""
     checkpoint = config["checkpoint"]
     steps = window_steps(config["trainer"]["max_steps"], checkpoint.get("average_last"),
                          checkpoint.get("average_every_n_steps"))
     if steps is None:
         return None
     folder = Path(config["paths"]["output_dir"]) / "checkpoints"
-    return [folder / f"step{step:07d}.ckpt" for step in steps]
+    return {step: folder / f"step{step:07d}.ckpt" for step in steps}
 
 
 def averaged_steps(config: Mapping[str, Any]) -> list[int] | None:
     """The steps whose average the test scored (read where :class:`AverageBeforeTest` read them), or
     None where it scored the last weights."""
-    paths = window_checkpoints(config)
-    if paths is None or not all(path.is_file() for path in paths):
+    window = window_checkpoints(config)
+    if window is None or not all(path.is_file() for path in window.values()):
         return None
-    return [checkpoint_step(path) for path in paths]
+    return list(window)
 
 
 def average_before_test(config: Mapping[str, Any]) -> list[L.Callback]:
     """[:class:`AverageBeforeTest`] where the recipe has a window and the run tests after training."""
-    paths = window_checkpoints(config)
-    return [AverageBeforeTest(paths)] if paths and config.get("test_after_training", True) else []
+    window = window_checkpoints(config)
+    return [AverageBeforeTest(list(window.values()))] if window and config.get("test_after_training", True) else []
 
 
 class AverageBeforeTest(L.Callback):

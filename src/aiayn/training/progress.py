@@ -153,21 +153,21 @@ class ProgressLog(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
-        took = None
+        timing = None  # how long it took, and validations' share of the attempt's time
         if self._paused_at is not None:
             now = time.perf_counter()
             took = now - self._paused_at
             self._paused += took
             self._validating += took
             self._paused_at = None
-            took = f"{took:.1f} s, validations {self._validating / (now - self._started):.0%} of the time so far"
+            timing = f"{took:.1f} s, validations {self._validating / (now - self._started):.0%} of the time so far"
         if not trainer.is_global_zero:
             return
         metrics = trainer.callback_metrics
         scorer = getattr(getattr(pl_module, "scorer", None), "name", None)
         shown = [f"{key} {float(metrics[f'val/{key}']):{form}}"
                  for key, form in (("loss", ".3f"), ("ppl", ".2f"), (scorer, ".2f")) if f"val/{key}" in metrics]
-        line = [f"validation at step {trainer.global_step}", *shown, *([took] if took else [])]
+        line = [f"validation at step {trainer.global_step}", *shown, *([timing] if timing else [])]
         log.info(" | ".join(line), extra={BAR_SHOWS_IT: True})
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
