@@ -43,10 +43,10 @@ PAPER_TOKENS_PER_STEP = 25_000  # §5.1: "approximately 25000 source tokens and 
 # Measured training throughput (benchmarks/train_throughput.py, benchmarks/gpu_suite.py) from which
 # the plan projects a run's wall time; absent outside a checkout.
 THROUGHPUT_RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "train_throughput.jsonl"
-# Lightning's precision names → the benchmarks' (train_throughput.py --precision).
 # The trainer.* settings the plan reads; train.py gives Lightning the plan's values of the first seven.
 PLANNED_TRAINER_SETTINGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches",
                             "val_check_interval")
+# Lightning's precision names → the benchmarks' (train_throughput.py --precision).
 BENCHMARK_PRECISION = {"32-true": "fp32", "32": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
 # max_tokens=auto where no GPU's memory sizes the batch (the WMT tasks' batch before auto): on a CPU,
 # batches of at most this many tokens — a bigger batch is no faster there (a step is matrix products
@@ -257,8 +257,7 @@ def measured_throughput(records: Path, model: str | None, accelerator: str, devi
     """The newest record of ``records`` (train_throughput.py's JSON lines) that measured this model
     (by its config name), vocabulary, precision, compile switch (and mode), length buckets or none,
     and batch (``tokens_per_batch``, the record's ``max_tokens``; None: any) on this kind of device
-    (the GPU's or the CPU's name), with
-    SDPA's cuDNN kernel off as the model keeps it (a record with
+    (the GPU's or the CPU's name), with SDPA's cuDNN kernel off as the model keeps it (a record with
     ``settings.cudnn_attention`` true measured that kernel, up to 5× slower on an H200); None when
     there is none."""
     if model is None or device is None or not records.is_file():
