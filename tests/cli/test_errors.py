@@ -100,8 +100,8 @@ def test_asking_for_a_gpu_without_one_says_to_use_the_cpu(tmp_path: Path, data_r
 TRAIN_ONLY_GROUPS = ("hardware:", "experiment:", "logger:", "model:")
 OWN_SETTINGS = {
     "train": ["== Config groups", "hardware: auto, cpu", "experiment: table", "trainer:", "resume: null"],
-    "prepare": ["task: multi30k_de_en, multi30k_en_de, wmt_en_de", "seed: 1234"],
-    "evaluate": ["task: multi30k_de_en, multi30k_en_de, wmt_en_de", "ckpt: ???", "average_last: null", "beam_size:"],
+    "prepare": ["task: multi30k_de_en, multi30k_en_de, parallel_text, wmt_en_de", "seed: 1234"],
+    "evaluate": ["task: multi30k_de_en, multi30k_en_de, parallel_text, wmt_en_de", "ckpt: ???", "average_last: null", "beam_size:"],
     "translate": ["ckpt: ???", "input: null", "beam_size: null", "kv_cache: null"],
     "average": ["ckpt: ???", "average_last: 5", "out: ???"],
     "visualize": ["ckpt: null", "text: A man is riding a bike.", "positional_encoding: true"],

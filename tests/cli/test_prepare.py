@@ -29,7 +29,7 @@ def _one_line(result) -> str:
 def test_an_unknown_task_lists_the_tasks(tmp_path):
     line = _one_line(run_tool("src/prepare.py", "task=wmt_en_cs", f"hydra.run.dir={tmp_path}", check=False))
     assert line.startswith("prepare.py: ") and "Could not find 'task/wmt_en_cs'" in line
-    assert "Available options in 'task': multi30k_de_en, multi30k_en_de, wmt_en_de, wmt_en_fr, wsj, wsj_semi" in line
+    assert "Available options in 'task': multi30k_de_en, multi30k_en_de, parallel_text, wmt_en_de, wmt_en_fr, wsj, wsj_semi" in line
 
 
 def test_a_raw_dir_that_does_not_exist_is_named(tmp_path):

@@ -28,6 +28,7 @@ SHIPPED = [
     ["task=wsj", "model=parsing"], ["task=wsj_semi", "model=parsing"], ["logger=csv"], ["logger=none"],
     ["hardware=cpu2_ddp"], ["experiment=table3_base", "+scale=multi30k_cpu"],
     ["experiment=table3_base", "+scale=multi30k"], *[[f"experiment={name}"] for name in EXPERIMENTS],
+    ["task=parallel_text", "task.data_dir=/data/iwslt14", "task.src_lang=de", "task.tgt_lang=en"],
 ]
 
 

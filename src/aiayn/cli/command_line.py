@@ -29,7 +29,7 @@ from aiayn.cli.renamed import REMOVED, RENAMED, new_arguments, removed_setting
 Result = TypeVar("Result")
 
 # The settings whose value is a path (any tool's; hydra.*: train's output folders).
-PATHS = ("ckpt", "resume", "out", "input", "model_dir", "data_root", "task.raw_dir", "hydra.run.dir",
+PATHS = ("ckpt", "resume", "out", "input", "model_dir", "data_root", "task.raw_dir", "task.data_dir", "hydra.run.dir",
          "hydra.sweep.dir")
 
 _OVERRIDE = re.compile(r"^(?P<key>[+~]{0,2}[A-Za-z_][\w.]*)=(?P<value>.*)$", re.DOTALL)

@@ -5,7 +5,8 @@ it was invoked: ``train.py``, ``aiayn-train``), and exit status 2:
 
 * :class:`aiayn.errors.UserError` (``ConfigError``, ``DataError``, a checkpoint of another
   vocabulary, ...);
-* a mandatory setting left out (``ckpt=???``: omegaconf's ``MissingMandatoryValue``);
+* a mandatory setting left out (``ckpt=???``: omegaconf's ``MissingMandatoryValue``), also where
+  another setting reads it (:func:`left_out`);
 * ``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError`` (a path that is not there, or
   not readable);
 * a GPU asked for (``hardware=gpu``, ``device=cuda``) on a machine without a usable CUDA device;
@@ -36,10 +37,15 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
+from omegaconf.errors import (
+    InterpolationResolutionError,
+    InterpolationToMissingValueError,
+    MissingMandatoryValue,
+    OmegaConfBaseException,
+)
 
 from aiayn.cli import tool_command, tool_name
-from aiayn.errors import UserError
+from aiayn.errors import ConfigError, UserError
 from aiayn.files import no_room
 
 USER_ERROR = 2  # exit status: the user can fix it
@@ -117,7 +123,7 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
                 fail(_output_folder_message(error))
             if _task_started or not is_composition_error(error):
                 raise
-            within = raised_by_resolver(error)
+            within = raised_by_resolver(error) or left_out(error)
             fail(str(within) if within is not None else composition_message(error))
         finally:
             if before is None:
@@ -150,6 +156,20 @@ def raised_by_resolver(error: BaseException) -> UserError | None:
         seen.add(id(inner))
         inner = inner.__cause__ or inner.__context__
     return None
+
+
+def left_out(error: BaseException) -> ConfigError | None:
+    """The ConfigError of a mandatory setting (``???``) left out that another setting reads
+    (``task.datamodule.data_dir: ${task.data_dir}``), which omegaconf reports under the setting it
+    was resolving; None for any other error."""
+    if not isinstance(error, InterpolationToMissingValueError):
+        return None
+    found = re.search(r"Missing mandatory value: ([\w.\[\]-]+)", str(error))
+    return ConfigError(_give(found.group(1))) if found else None
+
+
+def _give(key: str) -> str:
+    return f"{key} is missing: give {key}=<value> (see {tool_command()} --help)"
 
 
 def _is_mode_conflict(error: BaseException) -> bool:
@@ -191,10 +211,11 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
     if isinstance(error, UserError):
         return str(error), USER_ERROR
     if isinstance(error, MissingMandatoryValue):
-        key = error.full_key or "a setting"
-        return f"{key} is missing: give {key}=<value> (see {tool_command()} --help)", USER_ERROR
+        return _give(error.full_key or "a setting"), USER_ERROR
     if raised_by_resolver(error) is not None:
         return str(raised_by_resolver(error)), USER_ERROR
+    if left_out(error) is not None:
+        return str(left_out(error)), USER_ERROR
     if isinstance(error, InterpolationResolutionError):
         where = f"{error.full_key}: " if getattr(error, "full_key", None) else ""
         return f"{where}{str(error).strip().splitlines()[0]}", USER_ERROR

@@ -32,6 +32,7 @@ from aiayn.cli import CONFIG_DIR, run_folder
 from aiayn.cli.averaged_test import average_before_test, averaged_steps, described
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import (
+    left_out,
     raised_by_resolver,
     report_dead_ranks_before_lightning_kills,
     reports_composition_errors,
@@ -222,11 +223,12 @@ def _warn_if_not_its_row(config: dict) -> None:
 
 
 def _resolved(cfg: DictConfig) -> dict:
-    """The whole config resolved; what the plan (a resolver) refuses is the ConfigError it raised."""
+    """The whole config resolved; what the plan (a resolver) refuses is the ConfigError it raised,
+    and so is a mandatory setting left out that another setting reads."""
     try:
         return OmegaConf.to_container(cfg, resolve=True)
     except InterpolationResolutionError as error:
-        within = raised_by_resolver(error)
+        within = raised_by_resolver(error) or left_out(error)
         if within is not None:
             raise within from None
         raise

@@ -29,7 +29,7 @@ ROOT_SETTINGS = (
     "visualize_at_end", "checkpoint", "distributed", "experiment", "plan", "decoding",
 )
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "cudagraphs")
-TASK_SETTINGS = ("name", "vocab_size", "datamodule", "raw_dir", "split", "splits")
+TASK_SETTINGS = ("name", "vocab_size", "datamodule", "raw_dir", "data_dir", "src_lang", "tgt_lang", "split", "splits")
 
 
 def check_train_config(config: Mapping[str, Any]) -> None:

@@ -1,0 +1,70 @@
+"""``task=parallel_text``: a corpus of one's own through the tools, as a user runs them — train on
+a folder of real files in fairseq's layout (tests.helpers.datafiles.own_corpus), evaluate another
+split of it, translate; and a mandatory setting left out, refused in one line before a run folder
+stays behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.data.readers import read_lines
+from tests.helpers.datafiles import own_corpus
+from tests.helpers.inprocess import run_tool, train
+from tests.helpers.runs import REPO, TINY
+
+OWN = ["task=parallel_text", "task.src_lang=en", "task.tgt_lang=de"]
+
+
+@pytest.mark.slow
+def test_a_corpus_of_ones_own_trains_tests_and_is_evaluated_and_translated(tmp_path: Path, data_root: Path,
+                                                                             subword_cache: Path) -> None:
+    corpus = own_corpus(tmp_path / "corpus", data_root)
+    run_dir = tmp_path / "run"
+    result = train(run_dir, *TINY, *OWN, f"task.data_dir={corpus}", "logger=csv", data_root=data_root,
+                   cache_dir=subword_cache)
+    (tested,) = [line for line in result.stdout.splitlines() if line.startswith("test test:")]
+    assert "test/bleu=" in tested and "test/ppl=" in tested
+    log = (run_dir / "train.log").read_text()
+    assert f"training pairs of {corpus / 'train.en.gz'} / {corpus / 'train.de.gz'}" in log
+    assert "val sacreBLEU on " in log  # validation scores valid.{en,de}
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert checkpoint["datamodule_hyper_parameters"]["data_dir"] == str(corpus)
+
+    # Another split of the corpus, named by its files: evaluate.py split=<name>.
+    wmt = data_root / "wmt14"
+    for lang in ("en", "de"):
+        (corpus / f"newstest2014.{lang}").write_text("".join(
+            f"{line}\n" for line in read_lines(wmt / f"newstest2014-en-de.{lang}")[30:45]))
+    out = tmp_path / "eval"
+    run_tool("src/evaluate.py", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}", "split=newstest2014", f"out={out}",
+             "decoding.max_len_offset=5", data_root=data_root, cache_dir=subword_cache)
+    (report,) = out.glob("*.json")
+    assert json.loads(report.read_text())["sentences"] == 15
+    (hypotheses,) = out.glob("newstest2014.*.hyp.de")
+    assert len(read_lines(hypotheses)) == 15
+
+    translated = run_tool("src/translate.py", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}",
+                          "decoding.max_len_offset=5", stdin="Good morning.\nThank you.\n", data_root=data_root,
+                          cache_dir=subword_cache)
+    assert len(translated.stdout.splitlines()) == 2
+
+
+@pytest.mark.parametrize("given, missing", [
+    (["task.src_lang=en", "task.tgt_lang=de"], "task.data_dir"),  # read by task.datamodule.data_dir
+    (["task.data_dir=/data/corpus", "task.src_lang=en"], "task.tgt_lang"),  # by task.name, and so the run folder's name
+])
+@pytest.mark.parametrize("folder_given", [True, False], ids=["hydra.run.dir given", "outputs/"])
+def test_a_setting_of_the_task_left_out_is_named_in_one_line(tmp_path: Path, given: list[str], missing: str,
+                                                             folder_given: bool) -> None:
+    run_dir = tmp_path / "run"
+    folder = [f"hydra.run.dir={run_dir}"] if folder_given else []  # else Hydra names it, from task.name
+    result = run_tool("src/train.py", *TINY, "logger=none", "task=parallel_text", *given, *folder, cwd=tmp_path,
+                      check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip() == (f"train.py: {missing} is missing: give {missing}=<value> (see python "
+                                     f"{REPO / 'src' / 'train.py'} --help)")
+    assert sorted(tmp_path.iterdir()) == []  # no run folder, here or under outputs/

@@ -1,0 +1,85 @@
+"""A parallel corpus of one's own (aiayn.data.parallel_text): a folder of real files in fairseq's
+layout (the shared WMT14 training slice, gzipped, and newstest2013/2014 plain), read, encoded with
+a real sentencepiece model and scored; and each setting it refuses, in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aiayn.data.parallel_text import ParallelTextDataModule, corpus_file
+from aiayn.data.readers import read_lines
+from aiayn.errors import ConfigError, DataError
+from tests.helpers.datafiles import own_corpus, write_lines
+
+
+def module(folder: Path, cache: Path, **settings) -> ParallelTextDataModule:
+    return ParallelTextDataModule(**{"data_dir": str(folder), "src_lang": "en", "tgt_lang": "de", "vocab_size": 500,
+                                     "max_tokens": 2048, "cache_dir": str(cache), **settings})
+
+
+def test_each_split_is_its_two_files_plain_or_gzipped(tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
+    folder = own_corpus(tmp_path / "corpus", data_root)
+    data = module(folder, subword_cache)
+    data.prepare_data()
+    data.setup("fit")
+
+    assert data.split_files("train", False) == (folder / "train.en.gz", folder / "train.de.gz")
+    assert data.split_files("valid", False) == (folder / "valid.en", folder / "valid.de")
+    assert data.vocab.vocab_size == 500  # learnt from the training split's two sides
+    assert data.split_sizes["val"] == 40 and data.split_sizes["test"] == 30
+    assert 9_900 <= data.split_sizes["train"] <= 10_000  # the slice's pairs, less any with an empty side
+    assert data.sources("valid") == read_lines(data_root / "wmt14" / "newstest2013.en")[:40]
+    assert data.references("test") == read_lines(data_root / "wmt14" / "newstest2014-en-de.de")[:30]
+    assert data.scorer().lang == "de"  # the tokenized BLEU's Moses tokenizer is the target language's
+
+    # Any other split whose two files are there can be scored (evaluate.py split=<name>).
+    write_lines(folder / "newstest2014.en", ["Good morning."])
+    write_lines(folder / "newstest2014.de", ["Guten Morgen."])
+    assert data.check_split("newstest2014", "parallel_text_en_de") == "newstest2014"
+    assert data.evaluation_data("newstest2014") == (["Good morning."], ["Guten Morgen."], ["Guten Morgen."])
+
+
+def test_the_plain_file_wins_over_a_gzipped_one_of_the_same_name(tmp_path: Path) -> None:
+    write_lines(tmp_path / "train.en.gz", ["a"])
+    assert corpus_file(tmp_path, "train", "en") == tmp_path / "train.en.gz"
+    write_lines(tmp_path / "train.en", ["a"])
+    assert corpus_file(tmp_path, "train", "en") == tmp_path / "train.en"
+    assert corpus_file(tmp_path, "valid", "en") == tmp_path / "valid.en"  # neither: the plain name, to report
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"tgt_lang": "en"}, "task.src_lang and task.tgt_lang are both 'en': the two sides would be one file"),
+    ({"src_lang": "en/x"}, "task.src_lang='en/x': give the side's language code, as its files' names end (de, en)"),
+    ({"tgt_lang": ""}, "task.tgt_lang='': give the side's language code"),
+])
+def test_settings_that_cannot_name_two_files_are_refused(tmp_path: Path, settings: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        module(tmp_path, tmp_path / "cache", **settings)
+    assert str(refused.value).startswith(message)
+
+
+def test_missing_files_are_named_with_the_layout_wanted(tmp_path: Path, data_root: Path) -> None:
+    folder = own_corpus(tmp_path / "corpus", data_root)
+    (folder / "test.de").unlink()
+    with pytest.raises(DataError) as missing:
+        module(folder, tmp_path / "cache").check_files()
+    assert str(missing.value) == (f"corpus files missing or unreadable: {folder / 'test.de'} (test split 'test': "
+                                  "missing). Each split is two files under task.data_dir, <split>.en and <split>.de "
+                                  "(or .gz)")
+
+    with pytest.raises(DataError) as no_folder:
+        module(tmp_path / "nowhere", tmp_path / "cache").check_files()
+    assert str(no_folder.value) == (f"task.data_dir={tmp_path / 'nowhere'}: no such folder; give the folder that "
+                                    "holds the corpus's files")
+
+
+def test_files_of_a_split_that_differ_in_length_are_named(tmp_path: Path, data_root: Path) -> None:
+    folder = own_corpus(tmp_path / "corpus", data_root)
+    write_lines(folder / "valid.de", read_lines(folder / "valid.de")[:-1])
+    with pytest.raises(DataError) as misaligned:
+        module(folder, tmp_path / "cache").check_files()
+    assert str(misaligned.value) == (f"val split 'valid': parallel files differ in length: {folder / 'valid.de'} ends "
+                                     f"after line 39 but {folder / 'valid.en'} goes on at line 40; they must be "
+                                     "aligned line by line")
