@@ -6,11 +6,13 @@ stays behind."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
+from aiayn.checkpoints.resume import find_resume
 from aiayn.data.readers import read_lines
 from tests.helpers.datafiles import own_corpus
 from tests.helpers.inprocess import run_tool, train
@@ -33,6 +35,16 @@ def test_a_corpus_of_ones_own_trains_tests_and_is_evaluated_and_translated(tmp_p
     assert "val sacreBLEU on " in log  # validation scores valid.{en,de}
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert checkpoint["datamodule_hyper_parameters"]["data_dir"] == str(corpus)
+
+    # The folder is the corpus: resume=auto goes on from an earlier run of the same run name on the
+    # same folder, never from one on another corpus of the same languages.
+    earlier = tmp_path / "outputs" / "parallel_text_en_de-small" / "2026-01-01_00-00-00"
+    shutil.copytree(run_dir / "checkpoints", earlier / "checkpoints")
+    later = earlier.parent / "2026-01-02_00-00-00"
+    config = checkpoint["hyper_parameters"]["run_config"]
+    assert find_resume("auto", later, config, multirun=False).run_dir == earlier
+    other = {**config, "task": {**config["task"], "datamodule": {**config["task"]["datamodule"], "data_dir": "/other"}}}
+    assert find_resume("auto", later, other, multirun=False) is None
 
     # Another split of the corpus, named by its files: evaluate.py split=<name>.
     wmt = data_root / "wmt14"

@@ -24,11 +24,13 @@ log = logging.getLogger(__name__)
 # Settings a resumed run must share with the run that wrote the checkpoint (dotted paths into the
 # resolved config): the seed, the task and its vocabulary, one process's batch (the plan's: which
 # sentences make up each batch, however many processes share a step), the network, the loss and
-# the optimiser. Everything else — data locations, logging, hardware, validation — may change
-# between the two.
+# the optimiser. Everything else — where a corpus lies (Multi30k's data_root, WMT's raw_dir),
+# logging, hardware, validation — may change between the two. A corpus of one's own
+# (task=parallel_text) is whatever its folder holds: its task.datamodule.data_dir is the corpus.
 IDENTITY_KEYS = (
     "seed", "task.name", "task.vocab_size", "task.datamodule.src_lang", "task.datamodule.tgt_lang",
-    "plan.tokens_per_batch", "task.datamodule.max_length", "model", "width_divisor", "loss", "optim",
+    "task.datamodule.data_dir", "plan.tokens_per_batch", "task.datamodule.max_length", "model", "width_divisor",
+    "loss", "optim",
 )
 # What to do about a difference that does not name its own setting.
 _HINTS = {"plan.tokens_per_batch": "a batch's tokens, from task.datamodule.max_tokens and the machine: give "
