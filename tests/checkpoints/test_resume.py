@@ -134,7 +134,10 @@ def test_kill_during_save_leaves_the_newest_checkpoint_whole(tmp_path: Path) -> 
     target = folder / "step0000002.ckpt"
     AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.ones(3)}, "optimizer_states": [],
                                           "global_step": 1}, target)
-    process = subprocess.Popen([sys.executable, "-c", _SAVER, str(target)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    saver = tmp_path / "saver.py"
+    saver.write_text(_SAVER)
+    # A process of its own, started from the preloaded interpreter (tests/helpers/preloaded.py).
+    process = popen([sys.executable, str(saver), str(target)], cwd=REPO, stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline().strip() == "saving"
     deadline = time.monotonic() + 120
     while not any(p.stat().st_size > 2**20 for p in folder.glob(".*.tmp") if p.exists()):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.inprocess import run_tool
+from tests.helpers.preloaded import popen
 from tests.helpers.runs import REPO, offline_environment
 
 # One job's use of the store: imports done, it says so and waits for the word to start.
@@ -35,8 +36,11 @@ logger.close()
 def test_jobs_that_start_together_on_a_new_store_each_get_their_run(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
     go = tmp_path / "go"
-    jobs = [subprocess.Popen([sys.executable, "-c", _JOB, store, str(go), f"job{n}"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, cwd=REPO) for n in range(3)]
+    job = tmp_path / "job.py"
+    job.write_text(_JOB)
+    # Three processes of their own (started from the preloaded interpreter, tests/helpers/preloaded.py).
+    jobs = [popen([sys.executable, str(job), store, str(go), f"job{n}"], stdout=subprocess.PIPE,
+                  stderr=subprocess.PIPE, text=True, cwd=REPO) for n in range(3)]
     try:
         for job in jobs:
             assert job.stdout.readline().strip() == "ready", job.stderr.read()[-2000:]
