@@ -67,7 +67,14 @@ def test_missing_files_are_named_with_the_layout_wanted(tmp_path: Path, data_roo
         module(folder, tmp_path / "cache").check_files()
     assert str(missing.value) == (f"corpus files missing or unreadable: {folder / 'test.de'} (test split 'test': "
                                   "missing). Each split is two files under task.data_dir, <split>.en and <split>.de "
-                                  "(or .gz)")
+                                  "(or .gz); a corpus without a test split: task.datamodule.test_split=valid tests "
+                                  "on the validation split")
+    module(folder, tmp_path / "cache", test_split="valid").check_files()  # as that says
+
+    (folder / "valid.en").unlink()
+    with pytest.raises(DataError) as missing:
+        module(folder, tmp_path / "cache", test_split="valid").check_files()
+    assert str(missing.value).endswith("<split>.en and <split>.de (or .gz)")
 
     with pytest.raises(DataError) as no_folder:
         module(tmp_path / "nowhere", tmp_path / "cache").check_files()

@@ -73,8 +73,12 @@ class ParallelTextDataModule(TranslationDataModule):
     def missing_files_message(self, listing: str) -> str:
         if not self.data_root.is_dir():
             return f"task.data_dir={self.data_root}: no such folder; give the folder that holds the corpus's files"
+        test = self.splits["test"]
+        untested = "" if all(path.is_file() for path in self._paths(test)) or test == self.splits["val"] else (
+            f"; a corpus without a test split: task.datamodule.test_split={self.splits['val']} tests on the "
+            "validation split")
         return (f"corpus files missing or unreadable: {listing}. Each split is two files under task.data_dir, "
-                f"<split>.{self.src_lang} and <split>.{self.tgt_lang} (or .gz)")
+                f"<split>.{self.src_lang} and <split>.{self.tgt_lang} (or .gz){untested}")
 
     def _paths(self, split: str) -> tuple[Path, Path]:
         return corpus_file(self.data_root, split, self.src_lang), corpus_file(self.data_root, split, self.tgt_lang)
