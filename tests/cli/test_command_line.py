@@ -109,6 +109,11 @@ def test_a_path_is_quoted_only_where_hydra_would_read_it_otherwise(tmp_path: Pat
     assert quoted_path(f"resume={there}", "train") == f"resume='{there}'"
     assert quoted_path("ckpt=a.ckpt,b.ckpt", "evaluate") == "ckpt='a.ckpt,b.ckpt'"
     assert quoted_path("out=it's here", "translate") == '''out="it's here"'''
+    # ~ as the shell expands it for ckpt=~/x, also where it does not: after a dotted key, in quotes.
+    home = Path.home()
+    assert quoted_path("task.data_dir=~/corpus", "train") == f"task.data_dir={home / 'corpus'}"
+    assert quoted_path("hydra.run.dir=~/runs/a=1", "train") == f"hydra.run.dir='{home / 'runs' / 'a=1'}'"
+    assert quoted_path("out=runs/~old", "evaluate") == "out='runs/~old'"  # Hydra's grammar refuses ~
     for unchanged, tool in [("resume=a,b", "train"), ("resume=auto", "train"), ("ckpt=null", "evaluate"),
                             ("ckpt=[a,b]", "evaluate"), ("ckpt='a,b'", "evaluate"), ("out=${oc.env:X}", "evaluate"),
                             ("seed=1,2", "train"), ("text=a=b", "visualize"), ("out=runs/last.ckpt", "average")]:

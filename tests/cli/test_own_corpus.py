@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 
 from aiayn.checkpoints.resume import find_resume
 from aiayn.data.readers import read_lines
@@ -26,7 +27,8 @@ def test_a_corpus_of_ones_own_trains_tests_and_is_evaluated_and_translated(tmp_p
                                                                              subword_cache: Path) -> None:
     corpus = own_corpus(tmp_path / "corpus", data_root)
     run_dir = tmp_path / "run"
-    result = train(run_dir, *TINY, *OWN, f"task.data_dir={corpus}", "logger=csv", data_root=data_root,
+    # The folder as a relative path, from where the command runs; the tools below run elsewhere.
+    result = train(run_dir, *TINY, *OWN, "task.data_dir=corpus", "logger=csv", cwd=tmp_path, data_root=data_root,
                    cache_dir=subword_cache)
     (tested,) = [line for line in result.stdout.splitlines() if line.startswith("test test:")]
     assert "test/bleu=" in tested and "test/ppl=" in tested
@@ -35,6 +37,7 @@ def test_a_corpus_of_ones_own_trains_tests_and_is_evaluated_and_translated(tmp_p
     assert "val sacreBLEU on " in log  # validation scores valid.{en,de}
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert checkpoint["datamodule_hyper_parameters"]["data_dir"] == str(corpus)
+    assert checkpoint["hyper_parameters"]["run_config"]["task"]["datamodule"]["data_dir"] == str(corpus)
 
     # The folder is the corpus: resume=auto goes on from an earlier run of the same run name on the
     # same folder, never from one on another corpus of the same languages.
@@ -80,3 +83,13 @@ def test_a_setting_of_the_task_left_out_is_named_in_one_line(tmp_path: Path, giv
     assert result.stderr.strip() == (f"train.py: {missing} is missing: give {missing}=<value> (see python "
                                      f"{REPO / 'src' / 'train.py'} --help)")
     assert sorted(tmp_path.iterdir()) == []  # no run folder, here or under outputs/
+
+
+def test_the_folder_is_read_as_an_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for given, read in (("corpus", tmp_path / "corpus"), ("'~/corpus'", tmp_path / "home" / "corpus"),
+                        ("/data/corpus", Path("/data/corpus"))):
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            cfg = compose("train", overrides=[*OWN, f"task.data_dir={given}", "run_name=own"])
+        assert cfg.task.datamodule.data_dir == str(read)

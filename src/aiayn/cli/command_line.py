@@ -3,9 +3,9 @@ each tool's ``main``):
 
 * old setting names become the new ones, each with a one-line notice, and a setting that is no more
   is refused in one line (:mod:`aiayn.cli.renamed`);
-* a path's value is given to Hydra quoted, as the one string it is: a ``--multirun`` job's folder
-  is named after its overrides (``0_debug=tiny,seed=7``), whose ``=`` Hydra's grammar refuses and
-  whose commas it takes for a sweep. A value written in Hydra's own syntax (quoted, a list, an
+* a path's value is given to Hydra quoted, as the one string it is (a leading ``~`` expanded): a
+  ``--multirun`` job's folder is named after its overrides (``0_debug=tiny,seed=7``), whose ``=``
+  Hydra's grammar refuses and whose commas it takes for a sweep. A value written in Hydra's own syntax (quoted, a list, an
   interpolation, a sweep function) is left as it is;
 * Hydra's own options (``--multirun``, ``--cfg job``, ...) go before the overrides wherever they
   were given: its parser takes none after them.
@@ -36,7 +36,7 @@ _OVERRIDE = re.compile(r"^(?P<key>[+~]{0,2}[A-Za-z_][\w.]*)=(?P<value>.*)$", re.
 # Written in Hydra's syntax: quoted, a list or dict, an interpolation, a sweep function (glob(...)).
 _HYDRA_SYNTAX = re.compile(r"""^\s*(['"\[{]|\w+\(.*\)\s*$)|\$\{""", re.DOTALL)
 # What Hydra's grammar does not take as it is in a plain value.
-_GRAMMAR = re.compile(r"""[=()\[\]{}'"\s]""")
+_GRAMMAR = re.compile(r"""[=()\[\]{}'"\s~]""")
 
 
 def read_by_hydra(tool: str) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
@@ -65,16 +65,19 @@ def quoted_path(argument: str, tool: str) -> str:
     """``ckpt=runs/0_a=1,b=2/last.ckpt`` as ``ckpt='runs/0_a=1,b=2/last.ckpt'``: a path setting's
     value quoted where Hydra would read it otherwise. Commas alone are quoted where they cannot be
     a sweep (any tool but train, or a path that exists): evaluate's and translate's ``ckpt=a,b``
-    reaches aiayn.checkpoints.given as one string. Any other argument as it is."""
+    reaches aiayn.checkpoints.given as one string. A leading ``~`` is the user's home, as the shell
+    makes it where the key is a plain name. Any other argument as it is."""
     match = _OVERRIDE.match(argument)
     if not match or match["key"].lstrip("+~") not in PATHS:
         return argument
     value = match["value"]
     if not value or _HYDRA_SYNTAX.search(value) or value.endswith("\\"):
         return argument
+    # ~ as the shell expands it in ckpt=~/x, but not in task.data_dir=~/x (a dotted key is no assignment).
+    value = os.path.expanduser(value)
     commas = "," in value and (tool != "train" or os.path.lexists(value))
     if not (_GRAMMAR.search(value) or commas):
-        return argument
+        return f"{match['key']}={value}"
     quote = "'" if "'" not in value else '"'
     if quote in value:  # both kinds of quote in it: Hydra's escapes, in single quotes
         quote, value = "'", value.replace("'", "\\'")

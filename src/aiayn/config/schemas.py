@@ -7,7 +7,8 @@ Importing this module (any of ``aiayn.config``) registers the dataclasses in Hyd
 as the schemas ``schema/model``, ``schema/optim``, ``schema/loss``, ``schema/decoding`` and
 ``schema/decoding_overrides`` (the tools'), ``schema/trainer`` (Lightning's Trainer arguments,
 aiayn.config.trainer), ``schema/progress_log`` (the progress lines of a training run,
-``callbacks.progress_log``), and the plan's resolvers.
+``callbacks.progress_log``), and the plan's resolvers; and the resolver ``${aiayn.folder:}``
+(:func:`absolute_folder`).
 conf/model/*.yaml and conf/optim/*.yaml start from theirs (``defaults: [/schema/model@_here_,
 _self_]``) and conf/train.yaml puts the loss schema under ``loss``, so Hydra rejects a key that is
 not a field, or a value of the wrong type, while composing. Code that composes conf/train.yaml
@@ -20,6 +21,7 @@ from __future__ import annotations
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, make_dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -201,3 +203,13 @@ def check_against_schemas(config: Mapping[str, Any]) -> dict[str, dict[str, Any]
             key = getattr(error, "full_key", None) or "?"
             raise ConfigError(f"{section}.{key}: {getattr(error, 'msg', error)}") from None
     return typed
+
+
+def absolute_folder(path: str) -> str:
+    """``${aiayn.folder:<path>}``: a folder setting as the run reads it, ``~`` expanded and made
+    absolute against the folder the command ran in, so that the run's config (its checkpoints',
+    which evaluate.py and translate.py read) names it from anywhere."""
+    return str(Path(str(path)).expanduser().absolute())
+
+
+OmegaConf.register_new_resolver("aiayn.folder", absolute_folder, replace=True)
