@@ -37,6 +37,20 @@ def wandb_init(tmp_path: Path, *overrides: str, multirun: bool = False, run_dir:
             HydraConfig.instance().cfg = before
 
 
+def test_the_name_does_not_say_the_task_and_model_twice(tmp_path):
+    """``model=big task=wmt_en_fr``: the run name says both already; the tags keep every override."""
+    paper = wandb_init(tmp_path, "model=big", "task=wmt_en_fr", "seed=2")
+    assert paper["name"] == "wmt_en_fr-big-seed=2"
+    assert {"model=big", "task=wmt_en_fr", "seed=2"} <= set(paper["tags"])
+    own = wandb_init(tmp_path, "task=parallel_text", "task.data_dir=/data/corpus", "task.src_lang=de",
+                     "task.tgt_lang=en")
+    assert own["name"] == "parallel_text_de_en-small-task.data_dir=/data/corpus,task.src_lang=de,task.tgt_lang=en"
+    named = wandb_init(tmp_path, "model=base", "run_name=mine")  # a name of one's own does not say the model
+    assert named["name"] == "mine-model=base"
+    row = wandb_init(tmp_path, "experiment=table3_A_h1", "model=big")  # nor does a row's
+    assert row["name"] == "table3-A_h1-paper-model=big"
+
+
 def test_the_jobs_of_a_sweep_share_it_as_group_and_their_names_and_tags_carry_the_swept_values(tmp_path):
     jobs = [wandb_init(tmp_path, "debug=tiny", f"seed={seed}", "model.dropout=0.2", multirun=True) for seed in (1, 2)]
     assert [job["name"] for job in jobs] == ["multi30k_en_de-small-debug-seed=1,model.dropout=0.2",

@@ -2,7 +2,8 @@
 ``logger.mlflow.run_name`` …), its scale, and whether it still is the paper row it names.
 
 * **name**: ``run_name`` (``table3-A_h1``, ``multi30k_en_de-small``), the scale, then the job's
-  own overrides (``seed=2``, ``model.dropout=0.2``): unique among the jobs of a sweep; runs of one
+  own overrides (``seed=2``, ``model.dropout=0.2``; not ``task=``, ``model=`` where the run name
+  says them): unique among the jobs of a sweep; runs of one
   command started in the same second (folders ``<date>_<time>``, ``<date>_<time>-2``) add ``#2``, ...
 * **group**: ``run_group`` when set (``experiments/tables.py run`` sets its jobs' folder), else the
   sweep (``multirun/<date>_<time>``: ``hydra.sweep.dir``'s last two parts), the same for every job
@@ -122,7 +123,10 @@ def identity(root: DictConfig, what: str) -> Any:
     if what == "scale":
         return scale
     if what == "name":
-        name = "-".join([str(root.run_name), *([scale] if scale else []), *([",".join(own)] if own else [])])
+        # The run name's own words are not said twice: run_name is <task.name>-<model> unless it is set.
+        said = ("task", "model") if str(root.run_name) == f"{root.task.name}-{choices.get('model')}" else ()
+        named = [o for o in own if _key(o) not in said]
+        name = "-".join([str(root.run_name), *([scale] if scale else []), *([",".join(named)] if named else [])])
         folder = OmegaConf.select(job, "runtime.output_dir") if job is not None and job.mode != RunMode.MULTIRUN else None
         together = STAMPED_FOLDER.fullmatch(Path(folder).name) if folder else None  # <date>_<time>-N: the Nth that second
         return name + (f"#{together.group(1)[1:]}" if together and together.group(1) else "")
