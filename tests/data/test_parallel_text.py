@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sacrebleu.metrics import BLEU
 
 from aiayn.data.parallel_text import ParallelTextDataModule, corpus_file
 from aiayn.data.readers import read_lines
@@ -90,3 +91,15 @@ def test_files_of_a_split_that_differ_in_length_are_named(tmp_path: Path, data_r
     assert str(misaligned.value) == (f"val split 'valid': parallel files differ in length: {folder / 'valid.de'} ends "
                                      f"after line 39 but {folder / 'valid.en'} goes on at line 40; they must be "
                                      "aligned line by line")
+
+
+def test_a_target_language_sacrebleu_cannot_score_here_is_refused_before_training(tmp_path: Path) -> None:
+    """A Japanese target: sacreBLEU scores it with its ja-mecab tokenizer, one of its extras."""
+    try:
+        BLEU(trg_lang="ja")
+    except RuntimeError:
+        with pytest.raises(ConfigError, match=r"^sacreBLEU scores target language 'ja' with a tokenizer of its "
+                                              r"extras: pip install 'sacrebleu\[ja\]'$"):
+            module(tmp_path, tmp_path / "cache", tgt_lang="ja").scorer()
+    else:
+        pytest.skip("sacreBLEU's ja tokenizer is installed here")

@@ -64,6 +64,28 @@ def test_sacrebleu_score_equals_sacrebleu_on_real_lines(val_de):
     assert result.signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert "smooth:exp" in result.signature
     assert sacrebleu_score(val_de, val_de).score == pytest.approx(100.0)
+    assert sacrebleu_score(hyps, val_de, "de") == result  # a language 13a serves: sacreBLEU's defaults as they are
+
+
+def test_a_chinese_target_is_scored_with_the_tokenizer_sacrebleu_takes_for_it():
+    """13a splits no Chinese characters: one line is one token, and output near the reference scores 0."""
+    hyps, refs = ["我们是好朋友。", "今天天气很好。"], ["我们是朋友。", "今天的天气很好。"]
+    result = sacrebleu_score(hyps, refs, "zh")
+    assert result.score == sacrebleu.corpus_bleu(hyps, [refs], tokenize="zh").score > 20
+    assert "|tok:zh|" in result.signature
+    assert sacrebleu_score(hyps, refs).score == 0.0  # what 13a made of it
+
+
+@pytest.mark.parametrize("lang", ["ja", "ko"])
+def test_a_target_whose_tokenizer_needs_sacrebleus_extras_says_what_to_install(lang):
+    try:
+        BLEU(trg_lang=lang)
+    except RuntimeError:
+        with pytest.raises(ValueError, match=rf"^sacreBLEU scores target language '{lang}' with a tokenizer of its "
+                                             rf"extras: pip install 'sacrebleu\[{lang}\]'$"):
+            sacrebleu_score(["a"], ["a"], lang)
+    else:
+        pytest.skip(f"sacreBLEU's {lang} tokenizer is installed here")
 
 
 # --- the pieces of tokenized BLEU -------------------------------------------------------

@@ -95,6 +95,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         trained.load_weights(average["state_dict"])
         steps = average["averaged_steps"]
     sources, targets, references = datamodule.evaluation_data(split)  # references: what its scorer compares with
+    scorer = datamodule.scorer()  # the Scorer validation uses; one it cannot build is refused before decoding
     decoding = Decoding.of(trained.decoding, wanted, switches=switches, members=trained.members,
                            where="the checkpoint's decoding.")
     # The task hands over its output constraint; the search refuses constrained decoding without one.
@@ -113,7 +114,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if decoding.nbest > 1:  # every hypothesis, with its index and scores
         files["nbest"] = str(out_dir / f"{name}.nbest.{datamodule.tgt_lang}")
         atomic_write_text(files["nbest"], "".join(line + "\n" for line in nbest_lines(result.nbest)))
-    scored = datamodule.scorer().report(result.texts, references, out_dir, name)  # the Scorer validation uses
+    scored = scorer.report(result.texts, references, out_dir, name)
     metrics = {f"{cfg.split}/{key}": value for key, value in scored.figures.items()}
     metrics.update({
         f"{cfg.split}/ppl": ppl,

@@ -204,8 +204,12 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
 
     def scorer(self) -> Scorer:
         """What evaluation scores decoded output with: BLEU both ways, sacreBLEU and the paper's
-        tokenized BLEU of the target language (§6.1)."""
-        return CorpusBleu(self.tgt_lang)
+        tokenized BLEU of the target language (§6.1); a ConfigError where sacreBLEU's tokenizer
+        for that language needs its extras."""
+        try:
+            return CorpusBleu(self.tgt_lang)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
 
     def preparation_needed(self) -> str | None:
         """What reading an evaluation split would start beyond reading (or fetching) its files:

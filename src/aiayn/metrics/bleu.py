@@ -10,7 +10,10 @@ get_ende_bleu.sh and its tweaked reference):
     reference, mixed case, the ``13a`` tokenizer (mteval-v13a.pl's), ``exp`` smoothing.
     This is the comparable, reproducible number; its signature
     (``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:...``) states exactly how it
-    was computed.
+    was computed. Given the target language, the tokenizer is the one sacreBLEU's command
+    line takes for it (``-l xx-zh``): ``zh`` for Chinese, ``ja-mecab`` and ``ko-mecab`` for
+    Japanese and Korean (sacreBLEU's extras ``[ja]``, ``[ko]``), ``13a`` for every other; 13a
+    splits no Chinese characters, and would score such output near 0.
 
 ``tokenized_bleu``
     The kind of number the paper reports. Its EN-DE BLEU came from tensor2tensor (the
@@ -73,6 +76,7 @@ from sacrebleu.metrics import BLEU
 __all__ = [
     "BleuResult",
     "moses_tokenize",
+    "sacrebleu_metric",
     "sacrebleu_score",
     "split_compounds",
     "tokenized_bleu",
@@ -126,15 +130,27 @@ def _score(
     )
 
 
-def sacrebleu_score(hypotheses: Sequence[str], references: Sequence[str]) -> BleuResult:
-    """sacreBLEU corpus BLEU of detokenized ``hypotheses`` against one reference each.
+def sacrebleu_score(hypotheses: Sequence[str], references: Sequence[str], lang: str = "") -> BleuResult:
+    """sacreBLEU corpus BLEU of detokenized ``hypotheses`` against one reference each, in the
+    target language ``lang`` ("": not said).
 
     sacreBLEU's defaults (13a tokenization, mixed case, exp smoothing) are kept on purpose:
     they are what its signature ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp`` promises
-    and what makes the number comparable across papers (Post, 2018).
+    and what makes the number comparable across papers (Post, 2018); for a Chinese, Japanese or
+    Korean target, the tokenizer sacreBLEU itself takes for it (:func:`sacrebleu_metric`).
     """
     _check_corpus(hypotheses, references)
-    return _score(BLEU(), hypotheses, references)
+    return _score(sacrebleu_metric(lang), hypotheses, references)
+
+
+def sacrebleu_metric(lang: str = "") -> BLEU:
+    """sacreBLEU's BLEU for target language ``lang``, with the tokenizer its command line picks
+    for it; a ValueError saying what to install where that tokenizer needs sacreBLEU's extras."""
+    try:
+        return BLEU(trg_lang=lang)
+    except RuntimeError:  # its message: "... requires extra dependencies ... pip install sacrebleu[ja]"
+        raise ValueError(f"sacreBLEU scores target language {lang!r} with a tokenizer of its extras: "
+                         f"pip install 'sacrebleu[{lang}]'") from None
 
 
 # perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g' as run by get_ende_bleu.sh. That perl has no

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiayn.metrics.bleu import sacrebleu_score, tokenized_bleu
+from aiayn.metrics.bleu import sacrebleu_metric, sacrebleu_score, tokenized_bleu
 from aiayn.metrics.chrf import chrf_score, lowercased_bleu
 from aiayn.metrics.parseval import parseval
 
@@ -58,7 +58,8 @@ class Scorer(ABC):
 
 class CorpusBleu(Scorer):
     """BLEU both ways (§6.1): ``bleu``, sacreBLEU of the detokenized output with its default
-    settings (the headline), and ``tokenized_bleu``, the paper's: Moses-tokenized ``lang`` output
+    settings for the target language ``lang`` (the headline: 13a, or sacreBLEU's own tokenizer of
+    a Chinese, Japanese or Korean target), and ``tokenized_bleu``, the paper's: Moses-tokenized ``lang`` output
     and references with compounds split, as tensor2tensor's ``get_ende_bleu.sh``; and, to compare
     with what others report (docs/evaluation.md), ``chrf`` (sacreBLEU's chrF2) and
     ``lowercased_bleu`` (Moses-tokenized, lowercased: the Multi30k literature's)."""
@@ -68,9 +69,10 @@ class CorpusBleu(Scorer):
     def __init__(self, lang: str = "de"):
         self.lang = lang
         self.details: dict[str, str] = {}
+        sacrebleu_metric(lang)  # a tokenizer whose extras are missing: refused here, not at the first validation
 
     def __call__(self, hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-        sacre = sacrebleu_score(hypotheses, references)
+        sacre = sacrebleu_score(hypotheses, references, self.lang)
         tokenized = tokenized_bleu(hypotheses, references, self.lang)
         chrf = chrf_score(hypotheses, references)
         lowercased = lowercased_bleu(hypotheses, references, self.lang)
