@@ -95,6 +95,17 @@ def test_a_vocabulary_larger_than_the_data_allows_says_to_lower_vocab_size(tmp_p
         train_or_load(["a b c", "d e f"], 500, tmp_path)
 
 
+def test_a_text_of_more_characters_than_the_vocabulary_says_to_raise_vocab_size(tmp_path):
+    """Every character is kept as a piece: a Chinese text of 3,000 distinct characters needs more than 500."""
+    characters = [chr(0x4E00 + n) for n in range(3000)]
+    lines = ["".join(characters[i:i + 30]) for i in range(0, 3000, 30)]
+    with pytest.raises(DataError, match=r"^a vocabulary of 500 subwords cannot hold the training text's distinct "
+                                        r"characters, each a subword of its own \(3,005 with the special ids\); raise "
+                                        r"task.vocab_size to at least 3,005$"):
+        train_or_load(lines, 500, tmp_path)
+    assert train_or_load(lines, 3005, tmp_path).vocab_size == 3005  # as that says
+
+
 def test_training_subwords_on_no_lines_is_a_data_error(tmp_path):
     with pytest.raises(DataError, match="no lines"):
         train_or_load([], 500, tmp_path)

@@ -208,6 +208,15 @@ def _train(lines: Sequence[str], folder: Path, key: str, vocab_size: int, model_
                 f"the training text has too few distinct pieces for a vocabulary of {too_high[1]} subwords "
                 f"(at most {too_high[2]} here); lower task.vocab_size or train on more text"
             ) from None
+        # Every character of the text is a piece of its own (character_coverage 1.0): a text of many
+        # characters (Chinese, Japanese) needs a vocabulary larger than them.
+        too_low = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", str(error))
+        if too_low:
+            raise DataError(
+                f"a vocabulary of {too_low[1]} subwords cannot hold the training text's distinct characters, each a "
+                f"subword of its own ({int(too_low[2]):,} with the special ids); raise task.vocab_size to at least "
+                f"{int(too_low[2]):,}"
+            ) from None
         raise DataError(f"sentencepiece training for {model} failed: {error}") from None
 
 
