@@ -4,8 +4,8 @@ folder, a pair per split, named as fairseq names them, ``<split>.<lang>`` (``tra
 :class:`TranslationDataModule`.
 
 The joint subword model is learnt from the training split's two sides, as for Multi30k; every split
-is read and encoded when it is loaded, in every process (docs/training.md: 7 s and ~0.6 GB for
-200,000 pairs; WMT14's corpora go through their own streaming preparation, :mod:`aiayn.data.wmt`).
+is read and encoded when it is loaded, in every process (minutes and GBs for millions of pairs;
+WMT14's corpora go through their own streaming preparation, :mod:`aiayn.data.wmt`).
 """
 
 from __future__ import annotations
