@@ -6,7 +6,7 @@ it was invoked: ``train.py``, ``aiayn-train``), and exit status 2:
 * :class:`aiayn.errors.UserError` (``ConfigError``, ``DataError``, a checkpoint of another
   vocabulary, ...);
 * a mandatory setting left out (``ckpt=???``: omegaconf's ``MissingMandatoryValue``), also where
-  another setting reads it (:func:`left_out`);
+  another setting reads it (:func:`left_out`, within :func:`user_error_within`);
 * ``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError`` (a path that is not there, or
   not readable);
 * a GPU asked for (``hardware=gpu``, ``device=cuda``) on a machine without a usable CUDA device;
@@ -123,7 +123,7 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
                 fail(_output_folder_message(error))
             if _task_started or not is_composition_error(error):
                 raise
-            within = raised_by_resolver(error) or left_out(error)
+            within = user_error_within(error)
             fail(str(within) if within is not None else composition_message(error))
         finally:
             if before is None:
@@ -156,6 +156,13 @@ def raised_by_resolver(error: BaseException) -> UserError | None:
         seen.add(id(inner))
         inner = inner.__cause__ or inner.__context__
     return None
+
+
+def user_error_within(error: BaseException) -> UserError | None:
+    """The UserError an error of resolving the config stands for: one a resolver raised
+    (:func:`raised_by_resolver`), or a mandatory setting left out that another setting reads
+    (:func:`left_out`); None for any other error."""
+    return raised_by_resolver(error) or left_out(error)
 
 
 def left_out(error: BaseException) -> ConfigError | None:
@@ -212,10 +219,8 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
         return str(error), USER_ERROR
     if isinstance(error, MissingMandatoryValue):
         return _give(error.full_key or "a setting"), USER_ERROR
-    if raised_by_resolver(error) is not None:
-        return str(raised_by_resolver(error)), USER_ERROR
-    if left_out(error) is not None:
-        return str(left_out(error)), USER_ERROR
+    if (within := user_error_within(error)) is not None:
+        return str(within), USER_ERROR
     if isinstance(error, InterpolationResolutionError):
         where = f"{error.full_key}: " if getattr(error, "full_key", None) else ""
         return f"{where}{str(error).strip().splitlines()[0]}", USER_ERROR

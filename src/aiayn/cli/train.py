@@ -32,11 +32,10 @@ from aiayn.cli import CONFIG_DIR, run_folder
 from aiayn.cli.averaged_test import average_before_test, averaged_steps, described
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import (
-    left_out,
-    raised_by_resolver,
     report_dead_ranks_before_lightning_kills,
     reports_composition_errors,
     reports_errors,
+    user_error_within,
 )
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import MODIFIED, row_changes
@@ -228,7 +227,7 @@ def _resolved(cfg: DictConfig) -> dict:
     try:
         return OmegaConf.to_container(cfg, resolve=True)
     except InterpolationResolutionError as error:
-        within = raised_by_resolver(error) or left_out(error)
+        within = user_error_within(error)
         if within is not None:
             raise within from None
         raise
