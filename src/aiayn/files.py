@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -100,6 +101,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """``text`` as UTF-8 into ``path``, atomically."""
     return atomic_write(path, lambda file: file.write(text.encode("utf-8")))
+
+
+def write_json(path: str | os.PathLike, data: dict) -> Path:
+    """``data`` as indented JSON (keys sorted) into ``path``, atomically."""
+    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def file_digest(path: str | os.PathLike, algorithm: str = "sha256", **options: Any) -> str:

@@ -19,7 +19,7 @@ _EXPORTS = {
     "iter_lines": "readers",
     "iter_parallel": "readers",
     "read_sgm": "wmt.sgm",
-    "MappedCorpus": "wmt.storage",
+    "MappedCorpus": "storage",
     "prepare_wmt": "wmt.preparation",
     "WMTDataModule": "wmt.datamodule",
     "multi30k_files": "multi30k",

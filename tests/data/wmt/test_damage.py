@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from aiayn.data.storage import MappedCorpus
 from aiayn.data.wmt.datamodule import WMTDataModule
 from aiayn.data.wmt.preparation import prepare_wmt
-from aiayn.data.wmt.storage import MappedCorpus
 from aiayn.errors import DataError
 from tests.helpers.inprocess import run_tool
 

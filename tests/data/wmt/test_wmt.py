@@ -18,11 +18,11 @@ import pytest
 
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.readers import read_lines
+from aiayn.data.storage import MappedCorpus, write_corpus
 from aiayn.data.wmt.cleaning import CleaningRules, normalize
 from aiayn.data.wmt.datamodule import WMTDataModule
 from aiayn.data.wmt.preparation import prepare_wmt
 from aiayn.data.wmt.sgm import read_sgm
-from aiayn.data.wmt.storage import MappedCorpus, write_corpus
 from aiayn.errors import DataError
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import TINY

@@ -4,7 +4,6 @@ side, and the per-corpus report of what was removed.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -13,7 +12,6 @@ from pathlib import Path
 from aiayn.data.readers import iter_parallel
 from aiayn.data.wmt.archives import WMTFiles
 from aiayn.data.wmt.sgm import unescape
-from aiayn.files import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +112,6 @@ def clean_pairs(files: WMTFiles, rules: CleaningRules, report: CleaningReport) -
             log.warning("skipping the training corpus %s: both of its files are empty (%s, %s); it adds no "
                         "pairs. Unpack its archive again if that is not meant", name, src_path, tgt_path)
             report.skip(name, (src_path, tgt_path), "both files are empty")
-
-
-def write_json(path: Path, data: dict) -> None:
-    """``data`` as indented JSON, written atomically."""
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def rules_dict(rules: CleaningRules) -> dict:

@@ -17,6 +17,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from aiayn.data.datamodule import ROLES, TranslationDataModule
+from aiayn.data.storage import MappedCorpus, corpus_files
 from aiayn.data.subwords import Subwords
 from aiayn.data.wmt.archives import expected_files
 from aiayn.data.wmt.cleaning import CleaningRules
@@ -27,7 +28,6 @@ from aiayn.data.wmt.preparation import (
     prepare_wmt,
     prepared_dir,
 )
-from aiayn.data.wmt.storage import MappedCorpus, corpus_files
 
 log = logging.getLogger(__name__)
 

@@ -6,13 +6,13 @@ folder's resolved path, so another raw tree is prepared into a folder of its own
 
 - ``sentencepiece.model``: the shared source-target vocabulary (§5.1: byte-pair encoding of about
   37k tokens for EN-DE; 32k word-pieces for EN-FR, for which a BPE model of 32k stands in);
-- ``train.{src,tgt}.{ids,offsets}.npy``: the cleaned training pairs, encoded (:mod:`aiayn.data.wmt.storage`);
+- ``train.{src,tgt}.{ids,offsets}.npy``: the cleaned training pairs, encoded (:mod:`aiayn.data.storage`);
 - ``newstest2013.<lang>``, ``newstest2014.<lang>``: dev and test sentences as raw text (the
   test set read from WMT's sgm), one per line, for encoding at load time and for sacreBLEU;
 - ``report.json``: how many pairs each cleaning rule removed, per corpus, the corpora skipped
   (both files empty) and the other counts;
 - ``meta.json``: the settings, the contents of every raw file read and the size and SHA-256 of
-  every file above (:mod:`aiayn.data.wmt.manifest`), written last: its presence marks a complete
+  every file above (:mod:`aiayn.data.manifest`), written last: its presence marks a complete
   folder; a raw file whose bytes changed since (a damaged file fetched again, say), or a prepared
   file that is no longer as written (cut short, overwritten), has the folder prepared again.
 
@@ -34,21 +34,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from aiayn.data.cache import check_folder, exclusive, no_room_error, remove_leftovers
+from aiayn.data.manifest import META, damage, folder_files, outdated, raw_fingerprints, read_meta
 from aiayn.data.readers import read_lines
+from aiayn.data.storage import MappedCorpus, encode_tsv
 from aiayn.data.subwords import train_or_load
-from aiayn.data.wmt.archives import WMTFiles, locate
+from aiayn.data.wmt.archives import WMTFiles, expected_files, locate
 from aiayn.data.wmt.cleaning import (
     CleaningReport,
     CleaningRules,
     clean_pairs,
     rules_dict,
-    write_json,
 )
-from aiayn.data.wmt.manifest import META, damage, folder_files, outdated, raw_fingerprints, read_meta
 from aiayn.data.wmt.sgm import read_sgm
-from aiayn.data.wmt.storage import MappedCorpus, encode_tsv
 from aiayn.errors import DataError
-from aiayn.files import atomic_path, no_room
+from aiayn.files import atomic_path, no_room, write_json
 
 log = logging.getLogger(__name__)
 
@@ -74,18 +73,25 @@ def _resolved(raw_dir: str | os.PathLike) -> str:
     return str(Path(raw_dir).expanduser().resolve())
 
 
+def raw_files(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str) -> dict[str, Path]:
+    """Every raw file the pair is prepared from (training corpora, dev and test sets), by its path
+    under ``raw_dir`` (what ``meta.json`` records it by)."""
+    raw = Path(raw_dir)
+    return {path.relative_to(raw).as_posix(): path for path in expected_files(raw, src_lang, tgt_lang)[1]}
+
+
 def is_prepared(directory: Path) -> bool:
     return (directory / META).is_file()
 
 
 def unusable(directory: Path, raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str, hashes: bool) -> str | None:
-    """None when the folder is complete, whole (:func:`aiayn.data.wmt.manifest.damage`; token
+    """None when the folder is complete, whole (:func:`aiayn.data.manifest.damage`; token
     arrays hashed too with ``hashes``) and prepared from the raw files there are now; else why
     not, in a sentence (``"absent"``: never completed)."""
     meta = read_meta(directory)
     if meta is None:
         return "absent"
-    return outdated(directory, meta, raw_dir, src_lang, tgt_lang) or damage(directory, meta, hashes)
+    return outdated(directory, meta, raw_files(raw_dir, src_lang, tgt_lang)) or damage(directory, meta, hashes)
 
 
 def prepare_wmt(
@@ -144,7 +150,7 @@ def _prepare(files: WMTFiles, out: Path, raw_dir: str | os.PathLike, cache_dir: 
     """Build the folder ``out`` beside it under a temporary name, renamed once complete (the caller
     holds its lock)."""
     started = time.perf_counter()
-    fingerprints = raw_fingerprints(raw_dir, src_lang, tgt_lang)  # before reading: a later change shows next time
+    fingerprints = raw_fingerprints(raw_files(raw_dir, src_lang, tgt_lang))  # before reading: a later change shows next time
     with atomic_path(out) as tmp:  # built beside ``out``, renamed to it once complete
         tmp.mkdir()
         # 1. Dev and test sets as raw text lines (never cleaned or filtered); small, so read

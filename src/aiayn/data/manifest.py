@@ -1,4 +1,5 @@
-"""What a prepared WMT14 folder records in its ``meta.json`` (written last) and the checks made of
+"""What a prepared data folder (WMT14's, :mod:`aiayn.data.wmt.preparation`; a corpus of one's own,
+:mod:`aiayn.data.prepared_text`) records in its ``meta.json`` (written last) and the checks made of
 it before it is used: the raw files it was prepared from, by contents, and every file it holds,
 by size and SHA-256.
 
@@ -11,37 +12,36 @@ by size and SHA-256.
   the SHA-256 of the small files (subword model, dev and test text) too, and of the token arrays
   when ``hashes`` is true, as ``prepare.py`` asks (at EN-FR scale the arrays are about 5 GB, a few
   seconds to hash on a fast disk).
+
+The raw files are given as ``{name: path}``, the name being what ``meta.json`` records them by.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from aiayn.data.cache import digest, fingerprint, same_contents
-from aiayn.data.wmt.archives import expected_files
-from aiayn.data.wmt.cleaning import write_json
-from aiayn.data.wmt.storage import MappedCorpus
+from aiayn.data.storage import MappedCorpus
 from aiayn.errors import DataError
+from aiayn.files import write_json
 
 log = logging.getLogger(__name__)
 
 META = "meta.json"
 
 
-def raw_fingerprints(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str) -> dict[str, dict | None]:
-    """:func:`aiayn.data.cache.fingerprint` of every raw file the pair is prepared from
-    (training corpora, dev and test sets), by its path under ``raw_dir``; None for one not there."""
-    raw = Path(raw_dir)
-    _, origin = expected_files(raw, src_lang, tgt_lang)
+def raw_fingerprints(raw_files: Mapping[str, Path]) -> dict[str, dict | None]:
+    """:func:`aiayn.data.cache.fingerprint` of every raw file a folder is prepared from, by its
+    name; None for one not there."""
     prints: dict[str, dict | None] = {}
-    for path in origin:
+    for name, path in raw_files.items():
         try:
-            prints[path.relative_to(raw).as_posix()] = fingerprint(path)
+            prints[name] = fingerprint(path)
         except OSError:  # not there (or not reachable): the folder itself may be gone
-            prints[path.relative_to(raw).as_posix()] = None
+            prints[name] = None
     return prints
 
 
@@ -62,18 +62,15 @@ def read_meta(directory: Path) -> dict | None:
         return {}
 
 
-def outdated(directory: Path, meta: dict, raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str) -> str | None:
-    """Why the folder no longer matches the raw files under ``raw_dir`` (one sentence), or None
+def outdated(directory: Path, meta: dict, raw_files: Mapping[str, Path]) -> str | None:
+    """Why the folder no longer matches the raw files ``{name: path}`` (one sentence), or None
     when it does; raw files rewritten with the same bytes have their new times recorded."""
     try:
         stored, when = meta["raw_files"], meta["prepared_at"]
     except (KeyError, TypeError):
         return f"{directory / META} is unreadable or from an older version"
-    raw = Path(raw_dir)
-    _, origin = expected_files(raw, src_lang, tgt_lang)
     gone, refreshed = 0, {}
-    for path in origin:
-        name = path.relative_to(raw).as_posix()
+    for name, path in raw_files.items():
         if not path.is_file():
             gone += 1
             continue
@@ -89,8 +86,8 @@ def outdated(directory: Path, meta: dict, raw_dir: str | os.PathLike, src_lang: 
                  directory, ", ".join(refreshed))
         write_json(directory / META, {**meta, "raw_files": {**stored, **refreshed}})
     if gone:
-        log.info("%d raw files of the preparation at %s are no longer under %s; the prepared folder does not need them",
-                 gone, directory, raw_dir)
+        log.info("%d raw files of the preparation at %s are no longer there; the prepared folder does not need them",
+                 gone, directory)
     return None
 
 
