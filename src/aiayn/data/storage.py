@@ -14,6 +14,7 @@ import itertools
 import logging
 import multiprocessing
 import os
+import random
 import signal
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -44,6 +45,41 @@ def corpus_files(directory: str | os.PathLike, name: str) -> dict[str, tuple[Pat
 # ---------------------------------------------------------------------------------------------
 # Writing: lines of "source<TAB>target" cut into chunks, each encoded by a worker process, then
 # the chunks' arrays concatenated into the final files.
+
+CHUNK_PAIRS = 200_000  # pairs per encoding job
+
+
+def write_pairs(pairs: Iterable[tuple[str, str]], tsv: Path,
+                sample_pairs: int) -> tuple[list[tuple[int, int]], list[tuple[str, str]], int]:
+    """Stream ``pairs`` (no tab or line break in a sentence) into ``tsv``, one ``source<TAB>target``
+    a line; returns its byte ranges of ``CHUNK_PAIRS`` pairs each (the encoding jobs of
+    :func:`encode_tsv`), a uniform random sample of at most ``sample_pairs`` pairs (reservoir
+    sampling, seeded: for the subword model; every pair, in order, when there are no more) and the
+    number of pairs."""
+    chunks: list[tuple[int, int]] = []
+    sample: list[tuple[str, str]] = []
+    rng = random.Random(0)
+    with open(tsv, "wb") as handle:
+        start = position = count = 0
+        for src, tgt in pairs:
+            if "\t" in src or "\t" in tgt:
+                raise ValueError(f"a sentence holds a tab, which separates the two sides here: {src!r} / {tgt!r}")
+            data = f"{src}\t{tgt}\n".encode()
+            handle.write(data)
+            position += len(data)
+            count += 1
+            if count % CHUNK_PAIRS == 0:
+                chunks.append((start, position))
+                start = position
+            if len(sample) < sample_pairs:
+                sample.append((src, tgt))
+            else:
+                slot = rng.randrange(count)
+                if slot < sample_pairs:
+                    sample[slot] = (src, tgt)
+        if position > start:
+            chunks.append((start, position))
+    return chunks, sample, count
 
 
 def encode_tsv(
@@ -239,3 +275,15 @@ class MappedCorpus(Dataset):
     def line_numbers(self) -> np.ndarray:
         """The stored position of each pair (its line among the cleaned training pairs)."""
         return np.arange(self.stored_size) if self.indices is None else self.indices
+
+
+def within_length(corpus: MappedCorpus, max_length: int) -> tuple[MappedCorpus, dict[str, int]]:
+    """The pairs of a stored corpus that training keeps, as :func:`aiayn.data.corpus.filter_pairs`
+    keeps them (both sides non-empty, neither over ``max_length`` ids), and how many each rule
+    dropped (``"empty"`` first, then ``"too_long"``)."""
+    src, tgt = corpus.stored_lengths("src"), corpus.stored_lengths("tgt")
+    empty = (src == 0) | (tgt == 0)
+    too_long = ~empty & ((src > max_length) | (tgt > max_length))
+    keep = np.flatnonzero(~(empty | too_long))
+    kept = MappedCorpus(corpus.directory, corpus.name, None if len(keep) == corpus.stored_size else keep)
+    return kept, {"empty": int(empty.sum()), "too_long": int(too_long.sum())}

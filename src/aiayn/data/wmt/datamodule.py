@@ -13,11 +13,10 @@ import logging
 import os
 from pathlib import Path
 
-import numpy as np
 from torch.utils.data import Dataset
 
 from aiayn.data.datamodule import ROLES, TranslationDataModule
-from aiayn.data.storage import MappedCorpus, corpus_files
+from aiayn.data.storage import MappedCorpus, corpus_files, within_length
 from aiayn.data.subwords import Subwords
 from aiayn.data.wmt.archives import expected_files
 from aiayn.data.wmt.cleaning import CleaningRules
@@ -153,14 +152,10 @@ class WMTDataModule(TranslationDataModule):
             return super()._load(role)
         self.load_vocab()
         corpus = MappedCorpus(self._ready(), "train")
-        src, tgt = corpus.stored_lengths("src"), corpus.stored_lengths("tgt")
-        empty = (src == 0) | (tgt == 0)
-        too_long = ~empty & ((src > self.max_length) | (tgt > self.max_length))
-        keep = np.flatnonzero(~(empty | too_long))
-        self.filtered = {"empty": int(empty.sum()), "too_long": int(too_long.sum())}
+        kept, self.filtered = within_length(corpus, self.max_length)
         log.info(
             "kept %d of %d prepared training pairs in %s: dropped %d with an empty side, "
             "%d with a side over max_length=%d subword tokens",
-            len(keep), corpus.stored_size, corpus.directory, self.filtered["empty"], self.filtered["too_long"], self.max_length,
+            len(kept), corpus.stored_size, corpus.directory, self.filtered["empty"], self.filtered["too_long"], self.max_length,
         )
-        return MappedCorpus(corpus.directory, "train", None if len(keep) == corpus.stored_size else keep)
+        return kept

@@ -27,7 +27,6 @@ import hashlib
 import json
 import logging
 import os
-import random
 import shutil
 import time
 from datetime import datetime, timezone
@@ -36,7 +35,7 @@ from pathlib import Path
 from aiayn.data.cache import check_folder, exclusive, no_room_error, remove_leftovers
 from aiayn.data.manifest import META, damage, folder_files, outdated, raw_fingerprints, read_meta
 from aiayn.data.readers import read_lines
-from aiayn.data.storage import MappedCorpus, encode_tsv
+from aiayn.data.storage import MappedCorpus, encode_tsv, write_pairs
 from aiayn.data.subwords import train_or_load
 from aiayn.data.wmt.archives import WMTFiles, expected_files, locate
 from aiayn.data.wmt.cleaning import (
@@ -52,7 +51,6 @@ from aiayn.files import atomic_path, no_room, write_json
 log = logging.getLogger(__name__)
 
 FORMAT = 2  # bump when the prepared folder's contents change meaning (2: raw folder in the key, raw fingerprints)
-CHUNK_PAIRS = 200_000  # pairs per encoding job
 VAL_SPLIT, TEST_SPLIT = "newstest2013", "newstest2014"
 
 
@@ -239,30 +237,5 @@ def _write_eval_sets(files: WMTFiles, directory: Path, src_lang: str, tgt_lang: 
 
 def _clean(files: WMTFiles, rules: CleaningRules, report: CleaningReport, tsv: Path,
            sample_pairs: int) -> tuple[list[tuple[int, int]], list[tuple[str, str]], int]:
-    """Stream the cleaned training pairs into ``tsv`` (``source<TAB>target`` lines); returns its
-    byte ranges of ``CHUNK_PAIRS`` pairs each (the encoding jobs), a uniform random sample of at
-    most ``sample_pairs`` pairs (reservoir sampling, for the subword model), and the pairs kept."""
-    chunks: list[tuple[int, int]] = []
-    sample: list[tuple[str, str]] = []
-    rng = random.Random(0)
-    with open(tsv, "wb") as handle:
-        start = position = kept = 0
-        for src, tgt in clean_pairs(files, rules, report):
-            if "\t" in src or "\t" in tgt:  # cannot happen after whitespace normalisation
-                raise AssertionError("tab in a normalised sentence")
-            data = f"{src}\t{tgt}\n".encode()
-            handle.write(data)
-            position += len(data)
-            kept += 1
-            if kept % CHUNK_PAIRS == 0:
-                chunks.append((start, position))
-                start = position
-            if len(sample) < sample_pairs:
-                sample.append((src, tgt))
-            else:
-                slot = rng.randrange(kept)
-                if slot < sample_pairs:
-                    sample[slot] = (src, tgt)
-        if position > start:
-            chunks.append((start, position))
-    return chunks, sample, kept
+    """Stream the cleaned training pairs into ``tsv`` (:func:`aiayn.data.storage.write_pairs`)."""
+    return write_pairs(clean_pairs(files, rules, report), tsv, sample_pairs)
