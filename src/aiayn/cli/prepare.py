@@ -2,7 +2,8 @@
 
 Composes conf/prepare.yaml and runs the task's datamodule ``prepare_data`` (for WMT14: locate or
 download the archives, clean, learn the shared subword model, binarise, or reuse the folder
-prepared from the same raw files; see docs/wmt.md). It checks every split's files on the way,
+prepared from the same raw files, see docs/wmt.md; for a corpus of one's own, the same for its
+training split without the cleaning). It checks every split's files on the way,
 so a missing or damaged file is found here rather than in a training run: the raw files read
 through, and a prepared folder's files against the sizes and SHA-256 recorded when they were
 written (one that is not as written is prepared again, said in one line of the log). What the
@@ -33,10 +34,9 @@ def main(cfg: DictConfig) -> None:
         fail(f"interrupted before {cfg.task.name} was prepared; nothing half-written was kept. Run the same "
              "command again to prepare it", INTERRUPTED)
     where = getattr(datamodule, "prepared", None)
-    if where is not None:
-        print(f"prepared {cfg.task.name} in {where} (cleaning report: {where / 'report.json'})")
-    else:
-        print(f"prepared {cfg.task.name}")
+    report = where / "report.json" if where is not None else None
+    print(f"prepared {cfg.task.name}" + (f" in {where}" if where is not None else "")
+          + (f" (cleaning report: {report})" if report is not None and report.is_file() else ""))
 
 
 if __name__ == "__main__":

@@ -3,17 +3,27 @@ folder, a pair per split, named as fairseq names them, ``<split>.<lang>`` (``tra
 ``train.en``, ``valid.de`` …), each plain or gzipped (``train.de.gz``), as a
 :class:`TranslationDataModule`.
 
-The joint subword model is learnt from the training split's two sides, as for Multi30k; every split
-is read and encoded when it is loaded, in every process (minutes and GBs for millions of pairs;
-WMT14's corpora go through their own streaming preparation, :mod:`aiayn.data.wmt`).
+The training split is prepared once (:mod:`aiayn.data.prepared_text`: the joint subword model
+learnt from its two sides, every pair encoded into memory-mapped arrays that every process shares)
+and prepared again when its files change; the validation and test splits are read and encoded
+when they are loaded, as Multi30k's.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+from torch.utils.data import Dataset
+
+from aiayn.data.checks import ROLES
 from aiayn.data.datamodule import TranslationDataModule
+from aiayn.data.prepared_text import MODEL, prepare_text, prepared_dir
+from aiayn.data.storage import MappedCorpus, within_length
+from aiayn.data.subwords import Subwords
 from aiayn.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
 
 
 def corpus_file(data_dir: str | Path, split: str, lang: str) -> Path:
@@ -27,7 +37,11 @@ def corpus_file(data_dir: str | Path, split: str, lang: str) -> Path:
 class ParallelTextDataModule(TranslationDataModule):
     """The splits ``train_split``, ``val_split`` and ``test_split`` of the corpus in ``data_dir``,
     ``src_lang``→``tgt_lang`` (see the module). Any other split whose two files are there can be
-    scored too (``evaluate.py split=<name>``)."""
+    scored too (``evaluate.py split=<name>``).
+
+    ``subword_sample_pairs`` bounds the training pairs the subword model is learnt from (a uniform
+    sample of a larger corpus); ``prepare_workers`` is the number of encoding processes (default:
+    one per CPU). The prepared training split lives under ``<cache_dir>/parallel_text/``."""
 
     DATA_ROOT_SETTING = "task.data_dir"
 
@@ -47,6 +61,8 @@ class ParallelTextDataModule(TranslationDataModule):
         test_split: str = "test",
         eval_max_tokens: int | None = None,
         length_buckets: list[int] | None = None,
+        subword_sample_pairs: int = 1_000_000,
+        prepare_workers: int | None = None,
     ):
         for setting, lang in (("task.src_lang", src_lang), ("task.tgt_lang", tgt_lang)):
             if not isinstance(lang, str) or not lang.strip() or any(c in lang for c in "/\\"):
@@ -57,7 +73,70 @@ class ParallelTextDataModule(TranslationDataModule):
             data_dir, src_lang, tgt_lang, vocab_size, max_tokens, max_length, cache_dir, seed,
             num_workers, False, train_split, val_split, test_split, eval_max_tokens, length_buckets,
         )
+        self.subword_sample_pairs = subword_sample_pairs
+        self.prepare_workers = prepare_workers
+        self._prepared: Path | None = None  # the prepared training split, once this process has prepared or checked it
         self.save_hyperparameters(logger=False)  # in checkpoints; the logged config has them as task.datamodule.*
+
+    @property
+    def prepared(self) -> Path:
+        """The folder of the prepared training split (see :mod:`aiayn.data.prepared_text`)."""
+        src_path, tgt_path = self.split_files(self.splits["train"], False)
+        return prepared_dir(src_path, tgt_path, self.cache_dir, self.src_lang, self.tgt_lang, self.vocab_size,
+                            self.subword_sample_pairs)
+
+    def prepare_data(self, hashes: bool = False) -> None:
+        """Check every split's files, preparing the training split (or checking its preparation
+        against its files; the token arrays by their SHA-256 too with ``hashes``, as ``prepare.py``
+        asks)."""
+        self.check_files(ROLES)  # the training split's contents: its preparation (check_contents)
+        if hashes:
+            self._prepared = self._prepare(hashes=True)
+        self.load_vocab()
+
+    def check_contents(self, split: str, role: str) -> None:
+        """The training split is read through by its preparation, which stops at a misaligned
+        pair or a line that is not UTF-8; the others as any corpus's."""
+        if role != "train":
+            return super().check_contents(split, role)
+        try:
+            self._ready()
+        except DataError as error:
+            raise DataError(f"{role} split {split!r}: {error}") from None
+
+    def load_vocab(self) -> Subwords:
+        """The joint subword model the training split was prepared with."""
+        if self.vocab is None:
+            self.vocab = Subwords(self._ready() / MODEL)
+        return self.vocab
+
+    def _ready(self) -> Path:
+        if self._prepared is None:  # setup() on a rank that did not run prepare_data(), or outside a Trainer
+            self._prepared = self._prepare(hashes=False)
+        return self._prepared
+
+    def _prepare(self, hashes: bool) -> Path:
+        src_path, tgt_path = self.split_files(self.splits["train"], False)
+        return prepare_text(src_path, tgt_path, self.cache_dir, self.src_lang, self.tgt_lang, self.vocab_size,
+                            self.subword_sample_pairs, self.prepare_workers, hashes)
+
+    def _load(self, role: str) -> Dataset:
+        if role != "train":
+            return super()._load(role)
+        self.load_vocab()
+        corpus = MappedCorpus(self._ready(), "train")
+        kept, self.filtered = within_length(corpus, self.max_length)
+        src_path, tgt_path = self.split_files(self.splits["train"], False)
+        log.info(
+            "kept %d of %d training pairs of %s / %s (prepared in %s): dropped %d with an empty side, "
+            "%d with a side over max_length=%d subword tokens",
+            len(kept), corpus.stored_size, src_path, tgt_path, corpus.directory, self.filtered["empty"],
+            self.filtered["too_long"], self.max_length,
+        )
+        if not len(kept):
+            raise DataError(f"{src_path} / {tgt_path}: every one of the {corpus.stored_size} training pairs was "
+                            f"dropped ({self.filtered}); check the files, or raise task.datamodule.max_length")
+        return kept
 
     def split_files(self, split: str, download: bool) -> tuple[Path, Path]:
         """The (source, target) files of ``split``; a :class:`DataError` naming those not there."""

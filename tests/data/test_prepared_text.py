@@ -1,0 +1,142 @@
+"""A corpus of one's own, its training split prepared once (aiayn.data.prepared_text): the pairs a
+run trains on are those the text would give, read and encoded once into arrays every process maps;
+the same files are never prepared twice, changed or damaged ones are; and prepare.py prepares it.
+Real files (the shared WMT14 slice in fairseq's layout), real sentencepiece."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aiayn.data.corpus import filter_pairs
+from aiayn.data.parallel_text import ParallelTextDataModule
+from aiayn.data.readers import read_lines, read_parallel
+from aiayn.data.storage import MappedCorpus
+from aiayn.data.subwords import train_or_load
+from aiayn.errors import DataError
+from tests.helpers.datafiles import own_corpus, write_lines
+from tests.helpers.inprocess import run_tool
+
+
+def module(folder: Path, cache: Path, **settings) -> ParallelTextDataModule:
+    return ParallelTextDataModule(**{"data_dir": str(folder), "src_lang": "en", "tgt_lang": "de", "vocab_size": 500,
+                                     "max_tokens": 2048, "max_length": 60, "cache_dir": str(cache),
+                                     "prepare_workers": 2, **settings})
+
+
+def prepared_train(data: ParallelTextDataModule) -> MappedCorpus:
+    data.prepare_data()
+    data.setup("fit")
+    return data.dataset("train")
+
+
+@pytest.fixture
+def corpus(tmp_path: Path, data_root: Path) -> Path:
+    return own_corpus(tmp_path / "corpus", data_root)
+
+
+def test_the_prepared_pairs_are_those_the_text_gives(corpus: Path, subword_cache: Path, caplog) -> None:
+    data = module(corpus, subword_cache)
+    train = prepared_train(data)
+
+    assert isinstance(train, MappedCorpus) and train.directory == data.prepared
+    assert data.prepared.parent == subword_cache / "parallel_text"
+    # The vocabulary is the one the whole corpus's lines learn (the same cache entry, not trained again) …
+    src, tgt = read_parallel(corpus / "train.en.gz", corpus / "train.de.gz")
+    assert data.vocab.serialized() == train_or_load(src + tgt, 500, subword_cache).serialized()
+    # … and the pairs kept, their order and their ids, those of the text encoded and filtered as Multi30k's.
+    src_ids, tgt_ids = data.vocab.encode(src), data.vocab.encode(tgt)
+    keep, dropped = filter_pairs(src_ids, tgt_ids, 60)
+    assert data.filtered == dropped and dropped["too_long"] > 0
+    assert train.line_numbers.tolist() == keep
+    assert [train[i][1:] for i in range(len(train))] == [(src_ids[k], tgt_ids[k]) for k in keep]
+
+    # Another process (a DDP rank, the next run) maps what is there: nothing read or written again.
+    arrays = sorted(data.prepared.glob("*.npy"))
+    written = [path.stat().st_mtime_ns for path in arrays]
+    with caplog.at_level(logging.INFO, logger="aiayn.data.prepared_text"):
+        again = prepared_train(module(corpus, subword_cache))
+    assert "reusing the training pairs" in caplog.text and "prepared the" not in caplog.text
+    assert [path.stat().st_mtime_ns for path in arrays] == written
+    assert len(again) == len(train) and again[5] == train[5]
+
+
+def test_changed_files_are_prepared_again_and_the_same_bytes_are_not(corpus: Path, tmp_path: Path, caplog) -> None:
+    cache = tmp_path / "cache"
+    first = prepared_train(module(corpus, cache))
+
+    source = corpus / "train.en.gz"
+    os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 10**9))  # touched: the same bytes
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
+        assert len(prepared_train(module(corpus, cache))) == len(first)
+    assert "preparing again" not in caplog.text and "prepared the" not in caplog.text
+
+    for lang in ("en", "de"):  # the last pair gone from both sides
+        path = corpus / f"train.{lang}.gz"
+        write_lines(path, read_lines(path)[:-1])
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
+        second = module(corpus, cache)
+        train = prepared_train(second)
+    assert f"raw file {corpus / 'train.en.gz'} changed since the preparation" in caplog.text
+    assert train.stored_size == first.stored_size - 1 and second.prepared == first.directory
+
+
+def test_a_damaged_array_is_prepared_again(corpus: Path, tmp_path: Path, caplog) -> None:
+    cache = tmp_path / "cache"
+    data = module(corpus, cache)
+    stored = prepared_train(data).stored_size
+    ids = data.prepared / "train.tgt.ids.npy"
+    with open(ids, "r+b") as handle:  # the same size, other bytes: only a check by SHA-256 sees it
+        handle.seek(-64, os.SEEK_END)
+        handle.write(bytes(64))
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
+        module(corpus, cache).prepare_data(hashes=True)  # as prepare.py checks
+    assert f"prepared file {ids} is damaged (its bytes changed since it was written); preparing again" in caplog.text
+    assert MappedCorpus(data.prepared, "train").stored_size == stored
+    assert np.load(ids)[-32:].any()
+
+
+def test_a_tab_in_a_sentence_is_encoded_as_the_space_it_normalises_to(corpus: Path, tmp_path: Path) -> None:
+    src, tgt = read_parallel(corpus / "train.en.gz", corpus / "train.de.gz")
+    src, tgt = src[:3000], tgt[:3000]
+    src[0] = "A\tman is\t\tstanding ."
+    write_lines(corpus / "train.en", src)  # the plain files win over the gzipped ones
+    write_lines(corpus / "train.de", tgt)
+    data = module(corpus, tmp_path / "cache", max_length=1000)  # every pair kept: pair 0 is line 0
+    train = prepared_train(data)
+    assert train[0][1] == data.vocab.encode(["A man is  standing ."])[0]
+    assert train.stored_size == 3000
+
+
+def test_a_large_corpus_learns_its_subwords_from_a_sample(corpus: Path, tmp_path: Path) -> None:
+    whole = module(corpus, tmp_path / "cache")
+    sampled = module(corpus, tmp_path / "cache", subword_sample_pairs=2000)
+    assert sampled.prepared != whole.prepared  # a setting of the preparation: a folder of its own
+    train = prepared_train(sampled)
+    assert train.stored_size == 10_000  # every pair is encoded; only the subwords are learnt from 2,000
+    src, tgt = read_parallel(corpus / "train.en.gz", corpus / "train.de.gz")
+    assert sampled.vocab.serialized() != train_or_load(src + tgt, 500, tmp_path / "cache").serialized()
+
+
+def test_misaligned_training_files_are_named_and_nothing_is_kept(corpus: Path, tmp_path: Path) -> None:
+    write_lines(corpus / "train.de.gz", read_lines(corpus / "train.de.gz")[:-3])
+    with pytest.raises(DataError) as misaligned:
+        module(corpus, tmp_path / "cache").prepare_data()
+    assert str(misaligned.value) == (f"train split 'train': parallel files differ in length: {corpus / 'train.de.gz'} "
+                                     f"ends after line 9997 but {corpus / 'train.en.gz'} goes on at line 9998; they "
+                                     "must be aligned line by line")
+    assert list((tmp_path / "cache" / "parallel_text").iterdir()) == []  # no half-written folder, no lock
+
+
+def test_prepare_py_prepares_the_training_split(corpus: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    result = run_tool("src/prepare.py", "task=parallel_text", f"task.data_dir={corpus}", "task.src_lang=en",
+                      "task.tgt_lang=de", "task.vocab_size=500", f"hydra.run.dir={tmp_path / 'run'}", cache_dir=cache)
+    (folder,) = (cache / "parallel_text").iterdir()
+    assert result.stdout.strip().splitlines()[-1] == f"prepared parallel_text_en_de in {folder}"
+    assert MappedCorpus(folder, "train").stored_size == 10_000
