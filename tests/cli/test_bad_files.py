@@ -64,7 +64,7 @@ def test_empty_and_overlong_training_lines_are_skipped_and_counted(tmp_path, dat
     en[30] = " ".join(["word"] * 400)  # far over max_length subwords
     root = multi30k_copy(tmp_path / "data", data_root, en, de)
     data = _datamodule(root, tmp_path, vocab_size=1000, max_length=150)
-    with caplog.at_level(logging.INFO, logger="aiayn.data.datamodule"):
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
         data.setup("fit")
     assert data.filtered == {"empty": 2, "too_long": 1}
     assert len(data.dataset("train")) == 1997
@@ -74,7 +74,7 @@ def test_empty_and_overlong_training_lines_are_skipped_and_counted(tmp_path, dat
 def test_every_training_pair_filtered_says_to_raise_max_length(tmp_path, data_root):
     en, de = read_parallel(data_root / "multi30k" / "train.en.gz", data_root / "multi30k" / "train.de.gz")
     root = multi30k_copy(tmp_path / "data", data_root, en[:500], de[:500])
-    with pytest.raises(DataError, match=r"every one of the 500 training pairs was dropped .*raise max_length"):
+    with pytest.raises(DataError, match=r"every one of the 500 training pairs was dropped .*raise task.datamodule.max_length$"):
         _datamodule(root, tmp_path, max_length=2).setup("fit")
 
 

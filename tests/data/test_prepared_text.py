@@ -58,9 +58,9 @@ def test_the_prepared_pairs_are_those_the_text_gives(corpus: Path, subword_cache
     # Another process (a DDP rank, the next run) maps what is there: nothing read or written again.
     arrays = sorted(data.prepared.glob("*.npy"))
     written = [path.stat().st_mtime_ns for path in arrays]
-    with caplog.at_level(logging.INFO, logger="aiayn.data.prepared_text"):
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
         again = prepared_train(module(corpus, subword_cache))
-    assert "reusing the training pairs" in caplog.text and "prepared the" not in caplog.text
+    assert "reusing the prepared training pairs" in caplog.text and "prepared the" not in caplog.text
     assert [path.stat().st_mtime_ns for path in arrays] == written
     assert len(again) == len(train) and again[5] == train[5]
 

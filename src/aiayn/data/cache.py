@@ -12,6 +12,7 @@ when jobs run side by side, get killed, or fill the disk.
   hashing it again only when its size is the same and its modification time is not.
 - :func:`no_room`: a write that failed for want of space (a full disk, a quota, a file-size
   limit) as one sentence saying where and what to do.
+- :func:`build_once`: all of these around the building of one prepared folder.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ import contextlib
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from aiayn.errors import ConfigError, DataError
-from aiayn.files import file_digest, release_lock, take_lock
+from aiayn.files import file_digest, no_room, release_lock, take_lock
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,31 @@ def remove_leftovers(folder: Path, key: str | None = None, holding: bool = False
     if removed:
         log.info("removed what an interrupted job left in %s: %s", folder, ", ".join(p.name for p in removed))
     return removed
+
+
+def build_once(out: Path, unusable: Callable[[], str | None], build: Callable[[str], None], what: str) -> None:
+    """Have the prepared folder ``out`` (``what`` names it in the log and errors: "the prepared
+    WMT14 en-de data") built once: reused when ``unusable()`` says None (it is complete, whole and
+    current), else built by ``build(why)`` (why it is not: ``"absent"`` when never completed) under
+    its lock, checked again once the lock is held, since another job may have built it meanwhile.
+    What killed jobs left beside it is removed first; a full disk is one line (:func:`no_room_error`)."""
+    remove_leftovers(out.parent)
+    if unusable() is None:
+        log.info("reusing %s in %s", what, out)
+        return
+    with exclusive(out.parent, out.name, f"preparing {out}"):
+        why = unusable()
+        if why is None:
+            log.info("reusing %s in %s (prepared by another job meanwhile)", what, out)
+            return
+        if why != "absent":
+            log.warning("%s; preparing again", why)
+        try:
+            build(why)
+        except OSError as error:
+            if (full := no_room(error)) is not None:
+                raise no_room_error(full, out.parent, what) from None
+            raise
 
 
 # --- contents ---------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Sequence
 from typing import TypedDict
 
@@ -13,6 +14,9 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from aiayn.data.batching import bucket_shape
+from aiayn.errors import DataError
+
+log = logging.getLogger(__name__)
 
 
 class TranslationBatch(TypedDict):
@@ -117,3 +121,13 @@ def filter_pairs(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[in
         else:
             keep.append(index)
     return keep, dropped
+
+
+def report_kept(kept: int, total: int, source: str, dropped: dict[str, int], max_length: int) -> None:
+    """Log how many of the ``total`` training pairs of ``source`` :func:`filter_pairs`'s rules kept
+    and why each other was dropped; a :class:`DataError` when none was kept."""
+    log.info("kept %d of %d training pairs of %s: dropped %d with an empty side, %d with a side over max_length=%d "
+             "subword tokens", kept, total, source, dropped["empty"], dropped["too_long"], max_length)
+    if not kept:
+        raise DataError(f"{source}: every one of the {total} training pairs was dropped ({dropped}); check the files, "
+                        "or raise task.datamodule.max_length")

@@ -5,7 +5,6 @@ which the corpus-specific data modules subclass; the dataset and collation are i
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,14 +15,12 @@ import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
 from aiayn.data.checks import ROLES, SplitFiles
-from aiayn.data.corpus import ParallelCorpus, filter_pairs
+from aiayn.data.corpus import ParallelCorpus, filter_pairs, report_kept
 from aiayn.data.loaders import split_loader
 from aiayn.data.readers import read_parallel
 from aiayn.data.subwords import Subwords, train_or_load
 from aiayn.errors import ConfigError, DataError
 from aiayn.metrics.scorers import CorpusBleu, Scorer
-
-log = logging.getLogger(__name__)
 
 # Fitting loads the test split too (a few thousand lines at most), so that what the test after
 # training needs is known to fit before the first step (:meth:`_check_evaluation_batches`).
@@ -178,14 +175,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         src_ids, tgt_ids = self.vocab.encode(src), self.vocab.encode(tgt)
         if role == "train":
             keep, self.filtered = filter_pairs(src_ids, tgt_ids, self.max_length)
-            log.info(
-                "kept %d of %d training pairs of %s / %s: dropped %d with an empty side, "
-                "%d with a side over max_length=%d subword tokens",
-                len(keep), len(src), src_path, tgt_path, self.filtered["empty"], self.filtered["too_long"], self.max_length,
-            )
-            if not keep:
-                raise DataError(f"{src_path} / {tgt_path}: every one of the {len(src)} training pairs was dropped "
-                                f"({self.filtered}); check the files, or raise max_length")
+            report_kept(len(keep), len(src), f"{src_path} / {tgt_path}", self.filtered, self.max_length)
             src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
             return ParallelCorpus(src_ids, tgt_ids, keep)
         self._sources[role], self._references[role] = src, tgt

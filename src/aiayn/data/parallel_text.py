@@ -11,19 +11,17 @@ when they are loaded, as Multi30k's.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from torch.utils.data import Dataset
 
 from aiayn.data.checks import ROLES
+from aiayn.data.corpus import report_kept
 from aiayn.data.datamodule import TranslationDataModule
 from aiayn.data.prepared_text import MODEL, prepare_text, prepared_dir
 from aiayn.data.storage import MappedCorpus, within_length
 from aiayn.data.subwords import Subwords
 from aiayn.errors import ConfigError, DataError
-
-log = logging.getLogger(__name__)
 
 
 def corpus_file(data_dir: str | Path, split: str, lang: str) -> Path:
@@ -127,15 +125,8 @@ class ParallelTextDataModule(TranslationDataModule):
         corpus = MappedCorpus(self._ready(), "train")
         kept, self.filtered = within_length(corpus, self.max_length)
         src_path, tgt_path = self.split_files(self.splits["train"], False)
-        log.info(
-            "kept %d of %d training pairs of %s / %s (prepared in %s): dropped %d with an empty side, "
-            "%d with a side over max_length=%d subword tokens",
-            len(kept), corpus.stored_size, src_path, tgt_path, corpus.directory, self.filtered["empty"],
-            self.filtered["too_long"], self.max_length,
-        )
-        if not len(kept):
-            raise DataError(f"{src_path} / {tgt_path}: every one of the {corpus.stored_size} training pairs was "
-                            f"dropped ({self.filtered}); check the files, or raise task.datamodule.max_length")
+        report_kept(len(kept), corpus.stored_size, f"{src_path} / {tgt_path} (prepared in {corpus.directory})",
+                    self.filtered, self.max_length)
         return kept
 
     def split_files(self, split: str, download: bool) -> tuple[Path, Path]:

@@ -34,13 +34,13 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from aiayn.data.cache import check_folder, exclusive, no_room_error, remove_leftovers
+from aiayn.data.cache import build_once, check_folder
 from aiayn.data.manifest import META, damage, folder_files, outdated, raw_fingerprints, read_meta
 from aiayn.data.readers import iter_parallel
 from aiayn.data.storage import MappedCorpus, encode_tsv, write_pairs
 from aiayn.data.subwords import train_or_load
 from aiayn.errors import DataError
-from aiayn.files import atomic_path, no_room, write_json
+from aiayn.files import atomic_path, write_json
 
 log = logging.getLogger(__name__)
 
@@ -86,31 +86,16 @@ def prepare_text(src_path: Path, tgt_path: Path, cache_dir: str | os.PathLike, s
     existing folder's token arrays by their SHA-256 too, not only by size. ``workers``: encoding
     processes (default: one per CPU).
 
-    One job prepares a folder at a time (:func:`aiayn.data.cache.exclusive`): the others, DDP
+    One job prepares a folder at a time (:func:`aiayn.data.cache.build_once`): the others, DDP
     ranks and nodes of the same run among them, wait and reuse it. A killed job's leftovers are
     removed by the next; a full disk stops it with one line and leaves nothing half-written."""
     out = prepared_dir(src_path, tgt_path, cache_dir, src_lang, tgt_lang, vocab_size, sample_pairs)
     check_folder(cache_dir, "paths.cache_dir", "AIAYN_CACHE_DIR")
-    remove_leftovers(out.parent)
-    if unusable(out, src_path, tgt_path, hashes) is None:
-        log.info("reusing the training pairs of %s / %s prepared in %s", src_path, tgt_path, out)
-        return out
-    with exclusive(out.parent, out.name, f"preparing {out}"):
-        why = unusable(out, src_path, tgt_path, hashes)  # another job may have prepared it meanwhile
-        if why is None:
-            log.info("reusing the training pairs of %s / %s prepared in %s (by another job meanwhile)",
-                     src_path, tgt_path, out)
-            return out
-        if why != "absent":
-            log.warning("%s; preparing again", why)
-        try:
-            _prepare(src_path, tgt_path, out, cache_dir, src_lang, tgt_lang, vocab_size, sample_pairs, workers)
-        except OSError as error:
-            if (full := no_room(error)) is not None:
-                raise no_room_error(full, out.parent, f"the prepared training pairs of {src_path} / {tgt_path}") from None
-            raise
+    build_once(out, lambda: unusable(out, src_path, tgt_path, hashes),
+               lambda _why: _prepare(src_path, tgt_path, out, cache_dir, src_lang, tgt_lang, vocab_size, sample_pairs,
+                                     workers),
+               f"the prepared training pairs of {src_path} / {tgt_path}")
     return out
-
 
 def _prepare(src_path: Path, tgt_path: Path, out: Path, cache_dir: str | os.PathLike, src_lang: str, tgt_lang: str,
              vocab_size: int, sample_pairs: int, workers: int | None) -> None:

@@ -9,12 +9,12 @@ and test (newstest2014) sets.
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 
 from torch.utils.data import Dataset
 
+from aiayn.data.corpus import report_kept
 from aiayn.data.datamodule import ROLES, TranslationDataModule
 from aiayn.data.storage import MappedCorpus, corpus_files, within_length
 from aiayn.data.subwords import Subwords
@@ -27,8 +27,6 @@ from aiayn.data.wmt.preparation import (
     prepare_wmt,
     prepared_dir,
 )
-
-log = logging.getLogger(__name__)
 
 
 class WMTDataModule(TranslationDataModule):
@@ -153,9 +151,6 @@ class WMTDataModule(TranslationDataModule):
         self.load_vocab()
         corpus = MappedCorpus(self._ready(), "train")
         kept, self.filtered = within_length(corpus, self.max_length)
-        log.info(
-            "kept %d of %d prepared training pairs in %s: dropped %d with an empty side, "
-            "%d with a side over max_length=%d subword tokens",
-            len(kept), corpus.stored_size, corpus.directory, self.filtered["empty"], self.filtered["too_long"], self.max_length,
-        )
+        report_kept(len(kept), corpus.stored_size, f"the preparation in {corpus.directory}", self.filtered,
+                    self.max_length)
         return kept

@@ -32,7 +32,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from aiayn.data.cache import check_folder, exclusive, no_room_error, remove_leftovers
+from aiayn.data.cache import build_once, check_folder
 from aiayn.data.manifest import META, damage, folder_files, outdated, raw_fingerprints, read_meta
 from aiayn.data.readers import read_lines
 from aiayn.data.storage import MappedCorpus, encode_tsv, write_pairs
@@ -46,7 +46,7 @@ from aiayn.data.wmt.cleaning import (
 )
 from aiayn.data.wmt.sgm import read_sgm
 from aiayn.errors import DataError
-from aiayn.files import atomic_path, no_room, write_json
+from aiayn.files import atomic_path, write_json
 
 log = logging.getLogger(__name__)
 
@@ -109,37 +109,24 @@ def prepare_wmt(
     rules (default: :class:`CleaningRules`'s). ``hashes``: check the token arrays of an existing
     folder by their SHA-256 too (``prepare.py``), not only by size.
 
-    One job prepares a folder at a time (:func:`aiayn.data.cache.exclusive`); another that wants
+    One job prepares a folder at a time (:func:`aiayn.data.cache.build_once`); another that wants
     it waits and reuses it. What killed jobs left in the cache (temporary folders, lock files) is
     removed; a full disk stops preparation with one line and leaves nothing half-written."""
     rules = rules if rules is not None else CleaningRules()
     out = prepared_dir(raw_dir, cache_dir, src_lang, tgt_lang, vocab_size, rules, sample_pairs)
     check_folder(cache_dir, "paths.cache_dir", "AIAYN_CACHE_DIR")
-    remove_leftovers(out.parent)
-    why = unusable(out, raw_dir, src_lang, tgt_lang, hashes)
-    if why is None:
-        log.info("reusing the prepared WMT14 %s-%s data in %s", src_lang, tgt_lang, out)
-        return out
-    with exclusive(out.parent, out.name, f"preparing {out}"):
-        why = unusable(out, raw_dir, src_lang, tgt_lang, hashes)  # another job may have prepared it meanwhile
-        if why is None:
-            log.info("reusing the prepared WMT14 %s-%s data in %s (prepared by another job meanwhile)",
-                     src_lang, tgt_lang, out)
-            return out
-        if why != "absent":
-            log.warning("%s; preparing again", why)
+
+    def build(why: str) -> None:
         try:
             files = locate(raw_dir, src_lang, tgt_lang, download)
         except DataError as error:
             if why == "absent":
                 raise
             raise DataError(f"{why}, and it cannot be prepared again: {error}") from None
-        try:
-            _prepare(files, out, raw_dir, cache_dir, src_lang, tgt_lang, vocab_size, rules, sample_pairs, workers)
-        except OSError as error:
-            if (full := no_room(error)) is not None:
-                raise no_room_error(full, out.parent, f"the prepared WMT14 {src_lang}-{tgt_lang} data") from None
-            raise
+        _prepare(files, out, raw_dir, cache_dir, src_lang, tgt_lang, vocab_size, rules, sample_pairs, workers)
+
+    build_once(out, lambda: unusable(out, raw_dir, src_lang, tgt_lang, hashes), build,
+               f"the prepared WMT14 {src_lang}-{tgt_lang} data")
     return out
 
 
