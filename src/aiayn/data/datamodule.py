@@ -18,6 +18,7 @@ from aiayn.data.checks import ROLES, SplitFiles
 from aiayn.data.corpus import ParallelCorpus, filter_pairs, report_kept
 from aiayn.data.loaders import split_loader
 from aiayn.data.readers import read_parallel
+from aiayn.data.storage import MappedCorpus, within_length
 from aiayn.data.subwords import Subwords, train_or_load
 from aiayn.errors import ConfigError, DataError
 from aiayn.metrics.scorers import CorpusBleu, Scorer
@@ -180,6 +181,15 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
             return ParallelCorpus(src_ids, tgt_ids, keep)
         self._sources[role], self._references[role] = src, tgt
         return ParallelCorpus(src_ids, tgt_ids)
+
+    def _prepared_training_pairs(self, folder: Path, source: str) -> Dataset:
+        """The training pairs binarised in ``folder`` (:mod:`aiayn.data.storage`) that ``max_length``
+        keeps, mapped, for a corpus whose training split is prepared once; ``source`` names them."""
+        self.load_vocab()
+        corpus = MappedCorpus(folder, "train")
+        kept, self.filtered = within_length(corpus, self.max_length)
+        report_kept(len(kept), corpus.stored_size, source, self.filtered, self.max_length)
+        return kept
 
     def dataset(self, split: str) -> Dataset:
         """The loaded dataset of ``split`` (``"train"``, ``"val"``, ``"test"`` or its file name)."""

@@ -16,10 +16,8 @@ from pathlib import Path
 from torch.utils.data import Dataset
 
 from aiayn.data.checks import ROLES
-from aiayn.data.corpus import report_kept
 from aiayn.data.datamodule import TranslationDataModule
 from aiayn.data.prepared_text import MODEL, prepare_text, prepared_dir
-from aiayn.data.storage import MappedCorpus, within_length
 from aiayn.data.subwords import Subwords
 from aiayn.errors import ConfigError, DataError
 
@@ -121,13 +119,9 @@ class ParallelTextDataModule(TranslationDataModule):
     def _load(self, role: str) -> Dataset:
         if role != "train":
             return super()._load(role)
-        self.load_vocab()
-        corpus = MappedCorpus(self._ready(), "train")
-        kept, self.filtered = within_length(corpus, self.max_length)
         src_path, tgt_path = self.split_files(self.splits["train"], False)
-        report_kept(len(kept), corpus.stored_size, f"{src_path} / {tgt_path} (prepared in {corpus.directory})",
-                    self.filtered, self.max_length)
-        return kept
+        folder = self._ready()
+        return self._prepared_training_pairs(folder, f"{src_path} / {tgt_path} (prepared in {folder})")
 
     def split_files(self, split: str, download: bool) -> tuple[Path, Path]:
         """The (source, target) files of ``split``; a :class:`DataError` naming those not there."""

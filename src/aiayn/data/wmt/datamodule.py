@@ -14,9 +14,8 @@ from pathlib import Path
 
 from torch.utils.data import Dataset
 
-from aiayn.data.corpus import report_kept
 from aiayn.data.datamodule import ROLES, TranslationDataModule
-from aiayn.data.storage import MappedCorpus, corpus_files, within_length
+from aiayn.data.storage import corpus_files
 from aiayn.data.subwords import Subwords
 from aiayn.data.wmt.archives import expected_files
 from aiayn.data.wmt.cleaning import CleaningRules
@@ -148,9 +147,4 @@ class WMTDataModule(TranslationDataModule):
     def _load(self, role: str) -> Dataset:
         if role != "train":
             return super()._load(role)
-        self.load_vocab()
-        corpus = MappedCorpus(self._ready(), "train")
-        kept, self.filtered = within_length(corpus, self.max_length)
-        report_kept(len(kept), corpus.stored_size, f"the preparation in {corpus.directory}", self.filtered,
-                    self.max_length)
-        return kept
+        return self._prepared_training_pairs(self._ready(), f"the preparation in {self._ready()}")
