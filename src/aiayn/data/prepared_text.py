@@ -51,7 +51,7 @@ MODEL = "sentencepiece.model"
 def prepared_dir(src_path: Path, tgt_path: Path, cache_dir: str | os.PathLike, src_lang: str, tgt_lang: str,
                  vocab_size: int, sample_pairs: int) -> Path:
     """Where the training split ``src_path`` / ``tgt_path`` prepared with these settings lives (or will)."""
-    settings = {**_settings(src_lang, tgt_lang, vocab_size, sample_pairs), "files": _raw_names(src_path, tgt_path)}
+    settings = {**_settings(src_lang, tgt_lang, vocab_size, sample_pairs), "sources": _raw_names(src_path, tgt_path)}
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     return Path(cache_dir) / "parallel_text" / f"{src_lang}-{tgt_lang}-{vocab_size}-{key}"
 
@@ -96,6 +96,7 @@ def prepare_text(src_path: Path, tgt_path: Path, cache_dir: str | os.PathLike, s
                                      workers),
                f"the prepared training pairs of {src_path} / {tgt_path}")
     return out
+
 
 def _prepare(src_path: Path, tgt_path: Path, out: Path, cache_dir: str | os.PathLike, src_lang: str, tgt_lang: str,
              vocab_size: int, sample_pairs: int, workers: int | None) -> None:
