@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+from filelock import FileLock
 
 from aiayn.data.corpus import filter_pairs
 from aiayn.data.parallel_text import ParallelTextDataModule
@@ -99,6 +102,39 @@ def test_a_damaged_array_is_prepared_again(corpus: Path, tmp_path: Path, caplog)
     assert f"prepared file {ids} is damaged (its bytes changed since it was written); preparing again" in caplog.text
     assert MappedCorpus(data.prepared, "train").stored_size == stored
     assert np.load(ids)[-32:].any()
+
+
+def test_jobs_that_want_the_same_preparation_at_once_share_one(corpus: Path, tmp_path: Path, caplog) -> None:
+    """While one job prepares a folder (it holds the folder's lock), another that wants it (a DDP
+    rank, a node of the same job, a sweep's other run) waits, then maps what the first wrote."""
+    first = module(corpus, tmp_path / "first")
+    first.prepare_data()  # what "the first job" will have written
+    other = module(corpus, tmp_path / "shared")
+    folder = other.prepared
+    folder.parent.mkdir(parents=True)
+    lock = folder.parent / f".{folder.name}.lock"
+    waiting = threading.Event()
+
+    class Sign(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("waiting for another job"):
+                waiting.set()
+
+    sign = Sign()
+    logging.getLogger("aiayn.data").addHandler(sign)
+    waiter = threading.Thread(target=other.prepare_data)
+    try:
+        with caplog.at_level(logging.INFO, logger="aiayn.data"):
+            with FileLock(lock):  # the first job is preparing
+                waiter.start()
+                assert waiting.wait(timeout=120), "the second job did not wait for the folder's lock"
+                shutil.copytree(first.prepared, folder)  # the first job's folder, complete
+            waiter.join(timeout=120)
+    finally:
+        logging.getLogger("aiayn.data").removeHandler(sign)
+    assert not waiter.is_alive()
+    assert "(prepared by another job meanwhile)" in caplog.text and "prepared the" not in caplog.text
+    assert other.vocab.serialized() == first.vocab.serialized() and not lock.exists()
 
 
 def test_a_tab_in_a_sentence_is_encoded_as_the_space_it_normalises_to(corpus: Path, tmp_path: Path) -> None:
