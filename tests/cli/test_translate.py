@@ -26,7 +26,15 @@ from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.decoding.translator import Translator, translate
 from aiayn.errors import DataError
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import IN_THE_FOREGROUND, REPO, TrainedRun, offline_environment, popen
+from tests.helpers.runs import (
+    IN_THE_FOREGROUND,
+    REPO,
+    TrainedRun,
+    in_read_only_folder,
+    offline_environment,
+    popen,
+    run_command,
+)
 
 # A length penalty this strong keeps the 4-step model from ending every translation at once (its
 # translations with the task's α are all empty), so each line gets a translation of its own and a
@@ -285,15 +293,19 @@ BAD = {  # (the bad setting, given tmp_path; the start of the one line)
 @pytest.mark.parametrize("kind", BAD)
 def test_bad_input_is_one_line_before_anything_is_translated(kind: str, tiny_run: TrainedRun, data_root: Path,
                                                              tmp_path: Path) -> None:
-    if kind == "output folder not writable" and os.geteuid() == 0:
-        pytest.skip("root writes into any folder")
     bad, message = BAD[kind]
     source = write_lines(tmp_path / "in.en", SENTENCES)
     key, value = bad(tmp_path).split("=", 1)
     settings = {"ckpt": str(tiny_run.last), "input": str(source), **dict(arg.split("=") for arg in ARGUMENTS), key: value}
+    arguments = [f"{key}={value}" for key, value in settings.items()]
     before = sorted(tmp_path.rglob("*"))
-    result = run_tool("src/translate.py", *(f"{key}={value}" for key, value in settings.items()), data_root=data_root,
-                      cache_dir=tiny_run.cache_dir, check=False)
+    if kind == "output folder not writable" and os.geteuid() == 0:  # root writes into any folder but a read-only one
+        command = in_read_only_folder([sys.executable, "src/translate.py", *arguments], tmp_path / "locked")
+        if command is None:
+            pytest.skip("root writes into any folder, and no folder can be mounted read-only here")
+        result = run_command(command, data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
+    else:
+        result = run_tool("src/translate.py", *arguments, data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]  # one line: no summary, nothing translated
     assert result.stderr.startswith(f"translate.py: {message.format(tmp=tmp_path)}"), result.stderr

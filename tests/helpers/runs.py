@@ -195,13 +195,28 @@ def in_small_filesystem(command: Sequence[str], folder: Path, size: str = "2m") 
     """``command`` with ``folder`` on a tmpfs of ``size`` of its own (a mount namespace), where this
     machine allows mounting one; else None. The tmpfs goes with the namespace: what the command
     left in it is listed, one name a line, in ``<folder>.left`` beside it."""
-    if shutil.which("unshare") is None:
-        return None
-    probe = subprocess.run(["unshare", "--mount", "--map-root-user", "true"], check=False, capture_output=True)
-    if probe.returncode != 0:
+    if not _mount_namespaces():
         return None
     script = 'mount -t tmpfs -o size="$1" tmpfs "$0" || exit 99; shift; "$@"; status=$?; ls -A "$0" > "$0.left"; exit $status'
     return ["unshare", "--mount", "--map-root-user", "sh", "-c", script, str(folder), size, *command]
+
+
+def in_read_only_folder(command: Sequence[str], folder: Path) -> list[str] | None:
+    """``command`` with ``folder`` mounted read-only over itself (a mount namespace): a folder
+    nobody can write to, root included (root writes into a folder whatever its mode), where this
+    machine allows it; else None."""
+    if not _mount_namespaces():
+        return None
+    script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" || exit 99; exec "$@"'
+    return ["unshare", "--mount", "--map-root-user", "sh", "-c", script, str(folder), *command]
+
+
+def _mount_namespaces() -> bool:
+    """Whether this machine lets a process mount in a mount namespace of its own."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "--mount", "--map-root-user", "true"], check=False, capture_output=True)
+    return probe.returncode == 0
 
 
 def limit_file_size(size: int) -> Callable[[], None]:
