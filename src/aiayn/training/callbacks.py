@@ -31,6 +31,7 @@ from aiayn.reporting.flops import (
 )
 from aiayn.reporting.loggers import record_pictures, record_summary
 from aiayn.reporting.summary import device_name, write_summary
+from aiayn.training.early_stopping import EarlyStopping
 from aiayn.training.saving import StepCheckpoint
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,8 @@ class RunSummaryCallback(L.Callback):
     ``flops_per_token`` (per target token), ``train_flops_paper_estimate`` (training time × processes
     × the sustained TFLOPS of ``gpu``: the cost as if each process were that GPU; the paper: P100),
     ``processes``, ``gpu_for_estimate``, ``device_name`` (the accelerator, else the CPU) and
-    ``finished_at`` (UTC).
+    ``finished_at`` (UTC); with ``callbacks.early_stopping``, ``stopped_early_at`` (the step, or
+    None), ``dev/best_<figure>`` and ``dev/best_step``.
 
     The counts travel in checkpoints, so a resumed run goes on counting where it stopped.
     """
@@ -214,8 +216,10 @@ class RunSummaryCallback(L.Callback):
     def summary(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         totals = (self.totals if self.totals is not None else self.restored_totals).tolist()
         seconds = self.training_seconds()
+        stopping = next((each for each in trainer.callbacks if isinstance(each, EarlyStopping)), None)
         return {
             **self.dev,
+            **(stopping.summary() if stopping is not None else {}),
             "parameters": sum(p.numel() for p in pl_module.model.parameters()),
             "steps": trainer.global_step,
             "training_time_s": seconds,

@@ -220,6 +220,16 @@ def _check_run(config: Mapping[str, Any]) -> None:
     if not _whole(every) or every < 1:
         raise ConfigError(f"callbacks.progress_log.every_n_steps must be a positive whole number of steps (a progress "
                           f"line every that many; callbacks.progress_log=null: none), got {every!r}")
+    stopping = callbacks.get("early_stopping")
+    if isinstance(stopping, Mapping):
+        from aiayn.training.early_stopping import check_settings
+
+        check_settings(dict(stopping))
+        if stopping.get("patience") is not None and stopping.get("metric", "score") == "score" and \
+                validation.get("bleu_sentences") == 0:
+            raise ConfigError("callbacks.early_stopping.metric=score: validation.bleu_sentences=0 scores no "
+                              "sentence at validation; give validation.bleu_sentences>0 or "
+                              "callbacks.early_stopping.metric=loss")
     preemption = callbacks.get("preemption")
     if isinstance(preemption, Mapping) and preemption.get("enabled", True):
         from aiayn.training.preemption import signal_numbers

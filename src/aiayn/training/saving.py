@@ -29,6 +29,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
 
 from aiayn.config.checkpointing import window_steps
 from aiayn.files import atomic_path
@@ -91,8 +92,9 @@ class StepCheckpoint(ModelCheckpoint):
     Steps without a validation are saved at the end of their batch, as before. The loggers are
     flushed before each save; ``last.ckpt`` is a link to the newest. ``save_last_step``: the last
     step (``trainer.max_steps``) is saved too, so that ``last.ckpt`` of a finished run is the model
-    it ended with. ``average_last`` and ``average_every_n_steps``: §6.1's window before the last
-    step (aiayn.config.checkpointing), in which its steps are saved and no others."""
+    it ended with; so is a step after whose validation training stops (callbacks.early_stopping).
+    ``average_last`` and ``average_every_n_steps``: §6.1's window before the last step
+    (aiayn.config.checkpointing), in which its steps are saved and no others."""
 
     def __init__(self, *args: Any, save_last_step: bool = False, average_last: int | None = None,
                  average_every_n_steps: int | None = None, **kwargs: Any):
@@ -122,6 +124,13 @@ class StepCheckpoint(ModelCheckpoint):
                 super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         finally:
             self._before_validation = False
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if trainer.should_stop and trainer.state.fn == TrainerFn.FITTING:
+            # Training stops after this validation (callbacks.early_stopping): its step is the model
+            # the run ends with, saved whatever every_n_train_steps is (once: a step saved is skipped).
+            self._save_now(trainer)
 
     def _monitor_candidates(self, trainer: L.Trainer) -> dict[str, Any]:
         # The step saved is the trainer's: a validation logs the step it validated as "step" (for the

@@ -1,0 +1,70 @@
+"""Stopping early (callbacks.early_stopping, aiayn.training.early_stopping): a real tiny run on
+Multi30k stops after the validation that makes ``patience`` without improvement, saves and tests the
+step it stopped at, records it, and a resume trains no more; bad settings are refused up front."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from aiayn.errors import ConfigError
+from aiayn.training.config_check import check_train_config
+from tests.helpers.inprocess import train
+from tests.training.test_config_check import resolved
+
+# Validations at steps 2, 4, 6, 8; checkpoints at 3, 6 (and the last step). A loss that must fall by
+# 100 to count as better improves only at the first validation: with patience 1 the run stops at 4.
+STOPPING = ["debug=tiny", "logger=csv", "optim.train_steps=8", "trainer.val_check_interval=2",
+            "checkpoint.every_n_train_steps=3", "callbacks.early_stopping.patience=1",
+            "callbacks.early_stopping.metric=loss", "callbacks.early_stopping.min_delta=100"]
+
+
+def test_a_run_stops_after_patience_validations_without_improvement_and_resumes_to_no_more(
+        tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = train(run_dir, *STOPPING, data_root=data_root, cache_dir=subword_cache)
+    log = (run_dir / "train.log").read_text()
+    assert "stopped early at step 4: val loss has not improved by more than 100 on" in log
+    assert "(step 2) in 1 validations; callbacks.early_stopping.patience=1" in log
+    checkpoints = run_dir / "checkpoints"
+    # The step it stopped at is saved though every_n_train_steps=3 would not save it, and is the last.
+    assert sorted(path.name for path in checkpoints.glob("step*.ckpt")) == ["step0000003.ckpt", "step0000004.ckpt"]
+    assert os.readlink(checkpoints / "last.ckpt") == "step0000004.ckpt"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["steps"], summary["stopped_early_at"], summary["dev/step"], summary["dev/best_step"]) == (4, 4, 4, 2)
+    assert summary["test_averaged"] == 1 and "test/bleu" in summary  # the test scored the model of step 4
+    assert re.search(r"^test \S+: test/loss=", result.stdout, re.MULTILINE)  # the test after training
+
+    again = train(run_dir, *STOPPING, "resume=auto", data_root=data_root, cache_dir=subword_cache)
+    log = (run_dir / "train.log").read_text()
+    assert "the run stopped early at step 4 (val loss has not improved by more than 100 on" in log
+    assert sorted(path.name for path in checkpoints.glob("step*.ckpt")) == ["step0000003.ckpt", "step0000004.ckpt"]
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 4  # no step trained
+    assert re.search(r"^test \S+: test/loss=", again.stdout, re.MULTILINE)  # only what was left: the test
+
+
+def test_without_patience_the_run_trains_its_steps_as_the_paper_does(tmp_path: Path, data_root: Path,
+                                                                        subword_cache: Path) -> None:
+    run_dir = tmp_path / "run"
+    train(run_dir, *[o for o in STOPPING if "patience" not in o], data_root=data_root, cache_dir=subword_cache)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 8 and "stopped_early_at" not in summary
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["callbacks.early_stopping.patience=0"], r"^callbacks.early_stopping.patience must be a positive whole number"),
+    (["callbacks.early_stopping.patience=3", "callbacks.early_stopping.metric=bleu"],
+     r"^callbacks.early_stopping.metric must be one of score, loss, ppl \(score: the task's own, bleu or f1\), got 'bleu'"),
+    (["callbacks.early_stopping.patience=3", "callbacks.early_stopping.min_delta=-1"],
+     r"^callbacks.early_stopping.min_delta must be a number, 0 or more"),
+    (["callbacks.early_stopping.patience=3", "validation.bleu_sentences=0"],
+     r"^callbacks.early_stopping.metric=score: validation.bleu_sentences=0 scores no sentence at validation"),
+])
+def test_settings_that_cannot_stop_a_run_are_refused_before_it_starts(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_train_config(resolved(*overrides))
+    check_train_config(resolved("callbacks.early_stopping.patience=3", "callbacks.early_stopping.metric=ppl"))
