@@ -109,6 +109,9 @@ def test_a_row_run_with_its_model_or_recipe_changed_is_no_longer_that_row():
     assert changes("experiment=table3_D_ls0", "loss.label_smoothing=0.1") == ["loss.label_smoothing: 0.0 → 0.1"]
     assert changes("experiment=table3_A_h1", "+scale=multi30k", "task=multi30k_de_en") == [
         "task.name: 'multi30k_en_de' → 'multi30k_de_en'"]
+    # A run that may stop before optim.train_steps trains another length than the row's.
+    assert changes("experiment=table3_A_h1", "callbacks.early_stopping.patience=5") == [
+        "callbacks.early_stopping.patience: None → 5"]
     # The row at a scale, a speed switch, a seed or the logging: still the row.
     assert changes("experiment=table3_A_h1", "+scale=multi30k_cpu", "model.attention=explicit", "seed=7",
                    "validation.bleu_sentences=10") == []

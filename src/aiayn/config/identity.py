@@ -30,8 +30,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-# What makes a row run that row: the network, its widths, the recipe and the task.
-ROW_KEYS = ("task.name", "task.vocab_size", "model", "width_divisor", "loss", "optim")
+# What makes a row run that row: the network, its widths, the recipe (its length too: a run that may
+# stop early is not the row's, which trains optim.train_steps) and the task.
+ROW_KEYS = ("task.name", "task.vocab_size", "model", "width_divisor", "loss", "optim",
+            "callbacks.early_stopping.patience")
 # Speed switches compute the same numbers another way: not a change of the row.
 SPEED_KEYS = ("optim.fused", "model.attention", "loss.fused")
 # Overrides the name and tags leave out: said already (run_name, run_group, experiment, scale, debug) or not a
