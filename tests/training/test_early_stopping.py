@@ -46,6 +46,13 @@ def test_a_run_stops_after_patience_validations_without_improvement_and_resumes_
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 4  # no step trained
     assert re.search(r"^test \S+: test/loss=", again.stdout, re.MULTILINE)  # only what was left: the test
 
+    # Resumed with a larger patience, the run goes on: 4 and 6 without improvement, it stops at 6.
+    train(run_dir, *STOPPING, "resume=auto", "callbacks.early_stopping.patience=2", data_root=data_root,
+          cache_dir=subword_cache)
+    assert "with callbacks.early_stopping.patience=2 it goes on" in (run_dir / "train.log").read_text()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["steps"], summary["stopped_early_at"], summary["dev/best_step"]) == (6, 6, 2)
+
 
 def test_without_patience_the_run_trains_its_steps_as_the_paper_does(tmp_path: Path, data_root: Path,
                                                                         subword_cache: Path) -> None:
@@ -53,6 +60,15 @@ def test_without_patience_the_run_trains_its_steps_as_the_paper_does(tmp_path: P
     train(run_dir, *[o for o in STOPPING if "patience" not in o], data_root=data_root, cache_dir=subword_cache)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 8 and "stopped_early_at" not in summary
+
+
+def test_patience_run_out_at_the_last_step_is_no_early_stop(tmp_path: Path, data_root: Path,
+                                                             subword_cache: Path) -> None:
+    run_dir = tmp_path / "run"
+    train(run_dir, *STOPPING, "optim.train_steps=4", data_root=data_root, cache_dir=subword_cache)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 4 and summary["stopped_early_at"] is None
+    assert "stopped early" not in (run_dir / "train.log").read_text()
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

@@ -8,7 +8,8 @@ the scorer's headline, higher is better), or ``loss`` or ``ppl`` (lower is bette
 training stops at is validated and saved (aiayn.training.saving.StepCheckpoint saves a step after
 which training stops), ``last.ckpt`` names it, and the test after training scores that model: the
 paper's §6.1 window lies after it, so nothing is averaged. The checkpoint records the stop, so the
-same command with ``resume=auto`` trains no more: it runs only what is left (the test).
+same command with ``resume=auto`` trains no more: it runs only what is left (the test); resumed with
+a larger ``patience``, the run goes on.
 
 In DDP every rank computes the same figures (they are gathered before scoring), and the ranks agree
 on the stop in one all-reduce, so that they all leave training after the same step.
@@ -71,10 +72,17 @@ class EarlyStopping(L.Callback):
         self.figure = scorer.name if self.metric == "score" else self.metric
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.stopped_at is not None:  # resumed from the step the run stopped at: nothing more to train
+        if self.stopped_at is None:
+            return
+        if self.since_best >= self.patience:  # resumed from the step the run stopped at: nothing more to train
             log.info("the run stopped early at step %s (%s); nothing more to train", f"{self.stopped_at:,}",
                      self._reason())
             trainer.should_stop = True
+        else:  # resumed with a larger patience: the run goes on from there
+            log.info("the run stopped early at step %s after %d validations without improvement; with "
+                     "callbacks.early_stopping.patience=%d it goes on", f"{self.stopped_at:,}", self.since_best,
+                     self.patience)
+            self.stopped_at = None
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or self.stopped_at is not None:
@@ -89,7 +97,8 @@ class EarlyStopping(L.Callback):
             self.best, self.best_step, self.since_best = value, step, 0
         else:
             self.since_best += 1
-        if trainer.strategy.reduce_boolean_decision(self.since_best >= self.patience, all=False):
+        last = 0 < trainer.max_steps <= step  # training ends here anyway: no early stop
+        if trainer.strategy.reduce_boolean_decision(self.since_best >= self.patience and not last, all=False):
             self.stopped_at = step
             trainer.should_stop = True
             self._stopped_here = True
