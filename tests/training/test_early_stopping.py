@@ -13,7 +13,9 @@ import pytest
 
 from aiayn.errors import ConfigError
 from aiayn.training.config_check import check_train_config
+from tests.helpers import runs
 from tests.helpers.inprocess import train
+from tests.helpers.runs import TWO_CORES
 from tests.training.test_config_check import resolved
 
 # Validations at steps 2, 4, 6, 8; checkpoints at 3, 6 (and the last step). A loss that must fall by
@@ -23,6 +25,7 @@ STOPPING = ["debug=tiny", "logger=csv", "optim.train_steps=8", "trainer.val_chec
             "callbacks.early_stopping.metric=loss", "callbacks.early_stopping.min_delta=100"]
 
 
+@pytest.mark.slow  # real tiny runs, in this process
 def test_a_run_stops_after_patience_validations_without_improvement_and_resumes_to_no_more(
         tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
     run_dir = tmp_path / "run"
@@ -54,6 +57,19 @@ def test_a_run_stops_after_patience_validations_without_improvement_and_resumes_
     assert (summary["steps"], summary["stopped_early_at"], summary["dev/best_step"]) == (6, 6, 2)
 
 
+@pytest.mark.cli  # ddp_spawn: two training processes, spawned by a process of its own
+@pytest.mark.slow
+@TWO_CORES
+def test_two_ddp_processes_stop_after_the_same_step(tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
+    run_dir = tmp_path / "run"
+    runs.train(run_dir, *STOPPING, "hardware=cpu2_ddp", data_root=data_root, cache_dir=subword_cache)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["processes"], summary["steps"], summary["stopped_early_at"]) == (2, 4, 4)
+    assert sorted(path.name for path in (run_dir / "checkpoints").glob("step*.ckpt")) == [
+        "step0000003.ckpt", "step0000004.ckpt"]
+
+
+@pytest.mark.slow  # real tiny runs, in this process
 def test_without_patience_the_run_trains_its_steps_as_the_paper_does(tmp_path: Path, data_root: Path,
                                                                         subword_cache: Path) -> None:
     run_dir = tmp_path / "run"
@@ -62,6 +78,7 @@ def test_without_patience_the_run_trains_its_steps_as_the_paper_does(tmp_path: P
     assert summary["steps"] == 8 and "stopped_early_at" not in summary
 
 
+@pytest.mark.slow  # real tiny runs, in this process
 def test_patience_run_out_at_the_last_step_is_no_early_stop(tmp_path: Path, data_root: Path,
                                                              subword_cache: Path) -> None:
     run_dir = tmp_path / "run"
