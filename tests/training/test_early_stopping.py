@@ -56,6 +56,14 @@ def test_a_run_stops_after_patience_validations_without_improvement_and_resumes_
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["steps"], summary["stopped_early_at"], summary["dev/best_step"]) == (6, 6, 2)
 
+    # Resumed watching another figure, it starts from scratch: ppl improves, by any amount, at 8.
+    train(run_dir, *STOPPING, "resume=auto", "callbacks.early_stopping.metric=ppl",
+          "callbacks.early_stopping.min_delta=0", data_root=data_root, cache_dir=subword_cache)
+    assert "callbacks.early_stopping watched val loss until the checkpoint; it watches val ppl from here" in (
+        run_dir / "train.log").read_text()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["steps"], summary["stopped_early_at"], summary["dev/best_step"]) == (8, None, 8)
+
 
 @pytest.mark.cli  # ddp_spawn: two training processes, spawned by a process of its own
 @pytest.mark.slow

@@ -63,6 +63,7 @@ class EarlyStopping(L.Callback):
         self.since_best = 0  # validations since the best
         self.stopped_at: int | None = None  # the step training stopped at
         self._stopped_here = False  # in this attempt (not a resumed run's earlier one)
+        self._restored_figure: str | None = None  # the figure a resumed run's checkpoint watched
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         scorer = getattr(pl_module, "scorer", None)  # the data module's, once the module is set up
@@ -70,6 +71,11 @@ class EarlyStopping(L.Callback):
             raise ConfigError("callbacks.early_stopping.metric=score: this task's validation has no score; give "
                               "callbacks.early_stopping.metric=loss")
         self.figure = scorer.name if self.metric == "score" else self.metric
+        if self._restored_figure not in (None, self.figure):  # resumed watching another figure: from scratch
+            log.info("callbacks.early_stopping watched val %s until the checkpoint; it watches val %s from here",
+                     self._restored_figure, self.figure)
+            self.best = self.best_step = self.stopped_at = None
+            self.since_best = 0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.stopped_at is None:
@@ -127,9 +133,10 @@ class EarlyStopping(L.Callback):
         return "EarlyStopping"
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "best_step": self.best_step, "since_best": self.since_best,
+        return {"figure": self.figure, "best": self.best, "best_step": self.best_step, "since_best": self.since_best,
                 "stopped_at": self.stopped_at}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.best, self.best_step = state_dict.get("best"), state_dict.get("best_step")
         self.since_best, self.stopped_at = state_dict.get("since_best", 0), state_dict.get("stopped_at")
+        self._restored_figure = state_dict.get("figure")
