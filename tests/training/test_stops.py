@@ -211,9 +211,12 @@ def test_a_signal_while_a_line_is_logged_still_stops_the_run(tmp_path: Path) -> 
         stops.teardown(testing, None, "test")
 
 
-@pytest.mark.parametrize("newest, said", [(4, "after training"), (2, "as the training processes started")])
+@pytest.mark.parametrize("newest, stopped_early, said", [
+    (4, None, "after training"), (2, None, "as the training processes started"),
+    (2, 2, "after training"),  # the run stopped early at 2 (callbacks.early_stopping): training had ended
+])
 def test_a_training_rank_killed_by_the_signal_passed_on_as_it_ends_is_a_stop_after_training(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, newest: int, said: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, newest: int, stopped_early: int | None, said: str) -> None:
     """ddp_spawn's launching process passed a SIGTERM on to training's ranks as they ended; one, past
     its handlers, died of it and fit failed. With the last step (4) saved, training is finished and
     the line says so, as at any other moment after training; with an earlier step the newest, the
@@ -230,7 +233,7 @@ def test_a_training_rank_killed_by_the_signal_passed_on_as_it_ends_is_a_stop_aft
 
     folder = tmp_path / "checkpoints"
     folder.mkdir()
-    (folder / f"step{newest:07d}.ckpt").write_bytes(b"saved")
+    torch.save({"callbacks": {"EarlyStopping": {"stopped_at": stopped_early}}}, folder / f"step{newest:07d}.ckpt")
     (folder / "last.ckpt").symlink_to(f"step{newest:07d}.ckpt")
     stops = StopsAfterTraining(["SIGTERM"], folder / "last.ckpt")
     launcher = _MultiProcessingLauncher.__new__(_MultiProcessingLauncher)
@@ -242,6 +245,6 @@ def test_a_training_rank_killed_by_the_signal_passed_on_as_it_ends_is_a_stop_aft
         raise died
     line, status = preemption.describe(raised.value)
     assert status == EXIT_STATUS and line.startswith(f"stopped by SIGTERM {said}"), line
-    if newest == 4:
+    if said == "after training":
         assert line.endswith(f"training is finished and saved ({folder / 'last.ckpt'}); the same command with "
                              "resume=auto runs only the test")

@@ -46,6 +46,7 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
 
+from aiayn.training.early_stopping import stopped_early_at
 from aiayn.training.lightning_signals import put_back
 from aiayn.training.preemption import Preempted, hold_signals, signal_numbers
 from aiayn.training.saving import STEP_FILE
@@ -142,10 +143,14 @@ class StopsAfterTraining(Callback):
             raise
 
     def _saved_its_last_step(self, trainer: L.Trainer) -> bool:
-        """The run's newest checkpoint is of the last step training was to take."""
+        """The run's newest checkpoint is of the last step training was to take, or of the step it
+        stopped early at (aiayn.training.early_stopping)."""
         newest = self.checkpoint.resolve()
         found = STEP_FILE.match(newest.name)
-        return found is not None and newest.is_file() and int(found.group(1)) == trainer.max_steps
+        if found is None or not newest.is_file():
+            return False
+        step = int(found.group(1))
+        return step == trainer.max_steps or stopped_early_at(newest) == step
 
     @contextlib.contextmanager
     def around_the_test(self, trainer: L.Trainer) -> Iterator[None]:

@@ -18,14 +18,17 @@ on the stop in one all-reduce, so that they all leave training after the same st
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import lightning as L
+import torch
 
 from aiayn.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+STATE_KEY = "EarlyStopping"  # its state's key among a checkpoint's callbacks
 METRICS = ("score", "loss", "ppl")  # what callbacks.early_stopping.metric may name
 LOWER_IS_BETTER = ("loss", "ppl")
 
@@ -48,6 +51,16 @@ def check_settings(entry: dict[str, Any]) -> None:
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or delta < 0:
         raise ConfigError(f"callbacks.early_stopping.min_delta must be a number, 0 or more (the least change that "
                           f"counts as an improvement), got {delta!r}")
+
+
+def stopped_early_at(checkpoint: str | os.PathLike) -> int | None:
+    """The step at which the run of ``checkpoint`` stopped early, as the checkpoint records it;
+    None where it did not, or the file cannot be read (its weights are mapped, not read)."""
+    try:
+        state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)
+        return (state.get("callbacks") or {}).get(STATE_KEY, {}).get("stopped_at")
+    except Exception:  # noqa: BLE001 - a file that is no readable checkpoint records no stop
+        return None
 
 
 class EarlyStopping(L.Callback):
@@ -130,7 +143,7 @@ class EarlyStopping(L.Callback):
 
     @property
     def state_key(self) -> str:
-        return "EarlyStopping"
+        return STATE_KEY
 
     def state_dict(self) -> dict[str, Any]:
         return {"figure": self.figure, "best": self.best, "best_step": self.best_step, "since_best": self.since_best,
