@@ -39,3 +39,15 @@ def commit() -> str:
 def now() -> str:
     """The local date and time, to the second."""
     return datetime.datetime.now().isoformat(timespec="seconds")
+
+
+def memory_mib(*keys: str) -> dict[str, float]:
+    """This process's memory from /proc/self/status, in MiB: by default resident (``VmRSS``),
+    private (``RssAnon``) and file-backed (``RssFile``, mapped files); ``VmHWM`` is the peak."""
+    keys = keys or ("VmRSS", "RssAnon", "RssFile")
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key = line.split(":")[0]
+        if key in keys:
+            fields[key] = round(int(line.split()[1]) / 1024, 1)
+    return fields

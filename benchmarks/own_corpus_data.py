@@ -32,9 +32,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, commit, machine, now
+from _common import REPO, commit, machine, memory_mib, now
 
 RESULTS = REPO / "benchmarks" / "results" / "own_corpus_data.jsonl"
+PEAK = ("VmHWM", "RssAnon", "RssFile")  # the peak resident memory, and the current private and file-backed
 
 
 def make_corpus(folder: Path, data_root: Path, copies: int) -> int:
@@ -54,16 +55,6 @@ def make_corpus(folder: Path, data_root: Path, copies: int) -> int:
     return count
 
 
-def memory_mib() -> dict[str, float]:
-    """This process's peak resident memory and what of the current is private and file-backed."""
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key = line.split(":")[0]
-        if key in ("VmHWM", "RssAnon", "RssFile"):
-            fields[key] = round(int(line.split()[1]) / 1024, 1)
-    return fields
-
-
 def measure(kind: str, corpus: Path, cache: Path, vocab_size: int, workers: int) -> dict:
     """In this (fresh) process: ``kind`` of the module's docstring."""
     import torch
@@ -81,7 +72,7 @@ def measure(kind: str, corpus: Path, cache: Path, vocab_size: int, workers: int)
     kind_class = ReadWhole if kind == "read_whole" else ParallelTextDataModule
     module = kind_class(str(corpus), "en", "de", vocab_size=vocab_size, max_tokens=3400, cache_dir=str(cache),
                         prepare_workers=workers)
-    imported = memory_mib()
+    imported = memory_mib(*PEAK)
     started = time.perf_counter()
     if kind == "prepare":
         module.prepare_data()
@@ -89,7 +80,7 @@ def measure(kind: str, corpus: Path, cache: Path, vocab_size: int, workers: int)
         module.setup("fit")
         module.train_dataloader()
     seconds = time.perf_counter() - started
-    return {"seconds": round(seconds, 2), "rss_mib_imported": imported, "rss_mib_after": memory_mib()}
+    return {"seconds": round(seconds, 2), "rss_mib_imported": imported, "rss_mib_after": memory_mib(*PEAK)}
 
 
 def main() -> None:

@@ -31,7 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, memory_mib
+
 RESULTS = REPO / "benchmarks" / "results" / "wmt_data.jsonl"
 LETTERS = np.array(list("abcdefghijklmnopqrstuvwxyzäöüß"))
 
@@ -98,16 +100,6 @@ def machine() -> dict[str, object]:
     except (OSError, StopIteration):
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory, "python": platform.python_version()}
-
-
-def memory_mib() -> dict[str, float]:
-    """This process's resident memory: total, private (anonymous) and file-backed (mapped files)."""
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key = line.split(":")[0]
-        if key in ("VmRSS", "RssAnon", "RssFile"):
-            fields[key] = round(int(line.split()[1]) / 1024, 1)
-    return fields
 
 
 def datamodule(raw: Path, cache: Path, vocab_size: int, sample_pairs: int, max_tokens: int, workers: int | None = None):

@@ -51,7 +51,7 @@ MODEL = "sentencepiece.model"
 def prepared_dir(src_path: Path, tgt_path: Path, cache_dir: str | os.PathLike, src_lang: str, tgt_lang: str,
                  vocab_size: int, sample_pairs: int) -> Path:
     """Where the training split ``src_path`` / ``tgt_path`` prepared with these settings lives (or will)."""
-    settings = {**_settings(src_lang, tgt_lang, vocab_size, sample_pairs), "sources": _raw_names(src_path, tgt_path)}
+    settings = {**_settings(src_lang, tgt_lang, vocab_size, sample_pairs), "sources": _names(_sources(src_path, tgt_path))}
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     return Path(cache_dir) / "parallel_text" / f"{src_lang}-{tgt_lang}-{vocab_size}-{key}"
 
@@ -61,12 +61,13 @@ def _settings(src_lang: str, tgt_lang: str, vocab_size: int, sample_pairs: int) 
             "sample_pairs": int(sample_pairs)}
 
 
-def _raw_names(src_path: Path, tgt_path: Path) -> dict[str, str]:
-    return {"src": str(Path(src_path).expanduser().resolve()), "tgt": str(Path(tgt_path).expanduser().resolve())}
+def _sources(src_path: Path, tgt_path: Path) -> dict[str, Path]:
+    """The two files by side, resolved: what the folder's key and ``meta.json`` name them by."""
+    return {"src": Path(src_path).expanduser().resolve(), "tgt": Path(tgt_path).expanduser().resolve()}
 
 
-def _raw_files(src_path: Path, tgt_path: Path) -> dict[str, Path]:
-    return {side: Path(name) for side, name in _raw_names(src_path, tgt_path).items()}
+def _names(files: dict[str, Path]) -> dict[str, str]:
+    return {side: str(path) for side, path in files.items()}
 
 
 def unusable(directory: Path, src_path: Path, tgt_path: Path, hashes: bool) -> str | None:
@@ -75,7 +76,7 @@ def unusable(directory: Path, src_path: Path, tgt_path: Path, hashes: bool) -> s
     meta = read_meta(directory)
     if meta is None:
         return "absent"
-    return outdated(directory, meta, _raw_files(src_path, tgt_path)) or damage(directory, meta, hashes)
+    return outdated(directory, meta, _sources(src_path, tgt_path)) or damage(directory, meta, hashes)
 
 
 def prepare_text(src_path: Path, tgt_path: Path, cache_dir: str | os.PathLike, src_lang: str, tgt_lang: str,
@@ -103,7 +104,8 @@ def _prepare(src_path: Path, tgt_path: Path, out: Path, cache_dir: str | os.Path
     """Build the folder ``out`` beside it under a temporary name, renamed once complete (the caller
     holds its lock)."""
     started = time.perf_counter()
-    fingerprints = raw_fingerprints(_raw_files(src_path, tgt_path))  # before reading: a later change shows next time
+    sources = _sources(src_path, tgt_path)
+    fingerprints = raw_fingerprints(sources)  # before reading: a later change shows next time
     with atomic_path(out) as tmp:
         tmp.mkdir()
         tsv = tmp / "train.tsv"
@@ -124,7 +126,7 @@ def _prepare(src_path: Path, tgt_path: Path, out: Path, cache_dir: str | os.Path
         tokens = {side: int(corpus.stored_lengths(side).sum()) for side in ("src", "tgt")}
         seconds = time.perf_counter() - started
         meta = {**_settings(src_lang, tgt_lang, vocab_size, sample_pairs), "files": folder_files(tmp),
-                "raw_files": fingerprints, "sources": _raw_names(src_path, tgt_path), "pairs": count,
+                "raw_files": fingerprints, "sources": _names(sources), "pairs": count,
                 "subword_tokens": tokens, "seconds": {"read": round(read_s, 1), "total": round(seconds, 1)},
                 "prepared_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         write_json(tmp / META, meta)  # last: its presence marks a complete folder

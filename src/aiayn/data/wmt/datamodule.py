@@ -147,4 +147,5 @@ class WMTDataModule(TranslationDataModule):
     def _load(self, role: str) -> Dataset:
         if role != "train":
             return super()._load(role)
-        return self._prepared_training_pairs(self._ready(), f"the preparation in {self._ready()}")
+        folder = self._ready()
+        return self._prepared_training_pairs(folder, f"the preparation in {folder}")
