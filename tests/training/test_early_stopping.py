@@ -1,6 +1,7 @@
 """Stopping early (callbacks.early_stopping, aiayn.training.early_stopping): a real tiny run on
-Multi30k stops after the validation that makes ``patience`` without improvement, saves and tests the
-step it stopped at, records it, and a resume trains no more; bad settings are refused up front."""
+Multi30k stops after the validation that makes ``patience`` without improvement, saves the step it
+stopped at, keeps the best validation's model as best.ckpt and tests it, records it, and a resume
+trains no more; bad settings are refused up front."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
+from aiayn.checkpoints.resume import find_resume
 from aiayn.errors import ConfigError
 from aiayn.training.config_check import check_train_config
 from tests.helpers import runs
-from tests.helpers.inprocess import train
+from tests.helpers.inprocess import run_tool, train
 from tests.helpers.runs import TWO_CORES
 from tests.training.test_config_check import resolved
 
@@ -23,13 +26,15 @@ from tests.training.test_config_check import resolved
 STOPPING = ["debug=tiny", "logger=csv", "optim.train_steps=8", "trainer.val_check_interval=2",
             "checkpoint.every_n_train_steps=3", "callbacks.early_stopping.patience=1",
             "callbacks.early_stopping.metric=loss", "callbacks.early_stopping.min_delta=100"]
+# The whole of the smaller test set (461 sentences), decoded greedily: seconds, as evaluate.py scores it.
+WHOLE_TEST = ["trainer.limit_test_batches=1.0", "task.datamodule.test_split=test_2017_mscoco", "decoding.beam_size=1"]
 
 
 @pytest.mark.slow  # real tiny runs, in this process
 def test_a_run_stops_after_patience_validations_without_improvement_and_resumes_to_no_more(
         tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
     run_dir = tmp_path / "run"
-    result = train(run_dir, *STOPPING, data_root=data_root, cache_dir=subword_cache)
+    result = train(run_dir, *STOPPING, *WHOLE_TEST, data_root=data_root, cache_dir=subword_cache)
     log = (run_dir / "train.log").read_text()
     assert "stopped early at step 4: val loss has not improved by more than 100 on" in log
     assert "(step 2) in 1 validations; callbacks.early_stopping.patience=1" in log
@@ -39,15 +44,26 @@ def test_a_run_stops_after_patience_validations_without_improvement_and_resumes_
     assert os.readlink(checkpoints / "last.ckpt") == "step0000004.ckpt"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["steps"], summary["stopped_early_at"], summary["dev/step"], summary["dev/best_step"]) == (4, 4, 4, 2)
-    assert summary["test_averaged"] == 1 and "test/bleu" in summary  # the test scored the model of step 4
-    assert re.search(r"^test \S+: test/loss=", result.stdout, re.MULTILINE)  # the test after training
+    # The best validation's model (step 2) is kept, without what only a resume needs, and the test scores it.
+    best = torch.load(checkpoints / "best.ckpt", map_location="cpu", weights_only=False)
+    assert best["global_step"] == 2 and "optimizer_states" not in best and "subwords" in best
+    assert (summary["test_weights"], summary["test_averaged"]) == ("best", 1)
+    assert re.search(rf"^test \S+ \(the best validation's model, step 2: {re.escape(str(checkpoints / 'best.ckpt'))}\): "
+                     r"test/loss=", result.stdout, re.MULTILINE)
+    # Its perplexity is evaluate.py's of best.ckpt, to rounding, not that of the step it stopped at.
+    scored = evaluated(checkpoints / "best.ckpt", tmp_path / "best", data_root, subword_cache)
+    assert scored["step"] == 2 and scored["ppl"] == pytest.approx(summary["test/ppl"], rel=1e-4)
+    assert evaluated(checkpoints / "step0000004.ckpt", tmp_path / "last", data_root, subword_cache)["ppl"] != (
+        pytest.approx(summary["test/ppl"], rel=1e-4))
+    with pytest.raises(ConfigError, match=r"best.ckpt holds a model's weights alone, not the optimizer's state"):
+        find_resume(str(checkpoints / "best.ckpt"), run_dir, {}, multirun=False)  # resume= names it: refused in one line
 
     again = train(run_dir, *STOPPING, "resume=auto", data_root=data_root, cache_dir=subword_cache)
     log = (run_dir / "train.log").read_text()
     assert "the run stopped early at step 4 (val loss has not improved by more than 100 on" in log
     assert sorted(path.name for path in checkpoints.glob("step*.ckpt")) == ["step0000003.ckpt", "step0000004.ckpt"]
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 4  # no step trained
-    assert re.search(r"^test \S+: test/loss=", again.stdout, re.MULTILINE)  # only what was left: the test
+    assert re.search(r"^test \S+ \(the best validation's model, step 2: ", again.stdout, re.MULTILINE)  # only the test
 
     # Resumed with a larger patience, the run goes on: 4 and 6 without improvement, it stops at 6.
     train(run_dir, *STOPPING, "resume=auto", "callbacks.early_stopping.patience=2", data_root=data_root,
@@ -63,6 +79,16 @@ def test_a_run_stops_after_patience_validations_without_improvement_and_resumes_
         run_dir / "train.log").read_text()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["steps"], summary["stopped_early_at"], summary["dev/best_step"]) == (8, None, 8)
+    assert torch.load(checkpoints / "best.ckpt", map_location="cpu", weights_only=False)["global_step"] == 8
+
+
+def evaluated(checkpoint: Path, out: Path, data_root: Path, cache_dir: Path) -> dict:
+    """src/evaluate.py's report of ``checkpoint`` on WHOLE_TEST's split, as the test after training scores it."""
+    run_tool("src/evaluate.py", f"ckpt={checkpoint}", "split=test_2017_mscoco", f"out={out}", "wandb=disabled",
+             data_root=data_root, cache_dir=cache_dir)
+    (report,) = out.glob("*.json")
+    report = json.loads(report.read_text())
+    return {**report, "ppl": report["test_2017_mscoco/ppl"]}
 
 
 @pytest.mark.cli  # ddp_spawn: two training processes, spawned by a process of its own

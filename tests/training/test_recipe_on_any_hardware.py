@@ -101,7 +101,7 @@ def test_four_ddp_processes_on_two_nodes_train_validate_checkpoint_and_resume_ex
         tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
     env = _environment(data_root, subword_cache)
     # §6.1's last 2 checkpoints, steps 2 and 4 (saved either way), averaged for the test: rank 0
-    # reads them and the 4 ranks test the average (aiayn.cli.averaged_test)
+    # reads them and the 4 ranks test the average (aiayn.cli.weights_tested)
     outputs = _two_nodes(tmp_path / "whole", env, *AVERAGED_TEST)
     assert "(§6.1: the average of the last 2 checkpoints, steps 2–4): " in outputs[0], outputs[0][-3000:]
     _two_nodes(tmp_path / "cut", env, "trainer.max_steps=2")

@@ -82,6 +82,9 @@ def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[st
         checkpoint, saved = path, _load(path)
         if saved is None:
             raise ConfigError(f"resume={spec}: {checkpoint} is not a readable checkpoint")
+        if "optimizer_states" not in saved:  # best.ckpt (callbacks.early_stopping): the weights alone
+            raise ConfigError(f"resume={spec}: {checkpoint} holds a model's weights alone, not the optimizer's state a run "
+                              f"goes on from; resume from a step checkpoint or the run folder ({_run_dir_of(checkpoint)})")
     else:
         raise ConfigError(f"resume={spec}: no such checkpoint file or run directory")
     return _resume(checkpoint, _run_dir_of(checkpoint), saved, config)

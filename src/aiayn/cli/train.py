@@ -29,7 +29,6 @@ from aiayn.checkpoints.background import BackgroundCheckpointIO
 from aiayn.checkpoints.io import AtomicCheckpointIO
 from aiayn.checkpoints.resume import find_resume, remove_stale_temporaries
 from aiayn.cli import CONFIG_DIR, run_folder
-from aiayn.cli.averaged_test import average_before_test, averaged_steps, described
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import (
     report_dead_ranks_before_lightning_kills,
@@ -37,6 +36,7 @@ from aiayn.cli.errors import (
     reports_errors,
     user_error_within,
 )
+from aiayn.cli.weights_tested import Tested, tested, weights_before_test
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import MODIFIED, row_changes
 from aiayn.config.plan import describe, showing_only
@@ -151,22 +151,24 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer) ->
     except Stopped as stopped:  # a signal after training, in a single process (aiayn.training.after_training)
         raise Preempted(str(stopped)) from None
     if trainer.is_global_zero and results:
-        averaged = averaged_steps(config)  # §6.1's average, where the recipe has a window (AverageBeforeTest)
-        tested = f" ({described(averaged)})" if averaged else ""
-        print(f"test {config['task']['datamodule']['test_split']}{tested}: "
+        weights = tested(config)  # §6.1's average or the best validation's model (WeightsBeforeTest); None: the last
+        which = f" ({weights.described()})" if weights else ""
+        print(f"test {config['task']['datamodule']['test_split']}{which}: "
               + "  ".join(f"{k}={v:.4g}" for k, v in results.items()))
         if module.scorer is not None and module.scorer.signature:
             print(f"sacreBLEU signature: {module.scorer.signature}")
-        _record_test(trainer, loggers, results, averaged)
+        _record_test(trainer, loggers, results, weights)
     if trainer.is_global_zero:
         close_runs(loggers)  # under --multirun the next job starts runs of its own
     return results
 
 
-def _record_test(trainer: L.Trainer, loggers: list, results: dict, averaged: list[int] | None) -> None:
-    """The test's figures and how many checkpoints it averaged (1: the last weights) beside the
-    run's summary (summary.json, the loggers' run summary), where the tables read them."""
-    test = {**results, "test_averaged": len(averaged) if averaged else 1}
+def _record_test(trainer: L.Trainer, loggers: list, results: dict, weights: Tested | None) -> None:
+    """The test's figures, the weights it scored (last, average or best) and how many checkpoints it
+    averaged (1 but for §6.1's average) beside the run's summary (summary.json, the loggers' run
+    summary), where the tables read them."""
+    test = {**results, "test_weights": weights.kind if weights else "last",
+            "test_averaged": len(weights.paths) if weights and weights.kind == "average" else 1}
     summary = read_summary(trainer.default_root_dir)
     if summary is not None:  # callbacks.run_summary=null writes none
         write_summary(trainer.default_root_dir, {**summary, **test})
@@ -297,7 +299,7 @@ def _trainer(config: dict, loggers: list) -> L.Trainer:
         # SpawnedRanksLog: the ranks ddp_spawn starts print and write train.log as this process does.
         return L.Trainer(**trainer_args, logger=loggers or False,
                          callbacks=[*callbacks, SpawnedRanksLog(), *_stops_after_training(config),
-                                    *average_before_test(config)],
+                                    *weights_before_test(config)],
                          plugins=[_checkpoint_writer(config)])
     except (TypeError, ValueError, MisconfigurationException) as error:
         raise ConfigError(f"trainer: {str(error).strip()}") from None

@@ -113,7 +113,7 @@ def _test_report(run_dir: Path) -> dict[str, Any]:
 
 def _tested_in_training(summary: dict[str, Any]) -> dict[str, Any]:
     """train.py's own test, from its summary: of the §6.1 average where the recipe has one
-    (``test_averaged`` checkpoints, aiayn.cli.averaged_test); {} for a run tested otherwise."""
+    (``test_averaged`` checkpoints, aiayn.cli.weights_tested); {} for a run tested otherwise."""
     if "test/tokenized_bleu" not in summary:
         return {}
     return _test_figures(summary, int(summary.get("test_averaged") or 1))

@@ -4,12 +4,15 @@ improved for ``patience`` validations in a row, as fairseq's ``--patience`` and 
 off unless ``callbacks.early_stopping.patience`` is given.
 
 The figure (``metric``): ``score``, the task's own (``bleu`` for translation, ``f1`` for parsing:
-the scorer's headline, higher is better), or ``loss`` or ``ppl`` (lower is better). The step
-training stops at is validated and saved (aiayn.training.saving.StepCheckpoint saves a step after
-which training stops), ``last.ckpt`` names it, and the test after training scores that model: the
-paper's §6.1 window lies after it, so nothing is averaged. The checkpoint records the stop, so the
-same command with ``resume=auto`` trains no more: it runs only what is left (the test); resumed with
-a larger ``patience``, the run goes on.
+the scorer's headline, higher is better), or ``loss`` or ``ppl`` (lower is better). At each
+validation that improves on the best, the model is saved as ``checkpoints/best.ckpt`` (its weights,
+the run's settings and subword model: what evaluate.py, translate.py and export.py read, not a point
+to resume from, 1/3 of a step checkpoint with Adam's moments), as fairseq's ``checkpoint_best.pt``;
+the test after training scores it (aiayn.cli.weights_tested), where the paper's recipe would score
+the last weights or §6.1's average. The step training stops at is validated and saved too
+(aiayn.training.saving.StepCheckpoint saves a step after which training stops) and ``last.ckpt``
+names it. The checkpoint records the stop, so the same command with ``resume=auto`` trains no more:
+it runs only what is left (the test); resumed with a larger ``patience``, the run goes on.
 
 In DDP every rank computes the same figures (they are gathered before scoring), and the ranks agree
 on the stop in one all-reduce, so that they all leave training after the same step.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -29,14 +33,25 @@ from aiayn.errors import ConfigError
 log = logging.getLogger(__name__)
 
 STATE_KEY = "EarlyStopping"  # its state's key among a checkpoint's callbacks
+BEST = "best.ckpt"  # the best validation's model, beside the step checkpoints
 METRICS = ("score", "loss", "ppl")  # what callbacks.early_stopping.metric may name
 LOWER_IS_BETTER = ("loss", "ppl")
 
 
-def early_stopping(patience: int | None = None, metric: str = "score", min_delta: float = 0.0) -> EarlyStopping | None:
-    """The callback of ``callbacks.early_stopping`` (conf/callbacks/default.yaml); None (none) when
-    ``patience`` is null, the paper's recipe."""
-    return EarlyStopping(patience, metric, min_delta) if patience is not None else None
+def early_stopping(patience: int | None = None, metric: str = "score", min_delta: float = 0.0,
+                   dirpath: str | None = None) -> EarlyStopping | None:
+    """The callback of ``callbacks.early_stopping`` (conf/callbacks/default.yaml), keeping the best
+    model in ``dirpath`` (the run's checkpoints folder); None (none) when ``patience`` is null, the
+    paper's recipe."""
+    return EarlyStopping(patience, metric, min_delta, dirpath) if patience is not None else None
+
+
+def best_checkpoint(config: dict[str, Any]) -> Path | None:
+    """Where a run of the resolved training ``config`` keeps its best validation's model
+    (``<run>/checkpoints/best.ckpt``); None for a run that does not stop early, which keeps none."""
+    if ((config.get("callbacks") or {}).get("early_stopping") or {}).get("patience") is None:
+        return None
+    return Path(config["paths"]["output_dir"]) / "checkpoints" / BEST
 
 
 def check_settings(entry: dict[str, Any]) -> None:
@@ -65,11 +80,13 @@ def stopped_early_at(checkpoint: str | os.PathLike) -> int | None:
 
 class EarlyStopping(L.Callback):
     """Ends training after the validation at which ``metric`` has not improved (by more than
-    ``min_delta``) on its best for ``patience`` validations in a row (see the module)."""
+    ``min_delta``) on its best for ``patience`` validations in a row, keeping the best model as
+    ``<dirpath>/best.ckpt`` (none without ``dirpath``; see the module)."""
 
-    def __init__(self, patience: int, metric: str = "score", min_delta: float = 0.0):
+    def __init__(self, patience: int, metric: str = "score", min_delta: float = 0.0, dirpath: str | None = None):
         check_settings({"patience": patience, "metric": metric, "min_delta": min_delta})
         self.patience, self.metric, self.min_delta = patience, metric, float(min_delta)
+        self.dirpath = dirpath
         self.figure: str | None = None  # the name validation logs it by, known once the model's scorer is
         self.best: float | None = None
         self.best_step: int | None = None
@@ -114,6 +131,8 @@ class EarlyStopping(L.Callback):
         value, step = float(value), trainer.global_step
         if self.best is None or self._better(value, self.best):
             self.best, self.best_step, self.since_best = value, step, 0
+            if self.dirpath is not None:  # every rank: a save is collective (rank zero writes, atomically)
+                trainer.save_checkpoint(Path(self.dirpath) / BEST, weights_only=True)
         else:
             self.since_best += 1
         last = 0 < trainer.max_steps <= step  # training ends here anyway: no early stop
