@@ -42,6 +42,7 @@ from aiayn.decoding.translator import Translator, nbest_lines, perplexity
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_write_text
 from aiayn.reporting.loggers import wandb_logger
+from aiayn.training.early_stopping import BEST
 
 log = logging.getLogger(__name__)
 
@@ -178,10 +179,11 @@ def _check_checkpoint_file(ckpt: Path) -> None:
     if not ckpt.is_dir():
         return
     found = list_checkpoints(ckpt)
-    last = checkpoints_dir(ckpt) / "last.ckpt"
+    last, best = checkpoints_dir(ckpt) / "last.ckpt", checkpoints_dir(ckpt) / BEST
     if last.is_file() or found:
         example = last if last.is_file() else found[-1][1]
-        raise ConfigError(f"ckpt={ckpt} is a directory; give one checkpoint file, e.g. ckpt={example} "
+        best = f" or ckpt={best} (the best validation's model)" if best.is_file() else ""
+        raise ConfigError(f"ckpt={ckpt} is a directory; give one checkpoint file, e.g. ckpt={example}{best} "
                           "(average_last=<k> averages the k checkpoints ending at it)")
     raise ConfigError(f"ckpt={ckpt} is a directory and holds no checkpoint files; give one checkpoint file")
 
