@@ -4,7 +4,7 @@
         [--device cpu|cuda] [--dir DIR]
 
 Builds the model of conf/model/<model>.yaml and Adam's state after one step, that is what a training
-checkpoint holds, and saves it as train.py does (aiayn.checkpoints.io.AtomicCheckpointIO:
+checkpoint holds, and saves it as train.py does (aiayn.checkpoints.background.AtomicCheckpointIO:
 written to a temporary file, fsynced, hashed, renamed) into ``--dir`` (default: a temporary folder
 beside the repository, on the disk runs write to), alternately
 
@@ -32,8 +32,7 @@ import torch
 from _common import REPO, commit, machine, now
 from train_throughput import load_model_config
 
-from aiayn.checkpoints.background import BackgroundCheckpointIO
-from aiayn.checkpoints.io import AtomicCheckpointIO
+from aiayn.checkpoints.background import AtomicCheckpointIO, BackgroundCheckpointIO
 from aiayn.config.schemas import network_arguments
 from aiayn.model.transformer import Transformer
 

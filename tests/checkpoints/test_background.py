@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.checkpoints.background import BackgroundCheckpointIO, snapshot
+from aiayn.checkpoints.background import AtomicCheckpointIO, BackgroundCheckpointIO, snapshot
 from aiayn.checkpoints.digest import damaged, digest_path
-from aiayn.checkpoints.io import AtomicCheckpointIO
 from aiayn.model import Transformer
 from aiayn.training.saving import link_last
 

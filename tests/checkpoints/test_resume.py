@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.checkpoints.io import AtomicCheckpointIO
+from aiayn.checkpoints.background import AtomicCheckpointIO
 from aiayn.checkpoints.resume import find_resume, newest_checkpoint
 from tests.helpers.runs import REPO, TINY_MODEL, popen, run_command
 from tests.helpers.wandb_offline import read_run
@@ -119,7 +119,7 @@ def test_resume_auto_without_a_checkpoint_starts_afresh_and_a_changed_model_is_r
 
 _SAVER = """
 import sys, torch
-from aiayn.checkpoints.io import AtomicCheckpointIO
+from aiayn.checkpoints.background import AtomicCheckpointIO
 io = AtomicCheckpointIO()
 big = {"state_dict": {"w": torch.zeros(64 * 2**20)}, "optimizer_states": [], "global_step": 2}
 print("saving", flush=True)

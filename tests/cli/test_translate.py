@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -206,6 +207,23 @@ def test_an_open_pipe_is_answered_line_by_line(interactive: str, tiny_run: Train
             stop(process)
         stderr.seek(0)
         assert stderr.read().strip().splitlines()[-1].startswith("translated 2 lines in ")
+
+
+@pytest.mark.cli  # the modules a tool imports: a process of its own
+@pytest.mark.parametrize("tool", ["translate", "average"])
+def test_the_tools_that_read_a_translation_checkpoint_do_not_import_lightning(tool: str, tiny_run: TrainedRun,
+                                                                             data_root: Path, tmp_path: Path) -> None:
+    """Lightning's import (torchmetrics, torch._dynamo and what they import) was 2 to 3 s of a few
+    seconds' start: translate.py and average.py read checkpoints without it. Python's -X importtime
+    lists every module the process imported."""
+    out = tmp_path / "out"
+    arguments = ([f"ckpt={tiny_run.last}", *ARGUMENTS, f"input={write_lines(tmp_path / 'in.en', SENTENCES)}",
+                  f"out={out}"] if tool == "translate" else [f"ckpt={tiny_run.run_dir}", "average_last=2", f"out={out}"])
+    result = run_command([sys.executable, "-X", "importtime", f"src/{tool}.py", *arguments],
+                         data_root=data_root, cache_dir=tiny_run.cache_dir)
+    imported = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)$", result.stderr, re.MULTILINE)
+    assert "torch" in imported and out.is_file()  # what importtime lists, and the tool did its work
+    assert not [name for name in imported if name.split(".")[0] in ("lightning", "pytorch_lightning")]
 
 
 def test_lines_before_one_that_is_not_utf8_are_written_first(tiny_run: TrainedRun, trained: TrainedModel,

@@ -1,4 +1,6 @@
-"""Checkpoints saved while training goes on (``checkpoint.in_background``).
+"""Lightning's checkpoint writers of a training run: :class:`AtomicCheckpointIO` saves through
+:func:`aiayn.checkpoints.io.save_checkpoint_atomically`, and :class:`BackgroundCheckpointIO` does so
+while training goes on (``checkpoint.in_background``).
 
 A save holds training for as long as it takes to write and hash the file: ~10 s for big's 2.5 GB
 on a slow disk, at every ``checkpoint.every_n_train_steps`` steps. Here the state is copied into
@@ -32,10 +34,26 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from aiayn.checkpoints.io import AtomicCheckpointIO
+from aiayn.checkpoints.digest import remove_digest
+from aiayn.checkpoints.io import save_checkpoint_atomically
 
 log = logging.getLogger(__name__)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, but through :func:`save_checkpoint_atomically`."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike,
+                        storage_options: Any | None = None) -> None:
+        if storage_options is not None or "://" in str(path):  # remote storage: Lightning's own
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        save_checkpoint_atomically(checkpoint, path)
+
+    def remove_checkpoint(self, path: str | os.PathLike) -> None:
+        super().remove_checkpoint(path)
+        remove_digest(Path(path))
 
 
 def snapshot(value: Any, _copies: dict | None = None) -> Any:

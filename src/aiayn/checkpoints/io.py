@@ -1,5 +1,7 @@
 """Checkpoint files: reading one with a clear error, listing a run's checkpoints by step, loading
-lazily (memory-mapped), and saving atomically, by hand or as Lightning's CheckpointIO plugin.
+lazily (memory-mapped), and saving atomically (Lightning's writer of them, which train.py plugs in,
+is aiayn.checkpoints.background.AtomicCheckpointIO: nothing here imports Lightning, so that the
+tools that only read a checkpoint start without it).
 
 src/train.py writes its checkpoints into ``<run>/checkpoints/``: ``step0001000.ckpt`` every
 ``checkpoint.every_n_train_steps`` steps and at §6.1's steps to average (aiayn.config.checkpointing),
@@ -17,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from aiayn.checkpoints.digest import damaged, remove_digest, write_digest
+from aiayn.checkpoints.digest import damaged, write_digest
 from aiayn.errors import DataError
 from aiayn.files import atomic_write, no_room
 
@@ -121,17 +122,3 @@ def save_checkpoint_atomically(checkpoint: dict[str, Any], out: str | os.PathLik
         raise DataError(f"{Path(out).parent}: {full.strerror or os.strerror(full.errno)} while saving checkpoint "
                         f"{Path(out).name}; it was not written (the checkpoints before it are whole). Free space "
                         "there and continue with the same command and resume=auto") from None
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint writer, but through :func:`save_checkpoint_atomically`."""
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike,
-                        storage_options: Any | None = None) -> None:
-        if storage_options is not None or "://" in str(path):  # remote storage: Lightning's own
-            return super().save_checkpoint(checkpoint, path, storage_options)
-        save_checkpoint_atomically(checkpoint, path)
-
-    def remove_checkpoint(self, path: str | os.PathLike) -> None:
-        super().remove_checkpoint(path)
-        remove_digest(Path(path))

@@ -18,8 +18,8 @@ from aiayn.checkpoints.digest import identity
 from aiayn.checkpoints.given import checkpoint_list
 from aiayn.checkpoints.io import read_checkpoint
 from aiayn.config.schemas import network_arguments
-from aiayn.data.datamodule import task_module
 from aiayn.data.subwords import Subwords
+from aiayn.data.task import task_module
 from aiayn.errors import ConfigError, DataError
 from aiayn.model import Ensemble, Transformer
 
@@ -54,9 +54,13 @@ class TrainedModel:
     # the training run's runs in the trackers, by kind ({"mlflow": id, "wandb": id}), as its checkpoint keeps them
     logger_runs: dict[str, str] = field(default_factory=dict)
 
-    def output_constraint(self) -> Any:
+    def output_constraint(self, decoding: Any = None) -> Any:
         """The constraint its task puts on its outputs, for its vocabulary, as the task's data
-        module hands it over (None: none, or a checkpoint that names no task)."""
+        module hands it over (None: none, or a checkpoint that names no task). With ``decoding``
+        (aiayn.decoding.settings.Decoding) that is not constrained, None without asking the task,
+        whose data module's import is Lightning's: translate.py of a translation model starts without it."""
+        if decoding is not None and not decoding.constrained:
+            return None
         kind = task_module(self.config.get("task") or {})
         return kind.output_constraint(self.vocab) if kind is not None else None
 
@@ -80,8 +84,10 @@ def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cp
     config = _moved_targets(dict(checkpoint["hyper_parameters"].get("run_config") or {}))
     # Its settings (aiayn.decoding.settings checks them where it lays a tool's over them); a checkpoint
     # from before constrained decoding: on where its task has an output constraint, as its config now says.
-    kind = task_module(config.get("task") or {})
-    decoding = {"constrained": kind is not None and kind.OUTPUT_CONSTRAINT is not None, **(arguments.get("decoding") or {})}
+    decoding = dict(arguments.get("decoding") or {})
+    if "constrained" not in decoding:
+        kind = task_module(config.get("task") or {})
+        decoding = {"constrained": kind is not None and kind.OUTPUT_CONSTRAINT is not None, **decoding}
     runs = {**({"wandb": checkpoint["wandb_run_id"]} if checkpoint.get("wandb_run_id") else {}),
             **(checkpoint.get("logger_runs") or {})}
     return TrainedModel(model=model, vocab=Subwords(proto=checkpoint["subwords"]), decoding=decoding, config=config,

@@ -34,7 +34,7 @@ from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import is_composition_error, reports_composition_errors, reports_errors
 from aiayn.config.identity import MODIFIED, run_folder_changes
-from aiayn.data.datamodule import task_module
+from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding, asked
 from aiayn.decoding.speed import for_decoding
 from aiayn.decoding.switches import switches_of

@@ -25,8 +25,7 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
-from aiayn.checkpoints.background import BackgroundCheckpointIO
-from aiayn.checkpoints.io import AtomicCheckpointIO
+from aiayn.checkpoints.background import AtomicCheckpointIO, BackgroundCheckpointIO
 from aiayn.checkpoints.resume import find_resume, remove_stale_temporaries
 from aiayn.cli import CONFIG_DIR, run_folder
 from aiayn.cli.command_line import read_by_hydra

@@ -103,7 +103,7 @@ def _translator(cfg: DictConfig, wanted: Asked, switches: dict) -> Translator:
     decoding = Decoding.of(trained.decoding, wanted, switches=switches, members=trained.members,
                            where="the checkpoint's decoding.")
     model = for_decoding(trained.model, **decoding.switches)  # ConfigError: int8 off the CPU
-    return Translator(model, trained.vocab, decoding, trained.output_constraint(), batch_size=cfg.batch_size)
+    return Translator(model, trained.vocab, decoding, trained.output_constraint(decoding), batch_size=cfg.batch_size)
 
 
 def _summary(lines: int, translator: Translator) -> None:

@@ -46,7 +46,7 @@ def main(cfg: DictConfig) -> None:
     trained = load_trained(ckpt, map_location=cfg.device)
     out = Path(cfg.out) if cfg.out else ckpt.parent.parent / "attention"
     decoding = Decoding.of(trained.decoding, wanted, where="the checkpoint's decoding.")
-    maps = attention_maps(trained.model, trained.vocab, str(cfg.text), decoding, trained.output_constraint())
+    maps = attention_maps(trained.model, trained.vocab, str(cfg.text), decoding, trained.output_constraint(decoding))
     paths = draw_attention(maps, out)
     if cfg.positional_encoding:
         paths.append(draw_positional_encoding(trained.model.d_model, cfg.positional_encoding_positions,

@@ -4,7 +4,6 @@ which the corpus-specific data modules subclass; the dataset and collation are i
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -318,18 +317,6 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
                             seed=self.seed, num_replicas=num_replicas, rank=rank, accumulate=accumulate,
                             length_buckets=self.length_buckets if role == "train" else None,
                             num_workers=self.num_workers)
-
-
-def task_module(task: Mapping[str, Any]) -> type[TranslationDataModule] | None:
-    """The data module class a task's config names (its ``datamodule._target_``), without building
-    it: what a tool asks about a task it holds only the config of (None for a target that is no
-    data module of ours)."""
-    module, _, name = str((task.get("datamodule") or {}).get("_target_", "")).rpartition(".")
-    try:
-        kind = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
-        return None
-    return kind if isinstance(kind, type) and issubclass(kind, TranslationDataModule) else None
 
 
 def _require_lines(src: list[str], src_path: Path, tgt_path: Path) -> None:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from aiayn.checkpoints.trained import TrainedModel
-from aiayn.data.datamodule import task_module
+from aiayn.data.task import task_module
 from aiayn.decoding.declarations import HF, arguments
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from aiayn.config.schemas import check_against_schemas, network_arguments
-from aiayn.data.datamodule import task_module
+from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import sustained_tflops

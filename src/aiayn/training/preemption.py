@@ -4,7 +4,7 @@ SIGUSR2 (the same warning as submitit asks for it, conf/hydra/launcher/slurm.yam
 
 On such a signal the run finishes the step under way (the optimizer step included; and the
 validation of a step that is validated, which its checkpoint follows: aiayn.training.saving), saves
-``checkpoints/step<N>.ckpt`` through the trainer (atomically, :class:`aiayn.checkpoints.io.AtomicCheckpointIO`;
+``checkpoints/step<N>.ckpt`` through the trainer (atomically, :class:`aiayn.checkpoints.background.AtomicCheckpointIO`;
 ``last.ckpt`` then points at it), logs that step's metrics, finishes the W&B run so that its files
 are complete, requeues the SLURM job when it runs under SLURM, and raises :class:`Preempted`: the
 tools print one line, ``preempted by SIGTERM at step N ...; ... resume=auto``, and exit with status
