@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from aiayn.checkpoints.io import list_checkpoints
 from aiayn.checkpoints.resume import find_resume
 from aiayn.errors import ConfigError
 from aiayn.training.config_check import check_train_config
@@ -48,6 +49,8 @@ def test_a_run_stops_after_patience_validations_without_improvement_and_resumes_
     best = torch.load(checkpoints / "best.ckpt", map_location="cpu", weights_only=False)
     assert best["global_step"] == 2 and "optimizer_states" not in best and "subwords" in best
     assert (summary["test_weights"], summary["test_averaged"]) == ("best", 1)
+    # No step of the run to resume from or average (evaluate.py average_last=k, resume=auto).
+    assert [path.name for _, path in list_checkpoints(checkpoints)] == ["step0000003.ckpt", "step0000004.ckpt"]
     assert re.search(rf"^test \S+ \(the best validation's model, step 2: {re.escape(str(checkpoints / 'best.ckpt'))}\): "
                      r"test/loss=", result.stdout, re.MULTILINE)
     # Its perplexity is evaluate.py's of best.ckpt, to rounding, not that of the step it stopped at.

@@ -5,7 +5,8 @@ tools that only read a checkpoint start without it).
 
 src/train.py writes its checkpoints into ``<run>/checkpoints/``: ``step0001000.ckpt`` every
 ``checkpoint.every_n_train_steps`` steps and at §6.1's steps to average (aiayn.config.checkpointing),
-plus ``last.ckpt``, a link to the newest (a copy where no link can be made). (Runs of earlier
+plus ``last.ckpt``, a link to the newest (a copy where no link can be made), and a run that stops
+early ``best.ckpt``, its best validation's model, weights alone (aiayn.training.early_stopping). (Runs of earlier
 releases also wrote ``time-step0001000.ckpt`` every ten minutes; they are read as the steps they
 name.) Every one of them is written to a temporary file and renamed over the target, so a kill
 during a save leaves the previous file (or none), never a truncated one.
@@ -26,6 +27,7 @@ from aiayn.files import atomic_write, no_room
 
 # Our two naming schemes (Lightning appends -v1, -v2 ... when a name is taken).
 CHECKPOINT_NAME = re.compile(r"^(?:time-)?step(\d+)(?:-v\d+)?\.ckpt$")
+BEST = "best.ckpt"  # the best validation's model of a run that stops early: no step to resume or average
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
@@ -66,13 +68,13 @@ def checkpoints_dir(directory: str | os.PathLike) -> Path:
 def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     """(global step, path) of every step checkpoint in ``directory`` (a run dir or its
     checkpoints/ folder), oldest first, one per step. The step comes from the file name, else from
-    the file's ``global_step``; ``last*.ckpt`` (a copy of the newest) and averaged checkpoints are
-    left out. When several files hold the same step (a step and a time checkpoint of an earlier
+    the file's ``global_step``; ``last*.ckpt`` (a copy of the newest), ``best.ckpt`` (the best
+    validation's model, weights alone) and averaged checkpoints are left out. When several files hold the same step (a step and a time checkpoint of an earlier
     release, written after the same batch) the one named ``step...`` is kept, so no weights count twice."""
     folder = checkpoints_dir(directory)
     by_step: dict[int, Path] = {}
     for path in sorted(folder.glob("*.ckpt")):
-        if path.name.startswith("last") or not path.is_file():
+        if path.name.startswith("last") or path.name == BEST or not path.is_file():
             continue
         step = checkpoint_step(path)
         if step is None:  # a name of someone else's: ask the file itself

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
 from aiayn.checkpoints.given import checkpoint_list
-from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints
+from aiayn.checkpoints.io import BEST, checkpoints_dir, list_checkpoints
 from aiayn.checkpoints.trained import load_ensemble
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
@@ -42,7 +42,6 @@ from aiayn.decoding.translator import Translator, nbest_lines, perplexity
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_write_text
 from aiayn.reporting.loggers import wandb_logger
-from aiayn.training.early_stopping import BEST
 
 log = logging.getLogger(__name__)
 

@@ -28,12 +28,12 @@ from typing import Any
 import lightning as L
 import torch
 
+from aiayn.checkpoints.io import BEST
 from aiayn.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 STATE_KEY = "EarlyStopping"  # its state's key among a checkpoint's callbacks
-BEST = "best.ckpt"  # the best validation's model, beside the step checkpoints
 METRICS = ("score", "loss", "ppl")  # what callbacks.early_stopping.metric may name
 LOWER_IS_BETTER = ("loss", "ppl")
 
