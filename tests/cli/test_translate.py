@@ -291,6 +291,8 @@ BAD = {  # (the bad setting, given tmp_path; the start of the one line)
     "input missing": (lambda tmp: f"input={tmp}/missing.en", "input={tmp}/missing.en: no such file"),
     "input is a directory": (lambda tmp: f"input={tmp}", "input={tmp} is a directory"),
     "ckpt missing": (lambda tmp: f"ckpt={tmp}/missing.ckpt", "{tmp}/missing.ckpt: checkpoint not found"),
+    "ckpt a folder of none": (lambda tmp: f"ckpt={tmp}", ("ckpt={tmp} is a directory and holds no checkpoint files; give "
+                                                     "one checkpoint file")),
     "batch_size=0": (lambda tmp: "batch_size=0", "batch_size must be a whole number of at least 1, got 0"),
     "buffer_size=0": (lambda tmp: "buffer_size=0", "buffer_size must be a whole number of at least 1, got 0"),
     "interactive=maybe": (lambda tmp: "interactive=maybe", "interactive must be auto, true or false, got 'maybe'"),
@@ -306,6 +308,17 @@ BAD = {  # (the bad setting, given tmp_path; the start of the one line)
     "precision=fp8": (lambda tmp: "precision=fp8", "precision must be one of fp32, bf16, fp16, got 'fp8'"),
     "int8=maybe": (lambda tmp: "int8=maybe", "Error merging override int8=maybe. Value 'maybe' is not a valid bool"),
 }
+
+
+@pytest.mark.parametrize("tool", ["translate", "visualize", "export"])
+def test_a_run_folder_given_as_ckpt_names_the_file_to_give(tool: str, tiny_run: TrainedRun, data_root: Path,
+                                                           tmp_path: Path) -> None:
+    """A run's folder where one checkpoint file is asked for: one line naming its last.ckpt (as
+    evaluate.py says; before, translate.py and visualize.py said the checkpoint was not found)."""
+    result = run_tool(f"src/{tool}.py", f"ckpt={tiny_run.run_dir}", f"out={tmp_path / 'out'}", stdin="A dog.\n",
+                      data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"{tool}.py: ckpt={tiny_run.run_dir} is a directory; give one checkpoint file, e.g. ckpt={tiny_run.last}"]
 
 
 @pytest.mark.parametrize("kind", BAD)

@@ -33,6 +33,8 @@ BEST = "best.ckpt"  # the best validation's model of a run that stops early: no 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """The raw checkpoint dict, with a clear error for a missing or foreign file."""
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"ckpt={folder_given(path)}")
     if not path.is_file():
         raise DataError(f"{path}: checkpoint not found")
     damage = damaged(path)
@@ -46,6 +48,20 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if missing:
         raise DataError(f"{path}: not an aiayn training checkpoint (no {', '.join(missing)})")
     return checkpoint
+
+
+def folder_given(path: Path, hint: str = "") -> str:
+    """What to say of a folder given where one checkpoint file is asked for: ``<path> is a directory;
+    give one checkpoint file, e.g. ckpt=<its last.ckpt>``, its ``best.ckpt`` beside it where it holds
+    one, then ``hint``."""
+    folder = checkpoints_dir(path)
+    last, best = folder / "last.ckpt", folder / BEST
+    found = list_checkpoints(path)
+    if not (last.is_file() or found):
+        return f"{path} is a directory and holds no checkpoint files; give one checkpoint file"
+    example = last if last.is_file() else found[-1][1]
+    also = f" or ckpt={best} (the best validation's model)" if best.is_file() else ""
+    return f"{path} is a directory; give one checkpoint file, e.g. ckpt={example}{also}{hint}"
 
 
 def checkpoint_step(path: str | os.PathLike) -> int | None:

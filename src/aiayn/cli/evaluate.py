@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
 from aiayn.checkpoints.given import checkpoint_list
-from aiayn.checkpoints.io import BEST, checkpoints_dir, list_checkpoints
+from aiayn.checkpoints.io import folder_given
 from aiayn.checkpoints.trained import load_ensemble
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
@@ -175,16 +175,8 @@ def _averaged_count(average_last) -> int:
 
 def _check_checkpoint_file(ckpt: Path) -> None:
     """``ckpt`` must be one checkpoint file; a folder is refused with a file in it to give instead."""
-    if not ckpt.is_dir():
-        return
-    found = list_checkpoints(ckpt)
-    last, best = checkpoints_dir(ckpt) / "last.ckpt", checkpoints_dir(ckpt) / BEST
-    if last.is_file() or found:
-        example = last if last.is_file() else found[-1][1]
-        best = f" or ckpt={best} (the best validation's model)" if best.is_file() else ""
-        raise ConfigError(f"ckpt={ckpt} is a directory; give one checkpoint file, e.g. ckpt={example}{best} "
-                          "(average_last=<k> averages the k checkpoints ending at it)")
-    raise ConfigError(f"ckpt={ckpt} is a directory and holds no checkpoint files; give one checkpoint file")
+    if ckpt.is_dir():
+        raise ConfigError(f"ckpt={folder_given(ckpt, ' (average_last=<k> averages the k checkpoints ending at it)')}")
 
 
 def _does(task: dict) -> str | None:

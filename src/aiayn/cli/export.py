@@ -48,7 +48,9 @@ def main(cfg: DictConfig) -> None:
     wanted = asked(cfg.decoding)  # checked before anything is loaded
     ckpt = Path(one_checkpoint(cfg.ckpt))
     if ckpt.is_dir():
-        raise ConfigError(f"ckpt={ckpt} is a folder; give one checkpoint file in it, e.g. ckpt={ckpt / 'last.ckpt'}")
+        from aiayn.checkpoints.io import folder_given
+
+        raise ConfigError(f"ckpt={folder_given(ckpt)}")
 
     from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
     from aiayn.checkpoints.trained import load_trained

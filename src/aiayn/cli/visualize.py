@@ -38,8 +38,10 @@ def main(cfg: DictConfig) -> None:
         raise ConfigError(f"out={cfg.out} is a file; give a folder for the pictures")
     wanted = asked(cfg.decoding)  # checked before anything is loaded
     ckpt = Path(one_checkpoint(cfg.ckpt)).absolute()
-    if not ckpt.is_file():  # before the slow imports (torch, Lightning, matplotlib)
-        raise DataError(f"{ckpt}: checkpoint not found")
+    if not ckpt.is_file():  # before the slow imports (matplotlib)
+        from aiayn.checkpoints.io import folder_given
+
+        raise DataError(f"ckpt={folder_given(ckpt)}" if ckpt.is_dir() else f"{ckpt}: checkpoint not found")
     from aiayn.analysis import attention_maps, draw_attention, draw_positional_encoding
     from aiayn.checkpoints.trained import load_trained
 
