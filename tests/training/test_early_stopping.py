@@ -102,6 +102,8 @@ def test_two_ddp_processes_stop_after_the_same_step(tmp_path: Path, data_root: P
     runs.train(run_dir, *STOPPING, "hardware=cpu2_ddp", data_root=data_root, cache_dir=subword_cache)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["processes"], summary["steps"], summary["stopped_early_at"]) == (2, 4, 4)
+    assert summary["test_weights"] == "best"  # rank zero read best.ckpt, both ranks tested it
+    assert torch.load(run_dir / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=False)["global_step"] == 2
     assert sorted(path.name for path in (run_dir / "checkpoints").glob("step*.ckpt")) == [
         "step0000003.ckpt", "step0000004.ckpt"]
 
