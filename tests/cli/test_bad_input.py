@@ -165,11 +165,17 @@ def test_what_hydra_cannot_compose_is_one_line_and_exit_2(override, message, tmp
     assert not (tmp_path / "outputs").exists()
 
 
-def test_a_run_refused_before_training_leaves_no_output_folder(tmp_path, data_root):
-    result = run_tool("src/train.py", *TINY, "logger=none", "decoding.beam_size=0", cwd=tmp_path,
-                      data_root=data_root, check=False)
+@pytest.mark.parametrize("override, message", [
+    ("decoding.beam_size=0", "decoding.beam_size must be a whole number of at least 1, got 0"),
+    # refused by the data module as it is built (inside hydra.utils.instantiate): its folder went unremoved
+    ("task=parallel_text task.data_dir=. task.src_lang=de task.tgt_lang=de",
+     "task.src_lang and task.tgt_lang are both 'de': the two sides would be one file"),
+])
+def test_a_run_refused_before_training_leaves_no_output_folder(override, message, tmp_path, data_root):
+    result = run_tool("src/train.py", *TINY, "logger=none", *override.split(), cwd=tmp_path, data_root=data_root,
+                      check=False)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == "train.py: decoding.beam_size must be a whole number of at least 1, got 0"
+    assert result.stderr.strip().splitlines()[-1].startswith(f"train.py: {message.format(tmp=tmp_path)}")
     assert not (tmp_path / "outputs").exists(), list((tmp_path / "outputs").rglob("*"))
 
 

@@ -19,6 +19,7 @@ import hydra
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
@@ -197,10 +198,21 @@ def _before_training(cfg: DictConfig):
         config = _resolved(cfg)
     L.seed_everything(config["seed"], workers=True)
     # One process's batch: the plan's share of optim.tokens_per_step, at most task.datamodule.max_tokens.
-    datamodule = hydra.utils.instantiate(config["task"]["datamodule"], max_tokens=config["plan"]["tokens_per_batch"])
+    datamodule = _datamodule(config["task"]["datamodule"], max_tokens=config["plan"]["tokens_per_batch"])
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:  # the other ranks of a node see the same files
         datamodule.check_files()  # train, dev and test: all there (fetched where allowed) before any folder is made
     return config, resume, datamodule
+
+
+def _datamodule(entry: dict, **kwargs) -> L.LightningDataModule:
+    """The task's data module; a setting it refuses as it is built is that UserError itself, not
+    inside Hydra's InstantiationException, so that the folder of the run that never started goes."""
+    try:
+        return hydra.utils.instantiate(entry, **kwargs)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, UserError):
+            raise error.__cause__ from None
+        raise
 
 
 def checked_config(cfg: DictConfig) -> dict:
