@@ -205,11 +205,11 @@ def check_against_schemas(config: Mapping[str, Any]) -> dict[str, dict[str, Any]
     return typed
 
 
-def absolute_folder(path: str) -> str:
-    """``${aiayn.folder:<path>}``: a folder setting as the run reads it, ``~`` expanded and made
-    absolute against the folder the command ran in, so that the run's config (its checkpoints',
-    which evaluate.py and translate.py read) names it from anywhere."""
-    return str(Path(str(path)).expanduser().absolute())
+def absolute_folder(path: str | None) -> str | None:
+    """``${aiayn.folder:<path>}``: a folder or file setting as the run reads it, ``~`` expanded and
+    made absolute against the folder the command ran in, so that the run's config (its checkpoints',
+    which evaluate.py and translate.py read) names it from anywhere; null stays null."""
+    return str(Path(str(path)).expanduser().absolute()) if path is not None else None
 
 
 OmegaConf.register_new_resolver("aiayn.folder", absolute_folder, replace=True)

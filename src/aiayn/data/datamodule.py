@@ -18,7 +18,7 @@ from aiayn.data.corpus import ParallelCorpus, filter_pairs, report_kept
 from aiayn.data.loaders import split_loader
 from aiayn.data.readers import read_parallel
 from aiayn.data.storage import MappedCorpus, within_length
-from aiayn.data.subwords import Subwords, train_or_load
+from aiayn.data.subwords import Subwords, given_subwords, train_or_load
 from aiayn.errors import ConfigError, DataError
 from aiayn.metrics.scorers import CorpusBleu, Scorer
 
@@ -70,6 +70,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         test_split: str,
         eval_max_tokens: int | None,
         length_buckets: list[int] | None = None,
+        subword_model: str | None = None,
     ):
         super().__init__()
         self.data_root = Path(data_root)
@@ -89,6 +90,10 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         if not isinstance(self.eval_max_tokens, int):  # max_tokens=auto: train.py's plan sizes the training batch
             raise ConfigError(f"task.datamodule.max_tokens={max_tokens} leaves the evaluation batches unsized: "
                               "give task.datamodule.eval_max_tokens=N")
+        # The subword model the data are encoded with where one is given (task.subword_model), checked
+        # here, before anything is read; else one is learnt from the training split.
+        self.subword_model = Path(subword_model) if subword_model is not None else None
+        self.given_vocab = given_subwords(self.subword_model, vocab_size) if self.subword_model is not None else None
         self.vocab: Subwords | None = None
         self.filtered: dict[str, int] = {}
         self._datasets: dict[str, Dataset] = {}
@@ -104,7 +109,10 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         self.load_vocab()
 
     def load_vocab(self) -> Subwords:
-        """The joint subword model of the training split's source and target lines (cached)."""
+        """The joint subword model of the training split's source and target lines (cached), or the
+        one given (``task.subword_model``)."""
+        if self.vocab is None and self.given_vocab is not None:
+            self.vocab = self.given_vocab
         if self.vocab is None:
             src_path, tgt_path = self.split_files(self.splits["train"], self.download)
             src, tgt = read_parallel(src_path, tgt_path)
@@ -171,7 +179,8 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         src, tgt = read_parallel(src_path, tgt_path)
         _require_lines(src, src_path, tgt_path)
         if self.vocab is None:
-            self.vocab = self._train_or_load(src, tgt) if role == "train" else self.load_vocab()
+            learnt = role == "train" and self.given_vocab is None
+            self.vocab = self._train_or_load(src, tgt) if learnt else self.load_vocab()
         src_ids, tgt_ids = self.vocab.encode(src), self.vocab.encode(tgt)
         if role == "train":
             keep, self.filtered = filter_pairs(src_ids, tgt_ids, self.max_length)

@@ -103,10 +103,11 @@ class Multi30kDataModule(TranslationDataModule):
         test_split: str = "test_2016_flickr",
         eval_max_tokens: int | None = None,
         length_buckets: list[int] | None = None,
+        subword_model: str | None = None,
     ):
         super().__init__(
             data_root, src_lang, tgt_lang, vocab_size, max_tokens, max_length, cache_dir, seed,
-            num_workers, download, "train", val_split, test_split, eval_max_tokens, length_buckets,
+            num_workers, download, "train", val_split, test_split, eval_max_tokens, length_buckets, subword_model,
         )
         if src_lang == tgt_lang:
             raise ValueError(f"source and target language are both {src_lang!r}")

@@ -59,6 +59,7 @@ class ParallelTextDataModule(TranslationDataModule):
         length_buckets: list[int] | None = None,
         subword_sample_pairs: int = 1_000_000,
         prepare_workers: int | None = None,
+        subword_model: str | None = None,
     ):
         for setting, lang in (("task.src_lang", src_lang), ("task.tgt_lang", tgt_lang)):
             if not isinstance(lang, str) or not lang.strip() or any(c in lang for c in "/\\"):
@@ -67,7 +68,7 @@ class ParallelTextDataModule(TranslationDataModule):
             raise ConfigError(f"task.src_lang and task.tgt_lang are both {src_lang!r}: the two sides would be one file")
         super().__init__(
             data_dir, src_lang, tgt_lang, vocab_size, max_tokens, max_length, cache_dir, seed,
-            num_workers, False, train_split, val_split, test_split, eval_max_tokens, length_buckets,
+            num_workers, False, train_split, val_split, test_split, eval_max_tokens, length_buckets, subword_model,
         )
         self.subword_sample_pairs = subword_sample_pairs
         self.prepare_workers = prepare_workers
@@ -79,7 +80,7 @@ class ParallelTextDataModule(TranslationDataModule):
         """The folder of the prepared training split (see :mod:`aiayn.data.prepared_text`)."""
         src_path, tgt_path = self.split_files(self.splits["train"], False)
         return prepared_dir(src_path, tgt_path, self.cache_dir, self.src_lang, self.tgt_lang, self.vocab_size,
-                            self.subword_sample_pairs)
+                            self.subword_sample_pairs, self.subword_model)
 
     def prepare_data(self, hashes: bool = False) -> None:
         """Check every split's files, preparing the training split (or checking its preparation
@@ -114,7 +115,7 @@ class ParallelTextDataModule(TranslationDataModule):
     def _prepare(self, hashes: bool) -> Path:
         src_path, tgt_path = self.split_files(self.splits["train"], False)
         return prepare_text(src_path, tgt_path, self.cache_dir, self.src_lang, self.tgt_lang, self.vocab_size,
-                            self.subword_sample_pairs, self.prepare_workers, hashes)
+                            self.subword_sample_pairs, self.prepare_workers, hashes, self.subword_model)
 
     def _load(self, role: str) -> Dataset:
         if role != "train":

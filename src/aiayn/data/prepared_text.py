@@ -38,7 +38,7 @@ from aiayn.data.cache import build_once, check_folder
 from aiayn.data.manifest import META, damage, folder_files, outdated, raw_fingerprints, read_meta
 from aiayn.data.readers import iter_parallel
 from aiayn.data.storage import MappedCorpus, encode_tsv, write_pairs
-from aiayn.data.subwords import train_or_load
+from aiayn.data.subwords import given_key, learnt_or_given
 from aiayn.errors import DataError
 from aiayn.files import atomic_path, write_json
 
@@ -49,16 +49,17 @@ MODEL = "sentencepiece.model"
 
 
 def prepared_dir(src_path: Path, tgt_path: Path, cache_dir: str | os.PathLike, src_lang: str, tgt_lang: str,
-                 vocab_size: int, sample_pairs: int) -> Path:
+                 vocab_size: int, sample_pairs: int, subword_model: Path | None = None) -> Path:
     """Where the training split ``src_path`` / ``tgt_path`` prepared with these settings lives (or will)."""
-    settings = {**_settings(src_lang, tgt_lang, vocab_size, sample_pairs), "sources": _names(_sources(src_path, tgt_path))}
+    settings = {**_settings(src_lang, tgt_lang, vocab_size, sample_pairs, subword_model),
+                "sources": _names(_sources(src_path, tgt_path))}
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     return Path(cache_dir) / "parallel_text" / f"{src_lang}-{tgt_lang}-{vocab_size}-{key}"
 
 
-def _settings(src_lang: str, tgt_lang: str, vocab_size: int, sample_pairs: int) -> dict:
+def _settings(src_lang: str, tgt_lang: str, vocab_size: int, sample_pairs: int, subword_model: Path | None) -> dict:
     return {"format": FORMAT, "src_lang": src_lang, "tgt_lang": tgt_lang, "vocab_size": int(vocab_size),
-            "sample_pairs": int(sample_pairs)}
+            "sample_pairs": int(sample_pairs), **given_key(subword_model)}
 
 
 def _sources(src_path: Path, tgt_path: Path) -> dict[str, Path]:
@@ -81,26 +82,27 @@ def unusable(directory: Path, src_path: Path, tgt_path: Path, hashes: bool) -> s
 
 def prepare_text(src_path: Path, tgt_path: Path, cache_dir: str | os.PathLike, src_lang: str, tgt_lang: str,
                  vocab_size: int, sample_pairs: int = 1_000_000, workers: int | None = None,
-                 hashes: bool = False) -> Path:
+                 hashes: bool = False, subword_model: Path | None = None) -> Path:
     """Prepare the training split (see the module) unless a complete, whole folder prepared from
     the same files with the same settings exists; returns the folder. ``hashes``: check an
     existing folder's token arrays by their SHA-256 too, not only by size. ``workers``: encoding
-    processes (default: one per CPU).
+    processes (default: one per CPU). ``subword_model``: the sentencepiece model to encode with
+    (``task.subword_model``) instead of one learnt from the pairs.
 
     One job prepares a folder at a time (:func:`aiayn.data.cache.build_once`): the others, DDP
     ranks and nodes of the same run among them, wait and reuse it. A killed job's leftovers are
     removed by the next; a full disk stops it with one line and leaves nothing half-written."""
-    out = prepared_dir(src_path, tgt_path, cache_dir, src_lang, tgt_lang, vocab_size, sample_pairs)
+    out = prepared_dir(src_path, tgt_path, cache_dir, src_lang, tgt_lang, vocab_size, sample_pairs, subword_model)
     check_folder(cache_dir, "paths.cache_dir", "AIAYN_CACHE_DIR")
     build_once(out, lambda: unusable(out, src_path, tgt_path, hashes),
                lambda _why: _prepare(src_path, tgt_path, out, cache_dir, src_lang, tgt_lang, vocab_size, sample_pairs,
-                                     workers),
+                                     workers, subword_model),
                f"the prepared training pairs of {src_path} / {tgt_path}")
     return out
 
 
 def _prepare(src_path: Path, tgt_path: Path, out: Path, cache_dir: str | os.PathLike, src_lang: str, tgt_lang: str,
-             vocab_size: int, sample_pairs: int, workers: int | None) -> None:
+             vocab_size: int, sample_pairs: int, workers: int | None, subword_model: Path | None) -> None:
     """Build the folder ``out`` beside it under a temporary name, renamed once complete (the caller
     holds its lock)."""
     started = time.perf_counter()
@@ -115,7 +117,8 @@ def _prepare(src_path: Path, tgt_path: Path, out: Path, cache_dir: str | os.Path
         read_s = time.perf_counter() - started
         # Learnt from the lines as read (tabs and all): a corpus of up to sample_pairs pairs gives
         # every source line then every target line, in order, the cache key of the whole corpus.
-        vocab = train_or_load([src for src, _ in sample] + [tgt for _, tgt in sample], vocab_size, cache_dir)
+        vocab = learnt_or_given([src for src, _ in sample] + [tgt for _, tgt in sample], vocab_size, cache_dir,
+                                subword_model)
         del sample
         shutil.copyfile(vocab.path, tmp / MODEL)
         stored = encode_tsv(tsv, chunks, tmp / MODEL, tmp, "train", vocab.vocab_size, workers or os.cpu_count() or 1)
@@ -125,7 +128,7 @@ def _prepare(src_path: Path, tgt_path: Path, out: Path, cache_dir: str | os.Path
         corpus = MappedCorpus(tmp, "train")
         tokens = {side: int(corpus.stored_lengths(side).sum()) for side in ("src", "tgt")}
         seconds = time.perf_counter() - started
-        meta = {**_settings(src_lang, tgt_lang, vocab_size, sample_pairs), "files": folder_files(tmp),
+        meta = {**_settings(src_lang, tgt_lang, vocab_size, sample_pairs, subword_model), "files": folder_files(tmp),
                 "raw_files": fingerprints, "sources": _names(sources), "pairs": count,
                 "subword_tokens": tokens, "seconds": {"read": round(read_s, 1), "total": round(seconds, 1)},
                 "prepared_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -1,4 +1,5 @@
-"""A joint sentencepiece subword vocabulary, trained once per (settings, input lines) and cached."""
+"""A joint sentencepiece subword vocabulary, trained once per (settings, input lines) and cached,
+or given (``task.subword_model``: :func:`given_subwords`)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import sentencepiece as spm
 
 from aiayn.data.cache import check_folder, digest, exclusive, no_room_error, remove_leftovers
-from aiayn.errors import DataError
+from aiayn.errors import ConfigError, DataError
 from aiayn.files import atomic_write, atomic_write_text, no_room
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,43 @@ class Subwords:
 
     def __repr__(self) -> str:
         return f"Subwords({str(self.path)!r}, vocab_size={self.vocab_size})"
+
+
+def given_subwords(path: str | os.PathLike, vocab_size: int) -> Subwords:
+    """The sentencepiece model ``task.subword_model`` names, which the task's data are encoded with
+    instead of one learnt from its training split (a model of another corpus, or of a checkpoint a
+    run starts from): a ConfigError naming the setting where it is no file, no sentencepiece model
+    with aiayn's special ids (pad 0, unk 1, bos 2, eos 3), or of another size than ``vocab_size``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"task.subword_model={path}: no such file; give a sentencepiece model file (.model), or null "
+                          "to learn one from the training split")
+    try:
+        vocab = Subwords(path)
+    except DataError as error:
+        why = str(error).removeprefix(f"{path}: ").split("; ")[0]
+        raise ConfigError(f"task.subword_model={path}: {why}; give a sentencepiece model with pad 0, unk 1, bos 2 and "
+                          "eos 3, as aiayn trains them") from None
+    if vocab.vocab_size != vocab_size:
+        raise ConfigError(f"task.subword_model={path} has {vocab.vocab_size:,} subwords and task.vocab_size is "
+                          f"{vocab_size:,}; give task.vocab_size={vocab.vocab_size}")
+    return vocab
+
+
+def given_key(subword_model: Path | None) -> dict[str, str]:
+    """What a prepared folder's key and record hold of a given subword model: its SHA-256 (the same
+    bytes wherever the file lies); nothing for one learnt from the data, so that such keys stay."""
+    return {"subword_model": digest(subword_model)} if subword_model is not None else {}
+
+
+def learnt_or_given(lines: Sequence[str], vocab_size: int, cache_dir: str | os.PathLike, subword_model: Path | None,
+                    **options: Any) -> Subwords:
+    """The given ``subword_model``, else one learnt from ``lines`` (:func:`train_or_load` with
+    ``options``): what a preparation encodes the training pairs with."""
+    if subword_model is not None:
+        log.info("encoding with the given sentencepiece model %s (task.subword_model)", subword_model)
+        return Subwords(subword_model)
+    return train_or_load(lines, vocab_size, cache_dir, **options)
 
 
 def train_or_load(

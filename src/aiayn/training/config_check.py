@@ -29,7 +29,8 @@ ROOT_SETTINGS = (
     "visualize_at_end", "checkpoint", "distributed", "experiment", "plan", "decoding",
 )
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "cudagraphs")
-TASK_SETTINGS = ("name", "vocab_size", "datamodule", "raw_dir", "data_dir", "src_lang", "tgt_lang", "split", "splits")
+TASK_SETTINGS = ("name", "vocab_size", "subword_model", "datamodule", "raw_dir", "data_dir", "src_lang", "tgt_lang", "split",
+                 "splits")
 
 
 def check_train_config(config: Mapping[str, Any]) -> None:
@@ -189,6 +190,10 @@ def _check_run(config: Mapping[str, Any]) -> None:
     seed = config.get("seed", 0)
     if not _whole(seed) or not 0 <= seed < 2**32:  # what numpy's generator, which Lightning seeds too, accepts
         raise ConfigError(f"seed must be a whole number from 0 to {2**32 - 1}, got {seed!r}")
+    files = {"task.subword_model": ((config.get("task") or {}).get("subword_model"), "one learnt from the training split")}
+    for key, (path, otherwise) in files.items():
+        if path is not None and (not isinstance(path, str) or not path.strip()):
+            raise ConfigError(f"{key} must be the path of a file (null: {otherwise}), got {path!r}")
     resume = config.get("resume")
     if resume is not None and (not isinstance(resume, str) or not resume.strip()):
         raise ConfigError(f"resume must be auto (the newest checkpoint of this run) or the path of a run directory or "

@@ -83,10 +83,11 @@ class ParsingDataModule(TranslationDataModule):
         download: bool = False,
         linearization: str = "xx",
         length_buckets: list[int] | None = None,
+        subword_model: str | None = None,
     ):
         super().__init__(data_root, src_lang, tgt_lang, vocab_size, max_tokens, max_length, cache_dir, seed,
                          num_workers, download, str(train_split), str(val_split), str(test_split), eval_max_tokens,
-                         length_buckets)
+                         length_buckets, subword_model)
         self.treebank = Path(treebank) if Path(treebank).is_absolute() else Path(data_root) / treebank
         self.extra_trees = list(extra_trees or [])
         if not 0.0 < wsj_fraction <= 1.0:

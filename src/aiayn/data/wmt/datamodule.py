@@ -60,10 +60,11 @@ class WMTDataModule(TranslationDataModule):
         subword_sample_pairs: int = 1_000_000,
         prepare_workers: int | None = None,
         length_buckets: list[int] | None = None,
+        subword_model: str | None = None,
     ):
         super().__init__(
             raw_dir, src_lang, tgt_lang, vocab_size, max_tokens, max_length, cache_dir, seed,
-            num_workers, download, "train", val_split, test_split, eval_max_tokens, length_buckets,
+            num_workers, download, "train", val_split, test_split, eval_max_tokens, length_buckets, subword_model,
         )
         expected_files(raw_dir, src_lang, tgt_lang)  # an unsupported pair fails here, not later
         if (val_split, test_split) != (VAL_SPLIT, TEST_SPLIT):
@@ -79,7 +80,7 @@ class WMTDataModule(TranslationDataModule):
     def prepared(self) -> Path:
         """The folder of the prepared data (see :mod:`aiayn.data.wmt.preparation`)."""
         return prepared_dir(self.raw_dir, self.cache_dir, self.src_lang, self.tgt_lang, self.vocab_size, self.rules,
-                            self.subword_sample_pairs)
+                            self.subword_sample_pairs, self.subword_model)
 
     def prepare_data(self, hashes: bool = False) -> None:
         """Prepare the pair once (locate or download, clean, learn subwords, binarise), or reuse
@@ -89,7 +90,7 @@ class WMTDataModule(TranslationDataModule):
         self.check_folders()
         prepare_wmt(
             self.raw_dir, self.cache_dir, self.src_lang, self.tgt_lang, self.vocab_size, self.rules,
-            self.subword_sample_pairs, self.prepare_workers or os.cpu_count(), self.download, hashes,
+            self.subword_sample_pairs, self.prepare_workers or os.cpu_count(), self.download, hashes, self.subword_model,
         )
         self._matched = True
         self.check_files(ROLES)

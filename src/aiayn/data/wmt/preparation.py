@@ -36,7 +36,7 @@ from aiayn.data.cache import build_once, check_folder
 from aiayn.data.manifest import META, damage, folder_files, outdated, raw_fingerprints, read_meta
 from aiayn.data.readers import read_lines
 from aiayn.data.storage import MappedCorpus, encode_tsv, write_pairs
-from aiayn.data.subwords import train_or_load
+from aiayn.data.subwords import given_key, learnt_or_given
 from aiayn.data.wmt.archives import WMTFiles, expected_files, locate
 from aiayn.data.wmt.cleaning import (
     CleaningReport,
@@ -55,16 +55,18 @@ VAL_SPLIT, TEST_SPLIT = "newstest2013", "newstest2014"
 
 
 def prepared_dir(raw_dir: str | os.PathLike, cache_dir: str | os.PathLike, src_lang: str, tgt_lang: str, vocab_size: int,
-                 rules: CleaningRules, sample_pairs: int) -> Path:
+                 rules: CleaningRules, sample_pairs: int, subword_model: Path | None = None) -> Path:
     """Where the data prepared from ``raw_dir`` with these settings lives (or will)."""
-    settings = {**_settings(src_lang, tgt_lang, vocab_size, rules, sample_pairs), "raw_dir": _resolved(raw_dir)}
+    settings = {**_settings(src_lang, tgt_lang, vocab_size, rules, sample_pairs, subword_model),
+                "raw_dir": _resolved(raw_dir)}
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     return Path(cache_dir) / "wmt14" / f"{src_lang}-{tgt_lang}-{vocab_size}-{key}"
 
 
-def _settings(src_lang: str, tgt_lang: str, vocab_size: int, rules: CleaningRules, sample_pairs: int) -> dict:
+def _settings(src_lang: str, tgt_lang: str, vocab_size: int, rules: CleaningRules, sample_pairs: int,
+              subword_model: Path | None) -> dict:
     return {"format": FORMAT, "src_lang": src_lang, "tgt_lang": tgt_lang, "vocab_size": int(vocab_size),
-            "rules": rules_dict(rules), "sample_pairs": int(sample_pairs), "seed": 0}
+            "rules": rules_dict(rules), "sample_pairs": int(sample_pairs), "seed": 0, **given_key(subword_model)}
 
 
 def _resolved(raw_dir: str | os.PathLike) -> str:
@@ -103,17 +105,19 @@ def prepare_wmt(
     workers: int | None = None,
     download: bool = True,
     hashes: bool = False,
+    subword_model: Path | None = None,
 ) -> Path:
     """Prepare the pair (see the module docstring) unless a complete, whole folder prepared from
     the same raw files with the same settings exists; returns the folder. ``rules``: the cleaning
     rules (default: :class:`CleaningRules`'s). ``hashes``: check the token arrays of an existing
-    folder by their SHA-256 too (``prepare.py``), not only by size.
+    folder by their SHA-256 too (``prepare.py``), not only by size. ``subword_model``: the
+    sentencepiece model to encode with (``task.subword_model``) instead of one learnt from a sample.
 
     One job prepares a folder at a time (:func:`aiayn.data.cache.build_once`); another that wants
     it waits and reuses it. What killed jobs left in the cache (temporary folders, lock files) is
     removed; a full disk stops preparation with one line and leaves nothing half-written."""
     rules = rules if rules is not None else CleaningRules()
-    out = prepared_dir(raw_dir, cache_dir, src_lang, tgt_lang, vocab_size, rules, sample_pairs)
+    out = prepared_dir(raw_dir, cache_dir, src_lang, tgt_lang, vocab_size, rules, sample_pairs, subword_model)
     check_folder(cache_dir, "paths.cache_dir", "AIAYN_CACHE_DIR")
 
     def build(why: str) -> None:
@@ -123,7 +127,8 @@ def prepare_wmt(
             if why == "absent":
                 raise
             raise DataError(f"{why}, and it cannot be prepared again: {error}") from None
-        _prepare(files, out, raw_dir, cache_dir, src_lang, tgt_lang, vocab_size, rules, sample_pairs, workers)
+        _prepare(files, out, raw_dir, cache_dir, src_lang, tgt_lang, vocab_size, rules, sample_pairs, workers,
+                 subword_model)
 
     build_once(out, lambda: unusable(out, raw_dir, src_lang, tgt_lang, hashes), build,
                f"the prepared WMT14 {src_lang}-{tgt_lang} data")
@@ -131,7 +136,8 @@ def prepare_wmt(
 
 
 def _prepare(files: WMTFiles, out: Path, raw_dir: str | os.PathLike, cache_dir: str | os.PathLike, src_lang: str,
-             tgt_lang: str, vocab_size: int, rules: CleaningRules, sample_pairs: int, workers: int | None) -> None:
+             tgt_lang: str, vocab_size: int, rules: CleaningRules, sample_pairs: int, workers: int | None,
+             subword_model: Path | None) -> None:
     """Build the folder ``out`` beside it under a temporary name, renamed once complete (the caller
     holds its lock)."""
     started = time.perf_counter()
@@ -158,7 +164,7 @@ def _prepare(files: WMTFiles, out: Path, raw_dir: str | os.PathLike, cache_dir: 
 
         # 3. The shared subword vocabulary (§3.4 shares the embeddings, so one model for both sides).
         lines = [src for src, _ in sample] + [tgt for _, tgt in sample]
-        vocab = train_or_load(lines, vocab_size, cache_dir, input_sentence_size=len(lines))
+        vocab = learnt_or_given(lines, vocab_size, cache_dir, subword_model, input_sentence_size=len(lines))
         del lines, sample
         shutil.copyfile(vocab.path, tmp / "sentencepiece.model")
         subwords_s = time.perf_counter() - started - cleaned_s
@@ -177,7 +183,8 @@ def _prepare(files: WMTFiles, out: Path, raw_dir: str | os.PathLike, cache_dir: 
             "rules": rules_dict(rules),
             "train_pairs": count,
             "train_subword_tokens": tokens,
-            "subwords": {"vocab_size": vocab.vocab_size, "sample_pairs": min(sample_pairs, kept), "model": "bpe"},
+            "subwords": ({"vocab_size": vocab.vocab_size, "given": str(subword_model)} if subword_model is not None else
+                         {"vocab_size": vocab.vocab_size, "sample_pairs": min(sample_pairs, kept), "model": "bpe"}),
             "eval_sizes": sizes,
             "raw_dir": _resolved(raw_dir),
             "raw_files": {
@@ -190,7 +197,7 @@ def _prepare(files: WMTFiles, out: Path, raw_dir: str | os.PathLike, cache_dir: 
             "workers": workers,
         }
         write_json(tmp / "report.json", summary)
-        meta = {**_settings(src_lang, tgt_lang, vocab_size, rules, sample_pairs), "raw_dir": _resolved(raw_dir),
+        meta = {**_settings(src_lang, tgt_lang, vocab_size, rules, sample_pairs, subword_model), "raw_dir": _resolved(raw_dir),
                 "raw_files": fingerprints, "files": folder_files(tmp),
                 "prepared_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         write_json(tmp / META, meta)  # last: its presence marks a complete folder
