@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
 from aiayn.checkpoints.background import AtomicCheckpointIO, BackgroundCheckpointIO
+from aiayn.checkpoints.init_from import initial_weights, start_from
 from aiayn.checkpoints.resume import find_resume, remove_stale_temporaries
 from aiayn.cli import CONFIG_DIR, run_folder
 from aiayn.cli.command_line import read_by_hydra
@@ -114,6 +115,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
             held.enter_context(run_folder.hold(output_dir))
             remove_stale_temporaries(output_dir)  # of saves killed in an earlier attempt
             module = _module(config)
+            if config.get("init_from") and resume is None:  # a resumed run's own weights replace them anyway
+                initial_weights(module.model, config["init_from"])
             loggers = _loggers(config, resume)  # nothing written until their first use, below
             trainer = _trainer(config, loggers)
         except UserError:
@@ -195,7 +198,7 @@ def _before_training(cfg: DictConfig):
     if resume is not None and str(resume.run_dir) != cfg.paths.output_dir:
         log.info("continuing run %s (this attempt's config and log stay in %s)", resume.run_dir, cfg.paths.output_dir)
         cfg.paths.output_dir = str(resume.run_dir)  # checkpoints and logs go on in the resumed run
-        config = _resolved(cfg)
+        config = checked_config(cfg)
     L.seed_everything(config["seed"], workers=True)
     # One process's batch: the plan's share of optim.tokens_per_step, at most task.datamodule.max_tokens.
     datamodule = _datamodule(config["task"]["datamodule"], max_tokens=config["plan"]["tokens_per_batch"])
@@ -220,6 +223,7 @@ def checked_config(cfg: DictConfig) -> dict:
     before anything is built. A sweep checks every job's with it before its first job starts."""
     config = _resolved(cfg)
     check_train_config(config)
+    start_from(config)  # init_from: its network checked, its subword model the run's data's
     return config
 
 

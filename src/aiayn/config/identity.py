@@ -33,12 +33,12 @@ from omegaconf import DictConfig, OmegaConf
 # What makes a row run that row: the network, its widths, the recipe (its length too: a run that may
 # stop early is not the row's, which trains optim.train_steps) and the task.
 ROW_KEYS = ("task.name", "task.vocab_size", "task.subword_model", "model", "width_divisor", "loss", "optim",
-            "callbacks.early_stopping.patience")
+            "callbacks.early_stopping.patience", "init_from")
 # Speed switches compute the same numbers another way: not a change of the row.
 SPEED_KEYS = ("optim.fused", "model.attention", "loss.fused")
 # Overrides the name and tags leave out: said already (run_name, run_group, experiment, scale, debug) or not a
 # value of the run.
-_UNNAMED = ("run_name", "run_group", "experiment", "scale", "debug", "resume", "logger", "trainer.devices",
+_UNNAMED = ("run_name", "run_group", "experiment", "scale", "debug", "resume", "logger", "trainer.devices", "init_from",
             "task.subword_model")
 MODIFIED = "modified"
 # The folders of one run name's runs (aiayn.cli.run_folder.new_run_dir): outputs/<run name>/<date>_<time>,

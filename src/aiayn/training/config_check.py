@@ -26,7 +26,7 @@ from aiayn.reporting.flops import sustained_tflops
 ROOT_SETTINGS = (
     "task", "model", "optim", "loss", "paths", "callbacks", "trainer", "logger", "seed", "run_name", "run_group",
     "width_divisor", "compile", "compile_mode", "resume", "nonfinite", "cost", "test_after_training", "validation",
-    "visualize_at_end", "checkpoint", "distributed", "experiment", "plan", "decoding",
+    "visualize_at_end", "checkpoint", "distributed", "experiment", "plan", "decoding", "init_from",
 )
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "cudagraphs")
 TASK_SETTINGS = ("name", "vocab_size", "subword_model", "datamodule", "raw_dir", "data_dir", "src_lang", "tgt_lang", "split",
@@ -190,7 +190,8 @@ def _check_run(config: Mapping[str, Any]) -> None:
     seed = config.get("seed", 0)
     if not _whole(seed) or not 0 <= seed < 2**32:  # what numpy's generator, which Lightning seeds too, accepts
         raise ConfigError(f"seed must be a whole number from 0 to {2**32 - 1}, got {seed!r}")
-    files = {"task.subword_model": ((config.get("task") or {}).get("subword_model"), "one learnt from the training split")}
+    files = {"init_from": (config.get("init_from"), "a model initialised afresh"),
+             "task.subword_model": ((config.get("task") or {}).get("subword_model"), "one learnt from the training split")}
     for key, (path, otherwise) in files.items():
         if path is not None and (not isinstance(path, str) or not path.strip()):
             raise ConfigError(f"{key} must be the path of a file (null: {otherwise}), got {path!r}")

@@ -1,0 +1,80 @@
+"""A run that starts from a trained model (``init_from=<checkpoint>``): fine-tuning on a corpus of
+one's own, say, as fairseq's ``--finetune-from-model`` and eole's ``train_from`` with its optimizer
+reset start.
+
+The run is a new one: step 0, its own folder and logger runs, a fresh Adam and the §5.3 schedule
+from its warmup, its own recipe (``optim.*``, ``loss.*``, the task). What it takes from the
+checkpoint is the model: its weights, and the subword model its embeddings were learnt over, which
+the run's data are encoded with (``task.subword_model``, written into the cache once:
+:func:`start_from`). The network settings that shape the weights must be the checkpoint's; the
+others (dropout, the attention's implementation or window) are the run's. A run killed midway
+resumes from its own checkpoints (``resume=auto``), not from ``init_from``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aiayn.checkpoints.io import load_lazily, read_checkpoint
+from aiayn.checkpoints.trained import model_weights, module_arguments, put_weights
+from aiayn.config.schemas import network_arguments
+from aiayn.errors import ConfigError
+from aiayn.files import atomic_write
+
+log = logging.getLogger(__name__)
+
+# The network settings its weights are laid out by: the run's must be the checkpoint's.
+SHAPE_SETTINGS = ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v", "positional", "max_positions",
+                  "share_embeddings")
+
+
+def start_from(config: dict[str, Any]) -> None:
+    """Check ``init_from`` against the run's resolved ``config`` and name the checkpoint's subword
+    model as the run's (``task.subword_model``: a copy in ``<paths.cache_dir>/sentencepiece/``,
+    named by its SHA-256, so that every process and every later attempt names the same file). A
+    ConfigError, before anything is built, for a file that is no training checkpoint, a network
+    laid out otherwise, another vocabulary size, or another ``task.subword_model``."""
+    given = config.get("init_from")
+    if given is None:
+        return
+    path = Path(str(given)).expanduser().absolute()
+    if not path.is_file():
+        raise ConfigError(f"init_from={given}: no such checkpoint file; give a checkpoint of a trained model "
+                          "(<run>/checkpoints/last.ckpt, say)")
+    checkpoint = load_lazily(path)  # memory-mapped: its weights are read once the run is built
+    if not isinstance(checkpoint, dict) or not {"hyper_parameters", "subwords", "state_dict"} <= set(checkpoint):
+        raise ConfigError(f"init_from={given}: not an aiayn training checkpoint")
+    trained = module_arguments(checkpoint["hyper_parameters"])
+    network = network_arguments(config["model"], config["width_divisor"])
+    differences = [f"model.{key} {trained['model'].get(key)!r} → {network.get(key)!r}" for key in SHAPE_SETTINGS
+                   if trained["model"].get(key) != network.get(key)]
+    if trained.get("vocab_size") != config["task"]["vocab_size"]:
+        differences.append(f"task.vocab_size {trained.get('vocab_size')} → {config['task']['vocab_size']}")
+    if differences:
+        raise ConfigError(f"init_from={given}: this run's network is not the checkpoint's ({'; '.join(differences)}); "
+                          "give the checkpoint's model settings")
+    subwords = bytes(checkpoint["subwords"])
+    named = config["task"].get("subword_model")
+    if named is not None and Path(named).is_file() and Path(named).read_bytes() != subwords:
+        raise ConfigError(f"init_from={given}: task.subword_model={named} is not the checkpoint's subword model, which "
+                          "the run's data are encoded with; leave task.subword_model out")
+    copy = Path(config["paths"]["cache_dir"]) / "sentencepiece" / f"given-{hashlib.sha256(subwords).hexdigest()[:20]}.model"
+    if not copy.is_file() or copy.read_bytes() != subwords:
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(copy, lambda file: file.write(subwords))
+    config["init_from"] = str(path)
+    config["task"]["subword_model"] = config["task"]["datamodule"]["subword_model"] = str(copy)
+
+
+def initial_weights(model: torch.nn.Module, init_from: str) -> None:
+    """Put the weights of the checkpoint ``init_from`` (checked by :func:`start_from`) into ``model``."""
+    checkpoint = read_checkpoint(init_from)
+    put_weights(model, model_weights(checkpoint["state_dict"]), f"init_from={init_from}")
+    log.info("starting from the model of %s (step %s): its weights and subword model; a fresh optimizer and "
+             "schedule from step 0", init_from, f"{int(checkpoint.get('global_step', 0)):,}")
+

@@ -1,0 +1,80 @@
+"""Starting from a trained model (``init_from``, aiayn.checkpoints.init_from): the session's tiny
+Multi30k run fine-tuned on a corpus of one's own (the WMT14 slice as ``task=parallel_text``). The
+new run starts with the checkpoint's weights and encodes its corpus with the checkpoint's subword
+model, learning none; a checkpoint of another network, size or subword model is refused in one line
+before anything is built. Real checkpoints, real sentencepiece."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.checkpoints.init_from import initial_weights, start_from
+from aiayn.checkpoints.trained import load_trained, model_weights
+from aiayn.config.schemas import network_arguments
+from aiayn.errors import ConfigError
+from aiayn.model import Transformer
+from tests.helpers.datafiles import own_corpus
+from tests.helpers.inprocess import train
+from tests.helpers.runs import TrainedRun
+from tests.training.test_config_check import resolved
+
+# The tiny run's network (tests.helpers.runs.TINY_RUN) on a corpus of one's own.
+FINE_TUNING = ["debug=tiny", "model.n_layers=2", "task=parallel_text", "task.src_lang=en", "task.tgt_lang=de"]
+
+
+def test_the_run_starts_from_the_checkpoints_weights_and_encodes_with_its_subwords(
+        tiny_run: TrainedRun, data_root: Path, tmp_path: Path) -> None:
+    corpus = own_corpus(tmp_path / "corpus", data_root)
+    config = resolved(*FINE_TUNING, f"task.data_dir={corpus}", f"init_from={tiny_run.last}")
+    config["paths"]["cache_dir"] = str(tmp_path / "cache")
+    start_from(config)
+    trained = torch.load(tiny_run.last, map_location="cpu", weights_only=False)
+    copy = Path(config["task"]["datamodule"]["subword_model"])
+    assert copy.parent == tmp_path / "cache" / "sentencepiece" and copy.read_bytes() == trained["subwords"]
+    assert config["task"]["subword_model"] == str(copy) and config["init_from"] == str(tiny_run.last)
+
+    model = Transformer(**network_arguments(config["model"]), src_vocab_size=500, tgt_vocab_size=500, pad_id=0)
+    initial_weights(model, config["init_from"])
+    expected = model_weights(trained["state_dict"])
+    assert all(torch.equal(value, expected[name]) for name, value in model.state_dict().items())
+
+
+@pytest.mark.slow  # a real tiny run, in this process
+def test_a_fine_tuning_run_learns_no_subwords_and_keeps_the_checkpoints(tiny_run: TrainedRun, data_root: Path,
+                                                                        tmp_path: Path) -> None:
+    corpus, cache, run_dir = own_corpus(tmp_path / "corpus", data_root), tmp_path / "cache", tmp_path / "run"
+    train(run_dir, *FINE_TUNING, f"task.data_dir={corpus}", f"init_from={tiny_run.last}", "logger=csv",
+          "optim.train_steps=2", "test_after_training=false", "visualize_at_end=false", data_root=data_root,
+          cache_dir=cache)
+    log = (run_dir / "train.log").read_text()
+    assert f"starting from the model of {tiny_run.last} (step 4): its weights and subword model" in log
+    subwords = torch.load(tiny_run.last, map_location="cpu", weights_only=False)["subwords"]
+    models = [path.name for path in (cache / "sentencepiece").glob("*.model")]
+    assert len(models) == 1 and models[0].startswith("given-")  # the checkpoint's copy alone: none learnt
+    (prepared,) = (cache / "parallel_text").iterdir()
+    assert (prepared / "sentencepiece.model").read_bytes() == subwords
+    fine_tuned = load_trained(run_dir / "checkpoints" / "last.ckpt")
+    assert fine_tuned.vocab.serialized() == subwords and fine_tuned.step == 2
+    assert fine_tuned.config["init_from"] == str(tiny_run.last)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["init_from={tmp}/none.ckpt"], "init_from={tmp}/none.ckpt: no such checkpoint file; give a checkpoint"),
+    (["init_from={tmp}/notes.ckpt"], "init_from={tmp}/notes.ckpt: not an aiayn training checkpoint"),
+    (["init_from={last}", "model.n_layers=1", "model.d_ff=128"],
+     (r"init_from={last}: this run's network is not the checkpoint's \(model.n_layers 2 → 1; model.d_ff 64 → 128\); "
+      "give the checkpoint's model settings")),
+    (["init_from={last}", "model.n_layers=2", "task.vocab_size=600"], r"\(task.vocab_size 500 → 600\)"),
+    (["init_from={last}", "model.n_layers=2", "task.subword_model={tmp}/other.model"],
+     "task.subword_model={tmp}/other.model is not the checkpoint's subword model"),
+])
+def test_a_checkpoint_the_run_cannot_start_from_is_refused_before_anything_is_built(
+        overrides: list[str], message: str, tiny_run: TrainedRun, tmp_path: Path) -> None:
+    (tmp_path / "notes.ckpt").write_text("notes\n")
+    (tmp_path / "other.model").write_bytes(b"another model")
+    config = resolved("debug=tiny", *(o.format(tmp=tmp_path, last=tiny_run.last) for o in overrides))
+    with pytest.raises(ConfigError, match=message.format(tmp=tmp_path, last=tiny_run.last)):
+        start_from(config)
