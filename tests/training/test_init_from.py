@@ -70,6 +70,8 @@ def test_a_fine_tuning_run_learns_no_subwords_and_keeps_the_checkpoints(tiny_run
     (["init_from={last}", "model.n_layers=2", "task.vocab_size=600"], r"\(task.vocab_size 500 → 600\)"),
     (["init_from={last}", "model.n_layers=2", "task.subword_model={tmp}/other.model"],
      "task.subword_model={tmp}/other.model is not the checkpoint's subword model"),
+    (["init_from={last}", "model.n_layers=2", "task.subword_model={tmp}/none.model"],
+     "task.subword_model={tmp}/none.model is not the checkpoint's subword model"),
 ])
 def test_a_checkpoint_the_run_cannot_start_from_is_refused_before_anything_is_built(
         overrides: list[str], message: str, tiny_run: TrainedRun, tmp_path: Path) -> None:

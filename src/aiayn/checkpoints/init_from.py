@@ -60,7 +60,7 @@ def start_from(config: dict[str, Any]) -> None:
                           "give the checkpoint's model settings")
     subwords = bytes(checkpoint["subwords"])
     named = config["task"].get("subword_model")
-    if named is not None and Path(named).is_file() and Path(named).read_bytes() != subwords:
+    if named is not None and (not Path(named).is_file() or Path(named).read_bytes() != subwords):
         raise ConfigError(f"init_from={given}: task.subword_model={named} is not the checkpoint's subword model, which "
                           "the run's data are encoded with; leave task.subword_model out")
     copy = Path(config["paths"]["cache_dir"]) / "sentencepiece" / f"given-{hashlib.sha256(subwords).hexdigest()[:20]}.model"
