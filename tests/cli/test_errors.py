@@ -66,6 +66,18 @@ def assert_one_line(result: subprocess.CompletedProcess, prefix: str, message: s
     assert lines[0].startswith(f"{prefix}: {message}"), lines[0]
 
 
+@pytest.mark.cli  # the modules a process imports
+@pytest.mark.parametrize("tool", [tool for tool in (*TOOLS, "export") if tool != "train"])
+def test_help_imports_no_torch(tool: str, tmp_path: Path) -> None:
+    """A tool's --help takes a second, not the five that torch, Lightning and W&B took to import:
+    each imports them once its settings are checked (train.py, whose module is Lightning's, aside)."""
+    result = run([sys.executable, "-X", "importtime", str(REPO / "src" / f"{tool}.py"), "--help"], cwd=tmp_path)
+    assert result.returncode == 0 and f"{tool}.py" in result.stdout
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "omegaconf" in imported and not imported & {"torch", "lightning", "wandb"}
+
+
 @pytest.mark.cli
 @pytest.mark.parametrize("tool", TOOLS)
 def test_a_user_error_is_one_line_named_after_the_script(tool: str, tmp_path: Path) -> None:

@@ -16,9 +16,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
 from aiayn.checkpoints.given import one_checkpoint
-from aiayn.checkpoints.io import checkpoint_step, save_checkpoint_atomically
 from aiayn.cli import CONFIG_DIR, tool_command
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
@@ -39,6 +37,9 @@ def main(cfg: DictConfig) -> None:
     out = Path(cfg.out)
     if out.is_dir():
         raise ConfigError(f"out={cfg.out} is a folder; give the file to write, e.g. out={out / 'averaged.ckpt'}")
+    from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints  # torch: once settings are checked
+    from aiayn.checkpoints.io import checkpoint_step, save_checkpoint_atomically
+
     if os.path.lexists(out):
         raise ConfigError(f"out={cfg.out} exists; averaging never writes over a file: give a new name, e.g. "
                           f"out={out.with_name('averaged.ckpt')}")

@@ -26,22 +26,16 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
 from aiayn.checkpoints.given import checkpoint_list
-from aiayn.checkpoints.io import folder_given
-from aiayn.checkpoints.trained import load_ensemble
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import is_composition_error, reports_composition_errors, reports_errors
 from aiayn.config.identity import MODIFIED, run_folder_changes
 from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding, asked
-from aiayn.decoding.speed import for_decoding
 from aiayn.decoding.switches import switches_of
-from aiayn.decoding.translator import Translator, nbest_lines, perplexity
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_write_text
-from aiayn.reporting.loggers import wandb_logger
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +68,13 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         from aiayn.reporting.mlflow_logger import check_reachable
 
         check_reachable(str(cfg.mlflow), "mlflow")
+    # torch, Lightning (the task's data module) and W&B: imported once every setting is checked, so
+    # that --help and a refusal take a second, not five
+    from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
+    from aiayn.checkpoints.trained import load_ensemble
+    from aiayn.decoding.speed import for_decoding
+    from aiayn.decoding.translator import Translator, nbest_lines, perplexity
+
     averaged = last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [ckpt]  # DataError: too few
     trained = load_ensemble(cfg.ckpt, cfg.device)
     device = str(next(trained.model.parameters()).device)
@@ -176,6 +177,8 @@ def _averaged_count(average_last) -> int:
 def _check_checkpoint_file(ckpt: Path) -> None:
     """``ckpt`` must be one checkpoint file; a folder is refused with a file in it to give instead."""
     if ckpt.is_dir():
+        from aiayn.checkpoints.io import folder_given
+
         raise ConfigError(f"ckpt={folder_given(ckpt, ' (average_last=<k> averages the k checkpoints ending at it)')}")
 
 
@@ -246,6 +249,8 @@ def _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding, summary)
             raise
         log.warning("could not compare %s's run with its row (%s); its W&B evaluation is not tagged", ckpt, error)
         modified = []
+    from aiayn.reporting.loggers import wandb_logger
+
     logger = wandb_logger(project="aiayn", save_dir=str(out_dir), mode=cfg.wandb, name=f"eval-{name}",
                           job_type="eval", group=trained.config.get("run_name"), tags=[MODIFIED] if modified else None)
     # decoding: the settings decoded with (the checkpoint's own where the command left them null).

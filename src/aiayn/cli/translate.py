@@ -38,22 +38,22 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from aiayn.checkpoints.trained import load_ensemble
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.cli.line_input import AvailableLines, chunked
 from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.decoding.settings import Asked, Decoding, asked
-from aiayn.decoding.speed import for_decoding
 from aiayn.decoding.switches import switches_of
-from aiayn.decoding.translator import Translator, nbest_lines
 from aiayn.errors import ConfigError
+
+if TYPE_CHECKING:  # torch's, imported once the settings are checked: --help and a refusal start in a second
+    from aiayn.decoding.translator import Translator
 
 # What translates: aiayn's own beam search over a checkpoint, or a CTranslate2 export (src/export.py).
 ENGINES = ("aiayn", "ctranslate2")
@@ -69,6 +69,8 @@ def main(cfg: DictConfig) -> None:
     switches = _check_settings(cfg)
     source = _input_file(cfg.input)
     output = _output_file(cfg.out, source)
+    from aiayn.decoding.translator import nbest_lines  # torch: once every setting is checked
+
     translator = _translator(cfg, wanted, switches)
     chunks = _chunks(cfg, source)
     writer = None
@@ -99,6 +101,10 @@ def _translator(cfg: DictConfig, wanted: Asked, switches: dict) -> Translator:
         from aiayn.decoding.ctranslate2 import CTranslate2Translator
 
         return CTranslate2Translator(cfg.model_dir, wanted, batch_size=cfg.batch_size, device=cfg.device)
+    from aiayn.checkpoints.trained import load_ensemble
+    from aiayn.decoding.speed import for_decoding
+    from aiayn.decoding.translator import Translator
+
     trained = load_ensemble(cfg.ckpt, cfg.device)  # several checkpoints: their ensemble
     decoding = Decoding.of(trained.decoding, wanted, switches=switches, members=trained.members,
                            where="the checkpoint's decoding.")
