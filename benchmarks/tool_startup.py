@@ -31,7 +31,7 @@ SENTENCE = "A man is walking down the street.\n"
 def commands(ckpt: Path) -> dict[str, list[str]]:
     """What is timed, by name: the floor (Python importing torch), each tool's ``--help``, and one
     sentence translated on the CPU."""
-    return {"import torch": ["-c", "import torch"], **{f"{tool} --help": [f"src/{tool}.py", "--help"] for tool in ("translate", "average", "evaluate")},
+    return {"import torch": ["-c", "import torch"], **{f"{tool} --help": [f"src/{tool}.py", "--help"] for tool in ("translate", "average", "evaluate", "train")},
             "translate one sentence": ["src/translate.py", f"ckpt={ckpt}", "device=cpu"]}
 
 

@@ -1,7 +1,8 @@
 """How each tool starts: ``src/<tool>.py`` and the ``aiayn-<tool>`` console scripts call
 :func:`run`, which imports the tool's command (torch, Lightning, Hydra: seconds) and runs it, so
 that Ctrl-C at any moment, start-up included, ends in one line and exit status 130 (before: a
-KeyboardInterrupt traceback from inside an import). Nothing of aiayn is imported here before a
+KeyboardInterrupt traceback from inside an import). A help page (``--help``, ``--hydra-help``) is
+printed without the command's imports (:mod:`aiayn.cli.help`). Nothing of aiayn is imported here before a
 tool is: this module stands above the package, as the scripts do.
 """
 
@@ -19,7 +20,10 @@ def run(tool: str) -> None:
     """``aiayn.cli.<tool>.main()``; Ctrl-C while it is imported, or wherever the tool does not
     handle it itself (while Hydra composes, say), is one line and exit status 130."""
     try:
-        main = importlib.import_module(f"aiayn.cli.{tool}").main
+        if importlib.import_module("aiayn.cli.help").asks_for_help(sys.argv[1:]):  # pages without the tool's imports
+            main = importlib.import_module("aiayn.cli.help").help_of(tool)
+        else:
+            main = importlib.import_module(f"aiayn.cli.{tool}").main
     except KeyboardInterrupt:
         sys.stderr.write(f"{Path(sys.argv[0]).name or 'aiayn'}: interrupted (Ctrl-C) while starting, before it did "
                          "anything: run the same command again\n")
