@@ -6,6 +6,7 @@ Standard library only, so that benchmarks which run before the install (default_
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import subprocess
@@ -28,10 +29,11 @@ def machine() -> dict[str, object]:
             "platform": platform.platform()}
 
 
-def commit() -> str:
-    """The short hash of the checked-out commit, with "+dirty" when the working tree has changes."""
+def commit(checkout: Path = REPO) -> str:
+    """The short hash of ``checkout``'s commit (this one's by default), with "+dirty" when its
+    working tree has changes."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], check=False, cwd=REPO, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", *args], check=False, cwd=checkout, capture_output=True, text=True).stdout.strip()
     head = git("rev-parse", "--short", "HEAD")
     return f"{head}+dirty" if head and git("status", "--porcelain", "--untracked-files=no") else head
 
@@ -51,3 +53,10 @@ def memory_mib(*keys: str) -> dict[str, float]:
         if key in keys:
             fields[key] = round(int(line.split()[1]) / 1024, 1)
     return fields
+
+
+def append_record(path: Path, record: dict) -> None:
+    """``record`` as one JSON line at the end of the results file ``path`` (made with its folder)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        handle.write(json.dumps(record) + "\n")

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import REPO, commit, machine, now
+from _common import REPO, append_record, commit, machine, now
 from train_throughput import load_model_config
 
 from aiayn.checkpoints.background import AtomicCheckpointIO, BackgroundCheckpointIO
@@ -100,8 +100,7 @@ def main(argv: list[str] | None = None) -> None:
                           for name, runs in times.items()},
     }
     print(json.dumps(record))
-    with open(args.results, "a") as results:
-        results.write(json.dumps(record) + "\n")
+    append_record(args.results, record)
 
 
 if __name__ == "__main__":

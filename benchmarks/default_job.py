@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from _common import REPO, commit, machine, now
+from _common import REPO, append_record, commit, machine, now
 
 RESULTS = REPO / "benchmarks" / "results" / "default_job.jsonl"
 
@@ -38,9 +38,7 @@ def main(overrides: list[str]) -> None:
               "overrides": overrides,
               "wall_seconds": round(wall, 1),
               "fresh_install": fresh_install, **metrics, "machine": machine()}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_record(RESULTS, record)
     print(json.dumps(record, indent=2))
 
 

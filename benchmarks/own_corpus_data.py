@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, commit, machine, memory_mib, now
+from _common import REPO, append_record, commit, machine, memory_mib, now
 
 RESULTS = REPO / "benchmarks" / "results" / "own_corpus_data.jsonl"
 PEAK = ("VmHWM", "RssAnon", "RssFile")  # the peak resident memory, and the current private and file-backed
@@ -111,9 +111,7 @@ def main() -> None:
                 record[kind] = json.loads(output.strip().splitlines()[-1])
             record["machine"] = machine()
             print(json.dumps(record), flush=True)
-            args.results.parent.mkdir(parents=True, exist_ok=True)
-            with open(args.results, "a") as handle:
-                handle.write(json.dumps(record) + "\n")
+            append_record(args.results, record)
 
 
 if __name__ == "__main__":

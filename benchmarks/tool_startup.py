@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import REPO, commit, machine, now
+from _common import REPO, append_record, commit, machine, now
 
 RESULTS = REPO / "benchmarks" / "results" / "tool_startup.jsonl"
 SENTENCE = "A man is walking down the street.\n"
@@ -47,11 +47,6 @@ def timed(checkout: Path, arguments: list[str]) -> float:
     return seconds
 
 
-def checkout_commit(checkout: Path) -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True,
-                          check=False).stdout.strip()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt", type=Path, required=True, help="a translation checkpoint (a run's last.ckpt)")
@@ -64,14 +59,12 @@ def main() -> None:
         for _ in range(args.repeats):
             for checkout in checkouts:  # alternated: the same load for both
                 timings[checkout].setdefault(name, []).append(timed(checkout, arguments))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
     for checkout in checkouts:
-        record = {"date": now(), "commit": commit() if checkout == REPO else checkout_commit(checkout),
+        record = {"date": now(), "commit": commit(checkout),
                   "torch_threads": os.environ.get("OMP_NUM_THREADS"), "repeats": args.repeats,
                   "median_s": {name: round(statistics.median(values), 2) for name, values in timings[checkout].items()},
                   "machine": machine()}
-        with open(RESULTS, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_record(RESULTS, record)
         print(json.dumps(record))
 
 

@@ -51,7 +51,7 @@ import _time_split
 import numpy as np
 import torch
 from _batches import SUBWORDS_PER_WORD, corpus_order_batches, padding_fraction, sentence_lengths, synthetic_corpus
-from _common import REPO, commit, machine, now
+from _common import REPO, append_record, commit, machine, now
 from omegaconf import OmegaConf
 
 from aiayn.config.schemas import network_arguments
@@ -317,9 +317,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     record = measure(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_record(args.out, record)
     shown = {key: record[key] for key in ("tgt_tokens_per_s", "step_seconds", "peak_memory_mb", "achieved_tflops",
                                           "peak_tflops", "mfu", "padding")}
     print(json.dumps({"model": record["model"]["name"], **record["settings"], **shown}, indent=2))

@@ -19,7 +19,6 @@ benchmarks/results/wmt_data.jsonl. A benchmark, not a test: nothing here asserts
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, memory_mib
+from _common import REPO, append_record, commit, memory_mib, now
 
 RESULTS = REPO / "benchmarks" / "results" / "wmt_data.jsonl"
 LETTERS = np.array(list("abcdefghijklmnopqrstuvwxyzäöüß"))
@@ -183,16 +182,13 @@ def main() -> None:
         raw, cache, vocab, sample, max_tokens, seconds = args.loader
         print(json.dumps(bench_loader(Path(raw), Path(cache), int(vocab), int(sample), int(max_tokens), float(seconds))))
         return
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, cwd=REPO, capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         for pairs in sorted({args.small, args.pairs}):
-            record = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,
+            record = {"date": now(), "commit": commit(),
                       **run_size(Path(tmp), pairs, args.vocab_size, args.sample_pairs, args.max_tokens, args.seconds),
                       "machine": machine()}
             print(json.dumps(record), flush=True)
-            args.results.parent.mkdir(parents=True, exist_ok=True)
-            with open(args.results, "a") as f:
-                f.write(json.dumps(record) + "\n")
+            append_record(args.results, record)
 
 
 if __name__ == "__main__":

@@ -20,10 +20,8 @@ def run(tool: str) -> None:
     """``aiayn.cli.<tool>.main()``; Ctrl-C while it is imported, or wherever the tool does not
     handle it itself (while Hydra composes, say), is one line and exit status 130."""
     try:
-        if importlib.import_module("aiayn.cli.help").asks_for_help(sys.argv[1:]):  # pages without the tool's imports
-            main = importlib.import_module("aiayn.cli.help").help_of(tool)
-        else:
-            main = importlib.import_module(f"aiayn.cli.{tool}").main
+        pages = importlib.import_module("aiayn.cli.help")  # a help page without the tool's imports
+        main = pages.help_of(tool) if pages.asks_for_help(sys.argv[1:]) else importlib.import_module(f"aiayn.cli.{tool}").main
     except KeyboardInterrupt:
         sys.stderr.write(f"{Path(sys.argv[0]).name or 'aiayn'}: interrupted (Ctrl-C) while starting, before it did "
                          "anything: run the same command again\n")

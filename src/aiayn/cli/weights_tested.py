@@ -34,7 +34,7 @@ import lightning as L
 import torch
 
 from aiayn.checkpoints.averaging import average_checkpoints
-from aiayn.checkpoints.io import read_checkpoint
+from aiayn.checkpoints.io import checkpoint_step, read_checkpoint
 from aiayn.checkpoints.trained import model_weights, put_weights
 from aiayn.config.checkpointing import window_steps
 from aiayn.training.early_stopping import best_checkpoint
@@ -66,7 +66,7 @@ class Tested:
         if self.kind == "best":
             step = torch.load(self.paths[0], map_location="cpu", mmap=True, weights_only=False).get("global_step")
             return f"the best validation's model, step {step:,}: {self.paths[0]}"
-        steps = [int(path.stem.removeprefix("step")) for path in self.paths]
+        steps = [checkpoint_step(path) for path in self.paths]
         return f"§6.1: the average of the last {len(steps)} checkpoints, steps {steps[0]:,}–{steps[-1]:,}"
 
 
