@@ -6,6 +6,8 @@
 #                  tests, bf16 training throughput (base and big eager, base compiled) and beam-4 decoding
 #                  (ours and CTranslate2); appends to benchmarks/results/gpu_suite.{jsonl,md} and
 #                  train_throughput.jsonl (benchmarks/gpu_suite.py; GPU_CHECK_ARGS for its options)
+# make wheelhouse — the wheels a machine without internet (a cluster's GPU node) needs to install aiayn beside
+#                  its own torch: WHEELHOUSE_ARGS="--python 3.12 --have node-packages.txt" (scripts/wheelhouse.py)
 PYTHON ?= python3
 VENV ?= .venv
 # The pinned torch: the CPU build is enough for the default job and the tests; on a GPU machine
@@ -17,6 +19,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= auto
 PYTEST_XDIST := -n $(PYTEST_WORKERS) --maxprocesses=8 --dist worksteal
 GPU_CHECK_ARGS ?=
+WHEELHOUSE_ARGS ?= --python 3.12
 
 # Real data: the shared data folder beside the checkout when there is one, else the user cache
 # (missing Multi30k files are downloaded there).
@@ -25,7 +28,7 @@ export AIAYN_DATA_ROOT
 
 BIN := $(VENV)/bin
 
-.PHONY: install train test test-fast lint gpu-check clean
+.PHONY: install train test test-fast lint gpu-check wheelhouse clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -49,6 +52,9 @@ lint: install
 
 gpu-check: install
 	$(BIN)/python benchmarks/gpu_suite.py $(GPU_CHECK_ARGS)
+
+wheelhouse: install
+	$(BIN)/python scripts/wheelhouse.py $(WHEELHOUSE_ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache
