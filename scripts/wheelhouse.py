@@ -80,6 +80,14 @@ def to_fetch(resolved: dict[str, str], have: dict[str, str | None]) -> dict[str,
             if not NODE_OWN.match(name) and (name not in have or have[name] not in (None, version))}
 
 
+def requirement_lines(resolved: dict[str, str], have: dict[str, str | None]) -> list[str]:
+    """The folder's requirements.txt: every package aiayn needs but torch's CUDA runtime, pinned to
+    the resolved version, or by name alone where the node has it at a version not given (the
+    folder has no other, and ``pip check`` on the node says whether it fits)."""
+    return [f"{name}\n" if name in have and have[name] is None else f"{name}=={version}\n"
+            for name, version in sorted(resolved.items()) if not NODE_OWN.match(name)]
+
+
 def pip_platforms(platform: str) -> list[str]:
     """pip's ``--platform`` tags for uv's platform name: ``x86_64-manylinux_2_28`` is every
     manylinux tag up to glibc 2.28 on x86_64, plain linux builds excluded."""
@@ -161,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
         build = resolve(list(BUILD_REQUIREMENTS), args.python, args.platform, {}, Path(work))
     fetch = to_fetch(resolved, have) | build
     download(fetch, args.python, args.platform, args.out)
-    lines = [f"{name}=={version}\n" for name, version in sorted(resolved.items()) if not NODE_OWN.match(name)]
+    lines = requirement_lines(resolved, have)
     (args.out / "requirements.txt").write_text("".join(lines))
     lacking = len(to_fetch(resolved, have))
     print(f"wheelhouse: {len(fetch)} wheels for Python {args.python} on {args.platform} in {args.out} "

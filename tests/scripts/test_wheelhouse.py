@@ -35,6 +35,10 @@ def test_the_folder_holds_what_the_node_lacks_and_never_torchs_cuda_runtime():
                 "numpy": "2.5.2", "sentencepiece": "0.2.2", "hydra-core": "1.3.8", "wandb": "0.31.0"}
     have = {"torch": "2.11.0", "numpy": "2.5.2", "sentencepiece": None, "wandb": "0.30.0"}
     assert _wheelhouse().to_fetch(resolved, have) == {"hydra-core": "1.3.8", "wandb": "0.31.0"}
+    # requirements.txt: a package of the node's of a version not given is named alone (the folder
+    # has no other version of it), never torch's CUDA runtime.
+    assert _wheelhouse().requirement_lines(resolved, have) == [
+        "hydra-core==1.3.8\n", "numpy==2.5.2\n", "sentencepiece\n", "wandb==0.31.0\n"]
 
 
 def test_a_manylinux_platform_is_every_older_glibc_tag_too(capsys):
