@@ -31,7 +31,6 @@ from tests.helpers.runs import (
     IN_THE_FOREGROUND,
     REPO,
     TrainedRun,
-    in_read_only_folder,
     offline_environment,
     popen,
     run_command,
@@ -276,68 +275,3 @@ def test_a_reader_that_goes_away_stops_the_run_quietly(tiny_run: TrainedRun, dat
     finally:
         stop(process)
         process.stderr.close()
-
-
-def _not_writable(tmp: Path) -> str:
-    folder = tmp / "locked"
-    folder.mkdir()
-    folder.chmod(0o500)
-    return f"out={folder}/out.de"
-
-
-BAD = {  # (the bad setting, given tmp_path; the start of the one line)
-    "output is a directory": (lambda tmp: f"out={tmp}",
-                              "out={tmp} is a directory; give the file to write the translations to"),
-    "input missing": (lambda tmp: f"input={tmp}/missing.en", "input={tmp}/missing.en: no such file"),
-    "input is a directory": (lambda tmp: f"input={tmp}", "input={tmp} is a directory"),
-    "ckpt missing": (lambda tmp: f"ckpt={tmp}/missing.ckpt", "{tmp}/missing.ckpt: checkpoint not found"),
-    "ckpt a folder of none": (lambda tmp: f"ckpt={tmp}", ("ckpt={tmp} is a directory and holds no checkpoint files; give "
-                                                     "one checkpoint file")),
-    "batch_size=0": (lambda tmp: "batch_size=0", "batch_size must be a whole number of at least 1, got 0"),
-    "buffer_size=0": (lambda tmp: "buffer_size=0", "buffer_size must be a whole number of at least 1, got 0"),
-    "interactive=maybe": (lambda tmp: "interactive=maybe", "interactive must be auto, true or false, got 'maybe'"),
-    "decoding.constrained=maybe": (lambda tmp: "decoding.constrained=maybe",
-                                   "Error merging override decoding.constrained=maybe"),
-    "constrained, a translation model": (lambda tmp: "decoding.constrained=true",
-                                         ("decoding.constrained=true decodes within the task's output constraint, "
-                                          "and this model's task has none (constrained decoding is for parsing tasks)")),
-    "output folder under a file": (lambda tmp: f"out={tmp}/in.en/out.de",
-                                   "out={tmp}/in.en/out.de: cannot create its folder {tmp}/in.en ({tmp}/in.en is a file)"),
-    "output is the input": (lambda tmp: f"out={tmp}/in.en", "out={tmp}/in.en is the input file"),
-    "output folder not writable": (lambda tmp: _not_writable(tmp), "out={tmp}/locked/out.de: not writable"),
-    "precision=fp8": (lambda tmp: "precision=fp8", "precision must be one of fp32, bf16, fp16, got 'fp8'"),
-    "int8=maybe": (lambda tmp: "int8=maybe", "Error merging override int8=maybe. Value 'maybe' is not a valid bool"),
-}
-
-
-@pytest.mark.parametrize("tool", ["translate", "visualize", "export"])
-def test_a_run_folder_given_as_ckpt_names_the_file_to_give(tool: str, tiny_run: TrainedRun, data_root: Path,
-                                                           tmp_path: Path) -> None:
-    """A run's folder where one checkpoint file is asked for: one line naming its last.ckpt (as
-    evaluate.py says; before, translate.py and visualize.py said the checkpoint was not found)."""
-    result = run_tool(f"src/{tool}.py", f"ckpt={tiny_run.run_dir}", f"out={tmp_path / 'out'}", stdin="A dog.\n",
-                      data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
-    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
-        f"{tool}.py: ckpt={tiny_run.run_dir} is a directory; give one checkpoint file, e.g. ckpt={tiny_run.last}"]
-
-
-@pytest.mark.parametrize("kind", BAD)
-def test_bad_input_is_one_line_before_anything_is_translated(kind: str, tiny_run: TrainedRun, data_root: Path,
-                                                             tmp_path: Path) -> None:
-    bad, message = BAD[kind]
-    source = write_lines(tmp_path / "in.en", SENTENCES)
-    key, value = bad(tmp_path).split("=", 1)
-    settings = {"ckpt": str(tiny_run.last), "input": str(source), **dict(arg.split("=") for arg in ARGUMENTS), key: value}
-    arguments = [f"{key}={value}" for key, value in settings.items()]
-    before = sorted(tmp_path.rglob("*"))
-    if kind == "output folder not writable" and os.geteuid() == 0:  # root writes into any folder but a read-only one
-        command = in_read_only_folder([sys.executable, "src/translate.py", *arguments], tmp_path / "locked")
-        if command is None:
-            pytest.skip("root writes into any folder, and no folder can be mounted read-only here")
-        result = run_command(command, data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
-    else:
-        result = run_tool("src/translate.py", *arguments, data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines() == [result.stderr.strip()]  # one line: no summary, nothing translated
-    assert result.stderr.startswith(f"translate.py: {message.format(tmp=tmp_path)}"), result.stderr
-    assert result.stdout == "" and sorted(tmp_path.rglob("*")) == before and source.read_text().count("\n") == 5

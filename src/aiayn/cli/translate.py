@@ -178,8 +178,8 @@ def _input_file(given: str | None) -> Path | None:
 
 def _output_file(given: str | None, source: Path | None) -> Path | None:
     """The output file (None: stdout, also for ``out=-`` as Unix tools read it), its folder created;
-    refused, before any translating, when it is a folder, the input itself, or in a folder that
-    cannot be made or written to."""
+    refused, before any translating, when it is a folder, the input itself, a file of binary data (a
+    checkpoint), or in a folder that cannot be made or written to."""
     if not given or given == "-":
         return None
     path = Path(given)
@@ -188,6 +188,9 @@ def _output_file(given: str | None, source: Path | None) -> Path | None:
                           f"e.g. out={path / 'translations.txt'}")
     if source is not None and path.exists() and os.path.samefile(path, source):
         raise ConfigError(f"out={given} is the input file; give another file to write the translations to")
+    if _binary(path):  # a checkpoint, say (the one translating, or last.ckpt's step): never written over
+        raise ConfigError(f"out={given} holds binary data, not text (a checkpoint?), which the translations would "
+                          "write over; give another file to write them to")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -198,6 +201,15 @@ def _output_file(given: str | None, source: Path | None) -> Path | None:
     if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ConfigError(f"out={given}: not writable; give a path in a folder you can write to")
     return path
+
+
+def _binary(path: Path) -> bool:
+    """Whether ``path`` is a file whose first 8 KiB hold a NUL byte, as no text does."""
+    try:
+        with open(path, "rb") as file:
+            return b"\0" in file.read(8192)
+    except OSError:  # no such file, or not readable: nothing there to lose by reading
+        return False
 
 
 @contextmanager
