@@ -15,6 +15,7 @@ import yaml
 
 from tests.helpers import inprocess, runs
 from tests.helpers.runs import TINY
+from tests.helpers.signals import signal_at
 
 # Tiny jobs that train: 4 steps, no test split, no pictures, metrics in CSV.
 JOB = [*TINY, "logger=csv", "test_after_training=false", "visualize_at_end=false", "task.datamodule.download=false"]
@@ -103,3 +104,26 @@ def leaves(config: dict, prefix: str = "") -> list[str]:
         path = f"{prefix}{key}"
         paths += leaves(value, f"{path}.") if isinstance(value, dict) and value else [path]
     return paths
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+def test_a_stopped_sweep_given_resume_auto_resumes_each_job_from_its_earlier_folder(tmp_path, data_root, subword_cache):
+    """The line a stopped job prints says: the same command and resume=auto. That sweep's job has
+    the same folder name as before (resume is not part of it), so it finds its earlier folder and
+    its checkpoint of step 2 (before, `resume=auto` in the name made it another job, which began
+    again from scratch)."""
+    command = ["--multirun", *JOB, "seed=5", *signal_at(2, "SIGTERM")]
+    environment = {**runs.offline_environment(), "PYTHONPATH": str(runs.REPO)}  # the callback is tests.helpers'
+    stopped = runs.run_tool("src/train.py", *command, f"hydra.sweep.dir={tmp_path / 'A'}", env=environment,
+                            data_root=data_root, cache_dir=subword_cache, check=False, timeout=300)
+    assert stopped.returncode == 75, stopped.stderr[-3000:]
+    assert "continue with the same command and resume=auto" in stopped.stderr
+    resumed = runs.run_tool("src/train.py", *command, "resume=auto", f"hydra.sweep.dir={tmp_path / 'B'}",
+                            env=environment, data_root=data_root, cache_dir=subword_cache, timeout=300)
+    [earlier] = (tmp_path / "A").glob("0_*")
+    assert (tmp_path / "B" / earlier.name).is_dir()
+    assert f"resuming from {earlier / 'checkpoints' / 'step0000002.ckpt'} (step 2)" in resumed.stdout + resumed.stderr
+    assert "starting from scratch" not in resumed.stdout + resumed.stderr
+    assert sorted(path.name for path in (earlier / "checkpoints").glob("*.ckpt")) == [
+        "last.ckpt", "step0000002.ckpt", "step0000004.ckpt"]
