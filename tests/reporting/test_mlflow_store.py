@@ -80,3 +80,27 @@ def test_a_server_that_does_not_answer_is_refused_before_the_run_starts(tmp_path
                              check=False)
         assert evaluated.returncode == 2 and evaluated.stderr.startswith(f"evaluate.py: mlflow={uri} (MLFLOW_TRACKING_URI):")
         assert not (tmp_path / "eval").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["folder", "file URI", "no store"])
+def test_a_store_mlflow_would_fail_on_is_refused_before_the_run_starts(kind: str, tmp_path: Path, data_root: Path,
+                                                                       subword_cache: Path, tiny_run) -> None:
+    """A folder (MLflow's file store, which MLflow 3 refuses to write runs to) or a scheme that names
+    no store: before, train.py died in its logger's construction (Hydra's InstantiationException,
+    34 frames) and left its folder; evaluate.py decoded the whole split first."""
+    uri, said = {"folder": (str(tmp_path / "mlfs"), " is a folder, MLflow's file store"),
+                 "file URI": ((tmp_path / "mlfs").as_uri(), " is a folder, MLflow's file store"),
+                 "no store": ("nonsense://x", ": nonsense:// names no MLflow store")}[kind]
+    env = {**offline_environment(), "MLFLOW_TRACKING_URI": uri}
+    run = tmp_path / "run"
+    result = run_tool("src/train.py", "debug=tiny", "logger=mlflow", f"hydra.run.dir={run}", env=env,
+                      data_root=data_root, cache_dir=subword_cache, check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr[-3000:]
+    assert result.stderr.startswith(f"train.py: logger.mlflow.tracking_uri={uri} (MLFLOW_TRACKING_URI){said}")
+    assert not run.exists()
+    evaluated = run_tool("src/evaluate.py", f"ckpt={tiny_run.last}", "wandb=disabled", f"mlflow={uri}",
+                         f"out={tmp_path / 'eval'}", env=env, data_root=data_root, cache_dir=tiny_run.cache_dir,
+                         check=False)
+    assert evaluated.returncode == 2 and evaluated.stderr.startswith(f"evaluate.py: mlflow={uri} (MLFLOW_TRACKING_URI)")
+    assert said in evaluated.stderr and not (tmp_path / "eval").exists()

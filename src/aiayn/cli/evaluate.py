@@ -64,10 +64,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         _check_checkpoint_file(Path(path))
     out_dir = Path(cfg.out) if cfg.out else ckpt.resolve().parent.parent / "eval"
     _check_out_dir(out_dir, "out" if cfg.out else "the default out (<run>/eval)")  # before any decoding
-    if cfg.mlflow:  # a server that does not answer, before any decoding
-        from aiayn.reporting.mlflow_logger import check_reachable
+    if cfg.mlflow:  # a store MLflow would fail on (a folder, a server that does not answer), before any decoding
+        from aiayn.reporting.mlflow_logger import check_store
 
-        check_reachable(str(cfg.mlflow), "mlflow")
+        check_store(str(cfg.mlflow), "mlflow")
     # torch, Lightning (the task's data module) and W&B: imported once every setting is checked, so
     # that --help and a refusal take a second, not five
     from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints

@@ -63,11 +63,27 @@ def local_store(tracking_uri: str) -> tuple[str, str | None]:
     return f"{prefix}{path}", (path.parent / "artifacts").as_uri()
 
 
-def check_reachable(tracking_uri: str, setting: str) -> None:
-    """A ConfigError when ``tracking_uri`` is a server (``http(s)://``) that does not answer (MLflow
-    would retry for minutes, then fail with a traceback). Any answer will do: what it says is
-    MLflow's to judge."""
-    if urlparse(tracking_uri).scheme not in ("http", "https"):
+# The stores MLflow writes to, by the URI's scheme (a database's with its driver, postgresql+psycopg2,
+# by the part before "+"): a server, a SQLite file, another database, Databricks.
+STORE_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
+
+
+def check_store(tracking_uri: str, setting: str) -> None:
+    """A ConfigError, before anything is run, for a ``tracking_uri`` MLflow would fail on once the
+    work is done (its traceback): a folder (MLflow 3's file store takes no new runs), a scheme that
+    names no store, or a server (``http(s)://``) that does not answer (MLflow would retry for
+    minutes first). Any answer from a server will do: what it says is MLflow's to judge."""
+    given = f"{setting}={tracking_uri}" + (" (MLFLOW_TRACKING_URI)"
+                                          if os.environ.get("MLFLOW_TRACKING_URI") == tracking_uri else "")
+    scheme = urlparse(tracking_uri).scheme.split("+", 1)[0]
+    if scheme in ("", "file"):
+        raise ConfigError(f"{given} is a folder, MLflow's file store, which MLflow 3 no longer writes runs to; give a "
+                          f"SQLite file there instead, e.g. sqlite:///{Path(urlparse(tracking_uri).path or '.')}/mlflow.db "
+                          "(mlflow migrate-filestore moves the runs of an existing one)")
+    if scheme not in STORE_SCHEMES:
+        raise ConfigError(f"{given}: {scheme}:// names no MLflow store; give a SQLite file ({DEFAULT_STORE}), "
+                          "a server (http://host:5000) or a database (postgresql://, mysql://, mssql://)")
+    if scheme not in ("http", "https"):
         return
     try:
         with urllib.request.urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=10):
@@ -76,8 +92,7 @@ def check_reachable(tracking_uri: str, setting: str) -> None:
         return  # a server answered
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
-        given = " (MLFLOW_TRACKING_URI)" if os.environ.get("MLFLOW_TRACKING_URI") == tracking_uri else ""
-        raise ConfigError(f"{setting}={tracking_uri}{given}: no MLflow server answers there ({reason}); start it "
+        raise ConfigError(f"{given}: no MLflow server answers there ({reason}); start it "
                           f"(mlflow server --backend-store-uri {DEFAULT_STORE}), or log into a local store instead: "
                           f"unset MLFLOW_TRACKING_URI for {DEFAULT_STORE}") from None
 
@@ -89,8 +104,8 @@ class MLflowRunLogger(MLFlowLogger):
 
     @staticmethod
     def check_settings(section: str, settings: Mapping[str, Any]) -> None:
-        """Before a run starts (aiayn.training.config_check): a server that does not answer is refused."""
-        check_reachable(str(settings.get("tracking_uri") or DEFAULT_STORE), f"{section}.tracking_uri")
+        """Before a run starts (aiayn.training.config_check): a store MLflow would fail on is refused."""
+        check_store(str(settings.get("tracking_uri") or DEFAULT_STORE), f"{section}.tracking_uri")
 
     def __init__(self, experiment_name: str = "aiayn", run_name: str | None = None,
                  tracking_uri: str = DEFAULT_STORE, tags: Mapping[str, Any] | None = None,
