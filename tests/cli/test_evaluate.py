@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from aiayn.cli.evaluate import main as evaluate_main
 from aiayn.data.readers import read_lines
 from aiayn.data.wmt.sgm import read_sgm
 from tests.helpers.inprocess import run_tool
@@ -244,107 +241,3 @@ def test_a_run_whose_row_no_longer_composes_is_evaluated_and_logged_untagged(tin
     assert "Traceback" not in result.stderr
     evaluation = read_run(tmp_path / "eval")
     assert evaluation.job_type == "eval" and evaluation.tags == []
-
-
-# -- bad input: one line on stderr, exit status 2 ---------------------------------------------
-def _evaluate_in_process(tmp_path: Path, *overrides: str) -> tuple[int, str]:
-    """evaluate.py's own error handling, in this process: (exit status, its one line). Called with
-    a config, Hydra's ``main`` runs the task function (under aiayn.cli.errors' wrapper) directly."""
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("evaluate", overrides=["wandb=disabled", f"out={tmp_path / 'eval'}", *overrides])
-    stderr = tmp_path / "stderr"
-    with open(stderr, "w") as handle, pytest.raises(SystemExit) as exit_:
-        real, sys.stderr = sys.stderr, handle
-        argv, sys.argv = sys.argv, [str(REPO / "src" / "evaluate.py")]  # errors name the tool as invoked
-        try:
-            evaluate_main(cfg)
-        finally:
-            sys.stderr, sys.argv = real, argv
-    lines = stderr.read_text().strip().splitlines()
-    assert len(lines) == 1, lines
-    assert not (tmp_path / "eval").exists()  # refused before anything is written
-    return exit_.value.code, lines[0]
-
-
-BAD_INPUT = [
-    (["average_last=0"], ("average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint alone), "
-                         "got 0")),
-    (["average_last=-2"], "average_last must be a whole number of checkpoints, 1 or more"),
-    (["ckpt={folder}/step0000003.ckpt", "average_last=4"],
-     ("{folder}: asked for the 4 checkpoints ending at step0000003.ckpt (step 3) but there are only 3 up to it "
-      "(steps 1, 2, 3)")),
-    (["split=test2016"], ("split=test2016: task multi30k_en_de has no such split; its splits are val, "
-                         "test (test_2016_flickr), train, test_2017_flickr, test_2017_mscoco, test_2018_flickr")),
-    (["task=wmt_en_de", "split=train", "task.datamodule.download=false"],
-     "split=train: task wmt_en_de has no such split; its splits are val (newstest2013), test (newstest2014)"),
-    (["ckpt={run}"], "ckpt={run} is a directory; give one checkpoint file, e.g. ckpt={folder}/last.ckpt"),
-    (["decoding.beam_size=0"], "decoding.beam_size must be a whole number of at least 1, got 0"),
-    (["decoding.alpha=-1"], "decoding.alpha (the length penalty's exponent) must be a number, 0 or more, got -1"),
-    (["batch_size=0"], "batch_size must be a whole number of at least 1, got 0"),
-    (["precision=fp8"], "precision must be one of fp32, bf16, fp16, got 'fp8'"),
-    (["int8=true", "precision=bf16"], "int8 quantises fp32 weights; it cannot be combined with precision=bf16"),
-    (["onednn=true", "int8=true"], "onednn runs the fp32 products; it cannot be combined with int8=true"),
-    (["onednn=true", "compile=true"], "onednn runs the fp32 products; it cannot be combined with compile=true"),
-    (["onnxruntime=true", "int8=true"],
-     "onnxruntime runs the fp32 decoder step itself; it cannot be combined with int8=true"),
-    # ONNX Runtime's step is the cached one: without the cache it was torch's, in a report named .onnxruntime
-    (["onnxruntime=true", "decoding.kv_cache=false"],
-     "ONNX Runtime cannot serve decoding.kv_cache=false (its decoder step is the cached one)"),
-    (["decoding.seed=3"], "beam search cannot serve decoding.seed=3 (it applies to sampling only)"),
-    # Checked before the checkpoint is loaded and the split translated (it died after the work).
-    (["out={folder}/last.ckpt"], ("out={folder}/last.ckpt is a file; give a folder to write the hypotheses and report "
-                                 "into")),
-    # A task of another kind than the checkpoint's (another direction: test_evaluate_translate.py).
-    (["task=wsj"], ("{folder}/last.ckpt was trained on task multi30k_en_de, which translates en→de, but task wsj "
-                    "parses sentences into trees; pick a task of the same kind and direction")),
-]
-
-
-@pytest.mark.parametrize("overrides, message", BAD_INPUT, ids=[" ".join(overrides) for overrides, _ in BAD_INPUT])
-def test_bad_input_is_one_line_and_exit_status_2(tiny_run: TrainedRun, tmp_path: Path, overrides: list[str],
-                                                 message: str) -> None:
-    where = {"run": tiny_run.run_dir, "folder": tiny_run.checkpoints}
-    overrides = [override.format(**where) for override in overrides]
-    ckpt = [] if any(override.startswith("ckpt=") for override in overrides) else [f"ckpt={tiny_run.last}"]
-    code, line = _evaluate_in_process(tmp_path, *ckpt, *overrides)
-    assert code == 2 and line.startswith(f"evaluate.py: {message.format(**where)}"), line
-
-
-@pytest.mark.parametrize("override, message", [
-    ("average_last=five", "Value 'five' of type 'str' could not be converted to Integer"),
-    ("average_last=2.5", "Value '2.5' of type 'float' could not be converted to Integer"),
-    ("batch_size=true", "Value 'True' of type 'bool' could not be converted to Integer"),
-    ("beam_size=4", "Key 'beam_size' not in 'EvaluateConfig'"),
-])
-def test_a_setting_of_the_wrong_type_or_none_of_evaluates_is_refused_while_composing(override: str,
-                                                                                   message: str) -> None:
-    """evaluate.py's settings are typed (aiayn.config.tools.EvaluateConfig): Hydra refuses these
-    before the tool runs; the tool reports Hydra's refusal in one line (tests/cli/test_bad_input.py)."""
-    with (initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"),
-          pytest.raises(ConfigCompositionException) as refused):
-        compose("evaluate", overrides=["ckpt=x", override])
-    assert message in str(refused.value) + str(refused.value.__cause__)
-
-
-def test_a_directory_as_ckpt_on_the_command_line_is_one_line(tiny_run: TrainedRun, tmp_path: Path) -> None:
-    result = evaluate(f"ckpt={tiny_run.checkpoints}", check=False, cwd=tmp_path, timeout=300)
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines() == [
-        (f"evaluate.py: ckpt={tiny_run.checkpoints} is a directory; give one checkpoint file, e.g. "
-         f"ckpt={tiny_run.last} (average_last=<k> averages the k checkpoints ending at it)")]
-    assert not list(tmp_path.iterdir())
-
-
-def test_a_treebank_split_that_is_no_sections_or_files_is_refused(data_root: Path, tmp_path: Path) -> None:
-    """Parsing tasks take any sections or files of the treebank as a split, nothing else: the
-    data module answers (evaluate.py asks it)."""
-    from aiayn.data.parsing.datamodule import ParsingDataModule
-    from aiayn.errors import ConfigError
-
-    datamodule = ParsingDataModule(str(data_root), "ptb_sample", "wsj_0001-wsj_0159", "wsj_0160-wsj_0179",
-                                   "wsj_0180-wsj_0199", 2000, 2048, 250, cache_dir=str(tmp_path))
-    assert datamodule.check_split("wsj_0190-wsj_0199", "wsj") == "wsj_0190-wsj_0199"  # another file range: fine
-    assert datamodule.check_split("test", "wsj") == "wsj_0180-wsj_0199"
-    with pytest.raises(ConfigError, match=r"^split=section23: bad treebank split item 'section23' .*; task wsj's "
-                                          r"splits are val \(wsj_0160-wsj_0179\), test \(wsj_0180-wsj_0199\)$"):
-        datamodule.check_split("section23", "wsj")

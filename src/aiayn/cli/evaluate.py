@@ -57,13 +57,18 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         raise ConfigError(f"average_last={k} averages one checkpoint with those before it; give one checkpoint, "
                           f"or average each first (src/average.py) and give the averages as ckpt=a.ckpt,b.ckpt")
     wanted = asked(cfg.decoding)  # checked before anything is loaded
-    if cfg.batch_size < 1:
-        raise ConfigError(f"batch_size must be a whole number of at least 1, got {cfg.batch_size!r}")
+    for setting in ("batch_size", "max_tokens"):
+        if cfg[setting] < 1:
+            raise ConfigError(f"{setting} must be a whole number of at least 1, got {cfg[setting]!r}")
+    if cfg.wandb != "disabled":  # W&B's refusal (no API key, say) came after the whole split was decoded
+        from aiayn.reporting.loggers import check_wandb_mode
+
+        check_wandb_mode(cfg.wandb, "wandb", ("auto", "online", "offline", "disabled"))
     switches = switches_of(cfg)  # precision, int8, compile, onednn and onnxruntime
     for path in ensemble:
         _check_checkpoint_file(Path(path))
-    out_dir = Path(cfg.out) if cfg.out else ckpt.resolve().parent.parent / "eval"
-    _check_out_dir(out_dir, "out" if cfg.out else "the default out (<run>/eval)")  # before any decoding
+    out_dir = Path(cfg.out) if cfg.out else default_out(ckpt)
+    _check_out_dir(out_dir, "out" if cfg.out else f"the default out ({out_dir})")  # before any decoding
     if cfg.mlflow:  # a store MLflow would fail on (a folder, a server that does not answer), before any decoding
         from aiayn.reporting.mlflow_logger import check_store
 
@@ -162,6 +167,14 @@ def file_stem(split: str, steps: list[int], decoding: Decoding) -> str:
     step = f"step{steps[0]}" if len(steps) == 1 else f"step{steps[0]}-{steps[-1]}"
     averaged = f".avg{len(steps)}" if len(steps) > 1 else ""
     return f"{split.replace('/', '_')}.{step}.{decoding.tag()}{averaged}"
+
+
+def default_out(ckpt: Path) -> Path:
+    """Where an evaluation's files go without ``out=``: ``<run>/eval`` for a checkpoint of a run
+    (``<run>/checkpoints/<file>``, a link followed to its file), else ``eval/`` beside the file (never
+    the folder above a checkpoint kept elsewhere: ``/eval`` for ``/tmp/model.ckpt``)."""
+    folder = ckpt.resolve().parent
+    return (folder.parent if folder.name == "checkpoints" else folder) / "eval"
 
 
 def _averaged_count(average_last) -> int:

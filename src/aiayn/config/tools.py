@@ -46,7 +46,7 @@ class EvaluateConfig(DecodeSwitches):
     decoding: Any = None  # typed by schema/decoding_overrides (the yaml's defaults); null: the checkpoint's own
     batch_size: int = 128  # sentences per translation batch
     max_tokens: int = 4096  # tokens per batch for the perplexity pass
-    out: Optional[str] = None  # noqa: UP045  the folder to write into; null: <run dir>/eval
+    out: Optional[str] = None  # noqa: UP045  the folder to write into; null: <run dir>/eval (eval/ beside a checkpoint outside a run)
     wandb: str = "auto"  # auto | online | offline | disabled
     # an MLflow tracking URI (logger.mlflow's store, e.g. sqlite:///mlruns/mlflow.db): the evaluation is
     # also a run there, in the training run's experiment; null: none (conf/evaluate.yaml: $MLFLOW_TRACKING_URI)

@@ -23,6 +23,7 @@ from aiayn.data.corpus import ParallelCorpus, TranslationCollator
 from aiayn.data.subwords import Subwords
 from aiayn.decoding.search import Search
 from aiayn.decoding.settings import Decoding
+from aiayn.errors import ConfigError
 from aiayn.model import Transformer
 from aiayn.model.loss import label_smoothed_loss
 from aiayn.model.search import OutputConstraint
@@ -184,6 +185,11 @@ def perplexity(model: Transformer, vocab: Subwords, sources: list[str], referenc
     src_ids, _ = encode_sources(model, vocab, sources)
     tgt_ids = [seq[: model.max_positions - 1] for seq in vocab.encode(references)]
     corpus = ParallelCorpus(src_ids, tgt_ids)
+    longest = max((max(pair) for pair in zip(corpus.src_lengths, corpus.tgt_lengths)), default=0)
+    if max_tokens < longest:  # every pair is scored: a batch must hold the longest
+        raise ConfigError(f"max_tokens={max_tokens} is less than the longest sentence pair of the split ({longest} "
+                          f"tokens with BOS/EOS), which a batch of the perplexity pass must hold; give max_tokens="
+                          f"{longest} or more")
     sampler = TokenBatchSampler(corpus.src_lengths, corpus.tgt_lengths, max_tokens, shuffle=False,
                                 num_replicas=1, rank=0, pad_to_equal=False)
     collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)

@@ -111,6 +111,20 @@ def wandb_mode(mode: str = "auto") -> str:
     return mode
 
 
+def check_wandb_mode(mode: str, setting: str, modes: tuple[str, ...] = ("online", "offline", "auto")) -> None:
+    """A ConfigError for a W&B ``mode`` (the value of ``setting``) that is none of ``modes``, or
+    online without an API key (wandb would stop at its start with a traceback, or wait for a login
+    prompt)."""
+    if mode not in modes:
+        raise ConfigError(f"{setting} must be {', '.join(modes[:-1])} or {modes[-1]} (online with an API key), "
+                          f"got {mode!r}")
+    if wandb_mode(mode) == "online" and not wandb_has_credentials():
+        given = "WANDB_MODE=online" if os.environ.get("WANDB_MODE") == "online" else f"{setting}=online"
+        raise ConfigError(f"{given} needs a W&B API key and none is configured here (WANDB_API_KEY, or "
+                          f"`wandb login`); log in, or use {setting}=auto: offline without a key, "
+                          f"uploaded later with `wandb sync`")
+
+
 class WandbRunLogger(WandbLogger):
     """``logger=wandb``: Lightning's WandbLogger, online or offline (``mode``, see :func:`wandb_mode`).
     The summary goes to the run's summary, pictures to ``wandb.Image``s under their key."""
@@ -122,14 +136,7 @@ class WandbRunLogger(WandbLogger):
         """Before a run starts (aiayn.training.config_check): a ConfigError for a ``mode`` that is
         none of online/offline/auto, or online without an API key (wandb would stop the run at
         its start with a traceback, or wait for a login prompt)."""
-        mode = settings.get("mode", "auto")
-        if mode not in ("online", "offline", "auto"):
-            raise ConfigError(f"{section}.mode must be online, offline or auto (online with an API key), got {mode!r}")
-        if wandb_mode(mode) == "online" and not wandb_has_credentials():
-            setting = "WANDB_MODE=online" if os.environ.get("WANDB_MODE") == "online" else f"{section}.mode=online"
-            raise ConfigError(f"{setting} needs a W&B API key and none is configured here (WANDB_API_KEY, or "
-                              f"`wandb login`); log in, or use {section}.mode=auto: offline without a key, "
-                              f"uploaded later with `wandb sync`")
+        check_wandb_mode(settings.get("mode", "auto"), f"{section}.mode")
 
     def __init__(self, project: str, save_dir: str, mode: str = "auto", resume_id: str | None = None,
                  **kwargs: Any):
