@@ -25,7 +25,7 @@ from tests.helpers.wandb_offline import read_run
 # steps crosses two epoch ends, and a kill after step 15 lands mid-epoch (epoch 1, batch 3).
 RUN = [
     *TINY_MODEL, "model.dropout=0.3", "task.datamodule.max_tokens=512", "decoding.max_len_offset=5",
-    "optim.warmup_steps=10", "trainer.max_steps=30", "trainer.limit_train_batches=12", "trainer.val_check_interval=12",
+    "optim.warmup_steps=10", "optim.train_steps=30", "trainer.limit_train_batches=12", "trainer.val_check_interval=12",
     "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0",
     "checkpoint.every_n_train_steps=5", "visualize_at_end=false",
     "logger=wandb", "run_name=resume-test",
@@ -108,7 +108,7 @@ def test_resume_auto_without_a_checkpoint_starts_afresh_and_a_changed_model_is_r
     assert find_resume(None, tmp_path, config, multirun=False) is None
 
     run_dir = tmp_path / "run"
-    _run(_command(run_dir, "trainer.max_steps=5", "logger=none"), environment)
+    _run(_command(run_dir, "optim.train_steps=5", "logger=none"), environment)
     result = _run(_command(run_dir, "resume=auto", "model.d_model=64", "model.d_k=32", "logger=none"), environment,
                   check=False)
     assert result.returncode == 2

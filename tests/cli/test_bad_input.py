@@ -100,6 +100,14 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["trainer.accumulate_grad_batches=0"], ("train.py: trainer.accumulate_grad_batches must be a positive whole "
                                             "number, got 0")),
     (["trainer.val_check_interval=0"], "train.py: trainer.val_check_interval must be a whole number of steps"),
+    # A second address of the run's length (optim.train_steps), and early stopping without validation.
+    (["trainer.max_steps=3"], ("train.py: trainer.max_steps=3 differs from optim.train_steps=4, the run's steps "
+                               "(trainer.max_steps follows it); give optim.train_steps=3 instead")),
+    (["trainer.max_epochs=0"], ("train.py: trainer.max_epochs=0 could stop training before optim.train_steps=4 "
+                                "steps; a run trains optim.train_steps steps, however many epochs they take")),
+    (["trainer.limit_val_batches=0", "callbacks.early_stopping.patience=2"], (
+        "train.py: callbacks.early_stopping.patience stops on validation's figures, which trainer.limit_val_batches=0 "
+        "turns off")),
     (["trainer.precision=banana"], "train.py: trainer: Precision 'banana' is invalid."),
     (["trainer.gradient_clip_algorithm=sideways"], "train.py: trainer: `gradient_clip_algorithm` sideways is invalid."),
     (["optim.betas=[0.9,1.5]"], "train.py: optim.betas must be two numbers in [0, 1) (Adam's β1, β2), got [0.9, 1.5]"),
@@ -237,7 +245,7 @@ def test_resume_on_data_whose_vocabulary_differs_is_refused(tiny_run: TrainedRun
     other = multi30k_copy(tmp_path / "data", data_root, en[:6000], de[:6000])  # another subword model
     # The run's own settings, so that the subword model is the one difference.
     result = run_tool("src/train.py", *tiny_run.overrides, f"hydra.run.dir={tmp_path / 'again'}",
-                      f"resume={tiny_run.run_dir}", "trainer.max_steps=6", data_root=other,
+                      f"resume={tiny_run.run_dir}", "optim.train_steps=6", data_root=other,
                       cache_dir=tiny_run.cache_dir, check=False)
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith(

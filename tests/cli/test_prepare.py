@@ -32,6 +32,19 @@ def test_an_unknown_task_lists_the_tasks(tmp_path):
     assert "Available options in 'task': multi30k_de_en, multi30k_en_de, parallel_text, wmt_en_de, wmt_en_fr, wsj, wsj_semi" in line
 
 
+def test_without_a_task_it_names_the_tasks_and_prepares_nothing(tmp_path):
+    """No default task: one that downloaded WMT14 (gigabytes) when task= was left out."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "cwd").mkdir()
+    line = _one_line(run_tool("src/prepare.py", cwd=tmp_path / "cwd", data_root=tmp_path / "data",
+                              cache_dir=tmp_path / "cache", check=False))
+    assert line.startswith("prepare.py: task is missing: give task=<name>, one of multi30k_de_en, multi30k_en_de, "
+                           "parallel_text, wmt_en_de, wmt_en_fr, wsj, wsj_semi (see python "), line
+    assert line.endswith("src/prepare.py --help)"), line
+    assert not list((tmp_path / "data").iterdir()) and not list((tmp_path / "cwd").iterdir())
+    assert not (tmp_path / "cache").exists()
+
+
 def test_a_raw_dir_that_does_not_exist_is_named(tmp_path):
     line = _one_line(run_tool("src/prepare.py", "task=wmt_en_de", f"task.raw_dir={tmp_path / 'nowhere'}",
                               "task.datamodule.download=false", f"hydra.run.dir={tmp_path / 'run'}",

@@ -115,6 +115,44 @@ def test_the_composed_config_resolves_the_plan_on_this_machine() -> None:
     assert "no usable CUDA GPU was found" in str(refused.value)
 
 
+def test_the_plan_says_whether_and_when_validation_runs() -> None:
+    tiny = make_plan(composed("debug=tiny"), LAPTOP)
+    assert (tiny["validation"], tiny["validate_every_steps"]) == ("every 2 steps", 2)
+    off = make_plan(composed("debug=tiny", "trainer.limit_val_batches=0"), LAPTOP)
+    assert (off["validation"], off["validate_every_steps"]) == ("never (trainer.limit_val_batches=0)", None)
+    config = {**OmegaConf.to_container(composed("debug=tiny", "trainer.limit_val_batches=0")), "plan": off}
+    assert "  4 steps, warmup 2, validation never (trainer.limit_val_batches=0)" in describe(off, config).splitlines()
+    assert make_plan(composed("debug=tiny", "trainer.val_check_interval=0.5"), LAPTOP)["validation"] == \
+        "every 0.5 of an epoch"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.max_steps=3", ("trainer.max_steps=3 differs from optim.train_steps=4, the run's steps (trainer.max_steps "
+                             "follows it); give optim.train_steps=3 instead")),
+    ("trainer.max_steps=-1", "trainer.max_steps=-1 differs from optim.train_steps=4"),
+    ("trainer.max_epochs=0", ("trainer.max_epochs=0 could stop training before optim.train_steps=4 steps; a run trains "
+                              "optim.train_steps steps, however many epochs they take: leave trainer.max_epochs at -1 "
+                              "and give optim.train_steps")),
+    ("trainer.max_epochs=3", "trainer.max_epochs=3 could stop training before optim.train_steps=4 steps"),
+])
+def test_a_trainer_setting_that_would_train_other_steps_than_the_plan_says_is_refused(override: str,
+                                                                                       message: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        make_plan(composed("debug=tiny", override), LAPTOP)
+    assert str(refused.value).startswith(message)
+    # The steps where they live: trainer.max_steps follows them.
+    cfg = composed("debug=tiny", "optim.train_steps=3")
+    assert cfg.trainer.max_steps == 3 and make_plan(cfg, LAPTOP)["validation"] == "every 2 steps"
+
+
+def test_cfg_job_refuses_a_second_address_of_the_steps_in_one_line(tmp_path: Path) -> None:
+    result = run_tool("src/train.py", "debug=tiny", "trainer.max_steps=3", "--cfg", "job", cwd=tmp_path, check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        ("train.py: trainer.max_steps=3 differs from optim.train_steps=4, the run's steps (trainer.max_steps follows "
+         "it); give optim.train_steps=3 instead")], result.stderr[-3000:]
+    assert "plan:" not in result.stdout
+
+
 # -- what is printed ------------------------------------------------------------------------------
 def throughput_record(**changes) -> dict:
     """A record as benchmarks/train_throughput.py writes it (the fields the plan reads)."""

@@ -120,14 +120,13 @@ def test_debug_tiny_is_the_tests_tiny_run() -> None:
     spelled_out = [
         "model.n_layers=1", "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
         "task.vocab_size=500", "task.datamodule.max_tokens=1024", "decoding.max_len_offset=5",
-        "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.limit_val_batches=2",
+        "optim.train_steps=4", "trainer.val_check_interval=2", "trainer.limit_val_batches=2",
         "trainer.limit_test_batches=2", "trainer.num_sanity_val_steps=0", "checkpoint.every_n_train_steps=2",
         "optim.warmup_steps=2", "optim.tokens_per_step=null", "callbacks.progress_log.every_n_steps=1",
     ]
     for extra in ([], ["task=wsj", "task.split=sample", "model=parsing"], ["experiment=table3_C_N2", "task=multi30k_en_de"]):
         tiny = OmegaConf.to_container(compose_train(*extra, "debug=tiny"), resolve=True)
         spelled = OmegaConf.to_container(compose_train(*extra, *spelled_out), resolve=True)
-        spelled["optim"]["train_steps"] = 4  # debug=tiny sets the steps where they live; max_steps follows
         assert tiny == spelled
 
 

@@ -41,7 +41,7 @@ TINY_MODEL = [
 TINY_ROW = [
     "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16", "model.d_v=16",
     "task.vocab_size=500", "task.datamodule.max_tokens=1024", "task.datamodule.eval_max_tokens=1024",
-    "decoding.max_len_offset=5", "trainer.max_steps=2", "trainer.limit_val_batches=1",
+    "decoding.max_len_offset=5", "optim.train_steps=2", "trainer.limit_val_batches=1",
     "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0", "checkpoint.every_n_train_steps=1",
     "optim.warmup_steps=2",
 ]

@@ -24,7 +24,7 @@ from aiayn.training.distributed import strategy_with_timeout
 from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES, children, popen
 
 RUN = [
-    *TINY_MODEL, "task.datamodule.max_tokens=512", "trainer.max_steps=100000",
+    *TINY_MODEL, "task.datamodule.max_tokens=512", "optim.train_steps=100000",
     "trainer.val_check_interval=100000", "trainer.num_sanity_val_steps=0", "trainer.enable_progress_bar=false",
     "checkpoint.every_n_train_steps=5", "hardware=cpu2_ddp", "logger=none",
 ]

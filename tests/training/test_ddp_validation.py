@@ -21,7 +21,7 @@ pytestmark = pytest.mark.cli  # an end-to-end run of src/train.py; -m 'not cli' 
 # The tiny run, 2 steps, on two CPU processes (ddp_spawn); a budget of 100,000 padded tokens holds
 # all of Multi30k's dev set (1,014 sentences) or test2016 (1,000) in one batch.
 RUN = [
-    *TINY, "hardware=cpu2_ddp", "logger=none", "trainer.max_steps=2", "task.datamodule.eval_max_tokens=100000",
+    *TINY, "hardware=cpu2_ddp", "logger=none", "optim.train_steps=2", "task.datamodule.eval_max_tokens=100000",
     "validation.bleu_sentences=100", "visualize_at_end=false",
     "trainer.enable_progress_bar=false",
 ]

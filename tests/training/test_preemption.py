@@ -31,7 +31,7 @@ from tests.helpers.wandb_offline import read_run
 # As tests/checkpoints/test_resume.py: 12 batches an epoch, a checkpoint every 5 steps, 30 steps.
 RUN = [
     *TINY_MODEL, "model.dropout=0.3", "task.datamodule.max_tokens=512", "decoding.max_len_offset=5",
-    "optim.warmup_steps=10", "trainer.max_steps=30", "trainer.limit_train_batches=12", "trainer.val_check_interval=12",
+    "optim.warmup_steps=10", "optim.train_steps=30", "trainer.limit_train_batches=12", "trainer.val_check_interval=12",
     "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0",
     "checkpoint.every_n_train_steps=5", "visualize_at_end=false",
     "trainer.enable_progress_bar=false", "run_name=preemption-test",
@@ -203,7 +203,7 @@ def test_sigusr1_under_slurm_saves_and_requeues_the_job(tmp_path: Path, environm
     calls = _fake_scontrol(tmp_path / "bin")
     env = {**environment, **SLURM, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{environment['PATH']}"}
     run_dir = tmp_path / "run"
-    command = _command(run_dir, "logger=none", "trainer.max_steps=1000", "task.datamodule.num_workers=2", "resume=auto")
+    command = _command(run_dir, "logger=none", "optim.train_steps=1000", "task.datamodule.num_workers=2", "resume=auto")
     result = _signal_after(command, env, run_dir / "checkpoints" / "step0000005.ckpt", signal.SIGUSR1,
                            victims=lambda process: [-process.pid])  # the whole process group
     step, checkpoint, go_on = _preempted(result, signal.SIGUSR1)
@@ -310,7 +310,7 @@ def test_ddp_ranks_stop_after_the_same_step_whichever_process_got_the_signal(
     signal on to the ranks instead of dying."""
     run_dir = tmp_path / "run"
     command = _command(run_dir, "logger=none", "hardware=cpu2_ddp", f"trainer.strategy={strategy}",
-                       "trainer.max_steps=1000")
+                       "optim.train_steps=1000")
 
     def victims(process: subprocess.Popen) -> list[int]:
         if victim == "launcher":

@@ -23,7 +23,7 @@ from aiayn.training.lightning_signals import PlainSigterm
 from aiayn.training.preemption import PreemptionCallback
 from tests.helpers.runs import REPO, TINY, TWO_CORES, children, popen
 
-RUN = [*TINY, "logger=csv", "callbacks.preemption.enabled=false", "trainer.max_steps=100000",
+RUN = [*TINY, "logger=csv", "callbacks.preemption.enabled=false", "optim.train_steps=100000",
        "trainer.val_check_interval=100000", "trainer.limit_val_batches=1", "checkpoint.every_n_train_steps=5",
        "trainer.enable_progress_bar=false", "visualize_at_end=false"]
 

@@ -61,7 +61,7 @@ def test_bf16_mixed_precision_on_the_cpu_trains_and_resumes_exactly(tmp_path: Pa
     env = _environment(data_root, subword_cache)
     bf16 = [*RUN, "trainer.precision=bf16-mixed"]
     train(tmp_path / "whole", *bf16, env=env, timeout=300)
-    train(tmp_path / "cut", *bf16, "trainer.max_steps=2", env=env, timeout=300)  # stops after step 2
+    train(tmp_path / "cut", *bf16, "optim.train_steps=2", env=env, timeout=300)  # stops after step 2
     resumed = train(tmp_path / "cut", *bf16, "resume=auto", env=env, timeout=300)
     assert "resuming from" in resumed.stdout + resumed.stderr
     saved = _state(tmp_path / "whole" / "checkpoints" / "last.ckpt")
@@ -104,7 +104,7 @@ def test_four_ddp_processes_on_two_nodes_train_validate_checkpoint_and_resume_ex
     # reads them and the 4 ranks test the average (aiayn.cli.weights_tested)
     outputs = _two_nodes(tmp_path / "whole", env, *AVERAGED_TEST)
     assert "(§6.1: the average of the last 2 checkpoints, steps 2–4): " in outputs[0], outputs[0][-3000:]
-    _two_nodes(tmp_path / "cut", env, "trainer.max_steps=2")
+    _two_nodes(tmp_path / "cut", env, "optim.train_steps=2")
     assert sorted(p.name for p in (tmp_path / "cut" / "checkpoints").glob("step*.ckpt")) == ["step0000002.ckpt"]
     _assert_same_training_state(tmp_path / "whole" / "checkpoints" / "step0000002.ckpt",
                                 tmp_path / "cut" / "checkpoints" / "step0000002.ckpt")  # the state resumed from

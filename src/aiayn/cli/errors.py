@@ -44,7 +44,7 @@ from omegaconf.errors import (
     OmegaConfBaseException,
 )
 
-from aiayn.cli import tool_command, tool_name
+from aiayn.cli import config_options, tool_command, tool_name
 from aiayn.errors import ConfigError, UserError
 from aiayn.files import no_room
 
@@ -176,7 +176,9 @@ def left_out(error: BaseException) -> ConfigError | None:
 
 
 def _give(key: str) -> str:
-    return f"{key} is missing: give {key}=<value> (see {tool_command()} --help)"
+    options = config_options(key) if "." not in key else ""  # a config group left out (prepare.py's task)
+    value = f"<name>, one of {options}" if options else "<value>"
+    return f"{key} is missing: give {key}={value} (see {tool_command()} --help)"
 
 
 def _is_mode_conflict(error: BaseException) -> bool:

@@ -1,24 +1,23 @@
-"""The plan of a training run, settled before anything is built: where it trains
-(:mod:`aiayn.config.hardware`), how big a step is (:func:`step_size`), and how the run's
-settings become Lightning's (:func:`make_plan`).
+"""The plan of a training run, settled before anything is built: where it trains (:mod:`aiayn.config.hardware`),
+how big a step is (:func:`step_size`), and how the run's settings become Lightning's (:func:`make_plan`), its
+length and validation included (aiayn.config.trainer: ``trainer.max_steps`` follows ``optim.train_steps``).
+conf/train.yaml holds it as ``plan: ${aiayn.plan:}``, a node resolved from the rest of the config and the
+machine, so that ``--cfg job``, the W&B config, the checkpoint's config and the Trainer all see the same
+values; src/train.py prints it (:func:`describe`) before the first step.
 
-conf/train.yaml holds it as ``plan: ${aiayn.plan:}``, a node resolved from the rest of the config
-and the machine, so that ``--cfg job``, the W&B config, the checkpoint's config and the Trainer
-all see the same values; src/train.py prints it (:func:`describe`) before the first step.
+The paper's step (§5.1): "Each training batch contained a set of sentence pairs containing approximately 25000
+source tokens and 25000 target tokens", on 8 P100 GPUs. ``optim.tokens_per_step`` states a recipe's step in
+padded tokens per side over all processes; the plan derives the gradient accumulation and one process's batch
+from it for the processes in use, so that 1, 2, 4 or 8 GPUs train the same recipe (the same batches in every
+step: the token-batch sampler splits an epoch into a multiple of processes × accumulation batches) and only
+the wall time changes.
 
-The paper's step (§5.1): "Each training batch contained a set of sentence pairs containing
-approximately 25000 source tokens and 25000 target tokens", on 8 P100 GPUs. ``optim.tokens_per_step``
-states a recipe's step in padded tokens per side over all processes; the plan derives the gradient
-accumulation and one process's batch from it for the processes in use, so that 1, 2, 4 or 8 GPUs
-train the same recipe (the same batches in every step: the token-batch sampler splits an epoch into
-a multiple of processes × accumulation batches) and only the wall time changes.
-
-How big one process's batch may be is ``task.datamodule.max_tokens``: a number, or ``auto`` (the
-WMT tasks' default), which :func:`batch_limit` settles from the machine: on a GPU the largest batch
-that fits its memory (aiayn.config.memory's estimate for the model, the vocabulary and the
-precision), up to the process's share of the step — so that one GPU of 40 GB or more trains base
-and big in one batch of the whole 25,000-token step, where eight accumulated batches of 3,125 left
-the GPU waiting on the host (docs/performance.md) — and on a CPU at most :data:`PLAIN_BATCH_TOKENS`.
+How big one process's batch may be is ``task.datamodule.max_tokens``: a number, or ``auto`` (the WMT tasks'
+default), which :func:`batch_limit` settles from the machine: on a GPU the largest batch that fits its memory
+(aiayn.config.memory's estimate for the model, the vocabulary and the precision), up to the process's share of
+the step — so that one GPU of 40 GB or more trains base and big in one batch of the whole 25,000-token step,
+where eight accumulated batches of 3,125 left the GPU waiting on the host (docs/performance.md) — and on a CPU
+at most :data:`PLAIN_BATCH_TOKENS`.
 """
 
 from __future__ import annotations
@@ -37,26 +36,24 @@ from aiayn.config.checkpointing import describe as describe_checkpoints
 from aiayn.config.hardware import AUTO, Machine, Placement, gpu_node_asked_for, gpus_per_node, place, this_machine
 from aiayn.config.memory import GIB, MemoryEstimate, parameters, tokens_that_fit, training_memory, usable
 from aiayn.config.schemas import network_arguments
+from aiayn.config.trainer import check_length, validation
 from aiayn.errors import ConfigError
 
 PAPER_TOKENS_PER_STEP = 25_000  # §5.1: "approximately 25000 source tokens and 25000 target tokens"
-# Measured training throughput (benchmarks/train_throughput.py, benchmarks/gpu_suite.py) from which
-# the plan projects a run's wall time; absent outside a checkout.
+# Measured training throughput (benchmarks/train_throughput.py, gpu_suite.py): the plan projects a run's wall time.
 THROUGHPUT_RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "train_throughput.jsonl"
 # The trainer.* settings the plan reads; train.py gives Lightning the plan's values of the first seven.
 PLANNED_TRAINER_SETTINGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches",
-                            "val_check_interval")
+                            "val_check_interval", "max_steps", "max_epochs", "limit_val_batches")
 # Lightning's precision names → the benchmarks' (train_throughput.py --precision).
 BENCHMARK_PRECISION = {"32-true": "fp32", "32": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
-# max_tokens=auto where no GPU's memory sizes the batch (the WMT tasks' batch before auto): on a CPU,
-# batches of at most this many tokens — a bigger batch is no faster there (a step is matrix products
-# near the CPU's peak either way, docs/performance.md) and takes more of the machine's memory — and,
-# where the recipe sets no step to split (optim.tokens_per_step null, or an explicit
-# trainer.accumulate_grad_batches), batches of this many on any hardware, so that the hardware
-# never changes the recipe.
+# max_tokens=auto where no GPU's memory sizes the batch (the WMT tasks' batch before auto): on a CPU, batches of at
+# most this many tokens — a bigger batch is no faster there (a step is matrix products near the CPU's peak either way,
+# docs/performance.md) and takes more of the machine's memory — and, where the recipe sets no step to split
+# (optim.tokens_per_step null, or an explicit trainer.accumulate_grad_batches), batches of this many on any hardware,
+# so that the hardware never changes the recipe.
 PLAIN_BATCH_TOKENS = 3400
-# max_tokens=auto for a GPU whose memory is not known here (a node planned from a login node):
-# an 80 GB A100/H100's, what the recipes are planned for.
+# max_tokens=auto for a GPU whose memory is not known here (planned from a login node): an 80 GB A100/H100's.
 ASSUMED_GPU_MEMORY = 80 * 10**9
 
 
@@ -163,6 +160,7 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
     what Lightning's Trainer is given for the hardware and the step (validation counted in
     batches, as Lightning counts it); the rest says what that makes."""
     trainer, optim = config["trainer"], config["optim"]
+    check_length(trainer, optim.get("train_steps"))  # the steps the plan says are the steps trained
     data = config["task"]["datamodule"]
     placement = place(machine, trainer.get("accelerator"), trainer.get("devices"), trainer.get("strategy"),
                       trainer.get("precision"), trainer.get("num_nodes", 1), multirun=multirun)
@@ -186,8 +184,10 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
         "tokens_per_step": step.tokens_per_step,
         "accumulation_derived": step.derived,
         "batch_limit": limit.describe(step.tokens_per_batch),
-        # trainer.val_check_interval as set, in optimizer steps (the trainer's above counts batches); null: a fraction of an epoch
-        "validate_every_steps": every if steps else None,
+        # trainer.val_check_interval as set, in optimizer steps (the trainer's above counts batches); null: a
+        # fraction of an epoch, or no validation (trainer.limit_val_batches=0), as `validation` says
+        "validate_every_steps": every if steps and trainer.get("limit_val_batches") != 0 else None,
+        "validation": validation(trainer, every if steps else None),
     }
 
 
@@ -216,7 +216,7 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
          f"{plan['tokens_per_step']:,} tokens a side ({source}; the paper's: ~{PAPER_TOKENS_PER_STEP:,}, §5.1)"),
         f"  batch: {plan['batch_limit']}" if plan.get("batch_limit") else None,
         f"  {optim['train_steps']:,} steps, warmup {optim['warmup_steps']:,}" + (
-            f", validation every {plan['validate_every_steps']:,} steps" if plan.get("validate_every_steps") else ""),
+            f", validation {plan['validation']}" if plan.get("validation") else ""),
         describe_checkpoints(config["checkpoint"], optim["train_steps"]) if config.get("checkpoint") else None,
         _describe_model(config, model),
     ]
@@ -311,7 +311,7 @@ def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
         return {key: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for key, v in values.items()}
 
     config = {"trainer": settings(_root_.trainer, PLANNED_TRAINER_SETTINGS),
-              "optim": settings(_root_.optim, ("tokens_per_step",)),
+              "optim": settings(_root_.optim, ("tokens_per_step", "train_steps")),
               "task": {"datamodule": settings(_root_.task.datamodule, ("max_tokens", "max_length")),
                        "vocab_size": _root_.task.get("vocab_size")},
               # what max_tokens=auto sizes a GPU's batch for (aiayn.config.memory)

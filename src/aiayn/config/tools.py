@@ -101,7 +101,7 @@ class VisualizeConfig:
 @dataclass
 class PrepareConfig:
     seed: int = 1234
-    task: Any = None
+    task: Any = MISSING  # task=<name>: no default, as preparing WMT14 downloads gigabytes
     paths: Any = None
     decoding: Any = None  # what the task decodes with (conf/decoding/): composed with it, unused here
 

@@ -10,8 +10,11 @@ import Lightning.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from aiayn.errors import ConfigError
 
 # Trainer arguments src/train.py gives itself.
 PASSED_BY_TRAIN = ("logger", "callbacks", "plugins")
@@ -59,3 +62,34 @@ class TrainerConfig:
     default_root_dir: Any = None
     enable_autolog_hparams: Any = True
     model_registry: Any = None
+
+
+def check_length(trainer: Mapping[str, Any], train_steps: Any) -> None:
+    """A run trains ``optim.train_steps`` steps: ``trainer.max_steps`` is derived from it
+    (conf/train.yaml) and ``trainer.max_epochs`` stays -1 (no limit), so that no second setting
+    stops training at another step than the plan says. A ConfigError naming the one to give instead."""
+    steps, epochs = trainer.get("max_steps"), trainer.get("max_epochs")
+    if train_steps is not None and steps is not None and steps != train_steps:
+        wanted = f"optim.train_steps={steps}" if _whole(steps) and steps > 0 else "optim.train_steps"
+        raise ConfigError(f"trainer.max_steps={steps} differs from optim.train_steps={train_steps}, the run's steps "
+                          f"(trainer.max_steps follows it); give {wanted} instead")
+    if epochs is not None and (not _whole(epochs) or epochs != -1):
+        raise ConfigError(f"trainer.max_epochs={epochs} could stop training before optim.train_steps={train_steps} "
+                          f"steps; a run trains optim.train_steps steps, however many epochs they take: leave "
+                          f"trainer.max_epochs at -1 and give optim.train_steps")
+
+
+def validation(trainer: Mapping[str, Any], every_steps: int | None) -> str:
+    """When a run of these ``trainer.*`` settings validates, as the plan says it: ``every_steps``
+    (trainer.val_check_interval in optimizer steps), a fraction of an epoch, or never
+    (``trainer.limit_val_batches=0``)."""
+    if trainer.get("limit_val_batches") == 0:
+        return "never (trainer.limit_val_batches=0)"
+    if every_steps:
+        return f"every {every_steps:,} steps"
+    interval = trainer.get("val_check_interval")
+    return "every epoch" if interval in (None, 1.0) else f"every {interval:g} of an epoch"
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

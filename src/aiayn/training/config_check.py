@@ -231,6 +231,10 @@ def _check_run(config: Mapping[str, Any]) -> None:
         from aiayn.training.early_stopping import check_settings
 
         check_settings(dict(stopping))
+        if stopping.get("patience") is not None and (config.get("trainer") or {}).get("limit_val_batches") == 0:
+            raise ConfigError("callbacks.early_stopping.patience stops on validation's figures, which "
+                              "trainer.limit_val_batches=0 turns off; give trainer.limit_val_batches>0 (null: every "
+                              "batch) or callbacks.early_stopping.patience=null")
         if stopping.get("patience") is not None and stopping.get("metric", "score") == "score" and \
                 validation.get("bleu_sentences") == 0:
             raise ConfigError("callbacks.early_stopping.metric=score: validation.bleu_sentences=0 scores no "

@@ -281,7 +281,7 @@ def test_train_cli_on_the_miniature_tree(raw_tree, cache, prepared, tmp_path):
     run_dir = tmp_path / "run"
     result = run_tool("src/train.py", "task=wmt_en_de", f"task.raw_dir={raw_tree}", *TINY,
                       f"task.vocab_size={VOCAB}", "task.datamodule.num_workers=0", "task.datamodule.download=false",
-                      "trainer.max_steps=2", "trainer.val_check_interval=2", "validation.bleu_sentences=8",
+                      "optim.train_steps=2", "trainer.val_check_interval=2", "validation.bleu_sentences=8",
                       "visualize_at_end=false", "logger=csv", f"hydra.run.dir={run_dir}", cache_dir=cache)
     summary = [line for line in result.stdout.splitlines() if line.startswith("test newstest2014:")]
     assert len(summary) == 1 and "test/bleu=" in summary[0]
