@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,8 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from aiayn.checkpoints.averaging import average_checkpoints
 from aiayn.checkpoints.background import AtomicCheckpointIO
+from aiayn.checkpoints.io import list_checkpoints
 from aiayn.checkpoints.resume import find_resume, newest_checkpoint
+from aiayn.errors import ConfigError
 from tests.helpers.runs import REPO, TINY_MODEL, popen, run_command
 from tests.helpers.wandb_offline import read_run
 
@@ -119,7 +123,9 @@ def test_resume_auto_without_a_checkpoint_starts_afresh_and_a_changed_model_is_r
 
 _SAVER = """
 import sys, torch
+from aiayn.checkpoints.averaging import average_checkpoints
 from aiayn.checkpoints.background import AtomicCheckpointIO
+from aiayn.checkpoints.io import list_checkpoints
 io = AtomicCheckpointIO()
 big = {"state_dict": {"w": torch.zeros(64 * 2**20)}, "optimizer_states": [], "global_step": 2}
 print("saving", flush=True)
@@ -193,3 +199,14 @@ def test_resume_auto_looks_through_the_earlier_runs_of_its_run_name_only(tiny_ru
     rows = tmp_path / "table"
     shutil.copytree(tiny_run.checkpoints, rows / "first" / "checkpoints")
     assert find_resume("auto", rows / "second", config, multirun=False) is None
+
+
+def test_an_averaged_checkpoint_is_refused_as_a_state_to_resume_from(tiny_run, tmp_path: Path) -> None:
+    """average.py's file holds the averaged weights beside the newest member's Adam state: a run
+    resumed from it went on with the two mismatched (before: accepted, "resuming from … (step 4)")."""
+    config = torch.load(tiny_run.last, map_location="cpu", weights_only=False)["hyper_parameters"]["run_config"]
+    averaged = tmp_path / "avg.ckpt"
+    torch.save(average_checkpoints(path for _, path in list_checkpoints(tiny_run.run_dir)[-2:]), averaged)
+    with pytest.raises(ConfigError, match=rf"^resume={re.escape(str(averaged))}: .* is the average of steps 3–4 "
+                                          rf"\(§6\.1\), a model to evaluate.*: init_from={re.escape(str(averaged))}$"):
+        find_resume(str(averaged), tmp_path / "run", config, multirun=False)

@@ -85,6 +85,11 @@ def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[st
         if "optimizer_states" not in saved:  # best.ckpt (callbacks.early_stopping): the weights alone
             raise ConfigError(f"resume={spec}: {checkpoint} holds a model's weights alone, not the optimizer's state a run "
                               f"goes on from; resume from a step checkpoint or the run folder ({_run_dir_of(checkpoint)})")
+        averaged = saved.get("averaged_steps") or []
+        if len(averaged) > 1:  # average.py's: its Adam state is the newest member's, not the averaged weights'
+            raise ConfigError(f"resume={spec}: {checkpoint} is the average of steps {averaged[0]}–{averaged[-1]} (§6.1), a "
+                              "model to evaluate, not a state a run goes on from; resume from the run folder, or train "
+                              f"on from these weights with a fresh optimizer: init_from={checkpoint}")
     else:
         raise ConfigError(f"resume={spec}: no such checkpoint file or run directory")
     return _resume(checkpoint, _run_dir_of(checkpoint), saved, config)
