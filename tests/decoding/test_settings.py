@@ -116,3 +116,14 @@ def test_the_tag_names_every_setting_switch_and_member_and_keeps_the_earlier_nam
     assert Decoding.of(members=("a",)).tag() == "beam4.alpha0.6.len+50"  # one checkpoint: no ensemble
     assert one.describe() == "beam 4, α 0.6, +50, stop paper, ensemble of 2" and not one.plain
     assert Decoding.of(switches={"onnxruntime": True}).describe() == "beam 4, α 0.6, +50, stop paper, onnxruntime"
+
+
+def test_a_shortest_output_longer_than_a_short_inputs_limit_is_refused() -> None:
+    """An output is cut at its input's length + max_len_offset: a min_len above the offset could not
+    be met for a short input (before: asked for, named in the report, and not met, outputs cut short)."""
+    assert Decoding.of({}, {"min_len": 50}).min_len == 50  # the paper's +50 holds 50 tokens for any input
+    with pytest.raises(ConfigError, match=r"^decoding\.min_len=100 is more than decoding\.max_len_offset=50: .*; raise "
+                                          r"max_len_offset to at least 100, or lower min_len$"):
+        Decoding.of({}, {"min_len": 100})
+    with pytest.raises(ConfigError, match=r"^decoding\.min_len=10 is more than decoding\.max_len_offset=9"):
+        Decoding.of({"max_len_offset": 9}, {"min_len": 10})  # the checkpoint's offset, the command's min_len

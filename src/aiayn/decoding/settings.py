@@ -87,6 +87,11 @@ class _Decoding:
             raise ConfigError(f"decoding.nbest={values['nbest']} asks for more hypotheses than the beam holds "
                               f"(decoding.beam_size={values['beam_size']}); raise beam_size to at least "
                               f"{values['nbest']}, or lower nbest")
+        shortest, offset = values["min_len"], values["max_len_offset"]
+        if shortest and offset is not None and shortest > offset:  # an output is cut at its input's length + offset
+            raise ConfigError(f"decoding.min_len={shortest} is more than decoding.max_len_offset={offset}: an output is "
+                              f"cut at its input's length + max_len_offset, so a short input's could never reach "
+                              f"min_len; raise max_len_offset to at least {shortest}, or lower min_len")
         return cls(**values, engine=engine, switches=MappingProxyType(switches), members=tuple(members))
 
     def settings(self) -> dict[str, Any]:
