@@ -71,6 +71,14 @@ def checkpoint_step(path: str | os.PathLike) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def run_dir_of(checkpoint: str | os.PathLike) -> Path:
+    """The run folder of ``checkpoint``: ``<run>`` for ``<run>/checkpoints/<file>``, else the folder
+    the file is in (a checkpoint kept apart, ``/tmp/model.ckpt``: never the folder above it). The
+    path as given: resolve it first to follow a link (``last.ckpt``) to its file."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+
+
 def checkpoints_dir(directory: str | os.PathLike) -> Path:
     """``directory`` itself if it holds checkpoints, else its ``checkpoints/`` folder (a run dir)."""
     directory = Path(directory)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints, load_lazily
+from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints, load_lazily, run_dir_of
 from aiayn.config.identity import SPEED_KEYS, STAMPED_FOLDER, setting_differences
 from aiayn.errors import ConfigError
 
@@ -84,7 +84,7 @@ def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[st
             raise ConfigError(f"resume={spec}: {checkpoint} is not a readable checkpoint")
         if "optimizer_states" not in saved:  # best.ckpt (callbacks.early_stopping): the weights alone
             raise ConfigError(f"resume={spec}: {checkpoint} holds a model's weights alone, not the optimizer's state a run "
-                              f"goes on from; resume from a step checkpoint or the run folder ({_run_dir_of(checkpoint)})")
+                              f"goes on from; resume from a step checkpoint or the run folder ({run_dir_of(checkpoint)})")
         averaged = saved.get("averaged_steps") or []
         if len(averaged) > 1:  # average.py's: its Adam state is the newest member's, not the averaged weights'
             raise ConfigError(f"resume={spec}: {checkpoint} is the average of steps {averaged[0]}–{averaged[-1]} (§6.1), a "
@@ -92,7 +92,7 @@ def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[st
                               f"on from these weights with a fresh optimizer: init_from={checkpoint}")
     else:
         raise ConfigError(f"resume={spec}: no such checkpoint file or run directory")
-    return _resume(checkpoint, _run_dir_of(checkpoint), saved, config)
+    return _resume(checkpoint, run_dir_of(checkpoint), saved, config)
 
 
 def _resume(checkpoint: Path, run_dir: Path, saved: dict[str, Any] | None, config: dict[str, Any]) -> Resume:
@@ -162,10 +162,6 @@ def _job_dirs(output_dir: Path, multirun: bool) -> list[Path]:
         siblings = []
     earlier = sorted((d for d in siblings if (d / "checkpoints").is_dir()), key=lambda d: d.name, reverse=True)
     return [output_dir, *earlier]
-
-
-def _run_dir_of(checkpoint: Path) -> Path:
-    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
 
 
 def _load(path: Path) -> dict[str, Any] | None:

@@ -173,8 +173,9 @@ def default_out(ckpt: Path) -> Path:
     """Where an evaluation's files go without ``out=``: ``<run>/eval`` for a checkpoint of a run
     (``<run>/checkpoints/<file>``, a link followed to its file), else ``eval/`` beside the file (never
     the folder above a checkpoint kept elsewhere: ``/eval`` for ``/tmp/model.ckpt``)."""
-    folder = ckpt.resolve().parent
-    return (folder.parent if folder.name == "checkpoints" else folder) / "eval"
+    from aiayn.checkpoints.io import run_dir_of  # torch: not for --help
+
+    return run_dir_of(ckpt.resolve()) / "eval"
 
 
 def _averaged_count(average_last) -> int:
@@ -256,7 +257,7 @@ def _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding, summary)
     # tables' W&B reports leave both out alike. A row this checkout no longer composes (the run is
     # older) is said in a warning; the evaluation is logged untagged.
     try:
-        modified = run_folder_changes(trained.config, ckpt.resolve().parent.parent)
+        modified = run_folder_changes(trained.config, default_out(ckpt).parent)
     except Exception as error:
         if not is_composition_error(error):
             raise

@@ -43,10 +43,11 @@ def main(cfg: DictConfig) -> None:
 
         raise DataError(f"ckpt={folder_given(ckpt)}" if ckpt.is_dir() else f"{ckpt}: checkpoint not found")
     from aiayn.analysis import attention_maps, draw_attention, draw_positional_encoding
+    from aiayn.checkpoints.io import run_dir_of
     from aiayn.checkpoints.trained import load_trained
 
     trained = load_trained(ckpt, map_location=cfg.device)
-    out = Path(cfg.out) if cfg.out else ckpt.parent.parent / "attention"
+    out = Path(cfg.out) if cfg.out else run_dir_of(ckpt.resolve()) / "attention"  # beside a checkpoint kept apart
     decoding = Decoding.of(trained.decoding, wanted, where="the checkpoint's decoding.")
     maps = attention_maps(trained.model, trained.vocab, str(cfg.text), decoding, trained.output_constraint(decoding))
     paths = draw_attention(maps, out)

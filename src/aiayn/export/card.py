@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from aiayn.checkpoints.io import run_dir_of
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
 
@@ -49,7 +50,7 @@ def measured_scores(ckpt: Path, steps: list[int], train_split: str = "train") ->
     (not an int8, bf16, oneDNN or ONNX Runtime evaluation), one model (not an ensemble), beam search (not samples) and a
     held-out split (not ``train_split``); each line names the split, the decoding settings and the
     metric's signature. Which describe the model is the decoding's to say (:attr:`Decoding.plain`)."""
-    run_dir = ckpt.resolve().parent.parent
+    run_dir = run_dir_of(ckpt.resolve())  # where evaluate.py writes eval/ without out=
     found = []
     for report in sorted((run_dir / "eval").glob("*.json")):
         try:
