@@ -194,6 +194,7 @@ def _before_training(cfg: DictConfig):
     """Every check that needs no training: the whole config, the checkpoint to resume, and the
     data files of every split the run will read. Returns (config, resume, datamodule)."""
     config = checked_config(cfg)
+    run_folder.refuse_another_runs(cfg.paths.output_dir, cfg.resume)  # before Hydra wrote there, when it ran the run
     _warn_if_not_its_row(config)
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     resume = find_resume(cfg.resume, cfg.paths.output_dir, config, multirun=multirun)
