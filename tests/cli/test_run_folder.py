@@ -152,3 +152,43 @@ def test_a_run_refused_for_a_held_folder_writes_nothing_into_it(tmp_path: Path, 
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_fresh_run_is_refused_a_folder_with_another_runs_checkpoints_but_that_runs_job_is_not(
+        tmp_path: Path, no_launcher: pytest.MonkeyPatch) -> None:
+    run_folder.refuse_another_runs(tmp_path, None)  # no checkpoints: a fresh run may start there
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "step0000002.ckpt").write_bytes(b"weights")
+    for resume in (None, "null", "none", "false"):
+        with pytest.raises(UserError, match=r"holds another run's checkpoints \(step0000002\.ckpt\).*resume=auto.*"
+                                            r"another hydra\.run\.dir"):
+            run_folder.refuse_another_runs(tmp_path, resume)
+    for resume in ("auto", str(tmp_path)):  # continuing that run (a SLURM requeue, a sweep job resumed)
+        run_folder.refuse_another_runs(tmp_path, resume)
+    for rank in ("LOCAL_RANK", "NODE_RANK", "RANK"):  # the job's other processes: its first one checked
+        no_launcher.setenv(rank, "1")
+        run_folder.refuse_another_runs(tmp_path, None)
+        no_launcher.delenv(rank)
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+def test_a_fresh_run_in_another_runs_folder_is_refused_before_it_writes_anything(tmp_path: Path, data_root: Path,
+                                                                                 subword_cache: Path) -> None:
+    """Before: the second run wrote its checkpoints over the first's, and train.log and
+    summary.json mixed both runs, with only Lightning's warning that the folder was not empty."""
+    env = {**os.environ, "WANDB_MODE": "offline", "AIAYN_DATA_ROOT": str(data_root),
+           "AIAYN_CACHE_DIR": str(subword_cache), "OMP_NUM_THREADS": "1"}
+    run = tmp_path / "run"
+    command = [sys.executable, str(REPO / "src/train.py"), *TINY, "logger=csv", "visualize_at_end=false",
+               "test_after_training=false", "optim.train_steps=2", "trainer.enable_progress_bar=false",
+               f"hydra.run.dir={run}"]
+    run_command(command, cwd=tmp_path, env=env)
+    before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file() and path.name != run_folder.LOCK}
+    refused = run_command([*command, "model.n_heads=4", "seed=9"], cwd=tmp_path, env=env, check=False)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr == (
+        f"train.py: {run} holds another run's checkpoints (last.ckpt, step0000002.ckpt), which a fresh run would write "
+        "over: continue that run with resume=auto, or start this one in a folder of its own (another hydra.run.dir)\n")
+    after = {path: path.read_bytes() for path in run.rglob("*") if path.is_file() and path.name != run_folder.LOCK}
+    assert after == before, "the refused run wrote nothing there"

@@ -30,3 +30,21 @@ def signal_at(step: int, name: str) -> list[str]:
     """The overrides that add :class:`SignalAt` to a run's callbacks."""
     return ["+callbacks.signal_at._target_=tests.helpers.signals.SignalAt",
             f"+callbacks.signal_at.step={step}", f"+callbacks.signal_at.name={name}"]
+
+
+class SignalWhileSettingUp(L.Callback):
+    """Sends the signal ``name`` to its own process in ``fit``'s setup, once the data module has
+    loaded its data and before the sanity check and the first step."""
+
+    def __init__(self, name: str):
+        self.signum = signal.Signals[name]
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            os.kill(os.getpid(), self.signum)
+
+
+def signal_while_setting_up(name: str) -> list[str]:
+    """The overrides that add :class:`SignalWhileSettingUp` to a run's callbacks."""
+    return ["+callbacks.signal_setting_up._target_=tests.helpers.signals.SignalWhileSettingUp",
+            f"+callbacks.signal_setting_up.name={name}"]

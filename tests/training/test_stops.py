@@ -19,6 +19,7 @@ import torch
 
 from aiayn.training.preemption import EXIT_STATUS
 from tests.helpers.runs import IN_THE_FOREGROUND, REPO, TINY, TWO_CORES, children, popen, run_command
+from tests.helpers.signals import signal_while_setting_up
 
 RUN = [*TINY, "logger=csv", "trainer.enable_progress_bar=false", "visualize_at_end=false", "run_name=stops"]
 
@@ -73,6 +74,39 @@ def test_ctrl_c_during_training_saves_the_step_reached(tmp_path: Path, env) -> N
     assert match, last
     assert torch.load(match.group(2), weights_only=False)["global_step"] == int(match.group(1)) >= 2
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+def test_a_signal_while_the_run_sets_up_stops_it_in_one_line_and_nothing_is_resumed_wrongly(tmp_path: Path,
+                                                                                            env) -> None:
+    """Ctrl-C or SIGTERM inside ``fit`` once the data is loaded, before the sanity check (for WMT,
+    minutes of loading): one line, exit 75 (before: Lightning's "Detected KeyboardInterrupt,
+    attempting graceful shutdown ..." and status 1; SIGTERM: 143 and no word). A fresh run leaves
+    no folder; a resumed one keeps its checkpoint, and the same command continues from it."""
+    environment = {**env, "PYTHONPATH": str(REPO)}
+    fresh = tmp_path / "fresh"
+    result = run_command([sys.executable, "src/train.py", *RUN, f"hydra.run.dir={fresh}",
+                          *signal_while_setting_up("SIGINT")], env=environment, check=False)
+    assert result.returncode == EXIT_STATUS, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "train.py: stopped by SIGINT while the run set up (its data, its model), before its first step; nothing of "
+        "this attempt was saved; run the same command again")
+    assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr + result.stdout
+    assert not fresh.exists(), "a run stopped before its first step leaves no folder"
+
+    run = tmp_path / "run"
+    command = [sys.executable, "src/train.py", *RUN, "test_after_training=false", f"hydra.run.dir={run}"]
+    run_command([*command, "optim.train_steps=2"], env=environment)
+    saved = sorted(p.name for p in (run / "checkpoints").iterdir())
+    result = run_command([*command, "optim.train_steps=4", "resume=auto", *signal_while_setting_up("SIGTERM")],
+                         env=environment, check=False)
+    assert result.returncode == EXIT_STATUS, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "train.py: stopped by SIGTERM while the run set up (its data, its model), before its first step; nothing of "
+        "this attempt was saved; continue with the same command (it resumes the same checkpoint)")
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == saved
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
 
 
 @pytest.mark.cli

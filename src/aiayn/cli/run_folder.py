@@ -12,6 +12,10 @@
 * :class:`HoldsTheRunFolder`, a Hydra callback (conf/train.yaml), holds ``hydra.run.dir`` before
   Hydra writes its record of the config (``.hydra/``) or its log into it: a run refused there
   touches nothing of the live run. The lock lasts until the command ends (:func:`until_the_end`).
+* A run that resumes nothing (no ``resume=``) is refused a folder that holds another run's
+  checkpoints (:func:`refuse_another_runs`), there too, before anything is written: it would
+  write its own over them and mix its log and summary with that run's. The job's other processes
+  (ranks, later nodes) are let in: their first process has checked.
 """
 
 from __future__ import annotations
@@ -108,11 +112,27 @@ class HoldsTheRunFolder(Callback):
         except Exception:  # noqa: BLE001  a folder it cannot resolve: Hydra says so in a moment, as ever
             return
         try:
-            _command[-1].enter_context(hold(folder))
+            _command[-1].enter_context(hold(folder))  # a live run's folder: refused as in use, first
+            refuse_another_runs(folder, config.get("resume"))
         except UserError as error:  # raised, Hydra would make a warning of it and go on
             fail(str(error))
         except OSError:  # a folder that cannot be made (a file of that name): Hydra says so in a moment, as ever
             return
+
+
+def refuse_another_runs(run_dir: str | os.PathLike, resume: str | None) -> None:
+    """UserError when a run that resumes nothing (``resume`` unset: null, none, false) would
+    start in ``run_dir`` while it holds another run's checkpoints (``checkpoints/*.ckpt``), in the
+    job's first process; the others share the folder their first process was let into."""
+    if str(resume).strip().lower() not in ("none", "null", "false", "") or not first_process():
+        return
+    folder = Path(run_dir).absolute()
+    found = sorted(path.name for path in (folder / "checkpoints").glob("*.ckpt"))
+    if found:
+        raise UserError(f"{folder} holds another run's checkpoints ({', '.join(found[:3])}"
+                        f"{f' and {len(found) - 3} more' if len(found) > 3 else ''}), which a fresh run would write "
+                        "over: continue that run with resume=auto, or start this one in a folder of its own "
+                        "(another hydra.run.dir)")
 
 
 @contextlib.contextmanager

@@ -46,6 +46,7 @@ from aiayn.errors import ConfigError, UserError
 from aiayn.reporting.loggers import close_runs, describe_runs, quiet_lightning, record_summary
 from aiayn.reporting.summary import read_summary, write_summary
 from aiayn.training.after_training import Stopped, StopsAfterTraining
+from aiayn.training.before_training import StoppedBeforeTraining, stops_while_setting_up
 from aiayn.training.callbacks import build_callbacks, run_settings
 from aiayn.training.config_check import check_train_config
 from aiayn.training.distributed import strategy_with_timeout
@@ -125,8 +126,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         before = set(run_dir.iterdir())
         try:
             return _fit_and_test(config, resume, datamodule, module, loggers, trainer)
-        except UserError:
-            # Refused as the data was loaded (an evaluation example longer than a batch may be),
+        except (UserError, StoppedBeforeTraining):
+            # Refused (or stopped by a signal) as the data was loaded (an evaluation example longer than a batch may be),
             # before the first step of a run that resumed nothing: what this attempt's loggers
             # made goes too.
             if resume is None and trainer.global_step == 0:
@@ -145,7 +146,8 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer) ->
             log.info(line)
     stops = next((each for each in trainer.callbacks if isinstance(each, StopsAfterTraining)), None)
     try:
-        with stops.around_the_training(trainer) if stops else contextlib.nullcontext():
+        with stops.around_the_training(trainer) if stops else contextlib.nullcontext(), \
+                stops_while_setting_up(config, trainer, resumed=resume is not None):
             trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
         results = {}
         if config.get("test_after_training", True):
@@ -192,6 +194,7 @@ def _before_training(cfg: DictConfig):
     """Every check that needs no training: the whole config, the checkpoint to resume, and the
     data files of every split the run will read. Returns (config, resume, datamodule)."""
     config = checked_config(cfg)
+    run_folder.refuse_another_runs(cfg.paths.output_dir, cfg.resume)  # before Hydra wrote there, when it ran the run
     _warn_if_not_its_row(config)
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     resume = find_resume(cfg.resume, cfg.paths.output_dir, config, multirun=multirun)
