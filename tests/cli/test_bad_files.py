@@ -111,5 +111,5 @@ def test_averaging_more_checkpoints_than_there_are_names_the_steps_found(tmp_pat
     folder = tmp_path / "checkpoints"
     folder.mkdir()
     torch.save({"global_step": 5}, folder / "step0000005.ckpt")
-    with pytest.raises(DataError, match=r"asked for the last 5 checkpoints but there are only 1 \(steps 5\)"):
+    with pytest.raises(DataError, match=r"asked for the last 5 checkpoints but there is only one \(step 5\)"):
         last_checkpoints(tmp_path, 5)

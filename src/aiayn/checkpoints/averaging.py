@@ -101,15 +101,18 @@ def last_checkpoints(directory: str | os.PathLike, k: int, ending_at: str | os.P
             step = int(read_checkpoint(end).get("global_step", 0))
         before = [(s, path) for s, path in found if s < step]
         if len(before) < k - 1:
-            raise DataError(f"{folder}: asked for the {k} checkpoints ending at {end.name} (step {step}) but there "
-                            f"are only {len(before) + 1} up to it (steps "
-                            f"{', '.join(str(s) for s, _ in [*before, (step, end)])})")
+            there = [str(s) for s, _ in [*before, (step, end)]]
+            raise DataError(f"{folder}: asked for the {k} checkpoints ending at {end.name} (step {step}) but "
+                            + ("it is the first" if len(there) == 1 else
+                               f"there are only {len(there)} up to it (steps {', '.join(there)})"))
         return [path for _, path in before[len(before) - (k - 1):]] + [end]
     if not found:
         raise DataError(f"{folder}: no checkpoints (*.ckpt other than last.ckpt) found")
     if len(found) < k:
-        raise DataError(f"{folder}: asked for the last {k} checkpoints but there are only {len(found)} "
-                        f"(steps {', '.join(str(step) for step, _ in found)})")
+        steps = ", ".join(str(step) for step, _ in found)
+        raise DataError(f"{folder}: asked for the last {k} checkpoints but "
+                        + (f"there is only one (step {steps})" if len(found) == 1 else
+                           f"there are only {len(found)} (steps {steps})"))
     return [path for _, path in found[-k:]]
 
 

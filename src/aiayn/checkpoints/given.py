@@ -23,6 +23,7 @@ LIST_FORM = """ckpt='["<first>","<second>"]'"""
 def checkpoint_list(ckpt: Any) -> list[str]:
     """The checkpoints of ``ckpt=``: a list's elements; a string that names a path that exists as
     it is; else the string's comma-separated names (an ensemble)."""
+    _check_given(ckpt)
     if _is_list(ckpt):
         paths = [str(path).strip() for path in ckpt]
         if not paths or any(not path for path in paths):
@@ -43,6 +44,7 @@ def one_checkpoint(ckpt: Any, what: str = "one checkpoint") -> str:
     """``ckpt=`` of a tool that takes one checkpoint (average, export, visualize): the path; a list,
     or commas in a path that is not there, is refused in one line saying that ensembles are for
     evaluate and translate."""
+    _check_given(ckpt)
     ensembles = "decoding several checkpoints together (an ensemble) is for evaluate and translate"
     if _is_list(ckpt):
         raise ConfigError(f"ckpt=[{','.join(map(str, ckpt))}]: this tool takes {what}, not a list; {ensembles}")
@@ -50,6 +52,14 @@ def one_checkpoint(ckpt: Any, what: str = "one checkpoint") -> str:
     if "," in text and not os.path.lexists(text):
         raise ConfigError(f"ckpt={text}: no such file or folder, and this tool takes {what}, not several; {ensembles}")
     return text
+
+
+def _check_given(ckpt: Any) -> None:
+    """``ckpt=null`` or ``ckpt=`` (before: "None: checkpoint not found", or the working folder taken
+    for a run's): refused, naming what to give."""
+    if ckpt is None or (not _is_list(ckpt) and not str(ckpt).strip()):
+        raise ConfigError(f"ckpt={'null' if ckpt is None else ''} names no checkpoint; give one file, e.g. "
+                          "ckpt=<run folder>/checkpoints/last.ckpt")
 
 
 def _is_list(value: Any) -> bool:

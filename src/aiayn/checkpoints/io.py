@@ -36,7 +36,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if path.is_dir():
         raise DataError(f"ckpt={folder_given(path)}")
     if not path.is_file():
-        raise DataError(f"{path}: checkpoint not found")
+        raise DataError(not_found(path))
     damage = damaged(path)
     if damage:
         raise DataError(damage)
@@ -48,6 +48,14 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if missing:
         raise DataError(f"{path}: not an aiayn training checkpoint (no {', '.join(missing)})")
     return checkpoint
+
+
+def not_found(path: Path) -> str:
+    """The line for a checkpoint path that names no file, a link's missing target named (a run
+    folder copied without the step ``last.ckpt`` points to, say)."""
+    if path.is_symlink():
+        return f"{path}: checkpoint not found (a link to {os.readlink(path)}, which is not there)"
+    return f"{path}: checkpoint not found"
 
 
 def folder_given(path: Path, hint: str = "") -> str:

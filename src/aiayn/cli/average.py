@@ -54,7 +54,8 @@ def main(cfg: DictConfig) -> None:
     for path, step in zip(paths, checkpoint["averaged_steps"]):
         print(f"  step {step}: {path}")
     out = save_checkpoint_atomically(checkpoint, cfg.out)
-    print(f"averaged {len(paths)} checkpoints (newest: step {checkpoint.get('global_step', '?')}) -> {out}")
+    what = f"averaged {len(paths)} checkpoints" if len(paths) > 1 else "copied the checkpoint (average_last=1)"
+    print(f"{what} (newest: step {checkpoint.get('global_step', '?')}) -> {out}")
 
 
 if __name__ == "__main__":

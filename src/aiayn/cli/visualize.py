@@ -39,9 +39,9 @@ def main(cfg: DictConfig) -> None:
     wanted = asked(cfg.decoding)  # checked before anything is loaded
     ckpt = Path(one_checkpoint(cfg.ckpt)).absolute()
     if not ckpt.is_file():  # before the slow imports (matplotlib)
-        from aiayn.checkpoints.io import folder_given
+        from aiayn.checkpoints.io import folder_given, not_found
 
-        raise DataError(f"ckpt={folder_given(ckpt)}" if ckpt.is_dir() else f"{ckpt}: checkpoint not found")
+        raise DataError(f"ckpt={folder_given(ckpt)}" if ckpt.is_dir() else not_found(ckpt))
     from aiayn.analysis import attention_maps, draw_attention, draw_positional_encoding
     from aiayn.checkpoints.io import run_dir_of
     from aiayn.checkpoints.trained import load_trained
