@@ -22,7 +22,7 @@ from aiayn.cli.train import main as train_main
 from aiayn.data.readers import read_parallel
 from tests.helpers.datafiles import multi30k_copy, write_lines
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import REPO, TINY, TrainedRun
+from tests.helpers.runs import REPO, TINY, TrainedRun, offline_environment
 
 
 # -- training configuration ---------------------------------------------------------------------
@@ -185,6 +185,19 @@ def test_a_run_refused_before_training_leaves_no_output_folder(override, message
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith(f"train.py: {message.format(tmp=tmp_path)}")
     assert not (tmp_path / "outputs").exists(), list((tmp_path / "outputs").rglob("*"))
+
+
+@pytest.mark.parametrize("variable, setting", [("AIAYN_CACHE_DIR", "paths.cache_dir"),
+                                               ("AIAYN_DATA_ROOT", "task.data_root")])
+def test_a_folder_variable_set_to_nothing_is_one_line_not_the_working_folder(variable, setting, tmp_path, data_root):
+    """Before: the empty path was the working folder, where the sentencepiece cache (or Multi30k's
+    download) then landed."""
+    env = {**offline_environment(), "AIAYN_DATA_ROOT": str(data_root), variable: ""}
+    result = run_tool("src/train.py", *TINY, "logger=none", cwd=tmp_path, env=env, check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        f"train.py: {setting} is empty ({variable} is set to nothing): give it a folder, or unset {variable} for "
+        "the default")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow

@@ -156,6 +156,17 @@ def same_contents(stored: dict | list, path: Path) -> tuple[bool, dict | None]:
 # --- settings and errors ----------------------------------------------------------------------
 
 
+def given_folder(value: str | os.PathLike | None, setting: str, variable: str | None = None) -> Path | None:
+    """``value`` (given as ``setting``, maybe through the environment variable ``variable``) as a
+    path, None as None; an empty one is a :class:`ConfigError` (before: taken for the working folder,
+    where caches and downloads then landed: ``AIAYN_CACHE_DIR=`` set to nothing)."""
+    if value is None or str(value).strip():
+        return None if value is None else Path(value)
+    unset = variable is not None and os.environ.get(variable) == ""
+    raise ConfigError(f"{setting} is empty" + (f" ({variable} is set to nothing)" if unset else "")
+                      + ": give it a folder" + (f", or unset {variable} for the default" if unset else ""))
+
+
 def check_folder(path: str | os.PathLike, setting: str, variable: str | None = None) -> None:
     """A :class:`ConfigError` when ``path`` (given as ``setting``, maybe through the environment
     variable ``variable``) is a file, or lies under one, where a folder is wanted."""

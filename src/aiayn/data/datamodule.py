@@ -13,6 +13,7 @@ import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
+from aiayn.data.cache import given_folder
 from aiayn.data.checks import ROLES, SplitFiles
 from aiayn.data.corpus import ParallelCorpus, filter_pairs, report_kept
 from aiayn.data.loaders import split_loader
@@ -73,7 +74,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         subword_model: str | None = None,
     ):
         super().__init__()
-        self.data_root = Path(data_root)
+        self.data_root = given_folder(data_root, self.DATA_ROOT_SETTING, "AIAYN_DATA_ROOT")
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.vocab_size = vocab_size
         self.max_tokens = max_tokens
@@ -81,7 +82,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         # Training batches padded to these lengths (both sides) and to the rows their budget holds:
         # one shape per bucket (aiayn.data.batching.TokenBatchSampler); None: each batch as long as its longest.
         self.length_buckets = list(length_buckets) if length_buckets is not None else None
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
+        self.cache_dir = given_folder(cache_dir, "paths.cache_dir", "AIAYN_CACHE_DIR") or _default_cache_dir()
         self.seed = seed
         self.num_workers = num_workers
         self.download = download
