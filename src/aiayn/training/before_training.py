@@ -26,6 +26,7 @@ so it keeps its own handling (aiayn.training.preemption's forwarding).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -81,9 +82,11 @@ def stops_while_setting_up(config: dict, trainer: L.Trainer, resumed: bool) -> I
     numbers = sorted(set(signal_numbers(list(preemption.get("signals", ())))) | {int(signal.SIGINT)})
     before = {number: signal.getsignal(number) for number in numbers}
 
-    fired = []
+    fired, owner = [], os.getpid()
 
     def on_signal(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:
+            return  # a forked child that inherited this handler (a data loader worker): its rank handles it
         if not _setting_up:  # training's handlers took over, then put this one back: as before
             put_back({signum: before[signum]})
             signal.raise_signal(signum)
