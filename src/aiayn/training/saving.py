@@ -108,6 +108,7 @@ class StepCheckpoint(ModelCheckpoint):
         self.average_last, self.average_every_n_steps = average_last, average_every_n_steps
         self._window: range | None = None  # its steps, once the run's last step is known (setup)
         self._before_validation = False
+        self._saved_step: int | None = None  # a step just saved, whose strays go once last.ckpt names it
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
@@ -159,6 +160,9 @@ class StepCheckpoint(ModelCheckpoint):
             self._defer_save_until_validation = True
             return
         super()._save_last_checkpoint(trainer, monitor_candidates)
+        if self._saved_step is not None:  # after last.ckpt names the new one: it never names a file removed
+            step, self._saved_step = self._saved_step, None
+            self._drop_strays(trainer, step)
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         # What the loggers hold goes to disk first (the CSV logger writes every 100 steps): every
@@ -166,7 +170,10 @@ class StepCheckpoint(ModelCheckpoint):
         for logger in trainer.loggers:
             logger.save()
         super()._save_checkpoint(trainer, filepath)
-        self._drop_strays(trainer)
+        self._saved_step = trainer.global_step
+        if not self.save_last:
+            self._saved_step = None
+            self._drop_strays(trainer, trainer.global_step)
 
     @staticmethod
     def _link_checkpoint(trainer: L.Trainer, filepath: str, linkpath: str) -> None:
@@ -184,17 +191,17 @@ class StepCheckpoint(ModelCheckpoint):
         if not STEP_FILE.match(Path(filepath).name):
             super()._remove_checkpoint(trainer, filepath)
 
-    def _drop_strays(self, trainer: L.Trainer) -> None:
-        """The step checkpoints older than this step that an uninterrupted run of these settings
-        would not keep now: beyond the newest ``save_top_k`` of the steps it saves, or never saved by
-        it (a preempted attempt's step, aiayn.training.preemption; a step of an earlier attempt with
-        another ``optim.train_steps``, whose window or last step was elsewhere). They go once this
-        step is on disk (through the run's checkpoint writer, in order with its saves), the one
-        resumed from included; newer ones (a resume past a damaged one) are left. In the window, a
-        stray left there would be one of the newest ``average_last`` that §6.1's average takes."""
+    def _drop_strays(self, trainer: L.Trainer, step: int) -> None:
+        """Remove the step checkpoints older than ``step`` (just saved) that an uninterrupted run of
+        these settings would not keep now: beyond the newest ``save_top_k`` of the steps it saves, or
+        never saved by it (a preempted attempt's step, aiayn.training.preemption; a step of an
+        earlier attempt with another ``optim.train_steps``, whose window or last step was elsewhere).
+        They go once ``step`` is on disk and ``last.ckpt`` names it (through the run's checkpoint
+        writer, in order with its saves), the one resumed from included; newer ones (a resume past
+        a damaged one) are left. In the window, a stray left there would be one of the newest
+        ``average_last`` that §6.1's average takes."""
         if self.dirpath is None:
             return
-        step = trainer.global_step
         keep = kept_before(step, self.save_top_k, self._every_n_train_steps, self._window)
         for path in Path(self.dirpath).glob("step*.ckpt"):
             match = STEP_FILE.match(path.name)
