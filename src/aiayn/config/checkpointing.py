@@ -18,7 +18,8 @@ are all it saves.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from itertools import islice
 from typing import Any
 
 
@@ -35,6 +36,26 @@ def kept(checkpoint: Mapping[str, Any]) -> int:
     than the window's ``average_last``."""
     keep = checkpoint["save_top_k"]
     return keep if keep == -1 else max(keep, checkpoint.get("average_last") or 0)
+
+
+def saved_before(step: int, every: int | None, window: range | None) -> Iterator[int]:
+    """The steps before ``step`` that a run saves, newest first: its ``window``'s (of
+    :func:`window_steps`), and before the window every ``every``-th (none without ``every``). The
+    last step, which a run also saves, ends the window; a run without one never trains past it."""
+    below = step
+    if window is not None:
+        yield from (saved for saved in reversed(window) if saved < step)
+        below = min(step, window.start)
+    if every and every > 0:
+        yield from range((below - 1) // every * every, 0, -every)
+
+
+def kept_before(step: int, keep: int, every: int | None, window: range | None) -> set[int]:
+    """The steps before ``step`` whose checkpoints a run that has just saved ``step`` keeps: the
+    newest ``keep - 1`` of :func:`saved_before` (``keep`` counts ``step``'s own; -1: all of them).
+    What an uninterrupted run keeps, whatever earlier attempts of it saved."""
+    older = saved_before(step, every, window)
+    return set(older if keep == -1 else islice(older, max(keep - 1, 0)))
 
 
 def describe(checkpoint: Mapping[str, Any], train_steps: int) -> str:

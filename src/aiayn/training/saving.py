@@ -13,6 +13,9 @@ summary describes the model it ends with, whatever ``trainer.val_check_interval`
 
 Which steps are saved: every ``checkpoint.every_n_train_steps``, and in §6.1's window before the
 last step only the window's (aiayn.config.checkpointing). ``last.ckpt`` is a link to the newest.
+Which are kept: the newest ``checkpoint.save_top_k`` of those steps, those an uninterrupted run of
+the same settings keeps, whatever earlier attempts of the run saved (a preempted step, the last
+step of a run since extended, the one resumed from go once it would not keep them).
 What the callbacks do to the files goes through the run's checkpoint writer, in order with its
 saves (:func:`after_saves`; aiayn.checkpoints.background saves while training goes on).
 """
@@ -31,7 +34,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
-from aiayn.config.checkpointing import window_steps
+from aiayn.config.checkpointing import kept_before, window_steps
 from aiayn.files import atomic_path
 
 STEP_FILE = re.compile(r"^step(\d+)\.ckpt$")  # the names StepCheckpoint and the preemption give a step
@@ -105,6 +108,7 @@ class StepCheckpoint(ModelCheckpoint):
         self.average_last, self.average_every_n_steps = average_last, average_every_n_steps
         self._window: range | None = None  # its steps, once the run's last step is known (setup)
         self._before_validation = False
+        self._saved_step: int | None = None  # a step just saved, whose strays go once last.ckpt names it
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
@@ -156,6 +160,9 @@ class StepCheckpoint(ModelCheckpoint):
             self._defer_save_until_validation = True
             return
         super()._save_last_checkpoint(trainer, monitor_candidates)
+        if self._saved_step is not None:  # after last.ckpt names the new one: it never names a file removed
+            step, self._saved_step = self._saved_step, None
+            self._drop_strays(trainer, step)
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         # What the loggers hold goes to disk first (the CSV logger writes every 100 steps): every
@@ -163,7 +170,10 @@ class StepCheckpoint(ModelCheckpoint):
         for logger in trainer.loggers:
             logger.save()
         super()._save_checkpoint(trainer, filepath)
-        self._drop_strays(trainer)
+        self._saved_step = trainer.global_step
+        if not self.save_last:
+            self._saved_step = None
+            self._drop_strays(trainer, trainer.global_step)
 
     @staticmethod
     def _link_checkpoint(trainer: L.Trainer, filepath: str, linkpath: str) -> None:
@@ -174,16 +184,27 @@ class StepCheckpoint(ModelCheckpoint):
             after_saves(trainer, link_last, filepath, linkpath)
         trainer.strategy.barrier()
 
-    def _drop_strays(self, trainer: L.Trainer) -> None:
-        """Inside the window, the step checkpoints older than this step that are not the window's:
-        a preempted attempt's (aiayn.training.preemption saves the step it stopped at), a resume
-        point no longer needed once a newer checkpoint is whole. Left there, it would be one of the
-        newest ``average_last`` that §6.1's average takes, in place of the window's oldest."""
-        window = self._window
-        if window is None or self.dirpath is None or trainer.global_step < window.start:
+    def _remove_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        # Which step checkpoints go is :meth:`_drop_strays`'s alone: Lightning's choice follows the
+        # files it saved itself in this attempt and the ones before, which a preempted or extended
+        # run's history leaves incomplete (and it never removes the one resumed from).
+        if not STEP_FILE.match(Path(filepath).name):
+            super()._remove_checkpoint(trainer, filepath)
+
+    def _drop_strays(self, trainer: L.Trainer, step: int) -> None:
+        """Remove the step checkpoints older than ``step`` (just saved) that an uninterrupted run of
+        these settings would not keep now: beyond the newest ``save_top_k`` of the steps it saves, or
+        never saved by it (a preempted attempt's step, aiayn.training.preemption; a step of an
+        earlier attempt with another ``optim.train_steps``, whose window or last step was elsewhere).
+        They go once ``step`` is on disk and ``last.ckpt`` names it (through the run's checkpoint
+        writer, in order with its saves), the one resumed from included; newer ones (a resume past
+        a damaged one) are left. In the window, a stray left there would be one of the newest
+        ``average_last`` that §6.1's average takes."""
+        if self.dirpath is None:
             return
+        keep = kept_before(step, self.save_top_k, self._every_n_train_steps, self._window)
         for path in Path(self.dirpath).glob("step*.ckpt"):
             match = STEP_FILE.match(path.name)
-            step = int(match.group(1)) if match else None
-            if step is not None and window.start <= step < trainer.global_step and step not in window:
+            saved = int(match.group(1)) if match else None
+            if saved is not None and saved < step and saved not in keep:
                 trainer.strategy.remove_checkpoint(path)  # rank zero's; its digest with it
