@@ -15,7 +15,7 @@ was saved, and how to go on: a run that resumed a checkpoint continues from it w
 command; a fresh run is run again (its folder, which holds nothing of use, is removed as a run
 refused before training is: aiayn.cli.train). The tools end with one line and
 :data:`aiayn.training.preemption.EXIT_STATUS` (75). From the moment the preemption callback
-installs its handlers (:func:`training_takes_over`) this handler only gives each signal to the
+installs its handlers (:data:`~aiayn.training.preemption.TAKEN_OVER`) this handler only gives each signal to the
 handler it replaced.
 
 ``ddp``'s first process passes the signal on to the ranks it launched, which stop in the same way;
@@ -36,9 +36,7 @@ import lightning as L
 from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
 
 from aiayn.training.lightning_signals import put_back
-from aiayn.training.preemption import Preempted, signal_numbers
-
-_setting_up = False  # inside stops_while_setting_up, until the preemption callback's handlers take over
+from aiayn.training.preemption import TAKEN_OVER, Preempted, signal_numbers
 
 
 class StoppedSettingUp(BaseException):
@@ -62,18 +60,11 @@ def stop_message(signum: int, resumed: bool) -> str:
             f"first step; nothing of this attempt was saved; {go_on}")
 
 
-def training_takes_over() -> None:
-    """The preemption callback has installed its handlers: a signal is now training's to handle."""
-    global _setting_up
-    _setting_up = False
-
-
 @contextlib.contextmanager
 def stops_while_setting_up(config: dict, trainer: L.Trainer, resumed: bool) -> Iterator[None]:
     """Around ``trainer.fit`` of the run of ``config`` (``resumed``: from a checkpoint): with the
     preemption callback on, one of its signals or SIGINT before its handlers take over raises
     :class:`StoppedBeforeTraining` (see the module's docstring)."""
-    global _setting_up
     preemption = config["callbacks"].get("preemption") or {}
     if not preemption.get("enabled", False) or threading.current_thread() is not threading.main_thread() or \
             isinstance(trainer.strategy.launcher, _MultiProcessingLauncher):
@@ -87,7 +78,7 @@ def stops_while_setting_up(config: dict, trainer: L.Trainer, resumed: bool) -> I
     def on_signal(signum: int, frame: Any) -> None:
         if os.getpid() != owner:
             return  # a forked child that inherited this handler (a data loader worker): its rank handles it
-        if not _setting_up:  # training's handlers took over, then put this one back: as before
+        if TAKEN_OVER.is_set():  # training's handlers took over, then put this one back: as before
             put_back({signum: before[signum]})
             signal.raise_signal(signum)
             return
@@ -101,12 +92,11 @@ def stops_while_setting_up(config: dict, trainer: L.Trainer, resumed: bool) -> I
 
     for number in numbers:
         signal.signal(number, on_signal)
-    _setting_up = True
+    TAKEN_OVER.clear()
     try:
         yield
     except StoppedSettingUp as stopped:
         raise StoppedBeforeTraining(stop_message(stopped.signum, resumed)) from None
     finally:
-        _setting_up = False
         put_back({number: handler for number, handler in before.items()
                   if signal.getsignal(number) is on_signal or (fired and signal.getsignal(number) == signal.SIG_IGN)})

@@ -143,9 +143,7 @@ class PreemptionCallback(Checkpoint):
         for signum in self.signals:
             self._previous[signum] = signal.getsignal(signum)
             signal.signal(signum, self._on_signal)
-        from aiayn.training.before_training import training_takes_over  # (it imports this module)
-
-        training_takes_over()  # a signal while the run set up stopped it at once; from here on, at a step boundary
+        TAKEN_OVER.set()  # a signal while the run set up stopped it at once; from here on, at a step boundary
 
     def _restore(self) -> None:
         put_back(self._previous)
@@ -292,6 +290,8 @@ def signal_numbers(names: list[str] | tuple[str, ...]) -> list[int]:
 
 
 # -- the launching process of ddp_spawn -----------------------------------------------------------
+# Set once the callback's handlers are installed (aiayn.training.before_training clears it as a run sets up).
+TAKEN_OVER = threading.Event()
 _before_forwarding: dict[int, Any] = {}  # signal → the handler this process had before
 _forwarding_pid: int | None = None  # the process that installed the forwarding
 _passed_on: int | None = None  # the first signal passed on to the ranks (or held), since the last hold_signals
