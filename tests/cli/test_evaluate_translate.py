@@ -111,3 +111,25 @@ def test_evaluate_decodes_in_bf16_on_the_cpu_into_a_report_of_its_own(tiny_run: 
     assert len(outputs["bf16"]) == 461 and all(outputs["bf16"]), "every sentence translated, none empty"
     same = sum(a == b for a, b in zip(outputs["fp32"], outputs["bf16"]))
     assert same >= 0.5 * 461, f"{same} of 461 outputs as fp32's"
+
+
+def test_translate_averages_the_last_checkpoints_as_average_py_does(tiny_run: TrainedRun, data_root: Path,
+                                                                   tmp_path: Path) -> None:
+    """average_last=k, as evaluate.py and export.py take it: the translations of the average made
+    as the checkpoint loads are those of average.py's file; with an ensemble it is refused."""
+    cache, source = tiny_run.cache_dir, tmp_path / "in.en"
+    source.write_text("A man is riding a bike.\nTwo dogs play in the snow.\n\nA woman sings.\n", encoding="utf-8")
+    settings = ["decoding.beam_size=2", "decoding.max_len_offset=5", "device=cpu", f"input={source}"]
+    averaged = tmp_path / "averaged.ckpt"
+    run_tool("src/average.py", f"ckpt={tiny_run.last}", "average_last=2", f"out={averaged}", data_root=data_root,
+             cache_dir=cache)
+    made = [run_tool("src/translate.py", *ckpt, *settings, f"out={tmp_path / name}", data_root=data_root,
+                     cache_dir=cache) and (tmp_path / name).read_text(encoding="utf-8")
+            for name, ckpt in (("loaded.de", [f"ckpt={tiny_run.last}", "average_last=2"]),
+                               ("file.de", [f"ckpt={averaged}"]))]
+    assert made[0] == made[1] and made[0].count("\n") == 4
+    refused = run_tool("src/translate.py", f"ckpt={tiny_run.last},{tiny_run.last}", "average_last=2", *settings,
+                       data_root=data_root, cache_dir=cache, check=False)
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        "translate.py: average_last=2 averages one checkpoint with those before it; give one checkpoint "
+        "(engine=aiayn), or average first (src/average.py)")

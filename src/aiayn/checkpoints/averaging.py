@@ -116,6 +116,23 @@ def last_checkpoints(directory: str | os.PathLike, k: int, ending_at: str | os.P
     return [path for _, path in found[-k:]]
 
 
+def window_ending_at(ckpt: Path, k: int) -> list[Path]:
+    """§6.1's checkpoints to average for ``average_last=k``: ``ckpt`` and the k - 1 before it by
+    step (:func:`last_checkpoints`; DataError when there are fewer), or ``ckpt`` alone."""
+    return last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [Path(ckpt)]
+
+
+def average_into(trained: Any, window: list[Path]) -> list[int]:
+    """Put the average of ``window`` (:func:`window_ending_at`) into ``trained`` (a loaded
+    :class:`~aiayn.checkpoints.trained.TrainedModel` of its last) and return the steps averaged;
+    a window of one leaves the model as loaded."""
+    if len(window) == 1:
+        return [trained.step]
+    average = average_checkpoints(window)
+    trained.load_weights(average["state_dict"])
+    return list(average["averaged_steps"])
+
+
 # What tells a run apart in its checkpoints: its settings (seed, task, network, recipe), its
 # subword model, its logger runs (W&B, MLflow; wandb_run_id in checkpoints written before).
 _RUN_KEYS = ("hyper_parameters", "subwords", "logger_runs", "wandb_run_id")

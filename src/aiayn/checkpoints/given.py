@@ -54,6 +54,17 @@ def one_checkpoint(ckpt: Any, what: str = "one checkpoint") -> str:
     return text
 
 
+def averaged_count(average_last: int | None) -> int:
+    """How many checkpoints ``average_last`` averages (§6.1; evaluate, translate, export): k, or 1
+    (the checkpoint alone) for null; a ConfigError below 1, before anything is loaded."""
+    if average_last is None:
+        return 1
+    if average_last < 1:  # a whole number: the tools' schemas (aiayn.config.tools) see to that
+        raise ConfigError(f"average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint "
+                          f"alone), got {average_last!r}")
+    return average_last
+
+
 def _check_given(ckpt: Any) -> None:
     """``ckpt=null`` or ``ckpt=`` (before: "None: checkpoint not found", or the working folder taken
     for a run's): refused, naming what to give."""

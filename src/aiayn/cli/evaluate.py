@@ -26,7 +26,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from aiayn.checkpoints.given import checkpoint_list
+from aiayn.checkpoints.given import averaged_count, checkpoint_list
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import is_composition_error, reports_composition_errors, reports_errors
@@ -52,7 +52,7 @@ def main(cfg: DictConfig) -> dict[str, float]:
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     ensemble = checkpoint_list(cfg.ckpt)  # one checkpoint, or several decoding together
     ckpt = Path(ensemble[0])
-    k = _averaged_count(cfg.average_last)
+    k = averaged_count(cfg.average_last)
     if len(ensemble) > 1 and k > 1:
         raise ConfigError(f"average_last={k} averages one checkpoint with those before it; give one checkpoint, "
                           f"or average each first (src/average.py) and give the averages as ckpt=a.ckpt,b.ckpt")
@@ -75,12 +75,12 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         check_store(str(cfg.mlflow), "mlflow")
     # torch, Lightning (the task's data module) and W&B: imported once every setting is checked, so
     # that --help and a refusal take a second, not five
-    from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
+    from aiayn.checkpoints.averaging import average_into, window_ending_at
     from aiayn.checkpoints.trained import load_ensemble
     from aiayn.decoding.speed import for_decoding
     from aiayn.decoding.translator import Translator, nbest_lines, perplexity
 
-    averaged = last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [ckpt]  # DataError: too few
+    averaged = window_ending_at(ckpt, k)  # DataError: too few, before anything is loaded
     trained = load_ensemble(cfg.ckpt, cfg.device)
     device = str(next(trained.model.parameters()).device)
     task = _task(cfg, trained.config, ckpt)
@@ -95,11 +95,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     needed = datamodule.preparation_needed() if trained_task.get("name", task["name"]) != task["name"] else None
     if needed is not None:  # a task the checkpoint was not trained on: its data is not prepared for it
         raise ConfigError(f"task={task['name']}: {ckpt} was trained on task {trained_task['name']}, and {needed}")
-    steps = [trained.step]
-    if k > 1:  # §6.1: the weights averaged over the k checkpoints ending at the one given
-        average = average_checkpoints(averaged)
-        trained.load_weights(average["state_dict"])
-        steps = average["averaged_steps"]
+    steps = average_into(trained, averaged)  # §6.1: the weights averaged over the k checkpoints ending at ckpt
     sources, targets, references = datamodule.evaluation_data(split)  # references: what its scorer compares with
     scorer = datamodule.scorer()  # the Scorer validation uses; one it cannot build is refused before decoding
     decoding = Decoding.of(trained.decoding, wanted, switches=switches, members=trained.members,
@@ -176,16 +172,6 @@ def default_out(ckpt: Path) -> Path:
     from aiayn.checkpoints.io import run_dir_of  # torch: not for --help
 
     return run_dir_of(ckpt.resolve()) / "eval"
-
-
-def _averaged_count(average_last) -> int:
-    """How many checkpoints to average: ``average_last``, or 1 (the checkpoint alone) for null."""
-    if average_last is None:
-        return 1
-    if average_last < 1:  # a whole number: the schema (aiayn.config.tools) has seen to it
-        raise ConfigError(f"average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint "
-                          f"alone), got {average_last!r}")
-    return average_last
 
 
 def _check_checkpoint_file(ckpt: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from aiayn.checkpoints.given import one_checkpoint
+from aiayn.checkpoints.given import averaged_count, one_checkpoint
 from aiayn.cli import CONFIG_DIR, tool_command
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
@@ -41,10 +41,7 @@ def main(cfg: DictConfig) -> None:
     if cfg.quantization is not None and cfg.format != "ctranslate2":
         raise ConfigError(f"quantization={cfg.quantization} is for format=ctranslate2 only; leave it out for "
                           f"format={cfg.format}")
-    k = cfg.average_last if cfg.average_last is not None else 1
-    if k < 1:
-        raise ConfigError(f"average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint "
-                          f"alone), got {cfg.average_last!r}")
+    k = averaged_count(cfg.average_last)
     wanted = asked(cfg.decoding)  # checked before anything is loaded
     ckpt = Path(one_checkpoint(cfg.ckpt))
     if ckpt.is_dir():
@@ -52,7 +49,7 @@ def main(cfg: DictConfig) -> None:
 
         raise ConfigError(f"ckpt={folder_given(ckpt)}")
 
-    from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints
+    from aiayn.checkpoints.averaging import average_into, window_ending_at
     from aiayn.checkpoints.trained import load_trained
     from aiayn.decoding.packages import require
     from aiayn.export.marian import check_expressible
@@ -62,17 +59,13 @@ def main(cfg: DictConfig) -> None:
     require("transformers").utils.logging.disable_progress_bar()
     if cfg.format == "ctranslate2":
         require("ctranslate2")
-    averaged = last_checkpoints(ckpt.parent, k, ending_at=ckpt) if k > 1 else [ckpt]  # DataError: too few
+    averaged = window_ending_at(ckpt, k)  # DataError: too few, before anything is loaded
     trained = load_trained(ckpt, "cpu")
     # What the export records and serves with, as its engine serves it.
     decoding = Decoding.of(trained.decoding, wanted, engine=f"{'hf' if cfg.format == 'hf' else 'ctranslate2'} export",
                            where="the checkpoint's decoding.")
     check_expressible(trained.model, str(ckpt))  # ConfigError naming the setting Marian cannot hold
-    steps = [trained.step]
-    if k > 1:  # §6.1: the weights averaged over the k checkpoints ending at the one given
-        average = average_checkpoints(averaged)
-        trained.load_weights(average["state_dict"])
-        steps = list(average["averaged_steps"])
+    steps = average_into(trained, averaged)  # §6.1: the weights averaged over the k checkpoints ending at ckpt
     if cfg.format == "hf":
         from aiayn.export.huggingface import export_huggingface
 

@@ -6,7 +6,8 @@ empty line; a line longer than the model can read is truncated with a warning. W
 ``decoding.nbest=k`` (k > 1) each input gets its k best hypotheses (k samples with
 ``decoding.sampling=true``), one a line, best first, as ``<input index>\t<score>\t<log-prob>\t<text>``
 (aiayn.decoding.translator.nbest_lines; the index counts input lines from 0). ``ckpt=a.ckpt,b.ckpt``
-translates with the ensemble of the checkpoints (aiayn.model.Ensemble).
+translates with the ensemble of the checkpoints (aiayn.model.Ensemble); ``average_last=k`` with the
+average of the checkpoint and the k - 1 before it by step (§6.1), as evaluate.py and export.py.
 
 Input is read in chunks of at most ``buffer_size`` lines, each sorted by length and translated in
 batches of ``batch_size``. Translations are written as they finish, in input order (after each
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, TextIO
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from aiayn.checkpoints.given import averaged_count, checkpoint_list
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
@@ -101,11 +103,16 @@ def _translator(cfg: DictConfig, wanted: Asked, switches: dict) -> Translator:
         from aiayn.decoding.ctranslate2 import CTranslate2Translator
 
         return CTranslate2Translator(cfg.model_dir, wanted, batch_size=cfg.batch_size, device=cfg.device)
+    from aiayn.checkpoints.averaging import average_into, window_ending_at
     from aiayn.checkpoints.trained import load_ensemble
     from aiayn.decoding.speed import for_decoding
     from aiayn.decoding.translator import Translator
 
+    k = averaged_count(cfg.average_last)  # one checkpoint when k > 1 (_check_settings)
+    window = window_ending_at(Path(checkpoint_list(cfg.ckpt)[0]), k) if k > 1 else None  # DataError: too few
     trained = load_ensemble(cfg.ckpt, cfg.device)  # several checkpoints: their ensemble
+    if window is not None:  # §6.1: the weights of ckpt and the k - 1 before it
+        average_into(trained, window)
     decoding = Decoding.of(trained.decoding, wanted, switches=switches, members=trained.members,
                            where="the checkpoint's decoding.")
     model = for_decoding(trained.model, **decoding.switches)  # ConfigError: int8 off the CPU
@@ -156,6 +163,9 @@ def _check_settings(cfg: DictConfig) -> dict:
     elif cfg.model_dir is not None:
         raise ConfigError(f"model_dir={cfg.model_dir} is for engine=ctranslate2; add engine=ctranslate2, or give a "
                           "checkpoint as ckpt=<file.ckpt>")
+    if averaged_count(cfg.average_last) > 1 and (cfg.engine != "aiayn" or len(checkpoint_list(cfg.ckpt)) > 1):
+        raise ConfigError(f"average_last={cfg.average_last} averages one checkpoint with those before it; give one "
+                          "checkpoint (engine=aiayn), or average first (src/average.py)")
     if cfg.interactive not in ("auto", True, False):
         raise ConfigError(f"interactive must be auto, true or false, got {cfg.interactive!r}")
     if cfg.buffer_size < 1:
