@@ -280,7 +280,9 @@ def test_every_tool_refuses_a_setting_it_does_not_have_in_one_line(tool, tmp_pat
                                                         "number, got 0")),
     ("visualize", ["text= "], "text is empty: give the sentence to draw"),
     ("visualize", ["out={tmp}/file.txt"], "out={tmp}/file.txt is a file; give a folder for the pictures"),
-], ids=["average-last=0", "average-out-folder", "visualize-positions=0", "visualize-empty-text", "visualize-out-file"])
+    ("visualize", ["decoding.nbest=3"], "decoding.nbest=3: visualize draws the attention of one translation, the best"),
+], ids=["average-last=0", "average-out-folder", "visualize-positions=0", "visualize-empty-text", "visualize-out-file",
+        "visualize-nbest"])
 def test_average_and_visualize_settings_are_checked_before_any_work(tool, arguments, message, tiny_run, tmp_path):
     (tmp_path / "file.txt").write_text("not a folder\n")
     where = f"ckpt={tiny_run.run_dir if tool == 'average' else tiny_run.last}"

@@ -37,6 +37,9 @@ def main(cfg: DictConfig) -> None:
     if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ConfigError(f"out={cfg.out} is a file; give a folder for the pictures")
     wanted = asked(cfg.decoding)  # checked before anything is loaded
+    if (wanted.values.get("nbest") or 1) > 1:  # refused, not ignored: one picture is of one translation
+        raise ConfigError(f"decoding.nbest={wanted.values['nbest']}: visualize draws the attention of one translation, "
+                          "the best; leave decoding.nbest out")
     ckpt = Path(one_checkpoint(cfg.ckpt)).absolute()
     if not ckpt.is_file():  # before the slow imports (matplotlib)
         from aiayn.checkpoints.io import folder_given, not_found
