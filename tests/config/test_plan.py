@@ -124,6 +124,9 @@ def test_the_plan_says_whether_and_when_validation_runs() -> None:
     assert "  4 steps, warmup 2, validation never (trainer.limit_val_batches=0)" in describe(off, config).splitlines()
     assert make_plan(composed("debug=tiny", "trainer.val_check_interval=0.5"), LAPTOP)["validation"] == \
         "every 0.5 of an epoch"
+    timed = composed("debug=tiny", "trainer.max_time=00:01:00:00")  # the one setting that may end training sooner
+    lines = describe(plan := make_plan(timed, LAPTOP), {**OmegaConf.to_container(timed), "plan": plan}).splitlines()
+    assert "  4 steps (or trainer.max_time=00:01:00:00, whichever comes first), warmup 2, validation every 2 steps" in lines
 
 
 @pytest.mark.parametrize("override, message", [

@@ -36,7 +36,7 @@ from aiayn.config.checkpointing import describe as describe_checkpoints
 from aiayn.config.hardware import AUTO, Machine, Placement, gpu_node_asked_for, gpus_per_node, place, this_machine
 from aiayn.config.memory import GIB, MemoryEstimate, parameters, tokens_that_fit, training_memory, usable
 from aiayn.config.schemas import network_arguments
-from aiayn.config.trainer import check_length, validation
+from aiayn.config.trainer import check_length, stopped_sooner, validation
 from aiayn.errors import ConfigError
 
 PAPER_TOKENS_PER_STEP = 25_000  # §5.1: "approximately 25000 source tokens and 25000 target tokens"
@@ -215,7 +215,7 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
         (f"  step: {_count(processes, 'process')} × {batches} of {plan['tokens_per_batch']:,} tokens = "
          f"{plan['tokens_per_step']:,} tokens a side ({source}; the paper's: ~{PAPER_TOKENS_PER_STEP:,}, §5.1)"),
         f"  batch: {plan['batch_limit']}" if plan.get("batch_limit") else None,
-        f"  {optim['train_steps']:,} steps, warmup {optim['warmup_steps']:,}" + (
+        f"  {optim['train_steps']:,} steps{stopped_sooner(config['trainer'])}, warmup {optim['warmup_steps']:,}" + (
             f", validation {plan['validation']}" if plan.get("validation") else ""),
         describe_checkpoints(config["checkpoint"], optim["train_steps"]) if config.get("checkpoint") else None,
         _describe_model(config, model),

@@ -79,6 +79,13 @@ def check_length(trainer: Mapping[str, Any], train_steps: Any) -> None:
                           f"trainer.max_epochs at -1 and give optim.train_steps")
 
 
+def stopped_sooner(trainer: Mapping[str, Any]) -> str:
+    """What may end training before ``optim.train_steps``, as the plan says it: ``trainer.max_time``
+    (a wall-time limit, the one such setting a run takes), or nothing."""
+    limit = trainer.get("max_time")
+    return f" (or trainer.max_time={limit}, whichever comes first)" if limit else ""
+
+
 def validation(trainer: Mapping[str, Any], every_steps: int | None) -> str:
     """When a run of these ``trainer.*`` settings validates, as the plan says it: ``every_steps``
     (trainer.val_check_interval in optimizer steps), a fraction of an epoch, or never
