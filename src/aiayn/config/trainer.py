@@ -81,7 +81,7 @@ def check_length(trainer: Mapping[str, Any], train_steps: Any) -> None:
 
 def stopped_sooner(trainer: Mapping[str, Any]) -> str:
     """What may end training before ``optim.train_steps``, as the plan says it: ``trainer.max_time``
-    (a wall-time limit, the one such setting a run takes), or nothing."""
+    (a wall-time limit), or nothing; Lightning's debugging flags (fast_dev_run) are not named."""
     limit = trainer.get("max_time")
     return f" (or trainer.max_time={limit}, whichever comes first)" if limit else ""
 
