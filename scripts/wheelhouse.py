@@ -116,7 +116,7 @@ def resolve(requirements: list[str], python: str, platform: str, have: dict[str,
     if result.returncode != 0:
         beside = " beside the node's packages" if have else ""
         refuse(f"no set of versions fits Python {python} on {platform}{beside}; "
-                         f"uv says:\n{result.stderr.strip()}")
+               f"uv says:\n{result.stderr.strip()}")
     return pinned(result.stdout)
 
 
@@ -138,11 +138,11 @@ def download(packages: dict[str, str], python: str, platform: str, out: Path) ->
             wheels = list(Path(built).glob("*.whl"))
             if made.returncode != 0 or not wheels:
                 refuse(f"{pin} has no wheel for Python {python} on {platform} and did not "
-                                 f"build here:\n{(got.stderr + made.stderr).strip()}")
+                       f"build here:\n{(got.stderr + made.stderr).strip()}")
             tag = next(iter(parse_wheel_filename(wheels[0].name)[3]))
             if tag.platform != "any":
                 refuse(f"{pin} has no wheel for Python {python} on {platform}; "
-                                 f"built here it is {wheels[0].name}, for this machine only")
+                       f"built here it is {wheels[0].name}, for this machine only")
             shutil.copy2(wheels[0], out / wheels[0].name)
 
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.have is not None and not args.have.is_file():
         refuse(f"--have={args.have}: no such file; on the node: "
-                         "python -m pip list --format=freeze > node-packages.txt")
+               "python -m pip list --format=freeze > node-packages.txt")
     have = node_packages(args.have.read_text()) if args.have is not None else {}
     extras = [extra.strip() for extra in args.extras.split(",") if extra.strip()]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -167,13 +167,13 @@ def main(argv: list[str] | None = None) -> None:
         resolved = resolve([f"aiayn{extras_spec} @ {REPO.as_uri()}"], args.python, args.platform, have, Path(work))
         # pip's build environment sees no installed package: what builds aiayn is always in the folder.
         build = resolve(list(BUILD_REQUIREMENTS), args.python, args.platform, {}, Path(work))
-    fetch = to_fetch(resolved, have) | build
+    lacking = to_fetch(resolved, have)
+    fetch = lacking | build
     download(fetch, args.python, args.platform, args.out)
     lines = requirement_lines(resolved, have)
     (args.out / "requirements.txt").write_text("".join(lines))
-    lacking = len(to_fetch(resolved, have))
     print(f"wheelhouse: {len(fetch)} wheels for Python {args.python} on {args.platform} in {args.out} "
-          f"(the node lacks {lacking} of the {len(lines)} packages aiayn needs); on the node: python -m pip install "
+          f"(the node lacks {len(lacking)} of the {len(lines)} packages aiayn needs); on the node: python -m pip install "
           f"--no-index --find-links {args.out.name} -r {args.out.name}/requirements.txt -e . && python -m pip check")
 
 

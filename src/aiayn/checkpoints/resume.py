@@ -52,11 +52,16 @@ class Resume:
         return self.logger_runs.get("wandb")
 
 
+def resumes_nothing(spec: str | None) -> bool:
+    """Whether ``resume=`` asks for a fresh run: null, none, false or empty."""
+    return spec is None or str(spec).strip().lower() in ("none", "null", "false", "")
+
+
 def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[str, Any],
                 multirun: bool) -> Resume | None:
     """The checkpoint ``spec`` asks for: None/"none" → a fresh run; "auto" → the newest readable
     checkpoint of this run (None when there is none yet); else a checkpoint file or run dir."""
-    if spec is None or str(spec).lower() in ("none", "null", "false", ""):
+    if resumes_nothing(spec):
         return None
     output_dir = Path(output_dir)
     if str(spec) == "auto":

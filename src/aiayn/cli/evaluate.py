@@ -242,8 +242,10 @@ def _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding, summary)
     # Tagged `modified` as its training run is (a paper row's run changed from its row), so that the
     # tables' W&B reports leave both out alike. A row this checkout no longer composes (the run is
     # older) is said in a warning; the evaluation is logged untagged.
+    from aiayn.checkpoints.io import run_dir_of
+
     try:
-        modified = run_folder_changes(trained.config, default_out(ckpt).parent)
+        modified = run_folder_changes(trained.config, run_dir_of(ckpt.resolve()))
     except Exception as error:
         if not is_composition_error(error):
             raise

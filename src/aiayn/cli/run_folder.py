@@ -124,7 +124,9 @@ def refuse_another_runs(run_dir: str | os.PathLike, resume: str | None) -> None:
     """UserError when a run that resumes nothing (``resume`` unset: null, none, false) would
     start in ``run_dir`` while it holds another run's checkpoints (``checkpoints/*.ckpt``), in the
     job's first process; the others share the folder their first process was let into."""
-    if str(resume).strip().lower() not in ("none", "null", "false", "") or not first_process():
+    from aiayn.checkpoints.resume import resumes_nothing  # torch: only once a run is under way
+
+    if not resumes_nothing(resume) or not first_process():
         return
     folder = Path(run_dir).absolute()
     found = sorted(path.name for path in (folder / "checkpoints").glob("*.ckpt"))
