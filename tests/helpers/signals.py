@@ -1,6 +1,7 @@
-"""A training run that signals itself at a chosen step: the callback a test adds to src/train.py's
-command line (``signal_at(step, name)``), so that a stop lands on that step and not on whichever
-step a signal from outside happens to reach. The command needs the checkout on PYTHONPATH."""
+"""A training run that signals itself at a chosen moment: the callback or data module a test adds to
+src/train.py's command line (``signal_at(step, name)``, ``signal_while_setting_up(name)``,
+``signal_while_checking_files(name)``), so that a stop lands there and not wherever a signal from
+outside happens to reach. The command needs the checkout on PYTHONPATH."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import signal
 
 import lightning as L
+
+from aiayn.data.multi30k import Multi30kDataModule
 
 
 class SignalAt(L.Callback):
@@ -48,3 +51,23 @@ def signal_while_setting_up(name: str) -> list[str]:
     """The overrides that add :class:`SignalWhileSettingUp` to a run's callbacks."""
     return ["+callbacks.signal_setting_up._target_=tests.helpers.signals.SignalWhileSettingUp",
             f"+callbacks.signal_setting_up.name={name}"]
+
+
+class SignalWhileCheckingFiles(Multi30kDataModule):
+    """Multi30k's data module that sends the signal ``signal_name`` to its own process as the run
+    checks its data files: before ``fit``, as the model, the loggers and the trainer are still to
+    be built."""
+
+    def __init__(self, *args, signal_name: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.signum = signal.Signals[signal_name]
+
+    def check_files(self, *args, **kwargs) -> None:
+        os.kill(os.getpid(), self.signum)
+        super().check_files(*args, **kwargs)
+
+
+def signal_while_checking_files(name: str) -> list[str]:
+    """The overrides that make a Multi30k run's data module :class:`SignalWhileCheckingFiles`."""
+    return ["task.datamodule._target_=tests.helpers.signals.SignalWhileCheckingFiles",
+            f"+task.datamodule.signal_name={name}"]

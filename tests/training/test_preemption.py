@@ -26,6 +26,7 @@ from aiayn.errors import ConfigError
 from aiayn.training.preemption import EXIT_STATUS, PreemptionCallback, signal_numbers
 from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES, children, popen, run_command
 from tests.helpers.signals import signal_at
+from tests.helpers.slurm import SLURM, fake_scontrol
 from tests.helpers.wandb_offline import read_run
 
 # As tests/checkpoints/test_resume.py: 12 batches an epoch, a checkpoint every 5 steps, 30 steps.
@@ -175,32 +176,11 @@ def test_a_sigterm_during_the_sanity_check_stops_training_after_its_first_step(t
     assert step == 1 and _saved_step(checkpoint) == 1
 
 
-FAKE_SCONTROL = """#!/bin/sh
-echo "$@" >> "{log}"
-exit {status}
-"""
-
-
-def _fake_scontrol(folder: Path, status: int = 0, said: str = "") -> Path:
-    """A ``scontrol`` first on PATH that records its arguments (and fails with ``status``)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    log = folder / "calls"
-    script = folder / "scontrol"
-    script.write_text(FAKE_SCONTROL.format(log=log, status=status).replace("exit", f"echo '{said}' >&2\nexit")
-                      if said else FAKE_SCONTROL.format(log=log, status=status))
-    script.chmod(0o755)
-    return log
-
-
-SLURM = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "train", "SLURM_PROCID": "0",
-         "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "127.0.0.1"}
-
-
 @pytest.mark.cli
 def test_sigusr1_under_slurm_saves_and_requeues_the_job(tmp_path: Path, environment) -> None:
     """As SLURM does, the signal goes to every process of the job, data loader workers included:
     they leave it to their rank."""
-    calls = _fake_scontrol(tmp_path / "bin")
+    calls = fake_scontrol(tmp_path / "bin")
     env = {**environment, **SLURM, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{environment['PATH']}"}
     run_dir = tmp_path / "run"
     command = _command(run_dir, "logger=none", "optim.train_steps=1000", "task.datamodule.num_workers=2", "resume=auto")
@@ -255,7 +235,7 @@ def test_requeue_needs_a_command_that_continues_the_run_and_reports_a_failure(tm
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "4240")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
-    calls = _fake_scontrol(tmp_path / "bin")
+    calls = fake_scontrol(tmp_path / "bin")
     callback = PreemptionCallback(str(tmp_path), [signal.SIGTERM], requeue=True, resume=None)
     assert callback._go_on() == ("SLURM job 4240_2 not requeued: its command has resume=None, so it would start "
                                  "afresh; continue with the same command and resume=auto")
@@ -264,7 +244,7 @@ def test_requeue_needs_a_command_that_continues_the_run_and_reports_a_failure(tm
     assert callback._go_on() == f"SLURM job 4240_2 requeued: it continues from this checkpoint (resume={tmp_path})"
     assert calls.read_text().splitlines() == ["requeue 4240_2"]
 
-    _fake_scontrol(tmp_path / "bin", status=1, said="slurm_requeue error: Access/permission denied")
+    fake_scontrol(tmp_path / "bin", status=1, said="slurm_requeue error: Access/permission denied")
     callback.resume = "auto"
     assert callback._go_on() == ("requeueing SLURM job 4240_2 failed (scontrol exit status 1: slurm_requeue error: "
                                  "Access/permission denied); continue with the same command and resume=auto")

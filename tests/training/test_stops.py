@@ -19,7 +19,8 @@ import torch
 
 from aiayn.training.preemption import EXIT_STATUS
 from tests.helpers.runs import IN_THE_FOREGROUND, REPO, TINY, TWO_CORES, children, popen, run_command
-from tests.helpers.signals import signal_while_setting_up
+from tests.helpers.signals import signal_while_checking_files, signal_while_setting_up
+from tests.helpers.slurm import SLURM, fake_scontrol
 
 RUN = [*TINY, "logger=csv", "trainer.enable_progress_bar=false", "visualize_at_end=false", "run_name=stops"]
 
@@ -107,6 +108,27 @@ def test_a_signal_while_the_run_sets_up_stops_it_in_one_line_and_nothing_is_resu
         "this attempt was saved; continue with the same command (it resumes the same checkpoint)")
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == saved
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+
+
+@pytest.mark.cli
+def test_a_signal_before_fit_stops_the_run_in_one_line_and_slurm_requeues_it(tmp_path: Path, env) -> None:
+    """A signal as the run checks its data files (for WMT, maybe a download), before the model and
+    the trainer exist: one line, exit 75, no folder (before: SIGTERM ended it with 143 and no word).
+    Under SLURM a preemption signal requeues the job, whose command then runs again; Ctrl-C does not."""
+    calls = fake_scontrol(tmp_path / "bin")
+    environment = {**env, **SLURM, "PYTHONPATH": str(REPO), "PATH": f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"}
+    for name, go_on in (("SIGTERM", "SLURM job 4242 requeued: it runs the same command again"),
+                        ("SIGINT", "run the same command again")):
+        run = tmp_path / name
+        result = run_command([sys.executable, "src/train.py", *RUN, f"hydra.run.dir={run}",
+                              *signal_while_checking_files(name)], env=environment, check=False)
+        assert result.returncode == EXIT_STATUS, result.stderr[-3000:]
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"train.py: stopped by {name} while the run set up (its data, its model), before its first step; "
+            f"nothing of this attempt was saved; {go_on}")
+        assert "Traceback" not in result.stderr
+        assert not run.exists(), "a run stopped before its first step leaves no folder"
+    assert calls.read_text().splitlines() == ["requeue 4242"], "requeued for SIGTERM alone"
 
 
 @pytest.mark.cli

@@ -46,7 +46,7 @@ from aiayn.errors import ConfigError, UserError
 from aiayn.reporting.loggers import close_runs, describe_runs, quiet_lightning, record_summary
 from aiayn.reporting.summary import read_summary, write_summary
 from aiayn.training.after_training import Stopped, StopsAfterTraining
-from aiayn.training.before_training import StoppedBeforeTraining, stops_while_setting_up
+from aiayn.training.before_training import SettingUp, StoppedSettingUp, stops_while_setting_up
 from aiayn.training.callbacks import build_callbacks, run_settings
 from aiayn.training.config_check import check_train_config
 from aiayn.training.distributed import strategy_with_timeout
@@ -108,9 +108,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """The run of the composed ``cfg``: resolved and checked once (:func:`_before_training`), and
     from there on its one resolved config alone."""
     run_dir = Path(cfg.paths.output_dir)
-    with contextlib.ExitStack() as held:
+    # A signal before the first step: one line (StoppedSettingUp becomes StoppedBeforeTraining as it leaves).
+    with stops_while_setting_up(cfg) as setting_up, contextlib.ExitStack() as held:
         try:
             config, resume, datamodule = _before_training(cfg)
+            setting_up.resumed = resume is not None
             output_dir = config["paths"]["output_dir"]  # the resumed run's, when one is resumed
             # The folder the checkpoints go to (the resumed run's): this run's alone while it lives.
             held.enter_context(run_folder.hold(output_dir))
@@ -120,13 +122,14 @@ def train(cfg: DictConfig) -> dict[str, float]:
                 initial_weights(module.model, config["init_from"])
             loggers = _loggers(config, resume)  # nothing written until their first use, below
             trainer = _trainer(config, loggers)
-        except UserError:
+            setting_up.attach(trainer)
+        except (UserError, StoppedSettingUp):
             _remove_unstarted_run(run_dir)  # a run that never started leaves no folder behind
             raise
         before = set(run_dir.iterdir())
         try:
-            return _fit_and_test(config, resume, datamodule, module, loggers, trainer)
-        except (UserError, StoppedBeforeTraining):
+            return _fit_and_test(config, resume, datamodule, module, loggers, trainer, setting_up)
+        except (UserError, StoppedSettingUp):
             # Refused (or stopped by a signal) as the data was loaded (an evaluation example longer than a batch may be),
             # before the first step of a run that resumed nothing: what this attempt's loggers
             # made goes too.
@@ -136,7 +139,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             raise
 
 
-def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer) -> dict[str, float]:
+def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer, setting_up: SettingUp) -> dict[str, float]:
     if rank_zero_only.rank == 0:
         log.info("%s", describe(config["plan"], config, model=_choice("model")))
     for each in loggers:
@@ -146,9 +149,9 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer) ->
             log.info(line)
     stops = next((each for each in trainer.callbacks if isinstance(each, StopsAfterTraining)), None)
     try:
-        with stops.around_the_training(trainer) if stops else contextlib.nullcontext(), \
-                stops_while_setting_up(config, trainer, resumed=resume is not None):
+        with stops.around_the_training(trainer) if stops else contextlib.nullcontext():
             trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
+        setting_up.open = False  # (a fit with no step to take never hands over to training's handlers)
         results = {}
         if config.get("test_after_training", True):
             with stops.around_the_test(trainer) if stops else contextlib.nullcontext():

@@ -22,9 +22,8 @@ How it lives with what else handles these signals:
   for a rank that is elsewhere), and makes the loops raise ``SIGTERMException``, a ``SystemExit``
   with status 0, without a checkpoint. So this callback has Lightning register none (``setup``):
   from the sanity check (else ``on_train_start``) to the end of training this callback's handler
-  acts; after it, aiayn.training.after_training's (the test); before it, inside ``fit`` (setting up:
-  the data, the model), aiayn.training.before_training's (one line, at once); before ``fit`` the
-  handler the process had before, else the signal's default action (see the forwarding below). Lightning's
+  acts; after it, aiayn.training.after_training's (the test); before it, from the start of the run
+  (its checks, its data, its model), aiayn.training.before_training's (one line, at once). Lightning's
   SLURM auto-requeue (its SIGUSR1 handler, which saves ``hpc_ckpt_<n>.ckpt`` from inside the
   handler, where ``resume=auto`` never looks) is switched off in favour of this.
 * DDP: the signal may reach only some ranks (a ``kill`` of one process); SLURM signals every task.
