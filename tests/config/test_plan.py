@@ -127,6 +127,12 @@ def test_the_plan_says_whether_and_when_validation_runs() -> None:
     timed = composed("debug=tiny", "trainer.max_time=00:01:00:00")  # the one setting that may end training sooner
     lines = describe(plan := make_plan(timed, LAPTOP), {**OmegaConf.to_container(timed), "plan": plan}).splitlines()
     assert "  4 steps (or trainer.max_time=00:01:00:00, whichever comes first), warmup 2, validation every 2 steps" in lines
+    smoke = composed("debug=tiny", "trainer.fast_dev_run=true")  # Lightning's: it trains 1 step, whatever the plan
+    lines = describe(plan := make_plan(smoke, LAPTOP), {**OmegaConf.to_container(smoke), "plan": plan}).splitlines()
+    assert ("  4 steps (trainer.fast_dev_run=True: Lightning's smoke test instead, 1 step and as many batches of "
+            "validation and test, no checkpoint, no logger), warmup 2, validation every 2 steps") in lines
+    # A lower bound the run meets is let be.
+    assert make_plan(composed("debug=tiny", "trainer.min_steps=3"), LAPTOP)["validation"] == "every 2 steps"
 
 
 @pytest.mark.parametrize("override, message", [
@@ -137,6 +143,13 @@ def test_the_plan_says_whether_and_when_validation_runs() -> None:
                               "optim.train_steps steps, however many epochs they take: leave trainer.max_epochs at -1 "
                               "and give optim.train_steps")),
     ("trainer.max_epochs=3", "trainer.max_epochs=3 could stop training before optim.train_steps=4 steps"),
+    # Lightning's lower bounds and per-epoch validation, which the plan's steps would not show.
+    ("trainer.min_steps=10", ("trainer.min_steps=10 is more than optim.train_steps=4, the run's steps, so it cannot "
+                              "be met; give optim.train_steps=10 to train that long")),
+    ("trainer.min_epochs=1", "trainer.min_epochs=1: a run's length is counted in steps (optim.train_steps)"),
+    ("trainer.check_val_every_n_epoch=2", ("trainer.check_val_every_n_epoch=2: a run validates every "
+                                           "trainer.val_check_interval optimizer steps, whatever the epoch; leave "
+                                           "trainer.check_val_every_n_epoch at null and set trainer.val_check_interval")),
 ])
 def test_a_trainer_setting_that_would_train_other_steps_than_the_plan_says_is_refused(override: str,
                                                                                        message: str) -> None:

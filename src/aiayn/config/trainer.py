@@ -67,7 +67,8 @@ class TrainerConfig:
 def check_length(trainer: Mapping[str, Any], train_steps: Any) -> None:
     """A run trains ``optim.train_steps`` steps: ``trainer.max_steps`` is derived from it
     (conf/train.yaml) and ``trainer.max_epochs`` stays -1 (no limit), so that no second setting
-    stops training at another step than the plan says. A ConfigError naming the one to give instead."""
+    stops training at another step than the plan says; no lower bound it cannot meet, and validation
+    by steps, not in every n-th epoch. A ConfigError naming the one to give instead."""
     steps, epochs = trainer.get("max_steps"), trainer.get("max_epochs")
     if train_steps is not None and steps is not None and steps != train_steps:
         wanted = f"optim.train_steps={steps}" if _whole(steps) and steps > 0 else "optim.train_steps"
@@ -77,11 +78,35 @@ def check_length(trainer: Mapping[str, Any], train_steps: Any) -> None:
         raise ConfigError(f"trainer.max_epochs={epochs} could stop training before optim.train_steps={train_steps} "
                           f"steps; a run trains optim.train_steps steps, however many epochs they take: leave "
                           f"trainer.max_epochs at -1 and give optim.train_steps")
+    # Lightning's lower bounds never make a run longer than max_steps: one above it is never met.
+    least = trainer.get("min_steps")
+    if least is not None and train_steps is not None and least > train_steps:
+        raise ConfigError(f"trainer.min_steps={least} is more than optim.train_steps={train_steps}, the run's steps, "
+                          f"so it cannot be met; give optim.train_steps={least} to train that long")
+    if trainer.get("min_epochs") is not None:
+        raise ConfigError(f"trainer.min_epochs={trainer['min_epochs']}: a run's length is counted in steps "
+                          f"(optim.train_steps), not epochs; leave trainer.min_epochs out (trainer.min_steps: the "
+                          f"steps before early stopping may end a run)")
+    # The plan validates every trainer.val_check_interval steps; Lightning would do it only in every n-th epoch.
+    if trainer.get("check_val_every_n_epoch") is not None:
+        raise ConfigError(f"trainer.check_val_every_n_epoch={trainer['check_val_every_n_epoch']}: a run validates "
+                          f"every trainer.val_check_interval optimizer steps, whatever the epoch; leave "
+                          f"trainer.check_val_every_n_epoch at null and set trainer.val_check_interval")
+
+
+def smoke_test(trainer: Mapping[str, Any]) -> int:
+    """The steps of Lightning's smoke test (``trainer.fast_dev_run``: true is 1), 0 for none."""
+    value = trainer.get("fast_dev_run")
+    return int(value) if isinstance(value, (bool, int)) and value else 0
 
 
 def stopped_sooner(trainer: Mapping[str, Any]) -> str:
-    """What may end training before ``optim.train_steps``, as the plan says it: ``trainer.max_time``
-    (a wall-time limit), or nothing; Lightning's debugging flags (fast_dev_run) are not named."""
+    """What may end training before ``optim.train_steps``, as the plan says it: Lightning's smoke
+    test (``trainer.fast_dev_run``), ``trainer.max_time`` (a wall-time limit), or nothing."""
+    steps = smoke_test(trainer)
+    if steps:
+        return (f" (trainer.fast_dev_run={trainer['fast_dev_run']}: Lightning's smoke test instead, {steps} "
+                f"step{'s' if steps > 1 else ''} and as many batches of validation and test, no checkpoint, no logger)")
     limit = trainer.get("max_time")
     return f" (or trainer.max_time={limit}, whichever comes first)" if limit else ""
 
