@@ -161,11 +161,15 @@ def test_a_trainer_setting_that_would_train_other_steps_than_the_plan_says_is_re
     assert cfg.trainer.max_steps == 3 and make_plan(cfg, LAPTOP)["validation"] == "every 2 steps"
 
 
-def test_cfg_job_refuses_a_second_address_of_the_steps_in_one_line(tmp_path: Path) -> None:
-    result = run_tool("src/train.py", "debug=tiny", "trainer.max_steps=3", "--cfg", "job", cwd=tmp_path, check=False)
-    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
-        ("train.py: trainer.max_steps=3 differs from optim.train_steps=4, the run's steps (trainer.max_steps follows "
-         "it); give optim.train_steps=3 instead")], result.stderr[-3000:]
+@pytest.mark.parametrize("override, line", [
+    ("trainer.max_steps=3", ("train.py: trainer.max_steps=3 differs from optim.train_steps=4, the run's steps "
+                             "(trainer.max_steps follows it); give optim.train_steps=3 instead")),
+    # What the run's own checks refuse, not the plan's (before: shown, exit 0).
+    ("model.d_model=33", "train.py: model: d_model must be even for the sinusoidal encoding, got 33"),
+])
+def test_cfg_job_refuses_what_the_run_would_in_one_line(override: str, line: str, tmp_path: Path) -> None:
+    result = run_tool("src/train.py", "debug=tiny", override, "--cfg", "job", cwd=tmp_path, check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [line], result.stderr[-3000:]
     assert "plan:" not in result.stdout
 
 

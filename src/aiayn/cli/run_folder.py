@@ -16,6 +16,7 @@
   checkpoints (:func:`refuse_another_runs`), there too, before anything is written: it would
   write its own over them and mix its log and summary with that run's. The job's other processes
   (ranks, later nodes) are let in: their first process has checked.
+* A run refused or stopped before its first step leaves no folder (:func:`remove_unstarted`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -179,3 +181,24 @@ def _holder(lock: Path) -> str:
 
 
 OmegaConf.register_new_resolver("aiayn.new_run_dir", new_run_dir, use_cache=True, replace=True)
+
+
+def remove_unstarted(run_dir: Path, made_since: set[Path] | None = None) -> None:
+    """Remove the folder Hydra made for a run that stopped before training (a bad setting): it
+    holds only Hydra's record of the config and the log. A folder with anything else — an earlier
+    attempt's checkpoints — is kept. ``made_since``: what the folder held before this attempt's
+    loggers started; what they added goes first."""
+    if made_since is not None and run_dir.is_dir():
+        for made in set(run_dir.iterdir()) - made_since:
+            if made.is_dir():
+                shutil.rmtree(made, ignore_errors=True)
+            else:
+                made.unlink(missing_ok=True)
+    kept = (".hydra", JOB_NOTE, LOCK)
+    if not run_dir.is_dir() or any(p.name not in kept and p.suffix != ".log" for p in run_dir.iterdir()):
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in run_dir.parents:  # outputs/<run name>/ when it held only this run
+        if parent == Path.cwd() or not parent.is_dir() or any(parent.iterdir()):
+            break
+        parent.rmdir()

@@ -40,7 +40,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
-from aiayn.config.plan import showing_only
+from aiayn.config.resolvers import showing_only
 from aiayn.files import atomic_write_text
 
 TABLE = "sweep.tsv"

@@ -8,9 +8,9 @@ the newest checkpoint of the run (see aiayn.checkpoints.resume).
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
-import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -23,7 +23,7 @@ from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import InterpolationResolutionError
 
 from aiayn.checkpoints.background import AtomicCheckpointIO, BackgroundCheckpointIO
@@ -40,7 +40,8 @@ from aiayn.cli.errors import (
 from aiayn.cli.weights_tested import Tested, tested, weights_before_test
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import MODIFIED, row_changes
-from aiayn.config.plan import describe, showing_only
+from aiayn.config.plan import describe
+from aiayn.config.resolvers import showing_only
 from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers
 from aiayn.errors import ConfigError, UserError
 from aiayn.reporting.loggers import close_runs, describe_runs, quiet_lightning, record_summary
@@ -87,7 +88,7 @@ def main(cfg: DictConfig | None = None) -> dict[str, float] | None:
     if showing and "--resolve" not in sys.argv:
         sys.argv.append("--resolve")
     # What the run folder's callback holds (before Hydra writes there) is let go as the command ends.
-    with showing_only() if showing else contextlib.nullcontext(), run_folder.until_the_end():
+    with showing_only(check=_check_shown) if showing else contextlib.nullcontext(), run_folder.until_the_end():
         return _main()
 
 
@@ -124,7 +125,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             trainer = _trainer(config, loggers)
             setting_up.attach(trainer)
         except (UserError, StoppedSettingUp):
-            _remove_unstarted_run(run_dir)  # a run that never started leaves no folder behind
+            run_folder.remove_unstarted(run_dir)  # a run that never started leaves no folder behind
             raise
         before = set(run_dir.iterdir())
         try:
@@ -135,7 +136,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             # made goes too.
             if resume is None and trainer.global_step == 0:
                 close_runs(loggers)
-                _remove_unstarted_run(run_dir, made_since=before)
+                run_folder.remove_unstarted(run_dir, made_since=before)
             raise
 
 
@@ -233,6 +234,15 @@ def checked_config(cfg: DictConfig) -> dict:
     return config
 
 
+def _check_shown(root: DictConfig, plan: dict) -> None:
+    """``--cfg job`` refuses what the run would refuse of its config (a model it cannot build,
+    say), in the same line: :func:`checked_config` of ``root`` holding ``plan``."""
+    shown = copy.deepcopy(root)
+    with open_dict(shown), read_write(shown):
+        shown.plan = plan
+    checked_config(shown)
+
+
 def _warn_if_not_its_row(config: dict) -> None:
     """One warning when a paper row's run (``experiment=table3_A_h1``) changed its network,
     recipe or task from the row's (``model=big``, ``model.n_heads=4``): it is no longer that row."""
@@ -259,27 +269,6 @@ def _resolved(cfg: DictConfig) -> dict:
 def _choice(group: str) -> str | None:
     """The option chosen for a config group (``model=big``: ``big``), when Hydra ran the tool."""
     return HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
-
-
-def _remove_unstarted_run(run_dir: Path, made_since: set[Path] | None = None) -> None:
-    """Remove the folder Hydra made for a run that stopped before training (a bad setting): it
-    holds only Hydra's record of the config and the log. A folder with anything else — an earlier
-    attempt's checkpoints — is kept. ``made_since``: what the folder held before this attempt's
-    loggers started; what they added goes first."""
-    if made_since is not None and run_dir.is_dir():
-        for made in set(run_dir.iterdir()) - made_since:
-            if made.is_dir():
-                shutil.rmtree(made, ignore_errors=True)
-            else:
-                made.unlink(missing_ok=True)
-    kept = (".hydra", run_folder.JOB_NOTE, run_folder.LOCK)
-    if not run_dir.is_dir() or any(p.name not in kept and p.suffix != ".log" for p in run_dir.iterdir()):
-        return
-    shutil.rmtree(run_dir, ignore_errors=True)
-    for parent in run_dir.parents:  # outputs/<run name>/ when it held only this run
-        if parent == Path.cwd() or not parent.is_dir() or any(parent.iterdir()):
-            break
-        parent.rmdir()
 
 
 def _module(config: dict) -> TranslationModule:

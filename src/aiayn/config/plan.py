@@ -22,18 +22,15 @@ at most :data:`PLAIN_BATCH_TOKENS`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from aiayn.config.checkpointing import describe as describe_checkpoints
-from aiayn.config.hardware import AUTO, Machine, Placement, gpu_node_asked_for, gpus_per_node, place, this_machine
+from aiayn.config.hardware import AUTO, Machine, Placement, place
 from aiayn.config.memory import GIB, MemoryEstimate, parameters, tokens_that_fit, training_memory, usable
 from aiayn.config.schemas import network_arguments
 from aiayn.config.trainer import check_length, stopped_sooner, validation
@@ -199,7 +196,7 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
     trainer, optim = plan["trainer"], config["optim"]
     processes, nodes = plan["processes"], trainer["num_nodes"]
     on = "GPU" if trainer["accelerator"] == "gpu" else "CPU process"
-    where = f"{_count(processes, on)}" + (f" on {nodes} nodes" if nodes > 1 else "")
+    where = f"{count(processes, on)}" + (f" on {nodes} nodes" if nodes > 1 else "")
     device = f" ({plan['device']})" if plan.get("device") else ""
     strategy = "" if trainer["strategy"] == "auto" else f", {trainer['strategy']}"
     accumulate = trainer["accumulate_grad_batches"]
@@ -212,7 +209,7 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
     batches = f"{accumulate} accumulated batches" if accumulate > 1 else "1 batch"
     lines = [
         f"plan: {where}{device}, {trainer['precision']}{strategy}",
-        (f"  step: {_count(processes, 'process')} × {batches} of {plan['tokens_per_batch']:,} tokens = "
+        (f"  step: {count(processes, 'process')} × {batches} of {plan['tokens_per_batch']:,} tokens = "
          f"{plan['tokens_per_step']:,} tokens a side ({source}; the paper's: ~{PAPER_TOKENS_PER_STEP:,}, §5.1)"),
         f"  batch: {plan['batch_limit']}" if plan.get("batch_limit") else None,
         f"  {optim['train_steps']:,} steps{stopped_sooner(config['trainer'])}, warmup {optim['warmup_steps']:,}" + (
@@ -282,66 +279,13 @@ def measured_throughput(records: Path, model: str | None, accelerator: str, devi
     return found
 
 
-_showing_only = False  # set by showing_only(): the config is printed (--cfg), not run
-
-
-@contextlib.contextmanager
-def showing_only() -> Iterator[None]:
-    """While the config is only shown (``train.py --cfg job``), a plan this machine cannot run —
-    GPUs asked for where there are none — is the plan for the node asked for
-    (:func:`aiayn.config.hardware.gpu_node_asked_for`), saying so under ``shown_for``, instead of
-    the refusal a run gets."""
-    global _showing_only
-    before, _showing_only = _showing_only, True
-    try:
-        yield
-    finally:
-        _showing_only = before
-
-
-def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
-    """``${aiayn.plan:}``: the plan of the config it stands in, on this machine."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-    def settings(node: Any, keys: tuple[str, ...]) -> dict[str, Any]:
-        values = {key: node.get(key) for key in keys}
-        return {key: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for key, v in values.items()}
-
-    config = {"trainer": settings(_root_.trainer, PLANNED_TRAINER_SETTINGS),
-              "optim": settings(_root_.optim, ("tokens_per_step", "train_steps")),
-              "task": {"datamodule": settings(_root_.task.datamodule, ("max_tokens", "max_length")),
-                       "vocab_size": _root_.task.get("vocab_size")},
-              # what max_tokens=auto sizes a GPU's batch for (aiayn.config.memory)
-              "model": OmegaConf.to_container(_root_.model, resolve=True), "width_divisor": _root_.get("width_divisor", 1),
-              "loss": settings(_root_.loss, ("fused",))}
-    machine = this_machine()
-    try:
-        plan = make_plan(config, machine, multirun=multirun)
-    except ConfigError:
-        node = gpu_node_asked_for(machine, config["trainer"]["accelerator"], config["trainer"]["devices"])
-        if not _showing_only or node is None:
-            raise
-        plan = make_plan(config, node, multirun=multirun)
-        plan["shown_for"] = (f"a node of {_count(node.gpus, 'GPU')} with bf16 (A100, H100); this machine has no usable "
-                             "CUDA GPU, so the run itself is refused here")
-    return OmegaConf.create(plan)  # a node: OmegaConf.resolve takes it
-
-
-OmegaConf.register_new_resolver("aiayn.plan", _resolve_plan, replace=True)
-# conf/hydra/launcher/slurm.yaml: the GPUs (and tasks) per node a SLURM job asks for.
-OmegaConf.register_new_resolver("aiayn.gpus_per_node", gpus_per_node, replace=True)
-
-
 def _positive(value: Any, setting: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{setting} must be a positive whole number, got {value!r}")
     return value
 
 
-def _count(number: int, thing: str) -> str:
+def count(number: int, thing: str) -> str:
     return f"{number:,} {thing}{'' if number == 1 else 'es' if thing.endswith('s') else 's'}"
 
 
