@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.checkpoints.digest import damaged, digest_path
+from aiayn.checkpoints.digest import damaged, digest_path, file_digest, identity
 from aiayn.checkpoints.resume import newest_checkpoint
 from tests.helpers.inprocess import run_tool, train
 from tests.helpers.runs import TrainedRun
@@ -61,6 +61,22 @@ def test_flipped_bytes_are_refused_by_the_tools_and_skipped_by_resume(run_copy: 
                               check=False))
     assert f"{newest}: damaged" in line
     assert not (tmp_path / "a.ckpt").exists()
+
+
+@pytest.mark.parametrize("text", ["", "0f3a\n", "not a digest at all\n"])
+def test_a_digest_file_holding_no_digest_leaves_its_checkpoint_read_unchecked(run_copy: Path, text: str,
+                                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """An emptied or cut-short digest file is the digest file's fault: its checkpoint is read as one
+    without a digest, with a warning (before: "damaged", and resume skipped it for an older one)."""
+    newest = run_copy / "checkpoints" / "step0000004.ckpt"
+    digest_path(newest).write_text(text)
+    with caplog.at_level("WARNING", logger="aiayn.checkpoints.digest"):
+        assert damaged(newest) is None
+    assert f"{digest_path(newest)} holds no BLAKE2b digest" in caplog.text and "read unchecked" in caplog.text
+    assert newest_checkpoint(run_copy).name == "step0000004.ckpt"
+    assert identity(newest) == file_digest(newest)
+    _flip(newest)  # then nothing can tell damage: it is read as it is, as a checkpoint without a digest
+    assert damaged(newest) is None
 
 
 def test_averaging_refuses_checkpoints_of_another_run(run_copy: Path, tmp_path: Path) -> None:
