@@ -49,6 +49,50 @@ def test_hf_export_of_averaged_checkpoints_loads_with_transformers(tiny_run, dat
     assert sorted(p.name for p in out.parent.iterdir()) == ["hf"]  # no scratch folder left beside it
 
 
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_an_export_replaces_an_earlier_export_and_nothing_else(tiny_run, data_root, tmp_path):
+    """Only a folder an export wrote, as it wrote it, is replaced (before: any folder holding a
+    config.json was removed whole, a model folder of another tool or a project among them, and
+    out=. removed the working folder's files before failing with a traceback)."""
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "config.json").write_text('{"name": "webapp"}\n')
+    (project / "src" / "main.js").write_text("important\n")
+    model = tmp_path / "hf-model"  # a Hugging Face model folder another tool wrote
+    model.mkdir()
+    (model / "config.json").write_text("{}\n")
+    (model / "pytorch_model.bin").write_bytes(b"weights")
+    export(tiny_run, data_root, f"ckpt={tiny_run.last}", f"out={tmp_path / 'ours'}")
+    (tmp_path / "ours" / "MY_NOTES.md").write_text("notes\n")  # added to an earlier export
+    cases = [
+        (project, [f"out={project}"], ("is a folder holding files an export of aiayn did not write (config.json, "
+                                      "src/main.js)")),
+        (model, [f"out={model}", "format=ctranslate2"], ("holding files an export of aiayn did not write (config.json, "
+                                                        "pytorch_model.bin)")),
+        (tmp_path / "ours", [f"out={tmp_path / 'ours'}"], "did not write (MY_NOTES.md)"),
+        (project, ["out=."], "is the working folder, which an export would replace"),
+        (project / "src", ["out=.."], "is the working folder or above it"),
+    ]
+    for folder, arguments, expected in cases:
+        before = _files(folder)
+        cwd = {"out=.": project, "out=..": project / "src"}.get(arguments[0], tmp_path)
+        result = run_tool("src/export.py", f"ckpt={tiny_run.last}", *arguments, cwd=cwd, data_root=data_root,
+                          cache_dir=tiny_run.cache_dir, check=False)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and expected in lines[0], (arguments, result.stderr)
+        assert _files(folder) == before, arguments
+    assert not [p for p in tmp_path.rglob(".*") if p.name != ".aiayn-export.json"], "no scratch folder left"
+    # The earlier export, as it was written, is replaced: its record lists what it wrote.
+    (tmp_path / "ours" / "MY_NOTES.md").unlink()
+    record = json.loads((tmp_path / "ours" / ".aiayn-export.json").read_text())
+    assert record["format"] == "hf" and "config.json" in record["files"]
+    export(tiny_run, data_root, f"ckpt={tiny_run.last}", "format=ctranslate2", f"out={tmp_path / 'ours'}")
+    assert json.loads((tmp_path / "ours" / ".aiayn-export.json").read_text())["format"] == "ctranslate2"
+
+
 @pytest.mark.slow
 def test_ctranslate2_export_serves_translate_with_our_output(tiny_run, data_root, tmp_path):
     pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")

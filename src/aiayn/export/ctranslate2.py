@@ -20,7 +20,8 @@ from aiayn.decoding.ctranslate2 import SETTINGS_FILE, SUBWORDS_FILE
 from aiayn.decoding.packages import require
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
-from aiayn.export.huggingface import card_facts, replacing_folder, save_huggingface
+from aiayn.export.folder import replacing_folder
+from aiayn.export.huggingface import card_facts, save_huggingface
 from aiayn.export.marian import model_sizes
 
 # CTranslate2's weight types (``quantization=``); null keeps float32.
@@ -76,7 +77,7 @@ def export_ctranslate2(trained: TrainedModel, out: Path, *, ckpt: Path, steps: l
     decoding = decoding or Decoding.of(trained.decoding, engine="ctranslate2 export",
                                        where="the checkpoint's decoding.")
     facts = card_facts(trained, ckpt, steps, decoding)
-    with replacing_folder(out) as scratch, tempfile.TemporaryDirectory(prefix="aiayn-hf-") as hf:
+    with replacing_folder(out, "ctranslate2") as scratch, tempfile.TemporaryDirectory(prefix="aiayn-hf-") as hf:
         hf_folder = Path(hf)
         save_huggingface(trained, hf_folder, facts, str(ckpt))
         settings = {"decoding": decoding.settings(), "max_positions": model_sizes(trained.model)["max_positions"],

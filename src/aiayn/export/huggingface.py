@@ -3,24 +3,21 @@ and the weights (:mod:`aiayn.export.marian`), the tokenizer's files (:mod:`aiayn
 and the model card (:mod:`aiayn.export.card`). ``MarianMTModel.from_pretrained``,
 ``MarianTokenizer.from_pretrained`` load it as it is (and, with transformers 4, ``pipeline("translation")``).
 
-The folder is written beside its destination and renamed into place, so an export that stops
-midway leaves no half-written folder, and exporting again replaces an earlier export.
+The folder is written beside its destination and renamed into place (:mod:`aiayn.export.folder`), so
+an export that stops midway leaves no half-written folder, and exporting again replaces an earlier
+export (and nothing else).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 from aiayn.checkpoints.trained import TrainedModel
 from aiayn.data.task import task_module
 from aiayn.decoding.declarations import HF, arguments
 from aiayn.decoding.settings import Decoding
-from aiayn.errors import ConfigError
 from aiayn.export.card import CardFacts, measured_scores, model_card
+from aiayn.export.folder import replacing_folder
 from aiayn.export.marian import model_sizes, to_marian
 from aiayn.export.tokenizer import save_tokenizer
 
@@ -66,41 +63,13 @@ def save_huggingface(trained: TrainedModel, out: Path, facts: CardFacts, where: 
     (out / "README.md").write_text(model_card(facts), encoding="utf-8")
 
 
-@contextmanager
-def replacing_folder(out: Path):
-    """Yield a fresh folder beside ``out``; when the block ends without an error it becomes ``out``
-    (replacing an earlier export there), otherwise it is removed. ``out`` must be a new folder, an
-    empty one or an earlier export (it holds ``config.json``)."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"out={out} is a file; give a folder to export into")
-    if out.is_dir() and any(out.iterdir()) and not (out / "config.json").is_file():
-        raise ConfigError(f"out={out} is a folder holding other files; give a new or empty folder to export into")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    except OSError as error:
-        raise ConfigError(f"out={out}: cannot write there ({error.strerror or error}); "
-                          "give a folder you can write to") from None
-    try:
-        yield scratch
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(scratch, 0o777 & ~umask)  # a folder as any other the user makes (mkdtemp's is private)
-        if out.is_dir():
-            shutil.rmtree(out)
-        os.replace(scratch, out)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
 def export_huggingface(trained: TrainedModel, out: Path, *, ckpt: Path, steps: list[int],
                        decoding: Decoding | None = None) -> Path:
     """Export ``trained`` (its weights as they are: averaged already, if asked) into ``out``, to
     decode with ``decoding`` (made for the ``hf export`` engine; None: the checkpoint's own
     settings, as the export serves them)."""
     decoding = decoding or Decoding.of(trained.decoding, engine="hf export", where="the checkpoint's decoding.")
-    with replacing_folder(out) as scratch:
+    with replacing_folder(out, "hf") as scratch:
         save_huggingface(trained, scratch, card_facts(trained, ckpt, steps, decoding), str(ckpt),
                          arguments(HF, decoding))
     return out
