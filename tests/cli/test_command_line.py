@@ -101,6 +101,30 @@ def test_hydra_options_may_follow_the_overrides(data_root: Path, subword_cache: 
         "--multirun", "--cfg", "job", "--info", "--info", "plugins", "-m", "seed=1,2", "x=1", "y=2"]
 
 
+def test_every_part_of_the_config_is_shown_and_showing_makes_no_folder(tmp_path: Path, data_root: Path,
+                                                                        subword_cache: Path) -> None:
+    """--cfg hydra shows Hydra's settings as written (before: --resolve, added for --cfg job, failed
+    on ${run_name}, exit 2); --cfg all shows them resolved and makes no run folder (before: an empty
+    outputs/<run>/<date>/ on every call); both refuse what the run would."""
+    def show(*arguments: str):
+        return run_tool("src/train.py", "debug=tiny", *arguments, cwd=tmp_path, data_root=data_root,
+                        cache_dir=subword_cache, check=False)
+
+    hydra = show("--cfg", "hydra")
+    assert hydra.returncode == 0 and "    dir: ${aiayn.new_run_dir:outputs/${run_name}}" in hydra.stdout.splitlines()
+    refused = show("--cfg", "hydra", "--resolve")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        ("train.py: --cfg hydra cannot --resolve: Hydra's settings read the run's (hydra.run.dir reads run_name), "
+        "which --cfg hydra leaves out; --cfg all --resolve shows them resolved")]
+    everything = show("--cfg", "all")
+    assert everything.returncode == 0, everything.stderr
+    assert any(line.startswith("    dir: outputs/multi30k_en_de-small/") for line in everything.stdout.splitlines())
+    assert "plan:" in everything.stdout.splitlines()
+    assert show("--cfg", "all", "model.d_model=33").stderr.strip().splitlines() == [
+        "train.py: model: d_model must be even for the sinusoidal encoding, got 33"]
+    assert not (tmp_path / "outputs").exists(), "showing the config makes no run folder"
+
+
 def test_a_path_is_quoted_only_where_hydra_would_read_it_otherwise(tmp_path: Path) -> None:
     there = tmp_path / "0_a=1,b=2"
     there.mkdir()

@@ -113,3 +113,13 @@ def hydra_options_first(arguments: list[str]) -> list[str]:
             index += len([value for value in following if value in choices])
         index += 1
     return [*options, *overrides]
+
+
+def shown_part(arguments: list[str]) -> str | None:
+    """What ``--cfg``/``-c`` asks to show (``job``, ``hydra``, ``all``; ``""`` when it names none), or None."""
+    for index, argument in enumerate(arguments):
+        if argument.startswith("--cfg="):
+            return argument.split("=", 1)[1]
+        if argument in ("--cfg", "-c"):
+            return arguments[index + 1] if index + 1 < len(arguments) else ""
+    return None

@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from aiayn.cli.errors import fail
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import FOLDER_STAMP
+from aiayn.config.resolvers import only_shown
 from aiayn.errors import UserError
 from aiayn.files import release_lock, take_lock
 
@@ -57,8 +58,11 @@ def job_identity() -> str:
 
 
 def new_run_dir(base: str) -> str:
-    """``<base>/<date>_<time>``, or with ``-2``, ``-3``, ... when another job made that folder."""
+    """``<base>/<date>_<time>``, or with ``-2``, ``-3``, ... when another job made that folder; made
+    at once, but for a config only shown (``--cfg all``), where it is named alone."""
     stamp = datetime.now().strftime(FOLDER_STAMP)
+    if only_shown():
+        return str(Path(base) / stamp)
     me = job_identity()
     for number in range(1, 1000):
         folder = Path(base) / (stamp if number == 1 else f"{stamp}-{number}")

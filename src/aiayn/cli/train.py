@@ -30,8 +30,9 @@ from aiayn.checkpoints.background import AtomicCheckpointIO, BackgroundCheckpoin
 from aiayn.checkpoints.init_from import initial_weights, start_from
 from aiayn.checkpoints.resume import find_resume, remove_stale_temporaries
 from aiayn.cli import CONFIG_DIR, run_folder
-from aiayn.cli.command_line import read_by_hydra
+from aiayn.cli.command_line import read_by_hydra, shown_part
 from aiayn.cli.errors import (
+    fail,
     report_dead_ranks_before_lightning_kills,
     reports_composition_errors,
     reports_errors,
@@ -84,8 +85,13 @@ def main(cfg: DictConfig | None = None) -> dict[str, float] | None:
     # --cfg job/all prints the config resolved (--resolve), so that it shows what the run will do:
     # the plan's devices, precision and step, not the ${aiayn.plan:} that computes them.
     # On a machine without the GPUs asked for (a login node), it shows the plan for the node asked for.
-    showing = any(arg in ("--cfg", "-c") or arg.startswith("--cfg=") for arg in sys.argv[1:])
-    if showing and "--resolve" not in sys.argv:
+    # --cfg hydra prints Hydra's settings as written: they read the run's (${run_name}), which it leaves out.
+    shown = shown_part(sys.argv[1:])
+    showing = shown is not None
+    if shown == "hydra" and "--resolve" in sys.argv:
+        fail("--cfg hydra cannot --resolve: Hydra's settings read the run's (hydra.run.dir reads run_name), which "
+             "--cfg hydra leaves out; --cfg all --resolve shows them resolved")
+    if showing and shown != "hydra" and "--resolve" not in sys.argv:
         sys.argv.append("--resolve")
     # What the run folder's callback holds (before Hydra writes there) is let go as the command ends.
     with showing_only(check=_check_shown) if showing else contextlib.nullcontext(), run_folder.until_the_end():
@@ -240,6 +246,7 @@ def _check_shown(root: DictConfig, plan: dict) -> None:
     shown = copy.deepcopy(root)
     with open_dict(shown), read_write(shown):
         shown.plan = plan
+        shown.pop("hydra", None)  # --cfg all shows Hydra's settings too; a run's config has none
     checked_config(shown)
 
 

@@ -38,6 +38,12 @@ def showing_only(check: ShownCheck | None = None) -> Iterator[None]:
         _showing, _check = before
 
 
+def only_shown() -> bool:
+    """Whether the config is only shown (``--cfg``), not run: what a resolver would make for a run
+    (its folder) is named, not made."""
+    return _showing
+
+
 def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
     """``${aiayn.plan:}``: the plan of the config it stands in, on this machine."""
     from hydra.core.hydra_config import HydraConfig
