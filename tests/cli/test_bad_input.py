@@ -143,12 +143,22 @@ def test_a_data_root_without_the_data_names_the_missing_file_and_exits_2(tmp_pat
 
 # -- command lines, in this process (tests.helpers.inprocess); checkpoints: the session's `tiny_run` --
 @pytest.mark.parametrize("override, message", [
+    # An unknown key: the node's nearest settings, else all of them (before: `--cfg job` prints every setting).
     ("model.n_experts=4", ("train.py: model.n_experts is not a setting here (Key 'n_experts' not in 'ModelConfig'); "
-                          "`python ")),
+                          "the settings of model are _target_, attention, attention_dropout, attention_window, d_ff")),
+    ("model.d_modle=64", ("train.py: model.d_modle is not a setting here (Key 'd_modle' not in 'ModelConfig'); "
+                         "did you mean model.d_model?")),
+    ("model=big optim.warmup_step=5", ("train.py: optim.warmup_step is not a setting here (Key 'warmup_step' not in "
+                                      "'OptimConfig'); did you mean optim.warmup_steps?")),
+    ("validation.bleu_sentence=3", ("train.py: validation.bleu_sentence is not a setting here (Key 'bleu_sentence' is "
+                                    "not in struct); did you mean validation.bleu_sentences?")),
+    ("task=wmt_en_de task.datamodule.max_token=5", ("train.py: task.datamodule.max_token is not a setting here (Key "
+                                                   "'max_token' is not in struct); did you mean task.datamodule.max_tokens")),
+    ("nope.deeper=1", ("train.py: nope.deeper is not a setting here (Key 'nope' is not in struct); `python ")),
     ("model=huge", ("train.py: In 'train': Could not find 'model/huge'. Available options in 'model': base, big, "
                    "parsing, small")),
     ("decoding.beam=5", ("train.py: decoding.beam is not a setting here (Key 'beam' not in 'DecodingConfig'); "
-                        "`python ")),
+                        "the settings of decoding are ")),
     ("model.d_model=abc", ("train.py: Error merging override model.d_model=abc. Value 'abc' of type 'str' could not "
                           "be converted to Integer")),
     ("trainer.devices=[", "train.py: no viable alternative at input '['"),

@@ -87,6 +87,12 @@ def quoted_path(argument: str, tool: str) -> str:
 def hydra_options_first(arguments: list[str]) -> list[str]:
     """``arguments`` with Hydra's options (and their values) moved before the overrides, in their
     order: ``seed=1,2 --multirun`` as ``--multirun seed=1,2``."""
+    options, overrides = hydra_options_and_overrides(arguments)
+    return [*options, *overrides]
+
+
+def hydra_options_and_overrides(arguments: list[str]) -> tuple[list[str], list[str]]:
+    """``arguments`` as Hydra's options (with their values) and the overrides, each in their order."""
     from hydra._internal.utils import get_args_parser
 
     takes = {}  # option → how many values it takes: 0, 1 or "?" (one of its choices, if given)
@@ -112,7 +118,7 @@ def hydra_options_first(arguments: list[str]) -> list[str]:
             options.extend([argument, *[value for value in following if value in choices]])
             index += len([value for value in following if value in choices])
         index += 1
-    return [*options, *overrides]
+    return options, overrides
 
 
 def shown_part(arguments: list[str]) -> str | None:

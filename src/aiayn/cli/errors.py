@@ -205,8 +205,9 @@ def composition_message(error: BaseException) -> str:
     cause = error.__cause__
     because = str(cause).strip().splitlines()[0] if cause is not None and str(cause).strip() else ""
     if match:
-        return (f"{match.group(1)} is not a setting here ({because or lines[0]}); `{tool_command()} --cfg job` "
-                "prints every setting, `--help` the groups")
+        from aiayn.cli.typos import nearest_settings  # composes the config again: only on this path
+        hint = nearest_settings(match.group(1)) or f"`{tool_command()} --cfg job` prints every setting, `--help` the groups"
+        return f"{match.group(1)} is not a setting here ({because or lines[0]}); {hint}"
     message = " ".join(line if line.endswith((":", ".")) or line.startswith("Available") else f"{line}."
                        for line in lines)
     return f"{message} {because}".strip() if because and because not in message else message
