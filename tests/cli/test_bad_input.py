@@ -64,6 +64,12 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
                                "max_steps")),
     (["+task.datamodule.max_token=10"], ("train.py: task.datamodule.max_token is not an argument of "
                                         "Multi30kDataModule; did you mean max_tokens")),
+    (["+task.datamodule.zzz=10"], ("train.py: task.datamodule.zzz is not an argument of Multi30kDataModule; the "
+                                   "arguments of Multi30kDataModule are cache_dir, data_root, ")),
+    # A scale puts a translation row on Multi30k (before: "linearization is not an argument of Multi30kDataModule").
+    (["experiment=table4_sample", "+scale=multi30k_cpu"], ("train.py: +scale=multi30k_cpu is for the translation rows "
+                                                           "of Tables 2 and 3, and experiment=table4_sample is Table "
+                                                           "4's; drop +scale (that row's config is its scale)")),
     (["+checkpoint.every=5"], ("train.py: checkpoint.every is not a checkpoint setting; the settings are "
                                "average_every_n_steps,")),
     (["+callbacks.preemption.signal=[SIGTERM]"], ("train.py: callbacks.preemption.signal is not an argument of "

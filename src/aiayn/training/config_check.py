@@ -36,6 +36,7 @@ TASK_SETTINGS = ("name", "vocab_size", "subword_model", "datamodule", "raw_dir",
 def check_train_config(config: Mapping[str, Any]) -> None:
     """Raise ConfigError for the first impossible setting of a resolved training config."""
     _known("", config, ROOT_SETTINGS)
+    _check_scale(config.get("experiment") or {})
     typed = check_against_schemas(config)
     _check_network(typed["model"], config.get("width_divisor", 1))
     _check_recipe(typed)
@@ -44,6 +45,16 @@ def check_train_config(config: Mapping[str, Any]) -> None:
     _check_decoding(typed["decoding"], config.get("task") or {})
     _check_run(config)
     _check_trainer(config.get("trainer") or {})
+
+
+def _check_scale(experiment: Mapping[str, Any]) -> None:
+    """The scales (conf/scale/) put a translation row on Multi30k: a row of another table (Table 4's
+    parsing) would become a half-parser on translation data."""
+    scale, table = experiment.get("scale"), experiment.get("table")
+    if scale and scale != "paper" and table not in (None, "table2", "table3"):
+        raise ConfigError(f"+scale={scale} is for the translation rows of Tables 2 and 3, and "
+                          f"experiment={table}_{experiment.get('row')} is {table.replace('table', 'Table ')}'s; "
+                          f"drop +scale (that row's config is its scale)")
 
 
 def _check_network(model: dict[str, Any], width_divisor: Any) -> None:
@@ -287,7 +298,8 @@ def _known(section: str, values: Mapping[str, Any], settings: Iterable[str], wha
     name = f"{section}.{key}" if section else key
     close = difflib.get_close_matches(key, settings, n=3, cutoff=0.75) or [
         setting for setting in settings if setting.startswith(key) or key.startswith(setting)][:3]
-    hint = f"did you mean {' or '.join(close)}?" if close else f"the {what}s are {', '.join(sorted(settings))}"
+    head, of, rest = what.partition(" of ")  # the plural of "argument of X" is "arguments of X"
+    hint = f"did you mean {' or '.join(close)}?" if close else f"the {head}s{of}{rest} are {', '.join(sorted(settings))}"
     article = "an" if what[0] in "aeiou" else "a"
     where = f" in {section}" if section and what == "setting" else ""
     raise ConfigError(f"{name} is not {article} {what}{where}; {hint}")
