@@ -11,8 +11,8 @@
 ``rebuild`` finds every finished run of a table experiment (conf/experiment/table2_*, table3_*)
 under the --runs folders (or in a W&B project), writes <out>/table3.{md,csv,png} and
 <out>/table2.{md,csv,png}, each row beside the paper's figures, and logs the tables to W&B as
-wandb.Table (offline without an API key; --no-wandb to skip). A run whose network, recipe or task
-was changed from its row's (W&B tag ``modified``) is left out, named in a warning, unless
+wandb.Table (offline without an API key; --no-wandb to skip). A run whose network, recipe, task
+or scoring was changed from its row's (W&B tag ``modified``) is left out, named in a warning, unless
 --include-modified. See experiments/README.md.
 
 ``report`` builds and saves a W&B Report of one table's runs (aiayn.tables.report) and
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     rebuild.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES))
     rebuild.add_argument("--no-wandb", action="store_true", help="do not log the tables to W&B")
     rebuild.add_argument("--include-modified", action="store_true",
-                         help="count the runs whose network, recipe or task was changed from their row's (W&B tag "
+                         help="count the runs whose network, recipe, task or scoring was changed from their row's (W&B tag "
                               "`modified`) as that row; by default they are left out, each named in a warning")
     report = commands.add_parser("report", help="a W&B Report of a table's runs: the paper's table beside "
                                                 "ours, curves, bars, settings (needs W&B online)")

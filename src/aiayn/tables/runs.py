@@ -1,7 +1,8 @@
 """The finished runs of the paper's tables: where each is, its config and what it measured.
 
 A run belongs to a row through its resolved config (``experiment.table`` and ``experiment.row``),
-unless it changed the row's network, recipe or task (``experiment=table3_A_h1 model=big``):
+unless it changed the row's network, recipe, task or scoring (``experiment=table3_A_h1 model=big``,
+``decoding.beam_size=1``):
 such a run is *modified* (:func:`aiayn.config.identity.row_changes`; W&B: the tag ``modified``),
 and :func:`counted` leaves it out of the tables.
 What it measured comes from its summary (:mod:`aiayn.reporting.summary`): ``summary.json`` in the
