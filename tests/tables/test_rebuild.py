@@ -1,0 +1,54 @@
+"""experiments/tables.py rebuild over real tiny runs (one --multirun of a Table 3 and a Table 2 row,
+trained once for the module): which run folders it counts."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import TINY_ROW
+from tests.helpers.tables import tables_command
+
+REPEATED = "runs of the same row, seed and scale"
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory, data_root: Path, subword_cache: Path) -> Path:
+    """Table 3's base and Table 2's base EN-DE at Multi30k scale, cut to seconds (TINY_ROW: so both
+    are `modified`), tested after training on one batch of the test split; logged as CSV."""
+    folder = tmp_path_factory.mktemp("table-runs") / "multirun"
+    run_tool("src/train.py", "--multirun", "experiment=table3_base,table2_base_en_de", "+scale=multi30k", *TINY_ROW,
+             "trainer.val_check_interval=2", "visualize_at_end=false", "logger=csv", f"hydra.sweep.dir={folder}",
+             data_root=data_root, cache_dir=subword_cache)
+    return folder
+
+
+def job(sweep: Path, table: str) -> Path:
+    return next(sweep.glob(f"*_{table}-base*"))
+
+
+@pytest.mark.slow
+def test_each_run_folder_is_counted_once_however_the_runs_folders_overlap(
+        sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> None:
+    """--runs X --runs X/<run> --runs X: the run once (before: three times, and base's noise band of
+    its three copies had no width: "3 base runs (seeds 1234, 1234, 1234)")."""
+    base = job(sweep, "table3")
+    assert tables_command("rebuild", "--runs", str(sweep), "--runs", str(base), "--runs", f"{sweep}/../multirun",
+                          "--out", str(tmp_path / "once"), "--tables", "table3", "--no-wandb",
+                          "--include-modified") == 0
+    assert "table3: 1 runs of" in capsys.readouterr().out
+    assert "Noise band: 1 base run (seed 1234)" in (tmp_path / "once" / "table3.md").read_text()
+    assert not [record for record in caplog.records if REPEATED in record.getMessage()]
+
+    # A copy of the folder is another run of the same row, seed and scale: counted, and named in one warning.
+    copy = tmp_path / "copy" / base.name
+    shutil.copytree(base, copy)
+    caplog.clear()
+    assert tables_command("rebuild", "--runs", str(sweep), "--runs", str(copy.parent), "--out",
+                          str(tmp_path / "twice"), "--tables", "table3", "--no-wandb", "--include-modified") == 0
+    assert "table3: 2 runs of" in capsys.readouterr().out
+    [warning] = [record.getMessage() for record in caplog.records if REPEATED in record.getMessage()]
+    assert f"table3 base seed 1234 at scale multi30k: {base}, {copy}" in warning
