@@ -1,8 +1,11 @@
 """experiments/tables.py rebuild over real tiny runs (one --multirun of a Table 3 and a Table 2 row,
-trained once for the module): which run folders it counts."""
+trained once for the module): which run folders it counts, how many test sentences Table 2 says a
+run scored."""
 
 from __future__ import annotations
 
+import csv
+import json
 import shutil
 from pathlib import Path
 
@@ -52,3 +55,17 @@ def test_each_run_folder_is_counted_once_however_the_runs_folders_overlap(
     assert "table3: 2 runs of" in capsys.readouterr().out
     [warning] = [record.getMessage() for record in caplog.records if REPEATED in record.getMessage()]
     assert f"table3 base seed 1234 at scale multi30k: {base}, {copy}" in warning
+
+
+@pytest.mark.slow
+def test_a_runs_test_says_how_many_sentences_it_scored(sweep: Path, tmp_path: Path) -> None:
+    """One batch of the test split (trainer.limit_test_batches=1): summary.json and Table 2 say how
+    many sentences (before: nothing told it from a test of the whole split)."""
+    summary = json.loads((job(sweep, "table2") / "summary.json").read_text())
+    assert 0 < summary["test/sentences"] < 1000  # Multi30k's test_2016_flickr has 1,000
+    out = tmp_path / "tables"
+    assert tables_command("rebuild", "--runs", str(sweep), "--out", str(out), "--tables", "table2", "--no-wandb",
+                          "--include-modified") == 0
+    [line] = [line for line in csv.DictReader((out / "table2.csv").read_text().splitlines()) if line["run"]]
+    assert int(line["test sentences"]) == summary["test/sentences"]
+    assert "| test sentences |" in (out / "table2.md").read_text()

@@ -63,7 +63,7 @@ MARKDOWN_COLUMNS = {
                "PPL (dev)", "paper PPL", "ΔPPL", "paper ΔPPL", "BLEU (dev)", "paper BLEU", "ΔBLEU", "paper ΔBLEU",
                "within noise", "params ×10^6", "paper params ×10^6", "train FLOPs", "estimate FLOPs", "seed",
                "scale"],
-    "table2": ["row", "BLEU (test)", "sacreBLEU (test)", "paper BLEU", "averaged", "params ×10^6", "train FLOPs",
+    "table2": ["row", "BLEU (test)", "sacreBLEU (test)", "test sentences", "paper BLEU", "averaged", "params ×10^6", "train FLOPs",
                "estimate FLOPs", "paper FLOPs", "steps", "seed", "scale"],
 }
 

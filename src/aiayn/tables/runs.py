@@ -145,7 +145,10 @@ def _tested_in_training(summary: dict[str, Any]) -> dict[str, Any]:
 def _test_figures(metrics: dict[str, Any], averaged: int) -> dict[str, Any]:
     # sacreBLEU is test/bleu (the scorer's headline, as val/bleu); reports before it was named so: test/sacrebleu.
     sacrebleu = metrics.get("test/bleu", metrics.get("test/sacrebleu"))
-    return {"bleu": metrics["test/tokenized_bleu"], "sacrebleu": sacrebleu, "averaged": averaged}
+    # The sentences scored: train's test/sentences, evaluate's report's sentences; none in runs older than both.
+    sentences = metrics.get("test/sentences", metrics.get("sentences"))
+    return {"bleu": metrics["test/tokenized_bleu"], "sacrebleu": sacrebleu, "averaged": averaged,
+            **({"sentences": int(sentences)} if sentences is not None else {})}
 
 
 def _averaged(evaluate_run_config: dict[str, Any]) -> int:
