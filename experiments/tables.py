@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shlex
 import sys
 from datetime import datetime, timezone
@@ -113,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.wandb and wandb_mode() != "online":
         return _offline(f"--wandb {args.wandb} reads the runs from W&B", "or rebuild from the run folders with "
                         "--runs <folder>")
+    if (problem := _not_a_folder(args.out)) is not None:
+        print(f"tables.py: --out {args.out}: {problem}; give --out a folder (new or existing)", file=sys.stderr)
+        return 2
     try:
         found = local_runs(args.runs, CONF) + (wandb_runs(args.wandb, args.tables) if args.wandb else [])
     except FileNotFoundError as error:
@@ -137,6 +141,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_wandb:
         print(f"tables logged to W&B: {log_to_wandb(written, save_dir=args.out)}")
     return 0
+
+
+def _not_a_folder(out: Path) -> str | None:
+    """Why ``out`` cannot be the folder of the tables: a file of that name, or above it, is there,
+    or the folder it would be made in (or is) cannot be written in; None when it can be."""
+    place = next(place for place in (out.absolute(), *out.absolute().parents) if place.exists())
+    if not place.is_dir():
+        return "a file of that name is there" if place == out.absolute() else f"{place}, above it, is a file"
+    if not os.access(place, os.W_OK | os.X_OK):
+        return f"this user cannot write in {place}"
+    return None
 
 
 def save_report(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """experiments/tables.py rebuild over real tiny runs (one --multirun of a Table 3 and a Table 2 row,
 trained once for the module): which run folders it counts, how many test sentences Table 2 says a
-run scored."""
+run scored; and --out refused in one line."""
 
 from __future__ import annotations
 
@@ -69,3 +69,15 @@ def test_a_runs_test_says_how_many_sentences_it_scored(sweep: Path, tmp_path: Pa
     [line] = [line for line in csv.DictReader((out / "table2.csv").read_text().splitlines()) if line["run"]]
     assert int(line["test sentences"]) == summary["test/sentences"]
     assert "| test sentences |" in (out / "table2.md").read_text()
+
+
+def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Before: FileExistsError's traceback, exit 1, after the runs were read."""
+    (tmp_path / "runs").mkdir()
+    taken = tmp_path / "table.md"
+    taken.write_text("mine\n")
+    for out, why in ((taken, "a file of that name is there"), (taken / "sub", f"{taken}, above it, is a file")):
+        assert tables_command("rebuild", "--runs", str(tmp_path / "runs"), "--out", str(out), "--no-wandb") == 2
+        said = capsys.readouterr()
+        assert said.err == f"tables.py: --out {out}: {why}; give --out a folder (new or existing)\n" and not said.out
+    assert taken.read_text() == "mine\n"
