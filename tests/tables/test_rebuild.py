@@ -1,6 +1,6 @@
 """experiments/tables.py rebuild over real tiny runs (one --multirun of a Table 3 and a Table 2 row,
 trained once for the module): which run folders it counts, how many test sentences Table 2 says a
-run scored; and --out refused in one line."""
+run scored, which tables it writes into --out, and --out refused in one line."""
 
 from __future__ import annotations
 
@@ -69,6 +69,28 @@ def test_a_runs_test_says_how_many_sentences_it_scored(sweep: Path, tmp_path: Pa
     [line] = [line for line in csv.DictReader((out / "table2.csv").read_text().splitlines()) if line["run"]]
     assert int(line["test sentences"]) == summary["test/sentences"]
     assert "| test sentences |" in (out / "table2.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_table_without_runs_is_left_as_it_is_unless_named(sweep: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    """Table 2, then Table 3 rebuilt into one --out: each keeps its own (before: the second rebuild
+    wrote Table 2 over with the paper's figures alone). --tables naming a table writes it."""
+    out = tmp_path / "tables"
+    rebuild = ("rebuild", "--out", str(out), "--no-wandb", "--include-modified")
+    assert tables_command(*rebuild, "--runs", str(job(sweep, "table2"))) == 0
+    said = capsys.readouterr().out
+    assert "table2: 1 runs of 4 lines" in said and f"table3: no runs found, {out / 'table3.md'}" in said
+    assert not (out / "table3.md").exists()
+    table2 = {name: (out / name).read_bytes() for name in ("table2.md", "table2.csv", "table2.png")}
+
+    assert tables_command(*rebuild, "--runs", str(job(sweep, "table3"))) == 0
+    said = capsys.readouterr().out
+    assert "table3: 1 runs of" in said and "table2: no runs found" in said
+    assert {name: (out / name).read_bytes() for name in table2} == table2
+
+    assert tables_command(*rebuild, "--runs", str(job(sweep, "table3")), "--tables", "table2", "table3") == 0
+    assert "table2: 0 runs of 4 lines" in capsys.readouterr().out
 
 
 def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
