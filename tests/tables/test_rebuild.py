@@ -1,11 +1,13 @@
 """experiments/tables.py rebuild over real tiny runs (one --multirun of a Table 3 and a Table 2 row,
 trained once for the module): which run folders it counts, how many test sentences Table 2 says a
-run scored, which tables it writes into --out, and --out refused in one line."""
+run scored, which tables it writes into --out, what it says of the W&B run it logs to, and --out
+refused in one line."""
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -103,3 +105,19 @@ def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path: Path, capsys: py
         said = capsys.readouterr()
         assert said.err == f"tables.py: --out {out}: {why}; give --out a folder (new or existing)\n" and not said.out
     assert taken.read_text() == "mine\n"
+
+
+@pytest.mark.slow
+def test_the_wandb_line_names_the_offline_run_folder_and_how_to_upload_it(
+        sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As train says it (before: the run's files/ subfolder, which `wandb sync` does not take)."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no API key: offline
+    for key in [k for k in os.environ if k.startswith("WANDB_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "tables"
+    assert tables_command("rebuild", "--runs", str(job(sweep, "table3")), "--out", str(out),
+                          "--include-modified") == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tables logged to W&B: ")]
+    [folder] = (out / "wandb").glob("offline-run-*")
+    assert line.endswith(f" (offline) in {folder}; upload it with `wandb sync {folder}`"), line
