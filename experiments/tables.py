@@ -9,10 +9,11 @@
         'experiment=glob(table3_*)' +scale=multi30k_cpu
 
 ``rebuild`` finds every finished run of a table experiment (conf/experiment/table2_*, table3_*)
-under the --runs folders (or in a W&B project), writes <out>/table3.{md,csv,png} and
-<out>/table2.{md,csv,png}, each row beside the paper's figures, and logs the tables to W&B as
-wandb.Table (offline without an API key; --no-wandb to skip). A run whose network, recipe or task
-was changed from its row's (W&B tag ``modified``) is left out, named in a warning, unless
+under the --runs folders (each run folder once) or in a W&B project, writes <out>/table3.{md,csv,png}
+and <out>/table2.{md,csv,png} of the tables it found runs of (--tables: those named, runs or not),
+each row beside the paper's figures, and logs the tables to W&B as wandb.Table (offline without an
+API key; --no-wandb to skip). A run whose network, recipe, task
+or scoring was changed from its row's (W&B tag ``modified``) is left out, named in a warning, unless
 --include-modified. See experiments/README.md.
 
 ``report`` builds and saves a W&B Report of one table's runs (aiayn.tables.report) and
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shlex
 import sys
 from datetime import datetime, timezone
@@ -56,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     rebuild.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read the runs from this W&B project (online)")
     rebuild.add_argument("--out", type=Path, default=REPO / "experiments" / "results",
                          help="where table{2,3}.{md,csv,png} go (default: experiments/results)")
-    rebuild.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES))
+    rebuild.add_argument("--tables", nargs="+", choices=TABLES,
+                         help="the tables to write, with the paper's figures alone where no run of one is found "
+                              "(default: each table of which runs are found; the others' files are left as they are)")
     rebuild.add_argument("--no-wandb", action="store_true", help="do not log the tables to W&B")
     rebuild.add_argument("--include-modified", action="store_true",
-                         help="count the runs whose network, recipe or task was changed from their row's (W&B tag "
+                         help="count the runs whose network, recipe, task or scoring was changed from their row's (W&B tag "
                               "`modified`) as that row; by default they are left out, each named in a warning")
     report = commands.add_parser("report", help="a W&B Report of a table's runs: the paper's table beside "
                                                 "ours, curves, bars, settings (needs W&B online)")
@@ -113,11 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.wandb and wandb_mode() != "online":
         return _offline(f"--wandb {args.wandb} reads the runs from W&B", "or rebuild from the run folders with "
                         "--runs <folder>")
+    if (problem := _not_a_folder(args.out)) is not None:
+        print(f"tables.py: --out {args.out}: {problem}; give --out a folder (new or existing)", file=sys.stderr)
+        return 2
     try:
-        found = local_runs(args.runs, CONF) + (wandb_runs(args.wandb, args.tables) if args.wandb else [])
+        found = local_runs(args.runs, CONF) + (wandb_runs(args.wandb, args.tables or TABLES) if args.wandb else [])
     except FileNotFoundError as error:
         print(f"tables.py: {error}", file=sys.stderr)
         return 2
+    found = [run for run in found if run.table in TABLES]  # (Table 4's runs are scored by its own tools)
     runs = counted(found, args.include_modified)
     if not runs:
         left_out = f", only {len(found)} changed from their rows (--include-modified counts them)" if found else ""
@@ -126,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sources = ", ".join([*map(str, args.runs), *([args.wandb] if args.wandb else [])])
     written = []
-    for table in args.tables:
+    for table in args.tables or TABLES:
+        if not args.tables and not any(run.table == table for run in runs):
+            print(f"{table}: no runs found, {args.out / (table + '.md')} and its .csv, .png left as they are "
+                  f"(--tables {table} writes it with the paper's figures alone)")
+            continue
         header = (f"<!-- rebuilt by experiments/tables.py from {sources} on "
                   f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC -->\n")
         result = write_table(table, table_rows(CONF, table), runs, args.out, header)
@@ -134,9 +146,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{table}: {measured} runs of {len(result.lines)} lines -> {result.markdown}, {result.csv.name}, "
               f"{result.chart.name}")
         written.append(result)
-    if not args.no_wandb:
+    if not args.no_wandb and written:
         print(f"tables logged to W&B: {log_to_wandb(written, save_dir=args.out)}")
     return 0
+
+
+def _not_a_folder(out: Path) -> str | None:
+    """Why ``out`` cannot be the folder of the tables: a file of that name, or above it, is there,
+    or the folder it would be made in (or is) cannot be written in; None when it can be."""
+    place = next(place for place in (out.absolute(), *out.absolute().parents) if place.exists())
+    if not place.is_dir():
+        return "a file of that name is there" if place == out.absolute() else f"{place}, above it, is a file"
+    if not os.access(place, os.W_OK | os.X_OK):
+        return f"this user cannot write in {place}"
+    return None
 
 
 def save_report(args: argparse.Namespace) -> int:

@@ -6,7 +6,6 @@ in this process (tests.helpers.inprocess)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ from aiayn.reporting.flops import Shapes
 from aiayn.tables.rows import table_rows
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO, TINY_ROW
+from tests.helpers.tables import tables_command
 from tests.helpers.wandb_offline import read_run
 
 # Small enough for seconds on a CPU. The rows keep what they vary (here N and ε_ls); the width is cut.
@@ -35,14 +35,6 @@ def offline_env(home: Path, data_root: Path, cache_dir: Path) -> dict[str, str]:
 def multirun(sweep_dir: Path, env: dict[str, str], *overrides: str) -> subprocess.CompletedProcess:
     return run_tool("src/train.py", "--multirun", *overrides, *TINY, f"hydra.sweep.dir={sweep_dir}", env=env,
                     timeout=900)
-
-
-def tables_command(*args: str) -> int:
-    """experiments/tables.py, run in this process (as `python experiments/tables.py ...`)."""
-    spec = importlib.util.spec_from_file_location("tables_command", REPO / "experiments" / "tables.py")
-    command = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(command)
-    return command.main(list(args))
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ gives submitit the job's resources, and the cost and parameter figures the table
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from aiayn.tables.runner import expand_sweep
 from aiayn.training.config_check import check_train_config
 from aiayn.training.module import TranslationModule
 from tests.helpers.runs import REPO
+from tests.helpers.tables import tables_command
 
 CONF = REPO / "conf"
 
@@ -173,10 +173,7 @@ def test_the_table3_multirun_expands_to_exactly_the_tables_rows(scale: list[str]
 
 def run_tables_command(capsys: pytest.CaptureFixture, *args: str) -> str:
     """experiments/tables.py in this process (as a user runs it, without the start-up time)."""
-    spec = importlib.util.spec_from_file_location("tables_command", REPO / "experiments" / "tables.py")
-    command = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(command)
-    assert command.main(list(args)) == 0
+    assert tables_command(*args) == 0
     return capsys.readouterr().out
 
 

@@ -252,7 +252,7 @@ def _check_shown(root: DictConfig, plan: dict) -> None:
 
 def _warn_if_not_its_row(config: dict) -> None:
     """One warning when a paper row's run (``experiment=table3_A_h1``) changed its network,
-    recipe or task from the row's (``model=big``, ``model.n_heads=4``): it is no longer that row."""
+    recipe, task or scoring from the row's (``model=big``, ``decoding.beam_size=1``): it is no longer that row."""
     choices = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
     changes = row_changes(config, choices)
     if changes and first_process():

@@ -13,9 +13,11 @@
 * **scale**: ``debug`` (``debug=tiny``), else the experiment's (``multi30k``, ``multi30k_cpu``),
   else ``paper`` for a paper row; none for other runs.
 
-A row run (``experiment=<row>``) is *modified* when its network, recipe or task differs from the
-row's at its scale (the row composed with the run's ``+scale=`` alone): :func:`row_changes` says
-what differs. Such a run is tagged ``modified``; the tables leave it out.
+A row run (``experiment=<row>``) is *modified* when its network, recipe, task or scoring (decoding,
+``validation.bleu_sentences``, ``trainer.limit_val_batches``, ``trainer.limit_test_batches``)
+differs from the row's at its scale (the row composed with the run's ``+scale=`` alone, so the
+scale's own values are the row's): :func:`row_changes` says what differs. Such a run is tagged
+``modified``; the tables leave it out.
 
 Registered as ``${aiayn.run:name}`` (``group``, ``tags``, ``scale``), for conf/logger/.
 """
@@ -31,11 +33,15 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 # What makes a row run that row: the network, its widths, the recipe (its length too: a run that may
-# stop early is not the row's, which trains optim.train_steps) and the task.
+# stop early is not the row's, which trains optim.train_steps), the task, and how it is scored (the
+# decoding, the dev sentences BLEU reads, the share of the dev and test splits evaluated): a run
+# scored otherwise reports other figures under the row's name.
 ROW_KEYS = ("task.name", "task.vocab_size", "task.subword_model", "model", "width_divisor", "loss", "optim",
-            "callbacks.early_stopping.patience", "init_from")
-# Speed switches compute the same numbers another way: not a change of the row.
-SPEED_KEYS = ("optim.fused", "model.attention", "loss.fused")
+            "callbacks.early_stopping.patience", "init_from", "decoding", "validation.bleu_sentences",
+            "trainer.limit_val_batches", "trainer.limit_test_batches")
+# Speed switches compute the same numbers another way: not a change of the row (decoding.kv_cache:
+# the same outputs, aiayn.config.schemas.DecodingConfig).
+SPEED_KEYS = ("optim.fused", "model.attention", "loss.fused", "decoding.kv_cache")
 # Overrides the name and tags leave out: said already (run_name, run_group, experiment, scale, debug) or not a
 # value of the run.
 _UNNAMED = ("run_name", "run_group", "experiment", "scale", "debug", "resume", "logger", "trainer.devices", "init_from",

@@ -88,6 +88,7 @@ def _line(row: Row, run: Run | None) -> dict[str, Any]:
         test = run.test if run else {}
         line |= {
             "BLEU (test)": test.get("bleu"), "sacreBLEU (test)": test.get("sacrebleu"),
+            "test sentences": test.get("sentences"),  # scored; newstest2014 has 3,003
             "paper BLEU": row.paper.get("bleu"),
             "averaged": test.get("averaged"), "recipe averages": row.average_last,
             "params ×10^6": params / 1e6 if params else None,

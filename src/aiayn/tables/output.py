@@ -63,7 +63,7 @@ MARKDOWN_COLUMNS = {
                "PPL (dev)", "paper PPL", "ΔPPL", "paper ΔPPL", "BLEU (dev)", "paper BLEU", "ΔBLEU", "paper ΔBLEU",
                "within noise", "params ×10^6", "paper params ×10^6", "train FLOPs", "estimate FLOPs", "seed",
                "scale"],
-    "table2": ["row", "BLEU (test)", "sacreBLEU (test)", "paper BLEU", "averaged", "params ×10^6", "train FLOPs",
+    "table2": ["row", "BLEU (test)", "sacreBLEU (test)", "test sentences", "paper BLEU", "averaged", "params ×10^6", "train FLOPs",
                "estimate FLOPs", "paper FLOPs", "steps", "seed", "scale"],
 }
 
@@ -268,10 +268,12 @@ def write_table(table: str, rows: list[Row], runs: list[Run], out_dir: Path | st
 def log_to_wandb(written: list[Written], project: str = "aiayn", save_dir: Path | str = ".",
                  mode: str = "auto") -> str:
     """Log each table as a ``wandb.Table`` and its chart as an image, in one run of job type
-    "tables" (offline without an API key). Returns the run's directory."""
+    "tables" (offline without an API key). Returns where the run is, as train says it
+    (:func:`aiayn.reporting.loggers.describe_runs`): its page, or offline its folder and the
+    ``wandb sync`` command that uploads it."""
     import wandb
 
-    from aiayn.reporting.loggers import wandb_logger
+    from aiayn.reporting.loggers import describe_runs, wandb_logger
 
     logger = wandb_logger(project=project, save_dir=str(save_dir), mode=mode, name="tables", job_type="tables")
     run = logger.experiment
@@ -280,6 +282,6 @@ def log_to_wandb(written: list[Written], project: str = "aiayn", save_dir: Path 
         data = [[line.get(c) for c in columns] for line in w.lines]  # None: not measured / not in the paper
         table = wandb.Table(columns=columns, data=data, allow_mixed_types=True)
         run.log({w.table: table, f"{w.table}_chart": wandb.Image(str(w.chart))})
-    directory = run.dir
+    [where] = describe_runs([logger])
     run.finish()
-    return directory
+    return where

@@ -1,7 +1,8 @@
 """The finished runs of the paper's tables: where each is, its config and what it measured.
 
 A run belongs to a row through its resolved config (``experiment.table`` and ``experiment.row``),
-unless it changed the row's network, recipe or task (``experiment=table3_A_h1 model=big``):
+unless it changed the row's network, recipe, task or scoring (``experiment=table3_A_h1 model=big``,
+``decoding.beam_size=1``):
 such a run is *modified* (:func:`aiayn.config.identity.row_changes`; W&B: the tag ``modified``),
 and :func:`counted` leaves it out of the tables.
 What it measured comes from its summary (:mod:`aiayn.reporting.summary`): ``summary.json`` in the
@@ -61,7 +62,8 @@ def seed_order(run: Run) -> tuple:
 
 def counted(runs: Iterable[Run], include_modified: bool = False) -> list[Run]:
     """The runs a table counts as its rows': each modified run is left out, with a warning naming
-    what it changed (all of them with ``include_modified``)."""
+    what it changed (all of them with ``include_modified``). Runs of one row, seed and scale in
+    different places are all counted, named in one warning (:func:`warn_of_repeated_seeds`)."""
     kept = []
     for run in runs:
         if run.modified and not include_modified:
@@ -69,21 +71,42 @@ def counted(runs: Iterable[Run], include_modified: bool = False) -> list[Run]:
                         run.row, "; ".join(run.modified[:4]) + (" ..." if len(run.modified) > 4 else ""))
             continue
         kept.append(run)
+    warn_of_repeated_seeds(kept)
     return kept
+
+
+def warn_of_repeated_seeds(runs: Iterable[Run]) -> None:
+    """One warning naming the runs that share their table, row, seed and scale (a run folder
+    copied, a row trained again with its seed): each is a line of the table, but together they are
+    one seed, not several, and base's noise band is meant to be the spread of seeds."""
+    together: dict[tuple, list[Run]] = {}
+    for run in runs:
+        together.setdefault((run.table, run.row, run.config.get("seed"), run.scale), []).append(run)
+    repeated = [(key, group) for key, group in together.items() if len(group) > 1]
+    if repeated:
+        log.warning("runs of the same row, seed and scale, each counted but not independent seeds (base's noise "
+                    "band takes them as several): %s", "; ".join(
+                        f"{table} {row} seed {seed} at scale {scale}: {', '.join(run.source for run in group)}"
+                        for (table, row, seed, scale), group in repeated))
 
 
 def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) -> list[Run]:
     """Every finished run under ``roots`` (run directories or folders of them, e.g. a multirun
-    date folder): a directory with ``.hydra/config.yaml`` and a summary. Runs without a summary
+    date folder): a directory with ``.hydra/config.yaml`` and a summary, each once however many of
+    ``roots`` hold it (``--runs X --runs X/<run>``: by its resolved path). Runs without a summary
     (still training, or stopped) are listed in the log and left out. With ``conf_dir`` each run's
     changes from its row are found (``Run.modified``), its row composed from there."""
     runs = []
+    seen: set[Path] = set()
     for root in roots:
         root = Path(root)
         if not root.is_dir():
             raise FileNotFoundError(f"--runs {root}: no such directory")
         for config_file in sorted(root.glob("**/.hydra/config.yaml")):
             run_dir = config_file.parent.parent
+            if run_dir.resolve() in seen:
+                continue
+            seen.add(run_dir.resolve())
             loaded = OmegaConf.load(config_file)
             config = OmegaConf.to_container(loaded, resolve=False)
             if not (config.get("experiment") or {}).get("table"):
@@ -122,7 +145,10 @@ def _tested_in_training(summary: dict[str, Any]) -> dict[str, Any]:
 def _test_figures(metrics: dict[str, Any], averaged: int) -> dict[str, Any]:
     # sacreBLEU is test/bleu (the scorer's headline, as val/bleu); reports before it was named so: test/sacrebleu.
     sacrebleu = metrics.get("test/bleu", metrics.get("test/sacrebleu"))
-    return {"bleu": metrics["test/tokenized_bleu"], "sacrebleu": sacrebleu, "averaged": averaged}
+    # The sentences scored: train's test/sentences, evaluate's report's sentences; none in runs older than both.
+    sentences = metrics.get("test/sentences", metrics.get("sentences"))
+    return {"bleu": metrics["test/tokenized_bleu"], "sacrebleu": sacrebleu, "averaged": averaged,
+            **({"sentences": int(sentences)} if sentences is not None else {})}
 
 
 def _averaged(evaluate_run_config: dict[str, Any]) -> int:

@@ -305,6 +305,8 @@ class TranslationModule(L.LightningModule):
         scores = self.scorer([hypotheses[i] for i in indices], [references[i] for i in indices])
         for key, value in scores.items():
             self.log(f"{stage}/{key}", value, prog_bar=key == self.scorer.name)
+        if stage == "test":  # the sentences scored (trainer.limit_test_batches may leave some out): summary.json
+            self.log("test/sentences", float(len(indices)))
         log.info("%s %s", stage, self.scorer.describe(scores, len(indices)))
 
 

@@ -1,0 +1,123 @@
+"""experiments/tables.py rebuild over real tiny runs (one --multirun of a Table 3 and a Table 2 row,
+trained once for the module): which run folders it counts, how many test sentences Table 2 says a
+run scored, which tables it writes into --out, what it says of the W&B run it logs to, and --out
+refused in one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.inprocess import run_tool
+from tests.helpers.runs import TINY_ROW
+from tests.helpers.tables import tables_command
+
+REPEATED = "runs of the same row, seed and scale"
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory, data_root: Path, subword_cache: Path) -> Path:
+    """Table 3's base and Table 2's base EN-DE at Multi30k scale, cut to seconds (TINY_ROW: so both
+    are `modified`), tested after training on one batch of the test split; logged as CSV."""
+    folder = tmp_path_factory.mktemp("table-runs") / "multirun"
+    run_tool("src/train.py", "--multirun", "experiment=table3_base,table2_base_en_de", "+scale=multi30k", *TINY_ROW,
+             "trainer.val_check_interval=2", "visualize_at_end=false", "logger=csv", f"hydra.sweep.dir={folder}",
+             data_root=data_root, cache_dir=subword_cache)
+    return folder
+
+
+def job(sweep: Path, table: str) -> Path:
+    return next(sweep.glob(f"*_{table}-base*"))
+
+
+@pytest.mark.slow
+def test_each_run_folder_is_counted_once_however_the_runs_folders_overlap(
+        sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> None:
+    """--runs X --runs X/<run> --runs X: the run once (before: three times, and base's noise band of
+    its three copies had no width: "3 base runs (seeds 1234, 1234, 1234)")."""
+    base = job(sweep, "table3")
+    assert tables_command("rebuild", "--runs", str(sweep), "--runs", str(base), "--runs", f"{sweep}/../multirun",
+                          "--out", str(tmp_path / "once"), "--tables", "table3", "--no-wandb",
+                          "--include-modified") == 0
+    assert "table3: 1 runs of" in capsys.readouterr().out
+    assert "Noise band: 1 base run (seed 1234)" in (tmp_path / "once" / "table3.md").read_text()
+    assert not [record for record in caplog.records if REPEATED in record.getMessage()]
+
+    # A copy of the folder is another run of the same row, seed and scale: counted, and named in one warning.
+    copy = tmp_path / "copy" / base.name
+    shutil.copytree(base, copy)
+    caplog.clear()
+    assert tables_command("rebuild", "--runs", str(sweep), "--runs", str(copy.parent), "--out",
+                          str(tmp_path / "twice"), "--tables", "table3", "--no-wandb", "--include-modified") == 0
+    assert "table3: 2 runs of" in capsys.readouterr().out
+    [warning] = [record.getMessage() for record in caplog.records if REPEATED in record.getMessage()]
+    assert f"table3 base seed 1234 at scale multi30k: {base}, {copy}" in warning
+
+
+@pytest.mark.slow
+def test_a_runs_test_says_how_many_sentences_it_scored(sweep: Path, tmp_path: Path) -> None:
+    """One batch of the test split (trainer.limit_test_batches=1): summary.json and Table 2 say how
+    many sentences (before: nothing told it from a test of the whole split)."""
+    summary = json.loads((job(sweep, "table2") / "summary.json").read_text())
+    assert 0 < summary["test/sentences"] < 1000  # Multi30k's test_2016_flickr has 1,000
+    out = tmp_path / "tables"
+    assert tables_command("rebuild", "--runs", str(sweep), "--out", str(out), "--tables", "table2", "--no-wandb",
+                          "--include-modified") == 0
+    [line] = [line for line in csv.DictReader((out / "table2.csv").read_text().splitlines()) if line["run"]]
+    assert int(line["test sentences"]) == summary["test/sentences"]
+    assert "| test sentences |" in (out / "table2.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_table_without_runs_is_left_as_it_is_unless_named(sweep: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    """Table 2, then Table 3 rebuilt into one --out: each keeps its own (before: the second rebuild
+    wrote Table 2 over with the paper's figures alone). --tables naming a table writes it."""
+    out = tmp_path / "tables"
+    rebuild = ("rebuild", "--out", str(out), "--no-wandb", "--include-modified")
+    assert tables_command(*rebuild, "--runs", str(job(sweep, "table2"))) == 0
+    said = capsys.readouterr().out
+    assert "table2: 1 runs of 4 lines" in said and f"table3: no runs found, {out / 'table3.md'}" in said
+    assert not (out / "table3.md").exists()
+    table2 = {name: (out / name).read_bytes() for name in ("table2.md", "table2.csv", "table2.png")}
+
+    assert tables_command(*rebuild, "--runs", str(job(sweep, "table3"))) == 0
+    said = capsys.readouterr().out
+    assert "table3: 1 runs of" in said and "table2: no runs found" in said
+    assert {name: (out / name).read_bytes() for name in table2} == table2
+
+    assert tables_command(*rebuild, "--runs", str(job(sweep, "table3")), "--tables", "table2", "table3") == 0
+    assert "table2: 0 runs of 4 lines" in capsys.readouterr().out
+
+
+def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Before: FileExistsError's traceback, exit 1, after the runs were read."""
+    (tmp_path / "runs").mkdir()
+    taken = tmp_path / "table.md"
+    taken.write_text("mine\n")
+    for out, why in ((taken, "a file of that name is there"), (taken / "sub", f"{taken}, above it, is a file")):
+        assert tables_command("rebuild", "--runs", str(tmp_path / "runs"), "--out", str(out), "--no-wandb") == 2
+        said = capsys.readouterr()
+        assert said.err == f"tables.py: --out {out}: {why}; give --out a folder (new or existing)\n" and not said.out
+    assert taken.read_text() == "mine\n"
+
+
+@pytest.mark.slow
+def test_the_wandb_line_names_the_offline_run_folder_and_how_to_upload_it(
+        sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As train says it (before: the run's files/ subfolder, which `wandb sync` does not take)."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no API key: offline
+    for key in [k for k in os.environ if k.startswith("WANDB_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "tables"
+    assert tables_command("rebuild", "--runs", str(job(sweep, "table3")), "--out", str(out),
+                          "--include-modified") == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tables logged to W&B: ")]
+    [folder] = (out / "wandb").glob("offline-run-*")
+    assert line.endswith(f" (offline) in {folder}; upload it with `wandb sync {folder}`"), line
