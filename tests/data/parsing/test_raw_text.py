@@ -4,17 +4,21 @@ outputs are read back as trees over exactly the line's words."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 import torch
 
+from aiayn.data.parsing.constraints import TreeConstraint
 from aiayn.data.parsing.datamodule import ParsingDataModule
 from aiayn.data.parsing.linearize import constituent_labels, delinearize, linearize
 from aiayn.data.parsing.raw_text import RawText
 from aiayn.data.parsing.treebank import escaped, parse_trees
 from aiayn.data.readers import read_lines
-from tests.data.parsing.test_constraints import SAMPLE_SPLIT
+from aiayn.decoding.translator import Translator
+from aiayn.model import Transformer
+from tests.data.parsing.test_constraints import SAMPLE_SPLIT, SMALL
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -91,3 +95,24 @@ def test_an_output_that_is_no_tree_over_the_words_is_repaired_and_said_so(raw: R
     assert repaired is not None and "0 leaves for the line's 7 words" in repaired
     assert raw.output(line, [vocab.eos_id])[0].startswith("(TOP (XX She)")  # an empty output: still every word
 
+
+def test_the_translator_warns_of_each_repair_by_input_line(raw: RawText, caplog: pytest.LogCaptureFixture) -> None:
+    """Unconstrained decoding of a random model: every output written as a tree over its line's
+    words, each one repaired named by its input line; an empty line stays empty."""
+    torch.manual_seed(0)
+    model = Transformer(raw.vocab.vocab_size, raw.vocab.vocab_size, **SMALL).eval()
+    lines = ["The café opened .", "", "A )NP B ."]
+    settings = {"beam_size": 2, "alpha": 0.0, "max_len_offset": 5, "constrained": False}
+    with caplog.at_level(logging.WARNING, logger="aiayn.decoding.translator"):
+        texts = Translator(model, raw.vocab, settings, raw_text=raw).translations(lines).texts
+    assert texts[1] == ""
+    for line, text in zip(lines[::2], texts[::2]):
+        assert parse_trees(text)[0].leaves() == [escaped(word) for word in line.split()]
+    warned = [record.getMessage() for record in caplog.records]
+    assert sorted(message.split(":")[0] for message in warned) == ["input line 1", "input line 3"], warned
+    constrained = Translator(model, raw.vocab, {**settings, "constrained": True}, TreeConstraint(raw.vocab),
+                             raw_text=raw)
+    with caplog.at_level(logging.WARNING, logger="aiayn.decoding.translator"):
+        caplog.clear()
+        constrained.translations(lines)
+    assert not caplog.records  # constrained decoding: a tree over the words as decoded
