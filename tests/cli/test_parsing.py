@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from aiayn.data.parsing.linearize import LEAF, delinearize, linearize
-from aiayn.data.parsing.treebank import parse_trees
+from aiayn.data.parsing.treebank import escaped, parse_trees
 from aiayn.metrics.parseval import parseval
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO, TINY
@@ -95,15 +95,24 @@ def test_evaluate_unconstrained_is_plain_beam_search(trained, data_root: Path, t
     assert report["parseval"]["error_sentences"] == 0  # the repair still gives a tree over every sentence
 
 
-@pytest.mark.slow
-def test_the_words_linearisation_trains_and_decodes_trees_of_the_words(data_root: Path, tmp_path: Path) -> None:
-    """task.datamodule.linearization=words: the leaves are the words, copied from the input by
-    constrained decoding, so every output holds the sentence's words in order."""
+@pytest.fixture(scope="module")
+def trained_words(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> tuple[Path, Path, Path]:
+    """A parser of the words linearisation (task.datamodule.linearization=words), as ``trained``."""
+    root = tmp_path_factory.mktemp("parsing_words")
     run_tool("src/train.py", *TINY, *PARSING, "task.datamodule.linearization=words", "task.datamodule.max_length=400",
              "model.max_positions=512", "logger=none", "visualize_at_end=false", "test_after_training=false",
-             f"hydra.run.dir={tmp_path / 'run'}", data_root=data_root, cache_dir=tmp_path / "cache")
-    run_tool("src/evaluate.py", f"ckpt={tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}", "split=val",
-             f"out={tmp_path / 'eval'}", "wandb=disabled", data_root=data_root, cache_dir=tmp_path / "cache")
+             f"hydra.run.dir={root / 'run'}", data_root=data_root, cache_dir=root / "cache")
+    return root / "run", root / "run" / "checkpoints" / "last.ckpt", root / "cache"
+
+
+@pytest.mark.slow
+def test_the_words_linearisation_trains_and_decodes_trees_of_the_words(trained_words, data_root: Path,
+                                                                       tmp_path: Path) -> None:
+    """task.datamodule.linearization=words: the leaves are the words, copied from the input by
+    constrained decoding, so every output holds the sentence's words in order."""
+    _, ckpt, cache = trained_words
+    run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=val", f"out={tmp_path / 'eval'}", "wandb=disabled",
+             data_root=data_root, cache_dir=cache)
     report = json.loads(next((tmp_path / "eval").glob("*.json")).read_text())
     gold = Path(report["evalb_gold"]).read_text().splitlines()
     hypotheses = Path(report["hypotheses"]).read_text().splitlines()
@@ -178,3 +187,35 @@ def test_attention_maps_of_a_parser_decode_a_tree(trained) -> None:
     assert model.decoding["constrained"] is True
     assert linearize(delinearize(maps.translation, words)) == maps.translation  # a tree, one XX per word
     assert maps.translation.split().count(LEAF) == len(words)
+
+
+# Lines a treebank never has: unknown characters, words that look like the output's tree symbols,
+# a blank line.
+TYPED = ["The café opened in Zürich .", "She wrote (S on the board .", "A )NP B .", "(S )S XX (NP", "",
+         "XXL ( ) -LRB- x"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parser", ["trained", "trained_words"])
+def test_translate_writes_each_line_as_a_tree_over_its_own_words(parser: str, request: pytest.FixtureRequest,
+                                                                 data_root: Path, caplog) -> None:
+    """translate.py on a parser: one tree a line, in evaluate's EVALB form, whose leaves are the
+    line's words as typed (brackets in the treebank's escapes); constrained decoding repairs none;
+    unconstrained, the repaired outputs are trees over the words too; a blank line stays blank."""
+    _, ckpt, cache = request.getfixturevalue(parser)
+    stdin = "".join(line + "\n" for line in TYPED)
+    for constrained in ("true", "false"):
+        caplog.clear()
+        result = run_tool("src/translate.py", f"ckpt={ckpt}", f"decoding.constrained={constrained}", "decoding.beam_size=2",
+                          stdin=stdin, data_root=data_root, cache_dir=cache)
+        outputs = result.stdout.splitlines()
+        assert len(outputs) == len(TYPED), result.stdout
+        for typed, output in zip(TYPED, outputs):
+            if not typed:
+                assert output == ""
+                continue
+            tree = parse_trees(output)[0]
+            assert tree.label == "TOP" and tree.leaves() == [escaped(word) for word in typed.split()], output
+            assert set(tree.tags()) == {LEAF}
+        repairs = [record.getMessage() for record in caplog.records if "the parser's output" in record.getMessage()]
+        assert not repairs if constrained == "true" else all(m.startswith("input line ") for m in repairs)

@@ -64,6 +64,18 @@ class TrainedModel:
         kind = task_module(self.config.get("task") or {})
         return kind.output_constraint(self.vocab) if kind is not None else None
 
+    def raw_text(self) -> Any:
+        """How its task reads lines of text and writes outputs, as the task's data module hands it
+        over (aiayn.decoding.translator.RawTextForm; None: as text, a translation's). Only a
+        vocabulary with tree symbols can be a parser's: another's task is not asked, whose data
+        module's import is Lightning's (translate.py of a translation model starts without it)."""
+        from aiayn.data.parsing.constraints import has_tree_symbols
+
+        if not has_tree_symbols(self.vocab):
+            return None
+        kind = task_module(self.config.get("task") or {})
+        return kind.raw_text(self.vocab) if kind is not None else None
+
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Put a training checkpoint's weights (an average of several, say) into the model."""
         put_weights(self.model, model_weights(state_dict), "the averaged checkpoints")

@@ -9,6 +9,12 @@ empty line; a line longer than the model can read is truncated with a warning. W
 translates with the ensemble of the checkpoints (aiayn.model.Ensemble); ``average_last=k`` with the
 average of the checkpoint and the k - 1 before it by step (§6.1), as evaluate.py and export.py.
 
+A parser (task=wsj, §6.3) writes each line's tree over exactly its words, one line each, in the
+bracketed form of evaluate.py's EVALB files (``(TOP (S (NP (XX The) (XX dog)) ...))``, each word
+tagged ``XX``, brackets in words written ``-LRB-``/``-RRB-``), whatever characters the words hold;
+an output that had to be repaired to be such a tree is named in a warning with its input line
+(aiayn.data.parsing.raw_text).
+
 Input is read in chunks of at most ``buffer_size`` lines, each sorted by length and translated in
 batches of ``batch_size``. Translations are written as they finish, in input order (after each
 batch, the longest run from the start that is complete), straight into ``out`` (created, with
@@ -116,7 +122,8 @@ def _translator(cfg: DictConfig, wanted: Asked, switches: dict) -> Translator:
     decoding = Decoding.of(trained.decoding, wanted, switches=switches, members=trained.members,
                            where="the checkpoint's decoding.")
     model = for_decoding(trained.model, **decoding.switches)  # ConfigError: int8 off the CPU
-    return Translator(model, trained.vocab, decoding, trained.output_constraint(decoding), batch_size=cfg.batch_size)
+    return Translator(model, trained.vocab, decoding, trained.output_constraint(decoding), batch_size=cfg.batch_size,
+                      raw_text=trained.raw_text())
 
 
 def _summary(lines: int, translator: Translator) -> None:

@@ -44,7 +44,8 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
     The task's questions are the data module's to answer, so that no tool asks which kind of task
     it has: what its models do (:meth:`does`), which splits can be scored (:meth:`check_split`,
     :attr:`EVALUATION_SPLITS`), with what and against what (:meth:`scorer`, :meth:`evaluation_data`),
-    and the constraint decoding may put on its outputs (:meth:`output_constraint`, the object itself).
+    the constraint decoding may put on its outputs (:meth:`output_constraint`, the object itself)
+    and how raw text is read and outputs written (:meth:`raw_text`).
     """
 
     # The class of the constraint decoding may put on this task's outputs (decoding.constrained):
@@ -241,6 +242,13 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
             return cls.OUTPUT_CONSTRAINT(vocab)
         except ValueError as error:
             raise ConfigError(str(error)) from None
+
+    @classmethod
+    def raw_text(cls, vocab: Subwords) -> Any:
+        """How a model of ``vocab`` reads lines of text and how its outputs are written, where the
+        task has its own way (aiayn.decoding.translator.RawTextForm: a parser's outputs as trees
+        over the line's words); None: encoded and decoded as text, as translations are."""
+        return None
 
     def check_split(self, split: str, task: str) -> str:
         """The file name of the evaluation split ``split`` (a role, ``val``/``test``, or a name);

@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -29,6 +29,17 @@ from aiayn.model.loss import label_smoothed_loss
 from aiayn.model.search import OutputConstraint
 
 log = logging.getLogger(__name__)
+
+
+class RawTextForm(Protocol):
+    """How a task reads lines of text and writes its outputs where that is its own (a parser:
+    aiayn.data.parsing.raw_text.RawText), not encoded and decoded as text."""
+
+    def encode(self, sentences: Sequence[str]) -> list[list[int]]:
+        """The source ids of each line, without BOS/EOS."""
+
+    def output(self, sentence: str, tokens: Sequence[int]) -> tuple[str, str | None]:
+        """The output ``tokens`` of ``sentence`` as text, and what had to be repaired (None: nothing)."""
 
 
 @dataclass(frozen=True)
@@ -58,12 +69,13 @@ class Translations:
 
 
 def encode_sources(model: Transformer, vocab: Subwords, sentences: Sequence[str],
-                   first_line: int = 1) -> tuple[list[list[int]], int]:
-    """Subword ids of each sentence, cut to the positions the model has (EOS included); also
-    returns how many were cut, with a warning naming the input line (``first_line`` is the
-    number of ``sentences[0]``), since the model cannot read past them."""
+                   first_line: int = 1, raw_text: RawTextForm | None = None) -> tuple[list[list[int]], int]:
+    """Subword ids of each sentence (as ``raw_text`` encodes them, where given), cut to the
+    positions the model has (EOS included); also returns how many were cut, with a warning naming
+    the input line (``first_line`` is the number of ``sentences[0]``), since the model cannot read
+    past them."""
     limit = model.max_positions - 1
-    ids = vocab.encode(list(sentences))
+    ids = (raw_text or vocab).encode(list(sentences))
     truncated = [i for i, seq in enumerate(ids) if len(seq) > limit]
     for i in truncated:
         log.warning("input line %d has %d subword tokens; truncated to the model's %d", first_line + i, len(ids[i]),
@@ -75,6 +87,8 @@ def encode_sources(model: Transformer, vocab: Subwords, sentences: Sequence[str]
 class Translator:
     """Translation of sentences that arrive in chunks, given back in input order, with the
     ``decoding`` settings and the task's output ``constraint`` (:class:`~aiayn.decoding.search.Search`).
+    With ``raw_text`` (a parser's) the lines are encoded and the outputs written its way, each
+    repair it makes named in a warning with the input line.
 
     Each chunk is sorted by length and cut into batches of ``batch_size`` sentences (similar
     lengths together: little padding); after each batch, :meth:`stream` yields the longest run of
@@ -86,8 +100,9 @@ class Translator:
     time of encoding, search and decoding only (not the time spent waiting for input or writing)."""
 
     def __init__(self, model: Transformer, vocab: Subwords, decoding: Decoding | Mapping[str, Any] | None = None,
-                 constraint: OutputConstraint | None = None, *, batch_size: int = 64):
-        self.model, self.vocab, self.batch_size = model, vocab, batch_size
+                 constraint: OutputConstraint | None = None, *, batch_size: int = 64,
+                 raw_text: RawTextForm | None = None):
+        self.model, self.vocab, self.batch_size, self.raw_text = model, vocab, batch_size, raw_text
         self.search = Search(decoding, vocab, constraint)
         self.nbest = self.search.nbest  # hypotheses an input
         self.collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
@@ -125,7 +140,8 @@ class Translator:
 
     def _chunk(self, sentences: Sequence[str]) -> Iterator[list[list[Scored]]]:
         device = next(self.model.parameters()).device
-        ids, truncated = encode_sources(self.model, self.vocab, sentences, first_line=self.sentences + 1)
+        first_line = self.sentences + 1
+        ids, truncated = encode_sources(self.model, self.vocab, sentences, first_line, self.raw_text)
         self.sentences += len(sentences)
         self.truncated += truncated
         texts: list[list[Scored] | None] = [None] * len(sentences)
@@ -153,11 +169,27 @@ class Translator:
             src = self.collate([(i, ids[i], []) for i in rows])["src"]  # ids + EOS, right-padded
             found = self.search(self.model, src.to(device))  # each row's hypotheses, best first
             self.output_tokens += sum(len(hypotheses[0].tokens) for hypotheses in found)
-            decoded = iter(self.vocab.decode([h.tokens for hypotheses in found for h in hypotheses]))
+            decoded = iter(self._texts(found, [sentences[i] for i in rows], [first_line + i for i in rows]))
             for i, hypotheses in zip(rows, found):
                 texts[i] = [Scored(next(decoded), h.score, h.log_prob) for h in hypotheses]
             if ready := complete():
                 yield ready
+
+
+    def _texts(self, found: list[list[Any]], sentences: list[str], lines: list[int]) -> list[str]:
+        """Every hypothesis of ``found`` as text, in order: decoded, or written as ``raw_text``
+        writes it, with a warning for each it had to repair."""
+        if self.raw_text is None:
+            return self.vocab.decode([h.tokens for hypotheses in found for h in hypotheses])
+        texts = []
+        for sentence, line, hypotheses in zip(sentences, lines, found):
+            for rank, hypothesis in enumerate(hypotheses, start=1):
+                text, repaired = self.raw_text.output(sentence, hypothesis.tokens)
+                if repaired is not None:
+                    which = f", hypothesis {rank}" if len(hypotheses) > 1 else ""
+                    log.warning("input line %d%s: %s", line, which, repaired)
+                texts.append(text)
+        return texts
 
 
 def translate(model: Transformer, vocab: Subwords, sentences: list[str],

@@ -25,7 +25,8 @@ left as the model gives them (not renormalised), so constraints change which hyp
 survive, not their scores.
 
 The words of a source are counted as its pieces that begin a word (sentencepiece's ``▁``): one
-per whitespace-separated word.
+per whitespace-separated word. A source holds words only, so a piece that is a tree symbol in the
+output (``▁XX``: the word ``XX``, or the start of ``XXL``) begins a word there too.
 
 With the ``words`` linearisation (leaves written as the words themselves) a leaf is the input's
 next subword, copied: the output's leaves are exactly the input's pieces in order, and no
@@ -34,6 +35,7 @@ bracket or end-of-sentence comes between two pieces of one word.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -44,6 +46,12 @@ from aiayn.data.subwords import Subwords
 
 SPACE = "\u2581"  # sentencepiece's word-boundary mark
 _OTHER, _OPEN, _CLOSE, _LEAF, _EOS = range(5)
+
+
+def has_tree_symbols(vocab: Subwords) -> bool:
+    """Whether ``vocab`` has opening and closing brackets (``▁(L``, ``▁)L``), as a parser's has."""
+    pieces = vocab.pieces(range(vocab.vocab_size))
+    return all(any(piece.startswith(SPACE + bracket) and len(piece) > 2 for piece in pieces) for bracket in "()")
 
 
 class TreeConstraint:
@@ -69,7 +77,7 @@ class TreeConstraint:
                 kind[i] = _OPEN if symbol[0] == "(" else _CLOSE
                 label[i] = labels.setdefault(symbol[1:], len(labels))
         kind[vocab.eos_id] = _EOS
-        if _OPEN not in kind or _CLOSE not in kind:
+        if not has_tree_symbols(vocab):
             raise ValueError("constrained decoding needs a parsing model: its vocabulary has no tree symbols "
                              f"('{SPACE}(L', '{SPACE})L'); use constrained=false")
         self.leaves = leaves or ("xx" if _LEAF in kind else "words")
@@ -81,10 +89,11 @@ class TreeConstraint:
         self.pad_id, self.bos_id, self.eos_id = vocab.pad_id, vocab.bos_id, vocab.eos_id
         self.kind = torch.tensor(kind)  # (vocab,)
         self.label = torch.tensor(label)  # (vocab,): the label index of a bracket, -1 otherwise
-        # (vocab,): the pieces that begin a word of the input (tree symbols never occur there)
-        self.starts_word = torch.tensor([p.startswith(SPACE) and k == _OTHER and i not in special
-                                         for i, (p, k) in enumerate(zip(pieces, kind))])
+        # (vocab,): the pieces that begin a word of the input (where a tree symbol's piece is a word's)
+        self.starts_word = torch.tensor([p.startswith(SPACE) and i not in special for i, p in enumerate(pieces)])
         self.labels = list(labels)
+        self._kinds, self._symbols = kind, [p[1:] if k in (_OPEN, _CLOSE) else LEAF for p, k in zip(pieces, kind)]
+        self._skipped, self._begins = {vocab.pad_id, vocab.bos_id}, self.starts_word.tolist()
         self.max_depth, self.max_opens_per_word = max_depth, max_opens_per_word
         self._on: dict[torch.device, tuple[Tensor, Tensor, Tensor]] = {}
 
@@ -92,6 +101,24 @@ class TreeConstraint:
         if device not in self._on:
             self._on[device] = (self.kind.to(device), self.label.to(device), self.starts_word.to(device))
         return self._on[device]
+
+    def shape(self, tokens: Sequence[int]) -> str:
+        """The tree an output's ``tokens`` make, as the ``xx`` linearisation writes it: its brackets,
+        and ``XX`` for each leaf (an ``XX``, or a word: a piece that begins one, or any other piece
+        that follows no word piece), up to end of sentence. The words linearisation's leaves are
+        so read by where words begin, whatever their pieces spell (the unknown piece included)."""
+        out: list[str] = []
+        in_word = False
+        for token in map(int, tokens):
+            kind = self._kinds[token]
+            if kind == _EOS:
+                break
+            if token in self._skipped:
+                continue
+            if kind != _OTHER or not in_word or self._begins[token]:
+                out.append(self._symbols[token])  # the bracket, or XX for a leaf
+            in_word = kind == _OTHER
+        return " ".join(out)
 
     def words(self, src: Tensor) -> Tensor:
         """The number of words of each source (batch, src_len) → (batch,)."""

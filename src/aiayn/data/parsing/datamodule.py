@@ -21,6 +21,7 @@ from typing import Any
 from aiayn.data.datamodule import TranslationDataModule
 from aiayn.data.parsing.constraints import TreeConstraint
 from aiayn.data.parsing.linearize import LINEARIZATIONS, delinearize, linearize, output_symbols
+from aiayn.data.parsing.raw_text import RawText
 from aiayn.data.parsing.treebank import (
     ROOT_LABEL,
     Tree,
@@ -218,6 +219,14 @@ class ParsingDataModule(TranslationDataModule):
     @classmethod
     def does(cls, datamodule: Mapping[str, Any]) -> str:
         return "parses sentences into trees"
+
+    @classmethod
+    def raw_text(cls, vocab: Subwords) -> RawText:
+        """Each line's words in, a tree over exactly those words out (:class:`RawText`)."""
+        try:
+            return RawText(vocab)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
 
     def check_split(self, split: str, task: str) -> str:
         """A split's specification (a role, or sections/file ranges of the treebank, any of them);

@@ -31,6 +31,15 @@ development set"; Table 4 reports section 23)."""
 WSJ_DIR = Path("parsed") / "mrg" / "wsj"
 _FILE_NAME = re.compile(r"wsj_(\d\d)(\d\d)\.mrg$")
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
+_BRACKETS = {"(": "-LRB-", ")": "-RRB-"}
+
+
+def escaped(word: str) -> str:
+    """A word as the treebank writes it, where brackets are structure: each ``(`` as ``-LRB-`` and
+    each ``)`` as ``-RRB-`` (the treebank's own words hold no other), e.g. ``(S`` → ``-LRB-S``."""
+    for bracket, name in _BRACKETS.items():
+        word = word.replace(bracket, name)
+    return word
 
 
 @dataclass
