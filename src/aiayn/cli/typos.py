@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from omegaconf import OmegaConf
 
 from aiayn.cli import CONFIG_DIR, tool_name
-from aiayn.cli.command_line import hydra_options_and_overrides
+from aiayn.cli.hydra_options import hydra_options_and_overrides
 
 
 def nearest_settings(key: str) -> str | None:
