@@ -175,7 +175,6 @@ class Translator:
             if ready := complete():
                 yield ready
 
-
     def _texts(self, found: list[list[Any]], sentences: list[str], lines: list[int]) -> list[str]:
         """Every hypothesis of ``found`` as text, in order: decoded, or written as ``raw_text``
         writes it, with a warning for each it had to repair."""
