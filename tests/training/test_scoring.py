@@ -55,7 +55,7 @@ def test_bleu_is_logged_with_its_signature(caplog) -> None:
 def test_parse_f1_logs_its_four_figures(caplog) -> None:
     logged, lines = evaluated(ParseF1(), GOLD, [(1, GOLD[1]), (0, GOLD[0])], "test", caplog)
     assert logged == [("test/f1", 100.0, True), ("test/precision", 100.0, False), ("test/recall", 100.0, False),
-                      ("test/exact_match", 100.0, False)]
+                      ("test/exact_match", 100.0, False), ("test/sentences", 2.0, False)]  # the test says its count
     assert lines == ["test F1 on 2 sentences: 100.00 (P 100.00, R 100.00, exact 100.00)"]
 
 
