@@ -8,7 +8,7 @@ and :func:`counted` leaves it out of the tables.
 What it measured comes from its summary (:mod:`aiayn.reporting.summary`): ``summary.json`` in the
 run directory, which every run writes (or the W&B run's summary, read from the W&B project).
 Table 2's test BLEU comes from ``src/evaluate.py``'s report in ``<run dir>/eval/`` where there is
-one (the one averaging most checkpoints), else from train.py's own test, which scores §6.1's
+one decoded as the run's config says (the one averaging most checkpoints), else from train.py's own test, which scores §6.1's
 average where the recipe has one (its summary's ``test_averaged``).
 """
 
@@ -116,18 +116,33 @@ def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) 
                 log.warning("%s: no summary (unfinished run?); left out", run_dir)
                 continue
             modified = run_folder_changes(loaded, run_dir, conf_dir) if conf_dir else []
+            decoding = OmegaConf.to_container(loaded.decoding, resolve=True) if "decoding" in loaded else {}
             runs.append(Run(source=str(run_dir), config=config, summary=summary,
-                            test=_test_report(run_dir) or _tested_in_training(summary), modified=modified))
+                            test=_test_report(run_dir, decoding) or _tested_in_training(summary), modified=modified))
     return runs
 
 
-def _test_report(run_dir: Path) -> dict[str, Any]:
-    """The newest evaluate.py report on the test split, the one averaging most checkpoints."""
+# The decoding settings that change a test's translations (beam search's; sampling is another search):
+# an evaluate.py report decoded otherwise than its run's config says is not that row's test.
+SCORED_DECODING = ("beam_size", "alpha", "max_len_offset", "min_len", "constrained", "stop", "sampling")
+
+
+def _test_report(run_dir: Path, decoding: dict[str, Any]) -> dict[str, Any]:
+    """The newest evaluate.py report on the test split decoded as the run's ``decoding`` says, the one
+    averaging most checkpoints; a report decoded otherwise (``decoding.beam_size=1``) is left out,
+    with a warning naming what differs."""
     reports = []
     for path in (run_dir / "eval").glob("*.json"):
         report = json.loads(path.read_text())
-        if "test/tokenized_bleu" in report:  # `python src/evaluate.py ... split=test`
-            reports.append((len(report.get("averaged") or [None]), path.stat().st_mtime, report))
+        if "test/tokenized_bleu" not in report:  # `python src/evaluate.py ... split=test` only
+            continue
+        used = report.get("decoding") or {}
+        differs = [f"decoding.{key}={used.get(key)!r} (the run's: {decoding.get(key)!r})" for key in SCORED_DECODING
+                   if key in used and key in decoding and used[key] != decoding[key]]
+        if differs:
+            log.warning("%s: decoded otherwise than its run (%s); left out of the tables", path, ", ".join(differs))
+            continue
+        reports.append((len(report.get("averaged") or [None]), path.stat().st_mtime, report))
     if not reports:
         return {}
     averaged, _, report = max(reports, key=lambda r: r[:2])
