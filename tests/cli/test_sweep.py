@@ -127,3 +127,6 @@ def test_a_stopped_sweep_given_resume_auto_resumes_each_job_from_its_earlier_fol
     assert "starting from scratch" not in resumed.stdout + resumed.stderr
     assert sorted(path.name for path in (earlier / "checkpoints").glob("*.ckpt")) == [
         "last.ckpt", "step0000002.ckpt", "step0000004.ckpt"]
+    # The table names the folder the job trained in, which holds its checkpoints (before: this attempt's).
+    [job] = table(tmp_path / "B")
+    assert (job["status"], Path(job["folder"]).resolve()) == ("done", earlier.resolve())

@@ -12,7 +12,8 @@ way (globs, ranges, comma lists, ``hydra.sweeper.max_batch_size``), and three th
    stop of the sweep itself — preemption (exit 75: the job saved its step) or Ctrl-C (130) — ends
    it whatever keep_going says.
 3. The sweep ends with a table, printed and written to ``<sweep dir>/sweep.tsv``: job, overrides,
-   status (``done``, ``failed (exit N): reason``, ``preempted (exit 75)``, ``not run``), folder.
+   status (``done``, ``failed (exit N): reason``, ``preempted (exit 75)``, ``not run``), folder (of
+   a job done that resumed a run elsewhere, that run's, which holds its checkpoints).
 
 With Hydra's basic launcher the jobs run here one after another, each launched alone, so that a
 failure is seen as it happens. Another launcher (``hydra/launcher=slurm``) gets the jobs in
@@ -176,6 +177,12 @@ def _record(job: Job, result: JobReturn) -> None:
     """A job that returned: done, or failed with the exception it raised (its traceback printed)."""
     if result.status == JobStatus.COMPLETED:
         job.status = "done"
+        # A job that resumed a run in another folder (resume=auto, an earlier sweep's) trained there:
+        # train moved its paths.output_dir, in the config the job returns. This attempt's folder
+        # holds its config and log alone.
+        ran_in = OmegaConf.select(result.cfg, "paths.output_dir", default=None) if result.cfg is not None else None
+        if ran_in and job.folder and Path(ran_in).resolve() != Path(job.folder).resolve():
+            job.folder = str(ran_in)
         return
     error = result._return_value
     if isinstance(error, BaseException):
