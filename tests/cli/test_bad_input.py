@@ -111,6 +111,11 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
                                "(trainer.max_steps follows it); give optim.train_steps=3 instead")),
     (["trainer.max_epochs=0"], ("train.py: trainer.max_epochs=0 could stop training before optim.train_steps=4 "
                                 "steps; a run trains optim.train_steps steps, however many epochs they take")),
+    # Through the config's plan, as a run reads it (before: the plan saw none of these, and they passed).
+    (["trainer.min_steps=5000"], "train.py: trainer.min_steps=5000 is more than optim.train_steps=4, the run's steps"),
+    (["trainer.min_epochs=1"], "train.py: trainer.min_epochs=1: a run's length is counted in steps"),
+    (["trainer.check_val_every_n_epoch=2"], ("train.py: trainer.check_val_every_n_epoch=2: a run validates every "
+                                            "trainer.val_check_interval optimizer steps")),
     (["trainer.limit_val_batches=0", "callbacks.early_stopping.patience=2"], (
         "train.py: callbacks.early_stopping.patience stops on validation's figures, which trainer.limit_val_batches=0 "
         "turns off")),
