@@ -261,7 +261,8 @@ def test_cfg_job_shows_the_plan_resolved(monkeypatch: pytest.MonkeyPatch, capsys
     # here, refused in one line.
     monkeypatch.setattr(sys, "argv", ["train.py", "model=big", "task=wmt_en_fr", "trainer.devices=8", "--cfg", "job"])
     main()
-    shown = OmegaConf.create(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    shown, shown_plan = OmegaConf.create(captured.out), captured.err.splitlines()
     assert OmegaConf.to_container(shown.plan.trainer) == {
         "accelerator": "gpu", "devices": 8, "num_nodes": 1, "strategy": "ddp", "precision": "bf16-mixed",
         "accumulate_grad_batches": 1, "val_check_interval": 1000}
@@ -269,6 +270,11 @@ def test_cfg_job_shows_the_plan_resolved(monkeypatch: pytest.MonkeyPatch, capsys
     assert shown.plan.shown_for == ("a node of 8 GPUs with bf16 (A100, H100); this machine has no usable CUDA GPU, so "
                                     "the run itself is refused here")
     assert shown.model.dropout == 0.1  # §6.1: the big EN-FR model's P_drop
+    # And the plan as the run prints it before its first step, on stderr (stdout: the YAML alone).
+    printed = shown_plan
+    assert printed[:2] == ["plan: 8 GPUs, bf16-mixed, ddp", "  shown for " + shown.plan.shown_for]
+    assert "  300,000 steps, warmup 4,000, validation every 1,000 steps" in printed
+    assert any(line.startswith("  model: big (n_layers=6, d_model=1024") for line in printed)
     refused = run_tool("src/train.py", "model=big", "task=wmt_en_fr", "trainer.devices=8", "logger=none",
                        f"hydra.run.dir={tmp_path / 'run'}", check=False)
     assert refused.returncode == 2

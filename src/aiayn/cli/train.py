@@ -243,12 +243,14 @@ def checked_config(cfg: DictConfig) -> dict:
 
 def _check_shown(root: DictConfig, plan: dict) -> None:
     """``--cfg job`` refuses what the run would refuse of its config (a model it cannot build,
-    say), in the same line: :func:`checked_config` of ``root`` holding ``plan``."""
+    say), in the same line: :func:`checked_config` of ``root`` holding ``plan``; else it prints the
+    plan as the run prints it before its first step, on stderr (stdout is the config's YAML)."""
     shown = copy.deepcopy(root)
     with open_dict(shown), read_write(shown):
         shown.plan = plan
         shown.pop("hydra", None)  # --cfg all shows Hydra's settings too; a run's config has none
-    checked_config(shown)
+    config = checked_config(shown)
+    print(describe(config["plan"], config, model=_choice("model")), file=sys.stderr, flush=True)
 
 
 def _warn_if_not_its_row(config: dict) -> None:

@@ -210,6 +210,7 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
     batches = f"{accumulate} accumulated batches" if accumulate > 1 else "1 batch"
     lines = [
         f"plan: {where}{device}, {trainer['precision']}{strategy}",
+        f"  shown for {plan['shown_for']}" if plan.get("shown_for") else None,  # --cfg job on a login node
         (f"  step: {count(processes, 'process')} × {batches} of {plan['tokens_per_batch']:,} tokens = "
          f"{plan['tokens_per_step']:,} tokens a side ({source}; the paper's: ~{PAPER_TOKENS_PER_STEP:,}, §5.1)"),
         f"  batch: {plan['batch_limit']}" if plan.get("batch_limit") else None,
