@@ -15,24 +15,9 @@ from aiayn.data.parsing.linearize import LEAF, delinearize, linearize
 from aiayn.data.readers import read_lines
 from aiayn.data.subwords import Subwords, train_or_load
 from aiayn.model import Transformer, beam_search, greedy_search
+from tests.helpers.treebank import SMALL
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-SAMPLE_SPLIT = {"train_split": "wsj_0001-wsj_0159", "val_split": "wsj_0160-wsj_0179", "test_split": "wsj_0180-wsj_0199"}
-SMALL = {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "d_k": 16, "d_v": 16, "dropout": 0.0, "max_positions": 512}
-
-
-@pytest.fixture(scope="module", params=["xx", "words"])
-def datamodule(request: pytest.FixtureRequest, data_root: Path,
-               tmp_path_factory: pytest.TempPathFactory) -> ParsingDataModule:
-    """The sample with each linearisation: leaves as XX (the paper's) or as the words."""
-    dm = ParsingDataModule(data_root=str(data_root), treebank="ptb_sample", vocab_size=600, max_tokens=4096,
-                           max_length=600, cache_dir=str(tmp_path_factory.mktemp("cache")),
-                           linearization=request.param, **SAMPLE_SPLIT)
-    dm.setup("fit")
-    dm.setup("test")
-    return dm
-
 
 @pytest.fixture(scope="module")
 def constraint(datamodule: ParsingDataModule) -> TreeConstraint:

@@ -10,8 +10,7 @@ from aiayn.data.parsing.datamodule import ParsingDataModule, output_trees
 from aiayn.data.readers import read_lines
 from aiayn.errors import DataError
 from aiayn.metrics.parseval import parseval
-
-SAMPLE_SPLIT = {"train_split": "wsj_0001-wsj_0159", "val_split": "wsj_0160-wsj_0179", "test_split": "wsj_0180-wsj_0199"}
+from tests.helpers.treebank import SAMPLE_SPLIT
 
 
 def make(data_root: Path, cache: Path, **kwargs) -> ParsingDataModule:

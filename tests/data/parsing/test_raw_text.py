@@ -5,7 +5,6 @@ outputs are read back as trees over exactly the line's words."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +17,7 @@ from aiayn.data.parsing.treebank import escaped, parse_trees
 from aiayn.data.readers import read_lines
 from aiayn.decoding.translator import Translator
 from aiayn.model import Transformer
-from tests.data.parsing.test_constraints import SAMPLE_SPLIT, SMALL
+from tests.helpers.treebank import SMALL
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -27,16 +26,6 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 # normalisation removes and one it splits in two.
 TYPED = ["The café opened in Zürich 日本 .", "She wrote (S on the board .", "A )NP B .", "(S )S XX (NP",
          "XXL ( ) -LRB- (( x", "a \x01 b", "a\u200bb c"]
-
-
-@pytest.fixture(scope="module", params=["xx", "words"])
-def datamodule(request: pytest.FixtureRequest, data_root: Path,
-               tmp_path_factory: pytest.TempPathFactory) -> ParsingDataModule:
-    dm = ParsingDataModule(data_root=str(data_root), treebank="ptb_sample", vocab_size=600, max_tokens=4096,
-                           max_length=600, cache_dir=str(tmp_path_factory.mktemp("cache")),
-                           linearization=request.param, **SAMPLE_SPLIT)
-    dm.setup("fit")
-    return dm
 
 
 @pytest.fixture(scope="module")
