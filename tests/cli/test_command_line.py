@@ -101,6 +101,7 @@ def test_hydra_options_may_follow_the_overrides(data_root: Path, subword_cache: 
         "--multirun", "--cfg", "job", "--info", "--info", "plugins", "-m", "seed=1,2", "x=1", "y=2"]
 
 
+@pytest.mark.slow
 def test_every_part_of_the_config_is_shown_and_showing_makes_no_folder(tmp_path: Path, data_root: Path,
                                                                         subword_cache: Path) -> None:
     """--cfg hydra shows Hydra's settings as written (before: --resolve, added for --cfg job, failed

@@ -53,6 +53,7 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
+@pytest.mark.slow
 def test_an_export_replaces_an_earlier_export_and_nothing_else(tiny_run, data_root, tmp_path):
     """Only a folder an export wrote, as it wrote it, is replaced (before: any folder holding a
     config.json was removed whole, a model folder of another tool or a project among them, and
