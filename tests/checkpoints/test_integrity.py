@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from aiayn import files
+from aiayn.checkpoints import io as io_module
 from aiayn.checkpoints.digest import damaged, digest_path, file_digest, identity
+from aiayn.checkpoints.io import save_checkpoint_atomically
 from aiayn.checkpoints.resume import newest_checkpoint
 from tests.helpers.inprocess import run_tool, train
 from tests.helpers.runs import TrainedRun
@@ -77,6 +80,32 @@ def test_a_digest_file_holding_no_digest_leaves_its_checkpoint_read_unchecked(ru
     assert identity(newest) == file_digest(newest)
     _flip(newest)  # then nothing can tell damage: it is read as it is, as a checkpoint without a digest
     assert damaged(newest) is None
+
+
+@pytest.mark.parametrize("stopped_at", ["the rename", "the digest"])
+def test_a_save_stopped_midway_never_leaves_a_file_under_another_files_digest(tmp_path: Path, stopped_at: str,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step saved again (a copied run, an older step resumed) and the process killed between its
+    steps: the file there is under its own digest or none, never called damaged (before: the new
+    digest was written before the rename, so a kill there left the old, whole file "damaged")."""
+    out = tmp_path / "step0000004.ckpt"
+    save_checkpoint_atomically({"weights": torch.zeros(64)}, out)
+    old = out.read_bytes()
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # the moment a SIGKILL could come: nothing after it runs
+
+    target = files.os if stopped_at == "the rename" else io_module
+    monkeypatch.setattr(target, "replace" if stopped_at == "the rename" else "write_digest", killed)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint_atomically({"weights": torch.ones(64)}, out)
+    monkeypatch.undo()
+    assert damaged(out) is None, "a whole file is not called damaged"
+    assert (out.read_bytes() == old) == (stopped_at == "the rename")  # renamed or not, each is whole
+    assert torch.load(out)["weights"].sum() == (0 if stopped_at == "the rename" else 64)
+    assert not digest_path(out).exists()  # read unchecked until the next save of it writes its digest
+    save_checkpoint_atomically({"weights": torch.ones(64)}, out)
+    assert digest_path(out).read_text().strip() == file_digest(out) and damaged(out) is None
 
 
 def test_averaging_refuses_checkpoints_of_another_run(run_copy: Path, tmp_path: Path) -> None:

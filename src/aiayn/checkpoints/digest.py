@@ -59,9 +59,9 @@ def identity(path: str | os.PathLike) -> str:
     return recorded_digest(path) or file_digest(path)
 
 
-def write_digest(path: Path, written: str | os.PathLike) -> None:
-    """The digest of ``written`` (the bytes about to become ``path``) into ``path``'s digest file."""
-    atomic_write_text(digest_path(path), file_digest(written) + "\n")
+def write_digest(path: Path, digest: str) -> None:
+    """``digest`` (:func:`file_digest` of ``path``'s bytes) into ``path``'s digest file."""
+    atomic_write_text(digest_path(path), digest + "\n")
 
 
 def remove_digest(path: Path) -> None:

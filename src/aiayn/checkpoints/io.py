@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from aiayn.checkpoints.digest import damaged, write_digest
+from aiayn.checkpoints.digest import damaged, file_digest, remove_digest, write_digest
 from aiayn.errors import DataError
 from aiayn.files import atomic_write, no_room
 
@@ -141,14 +141,22 @@ def _preference(path: Path) -> tuple[int, str]:
 def save_checkpoint_atomically(checkpoint: dict[str, Any], out: str | os.PathLike) -> Path:
     """``torch.save`` to a temporary file beside ``out``, then rename it over ``out``: a reader
     never sees half a file, and a crash leaves any earlier ``out`` whole. The bytes' digest goes
-    beside it (:func:`aiayn.checkpoints.digest.write_digest`), checked whenever it is read."""
+    beside it (:func:`aiayn.checkpoints.digest.write_digest`), checked whenever it is read. An
+    earlier ``out``'s digest is removed before the rename and the new one written after it, so a
+    kill at any moment leaves a file under its own digest or under none (read unchecked), never
+    a file under another's digest (which would call a whole checkpoint damaged)."""
+    digest: list[str] = []
+
     def save(file) -> None:
         torch.save(checkpoint, file)
         file.flush()
-        write_digest(Path(out), file.name)  # before the rename: never a new file under an old digest
+        digest.append(file_digest(file.name))
+        remove_digest(Path(out))  # the earlier file, if any: unchecked until it is replaced
 
     try:
-        return atomic_write(out, save)
+        written = atomic_write(out, save)
+        write_digest(written, digest[0])
+        return written
     except (OSError, RuntimeError) as error:
         full = no_room(error)
         if full is None:
