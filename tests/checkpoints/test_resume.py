@@ -188,6 +188,29 @@ def test_speed_switches_and_steps_may_change_on_resume_but_the_recipe_may_not() 
     ]
 
 
+def test_the_steps_tokens_and_gradient_clipping_may_not_change_on_resume() -> None:
+    """A step of other tokens (another process count or accumulation without optim.tokens_per_step,
+    trainer.accumulate_grad_batches by hand) or clipping switched on is another recipe (before: resumed
+    without a word); any layout of the same step's tokens is the same recipe."""
+    from aiayn.checkpoints.resume import config_differences
+
+    old = {"seed": 1, "optim": {"lr_factor": 1.0}, "plan": {"tokens_per_batch": 1024, "tokens_per_step": 1024},
+           "trainer": {"gradient_clip_val": None, "gradient_clip_algorithm": None}}
+    saved = {"hyper_parameters": {"run_config": old}}
+    two_processes = {**old, "plan": {"tokens_per_batch": 1024, "tokens_per_step": 2048, "processes": 2}}
+    clipped = {**old, "trainer": {"gradient_clip_val": 1.0, "gradient_clip_algorithm": None}}
+    assert config_differences(saved, two_processes) == [
+        ("plan.tokens_per_step: 1024 → 2048 (a step's tokens over all processes, from the processes, the accumulation "
+        "and the batch: give optim.tokens_per_step=1024 to train the checkpoint's steps on any number of processes)")]
+    assert config_differences(saved, clipped) == ["trainer.gradient_clip_val: None → 1.0"]
+    same_step = {**old, "plan": {"tokens_per_batch": 1024, "tokens_per_step": 1024, "processes": 2, "accumulate": 1}}
+    assert config_differences(saved, same_step) == []
+    # A checkpoint whose config holds neither (written before they were compared) resumes as before.
+    earlier = {"seed": 1, "optim": {"lr_factor": 1.0}, "plan": {"tokens_per_batch": 1024}}
+    assert config_differences({"hyper_parameters": {"run_config": earlier}},
+                              two_processes | {"trainer": {"gradient_clip_val": 1.0}}) == []
+
+
 def test_resume_auto_looks_through_the_earlier_runs_of_its_run_name_only(tiny_run, tmp_path: Path) -> None:
     """outputs/<run name>/<date>_<time>: a new folder of the same run name goes on from the newest
     earlier one with the same settings; a folder named by hand (a table row's) is its run's only one."""

@@ -24,17 +24,24 @@ log = logging.getLogger(__name__)
 # Settings a resumed run must share with the run that wrote the checkpoint (dotted paths into the
 # resolved config): the seed, the task and its vocabulary, one process's batch (the plan's: which
 # sentences make up each batch, however many processes share a step), the network, the loss and
-# the optimiser. Everything else — where a corpus lies (Multi30k's data_root, WMT's raw_dir),
+# the optimiser (its step's tokens and gradient clipping among it). Everything else — where a corpus lies (Multi30k's data_root, WMT's raw_dir),
 # logging, hardware, validation — may change between the two. A corpus of one's own
 # (task=parallel_text) is whatever its folder holds: its task.datamodule.data_dir is the corpus.
 IDENTITY_KEYS = (
     "seed", "task.name", "task.vocab_size", "task.datamodule.src_lang", "task.datamodule.tgt_lang",
     "task.datamodule.data_dir", "plan.tokens_per_batch", "task.datamodule.max_length", "model", "width_divisor",
-    "loss", "optim",
+    "loss", "optim", "plan.tokens_per_step", "trainer.gradient_clip_val", "trainer.gradient_clip_algorithm",
 )
+# The step's tokens over all processes (processes × accumulation × batch; optim.tokens_per_step keeps
+# it on any layout) and gradient clipping are the optimiser's recipe too. Compared where the
+# checkpoint's config holds them (checkpoints from before they were compared may not).
+_WHERE_SAVED = ("plan.tokens_per_step", "trainer.gradient_clip_val", "trainer.gradient_clip_algorithm")
 # What to do about a difference that does not name its own setting.
 _HINTS = {"plan.tokens_per_batch": "a batch's tokens, from task.datamodule.max_tokens and the machine: give "
-                                   "task.datamodule.max_tokens={before} to train the checkpoint's batches"}
+                                   "task.datamodule.max_tokens={batch} to train the checkpoint's batches",
+          "plan.tokens_per_step": "a step's tokens over all processes, from the processes, the accumulation and the "
+                                  "batch: give optim.tokens_per_step={step} to train the checkpoint's steps on any "
+                                  "number of processes"}
 # The length of the run: a run may resume to train for longer.
 LENGTH_KEYS = ("optim.train_steps",)
 # Speed switches (config.identity.SPEED_KEYS) change how the same numbers are computed, not which: a
@@ -145,13 +152,23 @@ def config_differences(saved: dict[str, Any] | None, config: dict[str, Any]) -> 
     old = ((saved or {}).get("hyper_parameters") or {}).get("run_config") or {}
     if not old:
         return []  # a checkpoint without its config (written by other code): nothing to compare
-    differences = setting_differences(old, config, IDENTITY_KEYS, SPEED_KEYS + LENGTH_KEYS)
+    keys = [key for key in IDENTITY_KEYS if key not in _WHERE_SAVED or _held(old, key)]
+    differences = setting_differences(old, config, keys, SPEED_KEYS + LENGTH_KEYS)
+    plan = old.get("plan") or {}
     for index, difference in enumerate(differences):
         key = difference.split(":", 1)[0]
         if key in _HINTS:
-            before = (old.get("plan") or {}).get("tokens_per_batch")
-            differences[index] = f"{difference} ({_HINTS[key].format(before=before)})"
+            hint = _HINTS[key].format(batch=plan.get("tokens_per_batch"), step=plan.get("tokens_per_step"))
+            differences[index] = f"{difference} ({hint})"
     return differences
+
+
+def _held(config: dict[str, Any], key: str) -> bool:
+    """Whether ``config`` holds the dotted ``key`` (its value may be null)."""
+    *parents, name = key.split(".")
+    for parent in parents:
+        config = config.get(parent) if isinstance(config, dict) else None
+    return isinstance(config, dict) and name in config
 
 
 def _job_dirs(output_dir: Path, multirun: bool) -> list[Path]:
