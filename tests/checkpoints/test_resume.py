@@ -211,6 +211,26 @@ def test_the_steps_tokens_and_gradient_clipping_may_not_change_on_resume() -> No
                               two_processes | {"trainer": {"gradient_clip_val": 1.0}}) == []
 
 
+def test_a_checkpoint_its_run_went_on_from_or_past_the_runs_steps_is_refused(tiny_run, tmp_path: Path) -> None:
+    """resume= an older step of a run that went on (before: trained on in the run's folder, writing a
+    second history over the first: its summary, its later checkpoints); a run shorter than the
+    checkpoint's step (before: the plan said 2 steps and the step-4 model was tested)."""
+    config = torch.load(tiny_run.last, map_location="cpu", weights_only=False)["hyper_parameters"]["run_config"]
+    older = tiny_run.checkpoints / "step0000003.ckpt"
+    with pytest.raises(ConfigError) as refused:
+        find_resume(str(older), tmp_path / "attempt", config, multirun=False)
+    assert str(refused.value).startswith(
+        f"resume={older}: its run went on past step 3 to step 4 (step0000004.ckpt), and going on from step 3 in its "
+        f"folder would write over that history; to train on from step 3 apart, copy {tiny_run.run_dir} without its "
+        f"checkpoints after step 3 and resume=<the copy>, or start a new run from its weights with init_from={older}")
+    shorter = {**config, "optim": {**config["optim"], "train_steps": 2}}
+    with pytest.raises(ConfigError) as refused:
+        find_resume(str(tiny_run.run_dir), tmp_path / "attempt", shorter, multirun=False)
+    assert "is at step 4, past this run's optim.train_steps=2: a run cannot train back" in str(refused.value)
+    found = find_resume(str(tiny_run.run_dir), tmp_path / "attempt", config, multirun=False)  # the newest: goes on
+    assert found is not None and found.checkpoint.name == "step0000004.ckpt"
+
+
 def test_resume_auto_looks_through_the_earlier_runs_of_its_run_name_only(tiny_run, tmp_path: Path) -> None:
     """outputs/<run name>/<date>_<time>: a new folder of the same run name goes on from the newest
     earlier one with the same settings; a folder named by hand (a table row's) is its run's only one."""

@@ -102,9 +102,23 @@ def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[st
             raise ConfigError(f"resume={spec}: {checkpoint} is the average of steps {averaged[0]}–{averaged[-1]} (§6.1), a "
                               "model to evaluate, not a state a run goes on from; resume from the run folder, or train "
                               f"on from these weights with a fresh optimizer: init_from={checkpoint}")
+        _refuse_rewinding(spec, checkpoint, int(saved.get("global_step") or 0))
     else:
         raise ConfigError(f"resume={spec}: no such checkpoint file or run directory")
     return _resume(checkpoint, run_dir_of(checkpoint), saved, config)
+
+
+def _refuse_rewinding(spec: str, checkpoint: Path, step: int) -> None:
+    """A checkpoint its run went on from: going on from it in the run's folder would write a second
+    history over the first (its summary, its later steps' checkpoints, its logger runs)."""
+    later = [(at, path) for at, path in list_checkpoints(run_dir_of(checkpoint)) if at > step]
+    if later:
+        run_dir = run_dir_of(checkpoint)
+        raise ConfigError(
+            f"resume={spec}: its run went on past step {step} to step {later[-1][0]} ({later[-1][1].name}), and going "
+            f"on from step {step} in its folder would write over that history; to train on from step {step} apart, "
+            f"copy {run_dir} without its checkpoints after step {step} and resume=<the copy>, or start a new run "
+            f"from its weights with init_from={checkpoint}; to go on from the newest: resume={run_dir}")
 
 
 def _resume(checkpoint: Path, run_dir: Path, saved: dict[str, Any] | None, config: dict[str, Any]) -> Resume:
@@ -112,8 +126,14 @@ def _resume(checkpoint: Path, run_dir: Path, saved: dict[str, Any] | None, confi
     if differences:
         raise ConfigError(
             f"{checkpoint} was trained with other settings than this run: {'; '.join(differences)}; "
-            "resume with the checkpoint's settings, or start a fresh run with resume=null"
+            "resume with the checkpoint's settings, or start a fresh run with resume=null in a folder of its own "
+            "(another hydra.run.dir, where one is given)"
         )
+    step, steps = int(saved.get("global_step") or 0), (config.get("optim") or {}).get("train_steps")
+    if isinstance(steps, int) and step > steps:
+        raise ConfigError(f"{checkpoint} is at step {step}, past this run's optim.train_steps={steps}: a run cannot "
+                          f"train back; give optim.train_steps={step} or more to go on from it (at {step} it is tested "
+                          "alone), or start a new run from its weights with init_from=")
     log.info("resuming from %s (step %s)", checkpoint, saved.get("global_step"))
     runs = dict(saved.get("logger_runs") or {})
     if saved.get("wandb_run_id"):  # checkpoints written before logger_runs
