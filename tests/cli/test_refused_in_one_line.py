@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -74,6 +75,56 @@ def test_a_file_as_the_run_folder_is_named(tmp_path, data_root, subword_cache):
                         "hydra.run.dir= a folder that can be made there"), line
         assert result.stderr.count("\n") == 1, result.stderr  # the line alone
     assert (tmp_path / "taken").read_text() == "a file\n"
+
+
+def test_a_read_only_disk_is_one_line_naming_the_file() -> None:
+    """The line a write refused by a read-only disk gives (a run folder's lock or log, a cache to
+    build), wherever it comes from (before: a traceback, exit 1)."""
+    from aiayn.cli.errors import describe
+
+    error = OSError(30, "Read-only file system", "/mnt/ro/run/.lock")
+    assert describe(error) == (("/mnt/ro/run/.lock: Read-only file system; the tool writes there: give it a folder on a "
+                               "disk it may write to"), 2)
+
+
+_READ_ONLY = """set -e
+mount --bind "$1" "$1" && mount -o remount,bind,ro "$1"
+shift
+exec "$@"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.cli
+def test_a_run_on_a_read_only_disk_is_one_line(tmp_path, data_root, subword_cache, tiny_run: TrainedRun):
+    """A run folder or cache on a read-only disk (a bind mount made read-only, in a mount namespace
+    of the test's own): resume=auto there, resume= of it from elsewhere, a cache entry to build."""
+    probe = subprocess.run(["unshare", "-m", "true"], check=False, capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("no mount namespace here (unshare -m needs privileges)")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (disk / "run").mkdir()
+    shutil.copytree(tiny_run.checkpoints, disk / "run" / "checkpoints", symlinks=True)
+    shutil.copytree(tiny_run.cache_dir, disk / "cache", symlinks=True)
+    script = tmp_path / "read_only.sh"
+    script.write_text(_READ_ONLY)
+    environment = {**offline_environment(), "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(tiny_run.cache_dir)}
+    cases = [
+        ([f"hydra.run.dir={disk / 'run'}", "resume=auto"], {}, f"train.py: hydra.run.dir: cannot write {disk / 'run'}/"),
+        ([f"hydra.run.dir={tmp_path / 'attempt'}", f"resume={disk / 'run'}"], {},
+         f"train.py: {disk / 'run' / '.lock'}: Read-only file system; the tool writes there"),
+        ([f"hydra.run.dir={tmp_path / 'other'}", "task.vocab_size=450"], {"AIAYN_CACHE_DIR": str(disk / "cache")},
+         f"train.py: {disk / 'cache'}"),
+    ]
+    for overrides, env, start in cases:
+        command = ["unshare", "-m", "sh", str(script), str(disk), sys.executable, "src/train.py", *tiny_run.overrides,
+                   *overrides]
+        result = subprocess.run(command, check=False, cwd=REPO, env={**environment, **env}, capture_output=True,
+                                text=True, timeout=300)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        line = _last_line(result)
+        assert line.startswith(start) and "Read-only file system" in line, line
 
 
 @pytest.mark.slow

@@ -7,8 +7,8 @@ it was invoked: ``train.py``, ``aiayn-train``), and exit status 2:
   vocabulary, ...);
 * a mandatory setting left out (``ckpt=???``: omegaconf's ``MissingMandatoryValue``), also where
   another setting reads it (:func:`left_out`, within :func:`user_error_within`);
-* ``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError`` (a path that is not there, or
-  not readable);
+* ``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError``, a read-only disk (a path that
+  is not there, not readable, or not writable);
 * a GPU asked for (``hardware=gpu``, ``device=cuda``) on a machine without a usable CUDA device;
 * a write refused for want of room (a full disk, a quota, a file-size limit): the file, and to
   free space (what aiayn writes is written whole or not at all, aiayn.files).
@@ -30,11 +30,13 @@ import of torch or Lightning: an exception of a class whose module was never imp
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from omegaconf.errors import (
@@ -45,6 +47,7 @@ from omegaconf.errors import (
 )
 
 from aiayn.cli import config_options, tool_command, tool_name
+from aiayn.cli.rank_errors import a_rank_failed, is_a, never_joined, what_gloo_saw
 from aiayn.errors import ConfigError, UserError
 from aiayn.files import no_room
 
@@ -119,8 +122,9 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
         except Exception as error:
             if not _task_started and _is_mode_conflict(error):  # e.g. --multirun with --cfg job
                 fail(f"{error}: --cfg job shows one job's settings, so give them without --multirun")
-            if not _task_started and isinstance(error, OSError) and error.filename is not None:
-                fail(_output_folder_message(error))
+            written = error if isinstance(error, OSError) else error.__cause__ or error.__context__  # (its log file)
+            if not _task_started and isinstance(written, OSError) and written.filename is not None:
+                fail(_output_folder_message(written))
             if _task_started or not is_composition_error(error):
                 raise
             within = user_error_within(error)
@@ -136,9 +140,12 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
 
 def _output_folder_message(error: OSError) -> str:
     """Hydra could not make the job's output folder (a file of that name, or under it; no
-    permission): the setting that names the folder and what to do."""
+    permission) or write its log there (a read-only disk): the setting that names the folder and
+    what to do."""
     setting = "hydra.sweep.dir" if any(arg in ("-m", "--multirun") for arg in sys.argv[1:]) else "hydra.run.dir"
     reason = "a file of that name is there" if isinstance(error, FileExistsError) else error.strerror
+    if Path(error.filename).name in (".lock", ".job") or Path(error.filename).suffix in (".log", ".yaml"):  # in it
+        return f"{setting}: cannot write {error.filename} ({reason}); give {setting}= a folder that can be written to"
     return (f"{setting}: cannot make the output folder {error.filename} ({reason}); "
             f"give {setting}= a folder that can be made there")
 
@@ -216,7 +223,7 @@ def composition_message(error: BaseException) -> str:
 def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
     """(one-line message, exit status) for an error the tools report without a traceback; None
     for any other (a bug)."""
-    if _is(error, "hydra.errors", "InstantiationException") and isinstance(error.__cause__, UserError):
+    if is_a(error, "hydra.errors", "InstantiationException") and isinstance(error.__cause__, UserError):
         error = error.__cause__  # raised by a class hydra.utils.instantiate built (a data module)
     if isinstance(error, UserError):
         return str(error), USER_ERROR
@@ -231,20 +238,20 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
         elsewhere = ", or give out= a folder on a disk with room," if _has(cfg, "out") else ""
         return (f"{_os_error(full)} while writing; nothing of that file was kept (what was written before it is "
                 f"whole). Free space there{elsewhere} and run again"), USER_ERROR
-    if isinstance(error, (FileNotFoundError, IsADirectoryError, PermissionError)):
+    if isinstance(error, (FileNotFoundError, IsADirectoryError, PermissionError)) or _errno(error) == errno.EROFS:
         return _os_error(error), USER_ERROR
     preemption = sys.modules.get("aiayn.training.preemption")  # stopped on a signal after saving: exit 75
     if preemption is not None and (preempted := preemption.describe(error)) is not None:
         return preempted
-    if _is(error, "aiayn.training.nonfinite", "NonFiniteLossError"):
+    if is_a(error, "aiayn.training.nonfinite", "NonFiniteLossError"):
         return str(error), STOPPED
-    if (joined := _never_joined(error, cfg)) is not None:
+    if (joined := never_joined(error, cfg)) is not None:
         return joined, USER_ERROR
-    if _a_rank_failed(error):
+    if a_rank_failed(error):
         rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK")
         where = f" (seen by rank {rank})" if rank else ""
         lines = str(error).strip().splitlines() or [type(error).__name__]
-        return (f"a training process failed, so the job stopped{where}: {_what_gloo_saw(lines[-1])[:300]}. "
+        return (f"a training process failed, so the job stopped{where}: {what_gloo_saw(lines[-1])[:300]}. "
                 "Continue from the newest checkpoint with resume=auto"), STOPPED
     if _no_gpu(error):
         setting = "device=cpu" if _has(cfg, "device") else "hardware=cpu"
@@ -281,56 +288,16 @@ def report_dead_ranks_before_lightning_kills() -> None:
     observer._terminate_all = report_then_terminate
 
 
-def _what_gloo_saw(line: str) -> str:
-    """gloo's message without its source location and its closing advice: ``[…/pair.cc:537] Read
-    error [127.0.0.1]:652: Connection reset by peer. This is typically caused by … GLHF!`` is
-    ``Read error [127.0.0.1]:652: Connection reset by peer``; any other line as it is."""
-    line = re.sub(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\] ", "", line)
-    return line.split(". This is typically caused by")[0].rstrip(".")
-
-
 def _os_error(error: OSError) -> str:
     if error.filename is None:
         return str(error)
     path = str(error.filename) + (f" → {error.filename2}" if error.filename2 is not None else "")
-    return f"{path}: {error.strerror or type(error).__name__}"
+    writes = "; the tool writes there: give it a folder on a disk it may write to" if _errno(error) == errno.EROFS else ""
+    return f"{path}: {error.strerror or type(error).__name__}{writes}"
 
 
-def _is(error: BaseException, module: str, name: str) -> bool:
-    kind = getattr(sys.modules.get(module), name, None)
-    return isinstance(kind, type) and isinstance(error, kind)
-
-
-_JOINED = re.compile(r"waiting for clients\. (\d+)/(\d+) clients joined")
-
-
-def _never_joined(error: BaseException, cfg: Any) -> str | None:
-    """torch's rendezvous gave up waiting for the job's other processes (a multi-node run whose
-    other nodes were never started): what happened and how nodes are started; else None."""
-    match = _JOINED.search(str(error)) if isinstance(error, RuntimeError) else None
-    if match is None:
-        return None
-    try:
-        minutes = f"={cfg.distributed.timeout_minutes}"
-    except Exception:  # noqa: BLE001  a config without it: the line names the setting alone
-        minutes = ""
-    return (f"the job's other nodes never joined ({match[1]} of its {match[2]} processes started within "
-            f"distributed.timeout_minutes{minutes}): trainer.num_nodes=N runs the same command on each of N nodes. "
-            "Under SLURM, srun starts them (one task per device on every node); by hand, start it on node k with "
-            "MASTER_ADDR=<node 0's address> MASTER_PORT=<one free port for all> NODE_RANK=k set, node 0 first")
-
-
-def _a_rank_failed(error: BaseException) -> bool:
-    """ddp_spawn: a child process died or raised (torch has stopped the others); ddp: this rank's
-    collective found another rank gone (gloo or NCCL)."""
-    if _is(error, "torch.multiprocessing", "ProcessExitedException") or _is(
-            error, "torch.multiprocessing", "ProcessRaisedException"):
-        return True
-    if not isinstance(error, RuntimeError):
-        return False
-    return _is(error, "torch.distributed", "DistError") or any(
-        sign in str(error) for sign in ("Connection closed by peer", "Connection reset by peer",
-                                        "NCCL communicator was aborted"))
+def _errno(error: BaseException) -> int | None:
+    return getattr(error, "errno", None) if isinstance(error, OSError) else None
 
 
 def _no_gpu(error: BaseException) -> bool:
@@ -338,7 +305,7 @@ def _no_gpu(error: BaseException) -> bool:
     torch = sys.modules.get("torch")
     if torch is None or torch.cuda.is_available():
         return False
-    kinds = isinstance(error, (RuntimeError, AssertionError)) or _is(
+    kinds = isinstance(error, (RuntimeError, AssertionError)) or is_a(
         error, "lightning.fabric.utilities.exceptions", "MisconfigurationException")
     return kinds and re.search(r"cuda|gpu|nvidia", str(error), re.IGNORECASE) is not None
 
