@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.logged import logged_losses, progress_losses
 from tests.helpers.runs import REPO, TINY, TWO_CORES, offline_environment, popen, train
 
 pytestmark = pytest.mark.cli  # end-to-end runs of src/train.py; -m 'not cli' skips them
@@ -133,7 +134,8 @@ def test_one_process_accumulating_two_batches_trains_what_two_processes_train(tm
     batches a step, two DDP processes take 1 each; the token-batch sampler gives step k the same
     2 batches either way. Without dropout the two runs differ only in the order of float sums."""
     env = _environment(data_root, subword_cache)
-    recipe = [*RUN, "optim.tokens_per_step=2048", "task.datamodule.max_tokens=1024", "model.dropout=0.0"]
+    recipe = [*(each for each in RUN if each != "logger=none"), "logger=csv", "optim.tokens_per_step=2048",
+              "task.datamodule.max_tokens=1024", "model.dropout=0.0"]
     train(tmp_path / "one", *recipe, env=env, timeout=300)
     # Plain ddp, as an 8-GPU node trains (ddp_spawn, on the two nodes above): rank 0 started rank 1
     # by running the command again, and both load the average as the test starts.
@@ -157,3 +159,12 @@ def test_one_process_accumulating_two_batches_trains_what_two_processes_train(tm
     assert counts[1]["test_averaged"] == 2 and "test_averaged" not in counts[0]
     for key in ("tokens_seen", "src_tokens_seen", "train_flops"):
         assert counts[0][key] == counts[1][key], (key, counts[0][key], counts[1][key])
+    # Each step's logged loss is the step's, over both batches (both ranks'): the same figure,
+    # and the progress line's (before, each logged the last batch's, or rank 0's).
+    losses = [logged_losses(tmp_path / run) for run in ("one", "two")]
+    assert sorted(losses[0]) == sorted(losses[1]) == [0, 1, 2, 3]
+    for step, loss in losses[0].items():
+        assert loss == pytest.approx(losses[1][step], rel=1e-5), (step, loss, losses[1][step])
+    for run, logged in zip(("one", "two"), losses):  # the line after step k says step k + 1; 3 decimals
+        shown = progress_losses(tmp_path / run)
+        assert shown == {step + 1: pytest.approx(loss, abs=5.01e-4) for step, loss in logged.items()}, run

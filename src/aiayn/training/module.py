@@ -49,11 +49,12 @@ class TranslationModule(L.LightningModule):
     all its accumulated batches, on every process — divided by their number (:meth:`training_step`,
     :meth:`on_before_optimizer_step`), as fairseq normalises by the step's sample size: one batch of
     25,000 tokens and the same sentences in 8 accumulated batches of any sizes give the same
-    gradient. A step reads nothing back from the device (CUDA can run ahead of Python, or replay
-    a captured graph): token counts, the gradient's norm and the non-finite check stay tensors, a
-    non-finite step is skipped by fused Adam itself (its ``found_inf``), and the counts are read
-    back when Lightning reads its logged values (``trainer.log_every_n_steps``; every step in
-    train.py). With ``optim.fused`` false the check reads the step's flag back at every step.
+    gradient; ``train/loss``, logged once a step, is that loss. A step reads nothing back from the
+    device (CUDA can run ahead of Python, or replay a captured graph): token counts, the gradient's
+    norm and the non-finite check stay tensors, a non-finite step is skipped by fused Adam itself
+    (its ``found_inf``), and the counts are read back when Lightning reads its logged values
+    (``trainer.log_every_n_steps``; every step in train.py). With ``optim.fused`` false the check
+    reads the step's flag back at every step.
     """
 
     def __init__(
@@ -87,13 +88,16 @@ class TranslationModule(L.LightningModule):
         self.eval_loss, self.eval_nll = MeanMetric(), MeanMetric()
         self.hypotheses: list[tuple[int, str]] = []
         self.scorer: Scorer | None = None  # the datamodule's, from setup() on
-        self._last_batch_end: float | None = None  # for target tokens/s between batch ends
-        self._tokens = 0  # target tokens of the current training batch
+        self._last_step_end: float | None = None  # for target tokens/s between step ends
         self.seed = seed
         # Steps whose loss or gradient is NaN/inf are skipped (no update) and counted; after
         # `max_nonfinite_in_a_row` of them in a row training stops (NonFiniteLossError).
         self.nonfinite = NonFiniteSteps(max_nonfinite_in_a_row)
         self._step_tokens: torch.Tensor | int = 0  # target tokens of the step's batches so far, on the device
+        self._step_loss_sum: torch.Tensor | int = 0  # their label-smoothed loss summed, on the device
+        # The last step's (loss summed over its tokens, tokens), every process's; whether a batch just ended it.
+        self.step_loss: torch.Tensor | None = None
+        self._stepped = False
         self._step_loss_finite: torch.Tensor | bool = True  # every batch of the step had a finite loss
         self.compile_model, self.compile_mode = compile_model, compile_mode
 
@@ -173,14 +177,10 @@ class TranslationModule(L.LightningModule):
         # plan's batch), so that its size stays that of a per-token mean (fp16's loss scale);
         # on_before_optimizer_step turns the step's gradient into the mean over all its tokens.
         loss_sum, n_tokens = self.summed_loss(batch)
-        self._tokens = n_tokens
         self._step_tokens = self._step_tokens + n_tokens
-        token_loss = loss_sum.detach() / n_tokens
-        self._step_loss_finite = torch.isfinite(token_loss) & self._step_loss_finite
-        self.log("train/loss", token_loss, on_step=True, prog_bar=True)
-        # A host tensor: a number logged as such would be copied to the device, which waits for it.
-        self.log("train/lr", torch.tensor(float(self.optimizers().param_groups[0]["lr"])), on_step=True, prog_bar=True)
-        return {"loss": loss_sum / self._loss_unit(), "token_loss": token_loss}
+        self._step_loss_sum = loss_sum.detach() + self._step_loss_sum
+        self._step_loss_finite = torch.isfinite(loss_sum.detach() / n_tokens) & self._step_loss_finite
+        return {"loss": loss_sum / self._loss_unit()}
 
     def _loss_unit(self) -> float:
         """The run's constant divisor of a batch's summed loss: the plan's tokens a batch."""
@@ -188,25 +188,37 @@ class TranslationModule(L.LightningModule):
         return float(tokens) if isinstance(tokens, int) and tokens > 0 else 1.0
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if not self._stepped:
+            return  # a batch accumulated into a step still to come
+        self._stepped = False
         now = time.perf_counter()
-        if self._last_batch_end is not None:  # the batch's tokens stay on the device until logged
-            self.log("train/tgt_tokens_per_sec", self._tokens / (now - self._last_batch_end), on_step=True)
-        self._last_batch_end = now
+        if self._last_step_end is not None:  # the step's tokens stay on the device until logged
+            self.log("train/tgt_tokens_per_sec", self.step_loss[1] / (now - self._last_step_end), on_step=True)
+        self._last_step_end = now
 
     def on_train_epoch_start(self) -> None:
-        self._last_batch_end = None  # the gap across validation/epoch ends is not training time
+        self._last_step_end = None  # the gap across validation/epoch ends is not training time
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
-        tokens, loss_finite = self._step_tokens, self._step_loss_finite
-        self._step_tokens, self._step_loss_finite = 0, True
+        loss_sum, tokens, loss_finite = self._step_loss_sum, self._step_tokens, self._step_loss_finite
+        self._step_loss_sum, self._step_tokens, self._step_loss_finite = 0, 0, True
+        # The step's loss summed over its tokens and their number, every process's (one collective
+        # of two numbers; the host does not wait): the step's train/loss, its gradient's divisor,
+        # and what the progress line (aiayn.training.progress.ProgressLog) adds up.
+        device = grads[0].device if grads else self.device
+        step = torch.stack([torch.as_tensor(each, device=device).to(torch.float32) for each in (loss_sum, tokens)])
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(step)
+        self.step_loss, self._stepped = step, True
+        self.log("train/loss", step[0] / step[1], on_step=True, prog_bar=True)
+        # A host tensor: a number logged as such would be copied to the device, which waits for it.
+        self.log("train/lr", torch.tensor(float(optimizer.param_groups[0]["lr"])), on_step=True, prog_bar=True)
         if not grads:
             return
         # The gradient summed over the step's tokens, per token: Lightning divided each batch's
         # loss by the accumulation and DDP averaged the processes' gradients.
-        tokens = torch.as_tensor(tokens, dtype=torch.float32, device=grads[0].device)
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(tokens)  # every process's tokens (a collective; the host does not wait)
+        tokens = step[1]
         processes = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         torch._foreach_mul_(grads, self.trainer.accumulate_grad_batches * processes * self._loss_unit() / tokens)
         grad_norm = torch.nn.utils.get_total_norm(grads)

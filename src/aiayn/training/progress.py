@@ -101,8 +101,10 @@ class ProgressLog(L.Callback):
 
     (``; trainer.limit_test_batches keeps 4 of its 14 batches`` where that setting cuts the test).
 
-    (the task's headline figure: ``bleu`` for translation, ``f1`` for parsing). ``loss``: the mean
-    training loss (label-smoothed) of the batches since the last line, over every rank; ``lr``: the
+    (the task's headline figure: ``bleu`` for translation, ``f1`` for parsing). ``loss``: the
+    training loss (label-smoothed) per target token of the steps since the last line, every rank's
+    (the module's ``step_loss``, what it logs as ``train/loss``: at a line every step, that step's
+    figure), a step with a non-finite loss left out; ``lr``: the
     rate of the step; ``tok/s``: target tokens a second since the last line, every rank's, as the run
     summary counts them (:class:`aiayn.training.callbacks.RunSummaryCallback`; left out without
     it), validation time left out; ``ETA``: the steps left at this attempt's pace so far,
@@ -124,7 +126,7 @@ class ProgressLog(L.Callback):
         self._paused = 0.0  # validation time since the last line
         self._paused_at: float | None = None
         self._validating = 0.0  # validation time of this attempt
-        self._losses = torch.zeros(2, dtype=torch.float64, device=pl_module.device)  # sum, batches
+        self._losses = torch.zeros(2, dtype=torch.float64, device=pl_module.device)  # loss summed, tokens
         self._lr: float | None = None
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
@@ -134,15 +136,14 @@ class ProgressLog(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        loss = outputs.get("token_loss") if isinstance(outputs, Mapping) else None
-        if loss is not None:  # the batch's loss per target token (TranslationModule.training_step)
-            batch_loss = loss.detach().to(torch.float64)
-            finite = torch.isfinite(batch_loss)  # a step skipped for a non-finite loss is left out
-            self._losses += torch.stack([torch.where(finite, batch_loss, 0.0), finite.to(torch.float64)])
         step = trainer.global_step
         if step == self._last_step:
             return  # a batch accumulated into a step still to come
         self._last_step = step
+        losses = getattr(pl_module, "step_loss", None)  # the step's, over every rank (TranslationModule)
+        if losses is not None:
+            losses = losses.detach().to(torch.float64)
+            self._losses += torch.where(torch.isfinite(losses).all(), losses, 0.0)
         if step % self.every_n_steps == 0 or step == trainer.max_steps:
             self._report_step(trainer, step)
 
@@ -183,10 +184,7 @@ class ProgressLog(L.Callback):
         log.info(line, extra={BAR_SHOWS_IT: True})
 
     def _report_step(self, trainer: L.Trainer, step: int) -> None:
-        losses = self._losses
-        if trainer.world_size > 1:  # every rank reaches this step's line; the sum is over all of them
-            losses = trainer.strategy.reduce(losses.clone(), reduce_op="sum")
-        loss_sum, batches = losses.tolist()
+        loss_sum, tokens_trained = self._losses.tolist()  # every rank's already
         self._losses.zero_()
         now = time.perf_counter()
         tokens = self._tokens()
@@ -197,7 +195,7 @@ class ProgressLog(L.Callback):
             return
         total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
         parts = [f"step {step}/{total}" if total else f"step {step}",
-                 f"loss {loss_sum / batches:.3f}" if batches else "loss - (every step skipped)"]
+                 f"loss {loss_sum / tokens_trained:.3f}" if tokens_trained else "loss - (every step skipped)"]
         if self._lr is not None:
             parts.append(f"lr {self._lr:.2e}")
         if rate is not None:
