@@ -120,10 +120,14 @@ def test_a_checkpoint_of_a_ranks_own_count_is_read_with_the_layout_that_wrote_it
 
 
 def test_a_step_of_other_batches_mid_epoch_is_refused_and_at_its_end_allowed() -> None:
+    """In the same layout a rank's count is its own, whatever it is (as before)."""
     with pytest.raises(ConfigError, match=r"stopped 6 batches into epoch 2, trained by 1 process\(es\) × 2 batch\(es\) a "
-                                          r"step; this run's step is 1 × 4.*processes × trainer.accumulate_grad_batches "
-                                          r"= 2 \(hardware"):
+                                          r"step; this run's step is 1 × 4, which cuts the epoch into other batches: "
+                                          r"resume on 1 process\(es\) × 2 \(hardware, trainer.devices"):
         rank_batches(Position(2, 6, 1, 2), _trainer(1, 4))
+    with pytest.raises(ConfigError, match="this run's step is 2 × 1, and it stopped within a step"):
+        rank_batches(Position(2, 7, 1, 2), _trainer(2, 1))
     with pytest.raises(ConfigError, match="this run's step is 2 × 2"):
         rank_batches(Position(2, 8, 1, 2), _trainer(2, 2))  # a multiple of the new step, but other batches
     assert rank_batches(Position(2, 0, 1, 2), _trainer(2, 2)) == 0
+    assert rank_batches(Position(2, 7, 1, 2), _trainer(1, 2)) == 7

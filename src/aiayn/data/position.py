@@ -65,16 +65,20 @@ def read_position(state: dict[str, Any], trainer: Any) -> Position | None:
 
 def rank_batches(position: Position, trainer: Any) -> int:
     """How many batches of its own share this run's every rank has trained of ``position``'s epoch;
-    a ConfigError, naming the settings, where this run's step would take other batches there."""
+    a ConfigError, naming the settings, where this run's layout differs and its step would take
+    other batches there (in the same layout a rank's count is its own, as it always was)."""
     processes, accumulate = layout(trainer)
+    if (processes, accumulate) == (position.processes, position.accumulate):
+        return position.epoch_batches // processes
     step, saved_step = processes * accumulate, position.processes * position.accumulate
     if position.epoch_batches and (step != saved_step or position.epoch_batches % step):
+        why = "which cuts the epoch into other batches" if step != saved_step else "and it stopped within a step"
         raise ConfigError(
             f"the checkpoint stopped {position.epoch_batches} batches into epoch {position.epoch}, trained by "
             f"{position.processes} process(es) × {position.accumulate} batch(es) a step; this run's step is "
-            f"{processes} × {accumulate}, which cuts the epoch into other batches: resume with processes × "
-            f"trainer.accumulate_grad_batches = {saved_step} (hardware, trainer.devices, trainer.num_nodes, "
-            "optim.tokens_per_step), or from a checkpoint written at an epoch's end")
+            f"{processes} × {accumulate}, {why}: resume on {position.processes} process(es) × {position.accumulate} "
+            "(hardware, trainer.devices, trainer.num_nodes, trainer.accumulate_grad_batches, optim.tokens_per_step), "
+            "or from a checkpoint written at an epoch's end")
     return position.epoch_batches // processes
 
 
