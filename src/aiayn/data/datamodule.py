@@ -17,6 +17,7 @@ from aiayn.data.cache import given_folder
 from aiayn.data.checks import ROLES, SplitFiles
 from aiayn.data.corpus import ParallelCorpus, filter_pairs, report_kept
 from aiayn.data.loaders import split_loader
+from aiayn.data.position import Position, align_progress, rank_batches, read_position, saved_position
 from aiayn.data.readers import read_parallel
 from aiayn.data.storage import MappedCorpus, within_length
 from aiayn.data.subwords import Subwords, given_subwords, train_or_load
@@ -101,7 +102,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         self._datasets: dict[str, Dataset] = {}
         self._sources: dict[str, list[str]] = {}
         self._references: dict[str, list[str]] = {}
-        self._resume_position: dict[str, int] | None = None
+        self._resume_position: tuple[Position, int] | None = None
 
     def prepare_data(self, hashes: bool = False) -> None:
         """Check (fetching what is missing, where allowed) every split's files, then train or
@@ -300,25 +301,24 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         loader = self._loader("train", self.max_tokens, shuffle=True, pad_to_equal=True)
-        if self._resume_position is not None:  # restored from a checkpoint written mid-epoch
-            loader.batch_sampler.resume(**self._resume_position)
+        if self._resume_position is not None:  # restored from a checkpoint (aiayn.data.position)
+            position, batches = self._resume_position
+            loader.batch_sampler.resume(position.epoch, batches)
+            align_progress(position, self.trainer)
             self._resume_position = None
         return loader
 
     def state_dict(self) -> dict[str, int]:
-        """Where training is in its epoch: the epoch and how many of its batches this rank has
-        trained on (saved in every checkpoint; Lightning's own progress counters do the same for
-        the steps, and the batch order is a function of seed and epoch)."""
-        trainer = self.trainer
-        if trainer is None:
-            return {}
-        return {"epoch": trainer.fit_loop.epoch_progress.current.processed,
-                "batches_done": trainer.fit_loop.epoch_loop.batch_progress.current.processed}
+        """Where training is in its epoch, on any number of processes (saved in every checkpoint,
+        :func:`aiayn.data.position.saved_position`; the batch order is a function of seed and epoch)."""
+        return saved_position(self.trainer) if self.trainer is not None else {}
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
-        """Resume the training batches where the checkpoint's epoch stopped."""
-        if state_dict:
-            self._resume_position = {"epoch": state_dict["epoch"], "batches_done": state_dict["batches_done"]}
+        """Resume the training batches where the checkpoint's epoch stopped, as this run's ranks
+        share them; a ConfigError where this run's step would take other batches."""
+        position = read_position(state_dict, self.trainer)
+        if position is not None:
+            self._resume_position = (position, rank_batches(position, self.trainer))
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", self.eval_max_tokens, shuffle=False, pad_to_equal=False)
