@@ -59,3 +59,19 @@ def test_an_extended_run_keeps_what_the_longer_run_keeps(tmp_path: Path, data_ro
     assert _steps(run_dir) == [4, 5]
     train(run_dir, *RUN, "optim.train_steps=8", "resume=auto", data_root=data_root, cache_dir=subword_cache)
     assert _steps(run_dir) == [6, 8] and _newest(run_dir) == "step0000008.ckpt"
+
+
+@pytest.mark.slow
+def test_the_step_resumed_from_is_not_saved_again_half_way_through_the_next(tmp_path: Path, data_root: Path,
+                                                                            subword_cache: Path) -> None:
+    """Resumed with 2 accumulated batches a step, the run saved the step it resumed from again after
+    the first batch of the next (Lightning's record of the step saved last starts at 0): a whole
+    checkpoint written over with half a step, which a second stop would resume. It stays as saved."""
+    run_dir = tmp_path / "run"
+    accumulating = [*RUN, "trainer.accumulate_grad_batches=2"]
+    train(run_dir, *accumulating, "optim.train_steps=4", data_root=data_root, cache_dir=subword_cache)
+    step4 = run_dir / "checkpoints" / "step0000004.ckpt"
+    saved = step4.read_bytes()
+    train(run_dir, *accumulating, "optim.train_steps=6", "resume=auto", data_root=data_root, cache_dir=subword_cache)
+    assert _steps(run_dir) == [4, 6]
+    assert step4.read_bytes() == saved, "the step resumed from was written again"

@@ -114,6 +114,13 @@ class StepCheckpoint(ModelCheckpoint):
         super().setup(trainer, pl_module, stage)
         self._window = window_steps(trainer.max_steps, self.average_last, self.average_every_n_steps)
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        # The step a run resumed from is saved (it is the checkpoint resumed). Lightning starts its
+        # record of the step saved last at 0 whatever the step, so with accumulated batches it saved
+        # the resumed step again after the first batch of the next: half a step, over a whole one.
+        self._last_global_step_saved = trainer.global_step
+
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         self._before_validation = validation_follows(trainer)
