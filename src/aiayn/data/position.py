@@ -108,10 +108,14 @@ def _shift(counts: Any, processed: int) -> None:
 def _written_layout(trainer: Any) -> tuple[int, int] | None:
     """(processes, accumulate) of the run that wrote the checkpoint being resumed, from its config's
     plan; None where it is not recorded."""
-    from aiayn.checkpoints.io import load_lazily
+    import torch  # the file resume chose, read and checked already (aiayn.checkpoints.resume): memory-mapped
 
     path = getattr(trainer, "ckpt_path", None)
-    saved = load_lazily(Path(path)) if path and Path(path).is_file() else None
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=False, mmap=True) if path and Path(path).is_file() \
+            else None
+    except Exception:  # noqa: BLE001  unreadable here: its layout is not known, as for a checkpoint without one
+        return None
     plan = ((saved or {}).get("hyper_parameters") or {}).get("run_config", {}).get("plan") if isinstance(saved, dict) \
         else None
     try:
