@@ -72,6 +72,8 @@ def test_the_step_resumed_from_is_not_saved_again_half_way_through_the_next(tmp_
     train(run_dir, *accumulating, "optim.train_steps=4", data_root=data_root, cache_dir=subword_cache)
     step4 = run_dir / "checkpoints" / "step0000004.ckpt"
     saved = step4.read_bytes()
-    train(run_dir, *accumulating, "optim.train_steps=6", "resume=auto", data_root=data_root, cache_dir=subword_cache)
+    resumed = train(run_dir, *accumulating, "optim.train_steps=6", "resume=auto", data_root=data_root,
+                    cache_dir=subword_cache)
+    assert "exists and is not empty" not in resumed.stderr  # Lightning's warning: the folder is the run's own
     assert _steps(run_dir) == [4, 6]
     assert step4.read_bytes() == saved, "the step resumed from was written again"

@@ -155,7 +155,7 @@ def hold(run_dir: str | os.PathLike, tool: str = "train.py") -> Iterator[None]:
         descriptor = take_lock(folder / LOCK, wait=False)
         if descriptor is None:
             raise UserError(f"{folder} is in use by another run ({_holder(folder / LOCK)}); wait for it to end or "
-                            "stop it, or start this one in a folder of its own (resume=null)")
+                            "stop it, or start this one afresh in a folder of its own (resume=null, another hydra.run.dir)")
     try:
         if descriptor is not None:
             note = {"pid": os.getpid(), "host": socket.gethostname(), "job": job_identity(),

@@ -12,7 +12,6 @@ import copy
 import logging
 import os
 import sys
-import warnings
 from pathlib import Path
 
 import hydra
@@ -55,26 +54,17 @@ from aiayn.training.config_check import check_train_config
 from aiayn.training.distributed import strategy_with_timeout
 from aiayn.training.module import TranslationModule
 from aiayn.training.preemption import Preempted
-from aiayn.training.run_log import SpawnedRanksLog, filter_the_run_log, lightning_into_the_run_log
+from aiayn.training.run_log import (
+    SpawnedRanksLog,
+    filter_the_run_log,
+    ignore_moot_warnings,
+    lightning_into_the_run_log,
+)
 
 log = logging.getLogger("train")
 
-def ignore_moot_warnings() -> None:
-    """Lightning's warnings that say nothing a user of this tool can act on. Set on import (the
-    processes DDP spawns import this module and never call main) and again by each run, which
-    may come after a caller's ``warnings.catch_warnings()`` put the filters of the import back."""
-    # The datamodule saves and restores the position in the epoch itself (TranslationDataModule.state_dict).
-    warnings.filterwarnings("ignore", message="You.re resuming from a checkpoint that ended before the epoch ended")
-    # A step with a non-finite loss returns None on purpose; the module logs each one it skips.
-    warnings.filterwarnings("ignore", message="`training_step` returned `None`")
-    # The evaluation metrics logged are already the same on every rank (torchmetrics syncs the losses;
-    # the hypotheses are gathered before scoring), so Lightning's advice to sync them again is moot.
-    warnings.filterwarnings("ignore", message=".*when logging on epoch level in distributed setting")
-    # torch's own deprecation inside Lightning's pytree helper: nothing a user can act on.
-    warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)` is deprecated")
 
-
-ignore_moot_warnings()
+ignore_moot_warnings()  # the processes DDP launches import this module and never call main
 
 
 @read_by_hydra("train")  # paths as one value, old names, Hydra's options anywhere (aiayn.cli.command_line)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from typing import Any
 
 import lightning as L
@@ -96,6 +97,7 @@ class SpawnedRanksLog(L.Callback):
             root.addHandler(_build(described))
         root.setLevel(self.level)
         lightning_into_the_run_log()
+        ignore_moot_warnings()
 
 
 def _rank_zero() -> bool:
@@ -150,3 +152,21 @@ def _build(described: dict[str, Any]) -> logging.Handler:
     handler.setFormatter(logging.Formatter(described["format"], described["datefmt"]))
     handler.addFilter(RunLogFilter(terminal=_is_terminal(handler)))
     return handler
+
+
+def ignore_moot_warnings() -> None:
+    """Lightning's warnings that say nothing a user of a run can act on. Set as train.py's module
+    is imported (the processes ``ddp`` launches import it and never call main), by each run (which
+    may come after a caller's ``warnings.catch_warnings()`` put the filters of the import back), and
+    in each process ``ddp_spawn`` starts (:class:`SpawnedRanksLog`), which imports neither."""
+    # The datamodule saves and restores the position in the epoch itself (TranslationDataModule.state_dict).
+    warnings.filterwarnings("ignore", message="You.re resuming from a checkpoint that ended before the epoch ended")
+    # A step with a non-finite loss returns None on purpose; the module logs each one it skips.
+    warnings.filterwarnings("ignore", message="`training_step` returned `None`")
+    # The evaluation metrics logged are already the same on every rank (torchmetrics syncs the losses;
+    # the hypotheses are gathered before scoring), so Lightning's advice to sync them again is moot.
+    warnings.filterwarnings("ignore", message=".*when logging on epoch level in distributed setting")
+    # A resumed run saves into the folder of its earlier checkpoints, as it means to (aiayn.training.saving).
+    warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
+    # torch's own deprecation inside Lightning's pytree helper: nothing a user can act on.
+    warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)` is deprecated")
