@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing import util
 
@@ -169,6 +170,9 @@ def _serve_copy(connection: socket.socket, parent: int, become: Callable[[dict, 
                 connection.close()
                 os.close(read)
                 os.close(write)
+                middle = os.getppid()
+                while os.getppid() == middle:  # until the middle has ended and the asker took it in
+                    time.sleep(0.0002)  # (else, on a loaded machine, it could start as the middle's child)
                 become(json.loads(message), fds)
             os.write(write, str(child).encode())
             os._exit(0)
