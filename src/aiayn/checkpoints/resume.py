@@ -111,9 +111,9 @@ def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[st
 def _refuse_rewinding(spec: str, checkpoint: Path, step: int) -> None:
     """A checkpoint its run went on from: going on from it in the run's folder would write a second
     history over the first (its summary, its later steps' checkpoints, its logger runs)."""
-    later = [(at, path) for at, path in list_checkpoints(run_dir_of(checkpoint)) if at > step]
+    run_dir = run_dir_of(checkpoint)
+    later = [(at, path) for at, path in list_checkpoints(run_dir) if at > step]
     if later:
-        run_dir = run_dir_of(checkpoint)
         raise ConfigError(
             f"resume={spec}: its run went on past step {step} to step {later[-1][0]} ({later[-1][1].name}), and going "
             f"on from step {step} in its folder would write over that history; to train on from step {step} apart, "

@@ -178,9 +178,9 @@ def _record(job: Job, result: JobReturn) -> None:
     if result.status == JobStatus.COMPLETED:
         job.status = "done"
         # A job that resumed a run in another folder (resume=auto, an earlier sweep's) trained there:
-        # train moved its paths.output_dir, in the config the job returns. This attempt's folder
-        # holds its config and log alone.
-        # (a job that resumed nothing keeps ${hydra:runtime.output_dir}, which resolves only inside the job)
+        # train moved its paths.output_dir, in the config the job returns; this attempt's folder
+        # holds its config and log alone. A job that resumed nothing keeps ${hydra:runtime.output_dir},
+        # which resolves only inside the job: None here.
         ran_in = (OmegaConf.select(result.cfg, "paths.output_dir", default=None, throw_on_resolution_failure=False)
                   if result.cfg is not None else None)
         if ran_in and job.folder and Path(ran_in).resolve() != Path(job.folder).resolve():

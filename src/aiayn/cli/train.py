@@ -149,7 +149,7 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer, se
     try:
         with stops.around_the_training(trainer) if stops else contextlib.nullcontext():
             trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
-        setting_up.open = False  # (a fit with no step to take never hands over to training's handlers)
+        setting_up.close()  # (a fit with no step to take never hands over to training's handlers)
         results = {}
         if config.get("test_after_training", True):
             with stops.around_the_test(trainer) if stops else contextlib.nullcontext():

@@ -114,11 +114,10 @@ def _translator(cfg: DictConfig, wanted: Asked, switches: dict) -> Translator:
     from aiayn.decoding.speed import for_decoding
     from aiayn.decoding.translator import Translator
 
-    k = averaged_count(cfg.average_last)  # one checkpoint when k > 1 (_check_settings)
-    window = window_ending_at(Path(checkpoint_list(cfg.ckpt)[0]), k) if k > 1 else None  # DataError: too few
+    # One checkpoint when k > 1 (_check_settings); DataError for too few, before anything is loaded.
+    window = window_ending_at(Path(checkpoint_list(cfg.ckpt)[0]), averaged_count(cfg.average_last))
     trained = load_ensemble(cfg.ckpt, cfg.device)  # several checkpoints: their ensemble
-    if window is not None:  # §6.1: the weights of ckpt and the k - 1 before it
-        average_into(trained, window)
+    average_into(trained, window)  # §6.1: the weights of ckpt and the k - 1 before it (one: as loaded)
     decoding = Decoding.of(trained.decoding, wanted, switches=switches, members=trained.members,
                            where="the checkpoint's decoding.")
     model = for_decoding(trained.model, **decoding.switches)  # ConfigError: int8 off the CPU

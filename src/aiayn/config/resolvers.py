@@ -16,7 +16,6 @@ from aiayn.errors import ConfigError
 
 ShownCheck = Callable[[DictConfig, dict], None]
 
-
 _showing = False  # set by showing_only(): the config is printed (--cfg), not run
 _check: ShownCheck | None = None  # and what checks it there
 

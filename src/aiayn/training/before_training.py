@@ -87,9 +87,14 @@ class SettingUp:
         """The ranks ``ddp``'s first process will launch are stopped with it; ``ddp_spawn``'s
         launching process closes the window (see the module's docstring)."""
         if isinstance(trainer.strategy.launcher, _MultiProcessingLauncher):
-            self.open = False
+            self.close()
         kill = getattr(trainer.strategy.launcher, "kill", None)
         self.kill = kill if callable(kill) else None
+
+    def close(self) -> None:
+        """From here on a signal goes to the handler the window replaced (training's are in place,
+        or ``fit`` has returned)."""
+        self.open = False
 
 
 @contextlib.contextmanager
@@ -126,7 +131,7 @@ def stops_while_setting_up(cfg: Any) -> Iterator[SettingUp]:
     except StoppedSettingUp as stopped:
         raise StoppedBeforeTraining(stop_message(stopped.signum, window.resumed, _requeues(cfg))) from None
     finally:
-        window.open = False
+        window.close()
         put_back({number: handler for number, handler in before.items()
                   if signal.getsignal(number) is on_signal or (fired and signal.getsignal(number) == signal.SIG_IGN)})
 

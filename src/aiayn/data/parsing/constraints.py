@@ -77,7 +77,7 @@ class TreeConstraint:
                 kind[i] = _OPEN if symbol[0] == "(" else _CLOSE
                 label[i] = labels.setdefault(symbol[1:], len(labels))
         kind[vocab.eos_id] = _EOS
-        if not has_tree_symbols(vocab):
+        if _OPEN not in kind or _CLOSE not in kind:  # has_tree_symbols, read off the kinds just found
             raise ValueError("constrained decoding needs a parsing model: its vocabulary has no tree symbols "
                              f"('{SPACE}(L', '{SPACE})L'); use constrained=false")
         self.leaves = leaves or ("xx" if _LEAF in kind else "words")

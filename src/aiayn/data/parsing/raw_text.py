@@ -32,6 +32,7 @@ class RawText:
 
     def __init__(self, vocab: Subwords):
         self.vocab, self.constraint = vocab, TreeConstraint(vocab)
+        self._begins = self.constraint.starts_word.tolist()  # by piece: whether it begins a word
         space = vocab.piece_ids().get(SPACE)
         self._unknown = [vocab.unk_id] if space is None else [space, vocab.unk_id]
 
@@ -41,7 +42,7 @@ class RawText:
         words = [sentence.split() for sentence in sentences]
         flat = [escaped(word) for line in words for word in line]
         pieces = iter(self.vocab.encode(flat) if flat else [])
-        begins = self.constraint.starts_word.tolist()
+        begins = self._begins
         out = []
         for line in words:
             ids: list[int] = []
