@@ -199,27 +199,37 @@ def test_stacked_projections_equal_the_three_of_the_paper(grad):
         assert all(torch.allclose(a, b, atol=1e-12) for a, b in zip(stacked, plain))
 
 
-def test_evaluation_after_a_fused_adam_step_projects_with_the_new_weights():
+@pytest.mark.parametrize("kept_in, stepped_in, used_in", [("eval", "train", "eval"), ("train",) * 3, ("eval",) * 3],
+                         ids=["validation after a step", "training mode throughout", "evaluation mode throughout"])
+def test_a_forward_without_gradients_after_a_fused_adam_step_projects_with_the_new_weights(kept_in, stepped_in, used_in):
     """torch's fused Adam changes the weights in place without counting it in their versions: the
-    stack kept for decoding must not outlive the step (it did: validation after a fused step used
-    the weights of the last validation)."""
+    stack kept while no gradient is taken must not outlive the step, whatever the module's mode
+    (before, a validation after a fused step used the weights of the last validation; and a stack
+    kept in training mode, or across a step taken in evaluation mode, was never dropped)."""
     mha = _mha(16, 2, 5, 3).float()
     x = torch.randn(3, 4, 16)
     optimizer = torch.optim.Adam(mha.parameters(), lr=0.1, fused=True)
-    mha.eval()
+    _switch(mha, kept_in)
     with torch.no_grad():
         before, _ = mha.project_self(x)  # builds the kept stack
-    mha.train()
+    _switch(mha, stepped_in)
     q, (k, v) = mha.project_self(x)
     (q.square().sum() + k.sum() + v.sum()).backward()
     version = mha.w_q.weight._version
     optimizer.step()
     assert mha.w_q.weight._version == version, "fused Adam left the version alone (else this test shows nothing)"
-    mha.eval()
+    _switch(mha, used_in)
     with torch.no_grad():
         after, _ = mha.project_self(x)
     expected = mha.split_heads(mha.w_q(x), 5)
     assert not torch.allclose(before, expected) and torch.allclose(after, expected, atol=1e-6)
+
+
+def _switch(module: torch.nn.Module, mode: str) -> None:
+    """Into ``mode`` ("train" or "eval") only when not in it already: a switch would drop every kept
+    stack (torch.nn.Module.train reaches each module), hiding what this test is about."""
+    if module.training != (mode == "train"):
+        module.train(mode == "train")
 
 
 def test_one_query_on_the_cpu_equals_sdpa():

@@ -38,6 +38,7 @@ from aiayn.decoding.onnx_step import OnnxRuntimeDecode
 from aiayn.decoding.switches import DEFAULTS, switches_of
 from aiayn.errors import ConfigError
 from aiayn.model import Ensemble, Transformer
+from aiayn.model.kept_weights import kept_key
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # of switches.PRECISIONS
 
@@ -82,14 +83,14 @@ def _untie_output_projection(model: Transformer) -> None:
 class OneDNNLinear(nn.Module):
     """y = x Wᵀ + b as nn.Linear computes it, by oneDNN's fp32 product on ``weight`` packed into
     oneDNN's layout. The packed copy is made at the first product and again whenever the weight
-    changes in place (its version), so a copied or reloaded model never uses a stale one. For
+    changes (aiayn.model.kept_weights), so a copied, reloaded or trained model never uses a stale one. For
     decoding only: with gradients enabled it is nn.Linear's own product."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.weight, self.bias = linear.weight, linear.bias  # the same parameters (a tied weight stays tied)
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self._packed: tuple[int, int, torch.Tensor] | None = None  # (storage, version, packed weight)
+        self._packed: tuple[tuple, torch.Tensor] | None = None  # (kept_key of the weight, packed weight)
         self._stacks: dict[tuple[int, ...], tuple[tuple, OneDNNLinear]] = {}  # see stacked
 
     def __deepcopy__(self, memo: dict) -> OneDNNLinear:
@@ -115,7 +116,7 @@ class OneDNNLinear(nn.Module):
 
         if torch.is_grad_enabled():
             return lambda x: F.linear(x, *stack())
-        key = tuple((t.data_ptr(), t._version) for layer in layers for t in (layer.weight, layer.bias) if t is not None)
+        key = kept_key(*(t for layer in layers for t in (layer.weight, layer.bias) if t is not None))
         which = tuple(id(layer) for layer in layers)
         cached = layers[0]._stacks.get(which)
         if cached is None or cached[0] != key:
@@ -130,11 +131,11 @@ class OneDNNLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu":
             return F.linear(x, self.weight, self.bias)
-        key = (self.weight.data_ptr(), self.weight._version)
-        if self._packed is None or self._packed[:2] != key:
-            self._packed = (*key, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().contiguous()))
+        key = kept_key(self.weight)
+        if self._packed is None or self._packed[0] != key:
+            self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().contiguous()))
         shape = x.shape  # (…, in_features) → (rows, in_features) → (…, out_features)
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, shape[-1]), self._packed[2], self.bias, "none", [], "")
+        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, shape[-1]), self._packed[1], self.bias, "none", [], "")
         return y.view(*shape[:-1], self.out_features)
 
 

@@ -44,6 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.model.kept_weights import kept_key
+
 # How Eq. 1 is computed: fused by torch, or written out (see the module docstring).
 ATTENTION_KINDS = ("sdpa", "explicit")
 _cudnn_attention_turned_off = False  # once per process: see keep_cudnn_attention_off
@@ -125,22 +127,15 @@ class MultiHeadAttention(nn.Module):
             return list(kind.stacked(layers)(x).split(widths, dim=-1))  # (…, Σ widths) split
         return [layer(x) for layer in layers]
 
-    def train(self, mode: bool = True) -> MultiHeadAttention:
-        """Switching between training and evaluation drops the kept stacks (see :meth:`_stacked`):
-        torch's fused Adam updates the weights in place without counting it in their versions, so
-        only a new stack is sure to hold the weights of the last step."""
-        self._stacks.clear()
-        return super().train(mode)
-
     def _stacked(self, *names: str) -> Tensor:
         """The weights of the projections ``names`` stacked row-wise, for one matrix product. While
-        no gradient is taken (decoding) the stack is kept until a weight changes (its version or
-        storage) or the module switches between training and evaluation, instead of being copied at
+        no gradient is taken (decoding) the stack is kept until a weight changes (its storage or
+        version) or an optimizer takes a step (aiayn.model.kept_weights), instead of being copied at
         every step."""
         weights = [getattr(self, name).weight for name in names]
         if torch.is_grad_enabled():
             return torch.cat(weights)  # part of the graph: gradients flow back to each projection
-        key = tuple((w.data_ptr(), w._version, w.dtype) for w in weights)
+        key = kept_key(*weights)
         cached = self._stacks.get(names)
         if cached is None or cached[0] != key:
             cached = self._stacks[names] = (key, torch.cat(weights))
