@@ -226,8 +226,8 @@ def test_a_forward_without_gradients_after_a_fused_adam_step_projects_with_the_n
 
 
 def _switch(module: torch.nn.Module, mode: str) -> None:
-    """Into ``mode`` ("train" or "eval") only when not in it already: a switch would drop every kept
-    stack (torch.nn.Module.train reaches each module), hiding what this test is about."""
+    """Into ``mode`` ("train" or "eval") only when not in it already, so that the test does not lean
+    on what a switch does (it used to drop the kept stacks)."""
     if module.training != (mode == "train"):
         module.train(mode == "train")
 
