@@ -219,3 +219,51 @@ def test_translate_writes_each_line_as_a_tree_over_its_own_words(parser: str, re
             assert set(tree.tags()) == {LEAF}
         repairs = [record.getMessage() for record in caplog.records if "the parser's output" in record.getMessage()]
         assert not repairs if constrained == "true" else all(m.startswith("input line ") for m in repairs)
+
+
+@pytest.mark.slow
+def test_translate_builds_the_tree_constraint_once(trained) -> None:
+    """translate.py on a parser: the tree constraint the search decodes with is the one its outputs
+    are read back with, built once."""
+    from omegaconf import OmegaConf
+
+    from aiayn.cli.translate import _translator
+    from aiayn.decoding.settings import asked
+
+    _, ckpt, _ = trained
+    cfg = OmegaConf.create({"engine": "aiayn", "ckpt": str(ckpt), "average_last": None, "device": "cpu",
+                            "batch_size": 8})
+    translator = _translator(cfg, asked({}), {})
+    assert translator.search.constraint is translator.raw_text.constraint is not None
+
+
+# Trees with words of characters the sample's vocabulary has not got (a treebank file of its own).
+UNKNOWN_WORDS = """\
+( (S (NP-SBJ (DT The) (NN café)) (VP (VBD opened) (PP-LOC (IN in) (NP (NNP Zürich)))) (. .)) )
+( (S (NP-SBJ (NNP Müller)) (VP (VBD paid) (NP (CD €) (CD 5))) (. .)) )
+( (S (NP-SBJ (PRP It)) (VP (VBD was) (ADJP (JJ naïve) (CC and) (JJ 日本))) (. .)) )
+"""
+
+
+@pytest.mark.slow
+def test_evaluate_scores_the_gold_words_in_their_places_after_an_unknown_character(trained_words,
+                                                                                    tmp_path: Path) -> None:
+    """evaluate.py, words linearisation, on trees whose words hold characters the vocabulary has
+    not got: each hypothesis has one leaf a word (`caf⁇`, not `caf ⁇`), and the tree scored is the
+    hypothesis's own over the gold words and tags."""
+    _, ckpt, cache = trained_words
+    folder = tmp_path / "data" / "ptb_sample" / "parsed" / "mrg" / "wsj" / "01"
+    folder.mkdir(parents=True)
+    (folder / "wsj_0180.mrg").write_text(UNKNOWN_WORDS, encoding="utf-8")
+    run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=wsj_0180", f"data_root={tmp_path / 'data'}",
+             f"out={tmp_path / 'eval'}", "wandb=disabled", data_root=tmp_path / "data", cache_dir=cache)
+    report = json.loads(next((tmp_path / "eval").glob("*.json")).read_text())
+    gold, hypotheses, scored = (Path(report[key]).read_text(encoding="utf-8").splitlines()
+                                for key in ("evalb_gold", "hypotheses", "evalb_test"))
+    assert len(gold) == len(hypotheses) == len(scored) == 3 and report["decoding"]["constrained"] is True
+    for gold_line, output, test_line in zip(gold, hypotheses, scored):
+        words, tree = parse_trees(gold_line)[0], parse_trees(test_line)[0]
+        shape = " ".join(token if token[0] in "()" else LEAF for token in output.split())
+        assert shape.split().count(LEAF) == len(words.leaves()), output
+        assert linearize(tree) == shape and (tree.leaves(), tree.tags()) == (words.leaves(), words.tags()), test_line
+    assert any("⁇" in output for output in hypotheses)

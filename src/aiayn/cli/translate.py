@@ -121,8 +121,9 @@ def _translator(cfg: DictConfig, wanted: Asked, switches: dict) -> Translator:
     decoding = Decoding.of(trained.decoding, wanted, switches=switches, members=trained.members,
                            where="the checkpoint's decoding.")
     model = for_decoding(trained.model, **decoding.switches)  # ConfigError: int8 off the CPU
-    return Translator(model, trained.vocab, decoding, trained.output_constraint(decoding), batch_size=cfg.batch_size,
-                      raw_text=trained.raw_text())
+    constraint = trained.output_constraint(decoding)  # built once: the search's, and a parser's reading of its outputs
+    return Translator(model, trained.vocab, decoding, constraint, batch_size=cfg.batch_size,
+                      raw_text=trained.raw_text(constraint))
 
 
 def _summary(lines: int, translator: Translator) -> None:
