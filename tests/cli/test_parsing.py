@@ -237,6 +237,40 @@ def test_translate_builds_the_tree_constraint_once(trained) -> None:
     assert translator.search.constraint is translator.raw_text.constraint is not None
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("parser", ["trained", "trained_words"])
+def test_a_parser_exported_to_ctranslate2_writes_the_trees_aiayn_writes(parser: str, request: pytest.FixtureRequest,
+                                                                       data_root: Path, tmp_path: Path) -> None:
+    """translate.py engine=ctranslate2 on a parser's export: each line's tree over its own words,
+    as the aiayn engine writes it from the same (greedy, unconstrained) outputs, each repair warned
+    of by input line with the reason: CTranslate2 cannot constrain its output to trees."""
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
+    _, ckpt, cache = request.getfixturevalue(parser)
+    run_tool("src/export.py", f"ckpt={ckpt}", "format=ctranslate2", f"out={tmp_path / 'ct2'}", data_root=data_root,
+             cache_dir=cache)
+    stdin = "".join(line + "\n" for line in TYPED)
+    written = {}
+    for engine in (["engine=ctranslate2", f"model_dir={tmp_path / 'ct2'}"],
+                   [f"ckpt={ckpt}", "decoding.alpha=0", "decoding.constrained=false"]):
+        result = run_tool("src/translate.py", *engine, "decoding.beam_size=1", stdin=stdin, data_root=data_root,
+                          cache_dir=cache)
+        written[engine[0]] = result.stdout, [line for line in result.stderr.splitlines() if "the parser's output" in line]
+    (theirs, warned), (ours, repaired) = written["engine=ctranslate2"], written[f"ckpt={ckpt}"]
+    assert theirs == ours
+    for typed, output in zip(TYPED, theirs.splitlines(), strict=True):  # a tree over each line's words
+        if not typed:
+            assert output == ""
+            continue
+        tree = parse_trees(output)[0]
+        assert tree.leaves() == [escaped(word) for word in typed.split()] and set(tree.tags()) == {LEAF}, output
+    # the same repairs (aiayn's come in the order of its batches, by length)
+    assert warned and [message.split(";")[0] for message in warned] == sorted(message.split(";")[0] for message in repaired)
+    assert all(message.startswith("WARNING aiayn.decoding.translator: input line ") for message in warned), warned
+    assert all(message.endswith("; CTranslate2 cannot constrain its output to trees (engine=aiayn ckpt=<file.ckpt> "
+                                "decodes within the tree constraint)") for message in warned), warned
+
+
 # Trees with words of characters the sample's vocabulary has not got (a treebank file of its own).
 UNKNOWN_WORDS = """\
 ( (S (NP-SBJ (DT The) (NN café)) (VP (VBD opened) (PP-LOC (IN in) (NP (NNP Zürich)))) (. .)) )
