@@ -219,3 +219,85 @@ def test_translate_writes_each_line_as_a_tree_over_its_own_words(parser: str, re
             assert set(tree.tags()) == {LEAF}
         repairs = [record.getMessage() for record in caplog.records if "the parser's output" in record.getMessage()]
         assert not repairs if constrained == "true" else all(m.startswith("input line ") for m in repairs)
+
+
+@pytest.mark.slow
+def test_translate_builds_the_tree_constraint_once(trained) -> None:
+    """translate.py on a parser: the tree constraint the search decodes with is the one its outputs
+    are read back with, built once."""
+    from omegaconf import OmegaConf
+
+    from aiayn.cli.translate import _translator
+    from aiayn.decoding.settings import asked
+
+    _, ckpt, _ = trained
+    cfg = OmegaConf.create({"engine": "aiayn", "ckpt": str(ckpt), "average_last": None, "device": "cpu",
+                            "batch_size": 8})
+    translator = _translator(cfg, asked({}), {})
+    assert translator.search.constraint is translator.raw_text.constraint is not None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parser", ["trained", "trained_words"])
+def test_a_parser_exported_to_ctranslate2_writes_the_trees_aiayn_writes(parser: str, request: pytest.FixtureRequest,
+                                                                       data_root: Path, tmp_path: Path) -> None:
+    """translate.py engine=ctranslate2 on a parser's export: each line's tree over its own words,
+    as the aiayn engine writes it from the same (greedy, unconstrained) outputs, each repair warned
+    of by input line with the reason: CTranslate2 cannot constrain its output to trees."""
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
+    _, ckpt, cache = request.getfixturevalue(parser)
+    run_tool("src/export.py", f"ckpt={ckpt}", "format=ctranslate2", f"out={tmp_path / 'ct2'}", data_root=data_root,
+             cache_dir=cache)
+    stdin = "".join(line + "\n" for line in TYPED)
+    written = {}
+    for engine in (["engine=ctranslate2", f"model_dir={tmp_path / 'ct2'}"],
+                   [f"ckpt={ckpt}", "decoding.alpha=0", "decoding.constrained=false"]):
+        result = run_tool("src/translate.py", *engine, "decoding.beam_size=1", stdin=stdin, data_root=data_root,
+                          cache_dir=cache)
+        written[engine[0]] = result.stdout, [line for line in result.stderr.splitlines() if "the parser's output" in line]
+    (theirs, warned), (ours, repaired) = written["engine=ctranslate2"], written[f"ckpt={ckpt}"]
+    assert theirs == ours
+    for typed, output in zip(TYPED, theirs.splitlines(), strict=True):  # a tree over each line's words
+        if not typed:
+            assert output == ""
+            continue
+        tree = parse_trees(output)[0]
+        assert tree.leaves() == [escaped(word) for word in typed.split()] and set(tree.tags()) == {LEAF}, output
+    # the same repairs (aiayn's come in the order of its batches, by length)
+    assert warned and [message.split(";")[0] for message in warned] == sorted(message.split(";")[0] for message in repaired)
+    assert all(message.startswith("WARNING aiayn.decoding.translator: input line ") for message in warned), warned
+    assert all(message.endswith("; CTranslate2 cannot constrain its output to trees (engine=aiayn ckpt=<file.ckpt> "
+                                "decodes within the tree constraint)") for message in warned), warned
+
+
+# Trees with words of characters the sample's vocabulary has not got (a treebank file of its own).
+UNKNOWN_WORDS = """\
+( (S (NP-SBJ (DT The) (NN café)) (VP (VBD opened) (PP-LOC (IN in) (NP (NNP Zürich)))) (. .)) )
+( (S (NP-SBJ (NNP Müller)) (VP (VBD paid) (NP (CD €) (CD 5))) (. .)) )
+( (S (NP-SBJ (PRP It)) (VP (VBD was) (ADJP (JJ naïve) (CC and) (JJ 日本))) (. .)) )
+"""
+
+
+@pytest.mark.slow
+def test_evaluate_scores_the_gold_words_in_their_places_after_an_unknown_character(trained_words,
+                                                                                    tmp_path: Path) -> None:
+    """evaluate.py, words linearisation, on trees whose words hold characters the vocabulary has
+    not got: each hypothesis has one leaf a word (`caf⁇`, not `caf ⁇`), and the tree scored is the
+    hypothesis's own over the gold words and tags."""
+    _, ckpt, cache = trained_words
+    folder = tmp_path / "data" / "ptb_sample" / "parsed" / "mrg" / "wsj" / "01"
+    folder.mkdir(parents=True)
+    (folder / "wsj_0180.mrg").write_text(UNKNOWN_WORDS, encoding="utf-8")
+    run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=wsj_0180", f"data_root={tmp_path / 'data'}",
+             f"out={tmp_path / 'eval'}", "wandb=disabled", data_root=tmp_path / "data", cache_dir=cache)
+    report = json.loads(next((tmp_path / "eval").glob("*.json")).read_text())
+    gold, hypotheses, scored = (Path(report[key]).read_text(encoding="utf-8").splitlines()
+                                for key in ("evalb_gold", "hypotheses", "evalb_test"))
+    assert len(gold) == len(hypotheses) == len(scored) == 3 and report["decoding"]["constrained"] is True
+    for gold_line, output, test_line in zip(gold, hypotheses, scored):
+        words, tree = parse_trees(gold_line)[0], parse_trees(test_line)[0]
+        shape = " ".join(token if token[0] in "()" else LEAF for token in output.split())
+        assert shape.split().count(LEAF) == len(words.leaves()), output
+        assert linearize(tree) == shape and (tree.leaves(), tree.tags()) == (words.leaves(), words.tags()), test_line
+    assert any("⁇" in output for output in hypotheses)

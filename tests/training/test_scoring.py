@@ -71,3 +71,50 @@ def test_a_checkpoint_naming_its_metric_still_loads() -> None:
     with torch.device("meta"):
         module = TranslationModule(**arguments)
     assert module.scorer is None and module.model.d_model == 32
+
+
+# Dev trees whose words hold characters the sample's vocabulary has not got.
+UNKNOWN_WORDS = """\
+( (S (NP-SBJ (DT The) (NN café)) (VP (VBD opened) (PP-LOC (IN in) (NP (NNP Zürich)))) (. .)) )
+( (S (NP-SBJ (NNP Müller)) (VP (VBD paid) (NP (CD €) (CD 5))) (. .)) )
+"""
+
+
+@pytest.mark.slow
+def test_a_parsers_validation_reads_each_word_as_one_leaf(tmp_path, data_root, single_thread) -> None:
+    """Validation of a parser (the words linearisation) on dev trees with characters its vocabulary
+    has not got: each output is scored as the text evaluate.py writes, one leaf a word (`caf⁇`, not
+    `caf ⁇`, which would put every gold word after it in the wrong leaf)."""
+    import lightning as L
+
+    from aiayn.data.parsing.datamodule import ParsingDataModule
+    from aiayn.data.parsing.treebank import parse_trees
+    from aiayn.data.readers import read_lines
+
+    wsj = tmp_path / "treebank" / "parsed" / "mrg" / "wsj"  # the sample's training files and a dev file of our own
+    (wsj / "01").mkdir(parents=True)
+    (wsj / "00").symlink_to(data_root / "ptb_sample" / "parsed" / "mrg" / "wsj" / "00")
+    for path in sorted((data_root / "ptb_sample" / "parsed" / "mrg" / "wsj" / "01").glob("wsj_01[0-5]?.mrg")):
+        (wsj / "01" / path.name).symlink_to(path)
+    (wsj / "01" / "wsj_0160.mrg").write_text(UNKNOWN_WORDS, encoding="utf-8")
+    datamodule = ParsingDataModule(data_root=str(data_root), treebank=str(tmp_path / "treebank"), vocab_size=600,
+                                   max_tokens=4096, max_length=600, cache_dir=str(tmp_path / "cache"),
+                                   linearization="words", train_split="wsj_0001-wsj_0159", val_split="wsj_0160",
+                                   test_split="wsj_0160")
+    torch.manual_seed(0)
+    module = TranslationModule({**NETWORK, "max_positions": 256}, 600, OPTIM,
+                               {"beam_size": 1, "alpha": 0.0, "max_len_offset": 20, "constrained": True})
+    scored = []
+
+    class Hypotheses(L.Callback):  # what validation scores, before it is scored
+        def on_validation_epoch_end(self, trainer, pl_module) -> None:
+            scored.extend(pl_module.hypotheses)
+
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[Hypotheses()])
+    trainer.validate(module, datamodule=datamodule, verbose=False)
+    gold = read_lines(datamodule.gold_file("val"))
+    assert sorted(index for index, _ in scored) == [0, 1]
+    for index, text in scored:  # constrained decoding: one leaf a gold word
+        assert len([token for token in text.split() if token[0] not in "()"]) == len(parse_trees(gold[index])[0].leaves())
+    assert any("⁇" in text for _, text in scored)

@@ -19,7 +19,7 @@ from aiayn.checkpoints.given import checkpoint_list
 from aiayn.checkpoints.io import read_checkpoint
 from aiayn.config.schemas import network_arguments
 from aiayn.data.subwords import Subwords
-from aiayn.data.task import task_module
+from aiayn.data.task import raw_text_of, task_module
 from aiayn.errors import ConfigError, DataError
 from aiayn.model import Ensemble, Transformer
 
@@ -64,17 +64,11 @@ class TrainedModel:
         kind = task_module(self.config.get("task") or {})
         return kind.output_constraint(self.vocab) if kind is not None else None
 
-    def raw_text(self) -> Any:
+    def raw_text(self, constraint: Any = None) -> Any:
         """How its task reads lines of text and writes outputs, as the task's data module hands it
-        over (aiayn.decoding.translator.RawTextForm; None: as text, a translation's). Only a
-        vocabulary with tree symbols can be a parser's: another's task is not asked, whose data
-        module's import is Lightning's (translate.py of a translation model starts without it)."""
-        from aiayn.data.parsing.constraints import has_tree_symbols
-
-        if not has_tree_symbols(self.vocab):
-            return None
-        kind = task_module(self.config.get("task") or {})
-        return kind.raw_text(self.vocab) if kind is not None else None
+        over (aiayn.data.task.raw_text_of; None: as text, a translation's), reading outputs with
+        ``constraint`` (its :meth:`output_constraint`, where one is built already)."""
+        return raw_text_of(self.config.get("task") or {}, self.vocab, constraint)
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Put a training checkpoint's weights (an average of several, say) into the model."""

@@ -101,8 +101,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     decoding = Decoding.of(trained.decoding, wanted, switches=switches, members=trained.members,
                            where="the checkpoint's decoding.")
     # The task hands over its output constraint; the search refuses constrained decoding without one.
-    translator = Translator(for_decoding(trained.model, **decoding.switches), trained.vocab, decoding,
-                            datamodule.output_constraint(trained.vocab), batch_size=cfg.batch_size)
+    # A parser's outputs are written as its linearisation, read with the same constraint (one word a leaf).
+    constraint = datamodule.output_constraint(trained.vocab)
+    translator = Translator(for_decoding(trained.model, **decoding.switches), trained.vocab, decoding, constraint,
+                            batch_size=cfg.batch_size, decoder=datamodule.raw_text(trained.vocab, constraint))
 
     ppl, n_tokens = perplexity(trained.model, trained.vocab, sources, targets, cfg.max_tokens)
     result = translator.translations(sources)

@@ -13,7 +13,8 @@ A parser (task=wsj, §6.3) writes each line's tree over exactly its words, one l
 bracketed form of evaluate.py's EVALB files (``(TOP (S (NP (XX The) (XX dog)) ...))``, each word
 tagged ``XX``, brackets in words written ``-LRB-``/``-RRB-``), whatever characters the words hold;
 an output that had to be repaired to be such a tree is named in a warning with its input line
-(aiayn.data.parsing.raw_text).
+(aiayn.data.parsing.raw_text). So does a parser's CTranslate2 export, whose search cannot keep to
+the tree constraint (its warnings say so).
 
 Input is read in chunks of at most ``buffer_size`` lines, each sorted by length and translated in
 batches of ``batch_size``. Translations are written as they finish, in input order (after each
@@ -121,8 +122,9 @@ def _translator(cfg: DictConfig, wanted: Asked, switches: dict) -> Translator:
     decoding = Decoding.of(trained.decoding, wanted, switches=switches, members=trained.members,
                            where="the checkpoint's decoding.")
     model = for_decoding(trained.model, **decoding.switches)  # ConfigError: int8 off the CPU
-    return Translator(model, trained.vocab, decoding, trained.output_constraint(decoding), batch_size=cfg.batch_size,
-                      raw_text=trained.raw_text())
+    constraint = trained.output_constraint(decoding)  # built once: the search's, and a parser's reading of its outputs
+    return Translator(model, trained.vocab, decoding, constraint, batch_size=cfg.batch_size,
+                      raw_text=trained.raw_text(constraint))
 
 
 def _summary(lines: int, translator: Translator) -> None:

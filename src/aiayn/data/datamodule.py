@@ -245,10 +245,11 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
             raise ConfigError(str(error)) from None
 
     @classmethod
-    def raw_text(cls, vocab: Subwords) -> Any:
+    def raw_text(cls, vocab: Subwords, constraint: Any = None) -> Any:
         """How a model of ``vocab`` reads lines of text and how its outputs are written, where the
         task has its own way (aiayn.decoding.translator.RawTextForm: a parser's outputs as trees
-        over the line's words); None: encoded and decoded as text, as translations are."""
+        over the line's words, read with ``constraint``, the task's :meth:`output_constraint` of
+        ``vocab`` where one is built already); None: encoded and decoded as text, as translations are."""
         return None
 
     def check_split(self, split: str, task: str) -> str:

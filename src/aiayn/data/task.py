@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from aiayn.data.datamodule import TranslationDataModule
+    from aiayn.data.subwords import Subwords
 
 
 def task_module(task: Mapping[str, Any]) -> type[TranslationDataModule] | None:
@@ -23,3 +24,18 @@ def task_module(task: Mapping[str, Any]) -> type[TranslationDataModule] | None:
     except (ImportError, AttributeError, ValueError):
         return None
     return kind if isinstance(kind, type) and issubclass(kind, TranslationDataModule) else None
+
+
+def raw_text_of(task: Mapping[str, Any], vocab: Subwords, constraint: Any = None) -> Any:
+    """How a model of ``task`` (its config, or as much as names its data module) and ``vocab`` reads
+    lines of text and writes its outputs, as the task's data module hands it over
+    (aiayn.decoding.translator.RawTextForm, reading outputs with ``constraint`` where given; None:
+    as text, a translation's). Only a vocabulary with tree symbols can be a parser's: another's task
+    is not asked, whose data module's import is Lightning's (translate.py of a translation model
+    starts without it)."""
+    from aiayn.data.parsing.constraints import has_tree_symbols
+
+    if not has_tree_symbols(vocab):
+        return None
+    kind = task_module(task)
+    return kind.raw_text(vocab, constraint) if kind is not None else None

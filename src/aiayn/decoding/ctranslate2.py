@@ -5,6 +5,12 @@ aiayn.decoding.translator.Translator, CTranslate2's search, with the decoding se
 CTranslate2's beam search normalises a hypothesis's score by |Y|^α, not GNMT's ((5 + |Y|) / 6)^α
 (see the model card); its maximum output length is one number per batch, so each output is cut
 at its own sentence's limit (input length + ``max_len_offset``) as aiayn's is.
+
+A parser's export (its task recorded in ``aiayn.json``) reads lines and writes trees over their
+words as aiayn's translator does (the task's raw-text form, through
+:func:`~aiayn.decoding.translator.output_texts`). CTranslate2 cannot constrain its search to trees
+(it takes no mask of allowed tokens a step), so its outputs are read back through the repair of
+``delinearize`` more often, each repaired one said in a warning that says so.
 """
 
 from __future__ import annotations
@@ -16,15 +22,19 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.data.subwords import Subwords
+from aiayn.data.task import raw_text_of
 from aiayn.decoding.declarations import CTRANSLATE2, arguments
 from aiayn.decoding.packages import require
 from aiayn.decoding.settings import Asked, Decoding
-from aiayn.decoding.translator import Scored
+from aiayn.decoding.translator import Scored, encode_lines, output_texts
 from aiayn.errors import DataError
 
 # What aiayn needs besides CTranslate2's own files: the decoding settings and the model's positions.
 SETTINGS_FILE = "aiayn.json"
 SUBWORDS_FILE = "source.spm"
+# Said in the warning of each parser's output that had to be repaired: why it was not a tree.
+UNCONSTRAINED = ("; CTranslate2 cannot constrain its output to trees (engine=aiayn ckpt=<file.ckpt> decodes "
+                 "within the tree constraint)")
 
 
 class CTranslate2Translator:
@@ -64,6 +74,8 @@ class CTranslate2Translator:
         self.batch_size = batch_size
         self.vocab = Subwords(folder / SUBWORDS_FILE)
         self.piece_ids = self.vocab.piece_ids()
+        # a parser's way with lines and outputs, as its task hands it over (None: text, a translation's)
+        self.raw_text = raw_text_of(exported.get("task") or {}, self.vocab)
         self.translator = ctranslate2.Translator(str(folder), device=device, compute_type=compute_type,
                                                  inter_threads=1, intra_threads=threads)
         self.sentences = self.output_tokens = self.truncated = 0
@@ -106,23 +118,23 @@ class CTranslate2Translator:
         return self._batches(chunks, nbest=True)
 
     def _batches(self, chunks: Iterable[Sequence[str]], nbest: bool) -> Iterator[list[list[Scored]]]:
-        limit = self.max_positions - 1
         for chunk in chunks:
             for start in range(0, len(chunk), self.batch_size):
                 started = time.perf_counter()
                 sentences = list(chunk[start : start + self.batch_size])
-                ids = self.vocab.encode(sentences)
-                for i, seq in enumerate(ids):
-                    if len(seq) > limit:
-                        ids[i], self.truncated = seq[:limit], self.truncated + 1
+                first_line = self.sentences + 1
+                ids, truncated = encode_lines(self.vocab, sentences, self.max_positions - 1, first_line, self.raw_text)
+                self.truncated += truncated
                 todo = [i for i, (text, seq) in enumerate(zip(sentences, ids)) if text.strip() and seq]
                 found = self._search([ids[i] for i in todo], scores=nbest)
+                outputs = [[tokens for tokens, _ in hypotheses] for hypotheses in found]
+                texts = iter(output_texts(self.vocab, outputs, [sentences[i] for i in todo],
+                                          [first_line + i for i in todo], self.raw_text, unconstrained=UNCONSTRAINED))
                 ready = [[Scored("", 0.0, 0.0)] for _ in sentences]
-                for i, hypotheses in zip(todo, found):
-                    texts = self.vocab.decode([tokens for tokens, _ in hypotheses])
-                    log_probs = self._log_probs(ids[i], [tokens for tokens, _ in hypotheses]) if nbest else [0.0] * len(texts)
-                    ready[i] = [Scored(text, score, log_prob)
-                                for text, (_, score), log_prob in zip(texts, hypotheses, log_probs)]
+                for i, hypotheses, tokens in zip(todo, found, outputs):
+                    log_probs = self._log_probs(ids[i], tokens) if nbest else [0.0] * len(tokens)
+                    ready[i] = [Scored(next(texts), score, log_prob)
+                                for (_, score), log_prob in zip(hypotheses, log_probs)]
                 self.output_tokens += sum(len(hypotheses[0][0]) for hypotheses in found)
                 self.sentences += len(sentences)
                 self.seconds += time.perf_counter() - started

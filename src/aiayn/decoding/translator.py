@@ -41,6 +41,10 @@ class RawTextForm(Protocol):
     def output(self, sentence: str, tokens: Sequence[int]) -> tuple[str, str | None]:
         """The output ``tokens`` of ``sentence`` as text, and what had to be repaired (None: nothing)."""
 
+    def decode(self, outputs: Sequence[Sequence[int]]) -> list[str]:
+        """Each output's tokens as the text its scorer reads (a parser's: its linearisation, a word
+        a leaf), where the vocabulary's decoding would not do."""
+
 
 @dataclass(frozen=True)
 class Scored:
@@ -70,11 +74,15 @@ class Translations:
 
 def encode_sources(model: Transformer, vocab: Subwords, sentences: Sequence[str],
                    first_line: int = 1, raw_text: RawTextForm | None = None) -> tuple[list[list[int]], int]:
-    """Subword ids of each sentence (as ``raw_text`` encodes them, where given), cut to the
-    positions the model has (EOS included); also returns how many were cut, with a warning naming
-    the input line (``first_line`` is the number of ``sentences[0]``), since the model cannot read
-    past them."""
-    limit = model.max_positions - 1
+    """:func:`encode_lines` cut to the positions ``model`` has (EOS included)."""
+    return encode_lines(vocab, sentences, model.max_positions - 1, first_line, raw_text)
+
+
+def encode_lines(vocab: Subwords, sentences: Sequence[str], limit: int, first_line: int = 1,
+                 raw_text: RawTextForm | None = None) -> tuple[list[list[int]], int]:
+    """Subword ids of each sentence (as ``raw_text`` encodes them, where given), cut to ``limit``
+    (a model's positions, less EOS); also returns how many were cut, with a warning naming the input
+    line (``first_line`` is the number of ``sentences[0]``), since the model cannot read past them."""
     ids = (raw_text or vocab).encode(list(sentences))
     truncated = [i for i, seq in enumerate(ids) if len(seq) > limit]
     for i in truncated:
@@ -84,11 +92,34 @@ def encode_sources(model: Transformer, vocab: Subwords, sentences: Sequence[str]
     return ids, len(truncated)
 
 
+def output_texts(vocab: Subwords, outputs: Sequence[Sequence[Sequence[int]]], sentences: Sequence[str],
+                 lines: Sequence[int], raw_text: RawTextForm | None = None, decoder: RawTextForm | None = None,
+                 unconstrained: str = "") -> list[str]:
+    """Every hypothesis of ``outputs`` (each input's token lists, best first) as text, in order: as
+    ``raw_text`` writes it for its input line (a parser's tree over the line's words), with a warning
+    naming the line (``lines``: each input's number) for each it had to repair, ``unconstrained``
+    added (why the decoder did not keep it a tree); else as ``decoder`` (None: ``vocab``) decodes it.
+    What both aiayn's :class:`Translator` and translate.py's CTranslate2 engine write."""
+    if raw_text is None:
+        return (decoder or vocab).decode([tokens for hypotheses in outputs for tokens in hypotheses])
+    texts = []
+    for sentence, line, hypotheses in zip(sentences, lines, outputs):
+        for rank, tokens in enumerate(hypotheses, start=1):
+            text, repaired = raw_text.output(sentence, tokens)
+            if repaired is not None:
+                which = f", hypothesis {rank}" if len(hypotheses) > 1 else ""
+                log.warning("input line %d%s: %s%s", line, which, repaired, unconstrained)
+            texts.append(text)
+    return texts
+
+
 class Translator:
     """Translation of sentences that arrive in chunks, given back in input order, with the
     ``decoding`` settings and the task's output ``constraint`` (:class:`~aiayn.decoding.search.Search`).
     With ``raw_text`` (a parser's) the lines are encoded and the outputs written its way, each
-    repair it makes named in a warning with the input line.
+    repair it makes named in a warning with the input line; with ``decoder`` (a parser's too) the
+    lines are encoded as text and the outputs written as its ``decode`` writes them (evaluate.py's
+    hypotheses, each leaf of a tree one word) (:func:`output_texts`).
 
     Each chunk is sorted by length and cut into batches of ``batch_size`` sentences (similar
     lengths together: little padding); after each batch, :meth:`stream` yields the longest run of
@@ -101,8 +132,9 @@ class Translator:
 
     def __init__(self, model: Transformer, vocab: Subwords, decoding: Decoding | Mapping[str, Any] | None = None,
                  constraint: OutputConstraint | None = None, *, batch_size: int = 64,
-                 raw_text: RawTextForm | None = None):
+                 raw_text: RawTextForm | None = None, decoder: RawTextForm | None = None):
         self.model, self.vocab, self.batch_size, self.raw_text = model, vocab, batch_size, raw_text
+        self.decoder = decoder
         self.search = Search(decoding, vocab, constraint)
         self.nbest = self.search.nbest  # hypotheses an input
         self.collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
@@ -169,26 +201,13 @@ class Translator:
             src = self.collate([(i, ids[i], []) for i in rows])["src"]  # ids + EOS, right-padded
             found = self.search(self.model, src.to(device))  # each row's hypotheses, best first
             self.output_tokens += sum(len(hypotheses[0].tokens) for hypotheses in found)
-            decoded = iter(self._texts(found, [sentences[i] for i in rows], [first_line + i for i in rows]))
+            outputs = [[h.tokens for h in hypotheses] for hypotheses in found]
+            decoded = iter(output_texts(self.vocab, outputs, [sentences[i] for i in rows],
+                                        [first_line + i for i in rows], self.raw_text, self.decoder))
             for i, hypotheses in zip(rows, found):
                 texts[i] = [Scored(next(decoded), h.score, h.log_prob) for h in hypotheses]
             if ready := complete():
                 yield ready
-
-    def _texts(self, found: list[list[Any]], sentences: list[str], lines: list[int]) -> list[str]:
-        """Every hypothesis of ``found`` as text, in order: decoded, or written as ``raw_text``
-        writes it, with a warning for each it had to repair."""
-        if self.raw_text is None:
-            return self.vocab.decode([h.tokens for hypotheses in found for h in hypotheses])
-        texts = []
-        for sentence, line, hypotheses in zip(sentences, lines, found):
-            for rank, hypothesis in enumerate(hypotheses, start=1):
-                text, repaired = self.raw_text.output(sentence, hypothesis.tokens)
-                if repaired is not None:
-                    which = f", hypothesis {rank}" if len(hypotheses) > 1 else ""
-                    log.warning("input line %d%s: %s", line, which, repaired)
-                texts.append(text)
-        return texts
 
 
 def translate(model: Transformer, vocab: Subwords, sentences: list[str],

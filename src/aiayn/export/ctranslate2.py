@@ -69,7 +69,8 @@ def export_ctranslate2(trained: TrainedModel, out: Path, *, ckpt: Path, steps: l
     """Export ``trained`` as a MarianMT folder (in a scratch folder) and convert that into a
     CTranslate2 model in ``out``, with ``quantization``'s weights (None: float32), to decode with
     ``decoding`` (made for the ``ctranslate2 export`` engine; None: the checkpoint's own settings,
-    as CTranslate2 serves them), which its ``aiayn.json`` records."""
+    as CTranslate2 serves them), which its ``aiayn.json`` records with its task (what names the
+    task's data module: a parser's export writes trees, aiayn.decoding.ctranslate2)."""
     require("ctranslate2")
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ConfigError(f"quantization={quantization} is not one of CTranslate2's: {', '.join(QUANTIZATIONS)} "
@@ -81,7 +82,9 @@ def export_ctranslate2(trained: TrainedModel, out: Path, *, ckpt: Path, steps: l
         hf_folder = Path(hf)
         save_huggingface(trained, hf_folder, facts, str(ckpt))
         settings = {"decoding": decoding.settings(), "max_positions": model_sizes(trained.model)["max_positions"],
-                    "src_lang": facts.src_lang, "tgt_lang": facts.tgt_lang, "quantization": quantization or "float32"}
+                    "src_lang": facts.src_lang, "tgt_lang": facts.tgt_lang, "quantization": quantization or "float32",
+                    # what names the task's data module: a parser's export reads lines and writes trees as aiayn's
+                    "task": {"name": facts.task, "datamodule": {"_target_": facts.data.get("_target_")}}}
         (hf_folder / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         _converter(hf_folder).convert(str(scratch), quantization=quantization, force=True)
     return out

@@ -83,6 +83,7 @@ class TranslationModule(L.LightningModule):
         self.model = Transformer(vocab_size, vocab_size, pad_id=pad_id, **model)
         self.optim, self.decoding = dict(optim), dict(decoding)
         self._search: Search | None = None  # how to decode, from the data's vocabulary when first needed
+        self._decoder: Any = None  # and how outputs become text: the vocabulary, or a parser's as evaluate writes them
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.bleu_sentences = bleu_sentences
         self.eval_loss, self.eval_nll = MeanMetric(), MeanMetric()
@@ -294,9 +295,10 @@ class TranslationModule(L.LightningModule):
         if selected.any():
             if self._search is None:  # the task's output constraint, where decoding asks for one, is built once
                 data = self.trainer.datamodule
-                self._search = Search(self.decoding, data.vocab, data.output_constraint(data.vocab))
-            hypotheses = self._search.best(self.model, batch["src"][selected])
-            texts = self.trainer.datamodule.vocab.decode(hypotheses)
+                constraint = data.output_constraint(data.vocab)
+                self._search = Search(self.decoding, data.vocab, constraint)
+                self._decoder = data.raw_text(data.vocab, constraint) or data.vocab
+            texts = self._decoder.decode(self._search.best(self.model, batch["src"][selected]))
             self.hypotheses.extend(zip(batch["index"][selected].tolist(), texts))
 
     def _log_evaluation(self, stage: str) -> None:

@@ -105,3 +105,32 @@ def test_the_translator_warns_of_each_repair_by_input_line(raw: RawText, caplog:
         caplog.clear()
         constrained.translations(lines)
     assert not caplog.records  # constrained decoding: a tree over the words as decoded
+
+
+# Gold trees with words of characters the sample's vocabulary has not got: each word's pieces
+# decode to text with the unknown piece between spaces (`café` → `caf ⁇`).
+UNKNOWN = ["(TOP (S (NP (DT The) (NN café)) (VP (VBD opened) (PP (IN in) (NP (NNP Zürich)))) (. .)))",
+           "(TOP (S (NP (NNP Müller)) (VP (VBD paid) (NP (CD €) (CD 5))) (. .)))",
+           "(TOP (S (NP (PRP It)) (VP (VBD was) (ADJP (JJ naïve) (CC and) (JJ 日本))) (. .)))"]
+
+
+def test_outputs_are_written_one_word_a_leaf_so_that_evaluate_scores_the_gold_words_in_place(
+        datamodule: ParsingDataModule, raw: RawText) -> None:
+    """RawText.decode, evaluate.py's hypotheses: a word with an unknown character stays one leaf
+    (its pieces together, ``caf⁇``), so the scorer reads each output back as the tree it is, with
+    the gold words in their places; for the sample's own trees it writes what sentencepiece
+    decodes (those of labels the vocabulary has: a label it has not got is no bracket, but a word)."""
+    from aiayn.data.parsing.datamodule import output_trees
+
+    vocab = datamodule.vocab
+    outputs = vocab.encode([linearize(parse_trees(gold)[0], datamodule.linearization) for gold in UNKNOWN])
+    assert all(vocab.unk_id in ids for ids in vocab.encode(["café", "€", "naïve"]))  # characters it has not got
+    texts = raw.decode(outputs)
+    assert output_trees(UNKNOWN, texts) == UNKNOWN, texts
+    for gold, text in zip(UNKNOWN, texts):  # one leaf a word
+        assert len([token for token in text.split() if token[0] not in "()"]) == len(parse_trees(gold)[0].leaves())
+    trees = [parse_trees(line)[0] for line in read_lines(datamodule.gold_file("val"))]
+    dev = [linearize(tree, datamodule.linearization) for tree in trees  # those whose labels the model can write
+           if set(constituent_labels([tree])) <= set(raw.constraint.labels)]
+    ids = vocab.encode(dev)
+    assert raw.decode(ids) == vocab.decode(ids) == dev

@@ -102,12 +102,13 @@ class TreeConstraint:
             self._on[device] = (self.kind.to(device), self.label.to(device), self.starts_word.to(device))
         return self._on[device]
 
-    def shape(self, tokens: Sequence[int]) -> str:
-        """The tree an output's ``tokens`` make, as the ``xx`` linearisation writes it: its brackets,
-        and ``XX`` for each leaf (an ``XX``, or a word: a piece that begins one, or any other piece
-        that follows no word piece), up to end of sentence. The words linearisation's leaves are
-        so read by where words begin, whatever their pieces spell (the unknown piece included)."""
-        out: list[str] = []
+    def read(self, tokens: Sequence[int]) -> list[tuple[str, list[int]]]:
+        """An output's ``tokens`` read, up to end of sentence, as the symbols of the tree they make,
+        each with its pieces: a bracket (``(L``, ``)L``) with its one piece, and a leaf as ``XX`` with
+        its pieces (an ``XX``, or a word: a piece that begins one, or any other piece that follows no
+        word piece, with the pieces that continue it). The words linearisation's leaves are so read
+        by where words begin, whatever their pieces spell (the unknown piece included)."""
+        out: list[tuple[str, list[int]]] = []
         in_word = False
         for token in map(int, tokens):
             kind = self._kinds[token]
@@ -116,9 +117,16 @@ class TreeConstraint:
             if token in self._skipped:
                 continue
             if kind != _OTHER or not in_word or self._begins[token]:
-                out.append(self._symbols[token])  # the bracket, or XX for a leaf
+                out.append((self._symbols[token], [token]))  # the bracket, or XX for a leaf
+            else:
+                out[-1][1].append(token)  # a piece that continues the word
             in_word = kind == _OTHER
-        return " ".join(out)
+        return out
+
+    def shape(self, tokens: Sequence[int]) -> str:
+        """The tree an output's ``tokens`` make (:meth:`read`), as the ``xx`` linearisation writes
+        it: its brackets, and ``XX`` for each leaf."""
+        return " ".join(symbol for symbol, _ in self.read(tokens))
 
     def words(self, src: Tensor) -> Tensor:
         """The number of words of each source (batch, src_len) → (batch,)."""

@@ -221,10 +221,11 @@ class ParsingDataModule(TranslationDataModule):
         return "parses sentences into trees"
 
     @classmethod
-    def raw_text(cls, vocab: Subwords) -> RawText:
-        """Each line's words in, a tree over exactly those words out (:class:`RawText`)."""
+    def raw_text(cls, vocab: Subwords, constraint: TreeConstraint | None = None) -> RawText:
+        """Each line's words in, a tree over exactly those words out (:class:`RawText`), read with
+        ``constraint`` (the tree constraint of ``vocab`` decoding uses; None: one is built)."""
         try:
-            return RawText(vocab)
+            return RawText(vocab, constraint)
         except ValueError as error:
             raise ConfigError(str(error)) from None
 

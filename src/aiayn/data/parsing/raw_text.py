@@ -14,6 +14,12 @@ does not know, or a word that looks like a bracket, comes back as typed (with th
 bracket escapes, as a bracketed tree must write it). An output that is not a tree over exactly the
 line's words (constrained decoding off, a line cut to the model's length) is written as
 ``delinearize`` repairs it, and :meth:`RawText.output` says what was wrong.
+
+:meth:`RawText.decode` writes an output as its linearisation instead (evaluate.py's hypotheses, what
+its F1 reads back over the gold trees' words), read the same way: one space-separated token per
+symbol of the tree, each word's pieces together. Decoded as text, a word with a character the
+vocabulary does not know would fall in two (``café`` → ``caf ⁇``: sentencepiece writes the unknown
+piece between spaces), and every word after it would be put in the wrong leaf.
 """
 
 from __future__ import annotations
@@ -28,10 +34,11 @@ from aiayn.data.subwords import Subwords
 
 class RawText:
     """How a parser of ``vocab`` reads lines of text and writes its outputs as trees over their
-    words; a ValueError when ``vocab`` has no tree symbols (no parser's)."""
+    words, reading them with ``constraint``, the tree constraint of ``vocab`` its decoding uses
+    (None: one built here); a ValueError when ``vocab`` has no tree symbols (no parser's)."""
 
-    def __init__(self, vocab: Subwords):
-        self.vocab, self.constraint = vocab, TreeConstraint(vocab)
+    def __init__(self, vocab: Subwords, constraint: TreeConstraint | None = None):
+        self.vocab, self.constraint = vocab, constraint if constraint is not None else TreeConstraint(vocab)
         self._begins = self.constraint.starts_word.tolist()  # by piece: whether it begins a word
         space = vocab.piece_ids().get(SPACE)
         self._unknown = [vocab.unk_id] if space is None else [space, vocab.unk_id]
@@ -67,3 +74,21 @@ class RawText:
                  else "is not a well-formed tree")
         return str(tree), (f"the parser's output {wrong}; written as repaired (words it left out at the end, "
                            "brackets closed or dropped)")
+
+    def decode(self, outputs: Sequence[Sequence[int]]) -> list[str]:
+        """Each output's tokens as the text of its linearisation, one space-separated token per
+        symbol of the tree :meth:`TreeConstraint.read` finds: each bracket, and each leaf, an ``XX``
+        or a word's pieces decoded together with no space inside (``caf⁇``, the unknown piece
+        included; a bracket written ``-LRB-``/``-RRB-``), so that ``delinearize`` finds the same tree."""
+        read = [self.constraint.read(tokens) for tokens in outputs]
+        leaves = [pieces for symbols in read for symbol, pieces in symbols if symbol == LEAF]
+        words = iter(self.vocab.decode(leaves) if leaves else [])
+        texts = []
+        for symbols in read:
+            written = []
+            for symbol, pieces in symbols:
+                if symbol == LEAF:  # a piece that spells nothing (a lone ▁) is written as itself
+                    symbol = escaped("".join(next(words).split()) or "".join(self.vocab.pieces(pieces)))
+                written.append(symbol)
+            texts.append(" ".join(written))
+        return texts
