@@ -38,7 +38,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from aiayn.reporting.loggers import wandb_mode
+from aiayn.reporting.wandb_mode import wandb_mode
 from aiayn.tables import runner
 from aiayn.tables.output import log_to_wandb, write_table
 from aiayn.tables.report import REPORTED_TABLES, build_report, table_markdown
