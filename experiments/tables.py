@@ -4,7 +4,7 @@
     python experiments/tables.py rebuild --wandb <entity>/<project>
     python experiments/tables.py report --table table3 --entity <entity> [--project aiayn] [--runs <folder>]
     python experiments/tables.py params --vocab 37000 [--json]
-    python experiments/tables.py sweep 'experiment=glob(table3_*)' +scale=multi30k   # dry run of a multirun
+    python experiments/tables.py sweep 'experiment=glob(table3_*)' +scale=multi30k   # dry run of a multirun, jobs checked
     python experiments/tables.py run --root multirun/table3_cpu [--part K/M] [--parallel P] [--dry-run] \
         'experiment=glob(table3_*)' +scale=multi30k_cpu
 
@@ -38,7 +38,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from aiayn.reporting.loggers import wandb_mode
+from aiayn.reporting.wandb_mode import wandb_mode
 from aiayn.tables import runner
 from aiayn.tables.output import log_to_wandb, write_table
 from aiayn.tables.report import REPORTED_TABLES, build_report, table_markdown
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     params.add_argument("--vocab", type=int, default=37000, help="shared vocabulary size (the paper's EN-DE: 37000)")
     params.add_argument("--json", action="store_true", help="JSON instead of plain text")
     sweep = commands.add_parser("sweep", help="list the jobs of `python src/train.py --multirun <overrides>`, "
-                                              "without running them")
+                                              "each config checked as that sweep checks it, without running them")
     sweep.add_argument("overrides", nargs="+", help="the multirun's overrides, e.g. 'experiment=glob(table3_*)'")
     run = commands.add_parser("run", help="train a sweep's jobs in fixed, resumable directories, several at once")
     run.add_argument("--root", type=Path, required=True, help="the folder of the jobs' directories and logs")
@@ -100,11 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.command == "sweep":
-        jobs = runner.expand_sweep(CONF, args.overrides)
-        for number, job in enumerate(jobs):
-            print(f"#{number} : {' '.join(job)}")
-        print(f"{len(jobs)} jobs")
-        return 0
+        return dry_run(args.overrides)
 
     if args.command == "run":
         return run_sweep(parser, args)
@@ -148,6 +144,36 @@ def main(argv: list[str] | None = None) -> int:
         written.append(result)
     if not args.no_wandb and written:
         print(f"tables logged to W&B: {log_to_wandb(written, save_dir=args.out)}")
+    return 0
+
+
+def dry_run(overrides: list[str]) -> int:
+    """``sweep``: the jobs of ``train.py --multirun <overrides>``, each config checked as that sweep
+    checks it before its first job (aiayn.cli.sweep.dry_run); a job it would refuse is one line on
+    stderr, job and reason, and exit status 2, as there."""
+    from aiayn.cli.errors import composition_message, is_composition_error
+    from aiayn.cli.sweep import dry_run as checked_sweep  # torch and Lightning: this command alone needs them
+
+    # The reasons are train's, and so are their hints (`python src/train.py --cfg job`, the nearest
+    # settings of train's config): they are found under train's command line.
+    argv, sys.argv = sys.argv, ["src/train.py", "--multirun", *overrides]
+    try:
+        jobs, refused = checked_sweep(CONF, overrides)
+    except Exception as error:  # what Hydra cannot compose: one line; a bug's traceback
+        if not is_composition_error(error):
+            raise
+        print(f"tables.py: {composition_message(error)}", file=sys.stderr)
+        return 2
+    finally:
+        sys.argv = argv
+    for job, reason in refused:
+        print(f"tables.py: sweep job #{job.number} of {len(jobs)} refused ({' '.join(job.overrides)}): {reason}",
+              file=sys.stderr)
+    if refused:
+        return 2
+    for job in jobs:
+        print(f"#{job.number} : {' '.join(job.overrides)}")
+    print(f"{len(jobs)} jobs, each config checked as `train.py --multirun` checks it; nothing run")
     return 0
 
 

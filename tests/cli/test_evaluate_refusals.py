@@ -3,6 +3,7 @@ anything is written (on the session's tiny trained run)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from hydra.errors import ConfigCompositionException
 from aiayn.cli.evaluate import default_out
 from aiayn.cli.evaluate import main as evaluate_main
 from tests.cli.test_evaluate import evaluate
-from tests.helpers.runs import REPO, TrainedRun
+from tests.helpers.runs import REPO, TrainedRun, run_command
 
 
 # -- bad input: one line on stderr, exit status 2 ---------------------------------------------
@@ -133,6 +134,29 @@ def test_wandb_online_without_an_api_key_is_refused_before_decoding(tiny_run: Tr
     code, line = _evaluate_in_process(tmp_path, f"ckpt={tiny_run.last}", "wandb=online")
     assert code == 2 and line.startswith("evaluate.py: wandb=online needs a W&B API key and none is configured here")
     assert line.endswith("use wandb=auto: offline without a key, uploaded later with `wandb sync`")
+
+
+@pytest.mark.cli  # the modules a tool imports: a process of its own
+def test_a_refused_setting_is_refused_before_lightning_is_imported(tiny_run: TrainedRun, tmp_path: Path) -> None:
+    """evaluate.py checks its settings, W&B's mode (wandb=auto by default) and an MLflow store among
+    them, without Lightning (2 to 3 s of imports; its data module brings it once they are checked).
+    Before: both checks imported the loggers, Lightning's, so that every refusal took those seconds.
+    Python's -X importtime lists every module the process imported."""
+    missing, out = tmp_path / "missing.ckpt", tmp_path / "eval"
+    for arguments, line in [
+        ([f"ckpt={missing}"], f"evaluate.py: {missing}: checkpoint not found"),
+        ([f"ckpt={tiny_run.last}", f"mlflow=file://{tmp_path}"],
+         (f"evaluate.py: mlflow=file://{tmp_path} is a folder, MLflow's file store, which MLflow 3 no longer writes "
+          f"runs to; give a SQLite file there instead, e.g. sqlite:///{tmp_path}/mlflow.db (mlflow migrate-filestore "
+          "moves the runs of an existing one)")),
+    ]:
+        result = run_command([sys.executable, "-X", "importtime", "src/evaluate.py", *arguments, f"out={out}"],
+                             cache_dir=tiny_run.cache_dir, check=False)
+        imported = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)$", result.stderr, re.MULTILINE)
+        refusal = [text for text in result.stderr.splitlines() if not text.startswith("import time:")]
+        assert (result.returncode, refusal) == (2, [line])
+        assert "omegaconf" in imported and not out.exists()  # what importtime lists; nothing written
+        assert not [name for name in imported if name.split(".")[0] in ("lightning", "pytorch_lightning")]
 
 
 def test_the_default_out_is_the_runs_eval_folder_or_one_beside_a_checkpoint_kept_elsewhere(tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ Real files (the shared WMT14 slice in fairseq's layout), real sentencepiece."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -15,6 +17,7 @@ import numpy as np
 import pytest
 from filelock import FileLock
 
+from aiayn.data import cache
 from aiayn.data.corpus import filter_pairs
 from aiayn.data.parallel_text import ParallelTextDataModule
 from aiayn.data.readers import read_lines, read_parallel
@@ -102,6 +105,34 @@ def test_a_damaged_array_is_prepared_again(corpus: Path, tmp_path: Path, caplog)
     assert f"prepared file {ids} is damaged (its bytes changed since it was written); preparing again" in caplog.text
     assert MappedCorpus(data.prepared, "train").stored_size == stored
     assert np.load(ids)[-32:].any()
+
+
+def test_the_arrays_are_hashed_as_they_are_written_not_read_back(corpus: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    """The folder's record holds the SHA-256 of every file; the token arrays' is taken of their bytes
+    as they are written (before: each array was read back and hashed once written, seconds at EN-FR's
+    5 GB). It is the SHA-256 of the file's bytes, which the checks of later uses compare with."""
+    hashed = []
+    real = cache.file_digest
+
+    def read_and_hashed(path, *args, **kwargs) -> str:  # the real hash of a file, read back: which file
+        hashed.append(Path(path).name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(cache, "file_digest", read_and_hashed)
+    data = module(corpus, tmp_path / "cache")
+    data.prepare_data(hashes=True)  # as prepare.py prepares
+    folder = data.prepared
+    arrays = sorted(path.name for path in folder.glob("*.npy"))
+    assert len(arrays) == 4 and not set(arrays) & set(hashed) and "sentencepiece.model" in hashed
+    recorded = json.loads((folder / "meta.json").read_text())["files"]
+    for name in arrays:
+        contents = (folder / name).read_bytes()
+        assert recorded[name] == {"size": len(contents), "sha256": hashlib.sha256(contents).hexdigest()}
+    hashed.clear()
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
+        module(corpus, tmp_path / "cache").prepare_data(hashes=True)  # prepare.py again: each array read and checked
+    assert "reusing the prepared training pairs" in caplog.text and set(arrays) <= set(hashed)
 
 
 def test_jobs_that_want_the_same_preparation_at_once_share_one(corpus: Path, tmp_path: Path, caplog) -> None:

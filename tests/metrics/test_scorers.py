@@ -6,7 +6,7 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF
 
 from aiayn.metrics import CorpusBleu, ParseF1, Scorer
-from aiayn.metrics.bleu import tokenized_bleu
+from aiayn.metrics.bleu import sacrebleu_score, tokenized_bleu
 from aiayn.metrics.chrf import lowercased_bleu
 from aiayn.metrics.parseval import parseval
 
@@ -30,6 +30,28 @@ def test_corpus_bleu_is_sacrebleu_with_its_signature_and_the_papers_tokenized_bl
     assert scorer.describe({"bleu": 27.345, "tokenized_bleu": 28.0, "chrf": 55.5, "lowercased_bleu": 29.0}, 3) == (
         f"sacreBLEU on 3 sentences: 27.34 ({scorer.signature}); tokenized BLEU 28.00; chrF2 55.50; "
         "lowercased tokenized BLEU 29.00")
+
+
+def test_corpus_bleu_makes_sacrebleus_metric_once_and_scores_as_a_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sacreBLEU's BLEU of the target language (with its tokenizer: MeCab's, for Japanese, loaded as it
+    is made) is made as the scorer is, and that one scores every validation (before: once more at every
+    call). Scored again and on other sentences, the figures are a new metric's: it keeps nothing."""
+    made = []
+    real = BLEU.__init__
+
+    def counted(self, *args, **kwargs) -> None:  # sacreBLEU's own constructor, counted
+        made.append(kwargs)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(BLEU, "__init__", counted)
+    scorer = CorpusBleu("de")
+    first = [scorer(HYPOTHESES, REFERENCES) for _ in range(2)]
+    other = scorer(HYPOTHESES[:2], REFERENCES[1:])
+    assert [kwargs for kwargs in made if "trg_lang" in kwargs] == [{"trg_lang": "de"}]
+    monkeypatch.undo()
+    assert first == [CorpusBleu("de")(HYPOTHESES, REFERENCES)] * 2
+    assert other == CorpusBleu("de")(HYPOTHESES[:2], REFERENCES[1:]) != first[0]
+    assert scorer.signature == sacrebleu_score(HYPOTHESES, REFERENCES, "de").signature
 
 
 def test_an_evaluation_report_has_the_figures_of_validation_its_lines_and_files(tmp_path) -> None:

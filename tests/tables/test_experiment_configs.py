@@ -177,10 +177,28 @@ def run_tables_command(capsys: pytest.CaptureFixture, *args: str) -> str:
     return capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_sweep_dry_run_from_the_command_line(capsys: pytest.CaptureFixture) -> None:
     lines = run_tables_command(capsys, "sweep", "experiment=glob(table2_*)", "seed=1,2").splitlines()
-    assert lines[-1] == "8 jobs"
+    assert lines[-1] == "8 jobs, each config checked as `train.py --multirun` checks it; nothing run"
     assert sum(line.endswith("experiment=table2_big_en_fr seed=2") for line in lines) == 1
+
+
+@pytest.mark.slow
+def test_the_sweep_dry_run_refuses_the_jobs_the_multirun_would_refuse(capsys: pytest.CaptureFixture) -> None:
+    """The dry run checks each job's config with the multirun's own check (aiayn.cli.sweep.check):
+    ε_ls 1.5 is refused there before any job starts, so here too, one line a job, exit 2."""
+    rows = "experiment=table3_A_h1,table3_base"
+    assert tables_command("sweep", rows, "+scale=multi30k_cpu", "loss.label_smoothing=0.1,1.5") == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        f"tables.py: sweep job #{n} of 4 refused (experiment=table3_{row} +scale=multi30k_cpu loss.label_smoothing=1.5): "
+        "loss.label_smoothing must be in [0.0, 1.0), got 1.5" for n, row in ((1, "A_h1"), (3, "base"))]
+    # What Hydra cannot compose is train's one line too, with train's hint.
+    assert tables_command("sweep", "experiment=table3_A_h1", "+scale=multi30k_cpu", "model.d_modle=3") == 2
+    assert capsys.readouterr().err == ("tables.py: model.d_modle is not a setting here (Key 'd_modle' not in "
+                                       "'ModelConfig'); did you mean model.d_model?\n")
 
 
 def test_the_slurm_launcher_gives_submitit_the_jobs_resources(tmp_path: Path) -> None:

@@ -36,6 +36,8 @@ from aiayn.decoding.settings import Decoding, asked
 from aiayn.decoding.switches import switches_of
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_write_text
+from aiayn.reporting.mlflow_store import check_store
+from aiayn.reporting.wandb_mode import check_wandb_mode
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +63,6 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         if cfg[setting] < 1:
             raise ConfigError(f"{setting} must be a whole number of at least 1, got {cfg[setting]!r}")
     if cfg.wandb != "disabled":  # W&B's refusal (no API key, say) came after the whole split was decoded
-        from aiayn.reporting.loggers import check_wandb_mode
-
         check_wandb_mode(cfg.wandb, "wandb", ("auto", "online", "offline", "disabled"))
     switches = switches_of(cfg)  # precision, int8, compile, onednn and onnxruntime
     for path in ensemble:
@@ -70,8 +70,6 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     out_dir = Path(cfg.out) if cfg.out else default_out(ckpt)
     _check_out_dir(out_dir, "out" if cfg.out else f"the default out ({out_dir})")  # before any decoding
     if cfg.mlflow:  # a store MLflow would fail on (a folder, a server that does not answer), before any decoding
-        from aiayn.reporting.mlflow_logger import check_store
-
         check_store(str(cfg.mlflow), "mlflow")
     # torch, Lightning (the task's data module) and W&B: imported once every setting is checked, so
     # that --help and a refusal take a second, not five

@@ -92,6 +92,29 @@ def sweep(sweeper: BasicSweeper, arguments: list[str]) -> list[list[JobReturn]]:
     return [job.results for job in jobs]
 
 
+def dry_run(conf_dir: str | os.PathLike, overrides: list[str]) -> tuple[list[Job], list[tuple[Job, str]]]:
+    """The jobs of ``python src/train.py --multirun <overrides>`` and those of them it would refuse,
+    each with its reason (:func:`check`): the sweep composed and its sweeper made as Hydra makes
+    them for ``--multirun``, its jobs expanded and checked as :func:`sweep` does, none run and no
+    folder made (``experiments/tables.py sweep``). What Hydra cannot compose is raised."""
+    from hydra import initialize_config_dir
+    from hydra._internal.callbacks import Callbacks
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.plugins import Plugins
+    from hydra.types import HydraContext, RunMode
+
+    with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+        hydra = GlobalHydra.instance().hydra
+        config = hydra.compose_config("train", list(overrides), run_mode=RunMode.MULTIRUN, with_log_configuration=False)
+        context = HydraContext(config_loader=hydra.config_loader, callbacks=Callbacks())  # none is called
+        sweeper = Plugins.instance().instantiate_sweeper(config=config, hydra_context=context,
+                                                         task_function=lambda task: None)
+        arguments = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
+        jobs = [Job(number, list(job)) for number, job in
+                enumerate(job for batch in _batches(sweeper, arguments) for job in batch)]
+        return jobs, check(sweeper, jobs)
+
+
 def _batches(sweeper: BasicSweeper, arguments: list[str]) -> list[list[list[str]]]:
     """The jobs' overrides in the launcher's batches, as Hydra's basic sweeper expands them."""
     params = sweeper._parse_config() + list(arguments)  # hydra.sweeper.params, then the command line

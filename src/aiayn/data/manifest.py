@@ -11,7 +11,8 @@ by size and SHA-256.
 - **Prepared files** (:func:`damage`): every file's size is checked at every use (a ``stat``);
   the SHA-256 of the small files (subword model, dev and test text) too, and of the token arrays
   when ``hashes`` is true, as ``prepare.py`` asks (at EN-FR scale the arrays are about 5 GB, a few
-  seconds to hash on a fast disk).
+  seconds to hash on a fast disk). The arrays' SHA-256 is recorded as they are written
+  (:func:`folder_files`' ``hashed``), not by reading them back.
 
 The raw files are given as ``{name: path}``, the name being what ``meta.json`` records them by.
 """
@@ -45,9 +46,12 @@ def raw_fingerprints(raw_files: Mapping[str, Path]) -> dict[str, dict | None]:
     return prints
 
 
-def folder_files(directory: Path) -> dict[str, dict]:
-    """``{name: {"size", "sha256"}}`` of every file of a prepared folder but ``meta.json``."""
-    return {path.name: {"size": path.stat().st_size, "sha256": digest(path)}
+def folder_files(directory: Path, hashed: Mapping[str, str] | None = None) -> dict[str, dict]:
+    """``{name: {"size", "sha256"}}`` of every file of a prepared folder but ``meta.json``;
+    ``hashed``: the SHA-256 of files just written, by name, taken of their bytes as they were
+    written (the token arrays: :func:`aiayn.data.storage.encode_tsv`), not read back to hash."""
+    hashed = hashed or {}
+    return {path.name: {"size": path.stat().st_size, "sha256": hashed.get(path.name) or digest(path)}
             for path in sorted(directory.iterdir()) if path.is_file() and path.name != META}
 
 

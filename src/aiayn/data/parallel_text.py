@@ -73,6 +73,7 @@ class ParallelTextDataModule(TranslationDataModule):
         self.subword_sample_pairs = subword_sample_pairs
         self.prepare_workers = prepare_workers
         self._prepared: Path | None = None  # the prepared training split, once this process has prepared or checked it
+        self._hashes = False  # whether that check takes the token arrays' SHA-256 too (prepare.py's)
         self.save_hyperparameters(logger=False)  # in checkpoints; the logged config has them as task.datamodule.*
 
     @property
@@ -85,10 +86,11 @@ class ParallelTextDataModule(TranslationDataModule):
     def prepare_data(self, hashes: bool = False) -> None:
         """Check every split's files, preparing the training split (or checking its preparation
         against its files; the token arrays by their SHA-256 too with ``hashes``, as ``prepare.py``
-        asks)."""
+        asks), once: a folder prepared here is not checked again (before: prepared, then its new
+        arrays read back and hashed), one checked here without ``hashes`` is, with them."""
+        if hashes and not self._hashes:
+            self._prepared, self._hashes = None, True
         self.check_files(ROLES)  # the training split's contents: its preparation (check_contents)
-        if hashes:
-            self._prepared = self._prepare(hashes=True)
         self.load_vocab()
 
     def check_contents(self, split: str, role: str) -> None:
@@ -109,7 +111,7 @@ class ParallelTextDataModule(TranslationDataModule):
 
     def _ready(self) -> Path:
         if self._prepared is None:  # setup() on a rank that did not run prepare_data(), or outside a Trainer
-            self._prepared = self._prepare(hashes=False)
+            self._prepared = self._prepare(self._hashes)
         return self._prepared
 
     def _prepare(self, hashes: bool) -> Path:

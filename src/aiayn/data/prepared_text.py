@@ -121,14 +121,15 @@ def _prepare(src_path: Path, tgt_path: Path, out: Path, cache_dir: str | os.Path
                                 subword_model)
         del sample
         shutil.copyfile(vocab.path, tmp / MODEL)
-        stored = encode_tsv(tsv, chunks, tmp / MODEL, tmp, "train", vocab.vocab_size, workers or os.cpu_count() or 1)
+        stored, hashed = encode_tsv(tsv, chunks, tmp / MODEL, tmp, "train", vocab.vocab_size,
+                                    workers or os.cpu_count() or 1)
         tsv.unlink()
         if stored != count:
             raise AssertionError(f"encoded {stored} of {count} pairs")
         corpus = MappedCorpus(tmp, "train")
         tokens = {side: int(corpus.stored_lengths(side).sum()) for side in ("src", "tgt")}
         seconds = time.perf_counter() - started
-        meta = {**_settings(src_lang, tgt_lang, vocab_size, sample_pairs, subword_model), "files": folder_files(tmp),
+        meta = {**_settings(src_lang, tgt_lang, vocab_size, sample_pairs, subword_model), "files": folder_files(tmp, hashed),
                 "raw_files": fingerprints, "sources": _names(sources), "pairs": count,
                 "subword_tokens": tokens, "seconds": {"read": round(read_s, 1), "total": round(seconds, 1)},
                 "prepared_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -10,6 +10,8 @@ worker shares the page cache of the same files instead of holding its own copy.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import itertools
 import logging
 import multiprocessing
@@ -90,10 +92,12 @@ def encode_tsv(
     name: str,
     vocab_size: int,
     workers: int,
-) -> int:
+) -> tuple[int, dict[str, str]]:
     """Encode the pairs of ``tsv`` (one ``source\\ttarget`` per line, cut into byte ranges
     ``chunks``) with the sentencepiece model ``model_file`` into corpus ``name`` of
-    ``directory``, using ``workers`` processes. Returns the number of pairs."""
+    ``directory``, using ``workers`` processes. Returns the number of pairs and the SHA-256 of
+    each corpus file, by its name, taken of its bytes as they were written (for the folder's
+    record, :func:`aiayn.data.manifest.folder_files`: the arrays are not read back to hash them)."""
     parts = directory / f".{name}.parts"
     parts.mkdir(parents=True, exist_ok=True)
     dtype = ids_dtype(vocab_size)
@@ -106,13 +110,13 @@ def encode_tsv(
         context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
         with context.Pool(workers, initializer=_ignore_interrupts) as pool:
             results = pool.map(_encode_chunk, jobs, chunksize=1)
-    count = _concatenate([r for r in results], directory, name, dtype)
+    count, digests = _concatenate([r for r in results], directory, name, dtype)
     for prefix in results:
         for side in SIDES:
             for kind in ("ids", "lengths"):
                 Path(f"{prefix}.{side}.{kind}.npy").unlink(missing_ok=True)
     parts.rmdir()
-    return count
+    return count, digests
 
 
 def _ignore_interrupts() -> None:
@@ -139,19 +143,21 @@ def _encode_chunk(job: tuple[str, int, int, str, str, str]) -> str:
     return prefix
 
 
-def _concatenate(prefixes: Sequence[str], directory: Path, name: str, dtype: np.dtype) -> int:
+def _concatenate(prefixes: Sequence[str], directory: Path, name: str,
+                 dtype: np.dtype) -> tuple[int, dict[str, str]]:
     """The chunks' arrays, written one after the other into the corpus files by plain writes (a
     full disk is then an ``OSError``, where writing through a memory map would kill the process
-    with SIGBUS)."""
+    with SIGBUS); the number of pairs and each file's SHA-256 by its name."""
     files = corpus_files(directory, name)
-    count = 0
+    count, digests = 0, {}
     for side in SIDES:
         lengths = [np.load(f"{p}.{side}.lengths.npy", mmap_mode="r") for p in prefixes]
         count = sum(len(part) for part in lengths)
         total = sum(int(part.sum(dtype=np.int64)) for part in lengths)
-        _write_npy(files[side][1], np.dtype(np.int64), count + 1, _offsets(lengths))
-        _write_npy(files[side][0], dtype, total, (np.load(f"{p}.{side}.ids.npy", mmap_mode="r") for p in prefixes))
-    return count
+        ids, offsets = files[side]
+        digests[offsets.name] = _write_npy(offsets, np.dtype(np.int64), count + 1, _offsets(lengths))
+        digests[ids.name] = _write_npy(ids, dtype, total, (np.load(f"{p}.{side}.ids.npy", mmap_mode="r") for p in prefixes))
+    return count, digests
 
 
 def _offsets(lengths: Sequence[np.ndarray]) -> Iterable[np.ndarray]:
@@ -164,17 +170,30 @@ def _offsets(lengths: Sequence[np.ndarray]) -> Iterable[np.ndarray]:
         yield ends
 
 
-def _write_npy(path: Path, dtype: np.dtype, length: int, parts: Iterable[np.ndarray]) -> None:
-    """A one-dimensional ``.npy`` file of ``length`` items of ``dtype``, from ``parts`` in order."""
+def _write_npy(path: Path, dtype: np.dtype, length: int, parts: Iterable[np.ndarray]) -> str:
+    """A one-dimensional ``.npy`` file of ``length`` items of ``dtype``, from ``parts`` in order;
+    the SHA-256 of its bytes, taken as they are written."""
+    sha256, size, written = hashlib.sha256(), 0, 0
+
+    def write(block: memoryview) -> None:
+        nonlocal size
+        handle.write(block)
+        sha256.update(block)
+        size += block.nbytes
+
     with open(path, "wb") as handle:
-        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (length,)}
-        np.lib.format.write_array_header_1_0(handle, header)
-        written = 0
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(header, {"descr": np.lib.format.dtype_to_descr(dtype),
+                                                      "fortran_order": False, "shape": (length,)})
+        write(header.getbuffer())
         for part in parts:
-            handle.write(np.ascontiguousarray(part, dtype=dtype).data)
+            write(memoryview(np.ascontiguousarray(part, dtype=dtype)).cast("B"))
             written += len(part)
     if written != length:
         raise AssertionError(f"{path}: wrote {written} items of {length}")
+    if path.stat().st_size != size:  # what was hashed is what the file holds
+        raise AssertionError(f"{path}: {path.stat().st_size} bytes on disk, {size} written")
+    return sha256.hexdigest()
 
 
 def write_corpus(directory: Path, name: str, src_ids: Iterable[Sequence[int]], tgt_ids: Iterable[Sequence[int]], vocab_size: int) -> None:

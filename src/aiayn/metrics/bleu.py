@@ -130,9 +130,11 @@ def _score(
     )
 
 
-def sacrebleu_score(hypotheses: Sequence[str], references: Sequence[str], lang: str = "") -> BleuResult:
+def sacrebleu_score(hypotheses: Sequence[str], references: Sequence[str], lang: str = "",
+                    metric: BLEU | None = None) -> BleuResult:
     """sacreBLEU corpus BLEU of detokenized ``hypotheses`` against one reference each, in the
-    target language ``lang`` ("": not said).
+    target language ``lang`` ("": not said). ``metric``: :func:`sacrebleu_metric` of ``lang``,
+    made once by a caller that scores again and again (a validation each: ``CorpusBleu``).
 
     sacreBLEU's defaults (13a tokenization, mixed case, exp smoothing) are kept on purpose:
     they are what its signature ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp`` promises
@@ -140,7 +142,7 @@ def sacrebleu_score(hypotheses: Sequence[str], references: Sequence[str], lang: 
     Korean target, the tokenizer sacreBLEU itself takes for it (:func:`sacrebleu_metric`).
     """
     _check_corpus(hypotheses, references)
-    return _score(sacrebleu_metric(lang), hypotheses, references)
+    return _score(sacrebleu_metric(lang) if metric is None else metric, hypotheses, references)
 
 
 def sacrebleu_metric(lang: str = "") -> BLEU:

@@ -69,10 +69,11 @@ class CorpusBleu(Scorer):
     def __init__(self, lang: str = "de"):
         self.lang = lang
         self.details: dict[str, str] = {}
-        sacrebleu_metric(lang)  # a tokenizer whose extras are missing: refused here, not at the first validation
+        # Made once, here: a tokenizer whose extras are missing is refused here, not at the first validation.
+        self.sacrebleu = sacrebleu_metric(lang)
 
     def __call__(self, hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-        sacre = sacrebleu_score(hypotheses, references, self.lang)
+        sacre = sacrebleu_score(hypotheses, references, self.lang, self.sacrebleu)
         tokenized = tokenized_bleu(hypotheses, references, self.lang)
         chrf = chrf_score(hypotheses, references)
         lowercased = lowercased_bleu(hypotheses, references, self.lang)

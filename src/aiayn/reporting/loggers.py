@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import csv
 import logging
-import netrc
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
-from urllib.parse import urlparse
 
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
-from aiayn.errors import ConfigError
+from aiayn.reporting.wandb_mode import check_wandb_mode, wandb_mode
 
 log = logging.getLogger(__name__)
 
@@ -90,41 +88,6 @@ def run_ids(loggers: Iterable[Any]) -> dict[str, str]:
 
 
 # -- W&B ------------------------------------------------------------------------------------------
-def wandb_has_credentials() -> bool:
-    """An API key in the environment or in ~/.netrc (where ``wandb login`` puts it) for the W&B
-    server used (``WANDB_BASE_URL``, else api.wandb.ai)."""
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
-    try:
-        return netrc.netrc().authenticators(host) is not None
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
-        return False
-
-
-def wandb_mode(mode: str = "auto") -> str:
-    """"online" or "offline": ``mode``, WANDB_MODE in the environment when set (it wins, as it does
-    for wandb itself), "auto" online only with credentials."""
-    mode = os.environ.get("WANDB_MODE", mode)
-    if mode == "auto":
-        mode = "online" if wandb_has_credentials() else "offline"
-    return mode
-
-
-def check_wandb_mode(mode: str, setting: str, modes: tuple[str, ...] = ("online", "offline", "auto")) -> None:
-    """A ConfigError for a W&B ``mode`` (the value of ``setting``) that is none of ``modes``, or
-    online without an API key (wandb would stop at its start with a traceback, or wait for a login
-    prompt)."""
-    if mode not in modes:
-        raise ConfigError(f"{setting} must be {', '.join(modes[:-1])} or {modes[-1]} (online with an API key), "
-                          f"got {mode!r}")
-    if wandb_mode(mode) == "online" and not wandb_has_credentials():
-        given = "WANDB_MODE=online" if os.environ.get("WANDB_MODE") == "online" else f"{setting}=online"
-        raise ConfigError(f"{given} needs a W&B API key and none is configured here (WANDB_API_KEY, or "
-                          f"`wandb login`); log in, or use {setting}=auto: offline without a key, "
-                          f"uploaded later with `wandb sync`")
-
-
 class WandbRunLogger(WandbLogger):
     """``logger=wandb``: Lightning's WandbLogger, online or offline (``mode``, see :func:`wandb_mode`).
     The summary goes to the run's summary, pictures to ``wandb.Image``s under their key."""

@@ -1,7 +1,7 @@
 """A table's sweep run in resumable parts, several jobs at once (``experiments/tables.py run``).
 
 :func:`plan` expands a Hydra multirun's overrides into jobs (:func:`expand_sweep`: Hydra's own
-expansion, also a dry run of the multirun), each with a fixed directory ``<root>/<name>`` named
+expansion), each with a fixed directory ``<root>/<name>`` named
 by its overrides that differ between the sweep's jobs, so that the same command run again finds
 the same directories: a job whose directory has ``summary.json`` is done and skipped, one whose
 directory exists without it goes on from its newest checkpoint (``resume=auto``), and the rest
@@ -134,7 +134,8 @@ def job_names(jobs: Sequence[Sequence[str]]) -> list[str]:
 
 def expand_sweep(conf_dir: Path | str, overrides: list[str]) -> list[list[str]]:
     """The jobs ``python src/train.py --multirun <overrides>`` launches, each as its list of
-    overrides, expanded by Hydra's own basic sweeper (globs, ranges, comma lists): a dry run."""
+    overrides, expanded by Hydra's own basic sweeper (globs, ranges, comma lists). Their configs
+    are not checked here: ``experiments/tables.py sweep`` checks them as the multirun does."""
     from hydra import initialize_config_dir
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.global_hydra import GlobalHydra

@@ -6,6 +6,7 @@ task=wmt_en_de (the raw files themselves: test_raw_files.py). The folder is prep
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -90,6 +91,11 @@ def test_prepare_counts_each_cleaning_rule_and_stores_the_kept_pairs_unescaped(d
     # the first kept pair, encoded by hand, is the first stored pair
     first = next((normalize(s), normalize(t)) for s, t in zip(en, de) if CleaningRules().check(normalize(s), normalize(t)) is None)
     assert [corpus[0][1], corpus[0][2]] == vocab.encode(list(first))
+    # the record of every file, the token arrays' SHA-256 taken as they were written, is of its bytes
+    recorded = json.loads((prepared / "meta.json").read_text())["files"]
+    assert sorted(recorded) == sorted(path.name for path in prepared.iterdir() if path.name != "meta.json")
+    assert all(recorded[name] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+               for name in recorded for data in [(prepared / name).read_bytes()])
 
 
 def test_mapped_corpus_round_trip_and_pickling(tmp_path):

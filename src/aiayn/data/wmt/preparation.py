@@ -171,7 +171,7 @@ def _prepare(files: WMTFiles, out: Path, raw_dir: str | os.PathLike, cache_dir: 
 
         # 4. Encode once, in parallel, into the memory-mapped arrays.
         workers = workers or os.cpu_count() or 1
-        count = encode_tsv(tsv, chunks, tmp / "sentencepiece.model", tmp, "train", vocab.vocab_size, workers)
+        count, hashed = encode_tsv(tsv, chunks, tmp / "sentencepiece.model", tmp, "train", vocab.vocab_size, workers)
         tsv.unlink()
         encoded_s = time.perf_counter() - started - cleaned_s - subwords_s
 
@@ -198,7 +198,7 @@ def _prepare(files: WMTFiles, out: Path, raw_dir: str | os.PathLike, cache_dir: 
         }
         write_json(tmp / "report.json", summary)
         meta = {**_settings(src_lang, tgt_lang, vocab_size, rules, sample_pairs, subword_model), "raw_dir": _resolved(raw_dir),
-                "raw_files": fingerprints, "files": folder_files(tmp),
+                "raw_files": fingerprints, "files": folder_files(tmp, hashed),
                 "prepared_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         write_json(tmp / META, meta)  # last: its presence marks a complete folder
         shutil.rmtree(out, ignore_errors=True)  # an incomplete, outdated or damaged folder (this job holds its lock)
