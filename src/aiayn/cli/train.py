@@ -52,6 +52,7 @@ from aiayn.training.before_training import SettingUp, StoppedSettingUp, stops_wh
 from aiayn.training.callbacks import build_callbacks, run_settings
 from aiayn.training.config_check import check_train_config
 from aiayn.training.distributed import strategy_with_timeout
+from aiayn.training.logged_step import without_step
 from aiayn.training.module import TranslationModule
 from aiayn.training.preemption import Preempted
 from aiayn.training.run_log import (
@@ -153,7 +154,8 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer, se
         results = {}
         if config.get("test_after_training", True):
             with stops.around_the_test(trainer) if stops else contextlib.nullcontext():
-                results = trainer.test(module, datamodule=datamodule, verbose=False)[0]  # printed below, in one line
+                # printed below, in one line
+                results = without_step(trainer.test(module, datamodule=datamodule, verbose=False)[0])
     except Stopped as stopped:  # a signal after training, in a single process (aiayn.training.after_training)
         raise Preempted(str(stopped)) from None
     if trainer.is_global_zero and results:
