@@ -110,6 +110,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     # A signal before the first step: one line (StoppedSettingUp becomes StoppedBeforeTraining as it leaves).
     with stops_while_setting_up(cfg) as setting_up, contextlib.ExitStack() as held:
         try:
+            setting_up.give_held()  # a signal that came as train started (aiayn.training.starting): now
             config, resume, datamodule = _before_training(cfg)
             setting_up.resumed = resume is not None
             output_dir = config["paths"]["output_dir"]  # the resumed run's, when one is resumed
