@@ -3,7 +3,8 @@
 that Ctrl-C at any moment, start-up included, ends in one line and exit status 130 (before: a
 KeyboardInterrupt traceback from inside an import). A help page (``--help``, ``--hydra-help``) is
 printed without the command's imports (:mod:`aiayn.cli.help`). Nothing of aiayn is imported here before a
-tool is: this module stands above the package, as the scripts do.
+tool is but train's hold on the signals of its start (:mod:`aiayn.training.starting`, the standard
+library alone): this module stands above the package, as the scripts do.
 """
 
 from __future__ import annotations
@@ -35,7 +36,15 @@ def run(tool: str) -> None:
 
 
 def train() -> None:
-    run("train")
+    """train: a preemption signal as it starts (its imports, Hydra's composition) is held until its
+    set-up window opens, which stops the run in one line as it does later (aiayn.training.starting)."""
+    from aiayn.training import starting  # the standard library's signal and os alone
+
+    starting.hold()
+    try:
+        run("train")
+    finally:
+        starting.release()
 
 
 def prepare() -> None:

@@ -1,12 +1,14 @@
 """DDP faults: a 2-process CPU DDP run whose rank dies mid-training (any rank, under ddp_spawn and
 ddp, the process the user started included) ends, every process of it, with a one-line message
-saying how to continue — no hang; a rank that hangs
+saying how to continue — no hang; ddp_spawn's ranks whose launching process is killed save the
+step reached and say so, naming no signal nobody sent; a rank that hangs
 is bounded by the process group's timeout (``distributed.timeout_minutes``, not Lightning's 30
 minutes); more training processes than the machine has CPU cores or GPUs are refused up front."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import pytest
 import torch
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 
+from aiayn.checkpoints.io import read_checkpoint
 from aiayn.config.hardware import cpu_cores, place, this_machine
 from aiayn.errors import ConfigError
 from aiayn.training.distributed import strategy_with_timeout
@@ -82,6 +85,47 @@ def test_a_dead_rank_ends_the_job_cleanly(tmp_path: Path, data_root: Path, strat
     assert "resume=auto" in lines[-1]
     if strategy == "ddp" and victim == 0:
         assert "(seen by rank 1)" in lines[-1], lines[-1]
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+@TWO_CORES
+def test_ranks_whose_launching_process_is_killed_save_and_say_it_ended(tmp_path: Path, data_root: Path) -> None:
+    """ddp_spawn's launching process killed with SIGKILL: torch sends each rank a SIGINT, on which
+    they save the step reached as on any preemption signal; their lines say the launching process
+    ended (before: 'preemption: SIGINT', a Ctrl-C nobody gave), and rank 0 logs the line no
+    process is left to print."""
+    env = {**os.environ, "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(tmp_path / "cache"),
+           "OMP_NUM_THREADS": "1"}
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "src/train.py", *RUN, "trainer.strategy=ddp_spawn", f"hydra.run.dir={run_dir}"]
+    process = popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (run_dir / "checkpoints" / "step0000005.ckpt").exists():  # both ranks are training
+            assert process.poll() is None, process.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, "training did not start within 5 minutes"
+            time.sleep(0.1)
+        ranks = _ranks(process, "ddp_spawn")
+        assert len(ranks) == 2, ranks
+        process.kill()
+        output = process.communicate(timeout=600)[0]  # the ranks' too: the pipe ends as the last one lets go
+    finally:
+        if process.poll() is None:
+            process.kill()
+    deadline = time.monotonic() + 60
+    while (alive := [pid for pid in ranks if _running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive, "a rank outlived its launching process by a minute"
+    log = (run_dir / "train.log").read_text()
+    ended = f"the launching process (pid {process.pid}) ended"
+    saving = re.findall(rf"preemption: {re.escape(ended)}; saving step (\d+) to (\S+)\n", log)
+    assert saving and "SIGINT" not in log + output, log[-3000:]
+    step, path = int(saving[0][0]), Path(saving[0][1])
+    assert step >= 5 and path == run_dir / "checkpoints" / f"step{step:07d}.ckpt"
+    assert read_checkpoint(path)["global_step"] == step and (run_dir / "checkpoints" / "last.ckpt").resolve() == path
+    line = f"stopped at step {step}: {ended}; saved {path}; continue with the same command and resume=auto"
+    assert line in log and line in output, output[-3000:]
 
 
 # -- the process group's timeout ------------------------------------------------------------

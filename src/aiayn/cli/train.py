@@ -52,6 +52,7 @@ from aiayn.training.before_training import SettingUp, StoppedSettingUp, stops_wh
 from aiayn.training.callbacks import build_callbacks, run_settings
 from aiayn.training.config_check import check_train_config
 from aiayn.training.distributed import strategy_with_timeout
+from aiayn.training.logged_step import without_step
 from aiayn.training.module import TranslationModule
 from aiayn.training.preemption import Preempted
 from aiayn.training.run_log import (
@@ -109,6 +110,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     # A signal before the first step: one line (StoppedSettingUp becomes StoppedBeforeTraining as it leaves).
     with stops_while_setting_up(cfg) as setting_up, contextlib.ExitStack() as held:
         try:
+            setting_up.give_held()  # a signal that came as train started (aiayn.training.starting): now
             config, resume, datamodule = _before_training(cfg)
             setting_up.resumed = resume is not None
             output_dir = config["paths"]["output_dir"]  # the resumed run's, when one is resumed
@@ -153,7 +155,8 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer, se
         results = {}
         if config.get("test_after_training", True):
             with stops.around_the_test(trainer) if stops else contextlib.nullcontext():
-                results = trainer.test(module, datamodule=datamodule, verbose=False)[0]  # printed below, in one line
+                # printed below, in one line
+                results = without_step(trainer.test(module, datamodule=datamodule, verbose=False)[0])
     except Stopped as stopped:  # a signal after training, in a single process (aiayn.training.after_training)
         raise Preempted(str(stopped)) from None
     if trainer.is_global_zero and results:

@@ -19,6 +19,10 @@ The tools end with one line and :data:`aiayn.training.preemption.EXIT_STATUS` (7
 the preemption callback installs its handlers (:data:`~aiayn.training.preemption.TAKEN_OVER`), or
 once the window is closed, this handler only gives each signal to the handler it replaced.
 
+A preemption signal that came as train started, before the window opened (its imports, Hydra's
+composition), was held (aiayn.training.starting): the window takes it, and the run, as its set-up
+begins, has it as if it came then (:meth:`SettingUp.give_held`).
+
 ``ddp``'s first process passes the signal on to the ranks it launched, which stop in the same way;
 ``ddp_spawn``'s launching process sets nothing up inside ``fit`` (its ranks do, in processes of their
 own): its window closes once its trainer is built, and it keeps its own handling from there
@@ -44,6 +48,7 @@ from aiayn.errors import ConfigError
 from aiayn.training.lightning_signals import put_back
 from aiayn.training.preemption import TAKEN_OVER, Preempted, signal_numbers
 from aiayn.training.slurm import requeue, slurm_job
+from aiayn.training.starting import take
 
 
 class StoppedSettingUp(BaseException):
@@ -82,6 +87,15 @@ class SettingUp:
         self.resumed = False
         self.open = True
         self.kill: Callable[[int], Any] | None = None
+        self.held: int | None = None  # a signal that came as train started, before this window
+
+    def give_held(self) -> None:
+        """The run, as its set-up begins, has the signal held since train started, as if it came now:
+        one of its preemption signals stops it in this window's line; another, or any with
+        preemption off, has the action it would have had."""
+        signum, self.held = self.held, None
+        if signum is not None:
+            signal.raise_signal(signum)
 
     def attach(self, trainer: L.Trainer) -> None:
         """The ranks ``ddp``'s first process will launch are stopped with it; ``ddp_spawn``'s
@@ -103,6 +117,7 @@ def stops_while_setting_up(cfg: Any) -> Iterator[SettingUp]:
     with the preemption callback on, one of its signals or SIGINT raises
     :class:`StoppedBeforeTraining` (see the module's docstring)."""
     window = SettingUp()
+    window.held = take()  # the handlers from before train started back (aiayn.training.starting)
     numbers = _signals(cfg)
     if numbers is None or threading.current_thread() is not threading.main_thread():
         yield window

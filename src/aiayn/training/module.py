@@ -19,6 +19,7 @@ from aiayn.metrics.scorers import Scorer
 from aiayn.model import Transformer
 from aiayn.model.loss import label_smoothed_loss
 from aiayn.reporting.loggers import run_ids
+from aiayn.training import logged_step
 from aiayn.training.nonfinite import NonFiniteSteps
 from aiayn.training.schedule import transformer_scheduler
 
@@ -170,6 +171,7 @@ class TranslationModule(L.LightningModule):
         # the uninterrupted run would have done, whatever else used the global generator.
         state = np.random.SeedSequence([self.seed, self.current_epoch, batch_idx, self.global_rank])
         torch.manual_seed(int(state.generate_state(1, np.uint64)[0]))
+        logged_step.align(self.trainer)  # this step's rows at this step, in a resumed run too
         if self.compile_model and self.compile_mode in CUDA_GRAPH_MODES:
             torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs are no longer read
 
@@ -305,8 +307,8 @@ class TranslationModule(L.LightningModule):
         loss, nll = self.eval_loss.compute(), self.eval_nll.compute()
         self.eval_loss.reset()
         self.eval_nll.reset()
-        if stage == "val":  # the step validated, not Lightning's count of the steps before it (one fewer)
-            self.log("step", float(self.trainer.global_step))
+        # The step evaluated, not Lightning's count of the steps before it (aiayn.training.logged_step).
+        self.log("step", float(self.trainer.global_step))
         self.log(f"{stage}/loss", loss)
         self.log(f"{stage}/nll", nll)
         self.log(f"{stage}/ppl", torch.exp(nll))  # per-token perplexity of the subword model

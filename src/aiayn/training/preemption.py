@@ -34,7 +34,8 @@ How it lives with what else handles these signals:
 * ``ddp_spawn``: the launching process is no rank and would die of SIGTERM, taking the ranks with
   it. :func:`preemption_handling`, which builds the callback in that process, has it pass these
   signals on to the ranks instead (a rank still starting dies of it; the job says so in its own
-  line: :func:`describe`); a process without spawned ranks does what it did before.
+  line: :func:`describe`); a process without spawned ranks does what it did before. Ended without
+  passing one on (SIGKILL), its ranks get a SIGINT from torch: aiayn.training.launching_process.
 
 Requeueing (``requeue``; only under SLURM, ``SLURM_JOB_ID`` set): after saving, rank 0 runs
 ``scontrol requeue <job>`` (as Lightning's SLURM auto-requeue); SLURM starts the batch script again,
@@ -60,6 +61,7 @@ from lightning.pytorch.callbacks import Checkpoint
 
 from aiayn.errors import ConfigError
 from aiayn.reporting.loggers import close_runs
+from aiayn.training.launching_process import ended_launcher, named, stopped_at
 from aiayn.training.lightning_signals import PlainSigterm, put_back, register_none
 from aiayn.training.saving import after_saves, link_last, validation_follows, wait_for_saves
 from aiayn.training.slurm import continues_itself, requeue, slurm_job
@@ -187,7 +189,7 @@ class PreemptionCallback(Checkpoint):
             return
         self.received = received
         if validation_follows(trainer):  # saved once it has ended, as every validated step (aiayn.training.saving)
-            log.warning("preemption: %s; validating step %d, then saving it", signal.Signals(received).name, step)
+            log.warning("preemption: %s; validating step %d, then saving it", named(received), step)
             self._after_validation = step
             return
         self._save(trainer, step)
@@ -199,7 +201,7 @@ class PreemptionCallback(Checkpoint):
 
     def _save(self, trainer: L.Trainer, step: int) -> None:
         path = self.dirpath / f"step{step:07d}.ckpt"
-        log.warning("preemption: %s; saving step %d to %s", signal.Signals(self.received).name, step, path)
+        log.warning("preemption: %s; saving step %d to %s", named(self.received), step, path)
         if not self._saved_just_now(trainer, path):  # else a ModelCheckpoint saved this step a moment ago
             wait_for_saves(trainer)  # a save under way first: a wait here says nothing of how often saves come
             trainer.save_checkpoint(path, weights_only=False)  # collective; rank 0 writes, atomically
@@ -240,7 +242,9 @@ class PreemptionCallback(Checkpoint):
         message = None
         if trainer.is_global_zero:  # every rank reaches this hook, the same one
             close_runs(trainer.loggers, preempted_exit=EXIT_STATUS)  # complete (offline) or uploaded (online)
-            message = f"preempted by {signal.Signals(self.received).name} at step {step}; saved {path}; {self._go_on()}"
+            message = f"{stopped_at(self.received, step)}; saved {path}; {self._go_on()}"
+            if ended_launcher() is not None:  # no process is left to print it (ddp_spawn's ranks)
+                log.warning("%s", message)
         message = trainer.strategy.broadcast(message, src=0)  # also: no rank leaves before rank 0 is done
         raise Preempted(message)
 
