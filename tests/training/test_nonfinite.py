@@ -73,7 +73,7 @@ def test_nonfinite_steps_are_skipped_and_counted(tmp_path, datamodule, single_th
     trainer.callbacks.append(poison)
     trainer.fit(module, datamodule=datamodule)
     assert trainer.global_step == 6
-    assert module.nonfinite_total == 2 and module.nonfinite_in_a_row == 0, "a good step resets the streak"
+    assert module.nonfinite.total == 2 and module.nonfinite.in_a_row == 0, "a good step resets the streak"
     same = lambda a, b: all(torch.equal(a[name], b[name]) for name in a)
     assert same(poison.weights[2], poison.weights[3]) and same(poison.weights[3], poison.weights[4]), \
         "skipped steps leave the weights alone"
@@ -129,7 +129,7 @@ def test_fp16_loss_scale_overflows_are_the_scalers_to_skip_not_a_stop(tmp_path, 
                         plugins=[MixedPrecision("16-mixed", "cpu", scaler=scaler)])
     before = {n: p.detach().clone() for n, p in module.named_parameters()}
     trainer.fit(module, datamodule=datamodule)
-    assert trainer.global_step == 70 and module.nonfinite_total == 0
+    assert trainer.global_step == 70 and module.nonfinite.total == 0
     assert scaler.get_scale() < 2.0**30, "overflows lowered the scale"
     assert any(not torch.equal(p.detach(), before[n]) for n, p in module.named_parameters()), "updates were made"
     assert all(torch.isfinite(p).all() for p in module.parameters())

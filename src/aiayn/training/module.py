@@ -251,14 +251,6 @@ class TranslationModule(L.LightningModule):
     def on_train_end(self) -> None:  # the counts as they ended, for the summary and the last checkpoint
         self.nonfinite.read(self.global_step, self.trainer.save_checkpoint, self.trainer.default_root_dir)
 
-    @property
-    def nonfinite_in_a_row(self) -> int:
-        return self.nonfinite.in_a_row
-
-    @property
-    def nonfinite_total(self) -> int:
-        return self.nonfinite.total
-
     def configure_optimizers(self) -> dict[str, Any]:
         # §5.3: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9; lr = 1.0 scaled by the schedule.
         # optim.fused (the default): torch's fused Adam (one kernel for all parameters), same update.
