@@ -120,3 +120,22 @@ def test_a_sigterm_as_a_start_that_opens_no_window_ends_it_as_before(tmp_path: P
     start has its default action as the start ends (never swallowed: before the hold, at once)."""
     result = _signalled_at("torch", tmp_path, env, ["--cfg", "job"])
     assert result.returncode == -signal.SIGTERM, (result.returncode, result.stderr[-3000:])
+
+
+def test_a_process_forked_while_the_start_holds_its_signals_is_not_held():
+    """The hold is train's own process's: a process forked meanwhile (it inherits the handler) has
+    the signal's action at once, as it would have had, and the holder's signal is still held."""
+    from aiayn.training import starting
+
+    starting.hold()
+    try:
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child)
+            os.kill(os.getpid(), signal.SIGTERM)
+            os._exit(0)  # reached only if the signal was held
+        _, status = os.waitpid(child, 0)
+        os.kill(os.getpid(), signal.SIGUSR1)
+    finally:
+        held = starting.take()
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+    assert held == signal.SIGUSR1

@@ -41,7 +41,10 @@ def hold() -> None:
 
 
 def _hold(signum: int, frame: Any) -> None:
-    if os.getpid() == _owner and not _held:
+    if os.getpid() != _owner:  # a process forked meanwhile: the action it would have had
+        signal.signal(signum, _before.get(signum) or signal.SIG_DFL)
+        signal.raise_signal(signum)
+    elif not _held:
         _held.append(signum)
 
 
