@@ -178,10 +178,11 @@ def _record_test(trainer: L.Trainer, loggers: list, results: dict, weights: Test
     summary), where the tables read them."""
     test = {**results, "test_weights": weights.kind if weights else "last",
             "test_averaged": len(weights.paths) if weights and weights.kind == "average" else 1}
-    summary = read_summary(trainer.default_root_dir)
-    if summary is not None:  # callbacks.run_summary=null writes none
-        write_summary(trainer.default_root_dir, {**summary, **test})
-    record_summary(loggers, test)
+    written = read_summary(trainer.default_root_dir)
+    summary = {**(written or {}), **test}
+    if written is not None:  # callbacks.run_summary=null writes none
+        write_summary(trainer.default_root_dir, summary)
+    record_summary(loggers, summary)  # the whole: MLflow's summary.json artifact is written anew
 
 
 def _stops_after_training(config: dict) -> list[StopsAfterTraining]:
