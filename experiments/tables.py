@@ -149,32 +149,39 @@ def main(argv: list[str] | None = None) -> int:
 
 def dry_run(overrides: list[str]) -> int:
     """``sweep``: the jobs of ``train.py --multirun <overrides>``, each config checked as that sweep
-    checks it before its first job (aiayn.cli.sweep.dry_run); a job it would refuse is one line on
-    stderr, job and reason, and exit status 2, as there."""
-    from aiayn.cli.errors import composition_message, is_composition_error
-    from aiayn.cli.sweep import dry_run as checked_sweep  # torch and Lightning: this command alone needs them
-
-    # The reasons are train's, and so are their hints (`python src/train.py --cfg job`, the nearest
-    # settings of train's config): they are found under train's command line.
-    argv, sys.argv = sys.argv, ["src/train.py", "--multirun", *overrides]
-    try:
-        jobs, refused = checked_sweep(CONF, overrides)
-    except Exception as error:  # what Hydra cannot compose: one line; a bug's traceback
-        if not is_composition_error(error):
-            raise
-        print(f"tables.py: {composition_message(error)}", file=sys.stderr)
-        return 2
-    finally:
-        sys.argv = argv
-    for job, reason in refused:
-        print(f"tables.py: sweep job #{job.number} of {len(jobs)} refused ({' '.join(job.overrides)}): {reason}",
-              file=sys.stderr)
-    if refused:
+    checks it before its first job (:func:`checked_sweep`); nothing run."""
+    jobs = checked_sweep(overrides)
+    if jobs is None:
         return 2
     for job in jobs:
         print(f"#{job.number} : {' '.join(job.overrides)}")
     print(f"{len(jobs)} jobs, each config checked as `train.py --multirun` checks it; nothing run")
     return 0
+
+
+def checked_sweep(overrides: list[str]) -> list | None:
+    """The jobs of ``train.py --multirun <overrides>``, each config checked as that sweep checks it
+    before its first job (aiayn.cli.sweep.dry_run); None when it would refuse any (or cannot be
+    composed), each job it would refuse one line on stderr, job and reason, as there."""
+    from aiayn.cli.errors import composition_message, is_composition_error
+    from aiayn.cli.sweep import dry_run as checked  # torch and Lightning: these commands alone need them
+
+    # The reasons are train's, and so are their hints (`python src/train.py --cfg job`, the nearest
+    # settings of train's config): they are found under train's command line.
+    argv, sys.argv = sys.argv, ["src/train.py", "--multirun", *overrides]
+    try:
+        jobs, refused = checked(CONF, overrides)
+    except Exception as error:  # what Hydra cannot compose: one line; a bug's traceback
+        if not is_composition_error(error):
+            raise
+        print(f"tables.py: {composition_message(error)}", file=sys.stderr)
+        return None
+    finally:
+        sys.argv = argv
+    for job, reason in refused:
+        print(f"tables.py: sweep job #{job.number} of {len(jobs)} refused ({' '.join(job.overrides)}): {reason}",
+              file=sys.stderr)
+    return None if refused else jobs
 
 
 def _not_a_folder(out: Path) -> str | None:
@@ -222,6 +229,8 @@ def run_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         jobs = runner.select_part(everything, args.part)
     except ValueError as error:
         parser.error(str(error))
+    if checked_sweep(args.overrides) is None:  # before any job starts, as `train.py --multirun` does
+        return 2
     states = [job.state for job in jobs]
     counts = ", ".join(f"{states.count(state)} {state}" for state in (runner.DONE, runner.PARTIAL, runner.NEW))
     part = f" (part {args.part} of {len(everything)})" if args.part else ""

@@ -201,6 +201,21 @@ def test_the_sweep_dry_run_refuses_the_jobs_the_multirun_would_refuse(capsys: py
                                        "'ModelConfig'); did you mean model.d_model?\n")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("dry", [True, False], ids=["dry run", "run"])
+def test_tables_run_refuses_the_jobs_the_multirun_would_refuse_before_any_starts(
+        dry: bool, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`tables.py run` checks every job as the sweep dry run does before it starts one (before: each
+    refused job failed at its own start, after the jobs before it had trained)."""
+    root = tmp_path / "rows"
+    args = ["run", "--root", str(root), *(["--dry-run"] if dry else []), "experiment=table3_A_h1,table3_base",
+            "+scale=multi30k_cpu", "loss.label_smoothing=0.1,1.5"]
+    assert tables_command(*args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 2 and not root.exists()
+    assert "refused (experiment=table3_base +scale=multi30k_cpu loss.label_smoothing=1.5)" in err
+
+
 def test_the_slurm_launcher_gives_submitit_the_jobs_resources(tmp_path: Path) -> None:
     """hydra/launcher=slurm composes; the launcher hydra-submitit-launcher builds from it carries the
     partition, nodes, GPUs and tasks per node (one task per GPU: a DDP rank each) and time limit,
