@@ -192,3 +192,29 @@ def test_a_fresh_run_in_another_runs_folder_is_refused_before_it_writes_anything
         "over: continue that run with resume=auto, or start this one in a folder of its own (another hydra.run.dir)\n")
     after = {path: path.read_bytes() for path in run.rglob("*") if path.is_file() and path.name != run_folder.LOCK}
     assert after == before, "the refused run wrote nothing there"
+
+
+def test_a_folder_with_a_checkpoint_this_attempt_made_is_never_removed_as_unstarted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that trained and then failed (its test refused a damaged split, say) whose caller
+    counted no step (before: ddp_spawn's launching process, whose count stayed 0): its checkpoints,
+    and everything else this attempt made, stay. A run that saved none still leaves no folder."""
+    monkeypatch.chdir(tmp_path)  # the folders above the run's go as far as the working directory
+    for name, saved in (("trained", True), ("unstarted", False)):
+        run = tmp_path / "outputs" / name / "2026-11-30_12-00-00"
+        (run / ".hydra").mkdir(parents=True)
+        (run / "train.log").write_text("the run's log\n")
+        before = set(run.iterdir())
+        (run / "csv" / "version_0").mkdir(parents=True)
+        (run / "csv" / "version_0" / "metrics.csv").write_text("epoch,step,train/loss\n0,0,6.8\n")
+        if saved:
+            (run / "checkpoints").mkdir()
+            (run / "checkpoints" / "step0000004.ckpt").write_bytes(b"weights")
+            (run / "checkpoints" / "last.ckpt").symlink_to("step0000004.ckpt")
+            (run / "summary.json").write_text("{}")
+        made = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+        run_folder.remove_unstarted(run, made_since=before)
+        if saved:
+            assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == made
+        else:
+            assert not (tmp_path / "outputs" / name).exists()

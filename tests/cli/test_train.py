@@ -79,6 +79,9 @@ def test_train_with_two_gloo_processes(tmp_path: Path, subword_cache: Path, data
     with open(next(run_dir.glob("csv/version_*/metrics.csv"))) as metrics:
         rows = list(csv.DictReader(metrics))
     assert sum(bool(row.get("train/loss")) for row in rows) == 4 and sum(bool(row.get("test/bleu")) for row in rows) == 1
+    # The test's row is at the run's last step, as one process logs it (before: step 0, the launching
+    # process's count, which never had the spawned ranks' step).
+    assert [int(row["step"]) for row in rows if row.get("test/bleu")] == [4]
 
     # Progress a researcher can read in the file: no bar (no redrawn frames), a plain line a step with
     # step/total, loss, learning rate, tokens a second and ETA, and one a validation, once each (rank

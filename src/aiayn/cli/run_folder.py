@@ -16,7 +16,8 @@
   checkpoints (:func:`refuse_another_runs`), there too, before anything is written: it would
   write its own over them and mix its log and summary with that run's. The job's other processes
   (ranks, later nodes) are let in: their first process has checked.
-* A run refused or stopped before its first step leaves no folder (:func:`remove_unstarted`).
+* A run refused or stopped before its first step leaves no folder (:func:`remove_unstarted`); one
+  that saved a checkpoint is never taken for one.
 """
 
 from __future__ import annotations
@@ -191,13 +192,17 @@ def remove_unstarted(run_dir: Path, made_since: set[Path] | None = None) -> None
     """Remove the folder Hydra made for a run that stopped before training (a bad setting): it
     holds only Hydra's record of the config and the log. A folder with anything else — an earlier
     attempt's checkpoints — is kept. ``made_since``: what the folder held before this attempt's
-    loggers started; what they added goes first."""
+    loggers started; what they added goes first, unless it holds a checkpoint: a run that saved
+    one has trained (whatever its caller counted), and nothing of it goes."""
     if made_since is not None and run_dir.is_dir():
-        for made in set(run_dir.iterdir()) - made_since:
-            if made.is_dir():
-                shutil.rmtree(made, ignore_errors=True)
+        made = set(run_dir.iterdir()) - made_since
+        if any(_holds_a_checkpoint(path) for path in made):
+            return
+        for path in made:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
             else:
-                made.unlink(missing_ok=True)
+                path.unlink(missing_ok=True)
     kept = (".hydra", JOB_NOTE, LOCK)
     if not run_dir.is_dir() or any(p.name not in kept and p.suffix != ".log" for p in run_dir.iterdir()):
         return
@@ -206,3 +211,11 @@ def remove_unstarted(run_dir: Path, made_since: set[Path] | None = None) -> None
         if parent == Path.cwd() or not parent.is_dir() or any(parent.iterdir()):
             break
         parent.rmdir()
+
+
+def _holds_a_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a checkpoint file (``*.ckpt``: a step's, ``last.ckpt``, ``best.ckpt``) or a
+    folder with one in it."""
+    if path.suffix == ".ckpt":
+        return True
+    return path.is_dir() and not path.is_symlink() and any(path.rglob("*.ckpt"))

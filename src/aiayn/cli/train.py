@@ -55,6 +55,7 @@ from aiayn.training.distributed import strategy_with_timeout
 from aiayn.training.logged_step import without_step
 from aiayn.training.module import TranslationModule
 from aiayn.training.preemption import Preempted
+from aiayn.training.ranks_step import BringsTheStepBack, take_the_ranks_step
 from aiayn.training.run_log import (
     SpawnedRanksLog,
     filter_the_run_log,
@@ -132,7 +133,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         except (UserError, StoppedSettingUp):
             # Refused (or stopped by a signal) as the data was loaded (an evaluation example longer than a batch may be),
             # before the first step of a run that resumed nothing: what this attempt's loggers
-            # made goes too.
+            # made goes too. (The step is the ranks' under ddp_spawn too, once fit has returned:
+            # aiayn.training.ranks_step; a folder with a checkpoint of this attempt is kept whatever it says.)
             if resume is None and trainer.global_step == 0:
                 close_runs(loggers)
                 run_folder.remove_unstarted(run_dir, made_since=before)
@@ -151,6 +153,7 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer, se
     try:
         with stops.around_the_training(trainer) if stops else contextlib.nullcontext():
             trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume.checkpoint) if resume else None)
+        take_the_ranks_step(trainer)  # ddp_spawn: the step its ranks reached (the test's rows are at it)
         setting_up.close()  # (a fit with no step to take never hands over to training's handlers)
         results = {}
         if config.get("test_after_training", True):
@@ -310,9 +313,10 @@ def _trainer(config: dict, loggers: list) -> L.Trainer:
     trainer_args["strategy"] = strategy_with_timeout(trainer_args["strategy"], config["distributed"]["timeout_minutes"],
                                                      config["plan"]["processes"])
     try:
-        # SpawnedRanksLog: the ranks ddp_spawn starts print and write train.log as this process does.
+        # SpawnedRanksLog: the ranks ddp_spawn starts print and write train.log as this process does;
+        # BringsTheStepBack: and give it the step they reached.
         return L.Trainer(**trainer_args, logger=loggers or False,
-                         callbacks=[*callbacks, SpawnedRanksLog(), *_stops_after_training(config),
+                         callbacks=[*callbacks, SpawnedRanksLog(), BringsTheStepBack(), *_stops_after_training(config),
                                     *weights_before_test(config)],
                          plugins=[_checkpoint_writer(config)])
     except (TypeError, ValueError, MisconfigurationException) as error:
