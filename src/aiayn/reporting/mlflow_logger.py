@@ -118,6 +118,11 @@ class MLflowRunLogger(MLFlowLogger):
             super().__init__(experiment_name=experiment_name, run_name=run_name, tracking_uri=uri, tags=text,
                              artifact_location=artifacts, run_id=resume_id)
         self._config: dict[str, Any] = {}
+        self._newest_step = 0  # of the metrics logged: the step of a summary that names none
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        super().log_metrics(metrics, step)
+        self._newest_step = max(self._newest_step, int(step or 0))
 
     @property
     @rank_zero_experiment
@@ -162,13 +167,17 @@ class MLflowRunLogger(MLFlowLogger):
         self.experiment.log_dict(self.run_id, self._config, "config.json")
 
     def log_summary(self, summary: Mapping[str, Any]) -> None:
-        """Numbers as metrics at the run's last step (``dev/bleu``, ``train_flops`` ...), text as
-        tags ``summary.<key>``, and the whole as ``summary.json``."""
-        step = int(summary.get("steps") or 0)
+        """Numbers as metrics at the run's last step (``dev/bleu``, ``train_flops`` ...; the summary's
+        ``steps``, else the newest step logged), each once: one the run already holds at that value
+        (the test's figures, which Lightning logged at their step; a summary given again with more
+        in it) is not logged again; text as tags ``summary.<key>``; the whole as ``summary.json``."""
+        step = int(summary.get("steps") or self._newest_step)
         numbers_ = {key: float(value) for key, value in summary.items()
                     if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)}
-        if numbers_:
-            self.log_metrics(numbers_, step=step)
+        held = self.experiment.get_run(self.run_id).data.metrics  # each metric's newest value
+        new = {key: value for key, value in numbers_.items() if held.get(key) != value}
+        if new:
+            self.log_metrics(new, step=step)
         for key, value in summary.items():
             if key not in numbers_ and value is not None:
                 self.experiment.set_tag(self.run_id, f"summary.{key}", str(value))
