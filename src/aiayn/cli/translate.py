@@ -180,15 +180,16 @@ def _check_settings(cfg: DictConfig) -> dict:
 
 
 def _input_file(given: str | None) -> Path | None:
-    """The input file (None: stdin), refused when it is not there or is a folder."""
-    if not given:
+    """The input file (None: stdin, also for ``input=-`` as Unix tools read it, as ``out=-`` is
+    stdout), refused when it is not there or is a folder."""
+    if not given or given == "-":
         return None
     path = Path(given)
     if path.is_dir():
         raise ConfigError(f"input={given} is a directory; give the file of sentences to translate")
     if not path.is_file():
         raise ConfigError(f"input={given}: no such file; give the file of sentences to translate "
-                          "(without input=, stdin is read)")
+                          "(without input=, or with input=-, stdin is read)")
     return path
 
 

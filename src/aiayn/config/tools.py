@@ -61,8 +61,8 @@ class TranslateConfig(DecodeSwitches):
     engine: str = "aiayn"  # aiayn | ctranslate2: a CTranslate2 export of src/export.py, given as model_dir=
     model_dir: Optional[str] = None  # noqa: UP045  engine=ctranslate2: the exported folder
     average_last: Optional[int] = None  # noqa: UP045  k: the average of ckpt and the k-1 before it (§6.1)
-    input: Optional[str] = None  # noqa: UP045  the file to translate (null: stdin)
-    out: Optional[str] = None  # noqa: UP045  the file to write, its folder created (null: stdout)
+    input: Optional[str] = None  # noqa: UP045  the file to translate (null or -: stdin)
+    out: Optional[str] = None  # noqa: UP045  the file to write, its folder created (null or -: stdout)
     decoding: Any = None  # typed by schema/decoding_overrides; null: the checkpoint's (the export's) own
     batch_size: int = 64  # sentences per batch
     buffer_size: int = 4096  # lines read, sorted by length and batched together
