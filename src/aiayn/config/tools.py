@@ -32,7 +32,7 @@ class DecodeSwitches:
     onednn: bool = False
     # the incremental decoder step through ONNX Runtime (CPU; the onnx extra; last bits differ from the default)
     onnxruntime: bool = False
-    device: str = "auto"  # auto | cpu | cuda
+    device: str = "auto"  # auto | cpu | cuda | cuda:<index>
 
 
 @dataclass
@@ -93,7 +93,7 @@ class VisualizeConfig:
     ckpt: Any = None  # a checkpoint written by src/train.py
     text: str = "A man is riding a bike."
     out: Optional[str] = None  # noqa: UP045  default: <ckpt dir>/../attention (the run's own attention/ folder)
-    device: str = "auto"  # auto | cpu | cuda
+    device: str = "auto"  # auto | cpu | cuda | cuda:<index>
     positional_encoding: bool = True  # also draw positional_encoding.png (§3.5, the model's d_model)
     positional_encoding_positions: int = 128
     decoding: Any = None  # typed by schema/decoding_overrides; null: the checkpoint's own
