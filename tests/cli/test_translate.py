@@ -146,6 +146,16 @@ def test_output_in_a_folder_that_is_not_there_is_written_there(tiny_run: Trained
     assert result.stderr.strip().splitlines()[-1].startswith("translated 5 lines in ")
 
 
+def test_input_dash_reads_stdin(tiny_run: TrainedRun, trained: TrainedModel, data_root: Path, tmp_path: Path) -> None:
+    """``input=-`` is stdin, as Unix tools read ``-`` and as ``out=-`` is stdout (before: refused,
+    ``input=-: no such file``, or a file named ``-`` in the working folder translated instead)."""
+    (tmp_path / "-").write_text("Not this file.\n", encoding="utf-8")
+    result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", "input=-", "out=-", *ARGUMENTS,
+                      stdin="".join(line + "\n" for line in SENTENCES), cwd=tmp_path, data_root=data_root,
+                      cache_dir=tiny_run.cache_dir)
+    assert result.stdout == reference(trained, SENTENCES)
+
+
 @pytest.mark.cli
 def test_a_run_killed_midway_leaves_the_first_lines_translations(tiny_run: TrainedRun, trained: TrainedModel,
                                                                  data_root: Path, tmp_path: Path) -> None:

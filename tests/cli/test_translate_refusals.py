@@ -55,6 +55,9 @@ BAD = {  # (the bad setting, given tmp_path; the start of the one line)
     "output folder not writable": (lambda tmp: _not_writable(tmp), "out={tmp}/locked/out.de: not writable"),
     "precision=fp8": (lambda tmp: "precision=fp8", "precision must be one of fp32, bf16, fp16, got 'fp8'"),
     "int8=maybe": (lambda tmp: "int8=maybe", "Error merging override int8=maybe. Value 'maybe' is not a valid bool"),
+    # Before: "this machine has no usable CUDA GPU (Expected one of cpu, cuda, ...)" without a GPU, a traceback with one.
+    "device=gpu0": (lambda tmp: "device=gpu0", ("device must be auto (a GPU where there is one), cpu, cuda or "
+                                               "cuda:<index>, got 'gpu0'")),
 }
 
 

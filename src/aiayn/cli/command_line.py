@@ -8,13 +8,19 @@ each tool's ``main``):
   Hydra's grammar refuses and whose commas it takes for a sweep. A value written in Hydra's own syntax (quoted, a list, an
   interpolation, a sweep function) is left as it is;
 * Hydra's own options (``--multirun``, ``--cfg job``, ...) go before the overrides wherever they
-  were given: its parser takes none after them.
+  were given: its parser takes none after them;
+* a setting deleted (``~seed``, ``~logger``) is refused in one line: every setting of a tool is one
+  it reads (Hydra would let the config lose it, and the tool fail on it later or run without it,
+  as ``~decoding`` once dropped a parser's constrained decoding); so is a setting a tool other than
+  train does not have, added with ``+`` (``+bach_size=8``, which Hydra adds and the tool never
+  reads; train checks its whole config itself, aiayn.training.config_check).
 
 A call with arguments (a composed config, in tests) is passed on as it is.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import re
@@ -22,7 +28,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from aiayn.cli import tool_name
+from aiayn.cli import config_options, tool_command, tool_name
 from aiayn.cli.errors import USER_ERROR
 from aiayn.cli.hydra_options import hydra_options_and_overrides
 from aiayn.cli.renamed import REMOVED, RENAMED, new_arguments, removed_setting
@@ -36,6 +42,8 @@ PATHS = ("ckpt", "resume", "out", "input", "model_dir", "data_root", "task.raw_d
 _OVERRIDE = re.compile(r"^(?P<key>[+~]{0,2}[A-Za-z_][\w.]*)=(?P<value>.*)$", re.DOTALL)
 # Written in Hydra's syntax: quoted, a list or dict, an interpolation, a sweep function (glob(...)).
 _HYDRA_SYNTAX = re.compile(r"""^\s*(['"\[{]|\w+\(.*\)\s*$)|\$\{""", re.DOTALL)
+# An override that deletes (``~key``, ``~key=value``) or adds (``+key=value``, ``++key=value``) a setting.
+_CHANGE = re.compile(r"^(?P<how>~|\+\+?)(?P<key>[A-Za-z_][\w.]*)(=|$)")
 # What Hydra's grammar does not take as it is in a plain value.
 _GRAMMAR = re.compile(r"""[=()\[\]{}'"\s~]""")
 
@@ -47,11 +55,11 @@ def read_by_hydra(tool: str) -> Callable[[Callable[..., Result]], Callable[..., 
         @functools.wraps(main)
         def run(*args: Any, **kwargs: Any) -> Result:
             if not args and not kwargs:
-                refused = removed_setting(sys.argv[1:], REMOVED.get(tool, {}))
+                arguments, notices = new_arguments(sys.argv[1:], RENAMED.get(tool, {}))
+                refused = removed_setting(sys.argv[1:], REMOVED.get(tool, {})) or refused_override(arguments, tool)
                 if refused:
                     sys.stderr.write(f"{tool_name()}: {refused}\n")
                     raise SystemExit(USER_ERROR)
-                arguments, notices = new_arguments(sys.argv[1:], RENAMED.get(tool, {}))
                 sys.argv[1:] = hydra_options_first([quoted_path(argument, tool) for argument in arguments])
                 for notice in notices:
                     sys.stderr.write(f"{tool_name()}: {notice}\n")
@@ -60,6 +68,53 @@ def read_by_hydra(tool: str) -> Callable[[Callable[..., Result]], Callable[..., 
         return run
 
     return wrap
+
+
+def refused_override(arguments: list[str], tool: str) -> str | None:
+    """The line refusing the first override of ``arguments`` that deletes a setting (``~key``) or,
+    in a tool but train, adds one the tool does not have (``+key=…``, ``++key=…``); None if none
+    does. Hydra's own settings (``hydra.*``, ``hydra/…``) are Hydra's."""
+    from dataclasses import fields
+
+    from aiayn.config.tools import TOOLS
+
+    _, overrides = hydra_options_and_overrides(arguments)
+    for argument in overrides:
+        match = _CHANGE.match(argument)
+        if match is None or match["key"].split(".", 1)[0] == "hydra":
+            continue
+        key = match["key"]
+        if match["how"].startswith("~"):
+            options = config_options(key) if key in _groups(tool) else ""
+            if options:
+                return (f"~{key}: a config group cannot be deleted; choose one of its options instead, "
+                        f"{key}=<name>, one of {options}")
+            return (f"~{key}: a setting cannot be deleted, {tool_name()} reads each of its settings; give "
+                    f"{key}=<value> instead (null where the setting may be none; `{tool_command()} --cfg job` "
+                    "shows every setting and its value)")
+        if tool in TOOLS:
+            settings = sorted(f.name for f in fields(TOOLS[tool]))
+            name = key.split(".", 1)[0]
+            if name not in settings:
+                close = difflib.get_close_matches(name, settings, n=3, cutoff=0.6)
+                hint = f"did you mean {' or '.join(close)}?" if close else f"the settings are {', '.join(settings)}"
+                return f"{key} is not a setting of {tool_name()}, so {match['how']}{key} would be ignored; {hint}"
+    return None
+
+
+def _groups(tool: str) -> set[str]:
+    """The config groups ``tool``'s defaults list chooses an option of (conf/<tool>.yaml: ``task``,
+    ``model``, ``logger`` ...), which ``<group>=<name>`` changes."""
+    from omegaconf import OmegaConf
+
+    from aiayn.cli import CONFIG_DIR
+
+    try:
+        defaults = OmegaConf.to_container(OmegaConf.load(os.path.join(CONFIG_DIR, f"{tool}.yaml"))).get("defaults")
+    except (OSError, AttributeError):
+        return set()
+    return {name.removeprefix("optional ").strip() for entry in defaults or () if isinstance(entry, dict)
+            for name in entry if not name.startswith(("override ", "/"))}
 
 
 def quoted_path(argument: str, tool: str) -> str:

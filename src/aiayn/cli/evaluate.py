@@ -33,7 +33,7 @@ from aiayn.cli.errors import is_composition_error, reports_composition_errors, r
 from aiayn.config.identity import MODIFIED, run_folder_changes
 from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding, asked
-from aiayn.decoding.switches import switches_of
+from aiayn.decoding.switches import check_device, switches_of
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_write_text
 from aiayn.reporting.mlflow_store import check_store
@@ -65,6 +65,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if cfg.wandb != "disabled":  # W&B's refusal (no API key, say) came after the whole split was decoded
         check_wandb_mode(cfg.wandb, "wandb", ("auto", "online", "offline", "disabled"))
     switches = switches_of(cfg)  # precision, int8, compile, onednn and onnxruntime
+    check_device(cfg.device)
     for path in ensemble:
         _check_checkpoint_file(Path(path))
     out_dir = Path(cfg.out) if cfg.out else default_out(ckpt)

@@ -178,14 +178,15 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer, se
 def _record_test(trainer: L.Trainer, loggers: list, results: dict, weights: Tested | None) -> None:
     """The test's figures, the weights it scored (last, average or best) and how many checkpoints it
     averaged (1 but for §6.1's average) beside the run's summary (summary.json, the loggers' run
-    summary), where the tables read them."""
+    summary), where the tables read them. The loggers get the whole summary again, the test's
+    added: each keeps one summary (MLflow's summary.json artifact is the last it was given)."""
     test = {**results, "test_weights": weights.kind if weights else "last",
             "test_averaged": len(weights.paths) if weights and weights.kind == "average" else 1}
-    written = read_summary(trainer.default_root_dir)
-    summary = {**(written or {}), **test}
-    if written is not None:  # callbacks.run_summary=null writes none
-        write_summary(trainer.default_root_dir, summary)
-    record_summary(loggers, summary)  # the whole: MLflow's summary.json artifact is written anew
+    summary = read_summary(trainer.default_root_dir)
+    if summary is not None:  # callbacks.run_summary=null writes none
+        test = {**summary, **test}
+        write_summary(trainer.default_root_dir, test)
+    record_summary(loggers, test)
 
 
 def _stops_after_training(config: dict) -> list[StopsAfterTraining]:

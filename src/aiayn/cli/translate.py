@@ -58,7 +58,7 @@ from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.cli.line_input import AvailableLines, chunked
 from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.decoding.settings import Asked, Decoding, asked
-from aiayn.decoding.switches import switches_of
+from aiayn.decoding.switches import check_device, switches_of
 from aiayn.errors import ConfigError
 
 if TYPE_CHECKING:  # torch's, imported once the settings are checked: --help and a refusal start in a second
@@ -178,19 +178,21 @@ def _check_settings(cfg: DictConfig) -> dict:
         raise ConfigError(f"interactive must be auto, true or false, got {cfg.interactive!r}")
     if cfg.buffer_size < 1:
         raise ConfigError(f"buffer_size must be a whole number of at least 1, got {cfg.buffer_size!r}")
+    check_device(cfg.device)
     return switches_of(cfg)  # precision, int8, compile, onednn and onnxruntime
 
 
 def _input_file(given: str | None) -> Path | None:
-    """The input file (None: stdin), refused when it is not there or is a folder."""
-    if not given:
+    """The input file (None: stdin, also for ``input=-`` as Unix tools read it, as ``out=-`` is
+    stdout), refused when it is not there or is a folder."""
+    if not given or given == "-":
         return None
     path = Path(given)
     if path.is_dir():
         raise ConfigError(f"input={given} is a directory; give the file of sentences to translate")
     if not path.is_file():
         raise ConfigError(f"input={given}: no such file; give the file of sentences to translate "
-                          "(without input=, stdin is read)")
+                          "(without input=, or with input=-, stdin is read)")
     return path
 
 

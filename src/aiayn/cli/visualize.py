@@ -19,6 +19,7 @@ from aiayn.cli import CONFIG_DIR, tool_command
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.decoding.settings import Decoding, asked
+from aiayn.decoding.switches import check_device
 from aiayn.errors import ConfigError, DataError
 
 
@@ -34,6 +35,7 @@ def main(cfg: DictConfig) -> None:
     positions = cfg.positional_encoding_positions
     if positions < 1:
         raise ConfigError(f"positional_encoding_positions must be a positive whole number, got {positions!r}")
+    check_device(cfg.device)
     if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise ConfigError(f"out={cfg.out} is a file; give a folder for the pictures")
     wanted = asked(cfg.decoding)  # checked before anything is loaded

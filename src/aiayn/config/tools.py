@@ -32,7 +32,7 @@ class DecodeSwitches:
     onednn: bool = False
     # the incremental decoder step through ONNX Runtime (CPU; the onnx extra; last bits differ from the default)
     onnxruntime: bool = False
-    device: str = "auto"  # auto | cpu | cuda
+    device: str = "auto"  # auto | cpu | cuda | cuda:<index>
 
 
 @dataclass
@@ -61,8 +61,8 @@ class TranslateConfig(DecodeSwitches):
     engine: str = "aiayn"  # aiayn | ctranslate2: a CTranslate2 export of src/export.py, given as model_dir=
     model_dir: Optional[str] = None  # noqa: UP045  engine=ctranslate2: the exported folder
     average_last: Optional[int] = None  # noqa: UP045  k: the average of ckpt and the k-1 before it (§6.1)
-    input: Optional[str] = None  # noqa: UP045  the file to translate (null: stdin)
-    out: Optional[str] = None  # noqa: UP045  the file to write, its folder created (null: stdout)
+    input: Optional[str] = None  # noqa: UP045  the file to translate (null or -: stdin)
+    out: Optional[str] = None  # noqa: UP045  the file to write, its folder created (null or -: stdout)
     decoding: Any = None  # typed by schema/decoding_overrides; null: the checkpoint's (the export's) own
     batch_size: int = 64  # sentences per batch
     buffer_size: int = 4096  # lines read, sorted by length and batched together
@@ -93,7 +93,7 @@ class VisualizeConfig:
     ckpt: Any = None  # a checkpoint written by src/train.py
     text: str = "A man is riding a bike."
     out: Optional[str] = None  # noqa: UP045  default: <ckpt dir>/../attention (the run's own attention/ folder)
-    device: str = "auto"  # auto | cpu | cuda
+    device: str = "auto"  # auto | cpu | cuda | cuda:<index>
     positional_encoding: bool = True  # also draw positional_encoding.png (§3.5, the model's d_model)
     positional_encoding_positions: int = 128
     decoding: Any = None  # typed by schema/decoding_overrides; null: the checkpoint's own

@@ -80,6 +80,9 @@ def check_length(trainer: Mapping[str, Any], train_steps: Any) -> None:
                           f"trainer.max_epochs at -1 and give optim.train_steps")
     # Lightning's lower bounds never make a run longer than max_steps: one above it is never met.
     least = trainer.get("min_steps")
+    if least is not None and (not _whole(least) or least < 0):
+        raise ConfigError(f"trainer.min_steps must be a whole number of steps, 0 or more (the steps before early "
+                          f"stopping may end a run; null: none), got {least!r}")
     if least is not None and train_steps is not None and least > train_steps:
         raise ConfigError(f"trainer.min_steps={least} is more than optim.train_steps={train_steps}, the run's steps, "
                           f"so it cannot be met; give optim.train_steps={least} to train that long")
@@ -92,6 +95,17 @@ def check_length(trainer: Mapping[str, Any], train_steps: Any) -> None:
         raise ConfigError(f"trainer.check_val_every_n_epoch={trainer['check_val_every_n_epoch']}: a run validates "
                           f"every trainer.val_check_interval optimizer steps, whatever the epoch; leave "
                           f"trainer.check_val_every_n_epoch at null and set trainer.val_check_interval")
+    check_validation_interval(trainer)
+
+
+def check_validation_interval(trainer: Mapping[str, Any]) -> None:
+    """A ConfigError unless ``trainer.val_check_interval`` is a whole number of steps or a fraction
+    of an epoch in (0, 1] (null: every epoch), which the plan counts and describes."""
+    interval = trainer.get("val_check_interval")
+    if interval is not None and (isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0
+                                 or (isinstance(interval, float) and interval > 1.0)):
+        raise ConfigError(f"trainer.val_check_interval must be a whole number of steps (or a fraction of an epoch "
+                          f"in (0, 1]), got {interval!r}")
 
 
 def smoke_test(trainer: Mapping[str, Any]) -> int:

@@ -4,6 +4,8 @@ them before torch is loaded."""
 
 from __future__ import annotations
 
+import re
+
 from aiayn.decoding.packages import require_onnxruntime
 from aiayn.errors import ConfigError
 
@@ -44,3 +46,10 @@ def switches_of(cfg) -> dict:
     if switches["onnxruntime"]:
         require_onnxruntime()
     return switches
+
+
+def check_device(device: object) -> None:
+    """A ConfigError unless ``device`` is one the tools decode on: auto (a GPU where there is one),
+    cpu, cuda or cuda:<index> (whether the machine has it is asked when the model is placed)."""
+    if not (isinstance(device, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", device)):
+        raise ConfigError(f"device must be auto (a GPU where there is one), cpu, cuda or cuda:<index>, got {device!r}")

@@ -52,7 +52,11 @@ class MLflowRunLogger(MLFlowLogger):
             super().__init__(experiment_name=experiment_name, run_name=run_name, tracking_uri=uri, tags=text,
                              artifact_location=artifacts, run_id=resume_id)
         self._config: dict[str, Any] = {}
-        self._logged: dict[str, tuple[int | None, float]] = {}  # each metric's last (step, value) logged here
+        self._newest_step = 0  # of the metrics logged: the step of a summary that names none
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        super().log_metrics(metrics, step)
+        self._newest_step = max(self._newest_step, int(step or 0))
 
     @property
     @rank_zero_experiment
@@ -96,23 +100,16 @@ class MLflowRunLogger(MLFlowLogger):
         self._config.update(params)  # Lightning logs the data module's settings in a call of their own
         self.experiment.log_dict(self.run_id, self._config, "config.json")
 
-    @rank_zero_only
-    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        super().log_metrics(metrics, step)
-        for key, value in metrics.items():
-            try:
-                self._logged[key] = (step, float(value))
-            except (TypeError, ValueError):  # not a number: MLflow's logger leaves it out, with a warning
-                continue
-
     def log_summary(self, summary: Mapping[str, Any]) -> None:
-        """Numbers as metrics at the run's last step (``dev/bleu``, ``train_flops`` ...; each not
-        logged there with that value already, by the test's row or an earlier summary), text as tags
-        ``summary.<key>``, and the whole as ``summary.json``."""
-        step = int(summary.get("steps") or 0)
+        """Numbers as metrics at the run's last step (``dev/bleu``, ``train_flops`` ...; the summary's
+        ``steps``, else the newest step logged), each once: one the run already holds at that value
+        (the test's figures, which Lightning logged at their step; a summary given again with more
+        in it) is not logged again; text as tags ``summary.<key>``; the whole as ``summary.json``."""
+        step = int(summary.get("steps") or self._newest_step)
         numbers_ = {key: float(value) for key, value in summary.items()
                     if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)}
-        new = {key: value for key, value in numbers_.items() if self._logged.get(key) != (step, value)}
+        held = self.experiment.get_run(self.run_id).data.metrics  # each metric's newest value
+        new = {key: value for key, value in numbers_.items() if held.get(key) != value}
         if new:
             self.log_metrics(new, step=step)
         for key, value in summary.items():

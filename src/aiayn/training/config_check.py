@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from aiayn.config.schemas import check_against_schemas, network_arguments
+from aiayn.config.trainer import check_validation_interval
 from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
@@ -280,11 +281,7 @@ def _check_trainer(trainer: Mapping[str, Any]) -> None:
     if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or clip < 0):
         raise ConfigError(f"trainer.gradient_clip_val must be a number, 0 or more (null: no clipping, as in the "
                           f"paper), got {clip!r}")
-    interval = trainer.get("val_check_interval")
-    if interval is not None and (isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0
-                                 or (isinstance(interval, float) and interval > 1.0)):
-        raise ConfigError(f"trainer.val_check_interval must be a whole number of steps (or a fraction of an epoch "
-                          f"in (0, 1]), got {interval!r}")
+    check_validation_interval(trainer)
 
 
 def _known(section: str, values: Mapping[str, Any], settings: Iterable[str], what: str = "setting") -> None:
