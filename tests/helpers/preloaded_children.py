@@ -165,12 +165,12 @@ def _serve_copy(connection: socket.socket, parent: int, become: Callable[[dict, 
         read, write = os.pipe()
         middle = os.fork()
         if middle == 0:
+            middle = os.getpid()  # (read here: the new process, run late, could find the asker its parent already)
             child = os.fork()
             if child == 0:
                 connection.close()
                 os.close(read)
                 os.close(write)
-                middle = os.getppid()
                 while os.getppid() == middle:  # until the middle has ended and the asker took it in
                     time.sleep(0.0002)  # (else, on a loaded machine, it could start as the middle's child)
                 become(json.loads(message), fds)

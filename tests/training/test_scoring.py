@@ -32,8 +32,7 @@ def evaluated(scorer, references: list[str], hypotheses: list[tuple[int, str]], 
     module.hypotheses = list(hypotheses)
     with caplog.at_level(logging.INFO, logger="aiayn.training.module"):
         module._log_evaluation(stage)
-    if stage == "val":  # logged at the step validated (tests/training/test_run_log.py)
-        assert logged.pop(0) == ("step", 7.0, False)
+    assert logged.pop(0) == ("step", 7.0, False)  # logged at the step evaluated (aiayn.training.logged_step)
     assert [name for name, _, _ in logged[:3]] == [f"{stage}/loss", f"{stage}/nll", f"{stage}/ppl"]
     return logged[3:], [record.getMessage() for record in caplog.records]
 
