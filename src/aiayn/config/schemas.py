@@ -46,7 +46,7 @@ class ModelConfig:
     d_k: int = 64  # the width of each head's queries and keys
     d_v: int = 64  # the width of each head's values
     dropout: float = 0.1  # P_drop: on each sub-layer's output and on the embedding sums (§5.4)
-    attention_dropout: float = 0.0  # on the attention weights (not in the paper)
+    attention_dropout: float = 0.0  # on the attention weights (§5.4 gives none; §6.3 tuned one, value not given)
     attention: str = "sdpa"  # Eq. 1 fused by torch (sdpa) or written out (explicit); same results
     positional: str = "sinusoidal"  # sinusoidal (§3.5) or learned (Table 3 row E)
     max_positions: int = 1024  # the longest sequence the positional encodings cover

@@ -1,9 +1,13 @@
 """Label-smoothed cross-entropy (§5.4, "Label Smoothing").
 
 With ε_ls the target distribution puts 1 - ε_ls on the reference token and spreads ε_ls
-uniformly over the whole vocabulary (the reference token included), as torch, fairseq and
-tensor2tensor's ``smoothing_cross_entropy`` (up to a constant) do; the paper does not say how the
-mass is spread. Only non-padding target positions count.
+uniformly over the whole vocabulary (the reference token included): q'(k) = (1 - ε_ls)·δ(k, y)
++ ε_ls / V, the definition of the paper's reference [36] (Szegedy et al., 2016) and what torch's
+``cross_entropy(label_smoothing=ε)`` computes. The paper does not say how the mass is spread;
+tensor2tensor's ``smoothing_cross_entropy`` (the paper's code) and fairseq spread ε_ls over the
+V - 1 other tokens instead, the reference keeping exactly 1 - ε_ls: a difference of ε_ls / V in
+each target probability (under 3·10^-6 at the paper's 32–37K vocabularies). Only non-padding
+target positions count.
 
 ``fused=True`` computes the same loss a block of rows at a time and, in the same pass, its
 gradient with respect to the logits, which is all the backward pass needs: it keeps that gradient

@@ -5,6 +5,11 @@ PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))
 
 Table 3 row (E) replaces the sinusoids with learned positional embeddings and finds nearly
 identical results.
+
+The equations are followed as written: sines and cosines interleaved, frequencies 10000^(-2i/d_model).
+tensor2tensor's ``get_timing_signal_1d`` (the paper's code) laid them out otherwise: all the sines,
+then all the cosines, with timescales spaced by log(10000) / (d_model/2 - 1). The same family of
+functions, in another order of dimensions and with slightly other frequencies.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ class LearnedPositionalEmbedding(nn.Module):
     def __init__(self, d_model: int, max_positions: int):
         super().__init__()
         self.embedding = nn.Embedding(max_positions, d_model)
+        # The paper is silent on their initialisation: N(0, d_model^-0.5), the token embeddings'
+        # (aiayn.model.transformer.ScaledEmbedding), but not scaled by √d_model.
         nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:

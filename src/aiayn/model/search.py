@@ -251,7 +251,9 @@ def beam_search_nbest(
 
         # Candidates among the best `k` that end in EOS are finished hypotheses of length `step`
         # (EOS further down is ignored, so a beam of 1 with α = 0 is exactly greedy search; with
-        # α > 0 a longer hypothesis may still beat the first one finished).
+        # α > 0 a longer hypothesis may still beat the first one finished. tensor2tensor's search
+        # also finished an EOS among the other k of the 2k, to be kept if it ranked among the best
+        # k finished so far: the paper is silent; fairseq ignores them, as here.)
         is_eos = token == eos_id  # (n, 2·beam)
         finishes = is_eos[:, :k]  # (n, beam)
         # (n, beam)

@@ -71,7 +71,11 @@ class Transformer(nn.Module):
     encodings (§3.5) and a pre-softmax linear projection tied to the embeddings (§3.4).
 
     Token id ``pad_id`` marks padding: source padding is masked out of attention; target padding
-    only ever follows the real tokens, so the causal mask already keeps it from them.
+    only ever follows the real tokens, so the causal mask already keeps it from them. The
+    decoder's inputs are "offset by one position" (§3.1) behind a BOS token, the paper being silent
+    on what comes first (tensor2tensor shifted the embedded target right behind a zero vector).
+    ``share_embeddings=False`` (no paper setting: for separate vocabularies) gives the source and
+    target embeddings and the pre-softmax projection a matrix each.
     ``attention`` picks how Eq. 1 is computed, ``"sdpa"`` (fused) or ``"explicit"``
     (aiayn.model.attention); it changes speed, not the parameters or the results.
     ``attention_window`` restricts self-attention to a neighbourhood of r positions on each side
