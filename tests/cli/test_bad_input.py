@@ -143,6 +143,9 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
                                                   "callbacks.progress_log=null: none), got 0")),
     (["+callbacks.progress_log.every=5"], ("train.py: callbacks.progress_log.every is not an argument of "
                                            "ProgressLog; did you mean every_n_steps?")),
+    # A devices value that is none: what it takes (before, without a GPU: "asks for GPUs but no usable CUDA GPU").
+    (["trainer.devices=abc"], ("train.py: trainer.devices=abc is not a number of GPUs (an int, e.g. 2), a list of "
+                               "GPU indices")),
     # More training processes than the machine has cores.
     ([f"trainer.devices={(os.cpu_count() or 1) + 1}", "trainer.strategy=ddp_spawn"], "train.py: trainer.devices="),
 ], ids=lambda value: value[0] if isinstance(value, list) else None)
