@@ -87,7 +87,7 @@ def test_a_devices_value_that_is_none_names_what_it_takes_not_a_missing_gpu(devi
         auto(LAPTOP, devices=devices)
     assert str(refused.value) == (f"trainer.devices={devices} is not a number of GPUs (an int, e.g. 2), a list of GPU "
                                   "indices (e.g. [0,1] or \"0,1\"), auto or -1 (every GPU)")
-    with pytest.raises(ConfigError, match=rf"^trainer.devices=abc is not a number of CPU training processes: give "
+    with pytest.raises(ConfigError, match=r"^trainer.devices=abc is not a number of CPU training processes: give "
                                           r"trainer.devices=N, a whole number of 1 or more \(auto: 1\)$"):
         place(LAPTOP, "cpu", "abc", "auto", "auto")
 
