@@ -124,8 +124,12 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["trainer.limit_val_batches=0", "callbacks.early_stopping.patience=2"], (
         "train.py: callbacks.early_stopping.patience stops on validation's figures, which trainer.limit_val_batches=0 "
         "turns off")),
-    (["trainer.precision=banana"], "train.py: trainer: Precision 'banana' is invalid."),
-    (["trainer.gradient_clip_algorithm=sideways"], "train.py: trainer: `gradient_clip_algorithm` sideways is invalid."),
+    # What Lightning refuses, refused in the config's checks, as --cfg job refuses it (tests/config/test_plan.py).
+    (["trainer.precision=banana"], "train.py: trainer.precision=banana is not a precision Lightning takes; give one"),
+    (["trainer.gradient_clip_algorithm=sideways"], ("train.py: trainer.gradient_clip_algorithm must be norm or value "
+                                                    "(null: norm), got 'sideways'")),
+    (["trainer.limit_val_batches=-1"], ("train.py: trainer.limit_val_batches must be a fraction of the batches in "
+                                        "[0.0, 1.0] or a whole number of batches (null: every batch), got -1")),
     (["optim.betas=[0.9,1.5]"], "train.py: optim.betas must be two numbers in [0, 1) (Adam's β1, β2), got [0.9, 1.5]"),
     (["distributed.timeout_minutes=0"], ("train.py: distributed.timeout_minutes must be a positive number of "
                                         "minutes, got 0")),
