@@ -124,8 +124,12 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["trainer.limit_val_batches=0", "callbacks.early_stopping.patience=2"], (
         "train.py: callbacks.early_stopping.patience stops on validation's figures, which trainer.limit_val_batches=0 "
         "turns off")),
-    (["trainer.precision=banana"], "train.py: trainer: Precision 'banana' is invalid."),
-    (["trainer.gradient_clip_algorithm=sideways"], "train.py: trainer: `gradient_clip_algorithm` sideways is invalid."),
+    # What Lightning refuses, refused in the config's checks, as --cfg job refuses it (tests/config/test_plan.py).
+    (["trainer.precision=banana"], "train.py: trainer.precision=banana is not a precision Lightning takes; give one"),
+    (["trainer.gradient_clip_algorithm=sideways"], ("train.py: trainer.gradient_clip_algorithm must be norm or value "
+                                                    "(null: norm), got 'sideways'")),
+    (["trainer.limit_val_batches=-1"], ("train.py: trainer.limit_val_batches must be a fraction of the batches in "
+                                        "[0.0, 1.0] or a whole number of batches (null: every batch), got -1")),
     (["optim.betas=[0.9,1.5]"], "train.py: optim.betas must be two numbers in [0, 1) (Adam's β1, β2), got [0.9, 1.5]"),
     (["distributed.timeout_minutes=0"], ("train.py: distributed.timeout_minutes must be a positive number of "
                                         "minutes, got 0")),
@@ -143,6 +147,9 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
                                                   "callbacks.progress_log=null: none), got 0")),
     (["+callbacks.progress_log.every=5"], ("train.py: callbacks.progress_log.every is not an argument of "
                                            "ProgressLog; did you mean every_n_steps?")),
+    # A devices value that is none: what it takes (before, without a GPU: "asks for GPUs but no usable CUDA GPU").
+    (["trainer.devices=abc"], ("train.py: trainer.devices=abc is not a number of GPUs (an int, e.g. 2), a list of "
+                               "GPU indices")),
     # More training processes than the machine has cores.
     ([f"trainer.devices={(os.cpu_count() or 1) + 1}", "trainer.strategy=ddp_spawn"], "train.py: trainer.devices="),
 ], ids=lambda value: value[0] if isinstance(value, list) else None)

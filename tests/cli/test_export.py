@@ -118,7 +118,9 @@ def test_ctranslate2_export_serves_translate_with_our_output(tiny_run, data_root
     assert [int(row[0]) for row in rows] == [0, 0, 0, 1, 2, 2, 2, 3, 3, 3]  # the empty line: one, "" scored 0
     assert rows[3][1:] == ["0.0000", "0.0000", ""] and all(float(row[2]) < 0 for row in rows if row[3])
     for setting, refusal in [("decoding.constrained=true", "CTranslate2 cannot serve decoding.constrained=true"),
-                             ("decoding.kv_cache=false", "CTranslate2 cannot serve decoding.kv_cache=false")]:
+                             ("decoding.kv_cache=false", "CTranslate2 cannot serve decoding.kv_cache=false"),
+                             # a GPU CTranslate2 does not find (before: "cuda:99" handed on to it as the device)
+                             ("device=cuda:99", "device=cuda:99: CTranslate2 finds ")]:
         result = run_tool("src/translate.py", "engine=ctranslate2", f"model_dir={out}", setting, stdin="A dog.\n",
                           data_root=data_root, check=False)
         assert result.returncode == 2 and result.stderr.startswith(f"translate.py: {refusal}"), result.stderr

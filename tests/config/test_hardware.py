@@ -80,6 +80,18 @@ def test_a_laptop_trains_one_cpu_process_and_refuses_a_gpu_count_saying_no_gpu_w
     assert str(refused.value).startswith("trainer.devices=8 asks for 8 GPUs but no usable CUDA GPU was found")
 
 
+@pytest.mark.parametrize("devices", ["abc", 0, "0", "[a]", 1.5, True, []])
+def test_a_devices_value_that_is_none_names_what_it_takes_not_a_missing_gpu(devices) -> None:
+    """Before: ``trainer.devices=abc`` on a machine without a GPU said it asked for GPUs and none was found."""
+    with pytest.raises(ConfigError) as refused:
+        auto(LAPTOP, devices=devices)
+    assert str(refused.value) == (f"trainer.devices={devices} is not a number of GPUs (an int, e.g. 2), a list of GPU "
+                                  "indices (e.g. [0,1] or \"0,1\"), auto or -1 (every GPU)")
+    with pytest.raises(ConfigError, match=r"^trainer.devices=abc is not a number of CPU training processes: give "
+                                          r"trainer.devices=N, a whole number of 1 or more \(auto: 1\)$"):
+        place(LAPTOP, "cpu", "abc", "auto", "auto")
+
+
 @pytest.mark.parametrize(("machine", "devices", "nodes", "expected"), [
     (NODE_8_A100, 8, 2, ("gpu", 8, "ddp", "bf16-mixed", 16)),
     (NODE_8_A100, None, 4, ("gpu", 1, "ddp", "bf16-mixed", 4)),

@@ -166,6 +166,19 @@ def test_a_trainer_setting_that_would_train_other_steps_than_the_plan_says_is_re
                              "(trainer.max_steps follows it); give optim.train_steps=3 instead")),
     # What the run's own checks refuse, not the plan's (before: shown, exit 0).
     ("model.d_model=33", "train.py: model: d_model must be even for the sinusoidal encoding, got 33"),
+    # What Lightning's Trainer refuses as the run builds it (before: shown, exit 0; the run's line was Lightning's).
+    ("trainer.precision=abc", ("train.py: trainer.precision=abc is not a precision Lightning takes; give one of "
+                               "transformer-engine, transformer-engine-float16, 16-true, 16-mixed, bf16-true, bf16-mixed, "
+                               "32-true, 64-true, 64, 32, 16, bf16 (null: bf16-mixed or 16-mixed on a GPU, 32-true on "
+                               "the CPU)")),
+    ("trainer.limit_val_batches=-1", ("train.py: trainer.limit_val_batches must be a fraction of the batches in [0.0, "
+                                      "1.0] or a whole number of batches (null: every batch), got -1")),
+    ("trainer.overfit_batches=1.5", ("train.py: trainer.overfit_batches must be a fraction of the batches in [0.0, "
+                                     "1.0] or a whole number of batches (0: off), got 1.5")),
+    ("trainer.fast_dev_run=-1", ("train.py: trainer.fast_dev_run must be true, false or a whole number of steps, 0 or "
+                                 "more (Lightning's smoke test), got -1")),
+    ("trainer.gradient_clip_algorithm=sideways", ("train.py: trainer.gradient_clip_algorithm must be norm or value "
+                                                  "(null: norm), got 'sideways'")),
 ])
 def test_cfg_job_refuses_what_the_run_would_in_one_line(override: str, line: str, tmp_path: Path) -> None:
     result = run_tool("src/train.py", "debug=tiny", override, "--cfg", "job", cwd=tmp_path, check=False)

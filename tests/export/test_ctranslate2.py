@@ -18,7 +18,7 @@ from aiayn.model import greedy_search
 pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")
 pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
 
-from aiayn.decoding.ctranslate2 import CTranslate2Translator
+from aiayn.decoding.ctranslate2 import CTranslate2Translator, ctranslate2_device
 from aiayn.export.ctranslate2 import export_ctranslate2
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -100,3 +100,25 @@ def test_unknown_quantization_and_foreign_folder_are_refused(tiny_trained, tiny_
     assert not (tmp_path / "x").exists()
     with pytest.raises(DataError, match="not a CTranslate2 export of aiayn"):
         CTranslate2Translator(tmp_path)
+
+
+def test_a_gpu_index_is_given_to_ctranslate2_apart_and_one_it_does_not_find_is_refused(ct2_export, monkeypatch):
+    """CTranslate2 takes a device and a GPU index apart: device=cuda:1 is ("cuda", 1) (before: "cuda:1" handed on
+    as the device). No GPU needed: CTranslate2's Translator is a stand-in that records what it was given."""
+    import ctranslate2
+
+    assert [ctranslate2_device(d) for d in ("cuda:1", "cuda", "cpu", "auto")] == [
+        ("cuda", 1), ("cuda", 0), ("cpu", 0), ("auto", 0)]
+    given = {}
+    monkeypatch.setattr(ctranslate2, "Translator", lambda folder, **arguments: given.update(arguments))
+    monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 2)
+    CTranslate2Translator(ct2_export, device="cuda:1", threads=1)
+    assert (given["device"], given["device_index"]) == ("cuda", 1)
+    with pytest.raises(ConfigError) as refused:
+        CTranslate2Translator(ct2_export, device="cuda:2", threads=1)
+    assert str(refused.value) == ("device=cuda:2: CTranslate2 finds 2 CUDA GPUs (cuda:0 to cuda:1) on this machine; "
+                                  "give device=cpu or one of those, or device=auto")
+    monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 0)
+    with pytest.raises(ConfigError, match=r"^device=cuda:1: CTranslate2 finds no CUDA GPU on this machine; give "
+                                          r"device=cpu, or device=auto$"):
+        CTranslate2Translator(ct2_export, device="cuda:1", threads=1)

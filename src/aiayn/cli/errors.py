@@ -212,9 +212,9 @@ def composition_message(error: BaseException) -> str:
     cause = error.__cause__
     because = str(cause).strip().splitlines()[0] if cause is not None and str(cause).strip() else ""
     if match:
-        from aiayn.cli.typos import nearest_settings  # composes the config again: only on this path
-        hint = nearest_settings(match.group(1)) or f"`{tool_command()} --cfg job` prints every setting, `--help` the groups"
-        return f"{match.group(1)} is not a setting here ({because or lines[0]}); {hint}"
+        from aiayn.cli.typos import refused_key  # composes the config again: only on this path
+
+        return refused_key(match.group(1), because or lines[0])
     message = " ".join(line if line.endswith((":", ".")) or line.startswith("Available") else f"{line}."
                        for line in lines)
     return f"{message} {because}".strip() if because and because not in message else message

@@ -208,8 +208,7 @@ def _gpus(devices: Any, machine: Machine) -> int | list[int]:
         return 1  # hardware=auto: one GPU unless trainer.devices says more
     request = _gpu_request(devices)
     if request is None:
-        raise ConfigError(f"{setting} is not a number of GPUs, a list of GPU indices (e.g. [0,1] or \"0,1\"), "
-                          "auto or -1 (every GPU)")
+        raise ConfigError(_not_devices(setting))
     if request == AUTO:
         return machine.gpus
     if isinstance(request, list):
@@ -236,16 +235,26 @@ def _cpu_processes(devices: Any, machine: Machine, explicit: bool) -> int:
     count = _count(devices)
     if not explicit and count != 1:
         request = _gpu_request(devices)
+        if request is None:  # neither GPUs nor processes: say what it takes, not that there is no GPU
+            raise ConfigError(_not_devices(setting))
         what = f"{request} GPUs" if isinstance(request, int) else "GPUs"
         raise ConfigError(f"{setting} asks for {what} but no usable CUDA GPU was found on this machine; run the "
                           "command on a GPU machine, or leave trainer.devices out to train in one process on this CPU "
                           "(trainer.accelerator=cpu trainer.devices=N trains in N CPU processes)")
+    if count is None and _gpu_request(devices) is None:
+        raise ConfigError(f"{setting} is not a number of CPU training processes: give trainer.devices=N, a whole "
+                          "number of 1 or more (auto: 1)")
     if count is None:
         raise ConfigError(f"{setting}: on the CPU trainer.devices is a number of processes, not a list of devices")
     if count > machine.cpu_cores:
         raise ConfigError(f"{setting} asks for {count} CPU training processes but this machine has "
                           f"{_plural(machine.cpu_cores, 'CPU core')}; use trainer.devices={machine.cpu_cores} or fewer")
     return count
+
+
+def _not_devices(setting: str) -> str:
+    return (f"{setting} is not a number of GPUs (an int, e.g. 2), a list of GPU indices (e.g. [0,1] or \"0,1\"), "
+            "auto or -1 (every GPU)")
 
 
 def _gpu_request(devices: Any) -> int | list[int] | str | None:

@@ -108,6 +108,47 @@ def check_validation_interval(trainer: Mapping[str, Any]) -> None:
                           f"in (0, 1]), got {interval!r}")
 
 
+# Lightning's batch limits, each a fraction of the batches or a whole number of them, and what null means.
+BATCH_LIMITS = {"limit_train_batches": "null: every batch", "limit_val_batches": "null: every batch",
+                "limit_test_batches": "null: every batch", "limit_predict_batches": "null: every batch",
+                "overfit_batches": "0: off"}
+
+
+def check_lightning_values(trainer: Mapping[str, Any]) -> None:
+    """A ConfigError for a value Lightning's Trainer would refuse only when a run builds it (after
+    the data are prepared), so that ``--cfg job`` refuses it too, in the same line: the precision,
+    the batch limits, the smoke test's steps and the clipping algorithm."""
+    precision = trainer.get("precision")
+    if precision is not None and str(precision).strip().lower() != "auto":
+        taken = _precisions()
+        if str(precision) not in taken:  # as aiayn.config.hardware gives it to Lightning
+            raise ConfigError(f"trainer.precision={precision} is not a precision Lightning takes; give one of "
+                              f"{', '.join(taken)} (null: bf16-mixed or 16-mixed on a GPU, 32-true on the CPU)")
+    for key, otherwise in BATCH_LIMITS.items():
+        value = trainer.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+                                  or (value > 1 and value % 1)):
+            raise ConfigError(f"trainer.{key} must be a fraction of the batches in [0.0, 1.0] or a whole number of "
+                              f"batches ({otherwise}), got {value!r}")
+    smoke = trainer.get("fast_dev_run")
+    if smoke is not None and not isinstance(smoke, bool) and (not _whole(smoke) or smoke < 0):
+        raise ConfigError(f"trainer.fast_dev_run must be true, false or a whole number of steps, 0 or more (Lightning's "
+                          f"smoke test), got {smoke!r}")
+    algorithm = trainer.get("gradient_clip_algorithm")
+    if algorithm is not None and str(algorithm).lower() not in ("norm", "value"):
+        raise ConfigError(f"trainer.gradient_clip_algorithm must be norm or value (null: norm), got {algorithm!r}")
+
+
+def _precisions() -> tuple[str, ...]:
+    """The precisions Lightning's Trainer takes, as strings (``16`` and ``"16"`` alike)."""
+    from typing import get_args
+
+    from lightning.fabric.connector import _PRECISION_INPUT_INT, _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
+
+    return tuple(dict.fromkeys(str(value) for kind in (_PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS,
+                                                       _PRECISION_INPUT_INT) for value in get_args(kind)))
+
+
 def smoke_test(trainer: Mapping[str, Any]) -> int:
     """The steps of Lightning's smoke test (``trainer.fast_dev_run``: true is 1), 0 for none."""
     value = trainer.get("fast_dev_run")

@@ -27,7 +27,7 @@ from aiayn.decoding.declarations import CTRANSLATE2, arguments
 from aiayn.decoding.packages import require
 from aiayn.decoding.settings import Asked, Decoding
 from aiayn.decoding.translator import Scored, encode_lines, output_texts
-from aiayn.errors import DataError
+from aiayn.errors import ConfigError, DataError
 
 # What aiayn needs besides CTranslate2's own files: the decoding settings and the model's positions.
 SETTINGS_FILE = "aiayn.json"
@@ -35,6 +35,14 @@ SUBWORDS_FILE = "source.spm"
 # Said in the warning of each parser's output that had to be repaired: why it was not a tree.
 UNCONSTRAINED = ("; CTranslate2 cannot constrain its output to trees (engine=aiayn ckpt=<file.ckpt> decodes "
                  "within the tree constraint)")
+
+
+def ctranslate2_device(device: str) -> tuple[str, int]:
+    """CTranslate2's device and device index for the tools' ``device`` setting (auto, cpu, cuda,
+    cuda:<index>, aiayn.decoding.switches.check_device): CTranslate2 takes the GPU's index apart,
+    ``cuda:1`` as ``("cuda", 1)``; ``cuda`` is GPU 0, as torch has it."""
+    kind, _, index = device.partition(":")
+    return kind, int(index) if index else 0
 
 
 class CTranslate2Translator:
@@ -47,7 +55,8 @@ class CTranslate2Translator:
     ``wanted`` (and ``settings``, keyword by keyword) are the decoding settings asked for, laid
     over the exported model's as CTranslate2 serves them (aiayn.decoding.declarations: beam
     search or sampling, n-best lists, stopping as ``first_k``; what it cannot serve is refused),
-    then handed to it as its own arguments (:attr:`arguments`). ``threads`` is CTranslate2's
+    then handed to it as its own arguments (:attr:`arguments`). ``device``: auto, cpu, cuda or
+    cuda:<index> (:func:`ctranslate2_device`; a GPU CTranslate2 does not find is refused). ``threads`` is CTranslate2's
     intra-op threads (0: its default); ``compute_type`` the type it computes in (CTranslate2's
     ``compute_type``: "default" keeps the weights' own type, else e.g. "float32", "bfloat16",
     "float16", "int8")."""
@@ -76,7 +85,13 @@ class CTranslate2Translator:
         self.piece_ids = self.vocab.piece_ids()
         # a parser's way with lines and outputs, as its task hands it over (None: text, a translation's)
         self.raw_text = raw_text_of(exported.get("task") or {}, self.vocab)
-        self.translator = ctranslate2.Translator(str(folder), device=device, compute_type=compute_type,
+        kind, index = ctranslate2_device(device)
+        if kind == "cuda" and index >= (gpus := ctranslate2.get_cuda_device_count()):
+            found = ("no CUDA GPU" if not gpus else "1 CUDA GPU (cuda:0)" if gpus == 1 else
+                     f"{gpus} CUDA GPUs (cuda:0 to cuda:{gpus - 1})")
+            raise ConfigError(f"device={device}: CTranslate2 finds {found} on this machine; give device=cpu"
+                              f"{' or one of those' if gpus else ''}, or device=auto")
+        self.translator = ctranslate2.Translator(str(folder), device=kind, device_index=index, compute_type=compute_type,
                                                  inter_threads=1, intra_threads=threads)
         self.sentences = self.output_tokens = self.truncated = 0
         self.seconds = 0.0

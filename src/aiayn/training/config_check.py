@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from aiayn.config.schemas import check_against_schemas, network_arguments
-from aiayn.config.trainer import check_validation_interval
+from aiayn.config.trainer import check_lightning_values, check_validation_interval
 from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
@@ -282,6 +282,7 @@ def _check_trainer(trainer: Mapping[str, Any]) -> None:
         raise ConfigError(f"trainer.gradient_clip_val must be a number, 0 or more (null: no clipping, as in the "
                           f"paper), got {clip!r}")
     check_validation_interval(trainer)
+    check_lightning_values(trainer)  # what Lightning refuses only as a run builds its Trainer
 
 
 def _known(section: str, values: Mapping[str, Any], settings: Iterable[str], what: str = "setting") -> None:
