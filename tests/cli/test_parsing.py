@@ -208,7 +208,8 @@ def test_translate_writes_each_line_as_a_tree_over_its_own_words(parser: str, re
     line's words as typed (brackets in the treebank's escapes); constrained decoding repairs none;
     unconstrained, the repaired outputs are trees over the words too, each warned of on stderr by
     its input line; a blank line stays blank. (The warnings are read on the tool's stderr, where
-    they go: pytest's caplog saw none of them, the tool's logging being its own.)"""
+    they go: a tool run here starts with a root logger of no handlers, as a fresh process, so
+    pytest's caplog saw none of them and its check could not fail.)"""
     _, ckpt, cache = request.getfixturevalue(parser)
     stdin = "".join(line + "\n" for line in TYPED)
     for constrained in ("true", "false"):
