@@ -128,10 +128,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         except (UserError, StoppedSettingUp):
             run_folder.remove_unstarted(run_dir)  # a run that never started leaves no folder behind
             raise
-        before = set(run_dir.iterdir())
+        before, saved = set(run_dir.iterdir()), run_folder.checkpoints_saved(output_dir)
         try:
             return _fit_and_test(config, resume, datamodule, module, loggers, trainer, setting_up)
-        except (UserError, StoppedSettingUp):
+        except (UserError, StoppedSettingUp) as error:
             # Refused (or stopped by a signal) as the data was loaded (an evaluation example longer than a batch may be),
             # before the first step of a run that resumed nothing: what this attempt's loggers
             # made goes too. (The step is the ranks' under ddp_spawn too, once fit has returned:
@@ -139,7 +139,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             if resume is None and trainer.global_step == 0:
                 close_runs(loggers)
                 run_folder.remove_unstarted(run_dir, made_since=before)
-            raise
+            raise run_folder.said_how_to_continue(error, output_dir, saved)  # after a save: resume=auto
 
 
 def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer, setting_up: SettingUp) -> dict[str, float]:
