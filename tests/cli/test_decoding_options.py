@@ -41,9 +41,12 @@ def test_nbest_lists_k_hypotheses_an_input_the_first_the_1best(tiny_run: Trained
         by_input.setdefault(int(row[0]), []).append(row)
     assert sorted(by_input) == list(range(len(LINES)))
     assert [hypotheses[0][3] for _, hypotheses in sorted(by_input.items())] == one
-    assert len(by_input[1]) == 1 and by_input[1][0][1:] == ["0.0000", "0.0000", ""]  # the empty line
+    # The empty line has its 3 lines too, each "" scored 0, so that a reader taking 3 lines an input stays
+    # aligned (before: one line, and every input after it read one line off).
+    assert [row[1:] for row in by_input[1]] == [["0.0000", "0.0000", ""]] * 3
+    assert [int(row[0]) for row in rows] == [index for index in range(len(LINES)) for _ in range(3)]
     for index, hypotheses in by_input.items():
-        if index != 1:
+        if LINES[index]:
             assert len(hypotheses) == 3 and len({h[3] for h in hypotheses}) == 3
             scores = [float(h[1]) for h in hypotheses]
             assert scores == sorted(scores, reverse=True) and all(float(h[2]) <= 0 for h in hypotheses)
@@ -62,7 +65,7 @@ def test_sampling_is_reproducible_and_with_top_k_1_is_greedy(tiny_run: TrainedRu
     first = draw(1, "a")
     assert draw(1, "b") == first
     assert draw(2, "c") != first
-    assert len(first) == 3 * 4 + 1  # 3 samples of each of 4 sentences, one line for the empty one
+    assert len(first) == 3 * 5  # 3 samples of each of 4 sentences, and 3 lines for the empty one
 
 
 def test_an_ensemble_of_a_checkpoint_with_itself_translates_as_the_checkpoint(tiny_run: TrainedRun, data_root: Path,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
@@ -17,9 +18,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import MissingMandatoryValue
+from torch.multiprocessing import ProcessRaisedException
 
 from aiayn.cli import config_options
 from aiayn.cli.errors import USER_ERROR, describe, reports_errors
+from aiayn.cli.rank_errors import user_error_of_a_rank
 from aiayn.decoding.settings import Decoding, asked
 from aiayn.errors import ConfigError, DataError
 from aiayn.training.nonfinite import NonFiniteLossError
@@ -255,3 +258,27 @@ def test_a_dead_rank_is_reported_before_lightnings_launcher_kills_the_job(capsys
     assert capsys.readouterr().err.splitlines() == [
         ("train.py: a training process failed, so the job stopped (rank 1 was killed by signal 9). "
          "Continue from the newest checkpoint with resume=auto")]
+
+
+def _raised_in_a_spawned_rank(error: Exception) -> ProcessRaisedException:
+    """What ``ddp_spawn``'s launching process gets for ``error`` raised in a rank (with a cause):
+    the rank's traceback as text, under torch's own header (torch.multiprocessing.spawn)."""
+    try:
+        try:
+            raise OSError("what went before it")
+        except OSError as cause:
+            raise error from cause
+    except Exception:  # noqa: BLE001  the rank's torch.multiprocessing._wrap catches any
+        trace = traceback.format_exc()
+    return ProcessRaisedException(f"\n\n-- Process 1 terminated with the following error:\n{trace}", 1, 4321)
+
+
+def test_a_user_error_of_a_spawned_rank_is_made_again_as_itself() -> None:
+    """Its class and whole message (over lines too); any other error of a rank, or an error not of
+    a rank, is no user error. A run end to end: tests/training/test_ddp_faults.py."""
+    again = user_error_of_a_rank(_raised_in_a_spawned_rank(DataError("test.en: line 3: bad\n  and more")))
+    assert type(again) is DataError and str(again) == "test.en: line 3: bad\n  and more"
+    assert describe(again) == ("test.en: line 3: bad\n  and more", USER_ERROR)
+    assert type(user_error_of_a_rank(_raised_in_a_spawned_rank(ConfigError("optim.lr: no")))) is ConfigError
+    assert user_error_of_a_rank(_raised_in_a_spawned_rank(RuntimeError("aiayn.errors.DataError: a bug's"))) is None
+    assert user_error_of_a_rank(DataError("not of a rank")) is None

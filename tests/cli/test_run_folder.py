@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from aiayn.cli import run_folder
-from aiayn.errors import UserError
+from aiayn.errors import DataError, UserError
 from tests.helpers.runs import REPO, TINY, popen, run_command
 
 _LAUNCH_VARIABLES = ("SLURM_JOB_ID", "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
@@ -218,3 +218,23 @@ def test_a_folder_with_a_checkpoint_this_attempt_made_is_never_removed_as_unstar
             assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == made
         else:
             assert not (tmp_path / "outputs" / name).exists()
+
+
+def test_a_user_error_after_this_attempt_saved_says_to_continue_with_resume_auto(tmp_path: Path) -> None:
+    """A user error once this attempt has saved a checkpoint (its test refused a split damaged
+    meanwhile) says how to go on, resume=auto, in one process and under ddp_spawn alike (end to end:
+    tests/training/test_ranks_step.py); refused before a save (a resumed run's earlier checkpoints
+    untouched), or not the user's error, it is as it was."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "step0000002.ckpt").write_bytes(b"an earlier attempt's")
+    before = run_folder.checkpoints_saved(run)
+    refused, crashed = DataError("test.en.gz: not gzip"), RuntimeError("a bug")
+    assert run_folder.said_how_to_continue(refused, run, before) is refused
+    (run / "checkpoints" / "step0000004.ckpt").write_bytes(b"this attempt's")
+    told = run_folder.said_how_to_continue(refused, run, before)
+    assert type(told) is DataError and told.__cause__ is refused
+    assert str(told) == (f"test.en.gz: not gzip; the run's training is saved in {run / 'checkpoints'}: once that is put "
+                         "right, continue with the same command and resume=auto")
+    assert run_folder.said_how_to_continue(crashed, run, before) is crashed
+    assert run_folder.said_how_to_continue(refused, tmp_path / "no run", {}) is refused

@@ -24,7 +24,7 @@ from aiayn.checkpoints.io import read_checkpoint
 from aiayn.config.hardware import cpu_cores, place, this_machine
 from aiayn.errors import ConfigError
 from aiayn.training.distributed import strategy_with_timeout
-from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES, children, popen
+from tests.helpers.runs import REPO, TINY, TINY_MODEL, TWO_CORES, children, popen, run_command
 
 RUN = [
     *TINY_MODEL, "task.datamodule.max_tokens=512", "optim.train_steps=100000",
@@ -222,3 +222,26 @@ def test_a_node_that_never_joins_is_named_with_how_nodes_are_started(tmp_path: P
     assert line.startswith("train.py: the job's other nodes never joined (1 of its 2 processes started within "
                            "distributed.timeout_minutes=0.1): "), line
     assert "srun" in line and "NODE_RANK" in line and "MASTER_ADDR" in line and "Traceback" not in result.stderr
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+@TWO_CORES
+def test_a_user_error_in_a_spawned_rank_is_its_own_line_and_leaves_no_run_folder(tmp_path: Path, data_root: Path,
+                                                                                subword_cache: Path) -> None:
+    """ddp_spawn: a setting the ranks refuse as they load the data (an evaluation example longer than
+    a batch may be) is the line and exit status 2 of one process (tests/cli/test_refused_in_one_line.py),
+    and the run that never started leaves no folder (before: "a training process failed, so the job
+    stopped: aiayn.errors.ConfigError: … resume=auto", exit 1, the folder kept)."""
+    run_dir = tmp_path / "run"
+    result = run_command([sys.executable, "src/train.py", *TINY, "hardware=cpu2_ddp", "logger=none",
+                          "task.datamodule.eval_max_tokens=30", f"hydra.run.dir={run_dir}"],
+                         data_root=data_root, cache_dir=subword_cache, check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("train.py: ")]
+    refused = ("train.py: task.datamodule.eval_max_tokens=30 (it defaults to max_tokens) is below the longest example "
+               "of the split val: 79 subword tokens with BOS/EOS (pair 916), which evaluation keeps whole; set it to "
+               "at least 79")
+    assert lines == [refused], result.stderr[-3000:]
+    assert "resume=auto" not in result.stderr and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert not run_dir.exists(), sorted(run_dir.rglob("*"))

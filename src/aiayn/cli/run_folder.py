@@ -17,7 +17,8 @@
   write its own over them and mix its log and summary with that run's. The job's other processes
   (ranks, later nodes) are let in: their first process has checked.
 * A run refused or stopped before its first step leaves no folder (:func:`remove_unstarted`); one
-  that saved a checkpoint is never taken for one.
+  that saved a checkpoint is never taken for one, and its user error says how to continue it
+  (:func:`said_how_to_continue`).
 """
 
 from __future__ import annotations
@@ -219,3 +220,24 @@ def _holds_a_checkpoint(path: Path) -> bool:
     if path.suffix == ".ckpt":
         return True
     return path.is_dir() and not path.is_symlink() and any(path.rglob("*.ckpt"))
+
+
+def checkpoints_saved(output_dir: str | os.PathLike) -> dict[Path, int]:
+    """The run's checkpoint files (``last.ckpt``, a link, too) and when each was written, in ns:
+    taken before an attempt trains and after it fails, whether it saved one."""
+    folder = Path(output_dir) / "checkpoints"
+    return {path: path.lstat().st_mtime_ns for path in folder.glob("*.ckpt")} if folder.is_dir() else {}
+
+
+def said_how_to_continue(error: BaseException, output_dir: str | os.PathLike, before: dict[Path, int]) -> BaseException:
+    """A :class:`UserError` raised once this attempt had saved a checkpoint (``before``: what
+    :func:`checkpoints_saved` found as it started; its test refused a split damaged meanwhile, say),
+    with how to go on once it is put right: ``resume=auto``, which continues from the newest
+    checkpoint rather than training again. Any other error, or one before a save, as it is."""
+    after = checkpoints_saved(output_dir)
+    if not isinstance(error, UserError) or all(before.get(path) == written for path, written in after.items()):
+        return error
+    told = type(error)(f"{error}; the run's training is saved in {Path(output_dir) / 'checkpoints'}: once that is put "
+                       "right, continue with the same command and resume=auto")
+    told.__cause__ = error
+    return told

@@ -38,6 +38,7 @@ from aiayn.cli.errors import (
     user_error_within,
 )
 from aiayn.cli.hydra_options import shown_part
+from aiayn.cli.rank_errors import user_error_of_a_rank
 from aiayn.cli.weights_tested import Tested, tested, weights_before_test
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import MODIFIED, row_changes
@@ -127,10 +128,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         except (UserError, StoppedSettingUp):
             run_folder.remove_unstarted(run_dir)  # a run that never started leaves no folder behind
             raise
-        before = set(run_dir.iterdir())
+        before, saved = set(run_dir.iterdir()), run_folder.checkpoints_saved(output_dir)
         try:
             return _fit_and_test(config, resume, datamodule, module, loggers, trainer, setting_up)
-        except (UserError, StoppedSettingUp):
+        except (UserError, StoppedSettingUp) as error:
             # Refused (or stopped by a signal) as the data was loaded (an evaluation example longer than a batch may be),
             # before the first step of a run that resumed nothing: what this attempt's loggers
             # made goes too. (The step is the ranks' under ddp_spawn too, once fit has returned:
@@ -138,7 +139,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             if resume is None and trainer.global_step == 0:
                 close_runs(loggers)
                 run_folder.remove_unstarted(run_dir, made_since=before)
-            raise
+            raise run_folder.said_how_to_continue(error, output_dir, saved)  # after a save: resume=auto
 
 
 def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer, setting_up: SettingUp) -> dict[str, float]:
@@ -162,6 +163,10 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer, se
                 results = without_step(trainer.test(module, datamodule=datamodule, verbose=False)[0])
     except Stopped as stopped:  # a signal after training, in a single process (aiayn.training.after_training)
         raise Preempted(str(stopped)) from None
+    except Exception as error:  # ddp_spawn: a rank's own error, which reaches this process as its traceback's text
+        if (raised := user_error_of_a_rank(error)) is None:
+            raise
+        raise raised from error  # the user's error, as one process raises it (one line, exit 2)
     if trainer.is_global_zero and results:
         weights = tested(config)  # §6.1's average or the best validation's model (WeightsBeforeTest); None: the last
         which = f" ({weights.described()})" if weights else ""

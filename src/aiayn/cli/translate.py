@@ -5,8 +5,9 @@ One sentence a line in, one translation a line out, in the same order; an empty 
 empty line; a line longer than the model can read is truncated with a warning. With
 ``decoding.nbest=k`` (k > 1) each input gets its k best hypotheses (k samples with
 ``decoding.sampling=true``), one a line, best first, as ``<input index>\t<score>\t<log-prob>\t<text>``
-(aiayn.decoding.translator.nbest_lines; the index counts input lines from 0). ``ckpt=a.ckpt,b.ckpt``
-translates with the ensemble of the checkpoints (aiayn.model.Ensemble); ``average_last=k`` with the
+(aiayn.decoding.translator.nbest_lines; the index counts input lines from 0; an empty line has its k
+lines too, each ``""`` scored 0). ``ckpt=a.ckpt,b.ckpt`` translates with the ensemble of the
+checkpoints (aiayn.model.Ensemble); ``average_last=k`` with the
 average of the checkpoint and the k - 1 before it by step (§6.1), as evaluate.py and export.py.
 
 A parser (task=wsj, §6.3) writes each line's tree over exactly its words, one line each, in the

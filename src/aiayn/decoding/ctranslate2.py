@@ -129,7 +129,7 @@ class CTranslate2Translator:
     def stream_nbest(self, chunks: Iterable[Sequence[str]]) -> Iterator[list[list[Scored]]]:
         """:meth:`stream` with each input's ``nbest`` hypotheses, in CTranslate2's order, each with
         CTranslate2's score (what it ranks by: log P / |Y|^α) and log P(Y|X) (CTranslate2's
-        scoring of the hypothesis and EOS); an empty input has one, "" scored 0."""
+        scoring of the hypothesis and EOS); an empty input has as many, each "" scored 0."""
         return self._batches(chunks, nbest=True)
 
     def _batches(self, chunks: Iterable[Sequence[str]], nbest: bool) -> Iterator[list[list[Scored]]]:
@@ -145,7 +145,7 @@ class CTranslate2Translator:
                 outputs = [[tokens for tokens, _ in hypotheses] for hypotheses in found]
                 texts = iter(output_texts(self.vocab, outputs, [sentences[i] for i in todo],
                                           [first_line + i for i in todo], self.raw_text, unconstrained=UNCONSTRAINED))
-                ready = [[Scored("", 0.0, 0.0)] for _ in sentences]
+                ready = [[Scored("", 0.0, 0.0)] * self.nbest for _ in sentences]  # an empty input's, as many as any's
                 for i, hypotheses, tokens in zip(todo, found, outputs):
                     log_probs = self._log_probs(ids[i], tokens) if nbest else [0.0] * len(tokens)
                     ready[i] = [Scored(next(texts), score, log_prob)

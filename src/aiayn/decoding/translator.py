@@ -154,7 +154,7 @@ class Translator:
     @torch.inference_mode()
     def stream_nbest(self, chunks: Iterable[Sequence[str]]) -> Iterator[list[list[Scored]]]:
         """:meth:`stream` with each input's hypotheses (``decoding.nbest``, best first) and their
-        scores; an empty input has one, "" scored 0."""
+        scores; an empty input has as many, each "" scored 0 (n lines an input in the n-best format)."""
         for chunk in chunks:
             started = time.perf_counter()
             for ready in self._chunk(chunk):
@@ -182,7 +182,7 @@ class Translator:
             if sentence.strip() and seq:
                 todo.append(i)
             else:
-                texts[i] = [Scored("", 0.0, 0.0)]
+                texts[i] = [Scored("", 0.0, 0.0)] * self.nbest  # as many as any input: the n-best lines stay aligned
         todo.sort(key=lambda i: len(ids[i]))
         written = 0  # translations of this chunk yielded so far
 
@@ -221,7 +221,8 @@ def translate(model: Transformer, vocab: Subwords, sentences: list[str],
 def nbest_lines(nbest: Sequence[Sequence[Scored]], first_index: int = 0) -> list[str]:
     """The n-best format (docs/evaluation.md): one line per hypothesis, best first within each
     input, ``<input index>\t<score>\t<log-prob>\t<text>``; the index counts input lines from
-    ``first_index`` (0: the first line), the score is log-prob / lp(|Y|), what the search ranks by."""
+    ``first_index`` (0: the first line), the score is log-prob / lp(|Y|), what the search ranks by.
+    Every input has as many lines (an empty one: ``""`` scored 0, each of them)."""
     return [f"{first_index + i}\t{h.score:.4f}\t{h.log_prob:.4f}\t{h.text}"
             for i, hypotheses in enumerate(nbest) for h in hypotheses]
 
