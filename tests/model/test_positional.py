@@ -138,3 +138,14 @@ def test_transformer_source_longer_than_max_positions_raises():
     model = Transformer(11, 11, positional="sinusoidal", **_SMALL)
     with pytest.raises(ValueError, match="max_positions"):
         model.encode(torch.ones(1, 21, dtype=torch.long))
+
+
+def test_an_odd_d_model_is_refused_for_the_sinusoids_alone():
+    """sin and cos fill the dimensions in pairs (§3.5); learned positions (Table 3 row E) have no
+    such need (before: refused for them too)."""
+    odd = {**_SMALL, "d_model": 9}
+    with pytest.raises(ValueError, match="d_model must be even for the sinusoidal encoding, got 9"):
+        Transformer(11, 11, positional="sinusoidal", **odd)
+    model = Transformer(11, 11, positional="learned", **odd)
+    src, tgt = torch.randint(1, 11, (2, 5)), torch.randint(1, 11, (2, 4))
+    assert model(src, tgt).shape == (2, 4, 11)

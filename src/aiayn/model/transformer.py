@@ -125,7 +125,7 @@ class Transformer(nn.Module):
                 f"share_embeddings needs one shared vocabulary, got source {src_vocab_size} and target "
                 f"{tgt_vocab_size}; set model.share_embeddings=false or use a joint vocabulary"
             )
-        if d_model % 2:
+        if positional == "sinusoidal" and d_model % 2:  # sin and cos in pairs of dimensions (§3.5)
             raise ValueError(f"d_model must be even for the sinusoidal encoding, got {d_model}")
         self.src_embedding = ScaledEmbedding(src_vocab_size, d_model)
         # §3.4: "we share the same weight matrix between the two embedding layers and the
