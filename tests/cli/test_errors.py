@@ -8,6 +8,7 @@ invoked as the console script), and which exceptions the wrapper reports and how
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
 import traceback
@@ -22,7 +23,7 @@ from torch.multiprocessing import ProcessRaisedException
 
 from aiayn.cli import config_options
 from aiayn.cli.errors import USER_ERROR, describe, reports_errors
-from aiayn.cli.rank_errors import user_error_of_a_rank
+from aiayn.cli.rank_errors import os_error_of_a_rank, user_error_of_a_rank
 from aiayn.decoding.settings import Decoding, asked
 from aiayn.errors import ConfigError, DataError
 from aiayn.training.nonfinite import NonFiniteLossError
@@ -262,14 +263,14 @@ def test_a_dead_rank_is_reported_before_lightnings_launcher_kills_the_job(capsys
          "Continue from the newest checkpoint with resume=auto")]
 
 
-def _raised_in_a_spawned_rank(error: Exception) -> ProcessRaisedException:
-    """What ``ddp_spawn``'s launching process gets for ``error`` raised in a rank (with a cause):
+def _raised_in_a_spawned_rank(error: Exception, cause: Exception | None = None) -> ProcessRaisedException:
+    """What ``ddp_spawn``'s launching process gets for ``error`` raised in a rank (from ``cause``):
     the rank's traceback as text, under torch's own header (torch.multiprocessing.spawn)."""
     try:
         try:
-            raise OSError("what went before it")
-        except OSError as cause:
-            raise error from cause
+            raise cause or OSError("what went before it")
+        except OSError as before:
+            raise error from before
     except Exception:  # noqa: BLE001  the rank's torch.multiprocessing._wrap catches any
         trace = traceback.format_exc()
     return ProcessRaisedException(f"\n\n-- Process 1 terminated with the following error:\n{trace}", 1, 4321)
@@ -284,3 +285,43 @@ def test_a_user_error_of_a_spawned_rank_is_made_again_as_itself() -> None:
     assert type(user_error_of_a_rank(_raised_in_a_spawned_rank(ConfigError("optim.lr: no")))) is ConfigError
     assert user_error_of_a_rank(_raised_in_a_spawned_rank(RuntimeError("aiayn.errors.DataError: a bug's"))) is None
     assert user_error_of_a_rank(DataError("not of a rank")) is None
+
+
+@pytest.mark.parametrize("error", [
+    OSError(errno.ENOSPC, "No space left on device", "/runs/x/checkpoints/last.ckpt"),
+    OSError(errno.EDQUOT, "Disk quota exceeded"),
+    PermissionError(errno.EACCES, "Permission denied", "/data/it's.en"),
+    FileNotFoundError(errno.ENOENT, "No such file or directory", "/data/a.en", None, "/data/b.en"),
+    IsADirectoryError(errno.EISDIR, "Is a directory", "/data"),
+    OSError(errno.EROFS, "Read-only file system", "/ro/out"),
+    PermissionError("not permitted"),
+])
+def test_an_os_error_of_a_spawned_rank_reads_as_in_one_process(error: OSError) -> None:
+    """A full disk, a path not there, not permitted, a read-only disk, raised in a ``ddp_spawn``
+    rank: made again from the rank's text, it is the one line and exit status 2 of one process."""
+    again = os_error_of_a_rank(_raised_in_a_spawned_rank(error))
+    assert type(again) is type(error) and str(again) == str(error)
+    assert describe(again, OmegaConf.create({"out": "o"})) == describe(error, OmegaConf.create({"out": "o"}))
+    assert describe(again)[1] == USER_ERROR
+
+
+def test_a_full_disk_behind_a_spawned_ranks_error_reads_as_in_one_process() -> None:
+    """torch's writer raises a RuntimeError from the failed write: the full disk it was raised
+    from is what one process says, and what the launching process says too."""
+    full = OSError(errno.ENOSPC, "No space left on device", "/runs/x/last.ckpt")
+    error = RuntimeError("[enforce fail at inline_container.cc:778] . unexpected pos 64 vs 0")
+    again = os_error_of_a_rank(_raised_in_a_spawned_rank(error, full))  # (error.__cause__ is full now)
+    assert describe(again) == describe(error) and describe(again)[1] == USER_ERROR
+
+
+def test_other_errors_of_a_spawned_rank_are_no_os_error_said_in_one_line() -> None:
+    """An OSError of another errno (a refused connection), one not raised in a rank, a path not
+    there behind another error (one process says that with its traceback): None."""
+    refused = OSError(errno.ECONNREFUSED, "Connection refused", "/tmp/socket")
+    assert os_error_of_a_rank(_raised_in_a_spawned_rank(refused)) is None
+    assert describe(refused) is None
+    assert os_error_of_a_rank(_raised_in_a_spawned_rank(RuntimeError("OSError: [Errno 28] no"))) is None
+    missing = FileNotFoundError(errno.ENOENT, "No such file or directory", "a")
+    assert os_error_of_a_rank(missing) is None
+    assert os_error_of_a_rank(_raised_in_a_spawned_rank(RuntimeError("a bug"), missing)) is None
+    assert os_error_of_a_rank(_raised_in_a_spawned_rank(DataError("FileNotFoundError: [Errno 2] x: 'a'"))) is None

@@ -18,7 +18,8 @@ stopped on its own is one line and exit status 1: non-finite losses too many ste
 a row (``NonFiniteLossError``), or another DDP rank that died (this rank's collective lost its
 peer, or ``ddp_spawn`` saw a child exit or raise); the line says to continue with ``resume=auto``.
 A user error a ``ddp_spawn`` rank raised is the user error itself: train makes it again in the
-launching process (aiayn.cli.rank_errors.user_error_of_a_rank), its one line and exit status 2.
+launching process (aiayn.cli.rank_errors.user_error_of_a_rank), its one line and exit status 2;
+so too a rank's full disk, path not there, not permitted, read-only disk (os_error_of_a_rank).
 
 Before the task function runs, Hydra composes the config: an override it cannot parse or apply,
 a group option that does not exist, an interpolation it cannot resolve is also one line and exit

@@ -1,15 +1,20 @@
 """How a DDP job's failures read: another rank gone (a child of ``ddp_spawn`` that died, a
 collective that lost its peer), the other nodes of a multi-node run that never joined, or an error
-the user can fix raised in a rank of ``ddp_spawn`` (:func:`user_error_of_a_rank`). Exception
+the user can fix raised in a rank of ``ddp_spawn`` (:func:`user_error_of_a_rank`,
+:func:`os_error_of_a_rank`). Exception
 classes are looked up in ``sys.modules``, as aiayn.cli.errors does: nothing of torch is imported."""
 
 from __future__ import annotations
 
+import ast
+import builtins
+import errno
 import re
 import sys
 from typing import Any
 
 from aiayn.errors import UserError
+from aiayn.files import no_room
 
 
 def is_a(error: BaseException, module: str, name: str) -> bool:
@@ -45,31 +50,81 @@ def never_joined(error: BaseException, cfg: Any) -> str | None:
             "MASTER_ADDR=<node 0's address> MASTER_PORT=<one free port for all> NODE_RANK=k set, node 0 first")
 
 
+_HEADER = "Traceback (most recent call last):"
+
+
+def _raised(error: BaseException) -> list[list[str]]:
+    """What a rank of ``ddp_spawn`` raised, as torch gives it to the launching process (the rank's
+    traceback as text, in a ``ProcessRaisedException``): for each error of its chain, the cause
+    first, the lines from the one it ended with on (the first after its traceback header that is
+    not a frame: frames are indented), ``<module>.<class>: <message>``; [] for any other error."""
+    if not is_a(error, "torch.multiprocessing", "ProcessRaisedException"):
+        return []
+    raised = []
+    for block in str(error).split(_HEADER)[1:]:
+        lines = block.splitlines()
+        first = next((at for at, line in enumerate(lines) if line.strip() and not line[0].isspace()), None)
+        raised.append(lines[first:] if first is not None else [])
+    return raised
+
+
 def user_error_of_a_rank(error: BaseException) -> UserError | None:
     """The :class:`UserError` a rank of ``ddp_spawn`` raised (a test split found damaged, a setting
-    refused as the data loads), made again in the launching process: its class and message; None
-    for any other error. torch gives that process the rank's traceback as text alone, in a
-    ``ProcessRaisedException``; the error it ended with is the first line after the last traceback
-    header that is not a frame (frames are indented), ``<module>.<class>: <message>``, the message
-    running to the end. A class of a module this process never imported is not taken for one."""
-    if not is_a(error, "torch.multiprocessing", "ProcessRaisedException"):
+    refused as the data loads), made again in the launching process: its class and message (it runs
+    to the end of the text); None for any other error. A class of a module this process never
+    imported is not taken for one."""
+    lines = (_raised(error) or [[]])[-1]
+    if not lines:
         return None
-    text = str(error)
-    header = "Traceback (most recent call last):"
-    lines = text[text.rfind(header) + len(header):].splitlines() if header in text else []
-    first = next((at for at, line in enumerate(lines) if line.strip() and not line[0].isspace()), None)
-    if first is None:
-        return None
-    name, _, message = lines[first].partition(": ")
+    name, _, message = lines[0].partition(": ")
     module, _, kind_name = name.rpartition(".")
     kind = getattr(sys.modules.get(module), kind_name, None) if module else None
     if not (isinstance(kind, type) and issubclass(kind, UserError)):
         return None
-    message = "\n".join([message, *lines[first + 1:]]).strip()
+    message = "\n".join([message, *lines[1:]]).strip()
     try:
         return kind(message)
     except TypeError:  # a class that is made otherwise: the message, as a UserError
         return UserError(message)
+
+
+_SAID_IN_ONE_LINE = (FileNotFoundError, IsADirectoryError, PermissionError)  # aiayn.cli.errors.describe's
+_OS_ERROR = re.compile(r"(\w+): (?:\[Errno (\d+)\] (.*?)(?:: (.*))?|(.*))")
+
+
+def os_error_of_a_rank(error: BaseException) -> OSError | None:
+    """The OSError a rank of ``ddp_spawn`` raised that aiayn.cli.errors says in one line (a full
+    disk, a quota or a file-size limit, also as the cause of the error the rank ended with; a path
+    not there, a folder, not permitted; a read-only disk), made again in the launching process: its
+    builtin class, errno, strerror and file names as Python prints them (``OSError: [Errno 28] No
+    space left on device: '/path'``); None for any other error."""
+    chain = _raised(error)
+    for at, lines in reversed(list(enumerate(chain))):
+        found = _OS_ERROR.fullmatch(lines[0]) if lines else None
+        kind = getattr(builtins, found[1], None) if found else None
+        if not (isinstance(kind, type) and issubclass(kind, OSError)):
+            continue
+        try:
+            again = kind(found[5]) if found[2] is None else kind(
+                int(found[2]), found[3], *_names(found[4]) if found[4] is not None else ())
+        except TypeError:  # a class made otherwise (BlockingIOError's third argument is a count)
+            continue
+        last = at == len(chain) - 1  # the error itself; one it was raised from counts only for want of room
+        if no_room(again) or last and (isinstance(again, _SAID_IN_ONE_LINE) or again.errno == errno.EROFS):
+            return again
+    return None
+
+
+def _names(text: str) -> tuple[Any, ...]:
+    """(filename,) or (filename, None, filename2) from ``'a'`` or ``'a' -> 'b'`` (reprs)."""
+    for at in [None, *(match.start() for match in re.finditer(" -> ", text))]:
+        try:
+            if at is None:
+                return (ast.literal_eval(text),)
+            return ast.literal_eval(text[:at]), None, ast.literal_eval(text[at + 4:])
+        except (ValueError, SyntaxError):
+            continue
+    return (text,)  # a name not printed as a literal (a Path object's repr): as it reads
 
 
 def a_rank_failed(error: BaseException) -> bool:

@@ -38,7 +38,7 @@ from aiayn.cli.errors import (
     user_error_within,
 )
 from aiayn.cli.hydra_options import shown_part
-from aiayn.cli.rank_errors import user_error_of_a_rank
+from aiayn.cli.rank_errors import os_error_of_a_rank, user_error_of_a_rank
 from aiayn.cli.weights_tested import Tested, tested, weights_before_test
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import MODIFIED, row_changes
@@ -164,9 +164,9 @@ def _fit_and_test(config: dict, resume, datamodule, module, loggers, trainer, se
     except Stopped as stopped:  # a signal after training, in a single process (aiayn.training.after_training)
         raise Preempted(str(stopped)) from None
     except Exception as error:  # ddp_spawn: a rank's own error, which reaches this process as its traceback's text
-        if (raised := user_error_of_a_rank(error)) is None:
+        if (raised := user_error_of_a_rank(error) or os_error_of_a_rank(error)) is None:
             raise
-        raise raised from error  # the user's error, as one process raises it (one line, exit 2)
+        raise raised from error  # the user's error (or a full disk, a path not there), as one process raises it
     if trainer.is_global_zero and results:
         weights = tested(config)  # §6.1's average or the best validation's model (WeightsBeforeTest); None: the last
         which = f" ({weights.described()})" if weights else ""
