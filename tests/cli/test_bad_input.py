@@ -108,8 +108,9 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["trainer.val_check_interval=0"], "train.py: trainer.val_check_interval must be a whole number of steps"),
     # Text where the plan reads a number (before: "ValueError raised while resolving interpolation: Unknown format
     # code 'g' for object of type 'str'.", "TypeError ... '>' not supported between instances of 'str' and 'int'.").
-    (["trainer.val_check_interval=abc"], ("train.py: trainer.val_check_interval must be a whole number of steps (or a "
-                                          "fraction of an epoch in (0, 1]), got 'abc'")),
+    (["trainer.val_check_interval=abc"], ("train.py: trainer.val_check_interval must be a whole number of steps (null: "
+                                          "every epoch; a run validates across epochs, not at a fraction of one), got "
+                                          "'abc'")),
     (["trainer.min_steps=abc"], "train.py: trainer.min_steps must be a whole number of steps, 0 or more"),
     # A second address of the run's length (optim.train_steps), and early stopping without validation.
     (["trainer.max_steps=3"], ("train.py: trainer.max_steps=3 differs from optim.train_steps=4, the run's steps "

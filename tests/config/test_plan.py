@@ -122,8 +122,7 @@ def test_the_plan_says_whether_and_when_validation_runs() -> None:
     assert (off["validation"], off["validate_every_steps"]) == ("never (trainer.limit_val_batches=0)", None)
     config = {**OmegaConf.to_container(composed("debug=tiny", "trainer.limit_val_batches=0")), "plan": off}
     assert "  4 steps, warmup 2, validation never (trainer.limit_val_batches=0)" in describe(off, config).splitlines()
-    assert make_plan(composed("debug=tiny", "trainer.val_check_interval=0.5"), LAPTOP)["validation"] == \
-        "every 0.5 of an epoch"
+    assert make_plan(composed("debug=tiny", "trainer.val_check_interval=null"), LAPTOP)["validation"] == "every epoch"
     timed = composed("debug=tiny", "trainer.max_time=00:01:00:00")  # the one setting that may end training sooner
     lines = describe(plan := make_plan(timed, LAPTOP), {**OmegaConf.to_container(timed), "plan": plan}).splitlines()
     assert "  4 steps (or trainer.max_time=00:01:00:00, whichever comes first), warmup 2, validation every 2 steps" in lines
@@ -133,6 +132,26 @@ def test_the_plan_says_whether_and_when_validation_runs() -> None:
             "validation and test, no checkpoint, no logger), warmup 2, validation every 2 steps") in lines
     # A lower bound the run meets is let be.
     assert make_plan(composed("debug=tiny", "trainer.min_steps=3"), LAPTOP)["validation"] == "every 2 steps"
+
+
+@pytest.mark.parametrize("interval", ["2", "null", "0.5", "1.0"])
+def test_lightning_takes_every_validation_interval_the_plan_accepts(interval: str, tmp_path: Path) -> None:
+    """What the plan accepts, Lightning's Trainer builds with; a fraction of an epoch is refused by the plan, naming
+    the setting (before: planned as "every 0.5 of an epoch", then refused by Lightning's Trainer for its
+    check_val_every_n_epoch=None, which the plan keeps)."""
+    import lightning as L
+
+    cfg = composed("debug=tiny", f"trainer.val_check_interval={interval}")
+    try:
+        plan = make_plan(cfg, LAPTOP)
+    except ConfigError as refused:
+        assert interval in ("0.5", "1.0")
+        assert str(refused) == ("trainer.val_check_interval must be a whole number of steps (null: every epoch; a run "
+                                f"validates across epochs, not at a fraction of one), got {interval}")
+        return
+    L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+              default_root_dir=tmp_path, check_val_every_n_epoch=cfg.trainer.check_val_every_n_epoch,
+              val_check_interval=plan["trainer"]["val_check_interval"])
 
 
 @pytest.mark.parametrize("override, message", [
@@ -179,6 +198,10 @@ def test_a_trainer_setting_that_would_train_other_steps_than_the_plan_says_is_re
                                  "more (Lightning's smoke test), got -1")),
     ("trainer.gradient_clip_algorithm=sideways", ("train.py: trainer.gradient_clip_algorithm must be norm or value "
                                                   "(null: norm), got 'sideways'")),
+    # A fraction of an epoch, which Lightning takes only with check_val_every_n_epoch set, which the plan keeps null
+    # (before: shown as "validation every 0.5 of an epoch", exit 0; the run: Lightning's refusal of that null).
+    ("trainer.val_check_interval=0.5", ("train.py: trainer.val_check_interval must be a whole number of steps (null: "
+                                        "every epoch; a run validates across epochs, not at a fraction of one), got 0.5")),
 ])
 def test_cfg_job_refuses_what_the_run_would_in_one_line(override: str, line: str, tmp_path: Path) -> None:
     result = run_tool("src/train.py", "debug=tiny", override, "--cfg", "job", cwd=tmp_path, check=False)

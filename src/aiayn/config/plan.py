@@ -182,8 +182,8 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
         "tokens_per_step": step.tokens_per_step,
         "accumulation_derived": step.derived,
         "batch_limit": limit.describe(step.tokens_per_batch),
-        # trainer.val_check_interval as set, in optimizer steps (the trainer's above counts batches); null: a
-        # fraction of an epoch, or no validation (trainer.limit_val_batches=0), as `validation` says
+        # trainer.val_check_interval as set, in optimizer steps (the trainer's above counts batches); null: every
+        # epoch, or no validation (trainer.limit_val_batches=0), as `validation` says
         "validate_every_steps": every if steps and trainer.get("limit_val_batches") != 0 else None,
         "validation": validation(trainer, every if steps else None),
     }

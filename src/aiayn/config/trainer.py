@@ -99,13 +99,15 @@ def check_length(trainer: Mapping[str, Any], train_steps: Any) -> None:
 
 
 def check_validation_interval(trainer: Mapping[str, Any]) -> None:
-    """A ConfigError unless ``trainer.val_check_interval`` is a whole number of steps or a fraction
-    of an epoch in (0, 1] (null: every epoch), which the plan counts and describes."""
+    """A ConfigError unless ``trainer.val_check_interval`` is a whole number of steps (null: every
+    epoch), which the plan counts and describes. A fraction of an epoch is refused here: Lightning
+    takes one only with ``trainer.check_val_every_n_epoch`` set, which :func:`check_length` keeps
+    null (before: shown as planned by ``--cfg job``, then refused by Lightning's Trainer naming
+    ``check_val_every_n_epoch=None``)."""
     interval = trainer.get("val_check_interval")
-    if interval is not None and (isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0
-                                 or (isinstance(interval, float) and interval > 1.0)):
-        raise ConfigError(f"trainer.val_check_interval must be a whole number of steps (or a fraction of an epoch "
-                          f"in (0, 1]), got {interval!r}")
+    if interval is not None and (not _whole(interval) or interval <= 0):
+        raise ConfigError(f"trainer.val_check_interval must be a whole number of steps (null: every epoch; a run "
+                          f"validates across epochs, not at a fraction of one), got {interval!r}")
 
 
 # Lightning's batch limits, each a fraction of the batches or a whole number of them, and what null means.
@@ -168,14 +170,11 @@ def stopped_sooner(trainer: Mapping[str, Any]) -> str:
 
 def validation(trainer: Mapping[str, Any], every_steps: int | None) -> str:
     """When a run of these ``trainer.*`` settings validates, as the plan says it: ``every_steps``
-    (trainer.val_check_interval in optimizer steps), a fraction of an epoch, or never
+    (trainer.val_check_interval in optimizer steps), every epoch (null), or never
     (``trainer.limit_val_batches=0``)."""
     if trainer.get("limit_val_batches") == 0:
         return "never (trainer.limit_val_batches=0)"
-    if every_steps:
-        return f"every {every_steps:,} steps"
-    interval = trainer.get("val_check_interval")
-    return "every epoch" if interval in (None, 1.0) else f"every {interval:g} of an epoch"
+    return f"every {every_steps:,} steps" if every_steps else "every epoch"
 
 
 def _whole(value: Any) -> bool:
