@@ -109,6 +109,23 @@ def test_an_explicit_batch_wins_and_the_cpu_keeps_its_batches() -> None:
         assert (plain["trainer"]["accumulate_grad_batches"], plain["tokens_per_batch"]) == (1, 3400)
 
 
+@pytest.mark.parametrize(("overrides", "why"), [
+    (("model=base", "task=wmt_en_de", "trainer.accumulate_grad_batches=3"),
+     ("as trainer.accumulate_grad_batches=3 is given (auto sizes a batch to the step only where the accumulation is "
+      "derived from optim.tokens_per_step)")),
+    (("task=wmt_en_de",), "as the recipe sets no optim.tokens_per_step to split"),
+])
+def test_the_batch_line_says_why_a_gpu_gets_the_plain_batch(overrides: tuple[str, ...], why: str) -> None:
+    """On a GPU, auto's 3,400-token batch where no step is split says why (before: "without a GPU to size it")."""
+    cfg = composed(*overrides)
+    plan = make_plan(cfg, gpu(85.0))
+    line = f"task.datamodule.max_tokens=auto: at most 3,400 tokens a batch, {why}"
+    assert (plan["trainer"]["accelerator"], plan["tokens_per_batch"], plan["batch_limit"]) == ("gpu", 3400, line)
+    assert f"  batch: {line}" in describe(plan, {**OmegaConf.to_container(cfg), "plan": plan}).splitlines()
+    laptop = make_plan(composed("model=base", "task=wmt_en_de"), Machine(gpus=0, cpu_cores=2))  # a step to split
+    assert laptop["batch_limit"] == "task.datamodule.max_tokens=auto: at most 3,400 tokens a batch without a GPU to size it"
+
+
 def test_a_batch_that_is_neither_a_number_nor_auto_is_refused_in_one_line() -> None:
     with pytest.raises(ConfigError, match=r"^task.datamodule.max_tokens must be a positive whole number or auto"):
         make_plan(composed("task=wmt_en_de", "task.datamodule.max_tokens=many"), gpu(85.0))

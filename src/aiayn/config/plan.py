@@ -103,13 +103,15 @@ class BatchLimit:
     device_bytes: int | None = None
     assumed: bool = False  # the GPU's memory is not known here: ASSUMED_GPU_MEMORY
     whole_share: bool = False  # the process's whole share of the step fits one batch
+    plain_because: str | None = None  # why auto gives PLAIN_BATCH_TOKENS on any hardware; None: no GPU to size it
 
     def describe(self, batch: int) -> str | None:
         """Why batches of ``batch`` tokens under ``max_tokens=auto``: what fits where (None for a number)."""
         if self.setting != AUTO:
             return None
         if not self.on_gpu:
-            return f"task.datamodule.max_tokens=auto: at most {PLAIN_BATCH_TOKENS:,} tokens a batch without a GPU to size it"
+            why = f", as {self.plain_because}" if self.plain_because else " without a GPU to size it"
+            return f"task.datamodule.max_tokens=auto: at most {PLAIN_BATCH_TOKENS:,} tokens a batch{why}"
         assumed = " (assumed: its memory is not known here)" if self.assumed else ""
         fits = "the process's share of the step fits one batch" if self.whole_share else \
             f"at most {self.tokens:,} tokens fit one batch"
@@ -129,9 +131,12 @@ def batch_limit(config: Mapping[str, Any], placement: Placement, machine: Machin
             raise ConfigError(f"task.datamodule.max_tokens must be a positive whole number or auto (the most the "
                               f"machine holds of the step), got {setting!r}")
         return BatchLimit(setting, setting)
-    tokens_per_step = config["optim"].get("tokens_per_step")
-    if tokens_per_step is None or config["trainer"].get("accumulate_grad_batches") is not None:
-        return BatchLimit(PLAIN_BATCH_TOKENS, setting)
+    tokens_per_step, accumulate = config["optim"].get("tokens_per_step"), config["trainer"].get("accumulate_grad_batches")
+    if tokens_per_step is None or accumulate is not None:  # on a GPU too (before: said "without a GPU to size it")
+        why = "the recipe sets no optim.tokens_per_step to split" if tokens_per_step is None else (
+            f"trainer.accumulate_grad_batches={accumulate} is given (auto sizes a batch to the step only where the "
+            "accumulation is derived from optim.tokens_per_step)")
+        return BatchLimit(PLAIN_BATCH_TOKENS, setting, plain_because=why)
     share = math.ceil(_positive(tokens_per_step, "optim.tokens_per_step") / placement.processes)
     if placement.accelerator != "gpu":
         return BatchLimit(min(share, PLAIN_BATCH_TOKENS), setting)
