@@ -131,6 +131,24 @@ def test_a_batch_that_is_neither_a_number_nor_auto_is_refused_in_one_line() -> N
         make_plan(composed("task=wmt_en_de", "task.datamodule.max_tokens=many"), gpu(85.0))
 
 
+@pytest.mark.parametrize("machine", [gpu(85.0), gpu(85.0, gpus=8), Machine(gpus=0, cpu_cores=2)])
+def test_a_batch_too_small_for_one_pair_is_refused_naming_the_batch_not_the_step(machine: Machine) -> None:
+    """task.datamodule.max_tokens=100 under a recipe of 25,000 tokens a step: the batch is what holds no pair of 256
+    subwords, as the run's checks say (before: "optim.tokens_per_step=25000 shared by 1 training processes gives
+    batches of 100 tokens ...; train on fewer processes, raise optim.tokens_per_step ...")."""
+    devices = [f"trainer.devices={machine.gpus}"] if machine.gpus > 1 else []
+    with pytest.raises(ConfigError) as refused:
+        make_plan(composed("model=base", "task=wmt_en_de", "task.datamodule.max_tokens=100", *devices), machine)
+    assert str(refused.value) == ("task.datamodule.max_tokens=100 cannot hold one pair of max_length=256 subwords plus "
+                                  "BOS/EOS; raise max_tokens to at least 258 or lower max_length")
+    # A step too small for its processes names the step, and fewer processes only where there are several.
+    with pytest.raises(ConfigError) as refused:
+        make_plan(composed("model=base", "task=wmt_en_de", "optim.tokens_per_step=200"), machine)
+    assert str(refused.value).startswith("optim.tokens_per_step=200 shared by 1 training process gives batches of 200 "
+                                         "tokens, too few for one pair of task.datamodule.max_length=256 subwords plus "
+                                         "BOS/EOS; raise optim.tokens_per_step")
+
+
 def test_a_gpu_too_small_for_the_weights_is_refused_in_one_line() -> None:
     with pytest.raises(ConfigError, match=r"^task.datamodule.max_tokens=auto: the model's weights and optimizer "
                                           r"state \(~3.8 GB\) leave room for 0 tokens a batch on a GPU of 4 GB"):

@@ -84,10 +84,11 @@ def step_size(processes: int, max_tokens: Any, max_length: Any = None, tokens_pe
     accumulate = math.ceil(tokens_per_step / (processes * max_tokens))
     batch = tokens_per_step // (processes * accumulate)
     if max_length is not None and batch < max_length + 2:
+        fewer = "train on fewer processes, " if processes > 1 else ""
         raise ConfigError(
-            f"optim.tokens_per_step={tokens_per_step} shared by {processes} training processes gives batches of "
-            f"{batch} tokens, too few for one pair of task.datamodule.max_length={max_length} subwords plus BOS/EOS; "
-            f"train on fewer processes, raise optim.tokens_per_step or lower task.datamodule.max_length")
+            f"optim.tokens_per_step={tokens_per_step} shared by {count(processes, 'training process')} gives batches "
+            f"of {batch} tokens, too few for one pair of task.datamodule.max_length={max_length} subwords plus "
+            f"BOS/EOS; {fewer}raise optim.tokens_per_step or lower task.datamodule.max_length")
     return StepSize(batch, accumulate, processes * accumulate * batch, derived=True)
 
 
@@ -130,6 +131,10 @@ def batch_limit(config: Mapping[str, Any], placement: Placement, machine: Machin
         if isinstance(setting, bool) or not isinstance(setting, int) or setting < 1:
             raise ConfigError(f"task.datamodule.max_tokens must be a positive whole number or auto (the most the "
                               f"machine holds of the step), got {setting!r}")
+        longest = data.get("max_length")  # as the run's checks say it (before: blamed optim.tokens_per_step)
+        if isinstance(longest, int) and not isinstance(longest, bool) and setting < longest + 2:
+            raise ConfigError(f"task.datamodule.max_tokens={setting} cannot hold one pair of max_length={longest} "
+                              f"subwords plus BOS/EOS; raise max_tokens to at least {longest + 2} or lower max_length")
         return BatchLimit(setting, setting)
     tokens_per_step, accumulate = config["optim"].get("tokens_per_step"), config["trainer"].get("accumulate_grad_batches")
     if tokens_per_step is None or accumulate is not None:  # on a GPU too (before: said "without a GPU to size it")
