@@ -126,6 +126,19 @@ def test_the_hardware_groups_are_kept_as_given(group, machine, expected) -> None
     assert summary(place(machine, accelerator, devices, strategy, precision, 1)) == expected
 
 
+@pytest.mark.parametrize("precision", ["16-mixed", "16", 16])
+def test_fp16_mixed_precision_on_the_cpu_is_refused_in_one_line(precision) -> None:
+    """Lightning trains ``16-mixed`` on the CPU as bf16-mixed (a warning), so the plan would say another precision
+    than the run's (before: the plan said 16-mixed)."""
+    for machine, devices in ((LAPTOP, None), (NODE_8_A100, 2)):
+        with pytest.raises(ConfigError) as refused:
+            place(machine, "cpu", devices, "auto", precision)
+        assert str(refused.value) == (f"trainer.precision={precision}: fp16 mixed precision runs on GPUs only (on the "
+                                      "CPU Lightning trains in bf16-mixed instead); give trainer.precision=bf16-mixed "
+                                      "or 32-true (auto: 32-true on the CPU)")
+    assert summary(place(ONE_H100, "gpu", 1, "auto", precision)) == ("gpu", 1, "auto", str(precision), 1)
+
+
 def test_explicit_settings_mix_with_auto() -> None:
     assert summary(place(NODE_8_A100, "auto", 2, "auto", "32-true")) == ("gpu", 2, "ddp", "32-true", 2)
     assert summary(place(NODE_8_A100, "cuda", 4, "fsdp", "auto")) == ("gpu", 4, "fsdp", "bf16-mixed", 4)

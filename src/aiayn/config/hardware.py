@@ -21,7 +21,8 @@ The default, ``hardware=auto`` (conf/hardware/auto.yaml), leaves ``trainer.accel
 
 A setting given explicitly — by a hardware group (``cpu``, ``gpu``, ``gpu8_ddp``, ``cpu2_ddp``)
 or on the command line — is kept, and checked against the machine: no more CPU processes than
-cores, no more GPUs than there are, no GPU on a machine without one.
+cores, no more GPUs than there are, no GPU on a machine without one, no fp16 mixed precision on
+the CPU (where Lightning would train in bf16-mixed instead).
 
 :func:`place` is a pure function of a :class:`Machine` and the settings, so that the decision for
 a machine of 8 GPUs is tested on one without any.
@@ -95,6 +96,10 @@ def place(machine: Machine, accelerator: Any = AUTO, devices: Any = None, strate
         chosen = "ddp_spawn" if multirun and not machine.cluster_launched else "ddp"
     if _given(precision):
         chosen_precision = str(precision)
+        if kind == "cpu" and chosen_precision in ("16-mixed", "16"):  # Lightning would swap in bf16-mixed, unsaid
+            raise ConfigError(f"trainer.precision={precision}: fp16 mixed precision runs on GPUs only (on the CPU "
+                              "Lightning trains in bf16-mixed instead); give trainer.precision=bf16-mixed or 32-true "
+                              "(auto: 32-true on the CPU)")
     elif kind == "gpu":
         chosen_precision = "bf16-mixed" if machine.bf16 else "16-mixed"
     else:
