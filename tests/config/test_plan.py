@@ -89,6 +89,23 @@ def test_the_base_recipe_trains_the_same_step_on_any_number_of_gpus(gpus: int) -
     assert fixed["trainer"]["val_check_interval"] == 1000 * accumulate and fixed["validate_every_steps"] == 1000
 
 
+def test_an_epoch_cut_inside_a_step_of_accumulated_batches_is_refused_in_one_line() -> None:
+    """trainer.limit_train_batches=10 under 8 accumulated batches: Lightning would step on batches 8 and 10, a step of
+    2 batches every other one, and validate every 8,000 batches, 1,600 steps (before: planned as 25,000 tokens a
+    step, validation every 1,000 steps)."""
+    for limit in ("10", "0.5", "1"):
+        with pytest.raises(ConfigError) as refused:
+            make_plan(composed("model=base", "task=wmt_en_de", f"trainer.limit_train_batches={limit}"), LAPTOP)
+        assert str(refused.value) == (f"trainer.limit_train_batches={limit} ends an epoch inside a step of 8 "
+                                      "accumulated batches, which Lightning would take short (fewer tokens than the "
+                                      "plan's step, validation off its steps); give a whole number of batches, a "
+                                      "multiple of 8 (null: every batch)")
+    for limit in ("16", "1.0", "null"):  # whole steps, and on 8 GPUs (no accumulation) any limit
+        assert make_plan(composed("model=base", "task=wmt_en_de", f"trainer.limit_train_batches={limit}"), LAPTOP)
+    assert make_plan(composed("model=base", "task=wmt_en_de", "trainer.devices=8", "trainer.limit_train_batches=10"),
+                     NODE_8_H100)["trainer"]["accumulate_grad_batches"] == 1
+
+
 def test_the_big_model_is_p_drop_03_except_on_en_fr_and_the_command_line_still_wins() -> None:
     assert composed("model=big", "task=wmt_en_de").model.dropout == 0.3
     assert composed("model=big", "task=wmt_en_fr", "model.dropout=0.3").model.dropout == 0.3

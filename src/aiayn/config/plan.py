@@ -175,6 +175,7 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
     limit = batch_limit(config, placement, machine)
     step = step_size(placement.processes, limit.tokens, data.get("max_length"),
                      optim.get("tokens_per_step"), trainer.get("accumulate_grad_batches"))
+    _check_epoch_limit(trainer.get("limit_train_batches"), step.accumulate)
     every = interval = trainer.get("val_check_interval")
     steps = isinstance(interval, int) and not isinstance(interval, bool)
     if steps:
@@ -289,6 +290,17 @@ def measured_throughput(records: Path, model: str | None, accelerator: str, devi
         except (ValueError, KeyError, TypeError):
             continue  # a line of another format
     return found
+
+
+def _check_epoch_limit(limit: Any, accumulate: int) -> None:
+    """A ConfigError for ``trainer.limit_train_batches`` cutting an epoch inside a step of ``accumulate`` batches:
+    Lightning would take that step short (fewer tokens than the plan's, and validation off its steps)."""
+    valid = isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit >= 0  # else refused as Lightning's
+    if accumulate > 1 and valid and not (isinstance(limit, float) and limit == 1.0) and \
+            not (isinstance(limit, int) and limit % accumulate == 0):
+        raise ConfigError(f"trainer.limit_train_batches={limit} ends an epoch inside a step of {accumulate} accumulated "
+                          f"batches, which Lightning would take short (fewer tokens than the plan's step, validation off "
+                          f"its steps); give a whole number of batches, a multiple of {accumulate} (null: every batch)")
 
 
 def _positive(value: Any, setting: str) -> int:
