@@ -89,10 +89,15 @@ def test_the_base_recipe_trains_the_same_step_on_any_number_of_gpus(gpus: int) -
     assert fixed["trainer"]["val_check_interval"] == 1000 * accumulate and fixed["validate_every_steps"] == 1000
 
 
-def test_an_epoch_cut_inside_a_step_of_accumulated_batches_is_refused_in_one_line() -> None:
+def test_an_epoch_cut_inside_a_step_of_accumulated_batches_is_refused_in_one_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """trainer.limit_train_batches=10 under 8 accumulated batches: Lightning would step on batches 8 and 10, a step of
     2 batches every other one, and validate every 8,000 batches, 1,600 steps (before: planned as 25,000 tokens a
     step, validation every 1,000 steps)."""
+    monkeypatch.setattr("aiayn.config.resolvers.this_machine", lambda: LAPTOP)  # the plan as the run resolves it
+    with pytest.raises(Exception, match="trainer.limit_train_batches=10 ends an epoch inside a step of 8"):
+        OmegaConf.to_container(composed("model=base", "task=wmt_en_de", "trainer.limit_train_batches=10").plan,
+                               resolve=True)
     for limit in ("10", "0.5", "1"):
         with pytest.raises(ConfigError) as refused:
             make_plan(composed("model=base", "task=wmt_en_de", f"trainer.limit_train_batches={limit}"), LAPTOP)

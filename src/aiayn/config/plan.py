@@ -42,7 +42,7 @@ THROUGHPUT_RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "resul
 # The trainer.* settings the plan reads; train.py gives Lightning the plan's values of the first seven.
 PLANNED_TRAINER_SETTINGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches",
                             "val_check_interval", "max_steps", "max_epochs", "limit_val_batches", "min_steps",
-                            "min_epochs", "check_val_every_n_epoch", "max_time", "fast_dev_run")
+                            "min_epochs", "check_val_every_n_epoch", "max_time", "fast_dev_run", "limit_train_batches")
 # Lightning's precision names → the benchmarks' (train_throughput.py --precision).
 BENCHMARK_PRECISION = {"32-true": "fp32", "32": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
 # max_tokens=auto where no GPU's memory sizes the batch (the WMT tasks' batch before auto): on a CPU, batches of at
