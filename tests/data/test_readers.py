@@ -10,6 +10,7 @@ import pytest
 from aiayn.data import multi30k
 from aiayn.data.multi30k import multi30k_files, multi30k_url
 from aiayn.data.readers import read_lines, read_parallel
+from aiayn.data.wmt.sgm import read_sgm
 from aiayn.errors import DataError
 
 
@@ -39,6 +40,24 @@ def test_only_the_line_terminator_is_stripped(tmp_path):
     path = tmp_path / "mixed.txt"
     path.write_bytes(b" lead\n\r\nwin\r\nin\rside\ntrail  \nlast")
     assert read_lines(path) == [" lead", "", "win", "in\rside", "trail  ", "last"]
+
+
+@pytest.mark.parametrize("name", ["bom.de", "bom.de.gz"])
+def test_a_byte_order_mark_opening_a_file_is_no_part_of_its_first_line(data_root, tmp_path, name):
+    # A file saved by a Windows editor: the reference read with its mark scores below the same text without.
+    lines = read_lines(data_root / "multi30k" / "val.de.gz")
+    data = "\ufeff".encode() + "".join(f"{line}\n" for line in lines).encode()
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    assert read_lines(path) == lines
+    assert read_lines(_written(tmp_path / "mid.txt", "\ufeffone\n\ufefftwo\n".encode())) == ["one", "\ufefftwo"]
+    sgm = data_root / "wmt14" / "sgm" / "newstest2014-deen-ref.de.sgm"
+    assert read_sgm(_written(tmp_path / "bom.sgm", b"\xef\xbb\xbf" + sgm.read_bytes())) == read_sgm(sgm)
+
+
+def _written(path, data: bytes):
+    path.write_bytes(data)
+    return path
 
 
 @pytest.mark.parametrize("name", ["bad.txt", "bad.txt.gz"])

@@ -17,7 +17,8 @@ __all__ = ["DataError", "count_pairs", "decode_lines", "iter_lines", "iter_paral
 
 def read_lines(path: str | os.PathLike) -> list[str]:
     """The lines of a UTF-8 text file (gzipped when the name ends in ``.gz``), without their
-    trailing ``"\\n"`` or ``"\\r\\n"``; anything else in a line is kept as it is."""
+    trailing ``"\\n"`` or ``"\\r\\n"`` nor a byte order mark opening the file; anything else in a
+    line is kept as it is."""
     return list(iter_lines(path))
 
 
@@ -64,10 +65,13 @@ def count_pairs(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> int
 
 def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
     """The UTF-8 lines of a binary stream (a file, ``sys.stdin.buffer``) as :func:`read_lines`
-    gives them; ``name`` is what an error calls the stream."""
+    gives them; ``name`` is what an error calls the stream. A byte order mark opening the stream
+    (files saved by Windows editors) is no part of the first line: kept, it would be a character
+    of the first reference that no hypothesis has, costing BLEU, and would hide an sgm file's
+    first tag."""
     for number, raw in enumerate(handle, start=1):
         try:
-            line = raw.decode("utf-8")
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as error:
             raise DataError(
                 f"{name}: line {number} is not valid UTF-8 "
