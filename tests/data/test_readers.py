@@ -60,6 +60,20 @@ def _written(path, data: bytes):
     return path
 
 
+def test_gzip_data_under_a_plain_name_and_plain_text_under_a_gz_name_say_which_name_to_give(data_root, tmp_path):
+    # Before: "line 1 is not valid UTF-8 …; re-encode the file as UTF-8", and "truncated or corrupt gzip after
+    # line 0 …; delete the file and download it again", for a corpus of one's own that has nowhere to come from.
+    gz = data_root / "multi30k" / "val.de.gz"
+    with pytest.raises(DataError) as info:
+        read_lines(_written(tmp_path / "valid.de", gz.read_bytes()))
+    assert str(info.value) == (f"{tmp_path / 'valid.de'}: gzip-compressed data, but not read as gzip (a name "
+                               "ending in .gz); name it valid.de.gz, or decompress it")
+    with pytest.raises(DataError) as info:
+        read_lines(_written(tmp_path / "test.de.gz", gzip.decompress(gz.read_bytes())))
+    assert str(info.value) == (f"{tmp_path / 'test.de.gz'}: not gzip data, though its name ends in .gz; if it is "
+                               "plain text, name it test.de, else delete it and download it again")
+
+
 @pytest.mark.parametrize("name", ["bad.txt", "bad.txt.gz"])
 def test_non_utf8_names_file_and_line(tmp_path, name):
     data = "erste\nzweite\ndritte \xff\nvierte\n".encode("latin-1")
@@ -86,7 +100,7 @@ def test_truncated_gz_names_file_and_last_good_line(data_root, tmp_path):
 def test_a_gz_file_that_is_not_gzip_is_a_data_error_naming_it(tmp_path):
     path = tmp_path / "page.gz"
     path.write_text("<html>404</html>\n")
-    with pytest.raises(DataError, match="corrupt gzip") as info:
+    with pytest.raises(DataError, match="not gzip data, though its name ends in .gz; .*download it again") as info:
         read_lines(path)
     assert str(path) in str(info.value)
 

@@ -12,6 +12,8 @@ from typing import BinaryIO
 
 from aiayn.errors import DataError
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
 __all__ = ["DataError", "count_pairs", "decode_lines", "iter_lines", "iter_parallel", "read_lines", "read_parallel"]
 
 
@@ -36,6 +38,9 @@ def iter_lines(path: str | os.PathLike) -> Iterator[str]:
     except FileNotFoundError:
         raise DataError(f"{path}: file not found; check the path or the data root") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        if count == 0 and isinstance(error, gzip.BadGzipFile) and not _starts_with(path, _GZIP_MAGIC):
+            raise DataError(f"{path}: not gzip data, though its name ends in .gz; if it is plain text, name it "
+                            f"{path.with_suffix('').name}, else delete it and download it again") from None
         raise DataError(
             f"{path}: truncated or corrupt gzip after line {count} (the last line read "
             f"successfully) ({error}); delete the file and download it again"
@@ -73,6 +78,10 @@ def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
         try:
             line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as error:
+            if number == 1 and raw.startswith(_GZIP_MAGIC):
+                fix = "decompress it first (zcat)" if str(name).startswith("<") else \
+                    f"name it {Path(name).name}.gz, or decompress it"
+                raise DataError(f"{name}: gzip-compressed data, but not read as gzip (a name ending in .gz); {fix}") from None
             raise DataError(
                 f"{name}: line {number} is not valid UTF-8 "
                 f"(byte {error.start + 1} of the line); re-encode the file as UTF-8"
@@ -80,6 +89,14 @@ def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
         if line.endswith("\n"):
             line = line[:-2] if line.endswith("\r\n") else line[:-1]
         yield line
+
+
+def _starts_with(path: Path, magic: bytes) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(magic)) == magic
+    except OSError:
+        return False
 
 
 def read_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> tuple[list[str], list[str]]:
