@@ -92,6 +92,28 @@ def test_changed_files_are_prepared_again_and_the_same_bytes_are_not(corpus: Pat
     assert train.stored_size == first.stored_size - 1 and second.prepared == first.directory
 
 
+def test_a_file_replaced_with_its_time_kept_is_prepared_again(corpus: Path, tmp_path: Path, caplog) -> None:
+    # Another file of the same size whose modification time was kept (cp -p, rsync -a, tar -x): only its
+    # change time and its bytes say it is not the file prepared (before: its stale preparation was reused).
+    for lang in ("en", "de"):
+        write_lines(corpus / f"train.{lang}", read_lines(corpus / f"train.{lang}.gz"))
+        (corpus / f"train.{lang}.gz").unlink()
+    cache = tmp_path / "cache"
+    prepared_train(module(corpus, cache))
+    source, lines = corpus / "train.en", read_lines(corpus / "train.en")
+    times = (source.stat().st_atime_ns, source.stat().st_mtime_ns)
+    replacement = tmp_path / "train.en"
+    write_lines(replacement, [lines[0][::-1], *lines[1:]])  # the same size, other bytes
+    assert replacement.stat().st_size == source.stat().st_size
+    shutil.copyfile(replacement, source)
+    os.utime(source, ns=times)
+    with caplog.at_level(logging.INFO, logger="aiayn.data"):
+        data = module(corpus, cache)
+        stored = MappedCorpus(prepared_train(data).directory, "train")
+    assert f"raw file {source} changed since the preparation" in caplog.text
+    assert stored[0][1] == data.vocab.encode([lines[0][::-1]])[0]
+
+
 def test_a_damaged_array_is_prepared_again(corpus: Path, tmp_path: Path, caplog) -> None:
     cache = tmp_path / "cache"
     data = module(corpus, cache)

@@ -10,6 +10,7 @@ import pytest
 from aiayn.data import multi30k
 from aiayn.data.multi30k import multi30k_files, multi30k_url
 from aiayn.data.readers import read_lines, read_parallel
+from aiayn.data.wmt.sgm import read_sgm
 from aiayn.errors import DataError
 
 
@@ -41,6 +42,38 @@ def test_only_the_line_terminator_is_stripped(tmp_path):
     assert read_lines(path) == [" lead", "", "win", "in\rside", "trail  ", "last"]
 
 
+@pytest.mark.parametrize("name", ["bom.de", "bom.de.gz"])
+def test_a_byte_order_mark_opening_a_file_is_no_part_of_its_first_line(data_root, tmp_path, name):
+    # A file saved by a Windows editor: the reference read with its mark scores below the same text without.
+    lines = read_lines(data_root / "multi30k" / "val.de.gz")
+    data = "\ufeff".encode() + "".join(f"{line}\n" for line in lines).encode()
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    assert read_lines(path) == lines
+    assert read_lines(_written(tmp_path / "mid.txt", "\ufeffone\n\ufefftwo\n".encode())) == ["one", "\ufefftwo"]
+    sgm = data_root / "wmt14" / "sgm" / "newstest2014-deen-ref.de.sgm"
+    assert read_sgm(_written(tmp_path / "bom.sgm", b"\xef\xbb\xbf" + sgm.read_bytes())) == read_sgm(sgm)
+
+
+def _written(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+def test_gzip_data_under_a_plain_name_and_plain_text_under_a_gz_name_say_which_name_to_give(data_root, tmp_path):
+    # Before: "line 1 is not valid UTF-8 …; re-encode the file as UTF-8", and "truncated or corrupt gzip after
+    # line 0 …; delete the file and download it again", for a corpus of one's own that has nowhere to come from.
+    gz = data_root / "multi30k" / "val.de.gz"
+    with pytest.raises(DataError) as info:
+        read_lines(_written(tmp_path / "valid.de", gz.read_bytes()))
+    assert str(info.value) == (f"{tmp_path / 'valid.de'}: gzip-compressed data, but not read as gzip (a name "
+                               "ending in .gz); name it valid.de.gz, or decompress it")
+    with pytest.raises(DataError) as info:
+        read_lines(_written(tmp_path / "test.de.gz", gzip.decompress(gz.read_bytes())))
+    assert str(info.value) == (f"{tmp_path / 'test.de.gz'}: not gzip data, though its name ends in .gz; if it is "
+                               "plain text, name it test.de, else delete it and download it again")
+
+
 @pytest.mark.parametrize("name", ["bad.txt", "bad.txt.gz"])
 def test_non_utf8_names_file_and_line(tmp_path, name):
     data = "erste\nzweite\ndritte \xff\nvierte\n".encode("latin-1")
@@ -67,7 +100,7 @@ def test_truncated_gz_names_file_and_last_good_line(data_root, tmp_path):
 def test_a_gz_file_that_is_not_gzip_is_a_data_error_naming_it(tmp_path):
     path = tmp_path / "page.gz"
     path.write_text("<html>404</html>\n")
-    with pytest.raises(DataError, match="corrupt gzip") as info:
+    with pytest.raises(DataError, match="not gzip data, though its name ends in .gz; .*download it again") as info:
         read_lines(path)
     assert str(path) in str(info.value)
 

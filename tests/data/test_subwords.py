@@ -106,6 +106,19 @@ def test_a_text_of_more_characters_than_the_vocabulary_says_to_raise_vocab_size(
     assert train_or_load(lines, 3005, tmp_path).vocab_size == 3005  # as that says
 
 
+def test_a_text_whose_lines_end_in_a_carriage_return_alone_says_so(data_root, tmp_path):
+    """Old Mac line ends: each file reads as one line, longer than sentencepiece takes (before: "sentencepiece
+    training … failed: INTERNAL: src/trainer_interface.cc(467) [!sentences_.empty()]")."""
+    sides = ["\r".join(read_lines(data_root / "multi30k" / f"train.{lang}.gz")[:2000]) for lang in ("en", "de")]
+    with pytest.raises(DataError) as info:
+        train_or_load(sides, 500, tmp_path)
+    longest = max(len(side.encode()) for side in sides)
+    assert str(info.value) == (f"none of the 2 training lines is one sentencepiece learns from: each is empty or "
+                               f"over its 4,192 bytes (the longest has {longest:,}); a file whose lines end in a "
+                               "carriage return alone (old Mac files) reads as one line: end its lines in \\n "
+                               "(tr '\\r' '\\n')")
+
+
 def test_training_subwords_on_no_lines_is_a_data_error(tmp_path):
     with pytest.raises(DataError, match="no lines"):
         train_or_load([], 500, tmp_path)

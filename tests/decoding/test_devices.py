@@ -8,6 +8,7 @@ CPU and copied to each device as it is asked for, TreeConstraint.tables)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,14 @@ def test_perplexity_names_its_devices(model: Transformer, vocab: Subwords, monke
     with count_host_syncs() as syncs:
         perplexity(model, vocab, sources, references, max_tokens=40)
     assert dict(syncs.kinds) == {"_local_scalar_dense": 2 * HostCollator.batches}
+
+
+def test_perplexity_names_a_reference_longer_than_the_models_positions(model: Transformer, vocab: Subwords, caplog):
+    """A reference cut to the model's positions (127 subwords and the EOS) is named, its line and length."""
+    long = " ".join(["Two men are playing guitars on a stage while people watch ."] * 12)
+    length = len(vocab.encode([long])[0])
+    assert length > 127
+    with caplog.at_level(logging.WARNING, logger="aiayn.decoding"):
+        _, tokens = perplexity(model, vocab, ["A dog .", "A dog runs ."], ["A dog .", long], max_tokens=512)
+    assert f"reference line 2 has {length} subword tokens; perplexity scores its first 127" in caplog.text
+    assert tokens == len(vocab.encode(["A dog ."])[0]) + 1 + 128

@@ -63,8 +63,8 @@ def test_a_run_whose_test_fails_after_training_keeps_its_checkpoints_and_resumes
     # the job stopped: aiayn.errors.DataError: …. Continue from the newest checkpoint with resume=auto", exit 1).
     line = stderr.strip().splitlines()[-1]
     assert process.returncode == 2, stderr[-3000:]
-    assert line.startswith(f"train.py: test split 'test_2016_flickr': {test_file}: truncated or corrupt gzip"), line
-    assert line.endswith(f"; delete the file and download it again; the run's training is saved in {run_dir / 'checkpoints'}: "
+    assert line.startswith(f"train.py: test split 'test_2016_flickr': {test_file}: not gzip data"), line
+    assert line.endswith(f", else delete it and download it again; the run's training is saved in {run_dir / 'checkpoints'}: "
                          "once that is put right, continue with the same command and resume=auto"), line
     assert "a training process failed" not in stderr, stderr[-3000:]
     kept = {path.name for path in (run_dir / "checkpoints").iterdir()}

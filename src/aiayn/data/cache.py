@@ -9,7 +9,9 @@ when jobs run side by side, get killed, or fill the disk.
   never those of an entry another job is building (its lock is held).
 - :func:`digest` and :func:`fingerprint`: the contents of a file (size and SHA-256), and
   :func:`same_contents`, which says whether a file still has the contents fingerprinted,
-  hashing it again only when its size is the same and its modification time is not.
+  hashing it again when its size is the same and its modification or change time is not (the
+  change time too: a file replaced by one of the same size with its time kept, ``cp -p``,
+  ``rsync -a``, ``tar -x``, has the old modification time but a new change time).
 - :func:`no_room`: a write that failed for want of space (a full disk, a quota, a file-size
   limit) as one sentence saying where and what to do.
 - :func:`build_once`: all of these around the building of one prepared folder.
@@ -132,22 +134,27 @@ def digest(path: str | os.PathLike) -> str:
 
 
 def fingerprint(path: str | os.PathLike) -> dict:
-    """``{"size", "mtime_ns", "sha256"}`` of a file: its contents, and the time that lets a later
-    check skip hashing a file not written since."""
+    """``{"size", "mtime_ns", "ctime_ns", "sha256"}`` of a file: its contents, and the times that
+    let a later check skip hashing a file not written since."""
     status = os.stat(path)
-    return {"size": status.st_size, "mtime_ns": status.st_mtime_ns, "sha256": digest(path)}
+    return {"size": status.st_size, "mtime_ns": status.st_mtime_ns, "ctime_ns": status.st_ctime_ns,
+            "sha256": digest(path)}
 
 
 def same_contents(stored: dict | list, path: Path) -> tuple[bool, dict | None]:
     """Whether ``path`` has the contents ``stored`` (a :func:`fingerprint`; or ``[size, mtime_ns]``
     as older versions recorded, compared as such) and, when it has but was written since (touched,
-    copied), its new fingerprint to record so that the next check need not hash it again."""
+    copied), its new fingerprint to record so that the next check need not hash it again. A file
+    of the same size is hashed unless both its modification and its change time are as recorded:
+    the change time cannot be set back, so a file replaced by another of the same size whose
+    modification time was kept (``cp -p``, ``rsync -a``, ``tar -x``) is hashed, not trusted (before:
+    its stale preparation was reused). A fingerprint without it (older versions) is hashed once."""
     status = path.stat()
     if isinstance(stored, list):
         return stored == [status.st_size, status.st_mtime_ns], None
     if status.st_size != stored["size"]:
         return False, None
-    if status.st_mtime_ns == stored["mtime_ns"]:
+    if status.st_mtime_ns == stored["mtime_ns"] and status.st_ctime_ns == stored.get("ctime_ns"):
         return True, None
     now = fingerprint(path)
     return now["sha256"] == stored["sha256"], now

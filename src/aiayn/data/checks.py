@@ -74,11 +74,11 @@ class SplitFiles:
             raise DataError(self.missing_files_message(listing))
         # A run checks its files up to four times (train.py before the run folder is made,
         # prepare_data, setup("fit"), setup("test")): a split's files are read through once while
-        # they stay as they were (the same size and modification time).
+        # they stay as they were (the same size, modification and change time).
         checked = self.__dict__.setdefault("_contents_checked", {})
         for role in dict.fromkeys(roles):
             split = self.splits[role]
-            state = tuple((str(path), stat.st_size, stat.st_mtime_ns)
+            state = tuple((str(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
                           for path in self.required_files(split) for stat in (path.stat(),))
             if checked.get(split) != state:
                 self.check_contents(split, role)

@@ -117,8 +117,11 @@ def _prepare(src_path: Path, tgt_path: Path, out: Path, cache_dir: str | os.Path
         read_s = time.perf_counter() - started
         # Learnt from the lines as read (tabs and all): a corpus of up to sample_pairs pairs gives
         # every source line then every target line, in order, the cache key of the whole corpus.
-        vocab = learnt_or_given([src for src, _ in sample] + [tgt for _, tgt in sample], vocab_size, cache_dir,
-                                subword_model)
+        try:  # what the text cannot give (a vocabulary too large, no line sentencepiece takes) names its files
+            vocab = learnt_or_given([src for src, _ in sample] + [tgt for _, tgt in sample], vocab_size, cache_dir,
+                                    subword_model)
+        except DataError as error:
+            raise DataError(f"{src_path} / {tgt_path}: {error}") from None
         del sample
         shutil.copyfile(vocab.path, tmp / MODEL)
         stored, hashed = encode_tsv(tsv, chunks, tmp / MODEL, tmp, "train", vocab.vocab_size,

@@ -12,12 +12,15 @@ from typing import BinaryIO
 
 from aiayn.errors import DataError
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
 __all__ = ["DataError", "count_pairs", "decode_lines", "iter_lines", "iter_parallel", "read_lines", "read_parallel"]
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
     """The lines of a UTF-8 text file (gzipped when the name ends in ``.gz``), without their
-    trailing ``"\\n"`` or ``"\\r\\n"``; anything else in a line is kept as it is."""
+    trailing ``"\\n"`` or ``"\\r\\n"`` nor a byte order mark opening the file; anything else in a
+    line is kept as it is."""
     return list(iter_lines(path))
 
 
@@ -35,6 +38,9 @@ def iter_lines(path: str | os.PathLike) -> Iterator[str]:
     except FileNotFoundError:
         raise DataError(f"{path}: file not found; check the path or the data root") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        if count == 0 and isinstance(error, gzip.BadGzipFile) and not _starts_with(path, _GZIP_MAGIC):
+            raise DataError(f"{path}: not gzip data, though its name ends in .gz; if it is plain text, name it "
+                            f"{path.with_suffix('').name}, else delete it and download it again") from None
         raise DataError(
             f"{path}: truncated or corrupt gzip after line {count} (the last line read "
             f"successfully) ({error}); delete the file and download it again"
@@ -64,11 +70,18 @@ def count_pairs(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> int
 
 def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
     """The UTF-8 lines of a binary stream (a file, ``sys.stdin.buffer``) as :func:`read_lines`
-    gives them; ``name`` is what an error calls the stream."""
+    gives them; ``name`` is what an error calls the stream. A byte order mark opening the stream
+    (files saved by Windows editors) is no part of the first line: kept, it would be a character
+    of the first reference that no hypothesis has, costing BLEU, and would hide an sgm file's
+    first tag."""
     for number, raw in enumerate(handle, start=1):
         try:
-            line = raw.decode("utf-8")
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as error:
+            if number == 1 and raw.startswith(_GZIP_MAGIC):
+                fix = "decompress it first (zcat)" if str(name).startswith("<") else \
+                    f"name it {Path(name).name}.gz, or decompress it"
+                raise DataError(f"{name}: gzip-compressed data, but not read as gzip (a name ending in .gz); {fix}") from None
             raise DataError(
                 f"{name}: line {number} is not valid UTF-8 "
                 f"(byte {error.start + 1} of the line); re-encode the file as UTF-8"
@@ -76,6 +89,14 @@ def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
         if line.endswith("\n"):
             line = line[:-2] if line.endswith("\r\n") else line[:-1]
         yield line
+
+
+def _starts_with(path: Path, magic: bytes) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(magic)) == magic
+    except OSError:
+        return False
 
 
 def read_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> tuple[list[str], list[str]]:

@@ -256,6 +256,13 @@ def _train(lines: Sequence[str], folder: Path, key: str, vocab_size: int, model_
                 f"subword of its own ({int(too_low[2]):,} with the special ids); raise task.vocab_size to at least "
                 f"{int(too_low[2]):,}"
             ) from None
+        if "!sentences_.empty()" in str(error):  # sentencepiece passes over lines of more than 4,192 bytes
+            longest = max((len(line.encode("utf-8", "surrogatepass")) for line in lines), default=0)
+            raise DataError(
+                f"none of the {len(lines):,} training lines is one sentencepiece learns from: each is empty or over "
+                f"its 4,192 bytes (the longest has {longest:,}); a file whose lines end in a carriage return alone "
+                "(old Mac files) reads as one line: end its lines in \\n (tr '\\r' '\\n')"
+            ) from None
         raise DataError(f"sentencepiece training for {model} failed: {error}") from None
 
 

@@ -231,10 +231,18 @@ def nbest_lines(nbest: Sequence[Sequence[Scored]], first_index: int = 0) -> list
 def perplexity(model: Transformer, vocab: Subwords, sources: list[str], references: list[str],
                max_tokens: int = 4096) -> tuple[float, int]:
     """Per-token perplexity of the references given the sources (teacher forcing, every target
-    subword and the EOS counted, no label smoothing), and the number of tokens scored."""
+    subword and the EOS counted, no label smoothing), and the number of tokens scored. A reference
+    longer than the model's positions is scored on its first subwords, with a warning naming its
+    line (before: cut in silence, its other tokens left out of the count)."""
     device = next(model.parameters()).device
     src_ids, _ = encode_sources(model, vocab, sources)
-    tgt_ids = [seq[: model.max_positions - 1] for seq in vocab.encode(references)]
+    tgt_ids = vocab.encode(references)
+    limit = model.max_positions - 1
+    for number, seq in enumerate(tgt_ids, start=1):
+        if len(seq) > limit:
+            log.warning("reference line %d has %d subword tokens; perplexity scores its first %d (the model's "
+                        "positions)", number, len(seq), limit)
+            tgt_ids[number - 1] = seq[:limit]
     corpus = ParallelCorpus(src_ids, tgt_ids)
     longest = max((max(pair) for pair in zip(corpus.src_lengths, corpus.tgt_lengths)), default=0)
     if max_tokens < longest:  # every pair is scored: a batch must hold the longest

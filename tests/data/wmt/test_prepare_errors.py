@@ -72,8 +72,8 @@ def test_a_gz_corpus_that_is_not_gzip_is_named(raw_copy, tmp_path):
     path = raw_copy / "commoncrawl.de-en.de.gz"
     path.write_bytes(gzip.decompress(path.read_bytes()))  # plain text under a .gz name
     line = _prepare(raw_copy, tmp_path, "task.datamodule.download=false")
-    assert line.startswith(f"prepare.py: {path}: truncated or corrupt gzip after line 0 ")
-    assert line.endswith("delete the file and download it again")
+    assert line == (f"prepare.py: {path}: not gzip data, though its name ends in .gz; if it is plain text, name it "
+                    "commoncrawl.de-en.de, else delete it and download it again")
 
 
 def test_an_archive_that_is_not_a_tar_archive_is_named(raw_copy, tmp_path):
@@ -97,6 +97,20 @@ def test_an_sgm_file_with_a_broken_segment_names_file_and_line(raw_copy, tmp_pat
     line = _prepare(raw_copy, tmp_path, "task.datamodule.download=false")
     assert line.startswith(f"prepare.py: {path}: line {number + 1} has a broken segment (")
     assert line.endswith("the file is damaged, fetch it again")
+
+
+def test_a_reference_segment_missing_from_the_sgm_test_set_is_named(raw_copy, tmp_path):
+    # Segment 11 of the first document gone and segment 12 there twice: as many segments as the source
+    # has, every one from the 11th to the 12th paired with another sentence's reference (before: "prepared").
+    src, path = raw_copy / "test-full" / "newstest2014-deen-src.en.sgm", raw_copy / "test-full" / "newstest2014-deen-ref.de.sgm"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    eleventh = next(i for i, line in enumerate(lines) if line.startswith('<seg id="11">'))
+    lines[eleventh] = lines[eleventh + 1]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    line = _prepare(raw_copy, tmp_path, "task.datamodule.download=false")
+    assert line == (f"prepare.py: {path} is not aligned with {src}: its segment 11 is <seg id='12'> of document "
+                    f"'10023-schwarzwaelder-bote.de' where {src.name} has <seg id='11'> of document "
+                    "'10023-schwarzwaelder-bote.de'; unpack them from test-full.tgz into task.raw_dir again")
 
 
 def test_an_empty_dev_set_is_named_by_its_raw_files(raw_copy, tmp_path):

@@ -135,7 +135,8 @@ class ParsingDataModule(TranslationDataModule):
     def _derived(self, split: str) -> tuple[Path, Path, Path]:
         sources = split_files(self.treebank, split)
         extra = self._extra_files() if split == self.splits["train"] else []
-        stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in [*sources, *extra]]
+        # the change time too: a file replaced by one of the same size with its time kept (cp -p) is another
+        stats = [(str(p), s.st_size, s.st_mtime_ns, s.st_ctime_ns) for p in [*sources, *extra] for s in (p.stat(),)]
         key = hashlib.sha256(json.dumps([_FORMAT, split, self.wsj_fraction if extra else None, self.seed if extra else None,
                                          stats] + ([self.linearization] if self.linearization != "xx" else [])
                                         ).encode()).hexdigest()[:16]

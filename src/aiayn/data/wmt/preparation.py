@@ -44,7 +44,7 @@ from aiayn.data.wmt.cleaning import (
     clean_pairs,
     rules_dict,
 )
-from aiayn.data.wmt.sgm import read_sgm
+from aiayn.data.wmt.sgm import check_aligned, read_segments
 from aiayn.errors import DataError
 from aiayn.files import atomic_path, write_json
 
@@ -214,8 +214,11 @@ def _write_eval_sets(files: WMTFiles, directory: Path, src_lang: str, tgt_lang: 
     """``newstest2013.<lang>`` (plain text) and ``newstest2014.<lang>`` (from the sgm files) in
     ``directory``, one sentence a line; returns the sentences of each."""
     sizes = {}
-    for split, (src_path, tgt_path), reader in ((VAL_SPLIT, files.val, read_lines), (TEST_SPLIT, files.test, read_sgm)):
+    for split, (src_path, tgt_path), reader in ((VAL_SPLIT, files.val, read_lines), (TEST_SPLIT, files.test, read_segments)):
         src, tgt = reader(src_path), reader(tgt_path)
+        if reader is read_segments:  # by document and segment id: a reference's missing segment is named
+            check_aligned((src_path, src), (tgt_path, tgt), "unpack them from test-full.tgz into task.raw_dir again")
+            src, tgt = [text for _, text in src], [text for _, text in tgt]
         if len(src) != len(tgt):
             raise DataError(f"{split}: {src_path} has {len(src)} sentences but {tgt_path} has {len(tgt)}; they must be aligned")
         if not src:

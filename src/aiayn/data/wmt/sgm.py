@@ -8,6 +8,7 @@ reported BLEU) as ``<srcset>``/``<refset>`` files whose ``<doc>`` elements hold 
 from __future__ import annotations
 
 import html.entities
+import itertools
 import os
 import re
 from pathlib import Path
@@ -15,7 +16,9 @@ from pathlib import Path
 from aiayn.data.readers import iter_lines
 from aiayn.errors import DataError
 
-_SEGMENT = re.compile(r"^\s*(?:<[A-Za-z]+>)*<seg(?:\s[^>]*)?>(.*)</seg>(?:</[A-Za-z]+>)*\s*$", re.IGNORECASE)  # <hl><seg …>…</seg></hl> too
+_SEGMENT = re.compile(r"^\s*(?:<[A-Za-z]+>)*<seg(\s[^>]*)?>(.*)</seg>(?:</[A-Za-z]+>)*\s*$", re.IGNORECASE)  # <hl><seg …>…</seg></hl> too
+_DOC = re.compile(r"^\s*<doc\s", re.IGNORECASE)
+_ATTRIBUTE = r"""\b{}\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))"""
 _TAG = re.compile(r"^\s*</?[A-Za-z][^<>]*>\s*$")
 _ENTITY = re.compile(r"&(#[0-9]+|#[xX][0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);")
 
@@ -45,14 +48,22 @@ def read_sgm(path: str | os.PathLike) -> list[str]:
     """The text of every ``<seg>`` of an SGML file, in file order, entities decoded and
     surrounding whitespace stripped. A line that opens a segment but does not close it (or any
     line that is neither a segment nor a lone tag) is a :class:`DataError` naming file and line."""
+    return [text for _, text in read_segments(path)]
+
+
+def read_segments(path: str | os.PathLike) -> list[tuple[tuple[str | None, str | None], str]]:
+    """:func:`read_sgm`'s segments, each with its key: the ``docid`` of its ``<doc>`` and its own
+    ``id`` (None where the file has none), which :func:`check_aligned` compares between a source
+    file and its reference."""
     path = Path(path)
-    segments: list[str] = []
+    segments: list[tuple[tuple[str | None, str | None], str]] = []
+    document: str | None = None
     for number, line in enumerate(iter_lines(path), start=1):
         match = _SEGMENT.match(line)
         if match:
-            if "<seg" in match.group(1).lower() or "</seg>" in match.group(1).lower():
+            if "<seg" in match.group(2).lower() or "</seg>" in match.group(2).lower():
                 raise DataError(f"{path}: line {number} holds more than one <seg>; WMT files have one segment per line")
-            segments.append(unescape(match.group(1)).strip())
+            segments.append(((document, _attribute(match.group(1) or "", "id")), unescape(match.group(2)).strip()))
         elif "<seg" in line.lower() or "</seg>" in line.lower():
             raise DataError(
                 f"{path}: line {number} has a broken segment ({line.strip()[:80]!r}): expected "
@@ -60,6 +71,33 @@ def read_sgm(path: str | os.PathLike) -> list[str]:
             )
         elif line.strip() and not _TAG.match(line):
             raise DataError(f"{path}: line {number} is neither a tag nor a segment ({line.strip()[:80]!r}); not a WMT sgm file?")
+        elif _DOC.match(line):
+            document = _attribute(line, "docid")
     if not segments:
         raise DataError(f"{path}: no <seg> elements found; not a WMT sgm file?")
     return segments
+
+
+def _attribute(tag: str, name: str) -> str | None:
+    found = re.search(_ATTRIBUTE.format(name), tag, re.IGNORECASE)
+    return None if found is None else next(value for value in found.groups() if value is not None)
+
+
+def check_aligned(src: tuple[Path, list], tgt: tuple[Path, list], fix: str) -> None:
+    """A :class:`DataError` naming the first segment where two files' :func:`read_segments` differ
+    (another document or segment id at that place, or one file ending first): a segment missing
+    from a reference, or one there twice, would otherwise pair every later source sentence with
+    another's reference, or stop with counts alone. An id either file lacks is not compared.
+    ``fix`` ends the message (what to do)."""
+    (src_path, src_segments), (tgt_path, tgt_segments) = src, tgt
+    for place, (a, b) in enumerate(itertools.zip_longest(src_segments, tgt_segments), start=1):
+        if a is None or b is None or any(x is not None and y is not None and x != y for x, y in zip(a[0], b[0])):
+            raise DataError(f"{tgt_path} is not aligned with {src_path}: its segment {place} is {_named(b)} where "
+                            f"{src_path.name} has {_named(a)}; {fix}")
+
+
+def _named(segment: tuple | None) -> str:
+    if segment is None:
+        return "missing (the file ends before it)"
+    document, number = segment[0]
+    return f"<seg id={number!r}>" + (f" of document {document!r}" if document is not None else "")
