@@ -29,12 +29,11 @@ def refused_key(key: str, because: str) -> str:
     return f"{key} is not a setting here ({because}); {hint}"
 
 
-def nearest_settings(key: str, node: object = None) -> str | None:
+def nearest_settings(key: str, node: object) -> str | None:
     """``did you mean model.d_model?``, or ``the settings of model are …``, for the unknown ``key``
-    of this command line's overrides; None where the node cannot be composed without it. ``node``:
-    the node ``key`` is not in, composed already."""
+    of this command line's overrides, from ``node``, the node it is not in as composed without it;
+    None where that could not be composed."""
     parent, _, leaf = key.rpartition(".")
-    node = _composed_without(key, parent) if node is None else node
     if not isinstance(node, Mapping) or not node:
         return None
     settings = sorted(str(name) for name in node)

@@ -131,10 +131,7 @@ def batch_limit(config: Mapping[str, Any], placement: Placement, machine: Machin
         if isinstance(setting, bool) or not isinstance(setting, int) or setting < 1:
             raise ConfigError(f"task.datamodule.max_tokens must be a positive whole number or auto (the most the "
                               f"machine holds of the step), got {setting!r}")
-        longest = data.get("max_length")  # as the run's checks say it (before: blamed optim.tokens_per_step)
-        if isinstance(longest, int) and not isinstance(longest, bool) and setting < longest + 2:
-            raise ConfigError(f"task.datamodule.max_tokens={setting} cannot hold one pair of max_length={longest} "
-                              f"subwords plus BOS/EOS; raise max_tokens to at least {longest + 2} or lower max_length")
+        check_batch_holds_a_pair(setting, data.get("max_length"))  # (before: blamed optim.tokens_per_step)
         return BatchLimit(setting, setting)
     tokens_per_step, accumulate = config["optim"].get("tokens_per_step"), config["trainer"].get("accumulate_grad_batches")
     if tokens_per_step is None or accumulate is not None:  # on a GPU too (before: said "without a GPU to size it")
@@ -290,6 +287,15 @@ def measured_throughput(records: Path, model: str | None, accelerator: str, devi
         except (ValueError, KeyError, TypeError):
             continue  # a line of another format
     return found
+
+
+def check_batch_holds_a_pair(max_tokens: Any, max_length: Any) -> None:
+    """A ConfigError for a batch of ``max_tokens`` that cannot hold one pair of ``max_length`` subwords
+    plus BOS/EOS (either not a whole number: nothing to say here)."""
+    whole = [isinstance(value, int) and not isinstance(value, bool) for value in (max_tokens, max_length)]
+    if all(whole) and max_tokens < max_length + 2:
+        raise ConfigError(f"task.datamodule.max_tokens={max_tokens} cannot hold one pair of max_length={max_length} "
+                          f"subwords plus BOS/EOS; raise max_tokens to at least {max_length + 2} or lower max_length")
 
 
 def _check_epoch_limit(limit: Any, accumulate: int) -> None:

@@ -15,6 +15,7 @@ import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from aiayn.config.plan import check_batch_holds_a_pair
 from aiayn.config.schemas import check_against_schemas, network_arguments
 from aiayn.config.trainer import check_lightning_values, check_validation_interval
 from aiayn.data.task import task_module
@@ -110,12 +111,8 @@ def _check_task(task: Mapping[str, Any]) -> None:
         if key in data and value is not None and (not _whole(value) or value < 1):
             also = " or auto (sized by the plan from the step and the GPU's memory)" if key == "max_tokens" else ""
             raise ConfigError(f"task.datamodule.{key} must be a positive whole number{also}, got {value!r}")
-    max_tokens, max_length = data.get("max_tokens"), data.get("max_length")
-    if _whole(max_tokens) and _whole(max_length) and max_tokens < max_length + 2:
-        raise ConfigError(
-            f"task.datamodule.max_tokens={max_tokens} cannot hold one pair of max_length={max_length} subwords "
-            f"plus BOS/EOS; raise max_tokens to at least {max_length + 2} or lower max_length"
-        )
+    check_batch_holds_a_pair(data.get("max_tokens"), data.get("max_length"))
+    max_length = data.get("max_length")
     buckets = data.get("length_buckets")
     if buckets is not None:
         if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets or \
