@@ -35,7 +35,7 @@ GRAPHS = ["--compile", "--compile-mode", "cudagraphs", *BUCKETS]  # CUDA graphs 
 # (label, conf/model name, vocabulary, padded tokens a batch, extra train_throughput.py arguments):
 # the paper's base model on WMT EN-DE (37k shared BPE) and big on EN-FR (32k word-pieces). 25,000
 # tokens: the whole step in one batch (one GPU, task.datamodule.max_tokens=auto); 3,125: one of 8
-# GPUs' share (§5.1). The first three are the targets' runs (docs/performance.md); the rest turn one
+# GPUs' share (§5.1). The first three are the targets' runs (docs/performance/gpu.md); the rest turn one
 # switch each: CUDA graphs with length buckets, the fused loss, plain Adam instead of fused, the
 # buckets alone (last: the first runs matter most when the part's cap runs short).
 PROFILED = ["--profile", "0"]  # the targets' runs: where a step's time goes (benchmarks/_time_split.py)
@@ -53,7 +53,7 @@ TINY = ["--set", "model.n_layers=1", "--set", "model.d_model=32", "--set", "mode
         "model.n_heads=2", "--set", "model.d_k=16", "--set", "model.d_v=16"]
 QUICK_RUNS = [("tiny 1024", "small", 1000, 1024, [*TINY, *PROFILED])]
 RUN_CAP_S = 60  # the most one run may take (an eager one: about 20 s on an H200, a compiled one more)
-# The targets (docs/performance.md): MFU of the bare step in bf16 against the measured bf16 peak,
+# The targets (docs/performance/gpu.md): MFU of the bare step in bf16 against the measured bf16 peak,
 # each over the runs of that model and batch (the best of its switches), and the real loop's
 # target tokens/s over the bare step's at the same batch (the users_command part).
 TARGETS = {"big 25000": 0.45, "big 3125": 0.25, "base 3125": 0.15}
@@ -238,7 +238,7 @@ def users_command_part(cap_s: float, work: Path, device: str, quick: bool) -> di
 
 
 def targets(record: dict) -> dict:
-    """Each target (docs/performance.md) with what was measured and whether it was met."""
+    """Each target (docs/performance/gpu.md) with what was measured and whether it was met."""
     found = {}
     runs = [run for run in (record.get("train") or {}).get("runs", []) if run["status"] == "ok"]
     for label, target in TARGETS.items():

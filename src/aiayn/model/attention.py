@@ -56,7 +56,7 @@ def keep_cudnn_attention_off() -> None:
     docstring). With it on, on an H200, the base model's bf16 training steps on batches of varying
     length took 0.31 s (median) where the fastest took 0.04 s, and bf16 beam search ran at a seventh
     of the speed of fp32 (which cuDNN's kernel never serves): the signs of a plan built per shape
-    (docs/performance.md, GPU figures). Once only, so that a user's own choice made afterwards stands."""
+    (docs/performance/gpu.md). Once only, so that a user's own choice made afterwards stands."""
     global _cudnn_attention_turned_off
     if not _cudnn_attention_turned_off:
         torch.backends.cuda.enable_cudnn_sdp(False)
