@@ -10,6 +10,7 @@ import Lightning.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -119,7 +120,7 @@ BATCH_LIMITS = {"limit_train_batches": "null: every batch", "limit_val_batches":
 def check_lightning_values(trainer: Mapping[str, Any]) -> None:
     """A ConfigError for a value Lightning's Trainer would refuse only when a run builds it (after
     the data are prepared), so that ``--cfg job`` refuses it too, in the same line: the precision,
-    the batch limits, the smoke test's steps and the clipping algorithm."""
+    the batch limits, the smoke test's steps, the clipping algorithm and the time limit."""
     precision = trainer.get("precision")
     if precision is not None and str(precision).strip().lower() != "auto":
         taken = _precisions()
@@ -139,6 +140,39 @@ def check_lightning_values(trainer: Mapping[str, Any]) -> None:
     algorithm = trainer.get("gradient_clip_algorithm")
     if algorithm is not None and str(algorithm).lower() not in ("norm", "value"):
         raise ConfigError(f"trainer.gradient_clip_algorithm must be norm or value (null: norm), got {algorithm!r}")
+    _check_time_limit(trainer.get("max_time"))
+
+
+# What Lightning's Timer takes for trainer.max_time: DD:HH:MM:SS, or a mapping of timedelta's arguments.
+_DURATION = re.compile(r"(\d+):(\d\d):(\d\d):(\d\d)")
+_TIMEDELTA_KEYS = ("weeks", "days", "hours", "minutes", "seconds", "milliseconds", "microseconds")
+
+
+def _check_time_limit(limit: Any) -> None:
+    """``trainer.max_time`` as the Timer takes it; a number of seconds or ``H:MM:SS`` gets the value to give."""
+    if limit is None or (isinstance(limit, str) and _DURATION.fullmatch(limit.strip())):
+        return
+    if isinstance(limit, Mapping):
+        if limit and all(key in _TIMEDELTA_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool)
+                         for key, value in limit.items()):
+            return
+        raise ConfigError(f"trainer.max_time={dict(limit)}: a mapping takes numbers for {', '.join(_TIMEDELTA_KEYS)} "
+                          "(e.g. trainer.max_time={hours:12}), or give DD:HH:MM:SS (00:12:00:00)")
+    seconds = _seconds(limit)
+    example = "00:12:00:00 for 12 hours" if seconds is None else (
+        f"{seconds // 86400:02d}:{seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}")
+    raise ConfigError(f"trainer.max_time={limit} is not a duration Lightning takes; give DD:HH:MM:SS "
+                      f"(trainer.max_time={example}) or a mapping such as {{hours:12}}")
+
+
+def _seconds(limit: Any) -> int | None:
+    """A whole number of seconds, or ``[[H:]M]:S`` read as such; None for anything else."""
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
+        return limit
+    parts = str(limit).strip().split(":")
+    if 1 < len(parts) <= 3 and all(part.isdigit() for part in parts):
+        return sum(int(part) * 60 ** power for power, part in enumerate(reversed(parts)))
+    return None
 
 
 def _precisions() -> tuple[str, ...]:
