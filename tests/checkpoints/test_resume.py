@@ -200,8 +200,8 @@ def test_the_steps_tokens_and_gradient_clipping_may_not_change_on_resume() -> No
     two_processes = {**old, "plan": {"tokens_per_batch": 1024, "tokens_per_step": 2048, "processes": 2}}
     clipped = {**old, "trainer": {"gradient_clip_val": 1.0, "gradient_clip_algorithm": None}}
     assert config_differences(saved, two_processes) == [
-        ("plan.tokens_per_step: 1024 → 2048 (a step's tokens over all processes, from the processes, the accumulation "
-        "and the batch: give optim.tokens_per_step=1024 to train the checkpoint's steps on any number of processes)")]
+        ("plan.tokens_per_step: 1024 → 2048 (the checkpoint's step is 1 batch of 1024 tokens, which 1 process trains, "
+         "not this run's 2: to go on from it, give trainer.devices=1 task.datamodule.max_tokens=1024)")]
     assert config_differences(saved, clipped) == ["trainer.gradient_clip_val: None → 1.0"]
     same_step = {**old, "plan": {"tokens_per_batch": 1024, "tokens_per_step": 1024, "processes": 2, "accumulate": 1}}
     assert config_differences(saved, same_step) == []
