@@ -173,12 +173,13 @@ def config_differences(saved: dict[str, Any] | None, config: dict[str, Any]) -> 
     keys = [key for key in IDENTITY_KEYS if key not in _WHERE_SAVED or _held(old, key)]
     differences = setting_differences(old, config, keys, SPEED_KEYS + LENGTH_KEYS)
     layout = [index for index, difference in enumerate(differences) if difference.split(":", 1)[0] in _LAYOUT_KEYS]
-    if layout:
-        differences[layout[-1]] += f" ({_layout_hint(old, config)})"
+    hint = _layout_hint(old, config) if layout else None
+    if hint:
+        differences[layout[-1]] += f" ({hint})"
     return differences
 
 
-def _layout_hint(old: dict[str, Any], config: dict[str, Any]) -> str:
+def _layout_hint(old: dict[str, Any], config: dict[str, Any]) -> str | None:
     """What trains the checkpoint's steps, ``n`` batches of ``B`` tokens each: ``p`` processes × ``n / p``
     accumulated batches for each ``p`` that divides ``n``, with task.datamodule.max_tokens=``B`` (and the
     accumulation given where optim.tokens_per_step does not derive it); the exact overrides for the most
@@ -188,8 +189,10 @@ def _layout_hint(old: dict[str, Any], config: dict[str, Any]) -> str:
 
     plan, now = old.get("plan") or {}, config.get("plan") or {}
     batch, step = plan.get("tokens_per_batch"), plan.get("tokens_per_step")
-    if not isinstance(batch, int) or not isinstance(step, int) or step % batch:  # from before steps were recorded
-        return f"give task.datamodule.max_tokens={batch} to train the checkpoint's batches"
+    if not isinstance(step, int) and isinstance(plan.get("processes"), int):  # from before the step was recorded
+        step = plan["processes"] * int((plan.get("trainer") or {}).get("accumulate_grad_batches") or 1) * (batch or 0)
+    if not isinstance(batch, int) or not isinstance(step, int) or batch < 1 or step < batch or step % batch:
+        return None  # a checkpoint whose plan says too little to tell
     batches, processes = step // batch, int(now.get("processes") or 1)
     counts = [number for number in range(1, batches + 1) if batches % number == 0]
     chosen = max(number for number in counts if number <= processes)
