@@ -200,8 +200,8 @@ def test_the_steps_tokens_and_gradient_clipping_may_not_change_on_resume() -> No
     two_processes = {**old, "plan": {"tokens_per_batch": 1024, "tokens_per_step": 2048, "processes": 2}}
     clipped = {**old, "trainer": {"gradient_clip_val": 1.0, "gradient_clip_algorithm": None}}
     assert config_differences(saved, two_processes) == [
-        ("plan.tokens_per_step: 1024 → 2048 (a step's tokens over all processes, from the processes, the accumulation "
-        "and the batch: give optim.tokens_per_step=1024 to train the checkpoint's steps on any number of processes)")]
+        ("plan.tokens_per_step: 1024 → 2048 (the checkpoint's step is 1 batch of 1024 tokens, which 1 process trains, "
+         "not this run's 2: to go on from it, give trainer.devices=1 task.datamodule.max_tokens=1024)")]
     assert config_differences(saved, clipped) == ["trainer.gradient_clip_val: None → 1.0"]
     same_step = {**old, "plan": {"tokens_per_batch": 1024, "tokens_per_step": 1024, "processes": 2, "accumulate": 1}}
     assert config_differences(saved, same_step) == []
@@ -253,3 +253,42 @@ def test_an_averaged_checkpoint_is_refused_as_a_state_to_resume_from(tiny_run, t
     with pytest.raises(ConfigError, match=rf"^resume={re.escape(str(averaged))}: .* is the average of steps 3–4 "
                                           rf"\(§6\.1\), a model to evaluate.*: init_from={re.escape(str(averaged))}$"):
         find_resume(str(averaged), tmp_path / "run", config, multirun=False)
+
+
+def _layout(processes: int, accumulate: int, batch: int, tokens_per_step: int | None, nodes: int = 1,
+            given_accumulation: int | None = None) -> dict:
+    """A run's config as the layout check reads it: its step's settings and its plan."""
+    return {"seed": 1, "optim": {"tokens_per_step": tokens_per_step}, "task": {"datamodule": {"max_length": 100}},
+            "trainer": {"accumulate_grad_batches": given_accumulation},
+            "plan": {"processes": processes, "trainer": {"accumulate_grad_batches": accumulate, "num_nodes": nodes},
+                     "tokens_per_batch": batch, "tokens_per_step": processes * accumulate * batch}}
+
+
+def test_a_refused_layout_names_the_process_counts_that_train_the_checkpoints_steps() -> None:
+    """The hint names the process counts whose plan takes the checkpoint's batches and steps, and the overrides for
+    the most of them this run allows (before: "give task.datamodule.max_tokens=25000", refused again on 8 GPUs)."""
+    from aiayn.checkpoints.resume import config_differences
+
+    def hint(saved: dict, run: dict) -> str:
+        return "; ".join(config_differences({"hyper_parameters": {"run_config": saved}}, run))
+
+    assert hint(_layout(1, 1, 25_000, 25_000), _layout(8, 1, 3125, 25_000)) == (  # model=big task=wmt_en_fr, 1 → 8
+        "plan.tokens_per_batch: 25000 → 3125 (the checkpoint's step is 1 batch of 25000 tokens, which 1 process "
+        "trains, not this run's 8: to go on from it, give trainer.devices=1 task.datamodule.max_tokens=25000)")
+    assert hint(_layout(8, 1, 3125, 25_000), _layout(3, 1, 8333, 25_000)).endswith(
+        "(the checkpoint's step is 8 batches of 3125 tokens, which 1, 2, 4 or 8 processes train, not this run's 3: "
+        "to go on from it, give trainer.devices=2 task.datamodule.max_tokens=3125)")
+    # 3 × 8,333 = 24,999 tokens: optim.tokens_per_step=25000 on 1 process would derive 4 batches of 6,250
+    assert hint(_layout(3, 1, 8333, 25_000), _layout(1, 1, 25_000, 25_000)).endswith(
+        "(the checkpoint's step is 3 batches of 8333 tokens: to train them on this run's 1 process, give "
+        "task.datamodule.max_tokens=8333 trainer.accumulate_grad_batches=3)")
+    assert hint(_layout(1, 1, 25_000, 25_000), _layout(16, 1, 1562, 25_000, nodes=2)).endswith(
+        "give trainer.devices=1 trainer.num_nodes=1 task.datamodule.max_tokens=25000)")
+    assert hint(_layout(2, 2, 1024, 4096), _layout(2, 1, 2048, 4096, given_accumulation=1)).endswith(
+        "to train them on this run's 2 processes, give task.datamodule.max_tokens=1024 trainer.accumulate_grad_batches=2)")
+    # A checkpoint from before its step's tokens were recorded: its processes and accumulation tell them.
+    earlier = _layout(1, 1, 25_000, 25_000)
+    del earlier["plan"]["tokens_per_step"]
+    assert hint(earlier, _layout(8, 1, 3125, 25_000)).endswith("give trainer.devices=1 task.datamodule.max_tokens=25000)")
+    assert hint({**_layout(1, 1, 1024, 1024), "plan": {"tokens_per_batch": 1024}}, _layout(2, 1, 512, 1024)) == (
+        "plan.tokens_per_batch: 1024 → 512")  # nothing to tell which layouts train it: no hint rather than a wrong one

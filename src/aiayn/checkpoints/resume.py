@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints, load_lazily, run_dir_of
-from aiayn.config.identity import SPEED_KEYS, STAMPED_FOLDER, setting_differences
+from aiayn.config.identity import SPEED_KEYS, STAMPED_FOLDER, setting_differences, setting_value
 from aiayn.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -36,12 +36,10 @@ IDENTITY_KEYS = (
 # it on any layout) and gradient clipping are the optimiser's recipe too. Compared where the
 # checkpoint's config holds them (checkpoints from before they were compared may not).
 _WHERE_SAVED = ("plan.tokens_per_step", "trainer.gradient_clip_val", "trainer.gradient_clip_algorithm")
-# What to do about a difference that does not name its own setting.
-_HINTS = {"plan.tokens_per_batch": "a batch's tokens, from task.datamodule.max_tokens and the machine: give "
-                                   "task.datamodule.max_tokens={batch} to train the checkpoint's batches",
-          "plan.tokens_per_step": "a step's tokens over all processes, from the processes, the accumulation and the "
-                                  "batch: give optim.tokens_per_step={step} to train the checkpoint's steps on any "
-                                  "number of processes"}
+# The plan's differences name no setting of their own: a step's layout (processes × accumulated batches × one
+# process's batch) comes from the processes, task.datamodule.max_tokens, the accumulation and optim.tokens_per_step
+# together, so what to do about them is said once, by _layout_hint, for the layouts that train the checkpoint's steps.
+_LAYOUT_KEYS = ("plan.tokens_per_batch", "plan.tokens_per_step")
 # The length of the run: a run may resume to train for longer.
 LENGTH_KEYS = ("optim.train_steps",)
 # Speed switches (config.identity.SPEED_KEYS) change how the same numbers are computed, not which: a
@@ -174,13 +172,56 @@ def config_differences(saved: dict[str, Any] | None, config: dict[str, Any]) -> 
         return []  # a checkpoint without its config (written by other code): nothing to compare
     keys = [key for key in IDENTITY_KEYS if key not in _WHERE_SAVED or _held(old, key)]
     differences = setting_differences(old, config, keys, SPEED_KEYS + LENGTH_KEYS)
-    plan = old.get("plan") or {}
-    for index, difference in enumerate(differences):
-        key = difference.split(":", 1)[0]
-        if key in _HINTS:
-            hint = _HINTS[key].format(batch=plan.get("tokens_per_batch"), step=plan.get("tokens_per_step"))
-            differences[index] = f"{difference} ({hint})"
+    layout = [index for index, difference in enumerate(differences) if difference.split(":", 1)[0] in _LAYOUT_KEYS]
+    hint = _layout_hint(old, config) if layout else None
+    if hint:
+        differences[layout[-1]] += f" ({hint})"
     return differences
+
+
+def _layout_hint(old: dict[str, Any], config: dict[str, Any]) -> str | None:
+    """What trains the checkpoint's steps, ``n`` batches of ``B`` tokens each: ``p`` processes × ``n / p``
+    accumulated batches for each ``p`` that divides ``n``, with task.datamodule.max_tokens=``B`` (and the
+    accumulation given where optim.tokens_per_step does not derive it); the exact overrides for the most
+    processes of those that this run's count allows (before: "give task.datamodule.max_tokens=25000", which
+    8 processes refused again, each process's batch being its share of the step)."""
+    from aiayn.config.plan import count, step_size  # only where a resume is refused
+
+    plan, now = old.get("plan") or {}, config.get("plan") or {}
+    batch, step = plan.get("tokens_per_batch"), plan.get("tokens_per_step")
+    if not isinstance(step, int) and isinstance(plan.get("processes"), int):  # from before the step was recorded
+        step = plan["processes"] * int((plan.get("trainer") or {}).get("accumulate_grad_batches") or 1) * (batch or 0)
+    if not isinstance(batch, int) or not isinstance(step, int) or batch < 1 or step < batch or step % batch:
+        return None  # a checkpoint whose plan says too little to tell
+    batches, processes = step // batch, int(now.get("processes") or 1)
+    counts = [number for number in range(1, batches + 1) if batches % number == 0]
+    chosen = max(number for number in counts if number <= processes)
+    overrides = [*_processes_overrides(chosen, processes, int((now.get("trainer") or {}).get("num_nodes") or 1)),
+                 f"task.datamodule.max_tokens={batch}"]
+    accumulate = batches // chosen
+    try:
+        derived = step_size(chosen, batch, setting_value(old, "task.datamodule.max_length"),
+                            setting_value(old, "optim.tokens_per_step"))
+    except ConfigError:
+        derived = None
+    if setting_value(config, "trainer.accumulate_grad_batches") is not None or derived is None or (
+            derived.tokens_per_batch, derived.tokens_per_step) != (batch, step):
+        overrides.append(f"trainer.accumulate_grad_batches={accumulate}")
+    layout = f"the checkpoint's step is {batches} {'batch' if batches == 1 else 'batches'} of {batch} tokens"
+    if chosen == processes:
+        return f"{layout}: to train them on this run's {count(processes, 'process')}, give {' '.join(overrides)}"
+    trained_by = " or ".join(filter(None, (", ".join(map(str, counts[:-1])), str(counts[-1]))))
+    return (f"{layout}, which {trained_by} {'process trains' if batches == 1 else 'processes train'}, not this run's "
+            f"{processes}: to go on from it, give {' '.join(overrides)}")
+
+
+def _processes_overrides(processes: int, now: int, nodes: int) -> list[str]:
+    """The overrides that make this run (``now`` processes on ``nodes`` nodes) ``processes`` processes."""
+    if processes == now:
+        return []
+    if processes % nodes == 0:
+        return [f"trainer.devices={processes // nodes}"]
+    return [f"trainer.devices={processes}", "trainer.num_nodes=1"]
 
 
 def _held(config: dict[str, Any], key: str) -> bool:

@@ -60,7 +60,7 @@ def setting_differences(before: Mapping[str, Any], after: Mapping[str, Any], key
     (``model``) is compared setting by setting, leaving out ``ignored``."""
     differences = []
     for key in keys:
-        a, b = _get(before, key), _get(after, key)
+        a, b = setting_value(before, key), setting_value(after, key)
         if isinstance(a, Mapping) or isinstance(b, Mapping):
             a, b = a or {}, b or {}
             for name in sorted(set(a) | set(b)):
@@ -171,7 +171,8 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def _get(config: Mapping[str, Any], dotted: str) -> Any:
+def setting_value(config: Mapping[str, Any], dotted: str) -> Any:
+    """The value of the ``dotted`` setting of ``config`` (None where it holds none)."""
     value: Any = config
     for part in dotted.split("."):
         value = value.get(part) if isinstance(value, Mapping) else None
