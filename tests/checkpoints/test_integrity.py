@@ -128,6 +128,18 @@ def test_averaging_refuses_checkpoints_of_another_run(run_copy: Path, tmp_path: 
                               check=False))
     assert "(its subword model)" in line
 
+    other = torch.load(folder / "step0000003.ckpt", map_location="cpu", weights_only=False)
+    other["subwords"] = torch.load(folder / "step0000004.ckpt", map_location="cpu", weights_only=False)["subwords"]
+    plan = other["hyper_parameters"]["run_config"]["plan"]
+    batch = plan["tokens_per_batch"]
+    plan.update(tokens_per_batch=batch * 2, tokens_per_step=batch * 2)  # a run of other batches
+    torch.save(other, folder / "step0000003.ckpt")
+    line = _one_line(run_tool("src/average.py", f"ckpt={run_copy}", "average_last=2", f"out={tmp_path / 'a.ckpt'}",
+                              check=False))
+    # The differences alone: not how to resume the other run's checkpoint, which averaging does not do.
+    assert f"(plan.tokens_per_batch: {batch * 2} → {batch}; plan.tokens_per_step: {batch * 2} → " in line, line
+    assert line.endswith("); average the checkpoints of one run") and "give" not in line, line
+
 
 def test_average_never_writes_over_a_file_or_a_name_a_run_gives_its_checkpoints(run_copy: Path) -> None:
     folder = run_copy / "checkpoints"

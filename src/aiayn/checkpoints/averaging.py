@@ -144,7 +144,7 @@ def _same_run(first: dict[str, Any], checkpoint: dict[str, Any], path: Path) -> 
     from aiayn.checkpoints.resume import config_differences
 
     config = (checkpoint.get("hyper_parameters") or {}).get("run_config") or {}
-    differences = config_differences({"hyper_parameters": first["hyper_parameters"]}, config) if config else []
+    differences = config_differences({"hyper_parameters": first["hyper_parameters"]}, config, advice=False) if config else []
     if checkpoint.get("subwords") != first["subwords"]:
         differences.append("its subword model")
     runs = [{**({"wandb": c["wandb_run_id"]} if c.get("wandb_run_id") else {}), **(c.get("logger_runs") or {})}

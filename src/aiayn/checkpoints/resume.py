@@ -165,15 +165,16 @@ def _newest(run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
     return None
 
 
-def config_differences(saved: dict[str, Any] | None, config: dict[str, Any]) -> list[str]:
-    """``key: checkpoint's value → this run's`` for every identity setting that differs."""
+def config_differences(saved: dict[str, Any] | None, config: dict[str, Any], advice: bool = True) -> list[str]:
+    """``key: checkpoint's value → this run's`` for every identity setting that differs; with ``advice``,
+    a difference of layout says what resumes the checkpoint (not for average.py, which resumes nothing)."""
     old = ((saved or {}).get("hyper_parameters") or {}).get("run_config") or {}
     if not old:
         return []  # a checkpoint without its config (written by other code): nothing to compare
     keys = [key for key in IDENTITY_KEYS if key not in _WHERE_SAVED or _held(old, key)]
     differences = setting_differences(old, config, keys, SPEED_KEYS + LENGTH_KEYS)
     layout = [index for index, difference in enumerate(differences) if difference.split(":", 1)[0] in _LAYOUT_KEYS]
-    hint = _layout_hint(old, config) if layout else None
+    hint = _layout_hint(old, config) if layout and advice else None
     if hint:
         differences[layout[-1]] += f" ({hint})"
     return differences
