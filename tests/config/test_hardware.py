@@ -117,13 +117,34 @@ def test_a_sweep_started_here_uses_ddp_spawn_but_a_cluster_launch_keeps_ddp() ->
 @pytest.mark.parametrize(("group", "machine", "expected"), [
     (("cpu", 1, "auto", "32-true"), NODE_8_A100, ("cpu", 1, "auto", "32-true", 1)),  # the CPU although GPUs are there
     (("cpu", 2, "ddp_spawn", "32-true"), LAPTOP, ("cpu", 2, "ddp_spawn", "32-true", 2)),  # cpu2_ddp
-    (("gpu", 1, "auto", "bf16-mixed"), ONE_H100, ("gpu", 1, "auto", "bf16-mixed", 1)),  # gpu
-    (("gpu", 8, "ddp", "bf16-mixed"), NODE_8_A100, ("gpu", 8, "ddp", "bf16-mixed", 8)),  # gpu8_ddp
-    (("gpu", 8, "ddp", "bf16-mixed"), NODE_8_V100, ("gpu", 8, "ddp", "bf16-mixed", 8)),  # as asked, even so
+    (("gpu", 1, "auto", "auto"), ONE_H100, ("gpu", 1, "auto", "bf16-mixed", 1)),  # gpu
+    (("gpu", 8, "ddp", "auto"), NODE_8_A100, ("gpu", 8, "ddp", "bf16-mixed", 8)),  # gpu8_ddp
+    (("gpu", 8, "ddp", "auto"), NODE_8_V100, ("gpu", 8, "ddp", "16-mixed", 8)),  # gpu8_ddp without bf16 units
+    (("gpu", 8, "ddp", "bf16-mixed"), NODE_8_V100, ("gpu", 8, "ddp", "bf16-mixed", 8)),  # a precision given: as asked
 ])
 def test_the_hardware_groups_are_kept_as_given(group, machine, expected) -> None:
     accelerator, devices, strategy, precision = group
     assert summary(place(machine, accelerator, devices, strategy, precision, 1)) == expected
+
+
+@pytest.mark.parametrize(("group", "devices"), [("gpu", 1), ("gpu8_ddp", 8)])
+def test_the_gpu_groups_pick_the_precision_as_auto_does_and_a_given_one_wins(group: str, devices: int) -> None:
+    """hardware=gpu and hardware=gpu8_ddp on GPUs without bf16 units (V100, T4) train in 16-mixed with loss scaling,
+    as hardware=auto does (before: bf16-mixed, emulated there); trainer.precision given still wins."""
+    from hydra import compose, initialize_config_dir
+
+    from aiayn.config.plan import make_plan
+    from tests.helpers.runs import REPO
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        planned = {(machine.gpu_name, given): make_plan(compose("train", overrides=[
+            f"hardware={group}", *([f"trainer.precision={given}"] if given else []), "paths.output_dir=/tmp/run"]),
+            machine)["trainer"] for machine in (NODE_8_A100, NODE_8_V100) for given in (None, "bf16-mixed", "32-true")}
+    assert {key: (trainer["precision"], trainer["devices"]) for key, trainer in planned.items()} == {
+        (NODE_8_A100.gpu_name, None): ("bf16-mixed", devices), (NODE_8_V100.gpu_name, None): ("16-mixed", devices),
+        (NODE_8_A100.gpu_name, "bf16-mixed"): ("bf16-mixed", devices),
+        (NODE_8_V100.gpu_name, "bf16-mixed"): ("bf16-mixed", devices),
+        (NODE_8_A100.gpu_name, "32-true"): ("32-true", devices), (NODE_8_V100.gpu_name, "32-true"): ("32-true", devices)}
 
 
 @pytest.mark.parametrize("precision", ["16-mixed", "16", 16])
