@@ -60,6 +60,15 @@ def test_a_step_too_small_for_the_processes_or_a_bad_number_is_refused_in_one_li
             step_size(1, **{"max_tokens": 1024, **kwargs})
 
 
+@pytest.mark.parametrize("tokens_per_step", ["0", "-5"])
+def test_a_step_of_no_tokens_is_refused_where_the_accumulation_is_given_too(tokens_per_step: str) -> None:
+    """optim.tokens_per_step=0 beside trainer.accumulate_grad_batches=2 (before: planned, the setting unused)."""
+    for machine in (LAPTOP, NODE_8_H100):
+        with pytest.raises(ConfigError) as refused:
+            make_plan(composed(f"optim.tokens_per_step={tokens_per_step}", "trainer.accumulate_grad_batches=2"), machine)
+        assert str(refused.value) == f"optim.tokens_per_step must be a positive whole number, got {tokens_per_step}"
+
+
 # -- the shipped configs on other machines --------------------------------------------------------
 def test_the_users_command_plans_8_gpus_of_ddp_bf16_and_the_papers_step_on_an_8_gpu_node() -> None:
     cfg = composed("model=big", "task=wmt_en_fr", "trainer.devices=8")

@@ -75,12 +75,13 @@ def step_size(processes: int, max_tokens: Any, max_length: Any = None, tokens_pe
     divides the step evenly between the batches; else a step is one batch of ``max_tokens`` a
     process."""
     max_tokens = _positive(max_tokens, "task.datamodule.max_tokens")
+    if tokens_per_step is not None:  # checked where an explicit accumulation leaves it unused too (before: passed)
+        tokens_per_step = _positive(tokens_per_step, "optim.tokens_per_step")
     if accumulate is not None:
         accumulate = _positive(accumulate, "trainer.accumulate_grad_batches")
         return StepSize(max_tokens, accumulate, processes * accumulate * max_tokens, derived=False)
     if tokens_per_step is None:
         return StepSize(max_tokens, 1, processes * max_tokens, derived=False)
-    tokens_per_step = _positive(tokens_per_step, "optim.tokens_per_step")
     accumulate = math.ceil(tokens_per_step / (processes * max_tokens))
     batch = tokens_per_step // (processes * accumulate)
     if max_length is not None and batch < max_length + 2:
