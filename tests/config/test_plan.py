@@ -185,6 +185,23 @@ def test_lightning_takes_every_validation_interval_the_plan_accepts(interval: st
               val_check_interval=plan["trainer"]["val_check_interval"])
 
 
+def test_a_warmup_longer_than_the_run_is_one_warning_line_of_the_plan() -> None:
+    """model=base task=wmt_en_de optim.train_steps=3000 keeps base's warmup of 4,000: the rate never reaches Eq. 3's
+    peak (before: planned without a word). Said, not refused: a short debugging run may keep its warmup."""
+    cfg = composed("model=base", "task=wmt_en_de", "optim.train_steps=3000")
+    plan = make_plan(cfg, LAPTOP)
+    line = ("optim.warmup_steps=4,000 is more than the run's optim.train_steps=3,000: the learning rate rises through "
+            "every step to 75% of Eq. 3's peak and never decays; give optim.warmup_steps=3000 or less to reach it (a "
+            "short debugging run may leave it)")
+    assert plan["warnings"] == [line]
+    assert describe(plan, {**OmegaConf.to_container(cfg), "plan": plan}).splitlines()[-1] == f"  warning: {line}"
+    # Where the rate reaches its peak (at the last step: the tests' debug=tiny optim.train_steps=2), the default job,
+    # the tiny run, and Lightning's smoke test, whose steps are not the schedule's: no warning.
+    for overrides in ([], ["debug=tiny"], ["debug=tiny", "optim.train_steps=2"],
+                      ["model=base", "task=wmt_en_de", "optim.train_steps=3000", "trainer.fast_dev_run=true"]):
+        assert "warnings" not in make_plan(composed(*overrides), LAPTOP), overrides
+
+
 @pytest.mark.parametrize("override, message", [
     ("trainer.max_steps=3", ("trainer.max_steps=3 differs from optim.train_steps=4, the run's steps (trainer.max_steps "
                              "follows it); give optim.train_steps=3 instead")),

@@ -31,9 +31,17 @@ from typing import Any
 
 from aiayn.config.checkpointing import describe as describe_checkpoints
 from aiayn.config.hardware import AUTO, Machine, Placement, place
-from aiayn.config.memory import GIB, MemoryEstimate, parameters, tokens_that_fit, training_memory, usable
+from aiayn.config.memory import (
+    GIB,
+    MemoryEstimate,
+    batch_over_memory,
+    config_memory,
+    parameters,
+    tokens_that_fit,
+    usable,
+)
 from aiayn.config.schemas import network_arguments
-from aiayn.config.trainer import check_length, stopped_sooner, validation
+from aiayn.config.trainer import check_length, stopped_sooner, validation, warmup_outlasts_the_run
 from aiayn.errors import ConfigError
 
 PAPER_TOKENS_PER_STEP = 25_000  # §5.1: "approximately 25000 source tokens and 25000 target tokens"
@@ -143,12 +151,7 @@ def batch_limit(config: Mapping[str, Any], placement: Placement, machine: Machin
     share = math.ceil(_positive(tokens_per_step, "optim.tokens_per_step") / placement.processes)
     if placement.accelerator != "gpu":
         return BatchLimit(min(share, PLAIN_BATCH_TOKENS), setting)
-    try:
-        network = network_arguments(config["model"], config.get("width_divisor", 1) or 1)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-    estimate = training_memory(network, int(config["task"]["vocab_size"]), placement.precision, placement.processes,
-                               fused_loss=bool((config.get("loss") or {}).get("fused")))
+    estimate = config_memory(config, placement.precision, placement.processes)
     device = machine.gpu_memory or ASSUMED_GPU_MEMORY
     fits = tokens_that_fit(estimate, device)
     longest = data.get("max_length")
@@ -179,6 +182,8 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
     if steps:
         interval *= step.accumulate  # steps → the batches Lightning counts
     devices = placement.devices
+    warnings = [line for line in (warmup_outlasts_the_run(optim, trainer),
+                                  _over_memory(config, placement, machine, limit, step)) if line]
     return {
         "trainer": {
             "accelerator": placement.accelerator, "devices": list(devices) if isinstance(devices, list) else devices,
@@ -195,7 +200,19 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
         # epoch, or no validation (trainer.limit_val_batches=0), as `validation` says
         "validate_every_steps": every if steps and trainer.get("limit_val_batches") != 0 else None,
         "validation": validation(trainer, every if steps else None),
+        **({"warnings": warnings} if warnings else {}),  # each a line of the plan printed, none refused
     }
+
+
+def _over_memory(config: Mapping[str, Any], placement: Placement, machine: Machine, limit: BatchLimit,
+                 step: StepSize) -> str | None:
+    """The warning of a batch that the memory estimate says this GPU cannot hold, where the batch was not sized to it
+    (a number given, or auto's plain batch); nothing where the GPU's memory is not known here."""
+    if placement.accelerator != "gpu" or machine.gpu_memory is None or limit.on_gpu:
+        return None
+    derived = config["optim"].get("tokens_per_step") is not None and config["trainer"].get("accumulate_grad_batches") is None
+    return batch_over_memory(config_memory(config, placement.precision, placement.processes), step.tokens_per_batch,
+                             machine.gpu_memory, limit.setting, auto_fits=derived and limit.setting != AUTO)
 
 
 def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | None = None,
@@ -242,6 +259,7 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
         lines.append(f"  projected: {_duration(seconds)} of training steps at {1000 * batch_seconds:,.0f} ms a batch, "
                      f"{measured['tgt_tokens_per_s']:,.0f} target tokens/s a device (measured "
                      f"{measured['date'][:10]}, {records.name}){scaling}; validations add to it")
+    lines += [f"  warning: {line}" for line in plan.get("warnings") or ()]  # last, where they are seen
     return "\n".join(line for line in lines if line is not None)
 
 

@@ -55,7 +55,7 @@ def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
         return {key: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for key, v in values.items()}
 
     config = {"trainer": settings(_root_.trainer, PLANNED_TRAINER_SETTINGS),
-              "optim": settings(_root_.optim, ("tokens_per_step", "train_steps")),
+              "optim": settings(_root_.optim, ("tokens_per_step", "train_steps", "warmup_steps")),
               "task": {"datamodule": settings(_root_.task.datamodule, ("max_tokens", "max_length")),
                        "vocab_size": _root_.task.get("vocab_size")},
               # what max_tokens=auto sizes a GPU's batch for (aiayn.config.memory)

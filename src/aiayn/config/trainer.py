@@ -168,6 +168,20 @@ def stopped_sooner(trainer: Mapping[str, Any]) -> str:
     return f" (or trainer.max_time={limit}, whichever comes first)" if limit else ""
 
 
+def warmup_outlasts_the_run(optim: Mapping[str, Any], trainer: Mapping[str, Any]) -> str | None:
+    """The warning of a warmup longer than the run (``optim.warmup_steps`` above ``optim.train_steps``, which
+    ``trainer.max_steps`` follows): Eq. 3's rate rises through every step and never reaches its peak. A warning, not
+    a refusal: a short debugging run may keep its recipe's warmup. Not at equality, where the last step takes the peak
+    (``debug=tiny optim.train_steps=2``, as the tests run it: a run of warmup alone, said by the plan's steps and
+    warmup line), nor for Lightning's smoke test (``trainer.fast_dev_run``), whose steps are not the schedule's."""
+    warmup, steps = optim.get("warmup_steps"), optim.get("train_steps")
+    if not (_whole(warmup) and _whole(steps) and warmup > steps > 0) or smoke_test(trainer):
+        return None
+    return (f"optim.warmup_steps={warmup:,} is more than the run's optim.train_steps={steps:,}: the learning rate rises "
+            f"through every step to {steps / warmup:.0%} of Eq. 3's peak and never decays; give optim.warmup_steps="
+            f"{steps} or less to reach it (a short debugging run may leave it)")
+
+
 def validation(trainer: Mapping[str, Any], every_steps: int | None) -> str:
     """When a run of these ``trainer.*`` settings validates, as the plan says it: ``every_steps``
     (trainer.val_check_interval in optimizer steps), every epoch (null), or never
