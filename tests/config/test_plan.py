@@ -120,6 +120,26 @@ def test_an_epoch_cut_inside_a_step_of_accumulated_batches_is_refused_in_one_lin
                      NODE_8_H100)["trainer"]["accumulate_grad_batches"] == 1
 
 
+def test_overfit_batches_cutting_a_step_is_refused_as_an_epoch_limit_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lightning makes trainer.overfit_batches the epoch's limit in place of trainer.limit_train_batches: 10 under 8
+    accumulated batches is the same short step (before: planned as 25,000 tokens a step, unchecked)."""
+    monkeypatch.setattr("aiayn.config.resolvers.this_machine", lambda: LAPTOP)  # the plan as the run resolves it
+    with pytest.raises(Exception, match="trainer.overfit_batches=10 ends an epoch inside a step of 8"):
+        OmegaConf.to_container(composed("model=base", "task=wmt_en_de", "trainer.overfit_batches=10").plan, resolve=True)
+    for value in ("10", "0.5"):
+        with pytest.raises(ConfigError) as refused:
+            make_plan(composed("model=base", "task=wmt_en_de", f"trainer.overfit_batches={value}",
+                               "trainer.limit_train_batches=16"), LAPTOP)
+        assert str(refused.value) == (f"trainer.overfit_batches={value} ends an epoch inside a step of 8 accumulated "
+                                      "batches, which Lightning would take short (fewer tokens than the plan's step, "
+                                      "validation off its steps); give a whole number of batches, a multiple of 8 (0: off)")
+    for value in ("16", "0", "0.0", "1.0"):  # whole steps, or off (then trainer.limit_train_batches is the limit)
+        assert make_plan(composed("model=base", "task=wmt_en_de", f"trainer.overfit_batches={value}"), LAPTOP)
+    with pytest.raises(ConfigError, match=r"^trainer.limit_train_batches=10 ends an epoch inside a step of 8"):
+        make_plan(composed("model=base", "task=wmt_en_de", "trainer.overfit_batches=0", "trainer.limit_train_batches=10"),
+                  LAPTOP)
+
+
 def test_the_big_model_is_p_drop_03_except_on_en_fr_and_the_command_line_still_wins() -> None:
     assert composed("model=big", "task=wmt_en_de").model.dropout == 0.3
     assert composed("model=big", "task=wmt_en_fr", "model.dropout=0.3").model.dropout == 0.3

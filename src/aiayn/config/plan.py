@@ -41,7 +41,7 @@ from aiayn.config.memory import (
     usable,
 )
 from aiayn.config.schemas import network_arguments
-from aiayn.config.trainer import check_length, stopped_sooner, validation, warmup_outlasts_the_run
+from aiayn.config.trainer import check_epoch_limit, check_length, stopped_sooner, validation, warmup_outlasts_the_run
 from aiayn.errors import ConfigError
 
 PAPER_TOKENS_PER_STEP = 25_000  # §5.1: "approximately 25000 source tokens and 25000 target tokens"
@@ -50,7 +50,8 @@ THROUGHPUT_RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "resul
 # The trainer.* settings the plan reads; train.py gives Lightning the plan's values of the first seven.
 PLANNED_TRAINER_SETTINGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches",
                             "val_check_interval", "max_steps", "max_epochs", "limit_val_batches", "min_steps",
-                            "min_epochs", "check_val_every_n_epoch", "max_time", "fast_dev_run", "limit_train_batches")
+                            "min_epochs", "check_val_every_n_epoch", "max_time", "fast_dev_run", "limit_train_batches",
+                            "overfit_batches")
 # Lightning's precision names → the benchmarks' (train_throughput.py --precision).
 BENCHMARK_PRECISION = {"32-true": "fp32", "32": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
 # max_tokens=auto where no GPU's memory sizes the batch (the WMT tasks' batch before auto): on a CPU, batches of at
@@ -176,7 +177,7 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
     limit = batch_limit(config, placement, machine)
     step = step_size(placement.processes, limit.tokens, data.get("max_length"),
                      optim.get("tokens_per_step"), trainer.get("accumulate_grad_batches"))
-    _check_epoch_limit(trainer.get("limit_train_batches"), step.accumulate)
+    check_epoch_limit(trainer, step.accumulate)
     every = interval = trainer.get("val_check_interval")
     steps = isinstance(interval, int) and not isinstance(interval, bool)
     if steps:
@@ -315,17 +316,6 @@ def check_batch_holds_a_pair(max_tokens: Any, max_length: Any) -> None:
     if all(whole) and max_tokens < max_length + 2:
         raise ConfigError(f"task.datamodule.max_tokens={max_tokens} cannot hold one pair of max_length={max_length} "
                           f"subwords plus BOS/EOS; raise max_tokens to at least {max_length + 2} or lower max_length")
-
-
-def _check_epoch_limit(limit: Any, accumulate: int) -> None:
-    """A ConfigError for ``trainer.limit_train_batches`` cutting an epoch inside a step of ``accumulate`` batches:
-    Lightning would take that step short (fewer tokens than the plan's, and validation off its steps)."""
-    valid = isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit >= 0  # else refused as Lightning's
-    if accumulate > 1 and valid and not (isinstance(limit, float) and limit == 1.0) and \
-            not (isinstance(limit, int) and limit % accumulate == 0):
-        raise ConfigError(f"trainer.limit_train_batches={limit} ends an epoch inside a step of {accumulate} accumulated "
-                          f"batches, which Lightning would take short (fewer tokens than the plan's step, validation off "
-                          f"its steps); give a whole number of batches, a multiple of {accumulate} (null: every batch)")
 
 
 def _positive(value: Any, setting: str) -> int:

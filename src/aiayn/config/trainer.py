@@ -141,6 +141,24 @@ def check_lightning_values(trainer: Mapping[str, Any]) -> None:
         raise ConfigError(f"trainer.gradient_clip_algorithm must be norm or value (null: norm), got {algorithm!r}")
 
 
+def check_epoch_limit(trainer: Mapping[str, Any], accumulate: int) -> None:
+    """A ConfigError for an epoch cut inside a step of ``accumulate`` batches: ``trainer.limit_train_batches``, or
+    ``trainer.overfit_batches``, which Lightning makes the epoch's limit in its place (before: unchecked). Lightning
+    would take that step short (fewer tokens than the plan's, and validation off its steps)."""
+    key = "overfit_batches" if _number(trainer.get("overfit_batches")) and trainer["overfit_batches"] > 0 else \
+        "limit_train_batches"
+    limit = trainer.get(key)
+    if accumulate > 1 and _number(limit) and limit >= 0 and not (isinstance(limit, float) and limit == 1.0) and \
+            not (_whole(limit) and limit % accumulate == 0):  # (other values: refused as Lightning's)
+        raise ConfigError(f"trainer.{key}={limit} ends an epoch inside a step of {accumulate} accumulated batches, "
+                          f"which Lightning would take short (fewer tokens than the plan's step, validation off its "
+                          f"steps); give a whole number of batches, a multiple of {accumulate} ({BATCH_LIMITS[key]})")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _precisions() -> tuple[str, ...]:
     """The precisions Lightning's Trainer takes, as strings (``16`` and ``"16"`` alike)."""
     from typing import get_args
