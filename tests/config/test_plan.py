@@ -222,6 +222,20 @@ def test_a_warmup_longer_than_the_run_is_one_warning_line_of_the_plan() -> None:
         assert "warnings" not in make_plan(composed(*overrides), LAPTOP), overrides
 
 
+def test_bf16_given_for_gpus_without_bf16_units_is_one_warning_line_of_the_plan() -> None:
+    """trainer.precision=bf16-mixed on V100s: kept, as given, and said to be emulated there (before: not a word)."""
+    for precision in ("bf16-mixed", "bf16-true"):
+        plan = make_plan(composed("model=base", "task=wmt_en_de", f"trainer.precision={precision}"), NODE_8_V100)
+        assert (plan["trainer"]["precision"], plan["warnings"]) == (precision, [
+            (f"trainer.precision={precision}: the GPUs here (Tesla V100-SXM2-32GB) have no bf16 units (compute "
+            "capability below 8.0), so torch emulates bf16, slower than fp16; leave trainer.precision out for 16-mixed "
+            "(fp16 with loss scaling), as hardware=auto picks there")])
+    for machine, precision in ((NODE_8_H100, "bf16-mixed"), (NODE_8_V100, "16-mixed"), (NODE_8_V100, "auto"),
+                               (LAPTOP, "bf16-mixed")):
+        plan = make_plan(composed("model=base", "task=wmt_en_de", f"trainer.precision={precision}"), machine)
+        assert "warnings" not in plan, (machine, precision)
+
+
 @pytest.mark.parametrize("override, message", [
     ("trainer.max_steps=3", ("trainer.max_steps=3 differs from optim.train_steps=4, the run's steps (trainer.max_steps "
                              "follows it); give optim.train_steps=3 instead")),

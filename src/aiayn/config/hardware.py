@@ -108,6 +108,17 @@ def place(machine: Machine, accelerator: Any = AUTO, devices: Any = None, strate
                      num_nodes=nodes, processes=processes)
 
 
+def emulated_bf16(placement: Placement, machine: Machine) -> str | None:
+    """The warning of a bf16 precision given (``trainer.precision=bf16-mixed``: it wins) for GPUs without bf16 units,
+    where torch emulates bf16, slower than fp16 (before: planned without a word); None otherwise."""
+    if placement.accelerator != "gpu" or machine.bf16 or not placement.precision.startswith("bf16"):
+        return None
+    gpus = f" ({machine.gpu_name})" if machine.gpu_name else ""
+    return (f"trainer.precision={placement.precision}: the GPUs here{gpus} have no bf16 units (compute capability "
+            "below 8.0), so torch emulates bf16, slower than fp16; leave trainer.precision out for 16-mixed (fp16 with "
+            "loss scaling), as hardware=auto picks there")
+
+
 def gpu_node_asked_for(machine: Machine, accelerator: Any = AUTO, devices: Any = None) -> Machine | None:
     """The node a GPU request is written for, where ``machine`` has no GPU: as many GPUs as the
     settings name (``trainer.devices=8``: 8; ``[0,3]``: 4; ``hardware=gpu`` alone: 1), with bf16

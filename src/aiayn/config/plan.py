@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.config.checkpointing import describe as describe_checkpoints
-from aiayn.config.hardware import AUTO, Machine, Placement, place
+from aiayn.config.hardware import AUTO, Machine, Placement, emulated_bf16, place
 from aiayn.config.memory import (
     GIB,
     MemoryEstimate,
@@ -183,7 +183,7 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
     if steps:
         interval *= step.accumulate  # steps → the batches Lightning counts
     devices = placement.devices
-    warnings = [line for line in (warmup_outlasts_the_run(optim, trainer),
+    warnings = [line for line in (emulated_bf16(placement, machine), warmup_outlasts_the_run(optim, trainer),
                                   _over_memory(config, placement, machine, limit, step)) if line]
     return {
         "trainer": {
