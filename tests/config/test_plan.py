@@ -166,6 +166,20 @@ def test_the_composed_config_resolves_the_plan_on_this_machine() -> None:
     assert "no usable CUDA GPU was found" in str(refused.value)
 
 
+def test_an_accumulation_given_says_it_sets_the_recipes_step_aside() -> None:
+    """model=base trainer.accumulate_grad_batches=2 trains steps of 6,800 tokens, not base's 25,000: the step line
+    says the recipe's step is not the one trained (before: "(trainer.accumulate_grad_batches=2; ...)" alone)."""
+    cfg = composed("model=base", "task=wmt_en_de", "trainer.accumulate_grad_batches=2")
+    plan = make_plan(cfg, LAPTOP)
+    assert describe(plan, {**OmegaConf.to_container(cfg), "plan": plan}).splitlines()[1] == (
+        "  step: 1 process × 2 accumulated batches of 3,400 tokens = 6,800 tokens a side (trainer.accumulate_grad_batches"
+        "=2 given, not the recipe's optim.tokens_per_step=25,000; the paper's: ~25,000, §5.1)")
+    cfg = composed("debug=tiny", "trainer.accumulate_grad_batches=2")  # a recipe without a step: nothing set aside
+    plan = make_plan(cfg, LAPTOP)
+    assert describe(plan, {**OmegaConf.to_container(cfg), "plan": plan}).splitlines()[1].endswith(
+        "(trainer.accumulate_grad_batches=2; the paper's: ~25,000, §5.1)")
+
+
 def test_the_plan_says_whether_and_when_validation_runs() -> None:
     tiny = make_plan(composed("debug=tiny"), LAPTOP)
     assert (tiny["validation"], tiny["validate_every_steps"]) == ("every 2 steps", 2)

@@ -230,8 +230,9 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
     accumulate = trainer["accumulate_grad_batches"]
     if plan["accumulation_derived"]:
         source = f"accumulation derived from optim.tokens_per_step={optim['tokens_per_step']:,}"
-    elif config["trainer"].get("accumulate_grad_batches") is not None:
-        source = f"trainer.accumulate_grad_batches={accumulate}"
+    elif config["trainer"].get("accumulate_grad_batches") is not None:  # the recipe's step set aside: said so
+        source = f"trainer.accumulate_grad_batches={accumulate}" + (
+            f" given, not the recipe's optim.tokens_per_step={optim['tokens_per_step']:,}" if optim.get("tokens_per_step") else "")
     else:
         source = "the recipe sets no optim.tokens_per_step: one batch of task.datamodule.max_tokens a process"
     batches = f"{accumulate} accumulated batches" if accumulate > 1 else "1 batch"
