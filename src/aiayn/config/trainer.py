@@ -70,10 +70,11 @@ def check_length(trainer: Mapping[str, Any], train_steps: Any) -> None:
     stops training at another step than the plan says; no lower bound it cannot meet, and validation
     by steps, not in every n-th epoch. A ConfigError naming the one to give instead."""
     steps, epochs = trainer.get("max_steps"), trainer.get("max_epochs")
-    if train_steps is not None and steps is not None and steps != train_steps:
+    # null given (a key left out is not): Lightning's Trainer would fail on it (before: "'<' not supported ...")
+    if train_steps is not None and (steps is not None or "max_steps" in trainer) and steps != train_steps:
         wanted = f"optim.train_steps={steps}" if _whole(steps) and steps > 0 else "optim.train_steps"
-        raise ConfigError(f"trainer.max_steps={steps} differs from optim.train_steps={train_steps}, the run's steps "
-                          f"(trainer.max_steps follows it); give {wanted} instead")
+        raise ConfigError(f"trainer.max_steps={'null' if steps is None else steps} differs from optim.train_steps="
+                          f"{train_steps}, the run's steps (trainer.max_steps follows it); give {wanted} instead")
     if epochs is not None and (not _whole(epochs) or epochs != -1):
         raise ConfigError(f"trainer.max_epochs={epochs} could stop training before optim.train_steps={train_steps} "
                           f"steps; a run trains optim.train_steps steps, however many epochs they take: leave "
