@@ -113,6 +113,49 @@ def test_a_sweep_started_here_uses_ddp_spawn_but_a_cluster_launch_keeps_ddp() ->
     assert auto(cluster, devices=8, multirun=True).strategy == "ddp"
 
 
+def test_ddp_given_for_a_sweep_run_here_is_refused_in_one_line() -> None:
+    """hardware=gpu8_ddp (trainer.strategy=ddp) in a --multirun of Hydra's basic launcher: Lightning's ddp would start
+    each other rank by running the command line again, the whole sweep again in each of 8 ranks (before: kept, as
+    given). ddp_spawn, one process, a cluster that starts every rank, and a run alone keep what is given."""
+    with pytest.raises(ConfigError) as refused:
+        place(NODE_8_A100, "gpu", 8, "ddp", "auto", 1, multirun=True)
+    assert str(refused.value) == ("trainer.strategy=ddp in a --multirun sweep run here starts each other rank by "
+                                  "running the command line again, which runs the whole sweep again in it; give "
+                                  "trainer.strategy=ddp_spawn (hardware=auto picks it), or run the sweep with "
+                                  "hydra/launcher=slurm")
+    cluster = Machine(gpus=8, bf16=True, cpu_cores=64, cluster_launched=True)
+    for machine, devices, strategy, multirun in ((NODE_8_A100, 8, "ddp_spawn", True), (NODE_8_A100, 1, "ddp", True),
+                                                 (cluster, 8, "ddp", True), (NODE_8_A100, 8, "ddp", False)):
+        assert place(machine, "gpu", devices, strategy, "auto", 1, multirun=multirun).strategy == strategy
+
+
+@pytest.mark.parametrize(("launcher", "refused"), [("basic", True), ("slurm", False)])
+def test_a_sweeps_jobs_are_planned_as_run_here_only_under_the_basic_launcher(
+        launcher: str, refused: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan of a --multirun job (the ${aiayn.plan:} resolver): hardware=gpu8_ddp is refused where the sweep runs
+    its jobs here, and kept (ddp) for the jobs SLURM runs, whose every rank the cluster starts."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from tests.helpers.runs import REPO
+
+    monkeypatch.setattr("aiayn.config.resolvers.this_machine", lambda: NODE_8_A100)
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[f"hydra/launcher={launcher}", "hardware=gpu8_ddp", "hydra.mode=MULTIRUN",
+                                          "paths.output_dir=/tmp/run"], return_hydra_config=True)
+    before = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(cfg)
+    try:
+        if refused:
+            with pytest.raises(Exception, match=r"trainer.strategy=ddp in a --multirun sweep run here"):
+                OmegaConf.to_container(cfg.plan, resolve=True)
+        else:
+            assert OmegaConf.to_container(cfg.plan, resolve=True)["trainer"]["strategy"] == "ddp"
+    finally:
+        HydraConfig.instance().cfg = before
+
+
 # -- explicit settings and the hardware groups win over auto --------------------------------------
 @pytest.mark.parametrize(("group", "machine", "expected"), [
     (("cpu", 1, "auto", "32-true"), NODE_8_A100, ("cpu", 1, "auto", "32-true", 1)),  # the CPU although GPUs are there

@@ -14,7 +14,8 @@ The default, ``hardware=auto`` (conf/hardware/auto.yaml), leaves ``trainer.accel
 * strategy: DDP when more than one process trains (over all nodes); ``ddp_spawn`` instead of
   ``ddp`` for the jobs of a ``--multirun`` started on this machine, because ``ddp`` starts the
   other ranks by running the command line again, and under ``--multirun`` that re-runs the sweep;
-  a cluster that starts every rank itself (SLURM's ``srun``, ``torchrun``) keeps ``ddp``;
+  a cluster that starts every rank itself (SLURM's ``srun``, ``torchrun``) keeps ``ddp``, and ``ddp``
+  given by hand (``hardware=gpu8_ddp``) for such a sweep run here is refused;
 * precision: ``bf16-mixed`` on GPUs that have bf16 units (compute capability 8.0 and up: A100,
   H100, L4, ...), else ``16-mixed``, which Lightning runs with dynamic loss scaling (V100, T4);
   ``32-true`` on the CPU, where bf16 is emulated on most CPUs and no faster (docs/performance.md).
@@ -77,7 +78,8 @@ def place(machine: Machine, accelerator: Any = AUTO, devices: Any = None, strate
           precision: Any = AUTO, num_nodes: Any = 1, *, multirun: bool = False) -> Placement:
     """The placement of a run on ``machine`` for these ``trainer.*`` settings (``None`` or
     ``"auto"``: decided here; anything else: kept and checked); ConfigError for a request this
-    machine cannot meet. ``multirun``: the run is a job of a ``--multirun`` sweep."""
+    machine cannot meet. ``multirun``: the run is a job of a ``--multirun`` sweep run here (Hydra's
+    basic launcher), where ``ddp`` would run the sweep again in each rank it starts."""
     nodes = _whole_number(num_nodes, "trainer.num_nodes") if num_nodes is not None else 1
     kind = _accelerator(accelerator, machine)
     if kind == "gpu":
@@ -90,6 +92,10 @@ def place(machine: Machine, accelerator: Any = AUTO, devices: Any = None, strate
     processes = count * nodes
     if _given(strategy):
         chosen = str(strategy)
+        if chosen == "ddp" and processes > 1 and multirun and not machine.cluster_launched:  # (before: each rank a sweep)
+            raise ConfigError("trainer.strategy=ddp in a --multirun sweep run here starts each other rank by running the "
+                              "command line again, which runs the whole sweep again in it; give trainer.strategy="
+                              "ddp_spawn (hardware=auto picks it), or run the sweep with hydra/launcher=slurm")
     elif processes == 1:
         chosen = AUTO
     else:

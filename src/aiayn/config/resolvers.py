@@ -48,7 +48,10 @@ def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    # A sweep's job run here, by Hydra's basic launcher: another (SLURM's) runs it where the cluster starts every rank.
+    hydra = HydraConfig.get() if HydraConfig.initialized() else None
+    multirun = hydra is not None and hydra.mode == RunMode.MULTIRUN and \
+        str(OmegaConf.select(hydra, "launcher._target_", default="")).endswith(".BasicLauncher")
 
     def settings(node: Any, keys: tuple[str, ...]) -> dict[str, Any]:
         values = {key: node.get(key) for key in keys}
