@@ -121,8 +121,11 @@ def test_ddp_given_for_a_sweep_run_here_is_refused_in_one_line() -> None:
         place(NODE_8_A100, "gpu", 8, "ddp", "auto", 1, multirun=True)
     assert str(refused.value) == ("trainer.strategy=ddp in a --multirun sweep run here starts each other rank by "
                                   "running the command line again, which runs the whole sweep again in it; give "
-                                  "trainer.strategy=ddp_spawn (hardware=auto picks it), or run the sweep with "
+                                  "trainer.strategy=ddp_spawn (hardware=auto picks ddp_spawn), or run the sweep with "
                                   "hydra/launcher=slurm")
+    with pytest.raises(ConfigError, match=r"^trainer.strategy=ddp_find_unused_parameters_true in a --multirun .* give "
+                                          r"trainer.strategy=ddp_spawn_find_unused_parameters_true \("):
+        place(NODE_8_A100, "gpu", 2, "ddp_find_unused_parameters_true", "auto", 1, multirun=True)
     cluster = Machine(gpus=8, bf16=True, cpu_cores=64, cluster_launched=True)
     for machine, devices, strategy, multirun in ((NODE_8_A100, 8, "ddp_spawn", True), (NODE_8_A100, 1, "ddp", True),
                                                  (cluster, 8, "ddp", True), (NODE_8_A100, 8, "ddp", False)):

@@ -92,10 +92,11 @@ def place(machine: Machine, accelerator: Any = AUTO, devices: Any = None, strate
     processes = count * nodes
     if _given(strategy):
         chosen = str(strategy)
-        if chosen == "ddp" and processes > 1 and multirun and not machine.cluster_launched:  # (before: each rank a sweep)
-            raise ConfigError("trainer.strategy=ddp in a --multirun sweep run here starts each other rank by running the "
-                              "command line again, which runs the whole sweep again in it; give trainer.strategy="
-                              "ddp_spawn (hardware=auto picks it), or run the sweep with hydra/launcher=slurm")
+        if chosen in _RERUN_DDP and processes > 1 and multirun and not machine.cluster_launched:  # (before: kept)
+            raise ConfigError(f"trainer.strategy={chosen} in a --multirun sweep run here starts each other rank by running "
+                              "the command line again, which runs the whole sweep again in it; give trainer.strategy="
+                              f"{chosen.replace('ddp', 'ddp_spawn', 1)} (hardware=auto picks ddp_spawn), or run the sweep "
+                              "with hydra/launcher=slurm")
     elif processes == 1:
         chosen = AUTO
     else:
@@ -188,6 +189,8 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# Lightning's DDP strategies that start the other ranks by running the command line again (the *_spawn ones spawn them).
+_RERUN_DDP = ("ddp", "ddp_find_unused_parameters_false", "ddp_find_unused_parameters_true")
 # Rank variables of the launchers: DDP's own (Lightning, torchrun), SLURM's.
 _RANKS = ("LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "SLURM_PROCID")
 
