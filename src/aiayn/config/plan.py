@@ -200,7 +200,7 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
         # trainer.val_check_interval as set, in optimizer steps (the trainer's above counts batches); null: every
         # epoch, or no validation (trainer.limit_val_batches=0), as `validation` says
         "validate_every_steps": every if steps and trainer.get("limit_val_batches") != 0 else None,
-        "validation": validation(trainer, every if steps else None),
+        "validation": validation(trainer, every if steps else None, optim.get("train_steps")),
         **({"warnings": warnings} if warnings else {}),  # each a line of the plan printed, none refused
     }
 

@@ -201,12 +201,14 @@ def warmup_outlasts_the_run(optim: Mapping[str, Any], trainer: Mapping[str, Any]
             f"{steps} or less to reach it (a short debugging run may leave it)")
 
 
-def validation(trainer: Mapping[str, Any], every_steps: int | None) -> str:
+def validation(trainer: Mapping[str, Any], every_steps: int | None, train_steps: Any = None) -> str:
     """When a run of these ``trainer.*`` settings validates, as the plan says it: ``every_steps``
-    (trainer.val_check_interval in optimizer steps), every epoch (null), or never
-    (``trainer.limit_val_batches=0``)."""
+    (trainer.val_check_interval in optimizer steps; more than the run's ``train_steps``: none before its end), every
+    epoch (null), or never (``trainer.limit_val_batches=0``)."""
     if trainer.get("limit_val_batches") == 0:
         return "never (trainer.limit_val_batches=0)"
+    if every_steps and _whole(train_steps) and every_steps > train_steps:  # (before: "every 5,000 steps", unqualified)
+        return f"every {every_steps:,} steps, more than the run's {train_steps:,}: none before its end"
     return f"every {every_steps:,} steps" if every_steps else "every epoch"
 
 
