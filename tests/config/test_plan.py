@@ -60,15 +60,6 @@ def test_a_step_too_small_for_the_processes_or_a_bad_number_is_refused_in_one_li
             step_size(1, **{"max_tokens": 1024, **kwargs})
 
 
-@pytest.mark.parametrize("tokens_per_step", ["0", "-5"])
-def test_a_step_of_no_tokens_is_refused_where_the_accumulation_is_given_too(tokens_per_step: str) -> None:
-    """optim.tokens_per_step=0 beside trainer.accumulate_grad_batches=2 (before: planned, the setting unused)."""
-    for machine in (LAPTOP, NODE_8_H100):
-        with pytest.raises(ConfigError) as refused:
-            make_plan(composed(f"optim.tokens_per_step={tokens_per_step}", "trainer.accumulate_grad_batches=2"), machine)
-        assert str(refused.value) == f"optim.tokens_per_step must be a positive whole number, got {tokens_per_step}"
-
-
 # -- the shipped configs on other machines --------------------------------------------------------
 def test_the_users_command_plans_8_gpus_of_ddp_bf16_and_the_papers_step_on_an_8_gpu_node() -> None:
     cfg = composed("model=big", "task=wmt_en_fr", "trainer.devices=8")
@@ -120,26 +111,6 @@ def test_an_epoch_cut_inside_a_step_of_accumulated_batches_is_refused_in_one_lin
                      NODE_8_H100)["trainer"]["accumulate_grad_batches"] == 1
 
 
-def test_overfit_batches_cutting_a_step_is_refused_as_an_epoch_limit_is(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lightning makes trainer.overfit_batches the epoch's limit in place of trainer.limit_train_batches: 10 under 8
-    accumulated batches is the same short step (before: planned as 25,000 tokens a step, unchecked)."""
-    monkeypatch.setattr("aiayn.config.resolvers.this_machine", lambda: LAPTOP)  # the plan as the run resolves it
-    with pytest.raises(Exception, match="trainer.overfit_batches=10 ends an epoch inside a step of 8"):
-        OmegaConf.to_container(composed("model=base", "task=wmt_en_de", "trainer.overfit_batches=10").plan, resolve=True)
-    for value in ("10", "0.5"):
-        with pytest.raises(ConfigError) as refused:
-            make_plan(composed("model=base", "task=wmt_en_de", f"trainer.overfit_batches={value}",
-                               "trainer.limit_train_batches=16"), LAPTOP)
-        assert str(refused.value) == (f"trainer.overfit_batches={value} ends an epoch inside a step of 8 accumulated "
-                                      "batches, which Lightning would take short (fewer tokens than the plan's step, "
-                                      "validation off its steps); give a whole number of batches, a multiple of 8 (0: off)")
-    for value in ("16", "0", "0.0", "1.0"):  # whole steps, or off (then trainer.limit_train_batches is the limit)
-        assert make_plan(composed("model=base", "task=wmt_en_de", f"trainer.overfit_batches={value}"), LAPTOP)
-    with pytest.raises(ConfigError, match=r"^trainer.limit_train_batches=10 ends an epoch inside a step of 8"):
-        make_plan(composed("model=base", "task=wmt_en_de", "trainer.overfit_batches=0", "trainer.limit_train_batches=10"),
-                  LAPTOP)
-
-
 def test_the_big_model_is_p_drop_03_except_on_en_fr_and_the_command_line_still_wins() -> None:
     assert composed("model=big", "task=wmt_en_de").model.dropout == 0.3
     assert composed("model=big", "task=wmt_en_fr", "model.dropout=0.3").model.dropout == 0.3
@@ -164,20 +135,6 @@ def test_the_composed_config_resolves_the_plan_on_this_machine() -> None:
     with pytest.raises(Exception) as refused:
         OmegaConf.to_container(composed("trainer.devices=8").plan, resolve=True)
     assert "no usable CUDA GPU was found" in str(refused.value)
-
-
-def test_an_accumulation_given_says_it_sets_the_recipes_step_aside() -> None:
-    """model=base trainer.accumulate_grad_batches=2 trains steps of 6,800 tokens, not base's 25,000: the step line
-    says the recipe's step is not the one trained (before: "(trainer.accumulate_grad_batches=2; ...)" alone)."""
-    cfg = composed("model=base", "task=wmt_en_de", "trainer.accumulate_grad_batches=2")
-    plan = make_plan(cfg, LAPTOP)
-    assert describe(plan, {**OmegaConf.to_container(cfg), "plan": plan}).splitlines()[1] == (
-        "  step: 1 process × 2 accumulated batches of 3,400 tokens = 6,800 tokens a side (trainer.accumulate_grad_batches"
-        "=2 given, not the recipe's optim.tokens_per_step=25,000; the paper's: ~25,000, §5.1)")
-    cfg = composed("debug=tiny", "trainer.accumulate_grad_batches=2")  # a recipe without a step: nothing set aside
-    plan = make_plan(cfg, LAPTOP)
-    assert describe(plan, {**OmegaConf.to_container(cfg), "plan": plan}).splitlines()[1].endswith(
-        "(trainer.accumulate_grad_batches=2; the paper's: ~25,000, §5.1)")
 
 
 def test_the_plan_says_whether_and_when_validation_runs() -> None:
@@ -221,37 +178,6 @@ def test_lightning_takes_every_validation_interval_the_plan_accepts(interval: st
     L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
               default_root_dir=tmp_path, check_val_every_n_epoch=cfg.trainer.check_val_every_n_epoch,
               val_check_interval=plan["trainer"]["val_check_interval"])
-
-
-def test_a_warmup_longer_than_the_run_is_one_warning_line_of_the_plan() -> None:
-    """model=base task=wmt_en_de optim.train_steps=3000 keeps base's warmup of 4,000: the rate never reaches Eq. 3's
-    peak (before: planned without a word). Said, not refused: a short debugging run may keep its warmup."""
-    cfg = composed("model=base", "task=wmt_en_de", "optim.train_steps=3000")
-    plan = make_plan(cfg, LAPTOP)
-    line = ("optim.warmup_steps=4,000 is more than the run's optim.train_steps=3,000: the learning rate rises through "
-            "every step to 75% of Eq. 3's peak and never decays; give optim.warmup_steps=3000 or less to reach it (a "
-            "short debugging run may leave it)")
-    assert plan["warnings"] == [line]
-    assert describe(plan, {**OmegaConf.to_container(cfg), "plan": plan}).splitlines()[-1] == f"  warning: {line}"
-    # Where the rate reaches its peak (at the last step: the tests' debug=tiny optim.train_steps=2), the default job,
-    # the tiny run, and Lightning's smoke test, whose steps are not the schedule's: no warning.
-    for overrides in ([], ["debug=tiny"], ["debug=tiny", "optim.train_steps=2"],
-                      ["model=base", "task=wmt_en_de", "optim.train_steps=3000", "trainer.fast_dev_run=true"]):
-        assert "warnings" not in make_plan(composed(*overrides), LAPTOP), overrides
-
-
-def test_bf16_given_for_gpus_without_bf16_units_is_one_warning_line_of_the_plan() -> None:
-    """trainer.precision=bf16-mixed on V100s: kept, as given, and said to be emulated there (before: not a word)."""
-    for precision in ("bf16-mixed", "bf16-true"):
-        plan = make_plan(composed("model=base", "task=wmt_en_de", f"trainer.precision={precision}"), NODE_8_V100)
-        assert (plan["trainer"]["precision"], plan["warnings"]) == (precision, [
-            (f"trainer.precision={precision}: the GPUs here (Tesla V100-SXM2-32GB) have no bf16 units (compute "
-            "capability below 8.0), so torch emulates bf16, slower than fp16; leave trainer.precision out for 16-mixed "
-            "(fp16 with loss scaling), as hardware=auto picks there")])
-    for machine, precision in ((NODE_8_H100, "bf16-mixed"), (NODE_8_V100, "16-mixed"), (NODE_8_V100, "auto"),
-                               (LAPTOP, "bf16-mixed")):
-        plan = make_plan(composed("model=base", "task=wmt_en_de", f"trainer.precision={precision}"), machine)
-        assert "warnings" not in plan, (machine, precision)
 
 
 @pytest.mark.parametrize("override, message", [

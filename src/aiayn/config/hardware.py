@@ -20,10 +20,11 @@ The default, ``hardware=auto`` (conf/hardware/auto.yaml), leaves ``trainer.accel
   H100, L4, ...), else ``16-mixed``, which Lightning runs with dynamic loss scaling (V100, T4);
   ``32-true`` on the CPU, where bf16 is emulated on most CPUs and no faster (docs/performance.md).
 
-A setting given explicitly — by a hardware group (``cpu``, ``gpu``, ``gpu8_ddp``, ``cpu2_ddp``; the GPU
-groups leave the precision at ``auto``) or on the command line — is kept, and checked against the machine: no more CPU processes than
-cores, no more GPUs than there are, no GPU on a machine without one, no fp16 mixed precision on
-the CPU (where Lightning would train in bf16-mixed instead).
+A setting given explicitly — by a hardware group (``cpu``, ``gpu``, ``gpu8_ddp``, ``cpu2_ddp``;
+the GPU groups leave the precision at ``auto``) or on the command line — is kept, and checked
+against the machine: no more CPU processes than cores, no more GPUs than there are, no GPU on a
+machine without one, no fp16 mixed precision on the CPU (where Lightning would train in bf16-mixed
+instead).
 
 :func:`place` is a pure function of a :class:`Machine` and the settings, so that the decision for
 a machine of 8 GPUs is tested on one without any.
