@@ -85,3 +85,13 @@ def test_an_accumulation_given_says_it_sets_the_recipes_step_aside() -> None:
     plan = make_plan(cfg, LAPTOP)
     assert describe(plan, {**OmegaConf.to_container(cfg), "plan": plan}).splitlines()[1].endswith(
         "(trainer.accumulate_grad_batches=2; the paper's: ~25,000, §5.1)")
+
+
+def test_an_interval_longer_than_the_run_is_said_to_validate_nothing_before_its_end() -> None:
+    """(before: "validation every 5,000 steps" of a 4-step run, unqualified, and a run of one step was "1 steps")."""
+    assert make_plan(composed("debug=tiny", "trainer.val_check_interval=5000"), LAPTOP)["validation"] == (
+        "every 5,000 steps, more than the run's 4: none before its end")
+    assert make_plan(composed("debug=tiny", "trainer.val_check_interval=4"), LAPTOP)["validation"] == "every 4 steps"
+    one = composed("debug=tiny", "optim.train_steps=1", "optim.warmup_steps=1")
+    lines = describe(plan := make_plan(one, LAPTOP), {**OmegaConf.to_container(one), "plan": plan}).splitlines()
+    assert "  1 step, warmup 1, validation every 2 steps, more than the run's 1: none before its end" in lines

@@ -242,7 +242,7 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
         (f"  step: {count(processes, 'process')} × {batches} of {plan['tokens_per_batch']:,} tokens = "
          f"{plan['tokens_per_step']:,} tokens a side ({source}; the paper's: ~{PAPER_TOKENS_PER_STEP:,}, §5.1)"),
         f"  batch: {plan['batch_limit']}" if plan.get("batch_limit") else None,
-        f"  {optim['train_steps']:,} steps{stopped_sooner(config['trainer'])}, warmup {optim['warmup_steps']:,}" + (
+        f"  {count(optim['train_steps'], 'step')}{stopped_sooner(config['trainer'])}, warmup {optim['warmup_steps']:,}" + (
             f", validation {plan['validation']}" if plan.get("validation") else ""),
         describe_checkpoints(config["checkpoint"], optim["train_steps"]) if config.get("checkpoint") else None,
         _describe_model(config, model),
