@@ -113,17 +113,84 @@ def test_a_sweep_started_here_uses_ddp_spawn_but_a_cluster_launch_keeps_ddp() ->
     assert auto(cluster, devices=8, multirun=True).strategy == "ddp"
 
 
+def test_ddp_given_for_a_sweep_run_here_is_refused_in_one_line() -> None:
+    """hardware=gpu8_ddp (trainer.strategy=ddp) in a --multirun of Hydra's basic launcher: Lightning's ddp would start
+    each other rank by running the command line again, the whole sweep again in each of 8 ranks (before: kept, as
+    given). ddp_spawn, one process, a cluster that starts every rank, and a run alone keep what is given."""
+    with pytest.raises(ConfigError) as refused:
+        place(NODE_8_A100, "gpu", 8, "ddp", "auto", 1, multirun=True)
+    assert str(refused.value) == ("trainer.strategy=ddp in a --multirun sweep run here starts each other rank by "
+                                  "running the command line again, which runs the whole sweep again in it; give "
+                                  "trainer.strategy=ddp_spawn (hardware=auto picks ddp_spawn), or run the sweep with "
+                                  "hydra/launcher=slurm")
+    with pytest.raises(ConfigError, match=r"^trainer.strategy=ddp_find_unused_parameters_true in a --multirun .* give "
+                                          r"trainer.strategy=ddp_spawn_find_unused_parameters_true \("):
+        place(NODE_8_A100, "gpu", 2, "ddp_find_unused_parameters_true", "auto", 1, multirun=True)
+    cluster = Machine(gpus=8, bf16=True, cpu_cores=64, cluster_launched=True)
+    for machine, devices, strategy, multirun in ((NODE_8_A100, 8, "ddp_spawn", True), (NODE_8_A100, 1, "ddp", True),
+                                                 (cluster, 8, "ddp", True), (NODE_8_A100, 8, "ddp", False)):
+        assert place(machine, "gpu", devices, strategy, "auto", 1, multirun=multirun).strategy == strategy
+
+
+@pytest.mark.parametrize(("launcher", "refused"), [("basic", True), ("slurm", False)])
+def test_a_sweeps_jobs_are_planned_as_run_here_only_under_the_basic_launcher(
+        launcher: str, refused: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan of a --multirun job (the ${aiayn.plan:} resolver): hardware=gpu8_ddp is refused where the sweep runs
+    its jobs here, and kept (ddp) for the jobs SLURM runs, whose every rank the cluster starts."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from tests.helpers.runs import REPO
+
+    monkeypatch.setattr("aiayn.config.resolvers.this_machine", lambda: NODE_8_A100)
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[f"hydra/launcher={launcher}", "hardware=gpu8_ddp", "hydra.mode=MULTIRUN",
+                                          "paths.output_dir=/tmp/run"], return_hydra_config=True)
+    before = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(cfg)
+    try:
+        if refused:
+            with pytest.raises(Exception, match=r"trainer.strategy=ddp in a --multirun sweep run here"):
+                OmegaConf.to_container(cfg.plan, resolve=True)
+        else:
+            assert OmegaConf.to_container(cfg.plan, resolve=True)["trainer"]["strategy"] == "ddp"
+    finally:
+        HydraConfig.instance().cfg = before
+
+
 # -- explicit settings and the hardware groups win over auto --------------------------------------
 @pytest.mark.parametrize(("group", "machine", "expected"), [
     (("cpu", 1, "auto", "32-true"), NODE_8_A100, ("cpu", 1, "auto", "32-true", 1)),  # the CPU although GPUs are there
     (("cpu", 2, "ddp_spawn", "32-true"), LAPTOP, ("cpu", 2, "ddp_spawn", "32-true", 2)),  # cpu2_ddp
-    (("gpu", 1, "auto", "bf16-mixed"), ONE_H100, ("gpu", 1, "auto", "bf16-mixed", 1)),  # gpu
-    (("gpu", 8, "ddp", "bf16-mixed"), NODE_8_A100, ("gpu", 8, "ddp", "bf16-mixed", 8)),  # gpu8_ddp
-    (("gpu", 8, "ddp", "bf16-mixed"), NODE_8_V100, ("gpu", 8, "ddp", "bf16-mixed", 8)),  # as asked, even so
+    (("gpu", 1, "auto", "auto"), ONE_H100, ("gpu", 1, "auto", "bf16-mixed", 1)),  # gpu
+    (("gpu", 8, "ddp", "auto"), NODE_8_A100, ("gpu", 8, "ddp", "bf16-mixed", 8)),  # gpu8_ddp
+    (("gpu", 8, "ddp", "auto"), NODE_8_V100, ("gpu", 8, "ddp", "16-mixed", 8)),  # gpu8_ddp without bf16 units
+    (("gpu", 8, "ddp", "bf16-mixed"), NODE_8_V100, ("gpu", 8, "ddp", "bf16-mixed", 8)),  # a precision given: as asked
 ])
 def test_the_hardware_groups_are_kept_as_given(group, machine, expected) -> None:
     accelerator, devices, strategy, precision = group
     assert summary(place(machine, accelerator, devices, strategy, precision, 1)) == expected
+
+
+@pytest.mark.parametrize(("group", "devices"), [("gpu", 1), ("gpu8_ddp", 8)])
+def test_the_gpu_groups_pick_the_precision_as_auto_does_and_a_given_one_wins(group: str, devices: int) -> None:
+    """hardware=gpu and hardware=gpu8_ddp on GPUs without bf16 units (V100, T4) train in 16-mixed with loss scaling,
+    as hardware=auto does (before: bf16-mixed, emulated there); trainer.precision given still wins."""
+    from hydra import compose, initialize_config_dir
+
+    from aiayn.config.plan import make_plan
+    from tests.helpers.runs import REPO
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        planned = {(machine.gpu_name, given): make_plan(compose("train", overrides=[
+            f"hardware={group}", *([f"trainer.precision={given}"] if given else []), "paths.output_dir=/tmp/run"]),
+            machine)["trainer"] for machine in (NODE_8_A100, NODE_8_V100) for given in (None, "bf16-mixed", "32-true")}
+    assert {key: (trainer["precision"], trainer["devices"]) for key, trainer in planned.items()} == {
+        (NODE_8_A100.gpu_name, None): ("bf16-mixed", devices), (NODE_8_V100.gpu_name, None): ("16-mixed", devices),
+        (NODE_8_A100.gpu_name, "bf16-mixed"): ("bf16-mixed", devices),
+        (NODE_8_V100.gpu_name, "bf16-mixed"): ("bf16-mixed", devices),
+        (NODE_8_A100.gpu_name, "32-true"): ("32-true", devices), (NODE_8_V100.gpu_name, "32-true"): ("32-true", devices)}
 
 
 @pytest.mark.parametrize("precision", ["16-mixed", "16", 16])

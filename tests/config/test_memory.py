@@ -109,6 +109,45 @@ def test_an_explicit_batch_wins_and_the_cpu_keeps_its_batches() -> None:
         assert (plain["trainer"]["accumulate_grad_batches"], plain["tokens_per_batch"]) == (1, 3400)
 
 
+def test_a_given_batch_the_gpu_cannot_hold_is_one_warning_line_of_the_plan() -> None:
+    """model=big task=wmt_en_fr task.datamodule.max_tokens=25000 on a 16 GB V100: ~25.5 GB by the estimate (before:
+    planned without a word, out of memory at the first step). The value given still trains."""
+    v100 = gpu(16.0, bf16=False, name="Tesla V100-SXM2-16GB")
+    plan = make_plan(composed("model=big", "task=wmt_en_fr", "task.datamodule.max_tokens=25000"), v100)
+    line = ("task.datamodule.max_tokens=25000: a batch of 25,000 tokens takes ~25.5 GB by the memory estimate, more "
+            "than the 13.3 GB usable of the GPU's 16 GB, so the run may run out of GPU memory at its first step; give "
+            "task.datamodule.max_tokens=10976 or less (auto: the most that fits, the rest of the step accumulated)")
+    assert (plan["tokens_per_batch"], plan["warnings"]) == (25_000, [line])
+    # auto's plain batch where the step is not split (the accumulation given) is checked too, with no auto to suggest.
+    plain = make_plan(composed("model=big", "task=wmt_en_fr", "trainer.accumulate_grad_batches=8"), gpu(8.0))
+    assert plain["warnings"] == [(
+        "task.datamodule.max_tokens=auto: a batch of 3,400 tokens takes ~6.7 GB by the memory estimate, more than the "
+        "6.1 GB usable of the GPU's 8 GB, so the run may run out of GPU memory at its first step; give "
+        "task.datamodule.max_tokens=2712 or less")]
+    # A batch that fits, auto's batch sized to the GPU, a GPU whose memory is not known here, the CPU: nothing said.
+    for overrides, machine in ((["task.datamodule.max_tokens=8000"], v100), ([], v100),
+                               (["task.datamodule.max_tokens=25000"], Machine(gpus=1, bf16=True, cpu_cores=16)),
+                               (["task.datamodule.max_tokens=25000"], Machine(gpus=0, cpu_cores=2))):
+        assert "warnings" not in make_plan(composed("model=big", "task=wmt_en_fr", *overrides), machine), overrides
+
+
+@pytest.mark.slow
+def test_cfg_job_prints_the_plans_warnings_last_and_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a simulated 16 GB V100, a batch it cannot hold and a warmup longer than the run: the plan's last two lines,
+    on stderr, exit 0 (the run prints the same block before its first step)."""
+    from tests.helpers.inprocess import run_tool
+
+    v100 = gpu(16.0, bf16=False, name="Tesla V100-SXM2-16GB")
+    monkeypatch.setattr("aiayn.config.resolvers.this_machine", lambda: v100)
+    shown = run_tool("src/train.py", "model=big", "task=wmt_en_fr", "task.datamodule.max_tokens=25000",
+                     "optim.train_steps=3000", "--cfg", "job")
+    assert shown.returncode == 0 and shown.stderr.splitlines()[0] == "plan: 1 GPU (Tesla V100-SXM2-16GB), 16-mixed"
+    warmup, memory = shown.stderr.splitlines()[-2:]
+    assert warmup.startswith("  warning: optim.warmup_steps=4,000 is more than the run's optim.train_steps=3,000")
+    assert memory.startswith("  warning: task.datamodule.max_tokens=25000: a batch of 25,000 tokens takes ~25.5 GB")
+    assert OmegaConf.create(shown.stdout).plan.warnings[1].endswith("the rest of the step accumulated)")
+
+
 @pytest.mark.parametrize(("overrides", "why"), [
     (("model=base", "task=wmt_en_de", "trainer.accumulate_grad_batches=3"),
      ("as trainer.accumulate_grad_batches=3 is given (auto sizes a batch to the step only where the accumulation is "

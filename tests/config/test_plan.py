@@ -180,6 +180,9 @@ def test_lightning_takes_every_validation_interval_the_plan_accepts(interval: st
     ("trainer.max_steps=3", ("trainer.max_steps=3 differs from optim.train_steps=4, the run's steps (trainer.max_steps "
                              "follows it); give optim.train_steps=3 instead")),
     ("trainer.max_steps=-1", "trainer.max_steps=-1 differs from optim.train_steps=4"),
+    # (before: planned as 4 steps, and the run refused as Lightning's Trainer was built: "'<' not supported ...")
+    ("trainer.max_steps=null", ("trainer.max_steps=null differs from optim.train_steps=4, the run's steps "
+                                "(trainer.max_steps follows it); give optim.train_steps instead")),
     ("trainer.max_epochs=0", ("trainer.max_epochs=0 could stop training before optim.train_steps=4 steps; a run trains "
                               "optim.train_steps steps, however many epochs they take: leave trainer.max_epochs at -1 "
                               "and give optim.train_steps")),

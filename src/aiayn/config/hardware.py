@@ -14,15 +14,17 @@ The default, ``hardware=auto`` (conf/hardware/auto.yaml), leaves ``trainer.accel
 * strategy: DDP when more than one process trains (over all nodes); ``ddp_spawn`` instead of
   ``ddp`` for the jobs of a ``--multirun`` started on this machine, because ``ddp`` starts the
   other ranks by running the command line again, and under ``--multirun`` that re-runs the sweep;
-  a cluster that starts every rank itself (SLURM's ``srun``, ``torchrun``) keeps ``ddp``;
+  a cluster that starts every rank itself (SLURM's ``srun``, ``torchrun``) keeps ``ddp``, and ``ddp``
+  given by hand (``hardware=gpu8_ddp``) for such a sweep run here is refused;
 * precision: ``bf16-mixed`` on GPUs that have bf16 units (compute capability 8.0 and up: A100,
   H100, L4, ...), else ``16-mixed``, which Lightning runs with dynamic loss scaling (V100, T4);
   ``32-true`` on the CPU, where bf16 is emulated on most CPUs and no faster (docs/performance.md).
 
-A setting given explicitly — by a hardware group (``cpu``, ``gpu``, ``gpu8_ddp``, ``cpu2_ddp``)
-or on the command line — is kept, and checked against the machine: no more CPU processes than
-cores, no more GPUs than there are, no GPU on a machine without one, no fp16 mixed precision on
-the CPU (where Lightning would train in bf16-mixed instead).
+A setting given explicitly — by a hardware group (``cpu``, ``gpu``, ``gpu8_ddp``, ``cpu2_ddp``;
+the GPU groups leave the precision at ``auto``) or on the command line — is kept, and checked
+against the machine: no more CPU processes than cores, no more GPUs than there are, no GPU on a
+machine without one, no fp16 mixed precision on the CPU (where Lightning would train in bf16-mixed
+instead).
 
 :func:`place` is a pure function of a :class:`Machine` and the settings, so that the decision for
 a machine of 8 GPUs is tested on one without any.
@@ -77,7 +79,8 @@ def place(machine: Machine, accelerator: Any = AUTO, devices: Any = None, strate
           precision: Any = AUTO, num_nodes: Any = 1, *, multirun: bool = False) -> Placement:
     """The placement of a run on ``machine`` for these ``trainer.*`` settings (``None`` or
     ``"auto"``: decided here; anything else: kept and checked); ConfigError for a request this
-    machine cannot meet. ``multirun``: the run is a job of a ``--multirun`` sweep."""
+    machine cannot meet. ``multirun``: the run is a job of a ``--multirun`` sweep run here (Hydra's
+    basic launcher), where ``ddp`` would run the sweep again in each rank it starts."""
     nodes = _whole_number(num_nodes, "trainer.num_nodes") if num_nodes is not None else 1
     kind = _accelerator(accelerator, machine)
     if kind == "gpu":
@@ -90,6 +93,11 @@ def place(machine: Machine, accelerator: Any = AUTO, devices: Any = None, strate
     processes = count * nodes
     if _given(strategy):
         chosen = str(strategy)
+        if chosen in _RERUN_DDP and processes > 1 and multirun and not machine.cluster_launched:  # (before: kept)
+            raise ConfigError(f"trainer.strategy={chosen} in a --multirun sweep run here starts each other rank by running "
+                              "the command line again, which runs the whole sweep again in it; give trainer.strategy="
+                              f"{chosen.replace('ddp', 'ddp_spawn', 1)} (hardware=auto picks ddp_spawn), or run the sweep "
+                              "with hydra/launcher=slurm")
     elif processes == 1:
         chosen = AUTO
     else:
@@ -106,6 +114,17 @@ def place(machine: Machine, accelerator: Any = AUTO, devices: Any = None, strate
         chosen_precision = "32-true"
     return Placement(accelerator=kind, devices=per_node, strategy=chosen, precision=chosen_precision,
                      num_nodes=nodes, processes=processes)
+
+
+def emulated_bf16(placement: Placement, machine: Machine) -> str | None:
+    """The warning of a bf16 precision given (``trainer.precision=bf16-mixed``: it wins) for GPUs without bf16 units,
+    where torch emulates bf16, slower than fp16 (before: planned without a word); None otherwise."""
+    if placement.accelerator != "gpu" or machine.bf16 or not placement.precision.startswith("bf16"):
+        return None
+    gpus = f" ({machine.gpu_name})" if machine.gpu_name else ""
+    return (f"trainer.precision={placement.precision}: the GPUs here{gpus} have no bf16 units (compute capability "
+            "below 8.0), so torch emulates bf16, slower than fp16; leave trainer.precision out for 16-mixed (fp16 with "
+            "loss scaling), as hardware=auto picks there")
 
 
 def gpu_node_asked_for(machine: Machine, accelerator: Any = AUTO, devices: Any = None) -> Machine | None:
@@ -171,6 +190,8 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# Lightning's DDP strategies that start the other ranks by running the command line again (the *_spawn ones spawn them).
+_RERUN_DDP = ("ddp", "ddp_find_unused_parameters_false", "ddp_find_unused_parameters_true")
 # Rank variables of the launchers: DDP's own (Lightning, torchrun), SLURM's.
 _RANKS = ("LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "SLURM_PROCID")
 

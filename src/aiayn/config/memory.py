@@ -27,6 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from aiayn.config.schemas import network_arguments
+from aiayn.errors import ConfigError
+
 GIB = 2**30
 USABLE_SHARE = 0.9  # of a GPU's total memory, for the allocator's fragmentation and reserve
 RESERVED_BYTES = 1 * GIB  # the CUDA context and library workspaces, outside torch's allocator
@@ -98,6 +101,37 @@ def training_memory(model: Mapping[str, Any], vocab_size: int, precision: Any, p
         fixed += 2 * 4 * FUSED_LOSS_ROWS * vocab_size
     per_token = activation_bytes(model, a) + (2 * a if fused_loss else 8 + 2 * a) * vocab_size
     return MemoryEstimate(fixed=fixed, per_token=per_token)
+
+
+def config_memory(config: Mapping[str, Any], precision: Any, processes: int) -> MemoryEstimate:
+    """:func:`training_memory` of a training config's network (``model``, ``width_divisor``), vocabulary and loss."""
+    try:
+        network = network_arguments(config["model"], config.get("width_divisor", 1) or 1)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    return training_memory(network, int(config["task"]["vocab_size"]), precision, processes,
+                           fused_loss=bool((config.get("loss") or {}).get("fused")))
+
+
+def batch_over_memory(estimate: MemoryEstimate, batch: int, device_bytes: int, setting: Any,
+                      auto_fits: bool = False) -> str | None:
+    """The one line that warns of a batch of ``batch`` tokens (from ``task.datamodule.max_tokens=setting``, not
+    sized to this GPU) that takes more than a GPU of ``device_bytes`` may use, by the estimate; None where it fits.
+    A warning, not a refusal: the estimate is an estimate (within 20% above the peaks measured), and the value as
+    given is what trains. ``auto_fits``: ``max_tokens=auto`` would size the batch to the GPU (the step accumulated)."""
+    need, room = estimate.at(batch), usable(device_bytes)
+    if need <= room:
+        return None
+    fits = tokens_that_fit(estimate, device_bytes)
+    if fits:
+        what = f"give task.datamodule.max_tokens={fits} or less" + (
+            " (auto: the most that fits, the rest of the step accumulated)" if auto_fits else "")
+    else:
+        what = f"the weights and optimizer state alone take ~{estimate.fixed / 1e9:.1f} GB: train on a GPU with more " \
+               "memory or a smaller model"
+    return (f"task.datamodule.max_tokens={setting}: a batch of {batch:,} tokens takes ~{need / 1e9:.1f} GB by the "
+            f"memory estimate, more than the {room / 1e9:.1f} GB usable of the GPU's {device_bytes / 1e9:.0f} GB, so the "
+            f"run may run out of GPU memory at its first step; {what}")
 
 
 def usable(device_bytes: int) -> int:

@@ -30,10 +30,18 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.config.checkpointing import describe as describe_checkpoints
-from aiayn.config.hardware import AUTO, Machine, Placement, place
-from aiayn.config.memory import GIB, MemoryEstimate, parameters, tokens_that_fit, training_memory, usable
+from aiayn.config.hardware import AUTO, Machine, Placement, emulated_bf16, place
+from aiayn.config.memory import (
+    GIB,
+    MemoryEstimate,
+    batch_over_memory,
+    config_memory,
+    parameters,
+    tokens_that_fit,
+    usable,
+)
 from aiayn.config.schemas import network_arguments
-from aiayn.config.trainer import check_length, stopped_sooner, validation
+from aiayn.config.trainer import check_epoch_limit, check_length, stopped_sooner, validation, warmup_outlasts_the_run
 from aiayn.errors import ConfigError
 
 PAPER_TOKENS_PER_STEP = 25_000  # §5.1: "approximately 25000 source tokens and 25000 target tokens"
@@ -42,7 +50,8 @@ THROUGHPUT_RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "resul
 # The trainer.* settings the plan reads; train.py gives Lightning the plan's values of the first seven.
 PLANNED_TRAINER_SETTINGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches",
                             "val_check_interval", "max_steps", "max_epochs", "limit_val_batches", "min_steps",
-                            "min_epochs", "check_val_every_n_epoch", "max_time", "fast_dev_run", "limit_train_batches")
+                            "min_epochs", "check_val_every_n_epoch", "max_time", "fast_dev_run", "limit_train_batches",
+                            "overfit_batches")
 # Lightning's precision names → the benchmarks' (train_throughput.py --precision).
 BENCHMARK_PRECISION = {"32-true": "fp32", "32": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
 # max_tokens=auto where no GPU's memory sizes the batch (the WMT tasks' batch before auto): on a CPU, batches of at
@@ -75,12 +84,13 @@ def step_size(processes: int, max_tokens: Any, max_length: Any = None, tokens_pe
     divides the step evenly between the batches; else a step is one batch of ``max_tokens`` a
     process."""
     max_tokens = _positive(max_tokens, "task.datamodule.max_tokens")
+    if tokens_per_step is not None:  # checked where an explicit accumulation leaves it unused too (before: passed)
+        tokens_per_step = _positive(tokens_per_step, "optim.tokens_per_step")
     if accumulate is not None:
         accumulate = _positive(accumulate, "trainer.accumulate_grad_batches")
         return StepSize(max_tokens, accumulate, processes * accumulate * max_tokens, derived=False)
     if tokens_per_step is None:
         return StepSize(max_tokens, 1, processes * max_tokens, derived=False)
-    tokens_per_step = _positive(tokens_per_step, "optim.tokens_per_step")
     accumulate = math.ceil(tokens_per_step / (processes * max_tokens))
     batch = tokens_per_step // (processes * accumulate)
     if max_length is not None and batch < max_length + 2:
@@ -142,12 +152,7 @@ def batch_limit(config: Mapping[str, Any], placement: Placement, machine: Machin
     share = math.ceil(_positive(tokens_per_step, "optim.tokens_per_step") / placement.processes)
     if placement.accelerator != "gpu":
         return BatchLimit(min(share, PLAIN_BATCH_TOKENS), setting)
-    try:
-        network = network_arguments(config["model"], config.get("width_divisor", 1) or 1)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-    estimate = training_memory(network, int(config["task"]["vocab_size"]), placement.precision, placement.processes,
-                               fused_loss=bool((config.get("loss") or {}).get("fused")))
+    estimate = config_memory(config, placement.precision, placement.processes)
     device = machine.gpu_memory or ASSUMED_GPU_MEMORY
     fits = tokens_that_fit(estimate, device)
     longest = data.get("max_length")
@@ -172,12 +177,14 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
     limit = batch_limit(config, placement, machine)
     step = step_size(placement.processes, limit.tokens, data.get("max_length"),
                      optim.get("tokens_per_step"), trainer.get("accumulate_grad_batches"))
-    _check_epoch_limit(trainer.get("limit_train_batches"), step.accumulate)
+    check_epoch_limit(trainer, step.accumulate)
     every = interval = trainer.get("val_check_interval")
     steps = isinstance(interval, int) and not isinstance(interval, bool)
     if steps:
         interval *= step.accumulate  # steps → the batches Lightning counts
     devices = placement.devices
+    warnings = [line for line in (emulated_bf16(placement, machine), warmup_outlasts_the_run(optim, trainer),
+                                  _over_memory(config, placement, machine, limit, step)) if line]
     return {
         "trainer": {
             "accelerator": placement.accelerator, "devices": list(devices) if isinstance(devices, list) else devices,
@@ -193,8 +200,20 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
         # trainer.val_check_interval as set, in optimizer steps (the trainer's above counts batches); null: every
         # epoch, or no validation (trainer.limit_val_batches=0), as `validation` says
         "validate_every_steps": every if steps and trainer.get("limit_val_batches") != 0 else None,
-        "validation": validation(trainer, every if steps else None),
+        "validation": validation(trainer, every if steps else None, optim.get("train_steps")),
+        **({"warnings": warnings} if warnings else {}),  # each a line of the plan printed, none refused
     }
+
+
+def _over_memory(config: Mapping[str, Any], placement: Placement, machine: Machine, limit: BatchLimit,
+                 step: StepSize) -> str | None:
+    """The warning of a batch that the memory estimate says this GPU cannot hold, where the batch was not sized to it
+    (a number given, or auto's plain batch); nothing where the GPU's memory is not known here."""
+    if placement.accelerator != "gpu" or machine.gpu_memory is None or limit.on_gpu:
+        return None
+    derived = config["optim"].get("tokens_per_step") is not None and config["trainer"].get("accumulate_grad_batches") is None
+    return batch_over_memory(config_memory(config, placement.precision, placement.processes), step.tokens_per_batch,
+                             machine.gpu_memory, limit.setting, auto_fits=derived and limit.setting != AUTO)
 
 
 def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | None = None,
@@ -211,8 +230,9 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
     accumulate = trainer["accumulate_grad_batches"]
     if plan["accumulation_derived"]:
         source = f"accumulation derived from optim.tokens_per_step={optim['tokens_per_step']:,}"
-    elif config["trainer"].get("accumulate_grad_batches") is not None:
-        source = f"trainer.accumulate_grad_batches={accumulate}"
+    elif config["trainer"].get("accumulate_grad_batches") is not None:  # the recipe's step set aside: said so
+        source = f"trainer.accumulate_grad_batches={accumulate}" + (
+            f" given, not the recipe's optim.tokens_per_step={optim['tokens_per_step']:,}" if optim.get("tokens_per_step") else "")
     else:
         source = "the recipe sets no optim.tokens_per_step: one batch of task.datamodule.max_tokens a process"
     batches = f"{accumulate} accumulated batches" if accumulate > 1 else "1 batch"
@@ -222,7 +242,7 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
         (f"  step: {count(processes, 'process')} × {batches} of {plan['tokens_per_batch']:,} tokens = "
          f"{plan['tokens_per_step']:,} tokens a side ({source}; the paper's: ~{PAPER_TOKENS_PER_STEP:,}, §5.1)"),
         f"  batch: {plan['batch_limit']}" if plan.get("batch_limit") else None,
-        f"  {optim['train_steps']:,} steps{stopped_sooner(config['trainer'])}, warmup {optim['warmup_steps']:,}" + (
+        f"  {count(optim['train_steps'], 'step')}{stopped_sooner(config['trainer'])}, warmup {optim['warmup_steps']:,}" + (
             f", validation {plan['validation']}" if plan.get("validation") else ""),
         describe_checkpoints(config["checkpoint"], optim["train_steps"]) if config.get("checkpoint") else None,
         _describe_model(config, model),
@@ -241,6 +261,7 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
         lines.append(f"  projected: {_duration(seconds)} of training steps at {1000 * batch_seconds:,.0f} ms a batch, "
                      f"{measured['tgt_tokens_per_s']:,.0f} target tokens/s a device (measured "
                      f"{measured['date'][:10]}, {records.name}){scaling}; validations add to it")
+    lines += [f"  warning: {line}" for line in plan.get("warnings") or ()]  # last, where they are seen
     return "\n".join(line for line in lines if line is not None)
 
 
@@ -296,17 +317,6 @@ def check_batch_holds_a_pair(max_tokens: Any, max_length: Any) -> None:
     if all(whole) and max_tokens < max_length + 2:
         raise ConfigError(f"task.datamodule.max_tokens={max_tokens} cannot hold one pair of max_length={max_length} "
                           f"subwords plus BOS/EOS; raise max_tokens to at least {max_length + 2} or lower max_length")
-
-
-def _check_epoch_limit(limit: Any, accumulate: int) -> None:
-    """A ConfigError for ``trainer.limit_train_batches`` cutting an epoch inside a step of ``accumulate`` batches:
-    Lightning would take that step short (fewer tokens than the plan's, and validation off its steps)."""
-    valid = isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit >= 0  # else refused as Lightning's
-    if accumulate > 1 and valid and not (isinstance(limit, float) and limit == 1.0) and \
-            not (isinstance(limit, int) and limit % accumulate == 0):
-        raise ConfigError(f"trainer.limit_train_batches={limit} ends an epoch inside a step of {accumulate} accumulated "
-                          f"batches, which Lightning would take short (fewer tokens than the plan's step, validation off "
-                          f"its steps); give a whole number of batches, a multiple of {accumulate} (null: every batch)")
 
 
 def _positive(value: Any, setting: str) -> int:

@@ -48,14 +48,17 @@ def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    # A sweep's job run here, by Hydra's basic launcher: another (SLURM's) runs it where the cluster starts every rank.
+    hydra = HydraConfig.get() if HydraConfig.initialized() else None
+    multirun = hydra is not None and hydra.mode == RunMode.MULTIRUN and \
+        str(OmegaConf.select(hydra, "launcher._target_", default="")).endswith(".BasicLauncher")
 
     def settings(node: Any, keys: tuple[str, ...]) -> dict[str, Any]:
         values = {key: node.get(key) for key in keys}
         return {key: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for key, v in values.items()}
 
     config = {"trainer": settings(_root_.trainer, PLANNED_TRAINER_SETTINGS),
-              "optim": settings(_root_.optim, ("tokens_per_step", "train_steps")),
+              "optim": settings(_root_.optim, ("tokens_per_step", "train_steps", "warmup_steps")),
               "task": {"datamodule": settings(_root_.task.datamodule, ("max_tokens", "max_length")),
                        "vocab_size": _root_.task.get("vocab_size")},
               # what max_tokens=auto sizes a GPU's batch for (aiayn.config.memory)

@@ -71,10 +71,11 @@ def check_length(trainer: Mapping[str, Any], train_steps: Any) -> None:
     stops training at another step than the plan says; no lower bound it cannot meet, and validation
     by steps, not in every n-th epoch. A ConfigError naming the one to give instead."""
     steps, epochs = trainer.get("max_steps"), trainer.get("max_epochs")
-    if train_steps is not None and steps is not None and steps != train_steps:
+    # null given (a key left out is not): Lightning's Trainer would fail on it (before: "'<' not supported ...")
+    if train_steps is not None and (steps is not None or "max_steps" in trainer) and steps != train_steps:
         wanted = f"optim.train_steps={steps}" if _whole(steps) and steps > 0 else "optim.train_steps"
-        raise ConfigError(f"trainer.max_steps={steps} differs from optim.train_steps={train_steps}, the run's steps "
-                          f"(trainer.max_steps follows it); give {wanted} instead")
+        raise ConfigError(f"trainer.max_steps={'null' if steps is None else steps} differs from optim.train_steps="
+                          f"{train_steps}, the run's steps (trainer.max_steps follows it); give {wanted} instead")
     if epochs is not None and (not _whole(epochs) or epochs != -1):
         raise ConfigError(f"trainer.max_epochs={epochs} could stop training before optim.train_steps={train_steps} "
                           f"steps; a run trains optim.train_steps steps, however many epochs they take: leave "
@@ -175,6 +176,24 @@ def _seconds(limit: Any) -> int | None:
     return None
 
 
+def check_epoch_limit(trainer: Mapping[str, Any], accumulate: int) -> None:
+    """A ConfigError for an epoch cut inside a step of ``accumulate`` batches: ``trainer.limit_train_batches``, or
+    ``trainer.overfit_batches``, which Lightning makes the epoch's limit in its place (before: unchecked). Lightning
+    would take that step short (fewer tokens than the plan's, and validation off its steps)."""
+    key = "overfit_batches" if _number(trainer.get("overfit_batches")) and trainer["overfit_batches"] > 0 else \
+        "limit_train_batches"
+    limit = trainer.get(key)
+    if accumulate > 1 and _number(limit) and limit >= 0 and not (isinstance(limit, float) and limit == 1.0) and \
+            not (_whole(limit) and limit % accumulate == 0):  # (other values: refused as Lightning's)
+        raise ConfigError(f"trainer.{key}={limit} ends an epoch inside a step of {accumulate} accumulated batches, "
+                          f"which Lightning would take short (fewer tokens than the plan's step, validation off its "
+                          f"steps); give a whole number of batches, a multiple of {accumulate} ({BATCH_LIMITS[key]})")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _precisions() -> tuple[str, ...]:
     """The precisions Lightning's Trainer takes, as strings (``16`` and ``"16"`` alike)."""
     from typing import get_args
@@ -202,12 +221,28 @@ def stopped_sooner(trainer: Mapping[str, Any]) -> str:
     return f" (or trainer.max_time={limit}, whichever comes first)" if limit else ""
 
 
-def validation(trainer: Mapping[str, Any], every_steps: int | None) -> str:
+def warmup_outlasts_the_run(optim: Mapping[str, Any], trainer: Mapping[str, Any]) -> str | None:
+    """The warning of a warmup longer than the run (``optim.warmup_steps`` above ``optim.train_steps``, which
+    ``trainer.max_steps`` follows): Eq. 3's rate rises through every step and never reaches its peak. A warning, not
+    a refusal: a short debugging run may keep its recipe's warmup. Not at equality, where the last step takes the peak
+    (``debug=tiny optim.train_steps=2``, as the tests run it: a run of warmup alone, said by the plan's steps and
+    warmup line), nor for Lightning's smoke test (``trainer.fast_dev_run``), whose steps are not the schedule's."""
+    warmup, steps = optim.get("warmup_steps"), optim.get("train_steps")
+    if not (_whole(warmup) and _whole(steps) and warmup > steps > 0) or smoke_test(trainer):
+        return None
+    return (f"optim.warmup_steps={warmup:,} is more than the run's optim.train_steps={steps:,}: the learning rate rises "
+            f"through every step to {steps / warmup:.0%} of Eq. 3's peak and never decays; give optim.warmup_steps="
+            f"{steps} or less to reach it (a short debugging run may leave it)")
+
+
+def validation(trainer: Mapping[str, Any], every_steps: int | None, train_steps: Any = None) -> str:
     """When a run of these ``trainer.*`` settings validates, as the plan says it: ``every_steps``
-    (trainer.val_check_interval in optimizer steps), every epoch (null), or never
-    (``trainer.limit_val_batches=0``)."""
+    (trainer.val_check_interval in optimizer steps; more than the run's ``train_steps``: none before its end), every
+    epoch (null), or never (``trainer.limit_val_batches=0``)."""
     if trainer.get("limit_val_batches") == 0:
         return "never (trainer.limit_val_batches=0)"
+    if every_steps and _whole(train_steps) and every_steps > train_steps:  # (before: "every 5,000 steps", unqualified)
+        return f"every {every_steps:,} steps, more than the run's {train_steps:,}: none before its end"
     return f"every {every_steps:,} steps" if every_steps else "every epoch"
 
 
