@@ -125,3 +125,20 @@ def test_the_batch_shape_and_compile_settings_are_checked(overrides: list[str], 
         check_train_config(resolved(*overrides))
     check_train_config(resolved("task.datamodule.length_buckets=[16,32,64,129]", "compile=true",
                                 "compile_mode=cudagraphs"))
+
+
+def test_fp16_weights_with_plain_adam_are_refused_as_its_first_step_makes_them_nan() -> None:
+    import torch
+
+    config = resolved("debug=tiny", "trainer.precision=16-true", "optim.fused=false")
+    with pytest.raises(ConfigError, match=r"^trainer.precision=16-true with optim.fused=false: torch's plain Adam updates "
+                                          r"fp16 weights in fp16, where optim.eps=1e-09 and small squared gradients are "
+                                          r"0, and its first step makes NaN weights; give optim.fused=true"):
+        check_train_config(config)
+    check_train_config(resolved("debug=tiny", "trainer.precision=16-true"))  # fused, the default: taken
+    # Why: the paper's Adam on fp16 weights, one step with a zero and a small gradient, plain and fused.
+    for fused, finite in ((False, False), (True, True)):
+        weight = torch.nn.Parameter(torch.ones(3, dtype=torch.float16))
+        weight.grad = torch.tensor([0.0, 1e-3, 1.0], dtype=torch.float16)
+        torch.optim.Adam([weight], lr=1e-3, betas=(0.9, 0.98), eps=config["optim"]["eps"], fused=fused).step()
+        assert bool(torch.isfinite(weight).all()) is finite, (fused, weight)

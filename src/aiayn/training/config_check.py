@@ -47,6 +47,7 @@ def check_train_config(config: Mapping[str, Any]) -> None:
     _check_decoding(typed["decoding"], config.get("task") or {})
     _check_run(config)
     _check_trainer(config.get("trainer") or {})
+    _check_adam_in_half(typed["optim"], config.get("trainer") or {})
 
 
 def _check_scale(experiment: Mapping[str, Any]) -> None:
@@ -96,6 +97,17 @@ def _check_recipe(typed: dict[str, dict[str, Any]]) -> None:
         raise ConfigError(f"optim.betas must be two numbers in [0, 1) (Adam's β1, β2), got {optim['betas']!r}")
     if not optim["eps"] > 0:
         raise ConfigError(f"optim.eps must be positive, got {optim['eps']!r}")
+
+
+def _check_adam_in_half(optim: Mapping[str, Any], trainer: Mapping[str, Any]) -> None:
+    """``trainer.precision=16-true`` keeps the weights and Adam's moments in fp16. torch's plain Adam
+    then computes its update in fp16 too, where ε=1e-9 and the square of a gradient below ~2e-4 are 0:
+    its first step makes NaN and inf weights (measured, torch 2.13). Fused Adam computes in fp32."""
+    if str(trainer.get("precision")) == "16-true" and not optim.get("fused", True):
+        raise ConfigError("trainer.precision=16-true with optim.fused=false: torch's plain Adam updates fp16 weights in "
+                          f"fp16, where optim.eps={optim.get('eps')} and small squared gradients are 0, and its first "
+                          "step makes NaN weights; give optim.fused=true (it computes in fp32) or trainer.precision="
+                          "16-mixed (fp32 weights)")
 
 
 def _check_task(task: Mapping[str, Any]) -> None:
