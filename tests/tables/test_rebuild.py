@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -121,3 +122,38 @@ def test_the_wandb_line_names_the_offline_run_folder_and_how_to_upload_it(
     [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tables logged to W&B: ")]
     [folder] = (out / "wandb").glob("offline-run-*")
     assert line.endswith(f" (offline) in {folder}; upload it with `wandb sync {folder}`"), line
+
+
+@pytest.mark.slow
+def test_a_run_continued_by_a_later_sweep_is_counted_through_that_sweep(
+        sweep: Path, tmp_path: Path, data_root: Path, subword_cache: Path, capsys: pytest.CaptureFixture,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The same sweep again with resume=auto (after a kill, say) continues each job in the earlier
+    sweep's folder; its own job folders keep their config and log. Rebuilt from the later sweep,
+    the table has the run, and the folders are not said to be unfinished runs (before: "no summary
+    (unfinished run?); left out", and "no finished table runs"), also once the results are moved."""
+    runs = tmp_path / "results"
+    shutil.copytree(sweep, runs / "first")
+    run_tool("src/train.py", "--multirun", "experiment=table3_base", "+scale=multi30k", *TINY_ROW,
+             "trainer.val_check_interval=2", "visualize_at_end=false", "logger=csv",
+             "resume=auto", f"hydra.sweep.dir={runs / 'again'}", data_root=data_root, cache_dir=subword_cache)
+    continued = runs / "first" / job(sweep, "table3").name
+    assert not (runs / "again" / continued.name / "summary.json").exists()  # it trained in the first sweep's folder
+    moved = tmp_path / "moved"
+    for results in (runs, moved):
+        if results == moved:
+            runs.rename(moved)
+        caplog.clear()
+        assert tables_command("rebuild", "--runs", str(results / "again"), "--out", str(tmp_path / "tables"),
+                              "--tables", "table3", "--no-wandb", "--include-modified") == 0
+        assert "table3: 1 runs of" in capsys.readouterr().out
+        [line] = [line for line in csv.DictReader((tmp_path / "tables" / "table3.csv").read_text().splitlines())
+                  if line["run"]]
+        assert line["run"] == str(results / "first" / continued.name)
+        assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+    # Moved apart from the run it continued: said, naming where it looked.
+    shutil.rmtree(moved / "first")
+    assert tables_command("rebuild", "--runs", str(moved / "again"), "--out", str(tmp_path / "tables"),
+                          "--tables", "table3", "--no-wandb", "--include-modified") == 2
+    [warning] = [record.getMessage() for record in caplog.records if "continued the run in" in record.getMessage()]
+    assert f"continued the run in {moved / 'first' / continued.name}, which is not there" in warning

@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from aiayn.config.identity import MODIFIED, run_folder_changes
-from aiayn.reporting.summary import read_summary
+from aiayn.reporting.summary import continued_run, read_summary
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +93,10 @@ def warn_of_repeated_seeds(runs: Iterable[Run]) -> None:
 def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) -> list[Run]:
     """Every finished run under ``roots`` (run directories or folders of them, e.g. a multirun
     date folder): a directory with ``.hydra/config.yaml`` and a summary, each once however many of
-    ``roots`` hold it (``--runs X --runs X/<run>``: by its resolved path). Runs without a summary
-    (still training, or stopped) are listed in the log and left out. With ``conf_dir`` each run's
+    ``roots`` hold it (``--runs X --runs X/<run>``: by its resolved path). An attempt that continued
+    a run in another folder (``resume=auto``; :func:`aiayn.reporting.summary.continued_run`) stands
+    for that run, wherever it is. Runs without a summary (still training, or stopped) are listed in
+    the log and left out. With ``conf_dir`` each run's
     changes from its row are found (``Run.modified``), its row composed from there."""
     runs = []
     seen: set[Path] = set()
@@ -104,6 +106,12 @@ def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) 
             raise FileNotFoundError(f"--runs {root}: no such directory")
         for config_file in sorted(root.glob("**/.hydra/config.yaml")):
             run_dir = config_file.parent.parent
+            if (continued := continued_run(run_dir)) is not None:  # an attempt that trained in an earlier run's folder
+                if not (continued / ".hydra" / "config.yaml").is_file():
+                    log.warning("%s: an attempt that continued the run in %s, which is not there (moved apart from "
+                                "it?); left out: give that run's folder to --runs", run_dir, continued)
+                    continue
+                run_dir, config_file = continued, continued / ".hydra" / "config.yaml"
             if run_dir.resolve() in seen:
                 continue
             seen.add(run_dir.resolve())
