@@ -139,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC -->\n")
         result = write_table(table, table_rows(CONF, table), runs, args.out, header)
         measured = sum(line["run"] is not None for line in result.lines)
+        changed = sum(bool(run.modified) for run in runs if run.table == table)
         print(f"{table}: {measured} runs of {len(result.lines)} lines -> {result.markdown}, {result.csv.name}, "
-              f"{result.chart.name}")
+              f"{result.chart.name}" + (f" ({changed} of the runs changed from their rows, counted by "
+                                        "--include-modified: their scale says what changed)" if changed else ""))
         written.append(result)
     if not args.no_wandb and written:
         print(f"tables logged to W&B: {log_to_wandb(written, save_dir=args.out)}")

@@ -57,7 +57,7 @@ def test_each_run_folder_is_counted_once_however_the_runs_folders_overlap(
                           str(tmp_path / "twice"), "--tables", "table3", "--no-wandb", "--include-modified") == 0
     assert "table3: 2 runs of" in capsys.readouterr().out
     [warning] = [record.getMessage() for record in caplog.records if REPEATED in record.getMessage()]
-    assert f"table3 base seed 1234 at scale multi30k: {base}, {copy}" in warning
+    assert "table3 base seed 1234 at scale multi30k, changed: " in warning and f": {base}, {copy}" in warning
 
 
 @pytest.mark.slow
@@ -157,3 +157,4 @@ def test_a_run_continued_by_a_later_sweep_is_counted_through_that_sweep(
                           "--tables", "table3", "--no-wandb", "--include-modified") == 2
     [warning] = [record.getMessage() for record in caplog.records if "continued the run in" in record.getMessage()]
     assert f"continued the run in {moved / 'first' / continued.name}, which is not there" in warning
+

@@ -51,8 +51,19 @@ class Run:
 
     @property
     def scale(self) -> str:
-        """The scale the run was trained at (``experiment.scale``); "paper" without one."""
-        return (self.config.get("experiment") or {}).get("scale") or "paper"
+        """The scale the run was trained at (``experiment.scale``; "paper" without one), and for a
+        run changed from its row (counted by ``--include-modified``) what it changed, as
+        ``multi30k, changed: width_divisor=2``: the tables compare a run only with runs of its
+        scale changed alike (their base runs, their noise band), never a changed run with the row's own."""
+        scale = (self.config.get("experiment") or {}).get("scale") or "paper"
+        return f"{scale}, changed: {', '.join(map(_changed_to, self.modified))}" if self.modified else scale
+
+
+def _changed_to(change: str) -> str:
+    """``key=value``, what a change from the row (``model.d_model: 512 → 32``, as
+    :func:`aiayn.config.identity.row_changes` words it) set; a change said otherwise as it is."""
+    key, _, values = change.partition(": ")
+    return f"{key}={values.rsplit(' → ', 1)[1].strip(chr(39))}" if " → " in values else change
 
 
 def seed_order(run: Run) -> tuple:
