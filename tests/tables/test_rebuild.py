@@ -158,3 +158,21 @@ def test_a_run_continued_by_a_later_sweep_is_counted_through_that_sweep(
     [warning] = [record.getMessage() for record in caplog.records if "continued the run in" in record.getMessage()]
     assert f"continued the run in {moved / 'first' / continued.name}, which is not there" in warning
 
+
+@pytest.mark.slow
+def test_a_table2_run_without_its_test_is_said_to_have_no_bleu(sweep: Path, tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A Table 2 run stopped during its test after training: its summary.json (written as training
+    ends) holds no test figures. Its line has no BLEU, and a warning names the run and how to test it
+    (before: the empty BLEU alone)."""
+    stopped = tmp_path / "runs" / job(sweep, "table2").name
+    shutil.copytree(job(sweep, "table2"), stopped)
+    summary = json.loads((stopped / "summary.json").read_text())
+    (stopped / "summary.json").write_text(json.dumps({k: v for k, v in summary.items() if not k.startswith("test")}))
+    out = tmp_path / "tables"
+    assert tables_command("rebuild", "--runs", str(stopped.parent), "--out", str(out), "--tables", "table2",
+                          "--no-wandb", "--include-modified") == 0
+    [line] = [line for line in csv.DictReader((out / "table2.csv").read_text().splitlines()) if line["run"]]
+    assert line["BLEU (test)"] == "" and line["run"] == str(stopped)
+    [warning] = [record.getMessage() for record in caplog.records if "no test BLEU" in record.getMessage()]
+    assert warning.startswith(f"{stopped}: no test BLEU") and "resume=auto" in warning

@@ -73,7 +73,8 @@ def seed_order(run: Run) -> tuple:
 
 def counted(runs: Iterable[Run], include_modified: bool = False) -> list[Run]:
     """The runs a table counts as its rows': each modified run is left out, with a warning naming
-    what it changed (all of them with ``include_modified``). Runs of one row, seed and scale in
+    what it changed (all of them with ``include_modified``); a Table 2 run without a test BLEU is
+    counted, named in a warning (its line has no BLEU). Runs of one row, seed and scale in
     different places are all counted, named in one warning (:func:`warn_of_repeated_seeds`)."""
     kept = []
     for run in runs:
@@ -81,6 +82,10 @@ def counted(runs: Iterable[Run], include_modified: bool = False) -> list[Run]:
             log.warning("%s: left out, it is no longer row %s (%s); --include-modified counts it", run.source,
                         run.row, "; ".join(run.modified[:4]) + (" ..." if len(run.modified) > 4 else ""))
             continue
+        if run.table == "table2" and not run.test:
+            log.warning("%s: no test BLEU, its Table 2 line has none: its test after training did not run or did not "
+                        "finish (the same command with resume=auto runs it), and no src/evaluate.py report of the "
+                        "test split decoded as the run is in its eval/", run.source)
         kept.append(run)
     warn_of_repeated_seeds(kept)
     return kept
