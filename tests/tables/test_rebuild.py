@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import TINY_ROW
+from tests.helpers.runs import REPO, TINY_ROW
 from tests.helpers.tables import tables_command
 
 REPEATED = "runs of the same row, seed and scale"
@@ -176,3 +176,31 @@ def test_a_table2_run_without_its_test_is_said_to_have_no_bleu(sweep: Path, tmp_
     assert line["BLEU (test)"] == "" and line["run"] == str(stopped)
     [warning] = [record.getMessage() for record in caplog.records if "no test BLEU" in record.getMessage()]
     assert warning.startswith(f"{stopped}: no test BLEU") and "resume=auto" in warning
+
+
+def test_a_run_of_a_row_this_checkout_has_not_is_named_and_left_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> None:
+    """A run of a row renamed since, or of a row config made in another checkout (table3_C_N16): one
+    warning naming it, the rest rebuilt (before: Hydra's MissingConfigException traceback, exit 1;
+    from W&B, or without Hydra's record, the run dropped without a word)."""
+    run = tmp_path / "runs" / "0_table3-C_N16"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("experiment: {table: table3, row: C_N16}\nseed: 1\n")
+    (run / ".hydra" / "hydra.yaml").write_text("hydra: {runtime: {choices: {experiment: table3_C_N16}}}\n")
+    (run / "summary.json").write_text(json.dumps({"dev/ppl": 5.0, "dev/bleu": 25.0, "steps": 100000}))
+    assert tables_command("rebuild", "--runs", str(run.parent), "--out", str(tmp_path / "tables"), "--no-wandb") == 2
+    [warning] = [record.getMessage() for record in caplog.records if "C_N16" in record.getMessage()]
+    assert warning.startswith(f"{run}: its row, C_N16 of table3, has no config in ") and "left out" in warning
+    assert "no finished table runs" in capsys.readouterr().err
+
+    from aiayn.tables.build import build_table
+    from aiayn.tables.rows import table_rows
+    from aiayn.tables.runs import local_runs
+
+    (run / ".hydra" / "hydra.yaml").unlink()  # no record of the row's config: the run is read, not its changes
+    [found] = local_runs([run.parent], REPO / "conf")
+    caplog.clear()
+    lines = build_table(table_rows(REPO / "conf", "table3"), [found])
+    assert not [line for line in lines if line["run"] is not None]
+    [warning] = [record.getMessage() for record in caplog.records]
+    assert warning == f"runs of row C_N16, not a row of table3 here (no config of it in conf/experiment/), left out: {run}"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
 
 from aiayn.config.identity import MODIFIED, run_folder_changes
@@ -139,7 +140,13 @@ def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) 
             if summary is None:
                 log.warning("%s: no summary (unfinished run?); left out", run_dir)
                 continue
-            modified = run_folder_changes(loaded, run_dir, conf_dir) if conf_dir else []
+            try:
+                modified = run_folder_changes(loaded, run_dir, conf_dir) if conf_dir else []
+            except MissingConfigException:  # its row's config is not in conf_dir: no row of the table here
+                log.warning("%s: its row, %s of %s, has no config in %s (renamed, or made in another checkout); "
+                            "left out: rebuild with the checkout that has it", run_dir, config["experiment"].get("row"),
+                            config["experiment"]["table"], Path(conf_dir) / "experiment")
+                continue
             decoding = OmegaConf.to_container(loaded.decoding, resolve=True) if "decoding" in loaded else {}
             runs.append(Run(source=str(run_dir), config=config, summary=summary,
                             test=_test_report(run_dir, decoding) or _tested_in_training(summary), modified=modified))
