@@ -233,6 +233,13 @@ def run_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(str(error))
     if checked_sweep(args.overrides) is None:  # before any job starts, as `train.py --multirun` does
         return 2
+    otherwise = [(job, set(theirs), set(job.overrides)) for job in jobs if (theirs := job.trained_otherwise())]
+    for job, theirs, ours in otherwise:
+        print(f"tables.py: {job.dir} holds a finished run of other settings ({' '.join(sorted(theirs - ours)) or '-'} "
+              f"where this command has {' '.join(sorted(ours - theirs)) or '-'}), which would be taken for its job "
+              f"{job.name}: give another --root, or move that folder away", file=sys.stderr)
+    if otherwise:
+        return 2
     states = [job.state for job in jobs]
     counts = ", ".join(f"{states.count(state)} {state}" for state in (runner.DONE, runner.PARTIAL, runner.NEW))
     part = f" (part {args.part} of {len(everything)})" if args.part else ""
