@@ -216,3 +216,17 @@ def test_a_changed_run_counted_as_its_row_is_compared_only_with_runs_changed_ali
     [c_n2] = [line for line in written.lines if line["row"] == label["C_N2"] and line["run"] is not None]
     assert c_n2["scale"] == "multi30k, changed: width_divisor=2" and c_n2["ΔBLEU"] == pytest.approx(3.0)
     assert [line["scale"] for line in measured(written.lines, "base")] == ["multi30k"] * 3
+
+
+def test_each_scale_names_the_rows_it_has_no_run_of(rows: list[Row], tmp_path: Path) -> None:
+    """Under each scale's differences, the rows without a run there (before: left out of its list
+    without a word; a row run at one scale and not at another looked complete)."""
+    text = write_table("table3", rows, runs(), tmp_path).markdown.read_text()
+    other = text.split("### Scale `other`", 1)[1].split("###", 1)[0]
+    label = {row.row: row.label for row in rows}
+    [missing] = [line for line in other.splitlines() if line.startswith("- no run at this scale")]
+    assert missing.startswith(f"- no run at this scale ({len(rows) - 1} of {len(rows)} rows): base; {label['A_h1']}; ")
+    assert label["D_ls0"] not in missing and missing.endswith(f"; {label['big']}")
+    multi30k = text.split("### Scale `multi30k`", 1)[1].split("###", 1)[0]
+    [missing] = [line for line in multi30k.splitlines() if line.startswith("- no run at this scale")]
+    assert "base" not in missing.split(": ", 1)[1].split("; ") and label["C_N4"] in missing
