@@ -139,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC -->\n")
         result = write_table(table, table_rows(CONF, table), runs, args.out, header)
         measured = sum(line["run"] is not None for line in result.lines)
+        changed = sum(bool(run.modified) for run in runs if run.table == table)
         print(f"{table}: {measured} runs of {len(result.lines)} lines -> {result.markdown}, {result.csv.name}, "
-              f"{result.chart.name}")
+              f"{result.chart.name}" + (f" ({changed} of the runs changed from their rows, counted by "
+                                        "--include-modified: their scale says what changed)" if changed else ""))
         written.append(result)
     if not args.no_wandb and written:
         print(f"tables logged to W&B: {log_to_wandb(written, save_dir=args.out)}")
@@ -230,6 +232,13 @@ def run_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except ValueError as error:
         parser.error(str(error))
     if checked_sweep(args.overrides) is None:  # before any job starts, as `train.py --multirun` does
+        return 2
+    otherwise = [(job, set(theirs), set(job.overrides)) for job in jobs if (theirs := job.trained_otherwise())]
+    for job, theirs, ours in otherwise:
+        print(f"tables.py: {job.dir} holds a finished run of other settings ({' '.join(sorted(theirs - ours)) or '-'} "
+              f"where this command has {' '.join(sorted(ours - theirs)) or '-'}), which would be taken for its job "
+              f"{job.name}: give another --root, or move that folder away", file=sys.stderr)
+    if otherwise:
         return 2
     states = [job.state for job in jobs]
     counts = ", ".join(f"{states.count(state)} {state}" for state in (runner.DONE, runner.PARTIAL, runner.NEW))

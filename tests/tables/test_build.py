@@ -108,7 +108,9 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, sub
         # No base run among them: no difference of their own, and no noise band; the paper's differences.
         assert (line["ΔPPL"], line["ΔBLEU"], line["within noise"], line["attention window"]) == ("", "", "", "")
         assert float(line["paper ΔPPL"]) == pytest.approx(float(paper[0]) - 4.92)
-        assert (line["scale"], line["task"], line["seed"], line["steps"]) == ("multi30k", "multi30k_en_de", "1234", "2")
+        assert (line["task"], line["seed"], line["steps"]) == ("multi30k_en_de", "1234", "2")
+        # Counted by --include-modified: its scale says what it changed from its row (TINY's widths).
+        assert line["scale"].startswith("multi30k, changed: ") and "model.d_model=32" in line["scale"]
         # The widths trained: TINY's divided by width_divisor=2.
         assert (line["d_model"], line["d_ff"], line["d_k"], line["d_v"], line["h"]) == ("16", "32", "8", "8", "2")
     unmeasured = next(line for line in lines if line["row"] == "big")

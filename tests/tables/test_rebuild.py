@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import TINY_ROW
+from tests.helpers.runs import REPO, TINY_ROW
 from tests.helpers.tables import tables_command
 
 REPEATED = "runs of the same row, seed and scale"
@@ -56,7 +57,7 @@ def test_each_run_folder_is_counted_once_however_the_runs_folders_overlap(
                           str(tmp_path / "twice"), "--tables", "table3", "--no-wandb", "--include-modified") == 0
     assert "table3: 2 runs of" in capsys.readouterr().out
     [warning] = [record.getMessage() for record in caplog.records if REPEATED in record.getMessage()]
-    assert f"table3 base seed 1234 at scale multi30k: {base}, {copy}" in warning
+    assert "table3 base seed 1234 at scale multi30k, changed: " in warning and f": {base}, {copy}" in warning
 
 
 @pytest.mark.slow
@@ -121,3 +122,85 @@ def test_the_wandb_line_names_the_offline_run_folder_and_how_to_upload_it(
     [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tables logged to W&B: ")]
     [folder] = (out / "wandb").glob("offline-run-*")
     assert line.endswith(f" (offline) in {folder}; upload it with `wandb sync {folder}`"), line
+
+
+@pytest.mark.slow
+def test_a_run_continued_by_a_later_sweep_is_counted_through_that_sweep(
+        sweep: Path, tmp_path: Path, data_root: Path, subword_cache: Path, capsys: pytest.CaptureFixture,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The same sweep again with resume=auto (after a kill, say) continues each job in the earlier
+    sweep's folder; its own job folders keep their config and log. Rebuilt from the later sweep,
+    the table has the run, and the folders are not said to be unfinished runs (before: "no summary
+    (unfinished run?); left out", and "no finished table runs"), also once the results are moved."""
+    runs = tmp_path / "results"
+    shutil.copytree(sweep, runs / "first")
+    run_tool("src/train.py", "--multirun", "experiment=table3_base", "+scale=multi30k", *TINY_ROW,
+             "trainer.val_check_interval=2", "visualize_at_end=false", "logger=csv",
+             "resume=auto", f"hydra.sweep.dir={runs / 'again'}", data_root=data_root, cache_dir=subword_cache)
+    continued = runs / "first" / job(sweep, "table3").name
+    assert not (runs / "again" / continued.name / "summary.json").exists()  # it trained in the first sweep's folder
+    moved = tmp_path / "moved"
+    for results in (runs, moved):
+        if results == moved:
+            runs.rename(moved)
+        caplog.clear()
+        assert tables_command("rebuild", "--runs", str(results / "again"), "--out", str(tmp_path / "tables"),
+                              "--tables", "table3", "--no-wandb", "--include-modified") == 0
+        assert "table3: 1 runs of" in capsys.readouterr().out
+        [line] = [line for line in csv.DictReader((tmp_path / "tables" / "table3.csv").read_text().splitlines())
+                  if line["run"]]
+        assert line["run"] == str(results / "first" / continued.name)
+        assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+    # Moved apart from the run it continued: said, naming where it looked.
+    shutil.rmtree(moved / "first")
+    assert tables_command("rebuild", "--runs", str(moved / "again"), "--out", str(tmp_path / "tables"),
+                          "--tables", "table3", "--no-wandb", "--include-modified") == 2
+    [warning] = [record.getMessage() for record in caplog.records if "continued the run in" in record.getMessage()]
+    assert f"continued the run in {moved / 'first' / continued.name}, which is not there" in warning
+
+
+@pytest.mark.slow
+def test_a_table2_run_without_its_test_is_said_to_have_no_bleu(sweep: Path, tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A Table 2 run stopped during its test after training: its summary.json (written as training
+    ends) holds no test figures. Its line has no BLEU, and a warning names the run and how to test it
+    (before: the empty BLEU alone)."""
+    stopped = tmp_path / "runs" / job(sweep, "table2").name
+    shutil.copytree(job(sweep, "table2"), stopped)
+    summary = json.loads((stopped / "summary.json").read_text())
+    (stopped / "summary.json").write_text(json.dumps({k: v for k, v in summary.items() if not k.startswith("test")}))
+    out = tmp_path / "tables"
+    assert tables_command("rebuild", "--runs", str(stopped.parent), "--out", str(out), "--tables", "table2",
+                          "--no-wandb", "--include-modified") == 0
+    [line] = [line for line in csv.DictReader((out / "table2.csv").read_text().splitlines()) if line["run"]]
+    assert line["BLEU (test)"] == "" and line["run"] == str(stopped)
+    [warning] = [record.getMessage() for record in caplog.records if "no test BLEU" in record.getMessage()]
+    assert warning.startswith(f"{stopped}: no test BLEU") and "resume=auto" in warning
+
+
+def test_a_run_of_a_row_this_checkout_has_not_is_named_and_left_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> None:
+    """A run of a row renamed since, or of a row config made in another checkout (table3_C_N16): one
+    warning naming it, the rest rebuilt (before: Hydra's MissingConfigException traceback, exit 1;
+    from W&B, or without Hydra's record, the run dropped without a word)."""
+    run = tmp_path / "runs" / "0_table3-C_N16"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("experiment: {table: table3, row: C_N16}\nseed: 1\n")
+    (run / ".hydra" / "hydra.yaml").write_text("hydra: {runtime: {choices: {experiment: table3_C_N16}}}\n")
+    (run / "summary.json").write_text(json.dumps({"dev/ppl": 5.0, "dev/bleu": 25.0, "steps": 100000}))
+    assert tables_command("rebuild", "--runs", str(run.parent), "--out", str(tmp_path / "tables"), "--no-wandb") == 2
+    [warning] = [record.getMessage() for record in caplog.records if "C_N16" in record.getMessage()]
+    assert warning.startswith(f"{run}: its row, C_N16 of table3, has no config in ") and "left out" in warning
+    assert "no finished table runs" in capsys.readouterr().err
+
+    from aiayn.tables.build import build_table
+    from aiayn.tables.rows import table_rows
+    from aiayn.tables.runs import local_runs
+
+    (run / ".hydra" / "hydra.yaml").unlink()  # no record of the row's config: the run is read, not its changes
+    [found] = local_runs([run.parent], REPO / "conf")
+    caplog.clear()
+    lines = build_table(table_rows(REPO / "conf", "table3"), [found])
+    assert not [line for line in lines if line["run"] is not None]
+    [warning] = [record.getMessage() for record in caplog.records]
+    assert warning == f"runs of row C_N16, not a row of table3 here (no config of it in conf/experiment/), left out: {run}"

@@ -17,6 +17,7 @@ from aiayn.tables import runner
 from tests.helpers.inprocess import run_tool
 from tests.helpers.preloaded import python_starts_preloaded
 from tests.helpers.runs import REPO, TINY, offline_environment, snapshot
+from tests.helpers.tables import tables_command
 
 CONF = REPO / "conf"
 # Two tiny jobs; logger=none: nothing to write but the checkpoints and the summary.
@@ -180,3 +181,22 @@ def test_a_row_resumes_only_its_own_run(tmp_path: Path, data_root: Path, subword
     assert "skip run_namefirst: done" in printed and "resuming from" not in log
     assert json.loads((jobs[1].dir / "summary.json").read_text())["steps"] == 4
     assert {path: path.read_bytes() for path in first} == first  # the first row's run untouched
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+def test_a_finished_run_of_other_settings_is_not_taken_for_a_job(swept, capsys: pytest.CaptureFixture) -> None:
+    """The same root given to a command of other settings (here 8 steps where its runs trained 4):
+    refused in one line per job naming the folder and what differs, nothing started (before: each
+    job `[done]` and skipped, the runs of the other settings taken for this command's)."""
+    root, jobs, _ = swept
+    before = snapshot(root)
+    assert tables_command("run", "--root", str(root), "--dry-run", *OVERRIDES, "optim.train_steps=8") == 2
+    said = capsys.readouterr()
+    assert not said.out and said.err.count("\n") == 2
+    assert (f"tables.py: {jobs[0].dir} holds a finished run of other settings (- where this command has "
+            "optim.train_steps=8), which would be taken for its job seed1: give another --root") in said.err
+    assert tables_command("run", "--root", str(root), *OVERRIDES, "optim.train_steps=8") == 2
+    assert snapshot(root) == before
+    assert tables_command("run", "--root", str(root), "--dry-run", *OVERRIDES) == 0  # its own settings: done
+    assert "2 jobs: 2 done, 0 partial, 0 new" in capsys.readouterr().out

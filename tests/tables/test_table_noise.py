@@ -194,3 +194,39 @@ def test_an_axis_turns_symmetric_log_only_where_one_difference_dwarfs_the_band()
     assert _linear_range((-0.33, 0.22), [15.7, -5.7]) == 1.0
     assert _linear_range(None, [-21.3, 0.5]) == 1.0
     assert _linear_range(None, []) is None
+
+
+def test_a_changed_run_counted_as_its_row_is_compared_only_with_runs_changed_alike(rows: list[Row],
+                                                                                   tmp_path: Path) -> None:
+    """--include-modified: base at another width_divisor (and a row trained so too) beside base's
+    own seeds at one scale. Its scale says what it changed, and it is compared with the runs changed
+    alike, not pooled into the row's band (before: "4 base runs (seeds 1, 2, 3, 4)", one of half the
+    width, and (C) N=2's difference from that mixed mean, each line's scale `multi30k`)."""
+    halved = ["width_divisor: 1 → 2"]
+    base = [make_run("base", bleu, ppl, seed) for seed, (bleu, ppl) in enumerate(zip(BASE_BLEU, BASE_PPL), 1)]
+    changed = [make_run("base", 12.0, 20.0, seed=4), make_run("C_N2", 15.0, 14.0, seed=4)]
+    for run in changed:
+        run.modified = halved
+    written = write_table("table3", rows, [*base, *changed], tmp_path)
+    text = written.markdown.read_text()
+    assert "Noise band: 3 base runs (seeds 1, 2, 3);" in text
+    assert "### Scale `multi30k, changed: width_divisor=2`" in text
+    assert "Noise band: 1 base run (seed 4); mean dev BLEU 12, mean dev PPL 20." in text
+    label = {row.row: row.label for row in rows}
+    [c_n2] = [line for line in written.lines if line["row"] == label["C_N2"] and line["run"] is not None]
+    assert c_n2["scale"] == "multi30k, changed: width_divisor=2" and c_n2["ΔBLEU"] == pytest.approx(3.0)
+    assert [line["scale"] for line in measured(written.lines, "base")] == ["multi30k"] * 3
+
+
+def test_each_scale_names_the_rows_it_has_no_run_of(rows: list[Row], tmp_path: Path) -> None:
+    """Under each scale's differences, the rows without a run there (before: left out of its list
+    without a word; a row run at one scale and not at another looked complete)."""
+    text = write_table("table3", rows, runs(), tmp_path).markdown.read_text()
+    other = text.split("### Scale `other`", 1)[1].split("###", 1)[0]
+    label = {row.row: row.label for row in rows}
+    [missing] = [line for line in other.splitlines() if line.startswith("- no run at this scale")]
+    assert missing.startswith(f"- no run at this scale ({len(rows) - 1} of {len(rows)} rows): base; {label['A_h1']}; ")
+    assert label["D_ls0"] not in missing and missing.endswith(f"; {label['big']}")
+    multi30k = text.split("### Scale `multi30k`", 1)[1].split("###", 1)[0]
+    [missing] = [line for line in multi30k.splitlines() if line.startswith("- no run at this scale")]
+    assert "base" not in missing.split(": ", 1)[1].split("; ") and label["C_N4"] in missing

@@ -42,6 +42,7 @@ from aiayn.config.identity import FOLDER_STAMP
 from aiayn.config.resolvers import only_shown
 from aiayn.errors import UserError
 from aiayn.files import release_lock, take_lock
+from aiayn.reporting.summary import CONTINUED_FILE
 
 JOB_NOTE = ".job"  # who made the folder: the job's identity
 LOCK = ".lock"  # held by the live run; its text names the holder
@@ -204,7 +205,7 @@ def remove_unstarted(run_dir: Path, made_since: set[Path] | None = None) -> None
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
-    kept = (".hydra", JOB_NOTE, LOCK)
+    kept = (".hydra", JOB_NOTE, LOCK, CONTINUED_FILE)
     if not run_dir.is_dir() or any(p.name not in kept and p.suffix != ".log" for p in run_dir.iterdir()):
         return
     shutil.rmtree(run_dir, ignore_errors=True)

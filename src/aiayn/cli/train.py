@@ -47,7 +47,7 @@ from aiayn.config.resolvers import showing_only
 from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers
 from aiayn.errors import ConfigError, UserError
 from aiayn.reporting.loggers import close_runs, describe_runs, quiet_lightning, record_summary
-from aiayn.reporting.summary import read_summary, write_summary
+from aiayn.reporting.summary import note_continued, read_summary, write_summary
 from aiayn.training.after_training import Stopped, StopsAfterTraining
 from aiayn.training.before_training import SettingUp, StoppedSettingUp, stops_while_setting_up
 from aiayn.training.callbacks import build_callbacks, run_settings
@@ -213,7 +213,7 @@ def _before_training(cfg: DictConfig):
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     resume = find_resume(cfg.resume, cfg.paths.output_dir, config, multirun=multirun)
     if resume is not None and str(resume.run_dir) != cfg.paths.output_dir:
-        log.info("continuing run %s (this attempt's config and log stay in %s)", resume.run_dir, cfg.paths.output_dir)
+        note_continued(cfg.paths.output_dir, resume.run_dir)  # said in the log, and noted in this attempt's folder
         cfg.paths.output_dir = str(resume.run_dir)  # checkpoints and logs go on in the resumed run
         config = checked_config(cfg)
     L.seed_everything(config["seed"], workers=True)

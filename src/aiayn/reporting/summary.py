@@ -5,21 +5,32 @@ and training FLOPs, counted and the paper's estimate (Table 2, §6.1 footnote).
 :class:`aiayn.training.callbacks.RunSummaryCallback` gathers the figures during training and
 writes them with :func:`write_summary`; the tables (:mod:`aiayn.tables.runs`) read them back
 with :func:`read_summary`.
+
+An attempt that continued a run in another folder (``resume=auto`` finding an earlier sweep's
+job, or an earlier ``<date>_<time>`` folder of the run name) trains and writes its summary there:
+its own folder keeps its config and log, and a note of the run it continued
+(:func:`note_continued`, read by :func:`continued_run`), written relative to it, so that a results
+folder moved as a whole still finds it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from aiayn.files import atomic_write_text
 
+if TYPE_CHECKING:
+    import torch
+
 SUMMARY_FILE = "summary.json"
+CONTINUED_FILE = ".continued"  # in an attempt's folder: the folder of the run it continued, relative to it
+
+log = logging.getLogger(__name__)
 
 
 def write_summary(run_dir: str | os.PathLike, summary: dict[str, Any]) -> Path:
@@ -33,9 +44,29 @@ def read_summary(run_dir: str | os.PathLike) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def note_continued(attempt_dir: str | os.PathLike, run_dir: str | os.PathLike) -> None:
+    """Say, in the log and in ``attempt_dir``, that this attempt continues the run of ``run_dir``."""
+    log.info("continuing run %s (this attempt's config and log stay in %s)", run_dir, attempt_dir)
+    attempt_dir = Path(attempt_dir)
+    if attempt_dir.is_dir():
+        atomic_write_text(attempt_dir / CONTINUED_FILE, os.path.relpath(Path(run_dir).absolute(),
+                                                                        attempt_dir.absolute()) + "\n")
+
+
+def continued_run(folder: str | os.PathLike) -> Path | None:
+    """The run folder the attempt of ``folder`` continued (:func:`note_continued`); None for a run
+    folder of its own."""
+    note = Path(folder) / CONTINUED_FILE
+    if not note.is_file():
+        return None
+    return Path(os.path.normpath(Path(folder).absolute() / note.read_text(encoding="utf-8").strip()))
+
+
 def device_name(device: torch.device) -> str:
     """The accelerator's name, else the CPU's model name and core count."""
     if device.type == "cuda":
+        import torch  # here alone: the tools read and note summaries without it (aiayn.cli.run_folder)
+
         return torch.cuda.get_device_name(device)
     name = platform.processor() or platform.machine()
     try:

@@ -15,12 +15,15 @@ newstest2014 BLEU and the training cost in FLOPs, counted and estimated the pape
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from aiayn.config.schemas import network_arguments
 from aiayn.tables.noise import BaseSpread, base_spread, within_noise
 from aiayn.tables.rows import Row, base_paper_figures
 from aiayn.tables.runs import Run, seed_order
+
+log = logging.getLogger(__name__)
 
 
 def build_table(rows: list[Row], runs: list[Run]) -> list[dict[str, Any]]:
@@ -30,6 +33,9 @@ def build_table(rows: list[Row], runs: list[Run]) -> list[dict[str, Any]]:
     by_row: dict[str, list[Run]] = {}
     for run in runs:
         by_row.setdefault(run.row, []).append(run)
+    for name in sorted(set(by_row) - {row.row for row in rows}, key=str):
+        log.warning("runs of row %s, not a row of %s here (no config of it in conf/experiment/), left out: %s", name,
+                    rows[0].table if rows else "the table", ", ".join(run.source for run in by_row[name]))
     spreads = base_spread(runs)
     paper_base = base_paper_figures(rows)
     lines = []

@@ -99,7 +99,7 @@ def noise_markdown(lines: list[dict[str, Any]], spreads: dict[str, BaseSpread], 
     """Table 3's lines after the table: what the differences are, then per scale with runs the
     noise band of the base runs and a line per row run at that scale: its ΔBLEU (the mean over
     its seeds), the paper's ΔBLEU, and whether it is within noise (:func:`within_noise` of that
-    mean; with several seeds, how many of them are)."""
+    mean; with several seeds, how many of them are); then the rows with no run at that scale."""
     definitions = ("ΔPPL, ΔBLEU: a run's dev perplexity and dev BLEU minus the mean of the base runs trained at "
                    "the same scale. paper ΔPPL, paper ΔBLEU: the row's figure in the paper minus the paper's base "
                    f"(PPL {_cell(paper_base.get('ppl')) or '–'}, BLEU {_cell(paper_base.get('bleu')) or '–'}). "
@@ -124,7 +124,8 @@ def noise_markdown(lines: list[dict[str, Any]], spreads: dict[str, BaseSpread], 
                 text += (f" {name} band [{_signed(band[0])}, {_signed(band[1])}], sd {sd:.2f}." if band is not None
                          else f" {name} band: none (fewer than 2 base runs with dev {name}).")
             out += [text, ""]
-        for label, runs in _by_row(lines, scale).items():
+        by_row = _by_row(lines, scale)
+        for label, runs in by_row.items():
             if not runs:
                 continue
             deltas = [line["ΔBLEU"] for line in runs if line["ΔBLEU"] is not None]
@@ -135,6 +136,8 @@ def noise_markdown(lines: list[dict[str, Any]], spreads: dict[str, BaseSpread], 
                 verdict += f" ({sum(line['within noise'] == 'yes' for line in runs)} of {len(deltas)} seeds)"
             out.append(f"- {label}: ΔBLEU {_signed(mean) or '–'} ({seeds}), "
                        f"paper ΔBLEU {_signed(paper[label]['paper ΔBLEU']) or '–'}, within noise: {verdict or '–'}")
+        if missing := [label for label, runs in by_row.items() if not runs]:
+            out.append(f"- no run at this scale ({len(missing)} of {len(by_row)} rows): {'; '.join(missing)}")
         out.append("")
     return "\n".join(out)
 

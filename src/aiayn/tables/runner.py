@@ -69,6 +69,19 @@ class RowJob:
             return DONE
         return PARTIAL if self.dir.exists() else NEW
 
+    def trained_otherwise(self) -> list[str] | None:
+        """A done job's run trained with overrides other than this job's: those overrides (its
+        ``.hydra/overrides.yaml``, less what the runner sets itself), so that a command of other
+        settings on the same root (``width_divisor=8`` where the table was run at 4) never takes that
+        run for its own; None when they are the job's, or the folder has no record of them."""
+        recorded = self.dir / ".hydra" / "overrides.yaml"
+        if self.state != DONE or not recorded.is_file():
+            return None
+        import yaml
+
+        theirs = [str(o) for o in yaml.safe_load(recorded.read_text()) or [] if _key(str(o)) not in RESERVED_KEYS]
+        return None if sorted(theirs) == sorted(self.overrides) else theirs
+
     @property
     def group(self) -> str:
         """The W&B group of the sweep's jobs (``run_group``): their folder's last two parts, as a

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
 
 from aiayn.config.identity import MODIFIED, run_folder_changes
-from aiayn.reporting.summary import read_summary
+from aiayn.reporting.summary import continued_run, read_summary
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,19 @@ class Run:
 
     @property
     def scale(self) -> str:
-        """The scale the run was trained at (``experiment.scale``); "paper" without one."""
-        return (self.config.get("experiment") or {}).get("scale") or "paper"
+        """The scale the run was trained at (``experiment.scale``; "paper" without one), and for a
+        run changed from its row (counted by ``--include-modified``) what it changed, as
+        ``multi30k, changed: width_divisor=2``: the tables compare a run only with runs of its
+        scale changed alike (their base runs, their noise band), never a changed run with the row's own."""
+        scale = (self.config.get("experiment") or {}).get("scale") or "paper"
+        return f"{scale}, changed: {', '.join(map(_changed_to, self.modified))}" if self.modified else scale
+
+
+def _changed_to(change: str) -> str:
+    """``key=value``, what a change from the row (``model.d_model: 512 → 32``, as
+    :func:`aiayn.config.identity.row_changes` words it) set; a change said otherwise as it is."""
+    key, _, values = change.partition(": ")
+    return f"{key}={values.rsplit(' → ', 1)[1].strip(chr(39))}" if " → " in values else change
 
 
 def seed_order(run: Run) -> tuple:
@@ -62,7 +74,8 @@ def seed_order(run: Run) -> tuple:
 
 def counted(runs: Iterable[Run], include_modified: bool = False) -> list[Run]:
     """The runs a table counts as its rows': each modified run is left out, with a warning naming
-    what it changed (all of them with ``include_modified``). Runs of one row, seed and scale in
+    what it changed (all of them with ``include_modified``); a Table 2 run without a test BLEU is
+    counted, named in a warning (its line has no BLEU). Runs of one row, seed and scale in
     different places are all counted, named in one warning (:func:`warn_of_repeated_seeds`)."""
     kept = []
     for run in runs:
@@ -70,6 +83,10 @@ def counted(runs: Iterable[Run], include_modified: bool = False) -> list[Run]:
             log.warning("%s: left out, it is no longer row %s (%s); --include-modified counts it", run.source,
                         run.row, "; ".join(run.modified[:4]) + (" ..." if len(run.modified) > 4 else ""))
             continue
+        if run.table == "table2" and not run.test:
+            log.warning("%s: no test BLEU, its Table 2 line has none: its test after training did not run or did not "
+                        "finish (the same command with resume=auto runs it), and no src/evaluate.py report of the "
+                        "test split decoded as the run is in its eval/", run.source)
         kept.append(run)
     warn_of_repeated_seeds(kept)
     return kept
@@ -93,8 +110,10 @@ def warn_of_repeated_seeds(runs: Iterable[Run]) -> None:
 def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) -> list[Run]:
     """Every finished run under ``roots`` (run directories or folders of them, e.g. a multirun
     date folder): a directory with ``.hydra/config.yaml`` and a summary, each once however many of
-    ``roots`` hold it (``--runs X --runs X/<run>``: by its resolved path). Runs without a summary
-    (still training, or stopped) are listed in the log and left out. With ``conf_dir`` each run's
+    ``roots`` hold it (``--runs X --runs X/<run>``: by its resolved path). An attempt that continued
+    a run in another folder (``resume=auto``; :func:`aiayn.reporting.summary.continued_run`) stands
+    for that run, wherever it is. Runs without a summary (still training, or stopped) are listed in
+    the log and left out. With ``conf_dir`` each run's
     changes from its row are found (``Run.modified``), its row composed from there."""
     runs = []
     seen: set[Path] = set()
@@ -104,6 +123,12 @@ def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) 
             raise FileNotFoundError(f"--runs {root}: no such directory")
         for config_file in sorted(root.glob("**/.hydra/config.yaml")):
             run_dir = config_file.parent.parent
+            if (continued := continued_run(run_dir)) is not None:  # an attempt that trained in an earlier run's folder
+                if not (continued / ".hydra" / "config.yaml").is_file():
+                    log.warning("%s: an attempt that continued the run in %s, which is not there (moved apart from "
+                                "it?); left out: give that run's folder to --runs", run_dir, continued)
+                    continue
+                run_dir, config_file = continued, continued / ".hydra" / "config.yaml"
             if run_dir.resolve() in seen:
                 continue
             seen.add(run_dir.resolve())
@@ -115,7 +140,13 @@ def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) 
             if summary is None:
                 log.warning("%s: no summary (unfinished run?); left out", run_dir)
                 continue
-            modified = run_folder_changes(loaded, run_dir, conf_dir) if conf_dir else []
+            try:
+                modified = run_folder_changes(loaded, run_dir, conf_dir) if conf_dir else []
+            except MissingConfigException:  # its row's config is not in conf_dir: no row of the table here
+                log.warning("%s: its row, %s of %s, has no config in %s (renamed, or made in another checkout); "
+                            "left out: rebuild with the checkout that has it", run_dir, config["experiment"].get("row"),
+                            config["experiment"]["table"], Path(conf_dir) / "experiment")
+                continue
             decoding = OmegaConf.to_container(loaded.decoding, resolve=True) if "decoding" in loaded else {}
             runs.append(Run(source=str(run_dir), config=config, summary=summary,
                             test=_test_report(run_dir, decoding) or _tested_in_training(summary), modified=modified))
