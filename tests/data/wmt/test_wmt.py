@@ -267,8 +267,9 @@ def test_setup_fit_prepares_a_folder_missing_its_test_file_again_before_anything
         module.setup("fit")
     message = str(info.value)
     assert message.startswith(f"prepared file {folder / 'newstest2014.de'} is missing, and it cannot be prepared "
-                              f"again: WMT14 en-de files missing under {raw_copy} (download=False):")
-    assert str(raw_copy / "test-full" / "newstest2014-deen-ref.de.sgm") in message
+                              f"again: WMT14 en-de files missing under {raw_copy} (task.datamodule.download=false): "
+                              "test-full/newstest2014-deen-src.en.sgm, test-full/newstest2014-deen-ref.de.sgm (from "
+                              "https://www.statmt.org/wmt14/test-full.tgz); unpack those archives")
     assert module.split_sizes == {}  # found before the training pairs were even mapped
 
 

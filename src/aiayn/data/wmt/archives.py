@@ -139,43 +139,65 @@ def locate(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str, download: b
         )
     files, origin = expected_files(raw_dir, src_lang, tgt_lang)
     missing = [path for path in origin if not path.is_file()]
-    failures = []
+    failures: dict[str, str] = {}  # by archive
     if missing and download:
         for key in dict.fromkeys(origin[path] for path in missing):
             failure = fetch_archive(ARCHIVES[key], raw)
             if failure:
-                failures.append(failure)
+                failures[key] = failure
         files, origin = expected_files(raw_dir, src_lang, tgt_lang)
         missing = [path for path in origin if not path.is_file()]
     if missing:
-        how = "download=False" if not download else "; ".join(failures) or "the archives lack them"
-        listing = "\n".join(f"  {path}  (from {ARCHIVES[origin[path]].url})" for path in missing)
-        raise DataError(
-            f"WMT14 {src_lang}-{tgt_lang} files missing under {raw_dir} ({how}):\n{listing}\n"
-            f"Unpack those archives into {raw_dir} (training files may be gzipped, e.g. "
-            f"commoncrawl.de-en.en.gz), or point task.raw_dir at a folder that holds them"
-        )
+        raise DataError(_missing(f"WMT14 {src_lang}-{tgt_lang}", raw, missing, origin, failures, download))
     return files
+
+
+def _missing(pair: str, raw: Path, missing: list[Path], origin: dict[Path, str], failures: dict[str, str],
+             download: bool) -> str:
+    """One line: the files still missing (under ``raw``), by the archive that holds them, why it did not
+    (one reason when every archive failed alike: no network, say) and what to do."""
+    by_archive: dict[str, list[str]] = {}
+    for path in missing:
+        by_archive.setdefault(origin[path], []).append(path.relative_to(raw).as_posix() if path.is_relative_to(raw)
+                                                       else str(path))
+    reasons = set(failures.values())
+    if not download:
+        why = "task.datamodule.download=false"
+    elif len(reasons) == 1 and set(failures) == set(by_archive):
+        why = (f"the {len(failures)} archives that hold them " if len(failures) > 1 else "the archive that holds them ") + \
+            reasons.pop()
+    else:
+        why = None
+    listing = "; ".join(
+        f"{', '.join(paths)} (from {ARCHIVES[key].url}" + (f": {failures[key]})" if why is None and key in failures
+                                                          else ")") for key, paths in by_archive.items())
+    if why is None:
+        why = "not every archive could be fetched or unpacked, as said beside each" if failures else \
+            "the archives lack them"
+    return (f"{pair} files missing under {raw} ({why}):"
+            f" {listing}; unpack those archives into {raw} (training files may be gzipped, e.g. commoncrawl.de-en.en.gz),"
+            " or point task.raw_dir at a folder that holds them")
+
 
 
 def fetch_archive(archive: Archive, raw_dir: Path) -> str | None:
     """Download ``archive`` into ``<raw_dir>/archives/`` (resuming a partial download) and unpack
-    it into ``raw_dir``. A failure is logged and returned as one sentence naming the archive
-    and what to do (the caller lists it with the files still missing); None when it worked."""
+    it into ``raw_dir``. A failure is logged (naming the archive) and returned as what went wrong
+    and what to do, for the caller to say beside the archive's address and its files still
+    missing; None when it worked."""
     target = raw_dir / "archives" / archive.name
     try:
         if not target.is_file():
             download_file(archive.url, target, DOWNLOAD_TIMEOUT_S, resume=True)
         unpack(target, raw_dir)
     except (tarfile.TarError, EOFError, zlib.error) as error:  # downloaded whole (or put there) but not a readable tar archive
-        failure = (f"{target} is not a readable tar archive ({error}); delete it so that it is downloaded "
-                   f"again from {archive.url}")
+        failure = f"{target} is not a readable tar archive ({error}); delete it so that it is downloaded again"
+        log.warning("%s", failure)
+        return failure
     except OSError as error:  # URLError and timeouts are OSErrors
-        failure = f"could not fetch {archive.url} into {target} ({error})"
-    else:
-        return None
-    log.warning("%s", failure)
-    return failure
+        log.warning("could not fetch %s into %s (%s)", archive.url, target, error)
+        return f"could not be downloaded ({error})"
+    return None
 
 
 def unpack(archive: Path, raw_dir: Path) -> None:
