@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import logging
 import shutil
 
 import pytest
+from sacrebleu.metrics import BLEU
 
 from aiayn.data import multi30k
 from aiayn.data.multi30k import multi30k_files, multi30k_url
@@ -50,9 +52,28 @@ def test_a_byte_order_mark_opening_a_file_is_no_part_of_its_first_line(data_root
     path = tmp_path / name
     path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
     assert read_lines(path) == lines
-    assert read_lines(_written(tmp_path / "mid.txt", "\ufeffone\n\ufefftwo\n".encode())) == ["one", "\ufefftwo"]
     sgm = data_root / "wmt14" / "sgm" / "newstest2014-deen-ref.de.sgm"
     assert read_sgm(_written(tmp_path / "bom.sgm", b"\xef\xbb\xbf" + sgm.read_bytes())) == read_sgm(sgm)
+
+
+@pytest.mark.parametrize("name", ["joined.de", "joined.de.gz"])
+def test_a_byte_order_mark_opening_a_later_line_is_removed_and_named_once(data_root, tmp_path, caplog, name):
+    """Two files saved with a byte order mark each, joined with cat: the second's mark opens line
+    1,015. It is removed, as the first's is, with one warning naming the file and the line (before:
+    kept, a character of that reference no hypothesis has, which sacreBLEU scored below 100)."""
+    val, test = read_lines(data_root / "multi30k" / "val.de.gz"), read_lines(data_root / "multi30k" / "test_2016_flickr.de.gz")
+    data = b"".join("\ufeff".encode() + "".join(f"{line}\n" for line in lines).encode() for lines in (val, test))
+    path = _written(tmp_path / name, gzip.compress(data) if name.endswith(".gz") else data)
+    with caplog.at_level(logging.WARNING, logger="aiayn.data.readers"):
+        references = read_lines(path)
+        assert read_lines(path) == references  # read again: said once
+    assert references == val + test
+    assert [record.getMessage() for record in caplog.records] == [
+        (f"{path}: line 1015 begins with a byte order mark (U+FEFF: files joined with cat, each saved with one?); "
+         "removed, as at the file's start, there and at the start of any later line")]
+    assert BLEU().corpus_score(val + test, [references]).score == pytest.approx(100)
+    assert BLEU(effective_order=True).sentence_score(test[0], [references[1014]]).score == pytest.approx(100)
+    assert read_lines(_written(tmp_path / "mid.txt", "one\n\ufeff\ufefftwo \ufeff\n".encode())) == ["one", "two \ufeff"]
 
 
 def _written(path, data: bytes):

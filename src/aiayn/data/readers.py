@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import logging
 import os
 import zlib
 from collections.abc import Iterator
@@ -13,6 +14,10 @@ from typing import BinaryIO
 from aiayn.errors import DataError
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_BOM = "\ufeff"
+_BOM_SAID: set[str] = set()  # the files (streams) whose later lines' byte order marks were named, once a process
+
+log = logging.getLogger(__name__)
 
 __all__ = ["DataError", "count_pairs", "decode_lines", "iter_lines", "iter_parallel", "read_lines", "read_parallel"]
 
@@ -73,7 +78,9 @@ def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
     gives them; ``name`` is what an error calls the stream. A byte order mark opening the stream
     (files saved by Windows editors) is no part of the first line: kept, it would be a character
     of the first reference that no hypothesis has, costing BLEU, and would hide an sgm file's
-    first tag."""
+    first tag. One opening a later line (files joined with ``cat``, each saved with one) is removed
+    as well, and the first such line of each stream named in a warning: kept, it would be a character
+    of that sentence's subwords and reference that no hypothesis has."""
     for number, raw in enumerate(handle, start=1):
         try:
             line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
@@ -88,7 +95,19 @@ def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
             ) from None
         if line.endswith("\n"):
             line = line[:-2] if line.endswith("\r\n") else line[:-1]
+        if line.startswith(_BOM):
+            line = _without_bom(line, name, number)
         yield line
+
+
+def _without_bom(line: str, name: str | os.PathLike, number: int) -> str:
+    """``line`` without the byte order marks opening it (line ``number`` of ``name``, not its first:
+    files joined with ``cat``), the first such line of ``name`` named in a warning, once."""
+    if str(name) not in _BOM_SAID:
+        _BOM_SAID.add(str(name))
+        log.warning("%s: line %d begins with a byte order mark (U+FEFF: files joined with cat, each saved with one?); "
+                    "removed, as at the file's start, there and at the start of any later line", name, number)
+    return line.lstrip(_BOM)
 
 
 def _starts_with(path: Path, magic: bytes) -> bool:
