@@ -4,6 +4,7 @@ a real sentencepiece model and scored; and each setting it refuses, in one line.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,23 @@ def test_the_plain_file_wins_over_a_gzipped_one_of_the_same_name(tmp_path: Path)
     write_lines(tmp_path / "train.en", ["a"])
     assert corpus_file(tmp_path, "train", "en") == tmp_path / "train.en"
     assert corpus_file(tmp_path, "valid", "en") == tmp_path / "valid.en"  # neither: the plain name, to report
+
+
+def test_a_split_there_both_plain_and_gzipped_says_which_file_is_read(tmp_path: Path, caplog) -> None:
+    """valid.en and valid.en.gz side by side: the plain file is read, as documented, and the two named
+    once in a warning however often the split's files are looked up (before: the other left unread with
+    no word)."""
+    write_lines(tmp_path / "valid.en", ["Good morning."])
+    write_lines(tmp_path / "valid.en.gz", ["Good evening."])
+    write_lines(tmp_path / "valid.de", ["Guten Morgen."])
+    data = module(tmp_path, tmp_path / "cache")
+    with caplog.at_level(logging.WARNING, logger="aiayn.data.parallel_text"):
+        assert data.check_split("valid", "parallel_text_en_de") == "valid"
+        assert data.evaluation_data("valid") == (["Good morning."], ["Guten Morgen."], ["Guten Morgen."])
+        assert data.split_files("valid", False) == (tmp_path / "valid.en", tmp_path / "valid.de")
+    assert [record.getMessage() for record in caplog.records] == [
+        (f"task.data_dir={tmp_path} holds both valid.en and valid.en.gz: valid.en is read (the plain file wins), "
+         "valid.en.gz is not; keep the one you mean and move the other out")]
 
 
 @pytest.mark.parametrize("settings, message", [

@@ -11,6 +11,7 @@ when they are loaded, as Multi30k's.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from torch.utils.data import Dataset
@@ -21,6 +22,7 @@ from aiayn.data.prepared_text import MODEL, prepare_text, prepared_dir
 from aiayn.data.subwords import Subwords
 from aiayn.errors import ConfigError, DataError
 
+log = logging.getLogger(__name__)
 
 def corpus_file(data_dir: str | Path, split: str, lang: str) -> Path:
     """The file of ``split`` in ``lang`` under ``data_dir``: ``<split>.<lang>``, else
@@ -148,4 +150,13 @@ class ParallelTextDataModule(TranslationDataModule):
                 f"<split>.{self.src_lang} and <split>.{self.tgt_lang} (or .gz){untested}")
 
     def _paths(self, split: str) -> tuple[Path, Path]:
-        return corpus_file(self.data_root, split, self.src_lang), corpus_file(self.data_root, split, self.tgt_lang)
+        paths = corpus_file(self.data_root, split, self.src_lang), corpus_file(self.data_root, split, self.tgt_lang)
+        said = self.__dict__.setdefault("_both_said", set())  # each file named once by this data module
+        for path in paths:
+            gzipped = path.with_name(f"{path.name}.gz")
+            if path not in said and path.suffix != ".gz" and gzipped.is_file() and path.is_file():
+                said.add(path)
+                log.warning("task.data_dir=%s holds both %s and %s: %s is read (the plain file wins), %s is not; keep "
+                            "the one you mean and move the other out", self.data_root, path.name, gzipped.name,
+                            path.name, gzipped.name)
+        return paths
