@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import io
 import logging
+import lzma
 import shutil
 
 import pytest
@@ -11,7 +14,7 @@ from sacrebleu.metrics import BLEU
 
 from aiayn.data import multi30k
 from aiayn.data.multi30k import multi30k_files, multi30k_url
-from aiayn.data.readers import read_lines, read_parallel
+from aiayn.data.readers import decode_lines, read_lines, read_parallel
 from aiayn.data.wmt.sgm import read_sgm
 from aiayn.errors import DataError
 
@@ -93,6 +96,26 @@ def test_gzip_data_under_a_plain_name_and_plain_text_under_a_gz_name_say_which_n
         read_lines(_written(tmp_path / "test.de.gz", gzip.decompress(gz.read_bytes())))
     assert str(info.value) == (f"{tmp_path / 'test.de.gz'}: not gzip data, though its name ends in .gz; if it is "
                                "plain text, name it test.de, else delete it and download it again")
+
+
+@pytest.mark.parametrize("kind, command, compress", [("xz", "unxz", lzma.compress), ("bzip2", "bunzip2", bz2.compress)])
+def test_data_compressed_otherwise_than_with_gzip_says_what_it_is_and_how_to_decompress_it(data_root, tmp_path, kind,
+                                                                                           command, compress):
+    # Before: "line 1 is not valid UTF-8 (byte 1 of the line); re-encode the file as UTF-8", and "not gzip data
+    # …; if it is plain text, name it test.de", for a file that is neither.
+    data = compress(gzip.decompress((data_root / "multi30k" / "val.de.gz").read_bytes()))
+    with pytest.raises(DataError) as info:
+        read_lines(_written(tmp_path / "valid.de", data))
+    assert str(info.value) == (f"{tmp_path / 'valid.de'}: {kind}-compressed data, which is read only as gzip (a name "
+                               f"ending in .gz) or as plain text; decompress it ({command}), or gzip it as valid.de.gz")
+    with pytest.raises(DataError) as info:
+        list(decode_lines(io.BytesIO(data), "<stdin>"))
+    assert str(info.value) == (f"<stdin>: {kind}-compressed data, which is read only as gzip (a name ending in .gz) "
+                               f"or as plain text; decompress it first ({command})")
+    with pytest.raises(DataError) as info:
+        read_lines(_written(tmp_path / "test.de.gz", data))
+    assert str(info.value) == (f"{tmp_path / 'test.de.gz'}: {kind}-compressed data, though its name ends in .gz "
+                               f"(read as gzip); decompress it ({command}) and gzip it")
 
 
 @pytest.mark.parametrize("name", ["bad.txt", "bad.txt.gz"])

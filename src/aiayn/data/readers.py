@@ -14,6 +14,10 @@ from typing import BinaryIO
 from aiayn.errors import DataError
 
 _GZIP_MAGIC = b"\x1f\x8b"
+# Other compressed data, which is read neither as gzip nor as text: the bytes it opens with, its
+# name, and the command that decompresses it.
+_OTHER_COMPRESSION = ((b"\xfd7zXZ\x00", "xz", "unxz"), (b"BZh", "bzip2", "bunzip2"), (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
+                      (b"PK\x03\x04", "zip", "unzip"), (b"7z\xbc\xaf\x27\x1c", "7z", "7z x"))
 _BOM = "\ufeff"
 _BOM_SAID: set[str] = set()  # the files (streams) whose later lines' byte order marks were named, once a process
 
@@ -44,6 +48,10 @@ def iter_lines(path: str | os.PathLike) -> Iterator[str]:
         raise DataError(f"{path}: file not found; check the path or the data root") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as error:
         if count == 0 and isinstance(error, gzip.BadGzipFile) and not _starts_with(path, _GZIP_MAGIC):
+            other = _other_compression(_head(path))
+            if other is not None:
+                raise DataError(f"{path}: {other[0]}-compressed data, though its name ends in .gz (read as gzip); "
+                                f"decompress it ({other[1]}) and gzip it") from None
             raise DataError(f"{path}: not gzip data, though its name ends in .gz; if it is plain text, name it "
                             f"{path.with_suffix('').name}, else delete it and download it again") from None
         raise DataError(
@@ -81,14 +89,22 @@ def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
     first tag. One opening a later line (files joined with ``cat``, each saved with one) is removed
     as well, and the first such line of each stream named in a warning: kept, it would be a character
     of that sentence's subwords and reference that no hypothesis has."""
+    head = b""  # the bytes the stream opens with: compressed data is named by them
     for number, raw in enumerate(handle, start=1):
+        head = raw[:8] if number == 1 else head
         try:
             line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as error:
-            if number == 1 and raw.startswith(_GZIP_MAGIC):
-                fix = "decompress it first (zcat)" if str(name).startswith("<") else \
-                    f"name it {Path(name).name}.gz, or decompress it"
+            stream = str(name).startswith("<")
+            if head.startswith(_GZIP_MAGIC):
+                fix = "decompress it first (zcat)" if stream else f"name it {Path(name).name}.gz, or decompress it"
                 raise DataError(f"{name}: gzip-compressed data, but not read as gzip (a name ending in .gz); {fix}") from None
+            other = _other_compression(head)
+            if other is not None:
+                fix = f"decompress it first ({other[1]})" if stream else \
+                    f"decompress it ({other[1]}), or gzip it as {Path(name).name}.gz"
+                raise DataError(f"{name}: {other[0]}-compressed data, which is read only as gzip (a name ending in "
+                                f".gz) or as plain text; {fix}") from None
             raise DataError(
                 f"{name}: line {number} is not valid UTF-8 "
                 f"(byte {error.start + 1} of the line); re-encode the file as UTF-8"
@@ -111,11 +127,22 @@ def _without_bom(line: str, name: str | os.PathLike, number: int) -> str:
 
 
 def _starts_with(path: Path, magic: bytes) -> bool:
+    return _head(path).startswith(magic)
+
+
+def _head(path: Path) -> bytes:
+    """The first bytes of the file ``path`` (none where it cannot be read)."""
     try:
         with open(path, "rb") as handle:
-            return handle.read(len(magic)) == magic
+            return handle.read(8)
     except OSError:
-        return False
+        return b""
+
+
+def _other_compression(head: bytes) -> tuple[str, str] | None:
+    """(format, command that decompresses it) of data opening with ``head``, compressed otherwise than
+    with gzip; None for anything else."""
+    return next(((kind, command) for magic, kind, command in _OTHER_COMPRESSION if head.startswith(magic)), None)
 
 
 def read_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> tuple[list[str], list[str]]:
