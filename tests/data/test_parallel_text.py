@@ -5,6 +5,7 @@ a real sentencepiece model and scored; and each setting it refuses, in one line.
 from __future__ import annotations
 
 import logging
+import lzma
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,26 @@ def test_missing_files_are_named_with_the_layout_wanted(tmp_path: Path, data_roo
         module(tmp_path / "nowhere", tmp_path / "cache").check_files()
     assert str(no_folder.value) == (f"task.data_dir={tmp_path / 'nowhere'}: no such folder; give the folder that "
                                     "holds the corpus's files")
+
+
+def test_missing_files_name_what_the_folder_holds_instead(tmp_path: Path, data_root: Path) -> None:
+    """A split's file compressed with xz, and the validation split under another name (dev): the
+    line says what is there and what to do (before: only that the files were missing, and a test
+    split on the validation split, itself missing, offered)."""
+    folder = own_corpus(tmp_path / "corpus", data_root)
+    for lang in ("en", "de"):
+        (folder / f"valid.{lang}").rename(folder / f"dev.{lang}")
+    (folder / "test.de.xz").write_bytes(lzma.compress((folder / "test.de").read_bytes()))
+    (folder / "test.de").unlink()
+    with pytest.raises(DataError) as missing:
+        module(folder, tmp_path / "cache").check_files()
+    assert str(missing.value) == (
+        f"corpus files missing or unreadable: {folder / 'valid.en'} (val split 'valid': missing); {folder / 'valid.de'} "
+        f"(val split 'valid': missing); {folder / 'test.de'} (test split 'test': missing). Each split is two files under "
+        "task.data_dir, <split>.en and <split>.de (or .gz); test.de.xz is there, but a split's files are read plain or "
+        "gzipped only: decompress it, or gzip it as test.de.gz; task.data_dir also holds the split(s) dev: name one "
+        "with task.datamodule.val_split=dev or task.datamodule.test_split=dev")
+    module(folder, tmp_path / "cache", val_split="dev", test_split="dev").check_files(("val", "test"))  # as it says
 
 
 def test_files_of_a_split_that_differ_in_length_are_named(tmp_path: Path, data_root: Path) -> None:

@@ -142,12 +142,28 @@ class ParallelTextDataModule(TranslationDataModule):
     def missing_files_message(self, listing: str) -> str:
         if not self.data_root.is_dir():
             return f"task.data_dir={self.data_root}: no such folder; give the folder that holds the corpus's files"
-        test = self.splits["test"]
-        untested = "" if all(path.is_file() for path in self._paths(test)) or test == self.splits["val"] else (
-            f"; a corpus without a test split: task.datamodule.test_split={self.splits['val']} tests on the "
-            "validation split")
+        test, val = self.splits["test"], self.splits["val"]
+        there = [all(path.is_file() for path in self._paths(split)) for split in (test, val)]
+        untested = "" if there != [False, True] or test == val else (  # the validation split there to test on
+            f"; a corpus without a test split: task.datamodule.test_split={val} tests on the validation split")
         return (f"corpus files missing or unreadable: {listing}. Each split is two files under task.data_dir, "
-                f"<split>.{self.src_lang} and <split>.{self.tgt_lang} (or .gz){untested}")
+                f"<split>.{self.src_lang} and <split>.{self.tgt_lang} (or .gz){untested}{self._found_instead(listing)}")
+
+    def _found_instead(self, listing: str) -> str:
+        """What task.data_dir holds in place of the files ``listing`` names: one compressed otherwise
+        than with gzip (``test.de.xz``), and splits the settings do not name (``dev``)."""
+        names = sorted(path.name for path in self.data_root.iterdir() if path.is_file())
+        said = [f"; {name} is there, but a split's files are read plain or gzipped only: decompress it, or gzip it "
+                f"as {stem}.gz" for name in names for stem, _, suffix in (name.rpartition("."),)
+                if stem and suffix != "gz" and f"{self.data_root / stem} (" in listing]
+        sides = [{name.removesuffix(".gz").removesuffix(f".{lang}") for name in names
+                  if name.removesuffix(".gz").endswith(f".{lang}")} for lang in (self.src_lang, self.tgt_lang)]
+        others = sorted(sides[0] & sides[1] - set(self.splits.values()))
+        missing = [role for role, split in self.splits.items() if f"{role} split {split!r}: missing" in listing]
+        if others and missing:
+            said.append(f"; task.data_dir also holds the split(s) {', '.join(others)}: name one with "
+                        + " or ".join(f"task.datamodule.{role}_split={others[0]}" for role in missing))
+        return "".join(said)
 
     def _paths(self, split: str) -> tuple[Path, Path]:
         paths = corpus_file(self.data_root, split, self.src_lang), corpus_file(self.data_root, split, self.tgt_lang)
