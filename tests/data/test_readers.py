@@ -98,9 +98,10 @@ def test_gzip_data_under_a_plain_name_and_plain_text_under_a_gz_name_say_which_n
                                "plain text, name it test.de, else delete it and download it again")
 
 
-@pytest.mark.parametrize("kind, command, compress", [("xz", "unxz", lzma.compress), ("bzip2", "bunzip2", bz2.compress)])
+@pytest.mark.parametrize("kind, command, suffix, compress", [("xz", "unxz", "xz", lzma.compress),
+                                                           ("bzip2", "bunzip2", "bz2", bz2.compress)])
 def test_data_compressed_otherwise_than_with_gzip_says_what_it_is_and_how_to_decompress_it(data_root, tmp_path, kind,
-                                                                                           command, compress):
+                                                                                           command, suffix, compress):
     # Before: "line 1 is not valid UTF-8 (byte 1 of the line); re-encode the file as UTF-8", and "not gzip data
     # …; if it is plain text, name it test.de", for a file that is neither.
     data = compress(gzip.decompress((data_root / "multi30k" / "val.de.gz").read_bytes()))
@@ -108,6 +109,9 @@ def test_data_compressed_otherwise_than_with_gzip_says_what_it_is_and_how_to_dec
         read_lines(_written(tmp_path / "valid.de", data))
     assert str(info.value) == (f"{tmp_path / 'valid.de'}: {kind}-compressed data, which is read only as gzip (a name "
                                f"ending in .gz) or as plain text; decompress it ({command}), or gzip it as valid.de.gz")
+    with pytest.raises(DataError) as info:
+        read_lines(_written(tmp_path / f"valid.de.{suffix}", data))  # named as compressed: not valid.de.xz.gz
+    assert str(info.value).endswith(f"decompress it ({command}), or gzip it as valid.de.gz")
     with pytest.raises(DataError) as info:
         list(decode_lines(io.BytesIO(data), "<stdin>"))
     assert str(info.value) == (f"<stdin>: {kind}-compressed data, which is read only as gzip (a name ending in .gz) "

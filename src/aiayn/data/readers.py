@@ -15,9 +15,10 @@ from aiayn.errors import DataError
 
 _GZIP_MAGIC = b"\x1f\x8b"
 # Other compressed data, which is read neither as gzip nor as text: the bytes it opens with, its
-# name, and the command that decompresses it.
-_OTHER_COMPRESSION = ((b"\xfd7zXZ\x00", "xz", "unxz"), (b"BZh", "bzip2", "bunzip2"), (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
-                      (b"PK\x03\x04", "zip", "unzip"), (b"7z\xbc\xaf\x27\x1c", "7z", "7z x"))
+# name, the command that decompresses it and the suffix its files' names end in.
+_OTHER_COMPRESSION = ((b"\xfd7zXZ\x00", "xz", "unxz", ".xz"), (b"BZh", "bzip2", "bunzip2", ".bz2"),
+                      (b"\x28\xb5\x2f\xfd", "zstd", "unzstd", ".zst"), (b"PK\x03\x04", "zip", "unzip", ".zip"),
+                      (b"7z\xbc\xaf\x27\x1c", "7z", "7z x", ".7z"))
 _BOM = "\ufeff"
 _BOM_SAID: set[str] = set()  # the files (streams) whose later lines' byte order marks were named, once a process
 
@@ -102,7 +103,7 @@ def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
             other = _other_compression(head)
             if other is not None:
                 fix = f"decompress it first ({other[1]})" if stream else \
-                    f"decompress it ({other[1]}), or gzip it as {Path(name).name}.gz"
+                    f"decompress it ({other[1]}), or gzip it as {Path(name).name.removesuffix(other[2])}.gz"
                 raise DataError(f"{name}: {other[0]}-compressed data, which is read only as gzip (a name ending in "
                                 f".gz) or as plain text; {fix}") from None
             raise DataError(
@@ -139,10 +140,10 @@ def _head(path: Path) -> bytes:
         return b""
 
 
-def _other_compression(head: bytes) -> tuple[str, str] | None:
-    """(format, command that decompresses it) of data opening with ``head``, compressed otherwise than
-    with gzip; None for anything else."""
-    return next(((kind, command) for magic, kind, command in _OTHER_COMPRESSION if head.startswith(magic)), None)
+def _other_compression(head: bytes) -> tuple[str, str, str] | None:
+    """(format, command that decompresses it, its files' suffix) of data opening with ``head``,
+    compressed otherwise than with gzip; None for anything else."""
+    return next((tuple(kind) for magic, *kind in _OTHER_COMPRESSION if head.startswith(magic)), None)
 
 
 def read_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> tuple[list[str], list[str]]:
