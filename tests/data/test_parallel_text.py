@@ -60,12 +60,12 @@ def test_a_split_there_both_plain_and_gzipped_says_which_file_is_read(tmp_path: 
     write_lines(tmp_path / "valid.en.gz", ["Good evening."])
     write_lines(tmp_path / "valid.de", ["Guten Morgen."])
     data = module(tmp_path, tmp_path / "cache")
-    with caplog.at_level(logging.WARNING, logger="aiayn.data.parallel_text"):
+    with caplog.at_level(logging.WARNING, logger="aiayn.data.readers"):
         assert data.check_split("valid", "parallel_text_en_de") == "valid"
         assert data.evaluation_data("valid") == (["Good morning."], ["Guten Morgen."], ["Guten Morgen."])
         assert data.split_files("valid", False) == (tmp_path / "valid.en", tmp_path / "valid.de")
     assert [record.getMessage() for record in caplog.records] == [
-        (f"task.data_dir={tmp_path} holds both valid.en and valid.en.gz: valid.en is read (the plain file wins), "
+        (f"{tmp_path / 'valid.en'} and valid.en.gz are both there: valid.en is read (the plain file wins), "
          "valid.en.gz is not; keep the one you mean and move the other out")]
 
 

@@ -11,7 +11,6 @@ when they are loaded, as Multi30k's.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from torch.utils.data import Dataset
@@ -19,17 +18,16 @@ from torch.utils.data import Dataset
 from aiayn.data.checks import ROLES
 from aiayn.data.datamodule import TranslationDataModule
 from aiayn.data.prepared_text import MODEL, prepare_text, prepared_dir
+from aiayn.data.readers import plain_or_gzipped
 from aiayn.data.subwords import Subwords
 from aiayn.errors import ConfigError, DataError
 
-log = logging.getLogger(__name__)
 
 def corpus_file(data_dir: str | Path, split: str, lang: str) -> Path:
     """The file of ``split`` in ``lang`` under ``data_dir``: ``<split>.<lang>``, else
-    ``<split>.<lang>.gz`` where only that one is there (the plain name when neither is)."""
-    plain = Path(data_dir) / f"{split}.{lang}"
-    gzipped = plain.with_name(f"{plain.name}.gz")
-    return gzipped if not plain.exists() and gzipped.exists() else plain
+    ``<split>.<lang>.gz`` where only that one is there (the plain name when neither is; where both
+    are, the plain one, with a warning: :func:`~aiayn.data.readers.plain_or_gzipped`)."""
+    return plain_or_gzipped(Path(data_dir) / f"{split}.{lang}")
 
 
 class ParallelTextDataModule(TranslationDataModule):
@@ -166,13 +164,4 @@ class ParallelTextDataModule(TranslationDataModule):
         return "".join(said)
 
     def _paths(self, split: str) -> tuple[Path, Path]:
-        paths = corpus_file(self.data_root, split, self.src_lang), corpus_file(self.data_root, split, self.tgt_lang)
-        said = self.__dict__.setdefault("_both_said", set())  # each file named once by this data module
-        for path in paths:
-            gzipped = path.with_name(f"{path.name}.gz")
-            if path not in said and path.suffix != ".gz" and gzipped.is_file() and path.is_file():
-                said.add(path)
-                log.warning("task.data_dir=%s holds both %s and %s: %s is read (the plain file wins), %s is not; keep "
-                            "the one you mean and move the other out", self.data_root, path.name, gzipped.name,
-                            path.name, gzipped.name)
-        return paths
+        return corpus_file(self.data_root, split, self.src_lang), corpus_file(self.data_root, split, self.tgt_lang)

@@ -21,10 +21,26 @@ _OTHER_COMPRESSION = ((b"\xfd7zXZ\x00", "xz", "unxz", ".xz"), (b"BZh", "bzip2", 
                       (b"7z\xbc\xaf\x27\x1c", "7z", "7z x", ".7z"))
 _BOM = "\ufeff"
 _BOM_SAID: set[str] = set()  # the files (streams) whose later lines' byte order marks were named, once a process
+_BOTH_SAID: set[Path] = set()  # the plain files read beside a gzipped copy, named once a process
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DataError", "count_pairs", "decode_lines", "iter_lines", "iter_parallel", "read_lines", "read_parallel"]
+__all__ = ["DataError", "count_pairs", "decode_lines", "iter_lines", "iter_parallel", "plain_or_gzipped", "read_lines",
+           "read_parallel"]
+
+
+def plain_or_gzipped(plain: Path) -> Path:
+    """The file ``plain``, else ``plain.gz`` where only that one is there (``plain`` where neither
+    is: the name a missing file is reported by). Where both are, the plain one is read, and the two
+    are named in a warning, once."""
+    gzipped = plain.with_name(f"{plain.name}.gz")
+    if not plain.is_file():
+        return gzipped if gzipped.is_file() else plain
+    if gzipped.is_file() and plain not in _BOTH_SAID:
+        _BOTH_SAID.add(plain)
+        log.warning("%s and %s are both there: %s is read (the plain file wins), %s is not; keep the one you mean "
+                    "and move the other out", plain, gzipped.name, plain.name, gzipped.name)
+    return plain
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiayn.data.download import download_file
+from aiayn.data.readers import plain_or_gzipped
 from aiayn.errors import DataError
 from aiayn.files import atomic_path
 
@@ -98,7 +99,8 @@ class WMTFiles:
 
 def expected_files(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str) -> tuple[WMTFiles, dict[Path, str]]:
     """The files of the pair ``src_lang``-``tgt_lang`` under ``raw_dir`` (a training file is
-    taken gzipped when only the ``.gz`` exists) and, for each, the archive key it comes from."""
+    taken gzipped when only the ``.gz`` exists, plain with a warning where both do) and, for each,
+    the archive key it comes from."""
     raw_dir = Path(raw_dir)
     pair = frozenset({src_lang, tgt_lang})
     if src_lang == tgt_lang or pair not in TRAINING:
@@ -108,8 +110,7 @@ def expected_files(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str) -> 
     for corpus in TRAINING[pair]:
         paths = []
         for lang in (src_lang, tgt_lang):
-            plain = raw_dir / f"{corpus.stem}.{lang}"
-            path = plain if plain.is_file() or not Path(f"{plain}.gz").is_file() else Path(f"{plain}.gz")
+            path = plain_or_gzipped(raw_dir / f"{corpus.stem}.{lang}")
             origin[path] = corpus.archive
             paths.append(path)
         train.append((corpus.name, *paths))
