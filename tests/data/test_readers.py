@@ -122,6 +122,25 @@ def test_data_compressed_otherwise_than_with_gzip_says_what_it_is_and_how_to_dec
                                f"(read as gzip); decompress it ({command}) and gzip it")
 
 
+@pytest.mark.parametrize("name", ["mac.de", "mac.de.gz"])
+def test_a_file_whose_lines_end_in_a_carriage_return_alone_is_refused_naming_it(data_root, tmp_path, name):
+    # Old Mac line ends: before, the file read as one line, and evaluate.py scored its 1,014 sentences as one
+    # ("test_2017_mscoco: 1 sentences", sacreBLEU 0.14) with no word but a truncation warning.
+    lines = read_lines(data_root / "multi30k" / "val.de.gz")
+    data = "".join(f"{line}\r" for line in lines).encode()
+    path = _written(tmp_path / name, gzip.compress(data) if name.endswith(".gz") else data)
+    message = (f"{path}: all one line, holding 1,014 carriage returns: lines ended by a carriage return alone (old "
+               "Mac files) read as one; end them in \\n (tr '\\r' '\\n')")
+    with pytest.raises(DataError) as info:
+        read_lines(path)
+    assert str(info.value) == message
+    with pytest.raises(DataError) as info:
+        list(decode_lines(io.BytesIO(data), "<stdin>"))
+    assert str(info.value) == message.replace(str(path), "<stdin>")
+    # A carriage return inside a line of a file of lines stays, as any other character; so in a first line.
+    assert read_lines(_written(tmp_path / "two.txt", b"one\rside\nend\n")) == ["one\rside", "end"]
+
+
 @pytest.mark.parametrize("name", ["bad.txt", "bad.txt.gz"])
 def test_non_utf8_names_file_and_line(tmp_path, name):
     data = "erste\nzweite\ndritte \xff\nvierte\n".encode("latin-1")

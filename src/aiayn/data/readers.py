@@ -105,8 +105,11 @@ def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
     of the first reference that no hypothesis has, costing BLEU, and would hide an sgm file's
     first tag. One opening a later line (files joined with ``cat``, each saved with one) is removed
     as well, and the first such line of each stream named in a warning: kept, it would be a character
-    of that sentence's subwords and reference that no hypothesis has."""
+    of that sentence's subwords and reference that no hypothesis has. A stream that is one line
+    holding carriage returns (its lines ended by a carriage return alone, as old Mac files end
+    them) is refused: read as one sentence, it would be scored or translated as one."""
     head = b""  # the bytes the stream opens with: compressed data is named by them
+    held = None  # a first line holding a carriage return, given once a second line follows it
     for number, raw in enumerate(handle, start=1):
         head = raw[:8] if number == 1 else head
         try:
@@ -130,7 +133,16 @@ def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
             line = line[:-2] if line.endswith("\r\n") else line[:-1]
         if line.startswith(_BOM):
             line = _without_bom(line, name, number)
+        if number == 1 and "\r" in line:
+            held = line
+            continue
+        if held is not None:
+            yield held
+            held = None
         yield line
+    if held is not None:
+        raise DataError(f"{name}: all one line, holding {held.count(chr(13)):,} carriage returns: lines ended by a "
+                        "carriage return alone (old Mac files) read as one; end them in \\n (tr '\\r' '\\n')")
 
 
 def _without_bom(line: str, name: str | os.PathLike, number: int) -> str:
