@@ -141,6 +141,19 @@ def test_a_file_whose_lines_end_in_a_carriage_return_alone_is_refused_naming_it(
     assert read_lines(_written(tmp_path / "two.txt", b"one\rside\nend\n")) == ["one\rside", "end"]
 
 
+@pytest.mark.parametrize("name", ["valid.de", "valid.de.gz"])
+def test_utf16_text_says_what_it_is_and_how_to_re_encode_it(data_root, tmp_path, name):
+    # Saved as Windows' "Unicode": before, "line 1 is not valid UTF-8 (byte 1 of the line)".
+    data = "".join(f"{line}\n" for line in read_lines(data_root / "multi30k" / "val.de.gz")).encode("utf-16")
+    path = _written(tmp_path / name, gzip.compress(data) if name.endswith(".gz") else data)
+    with pytest.raises(DataError) as info:
+        read_lines(path)
+    assert str(info.value) == f"{path}: UTF-16 text, not UTF-8; re-encode it as UTF-8 (iconv -f UTF-16 -t UTF-8 {name})"
+    with pytest.raises(DataError) as info:
+        list(decode_lines(io.BytesIO("one\n".encode("utf-16")), "<stdin>"))
+    assert str(info.value) == "<stdin>: UTF-16 text, not UTF-8; re-encode it as UTF-8 (iconv -f UTF-16 -t UTF-8)"
+
+
 @pytest.mark.parametrize("name", ["bad.txt", "bad.txt.gz"])
 def test_non_utf8_names_file_and_line(tmp_path, name):
     data = "erste\nzweite\ndritte \xff\nvierte\n".encode("latin-1")

@@ -125,6 +125,9 @@ def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
                     f"decompress it ({other[1]}), or gzip it as {Path(name).name.removesuffix(other[2])}.gz"
                 raise DataError(f"{name}: {other[0]}-compressed data, which is read only as gzip (a name ending in "
                                 f".gz) or as plain text; {fix}") from None
+            if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16's byte order mark (Windows' "Unicode")
+                raise DataError(f"{name}: UTF-16 text, not UTF-8; re-encode it as UTF-8 "
+                                f"(iconv -f UTF-16 -t UTF-8{'' if stream else f' {Path(name).name}'})") from None
             raise DataError(
                 f"{name}: line {number} is not valid UTF-8 "
                 f"(byte {error.start + 1} of the line); re-encode the file as UTF-8"
