@@ -120,6 +120,9 @@ def test_missing_files_name_what_the_folder_holds_instead(tmp_path: Path, data_r
         "gzipped only: decompress it, or gzip it as test.de.gz; task.data_dir also holds the split(s) dev: name one "
         "with task.datamodule.val_split=dev or task.datamodule.test_split=dev")
     module(folder, tmp_path / "cache", val_split="dev", test_split="dev").check_files(("val", "test"))  # as it says
+    with pytest.raises(DataError) as missing:  # evaluate.py split=tst2013: the splits there are named
+        module(folder, tmp_path / "cache").evaluation_data("tst2013")
+    assert str(missing.value).endswith("<split>.en and <split>.de (or .gz); task.data_dir holds the split(s) dev, train")
 
 
 def test_files_of_a_split_that_differ_in_length_are_named(tmp_path: Path, data_root: Path) -> None:

@@ -156,11 +156,14 @@ class ParallelTextDataModule(TranslationDataModule):
                 if stem and suffix != "gz" and f"{self.data_root / stem} (" in listing]
         sides = [{name.removesuffix(".gz").removesuffix(f".{lang}") for name in names
                   if name.removesuffix(".gz").endswith(f".{lang}")} for lang in (self.src_lang, self.tgt_lang)]
-        others = sorted(sides[0] & sides[1] - set(self.splits.values()))
+        there = sorted(sides[0] & sides[1])
+        others = [split for split in there if split not in self.splits.values()]
         missing = [role for role, split in self.splits.items() if f"{role} split {split!r}: missing" in listing]
         if others and missing:
             said.append(f"; task.data_dir also holds the split(s) {', '.join(others)}: name one with "
                         + " or ".join(f"task.datamodule.{role}_split={others[0]}" for role in missing))
+        elif there and " (split '" in listing:  # a split asked for by its name (evaluate.py split=<name>)
+            said.append(f"; task.data_dir holds the split(s) {', '.join(there)}")
         return "".join(said)
 
     def _paths(self, split: str) -> tuple[Path, Path]:
