@@ -125,6 +125,18 @@ def test_missing_files_name_what_the_folder_holds_instead(tmp_path: Path, data_r
     assert str(missing.value).endswith("<split>.en and <split>.de (or .gz); task.data_dir holds the split(s) dev, train")
 
 
+def test_a_link_to_a_file_not_there_is_named_as_a_link(tmp_path: Path, data_root: Path) -> None:
+    """ls lists valid.de, a link whose file was moved: said so (before: "valid.de (val split 'valid': missing)")."""
+    folder = own_corpus(tmp_path / "corpus", data_root)
+    (folder / "valid.de").unlink()
+    (folder / "valid.de").symlink_to(tmp_path / "moved" / "valid.de")
+    with pytest.raises(DataError) as missing:
+        module(folder, tmp_path / "cache").check_files()
+    assert str(missing.value).startswith(
+        f"corpus files missing or unreadable: {folder / 'valid.de'} (val split 'valid': a link to "
+        f"{tmp_path / 'moved' / 'valid.de'}, which is not there; link it to the file, or put the file in its place). ")
+
+
 def test_files_of_a_split_that_differ_in_length_are_named(tmp_path: Path, data_root: Path) -> None:
     folder = own_corpus(tmp_path / "corpus", data_root)
     write_lines(folder / "valid.de", read_lines(folder / "valid.de")[:-1])
