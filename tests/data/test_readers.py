@@ -14,7 +14,7 @@ from sacrebleu.metrics import BLEU
 
 from aiayn.data import multi30k
 from aiayn.data.multi30k import multi30k_files, multi30k_url
-from aiayn.data.readers import decode_lines, read_lines, read_parallel
+from aiayn.data.readers import count_pairs, decode_lines, read_lines, read_parallel
 from aiayn.data.wmt.sgm import read_sgm
 from aiayn.errors import DataError
 
@@ -200,6 +200,25 @@ def test_parallel_mismatch_names_both_files_and_counts(tmp_path):
         read_parallel(src, tgt)
     message = str(info.value)
     assert f"{src} has 5 lines" in message and f"{tgt} has 4" in message
+
+
+def test_a_blank_tail_that_misaligns_two_files_is_named(data_root, tmp_path):
+    """newstest2013 with a blank line left at the end of its German side (an editor's, a shell's): the
+    line says which lines are blank and to delete them (before: only the two lengths)."""
+    en, de = read_lines(data_root / "wmt14" / "newstest2013.en"), read_lines(data_root / "wmt14" / "newstest2013.de")
+    src, tgt = _written(tmp_path / "valid.en", "".join(f"{line}\n" for line in en).encode()), tmp_path / "valid.de"
+    for tail, said in (([""], "; valid.de's line 3001 is blank, at its end: delete it"),
+                       (["", "  ", ""], "; valid.de's lines 3001-3003 are blank, at its end: delete them"),
+                       (["", "Noch ein Satz."], ""), ([""] * 101, "")):
+        _written(tgt, "".join(f"{line}\n" for line in de + tail).encode())
+        with pytest.raises(DataError) as info:
+            read_parallel(src, tgt)
+        assert str(info.value) == (f"parallel files differ in length: {src} has 3000 lines, {tgt} has {3000 + len(tail)}; "
+                                   f"they must be aligned line by line{said}")
+        with pytest.raises(DataError) as info:
+            count_pairs(tgt, src)
+        assert str(info.value) == (f"parallel files differ in length: {src} ends after line 3000 but {tgt} goes on at "
+                                   f"line 3001; they must be aligned line by line{said}")
 
 
 def test_multi30k_files_on_real_data(data_root):

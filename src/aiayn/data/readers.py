@@ -82,15 +82,29 @@ def iter_lines(path: str | os.PathLike) -> Iterator[str]:
 def iter_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> Iterator[tuple[str, str]]:
     """The line pairs of two line-aligned files, streamed; a :class:`DataError` naming the file
     that ends first and the line where the other goes on."""
-    for number, pair in enumerate(itertools.zip_longest(iter_lines(src_path), iter_lines(tgt_path)), start=1):
-        src, tgt = pair
+    pairs = itertools.zip_longest(iter_lines(src_path), iter_lines(tgt_path))
+    for number, (src, tgt) in enumerate(pairs, start=1):
         if src is None or tgt is None:
             short, long_ = (src_path, tgt_path) if src is None else (tgt_path, src_path)
+            more = [tgt if src is None else src,
+                    *(b if a is None else a for a, b in itertools.islice(pairs, _BLANK_TAIL))]  # the longer's
             raise DataError(
                 f"parallel files differ in length: {short} ends after line {number - 1} but {long_} "
-                f"goes on at line {number}; they must be aligned line by line"
+                f"goes on at line {number}; they must be aligned line by line{_blank_tail(more, long_, number)}"
             )
         yield src, tgt
+
+
+_BLANK_TAIL = 100  # the most lines past the shorter file's end that are looked at for a blank tail
+
+
+def _blank_tail(more: list[str], path: str | os.PathLike, first: int) -> str:
+    """A hint where the lines ``more`` that ``path`` has past its pair's end, from line ``first``
+    on, are its last and all blank (a blank line left at the end of a file); "" otherwise."""
+    if len(more) > _BLANK_TAIL or any(line.strip() for line in more):
+        return ""
+    lines = f"line {first} is" if len(more) == 1 else f"lines {first}-{first + len(more) - 1} are"
+    return f"; {Path(path).name}'s {lines} blank, at its end: delete {'it' if len(more) == 1 else 'them'}"
 
 
 def count_pairs(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> int:
@@ -181,8 +195,9 @@ def read_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> t
     """The lines of two line-aligned files; a :class:`DataError` if their line counts differ."""
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     if len(src) != len(tgt):
+        (shorter, _), (longer, path) = sorted(((src, src_path), (tgt, tgt_path)), key=lambda side: len(side[0]))
         raise DataError(
-            f"parallel files differ in length: {src_path} has {len(src)} lines, "
-            f"{tgt_path} has {len(tgt)}; they must be aligned line by line"
+            f"parallel files differ in length: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)}; they "
+            f"must be aligned line by line{_blank_tail(longer[len(shorter):], path, len(shorter) + 1)}"
         )
     return src, tgt
