@@ -105,6 +105,20 @@ def test_a_training_file_there_both_plain_and_gzipped_is_read_plain_and_the_two_
          "commoncrawl.de-en.en.gz is not; keep the one you mean and move the other out")]
 
 
+def test_a_raw_dir_inside_or_above_the_raw_tree_names_the_folder_to_give(raw_copy, tmp_path):
+    """task.raw_dir=<raw>/training (or the folder above <raw>): none of the files is there, and the
+    line ends with the folder that holds them (before: only the ten files missing, with their archives)."""
+    for given in (raw_copy / "training", raw_copy.parent):
+        with pytest.raises(DataError) as info:
+            locate(given, "en", "de", download=False)
+        assert str(info.value).endswith(f"or point task.raw_dir at a folder that holds them (task.raw_dir={raw_copy} "
+                                        "holds 10 of them)")
+    (raw_copy / "commoncrawl.de-en.en.gz").unlink()  # some there: no other folder is looked for
+    with pytest.raises(DataError) as info:
+        locate(raw_copy, "en", "de", download=False)
+    assert str(info.value).endswith("or point task.raw_dir at a folder that holds them")
+
+
 def test_a_raw_dir_that_does_not_exist_is_named_without_listing_every_file(tmp_path):
     with pytest.raises(DataError) as info:
         locate(tmp_path / "nowhere", "en", "de", download=False)

@@ -155,8 +155,18 @@ def locate(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str, download: b
             f"WMT14 {src_lang}-{tgt_lang} files missing under {raw_dir} ({how}):\n{listing}\n"
             f"Unpack those archives into {raw_dir} (training files may be gzipped, e.g. "
             f"commoncrawl.de-en.en.gz), or point task.raw_dir at a folder that holds them"
+            + (_nearby(raw, src_lang, tgt_lang) if len(missing) == len(origin) else "")
         )
     return files
+
+
+def _nearby(raw: Path, src_lang: str, tgt_lang: str) -> str:
+    """Where none of the files is under ``raw``: the folder beside it (its parent, or one of its
+    folders) that holds the most of them, as the setting to give; "" where none holds any."""
+    folders = [raw.parent, *sorted(path for path in raw.iterdir() if path.is_dir())[:100]] if raw.is_dir() else []
+    found = {folder: sum(path.is_file() for path in expected_files(folder, src_lang, tgt_lang)[1]) for folder in folders}
+    best = max(found, key=found.get, default=None)
+    return f" (task.raw_dir={best} holds {found[best]} of them)" if best is not None and found[best] else ""
 
 
 def fetch_archive(archive: Archive, raw_dir: Path) -> str | None:
