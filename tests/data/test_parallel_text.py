@@ -111,14 +111,17 @@ def test_missing_files_name_what_the_folder_holds_instead(tmp_path: Path, data_r
         (folder / f"valid.{lang}").rename(folder / f"dev.{lang}")
     (folder / "test.de.xz").write_bytes(lzma.compress((folder / "test.de").read_bytes()))
     (folder / "test.de").unlink()
+    (folder / "test.en").rename(folder / "test.en.txt")
     with pytest.raises(DataError) as missing:
         module(folder, tmp_path / "cache").check_files()
     assert str(missing.value) == (
         f"corpus files missing or unreadable: {folder / 'valid.en'} (val split 'valid': missing); {folder / 'valid.de'} "
-        f"(val split 'valid': missing); {folder / 'test.de'} (test split 'test': missing). Each split is two files under "
-        "task.data_dir, <split>.en and <split>.de (or .gz); test.de.xz is there, but a split's files are read plain or "
-        "gzipped only: decompress it, or gzip it as test.de.gz; task.data_dir also holds the split(s) dev: name one "
-        "with task.datamodule.val_split=dev or task.datamodule.test_split=dev")
+        f"(val split 'valid': missing); {folder / 'test.en'} (test split 'test': missing); {folder / 'test.de'} (test "
+        "split 'test': missing). Each split is two files under task.data_dir, <split>.en and <split>.de (or .gz); "
+        "test.de.xz is there, but a split's files are read plain or gzipped only: decompress it, or gzip it as "
+        "test.de.gz; test.en.txt is there, but a split's files are read plain or gzipped only: if it is that file, name "
+        "it test.en (or gzip it as test.en.gz); task.data_dir also holds the split(s) dev: name one with "
+        "task.datamodule.val_split=dev or task.datamodule.test_split=dev")
     module(folder, tmp_path / "cache", val_split="dev", test_split="dev").check_files(("val", "test"))  # as it says
     with pytest.raises(DataError) as missing:  # evaluate.py split=tst2013: the splits there are named
         module(folder, tmp_path / "cache").evaluation_data("tst2013")

@@ -18,7 +18,7 @@ from torch.utils.data import Dataset
 from aiayn.data.checks import ROLES
 from aiayn.data.datamodule import TranslationDataModule
 from aiayn.data.prepared_text import MODEL, prepare_text, prepared_dir
-from aiayn.data.readers import plain_or_gzipped
+from aiayn.data.readers import COMPRESSED_SUFFIXES, plain_or_gzipped
 from aiayn.data.subwords import Subwords
 from aiayn.errors import ConfigError, DataError
 
@@ -151,8 +151,10 @@ class ParallelTextDataModule(TranslationDataModule):
         """What task.data_dir holds in place of the files ``listing`` names: one compressed otherwise
         than with gzip (``test.de.xz``), and splits the settings do not name (``dev``)."""
         names = sorted(path.name for path in self.data_root.iterdir() if path.is_file())
-        said = [f"; {name} is there, but a split's files are read plain or gzipped only: decompress it, or gzip it "
-                f"as {stem}.gz" for name in names for stem, _, suffix in (name.rpartition("."),)
+        said = [f"; {name} is there, but a split's files are read plain or gzipped only: "
+                + (f"decompress it, or gzip it as {stem}.gz" if f".{suffix}" in COMPRESSED_SUFFIXES else
+                   f"if it is that file, name it {stem} (or gzip it as {stem}.gz)")
+                for name in names for stem, _, suffix in (name.rpartition("."),)
                 if stem and suffix != "gz" and f"{self.data_root / stem} (" in listing]
         sides = [{name.removesuffix(".gz").removesuffix(f".{lang}") for name in names
                   if name.removesuffix(".gz").endswith(f".{lang}")} for lang in (self.src_lang, self.tgt_lang)]

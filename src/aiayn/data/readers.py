@@ -19,6 +19,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _OTHER_COMPRESSION = ((b"\xfd7zXZ\x00", "xz", "unxz", ".xz"), (b"BZh", "bzip2", "bunzip2", ".bz2"),
                       (b"\x28\xb5\x2f\xfd", "zstd", "unzstd", ".zst"), (b"PK\x03\x04", "zip", "unzip", ".zip"),
                       (b"7z\xbc\xaf\x27\x1c", "7z", "7z x", ".7z"))
+COMPRESSED_SUFFIXES = tuple(suffix for *_, suffix in _OTHER_COMPRESSION)  # names of files read neither way
 _BOM = "\ufeff"
 _BOM_SAID: set[str] = set()  # the files (streams) whose later lines' byte order marks were named, once a process
 _BOTH_SAID: set[Path] = set()  # the plain files read beside a gzipped copy, named once a process
