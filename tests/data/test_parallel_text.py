@@ -99,7 +99,8 @@ def test_missing_files_are_named_with_the_layout_wanted(tmp_path: Path, data_roo
     with pytest.raises(DataError) as no_folder:
         module(tmp_path / "nowhere", tmp_path / "cache").check_files()
     assert str(no_folder.value) == (f"task.data_dir={tmp_path / 'nowhere'}: no such folder; give the folder that "
-                                    "holds the corpus's files")
+                                    "holds the corpus's files (evaluate.py, for a checkpoint trained on a folder since "
+                                    "moved: task=parallel_text task.data_dir=<folder> task.src_lang=en task.tgt_lang=de)")
 
 
 def test_missing_files_name_what_the_folder_holds_instead(tmp_path: Path, data_root: Path) -> None:

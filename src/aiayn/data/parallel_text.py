@@ -139,7 +139,9 @@ class ParallelTextDataModule(TranslationDataModule):
 
     def missing_files_message(self, listing: str) -> str:
         if not self.data_root.is_dir():
-            return f"task.data_dir={self.data_root}: no such folder; give the folder that holds the corpus's files"
+            return (f"task.data_dir={self.data_root}: no such folder; give the folder that holds the corpus's files "
+                    "(evaluate.py, for a checkpoint trained on a folder since moved: task=parallel_text "
+                    f"task.data_dir=<folder> task.src_lang={self.src_lang} task.tgt_lang={self.tgt_lang})")
         test, val = self.splits["test"], self.splits["val"]
         there = [all(path.is_file() for path in self._paths(split)) for split in (test, val)]
         untested = "" if there != [False, True] or test == val else (  # the validation split there to test on
