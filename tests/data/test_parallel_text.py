@@ -129,6 +129,19 @@ def test_missing_files_name_what_the_folder_holds_instead(tmp_path: Path, data_r
     assert str(missing.value).endswith("<split>.en and <split>.de (or .gz); task.data_dir holds the split(s) dev, train")
 
 
+def test_a_folder_of_fairseqs_binarised_data_is_named_as_such(tmp_path: Path) -> None:
+    """task.data_dir given fairseq-preprocess's output (data-bin/…), not the text it read: said so."""
+    for name in ("dict.de.txt", "dict.en.txt", "preprocess.log", "train.en-de.en.bin", "train.en-de.en.idx",
+                 "train.en-de.de.bin", "train.en-de.de.idx", "valid.en-de.en.bin", "valid.en-de.de.bin"):
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(DataError) as missing:
+        module(tmp_path, tmp_path / "cache").check_files()
+    assert str(missing.value).endswith(
+        "<split>.en and <split>.de (or .gz); task.data_dir holds fairseq's binarised data (dict.de.txt, dict.en.txt, "
+        "train.en-de.de.bin, …): give the folder of the text files fairseq-preprocess read (its --trainpref, "
+        "--validpref, --testpref)")
+
+
 def test_a_link_to_a_file_not_there_is_named_as_a_link(tmp_path: Path, data_root: Path) -> None:
     """ls lists valid.de, a link whose file was moved: said so (before: "valid.de (val split 'valid': missing)")."""
     folder = own_corpus(tmp_path / "corpus", data_root)
