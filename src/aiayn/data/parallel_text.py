@@ -168,7 +168,8 @@ class ParallelTextDataModule(TranslationDataModule):
                         + " or ".join(f"task.datamodule.{role}_split={others[0]}" for role in missing))
         elif there and " (split '" in listing:  # a split asked for by its name (evaluate.py split=<name>)
             said.append(f"; task.data_dir holds the split(s) {', '.join(there)}")
-        binarised = [name for name in names if name.endswith(".bin") or (name.startswith("dict.") and name.endswith(".txt"))]
+        binarised = [name for name in names
+                     if name.endswith(".bin") or (name.startswith("dict.") and name.endswith(".txt"))]
         if any(name.endswith(".bin") for name in binarised):  # fairseq-preprocess's output, not its input
             said.append(f"; task.data_dir holds fairseq's binarised data ({', '.join(binarised[:3])}, …): give the "
                         "folder of the text files fairseq-preprocess read (its --trainpref, --validpref, --testpref)")
