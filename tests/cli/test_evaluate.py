@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from aiayn.data.readers import read_lines
 from aiayn.data.wmt.sgm import read_sgm
+from tests.helpers.datafiles import multi30k_copy, write_lines
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO, TINY, TrainedRun
 from tests.helpers.wandb_offline import read_run
@@ -212,6 +213,24 @@ def test_ensembles_of_other_members_keep_their_own_reports(tiny_run: TrainedRun,
     assert len(reports) == 2 and all(".ens2-" in name for name in reports), sorted(reports)
     assert sorted(report["ensemble"][1].rsplit("/", 1)[1] for report in reports.values()) == [
         "step0000002.ckpt", "step0000003.ckpt"]
+
+
+@pytest.mark.slow
+def test_a_source_cut_to_the_models_positions_is_named_once(tiny_run: TrainedRun, data_root: Path,
+                                                             tmp_path: Path) -> None:
+    """A source line over the model's 511 subwords (and EOS) is named once, with its line and length
+    (before: twice, by the perplexity pass and again by the translation)."""
+    long = " ".join(["Two men are playing guitars on a stage while people watch ."] * 60)
+    root = multi30k_copy(tmp_path / "data", data_root, leave_out={"test_2017_mscoco.en.gz", "test_2017_mscoco.de.gz"})
+    write_lines(root / "multi30k" / "test_2017_mscoco.en.gz", ["A dog runs .", long, "Two men ."])
+    write_lines(root / "multi30k" / "test_2017_mscoco.de.gz", ["Ein Hund rennt .", "Zwei Männer .", "Zwei Männer ."])
+    result = evaluate(f"ckpt={tiny_run.last}", "split=test_2017_mscoco", "decoding.beam_size=1",
+                      "decoding.max_len_offset=2", f"out={tmp_path / 'eval'}", data_root=root,
+                      cache_dir=tiny_run.cache_dir)
+    cut = [line for line in result.stderr.splitlines() if "subword tokens" in line]
+    assert len(cut) == 1 and cut[0].startswith("WARNING aiayn.decoding.translator: input line 2 has ") and cut[0].endswith(
+        " subword tokens; truncated to the model's 511"), result.stderr
+    assert result.stdout.startswith("test_2017_mscoco: 3 sentences")
 
 
 def test_the_old_seed_is_decoding_seed_with_a_notice(tiny_run: TrainedRun, data_root: Path, tmp_path: Path) -> None:

@@ -61,6 +61,18 @@ def test_a_corpus_of_ones_own_trains_tests_and_is_evaluated_and_translated(tmp_p
     assert json.loads(report.read_text())["sentences"] == 15
     (hypotheses,) = out.glob("newstest2014.*.hyp.de")
     assert len(read_lines(hypotheses)) == 15
+    # The corpus moved since: the line names the settings that give its folder to evaluate.py, which
+    # take it (before: "give the folder", with no setting evaluate.py takes for it).
+    moved = corpus.rename(tmp_path / "moved")
+    refused = run_tool("src/evaluate.py", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}", "split=newstest2014",
+                       f"out={out}", check=False, data_root=data_root, cache_dir=subword_cache)
+    assert refused.returncode == 2 and refused.stderr.strip().endswith(
+        f"task.data_dir={corpus}: no such folder; give the folder that holds the corpus's files (evaluate.py, for a "
+        "checkpoint trained on a folder since moved: task=parallel_text task.data_dir=<folder> task.src_lang=en "
+        "task.tgt_lang=de)"), refused.stderr
+    run_tool("src/evaluate.py", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}", "split=newstest2014", f"out={out}",
+             "decoding.max_len_offset=5", "task=parallel_text", f"task.data_dir={moved}", "task.src_lang=en",
+             "task.tgt_lang=de", data_root=data_root, cache_dir=subword_cache)
 
     translated = run_tool("src/translate.py", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}",
                           "decoding.max_len_offset=5", stdin="Good morning.\nThank you.\n", data_root=data_root,

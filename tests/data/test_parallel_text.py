@@ -4,6 +4,8 @@ a real sentencepiece model and scored; and each setting it refuses, in one line.
 
 from __future__ import annotations
 
+import logging
+import lzma
 from pathlib import Path
 
 import pytest
@@ -50,6 +52,23 @@ def test_the_plain_file_wins_over_a_gzipped_one_of_the_same_name(tmp_path: Path)
     assert corpus_file(tmp_path, "valid", "en") == tmp_path / "valid.en"  # neither: the plain name, to report
 
 
+def test_a_split_there_both_plain_and_gzipped_says_which_file_is_read(tmp_path: Path, caplog) -> None:
+    """valid.en and valid.en.gz side by side: the plain file is read, as documented, and the two named
+    once in a warning however often the split's files are looked up (before: the other left unread with
+    no word)."""
+    write_lines(tmp_path / "valid.en", ["Good morning."])
+    write_lines(tmp_path / "valid.en.gz", ["Good evening."])
+    write_lines(tmp_path / "valid.de", ["Guten Morgen."])
+    data = module(tmp_path, tmp_path / "cache")
+    with caplog.at_level(logging.WARNING, logger="aiayn.data.readers"):
+        assert data.check_split("valid", "parallel_text_en_de") == "valid"
+        assert data.evaluation_data("valid") == (["Good morning."], ["Guten Morgen."], ["Guten Morgen."])
+        assert data.split_files("valid", False) == (tmp_path / "valid.en", tmp_path / "valid.de")
+    assert [record.getMessage() for record in caplog.records] == [
+        (f"{tmp_path / 'valid.en'} and valid.en.gz are both there: valid.en is read (the plain file wins), "
+         "valid.en.gz is not; keep the one you mean and move the other out")]
+
+
 @pytest.mark.parametrize("settings, message", [
     ({"tgt_lang": "en"}, "task.src_lang and task.tgt_lang are both 'en': the two sides would be one file"),
     ({"src_lang": "en/x"}, "task.src_lang='en/x': give the side's language code, as its files' names end (de, en)"),
@@ -80,7 +99,59 @@ def test_missing_files_are_named_with_the_layout_wanted(tmp_path: Path, data_roo
     with pytest.raises(DataError) as no_folder:
         module(tmp_path / "nowhere", tmp_path / "cache").check_files()
     assert str(no_folder.value) == (f"task.data_dir={tmp_path / 'nowhere'}: no such folder; give the folder that "
-                                    "holds the corpus's files")
+                                    "holds the corpus's files (evaluate.py, for a checkpoint trained on a folder since "
+                                    "moved: task=parallel_text task.data_dir=<folder> task.src_lang=en task.tgt_lang=de)")
+
+
+def test_missing_files_name_what_the_folder_holds_instead(tmp_path: Path, data_root: Path) -> None:
+    """A split's file compressed with xz, and the validation split under another name (dev): the
+    line says what is there and what to do (before: only that the files were missing, and a test
+    split on the validation split, itself missing, offered)."""
+    folder = own_corpus(tmp_path / "corpus", data_root)
+    for lang in ("en", "de"):
+        (folder / f"valid.{lang}").rename(folder / f"dev.{lang}")
+    (folder / "test.de.xz").write_bytes(lzma.compress((folder / "test.de").read_bytes()))
+    (folder / "test.de").unlink()
+    (folder / "test.en").rename(folder / "test.en.txt")
+    with pytest.raises(DataError) as missing:
+        module(folder, tmp_path / "cache").check_files()
+    assert str(missing.value) == (
+        f"corpus files missing or unreadable: {folder / 'valid.en'} (val split 'valid': missing); {folder / 'valid.de'} "
+        f"(val split 'valid': missing); {folder / 'test.en'} (test split 'test': missing); {folder / 'test.de'} (test "
+        "split 'test': missing). Each split is two files under task.data_dir, <split>.en and <split>.de (or .gz); "
+        "test.de.xz is there, but a split's files are read plain or gzipped only: decompress it, or gzip it as "
+        "test.de.gz; test.en.txt is there, but a split's files are read plain or gzipped only: if it is that file, name "
+        "it test.en (or gzip it as test.en.gz); task.data_dir also holds the split(s) dev: name one with "
+        "task.datamodule.val_split=dev or task.datamodule.test_split=dev")
+    module(folder, tmp_path / "cache", val_split="dev", test_split="dev").check_files(("val", "test"))  # as it says
+    with pytest.raises(DataError) as missing:  # evaluate.py split=tst2013: the splits there are named
+        module(folder, tmp_path / "cache").evaluation_data("tst2013")
+    assert str(missing.value).endswith("<split>.en and <split>.de (or .gz); task.data_dir holds the split(s) dev, train")
+
+
+def test_a_folder_of_fairseqs_binarised_data_is_named_as_such(tmp_path: Path) -> None:
+    """task.data_dir given fairseq-preprocess's output (data-bin/…), not the text it read: said so."""
+    for name in ("dict.de.txt", "dict.en.txt", "preprocess.log", "train.en-de.en.bin", "train.en-de.en.idx",
+                 "train.en-de.de.bin", "train.en-de.de.idx", "valid.en-de.en.bin", "valid.en-de.de.bin"):
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(DataError) as missing:
+        module(tmp_path, tmp_path / "cache").check_files()
+    assert str(missing.value).endswith(
+        "<split>.en and <split>.de (or .gz); task.data_dir holds fairseq's binarised data (dict.de.txt, dict.en.txt, "
+        "train.en-de.de.bin, …): give the folder of the text files fairseq-preprocess read (its --trainpref, "
+        "--validpref, --testpref)")
+
+
+def test_a_link_to_a_file_not_there_is_named_as_a_link(tmp_path: Path, data_root: Path) -> None:
+    """ls lists valid.de, a link whose file was moved: said so (before: "valid.de (val split 'valid': missing)")."""
+    folder = own_corpus(tmp_path / "corpus", data_root)
+    (folder / "valid.de").unlink()
+    (folder / "valid.de").symlink_to(tmp_path / "moved" / "valid.de")
+    with pytest.raises(DataError) as missing:
+        module(folder, tmp_path / "cache").check_files()
+    assert str(missing.value).startswith(
+        f"corpus files missing or unreadable: {folder / 'valid.de'} (val split 'valid': a link to "
+        f"{tmp_path / 'moved' / 'valid.de'}, which is not there; link it to the file, or put the file in its place). ")
 
 
 def test_files_of_a_split_that_differ_in_length_are_named(tmp_path: Path, data_root: Path) -> None:

@@ -90,8 +90,10 @@ def test_a_run_resumed_on_two_processes_trains_what_it_would_have_trained(tmp_pa
     assert validated == [7, 14, 16] and cut_validated == [7, 10, 14, 16]  # 10: the end of the first attempt
 
 
-def _trainer(processes: int, accumulate: int, checkpoint: Path | None = None) -> SimpleNamespace:
-    return SimpleNamespace(world_size=processes, accumulate_grad_batches=accumulate, ckpt_path=checkpoint)
+def _trainer(processes: int, accumulate: int, checkpoint: dict | None = None) -> SimpleNamespace:
+    """A trainer of this layout restoring ``checkpoint`` (as Lightning holds the one it loaded)."""
+    return SimpleNamespace(world_size=processes, accumulate_grad_batches=accumulate,
+                           _checkpoint_connector=SimpleNamespace(_loaded_checkpoint=checkpoint or {}))
 
 
 def test_a_position_is_each_new_ranks_share_of_the_batches_trained() -> None:
@@ -108,15 +110,33 @@ def test_a_position_is_each_new_ranks_share_of_the_batches_trained() -> None:
 def test_a_checkpoint_of_a_ranks_own_count_is_read_with_the_layout_that_wrote_it(tmp_path: Path) -> None:
     """Checkpoints written before hold ``batches_done``, a rank's own count: the processes of the
     plan in their config multiply it; without a config, this run's (as they were read before)."""
-    old = tmp_path / "old.ckpt"
-    torch.save({"hyper_parameters": {"run_config": {"plan": {"processes": 2, "trainer": {"accumulate_grad_batches": 1}}}}},
-               old)
+    old = {"hyper_parameters": {"run_config": {"plan": {"processes": 2, "trainer": {"accumulate_grad_batches": 1}}}}}
     state = {"epoch": 0, "batches_done": 10}
     assert read_position(state, _trainer(1, 2, old)) == Position(0, 20, 2, 1)
     assert rank_batches(read_position(state, _trainer(1, 2, old)), _trainer(1, 2)) == 20
-    torch.save({"state_dict": {}}, old)
-    assert read_position(state, _trainer(1, 2, old)) == Position(0, 10, 1, 2)
+    assert read_position(state, _trainer(1, 2, {"state_dict": {}})) == Position(0, 10, 1, 2)
+    assert read_position(state, _trainer(1, 2, {"hyper_parameters": {"run_config": None}})) == Position(0, 10, 1, 2)
     assert read_position({}, _trainer(1, 1)) is None
+
+
+def test_the_layout_is_read_from_the_checkpoint_lightning_loaded_not_from_its_file_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real Trainer loads the checkpoint it resumes once; the old layout is read from what it
+    holds (before: the whole file was loaded a second time, for its plan)."""
+    import lightning
+
+    path = tmp_path / "old.ckpt"
+    torch.save({"pytorch-lightning_version": lightning.__version__, "hyper_parameters": {
+        "run_config": {"plan": {"processes": 2, "trainer": {"accumulate_grad_batches": 1}}}}}, path)
+    trainer = lightning.Trainer(accelerator="cpu", devices=1, accumulate_grad_batches=2, logger=False,
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer._checkpoint_connector.resume_start(path, weights_only=False)  # what Trainer.fit(ckpt_path=…) does first
+
+    def read_again(*args, **kwargs):
+        raise AssertionError(f"the checkpoint read a second time: torch.load{args}")
+
+    monkeypatch.setattr(torch, "load", read_again)
+    assert read_position({"epoch": 0, "batches_done": 10}, trainer) == Position(0, 20, 2, 1)
 
 
 def test_a_step_of_other_batches_mid_epoch_is_refused_and_at_its_end_allowed() -> None:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import io
+import logging
+import lzma
 import shutil
 
 import pytest
+from sacrebleu.metrics import BLEU
 
 from aiayn.data import multi30k
 from aiayn.data.multi30k import multi30k_files, multi30k_url
-from aiayn.data.readers import read_lines, read_parallel
+from aiayn.data.readers import count_pairs, decode_lines, read_lines, read_parallel
 from aiayn.data.wmt.sgm import read_sgm
 from aiayn.errors import DataError
 
@@ -50,9 +55,28 @@ def test_a_byte_order_mark_opening_a_file_is_no_part_of_its_first_line(data_root
     path = tmp_path / name
     path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
     assert read_lines(path) == lines
-    assert read_lines(_written(tmp_path / "mid.txt", "\ufeffone\n\ufefftwo\n".encode())) == ["one", "\ufefftwo"]
     sgm = data_root / "wmt14" / "sgm" / "newstest2014-deen-ref.de.sgm"
     assert read_sgm(_written(tmp_path / "bom.sgm", b"\xef\xbb\xbf" + sgm.read_bytes())) == read_sgm(sgm)
+
+
+@pytest.mark.parametrize("name", ["joined.de", "joined.de.gz"])
+def test_a_byte_order_mark_opening_a_later_line_is_removed_and_named_once(data_root, tmp_path, caplog, name):
+    """Two files saved with a byte order mark each, joined with cat: the second's mark opens line
+    1,015. It is removed, as the first's is, with one warning naming the file and the line (before:
+    kept, a character of that reference no hypothesis has, which sacreBLEU scored below 100)."""
+    val, test = read_lines(data_root / "multi30k" / "val.de.gz"), read_lines(data_root / "multi30k" / "test_2016_flickr.de.gz")
+    data = b"".join("\ufeff".encode() + "".join(f"{line}\n" for line in lines).encode() for lines in (val, test))
+    path = _written(tmp_path / name, gzip.compress(data) if name.endswith(".gz") else data)
+    with caplog.at_level(logging.WARNING, logger="aiayn.data.readers"):
+        references = read_lines(path)
+        assert read_lines(path) == references  # read again: said once
+    assert references == val + test
+    assert [record.getMessage() for record in caplog.records] == [
+        (f"{path}: line 1015 begins with a byte order mark (U+FEFF: files joined with cat, each saved with one?); "
+         "removed, as at the file's start, there and at the start of any later line")]
+    assert BLEU().corpus_score(val + test, [references]).score == pytest.approx(100)
+    assert BLEU(effective_order=True).sentence_score(test[0], [references[1014]]).score == pytest.approx(100)
+    assert read_lines(_written(tmp_path / "mid.txt", "one\n\ufeff\ufefftwo \ufeff\n".encode())) == ["one", "two \ufeff"]
 
 
 def _written(path, data: bytes):
@@ -72,6 +96,62 @@ def test_gzip_data_under_a_plain_name_and_plain_text_under_a_gz_name_say_which_n
         read_lines(_written(tmp_path / "test.de.gz", gzip.decompress(gz.read_bytes())))
     assert str(info.value) == (f"{tmp_path / 'test.de.gz'}: not gzip data, though its name ends in .gz; if it is "
                                "plain text, name it test.de, else delete it and download it again")
+
+
+@pytest.mark.parametrize("kind, command, suffix, compress", [("xz", "unxz", "xz", lzma.compress),
+                                                           ("bzip2", "bunzip2", "bz2", bz2.compress)])
+def test_data_compressed_otherwise_than_with_gzip_says_what_it_is_and_how_to_decompress_it(data_root, tmp_path, kind,
+                                                                                           command, suffix, compress):
+    # Before: "line 1 is not valid UTF-8 (byte 1 of the line); re-encode the file as UTF-8", and "not gzip data
+    # …; if it is plain text, name it test.de", for a file that is neither.
+    data = compress(gzip.decompress((data_root / "multi30k" / "val.de.gz").read_bytes()))
+    with pytest.raises(DataError) as info:
+        read_lines(_written(tmp_path / "valid.de", data))
+    assert str(info.value) == (f"{tmp_path / 'valid.de'}: {kind}-compressed data, which is read only as gzip (a name "
+                               f"ending in .gz) or as plain text; decompress it ({command}), or gzip it as valid.de.gz")
+    with pytest.raises(DataError) as info:
+        read_lines(_written(tmp_path / f"valid.de.{suffix}", data))  # named as compressed: not valid.de.xz.gz
+    assert str(info.value).endswith(f"decompress it ({command}), or gzip it as valid.de.gz")
+    with pytest.raises(DataError) as info:
+        list(decode_lines(io.BytesIO(data), "<stdin>"))
+    assert str(info.value) == (f"<stdin>: {kind}-compressed data, which is read only as gzip (a name ending in .gz) "
+                               f"or as plain text; decompress it first ({command})")
+    with pytest.raises(DataError) as info:
+        read_lines(_written(tmp_path / "test.de.gz", data))
+    assert str(info.value) == (f"{tmp_path / 'test.de.gz'}: {kind}-compressed data, though its name ends in .gz "
+                               f"(read as gzip); decompress it ({command}) and gzip it")
+
+
+@pytest.mark.parametrize("name", ["mac.de", "mac.de.gz"])
+def test_a_file_whose_lines_end_in_a_carriage_return_alone_is_refused_naming_it(data_root, tmp_path, name):
+    # Old Mac line ends: before, the file read as one line, and evaluate.py scored its 1,014 sentences as one
+    # ("test_2017_mscoco: 1 sentences", sacreBLEU 0.14) with no word but a truncation warning.
+    lines = read_lines(data_root / "multi30k" / "val.de.gz")
+    data = "".join(f"{line}\r" for line in lines).encode()
+    path = _written(tmp_path / name, gzip.compress(data) if name.endswith(".gz") else data)
+    message = (f"{path}: all one line, holding 1,014 carriage returns: lines ended by a carriage return alone (old "
+               "Mac files) read as one; end them in \\n (tr '\\r' '\\n')")
+    with pytest.raises(DataError) as info:
+        read_lines(path)
+    assert str(info.value) == message
+    with pytest.raises(DataError) as info:
+        list(decode_lines(io.BytesIO(data), "<stdin>"))
+    assert str(info.value) == message.replace(str(path), "<stdin>")
+    # A carriage return inside a line of a file of lines stays, as any other character; so in a first line.
+    assert read_lines(_written(tmp_path / "two.txt", b"one\rside\nend\n")) == ["one\rside", "end"]
+
+
+@pytest.mark.parametrize("name", ["valid.de", "valid.de.gz"])
+def test_utf16_text_says_what_it_is_and_how_to_re_encode_it(data_root, tmp_path, name):
+    # Saved as Windows' "Unicode": before, "line 1 is not valid UTF-8 (byte 1 of the line)".
+    data = "".join(f"{line}\n" for line in read_lines(data_root / "multi30k" / "val.de.gz")).encode("utf-16")
+    path = _written(tmp_path / name, gzip.compress(data) if name.endswith(".gz") else data)
+    with pytest.raises(DataError) as info:
+        read_lines(path)
+    assert str(info.value) == f"{path}: UTF-16 text, not UTF-8; re-encode it as UTF-8 (iconv -f UTF-16 -t UTF-8 {name})"
+    with pytest.raises(DataError) as info:
+        list(decode_lines(io.BytesIO("one\n".encode("utf-16")), "<stdin>"))
+    assert str(info.value) == "<stdin>: UTF-16 text, not UTF-8; re-encode it as UTF-8 (iconv -f UTF-16 -t UTF-8)"
 
 
 @pytest.mark.parametrize("name", ["bad.txt", "bad.txt.gz"])
@@ -120,6 +200,25 @@ def test_parallel_mismatch_names_both_files_and_counts(tmp_path):
         read_parallel(src, tgt)
     message = str(info.value)
     assert f"{src} has 5 lines" in message and f"{tgt} has 4" in message
+
+
+def test_a_blank_tail_that_misaligns_two_files_is_named(data_root, tmp_path):
+    """newstest2013 with a blank line left at the end of its German side (an editor's, a shell's): the
+    line says which lines are blank and to delete them (before: only the two lengths)."""
+    en, de = read_lines(data_root / "wmt14" / "newstest2013.en"), read_lines(data_root / "wmt14" / "newstest2013.de")
+    src, tgt = _written(tmp_path / "valid.en", "".join(f"{line}\n" for line in en).encode()), tmp_path / "valid.de"
+    for tail, said in (([""], "; valid.de's line 3001 is blank, at its end: delete it"),
+                       (["", "  ", ""], "; valid.de's lines 3001-3003 are blank, at its end: delete them"),
+                       (["", "Noch ein Satz."], ""), ([""] * 101, "")):
+        _written(tgt, "".join(f"{line}\n" for line in de + tail).encode())
+        with pytest.raises(DataError) as info:
+            read_parallel(src, tgt)
+        assert str(info.value) == (f"parallel files differ in length: {src} has 3000 lines, {tgt} has {3000 + len(tail)}; "
+                                   f"they must be aligned line by line{said}")
+        with pytest.raises(DataError) as info:
+            count_pairs(tgt, src)
+        assert str(info.value) == (f"parallel files differ in length: {src} ends after line 3000 but {tgt} goes on at "
+                                   f"line 3001; they must be aligned line by line{said}")
 
 
 def test_multi30k_files_on_real_data(data_root):

@@ -105,7 +105,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     translator = Translator(for_decoding(trained.model, **decoding.switches), trained.vocab, decoding, constraint,
                             batch_size=cfg.batch_size, decoder=datamodule.raw_text(trained.vocab, constraint))
 
-    ppl, n_tokens = perplexity(trained.model, trained.vocab, sources, targets, cfg.max_tokens)
+    # Each source cut to the model's positions is named once, by the translation below.
+    ppl, n_tokens = perplexity(trained.model, trained.vocab, sources, targets, cfg.max_tokens, name_cut_sources=False)
     result = translator.translations(sources)
 
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -65,7 +65,10 @@ class SplitFiles:
             split = self.splits[role]
             self.fetch_files(split)
             for path, source in self.required_files(split).items():
-                if not path.is_file():
+                if path.is_symlink() and not path.exists():  # ls lists it: say why it is not there
+                    problems.setdefault(path, f"{role} split {split!r}: a link to {os.readlink(path)}, which is not "
+                                              "there; link it to the file, or put the file in its place")
+                elif not path.is_file():
                     problems.setdefault(path, f"{role} split {split!r}: missing" + (f"; {source}" if source else ""))
                 elif not os.access(path, os.R_OK):
                     problems.setdefault(path, f"{role} split {split!r}: not readable; check its permissions")

@@ -18,16 +18,16 @@ from torch.utils.data import Dataset
 from aiayn.data.checks import ROLES
 from aiayn.data.datamodule import TranslationDataModule
 from aiayn.data.prepared_text import MODEL, prepare_text, prepared_dir
+from aiayn.data.readers import COMPRESSED_SUFFIXES, plain_or_gzipped
 from aiayn.data.subwords import Subwords
 from aiayn.errors import ConfigError, DataError
 
 
 def corpus_file(data_dir: str | Path, split: str, lang: str) -> Path:
     """The file of ``split`` in ``lang`` under ``data_dir``: ``<split>.<lang>``, else
-    ``<split>.<lang>.gz`` where only that one is there (the plain name when neither is)."""
-    plain = Path(data_dir) / f"{split}.{lang}"
-    gzipped = plain.with_name(f"{plain.name}.gz")
-    return gzipped if not plain.exists() and gzipped.exists() else plain
+    ``<split>.<lang>.gz`` where only that one is there (the plain name when neither is; where both
+    are, the plain one, with a warning: :func:`~aiayn.data.readers.plain_or_gzipped`)."""
+    return plain_or_gzipped(Path(data_dir) / f"{split}.{lang}")
 
 
 class ParallelTextDataModule(TranslationDataModule):
@@ -139,13 +139,41 @@ class ParallelTextDataModule(TranslationDataModule):
 
     def missing_files_message(self, listing: str) -> str:
         if not self.data_root.is_dir():
-            return f"task.data_dir={self.data_root}: no such folder; give the folder that holds the corpus's files"
-        test = self.splits["test"]
-        untested = "" if all(path.is_file() for path in self._paths(test)) or test == self.splits["val"] else (
-            f"; a corpus without a test split: task.datamodule.test_split={self.splits['val']} tests on the "
-            "validation split")
+            return (f"task.data_dir={self.data_root}: no such folder; give the folder that holds the corpus's files "
+                    "(evaluate.py, for a checkpoint trained on a folder since moved: task=parallel_text "
+                    f"task.data_dir=<folder> task.src_lang={self.src_lang} task.tgt_lang={self.tgt_lang})")
+        test, val = self.splits["test"], self.splits["val"]
+        there = [all(path.is_file() for path in self._paths(split)) for split in (test, val)]
+        untested = "" if there != [False, True] or test == val else (  # the validation split there to test on
+            f"; a corpus without a test split: task.datamodule.test_split={val} tests on the validation split")
         return (f"corpus files missing or unreadable: {listing}. Each split is two files under task.data_dir, "
-                f"<split>.{self.src_lang} and <split>.{self.tgt_lang} (or .gz){untested}")
+                f"<split>.{self.src_lang} and <split>.{self.tgt_lang} (or .gz){untested}{self._found_instead(listing)}")
+
+    def _found_instead(self, listing: str) -> str:
+        """What task.data_dir holds in place of the files ``listing`` names: one compressed otherwise
+        than with gzip (``test.de.xz``), and splits the settings do not name (``dev``)."""
+        names = sorted(path.name for path in self.data_root.iterdir() if path.is_file())
+        said = [f"; {name} is there, but a split's files are read plain or gzipped only: "
+                + (f"decompress it, or gzip it as {stem}.gz" if f".{suffix}" in COMPRESSED_SUFFIXES else
+                   f"if it is that file, name it {stem} (or gzip it as {stem}.gz)")
+                for name in names for stem, _, suffix in (name.rpartition("."),)
+                if stem and suffix != "gz" and f"{self.data_root / stem} (" in listing]
+        sides = [{name.removesuffix(".gz").removesuffix(f".{lang}") for name in names
+                  if name.removesuffix(".gz").endswith(f".{lang}")} for lang in (self.src_lang, self.tgt_lang)]
+        there = sorted(sides[0] & sides[1])
+        others = [split for split in there if split not in self.splits.values()]
+        missing = [role for role, split in self.splits.items() if f"{role} split {split!r}: missing" in listing]
+        if others and missing:
+            said.append(f"; task.data_dir also holds the split(s) {', '.join(others)}: name one with "
+                        + " or ".join(f"task.datamodule.{role}_split={others[0]}" for role in missing))
+        elif there and " (split '" in listing:  # a split asked for by its name (evaluate.py split=<name>)
+            said.append(f"; task.data_dir holds the split(s) {', '.join(there)}")
+        binarised = [name for name in names
+                     if name.endswith(".bin") or (name.startswith("dict.") and name.endswith(".txt"))]
+        if any(name.endswith(".bin") for name in binarised):  # fairseq-preprocess's output, not its input
+            said.append(f"; task.data_dir holds fairseq's binarised data ({', '.join(binarised[:3])}, …): give the "
+                        "folder of the text files fairseq-preprocess read (its --trainpref, --validpref, --testpref)")
+        return "".join(said)
 
     def _paths(self, split: str) -> tuple[Path, Path]:
         return corpus_file(self.data_root, split, self.src_lang), corpus_file(self.data_root, split, self.tgt_lang)

@@ -16,7 +16,6 @@ a run resumed mid-epoch with one is refused; at an epoch's end it starts the nex
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from aiayn.errors import ConfigError
@@ -107,18 +106,11 @@ def _shift(counts: Any, processed: int) -> None:
 
 def _written_layout(trainer: Any) -> tuple[int, int] | None:
     """(processes, accumulate) of the run that wrote the checkpoint being resumed, from its config's
-    plan; None where it is not recorded."""
-    import torch  # the file resume chose, read and checked already (aiayn.checkpoints.resume): memory-mapped
-
-    path = getattr(trainer, "ckpt_path", None)
+    plan; None where it is not recorded. Read from the checkpoint Lightning has loaded to restore
+    this run (the data module's state is a part of it), not from its file a second time."""
+    saved = getattr(getattr(trainer, "_checkpoint_connector", None), "_loaded_checkpoint", None)
     try:
-        saved = torch.load(path, map_location="cpu", weights_only=False, mmap=True) if path and Path(path).is_file() \
-            else None
-    except Exception:  # noqa: BLE001  unreadable here: its layout is not known, as for a checkpoint without one
-        return None
-    plan = ((saved or {}).get("hyper_parameters") or {}).get("run_config", {}).get("plan") if isinstance(saved, dict) \
-        else None
-    try:
+        plan = ((saved.get("hyper_parameters") or {}).get("run_config") or {}).get("plan")
         return int(plan["processes"]), int(plan["trainer"]["accumulate_grad_batches"])
-    except (TypeError, KeyError, ValueError):
+    except (AttributeError, TypeError, KeyError, ValueError):
         return None

@@ -229,15 +229,19 @@ def nbest_lines(nbest: Sequence[Sequence[Scored]], first_index: int = 0) -> list
 
 @torch.inference_mode()
 def perplexity(model: Transformer, vocab: Subwords, sources: list[str], references: list[str],
-               max_tokens: int = 4096) -> tuple[float, int]:
+               max_tokens: int = 4096, name_cut_sources: bool = True) -> tuple[float, int]:
     """Per-token perplexity of the references given the sources (teacher forcing, every target
     subword and the EOS counted, no label smoothing), and the number of tokens scored. A reference
     longer than the model's positions is scored on its first subwords, with a warning naming its
-    line (before: cut in silence, its other tokens left out of the count)."""
+    line (before: cut in silence, its other tokens left out of the count); a source so cut is named
+    too, unless ``name_cut_sources`` is False (a translation of the same sources names each)."""
     device = next(model.parameters()).device
-    src_ids, _ = encode_sources(model, vocab, sources)
-    tgt_ids = vocab.encode(references)
     limit = model.max_positions - 1
+    if name_cut_sources:
+        src_ids, _ = encode_sources(model, vocab, sources)
+    else:
+        src_ids = [seq[:limit] for seq in vocab.encode(sources)]
+    tgt_ids = vocab.encode(references)
     for number, seq in enumerate(tgt_ids, start=1):
         if len(seq) > limit:
             log.warning("reference line %d has %d subword tokens; perplexity scores its first %d (the model's "

@@ -4,6 +4,7 @@ conftest.py with one thing broken), and the archives downloaded and unpacked."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tarfile
 
@@ -89,6 +90,35 @@ def test_missing_files_are_listed_with_their_archives(raw_copy, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match="WMT14 en-fr files missing"):
         locate(tmp_path / "empty", "en", "fr", download=False)
+
+
+def test_a_training_file_there_both_plain_and_gzipped_is_read_plain_and_the_two_named(raw_copy, caplog):
+    """commoncrawl.de-en.en.gz and an unpacked copy beside it: the plain file is read and the two
+    named once in a warning, however often the files are located (before: the .gz left unread, no word)."""
+    gzipped = raw_copy / "commoncrawl.de-en.en.gz"
+    plain = gzipped.with_name("commoncrawl.de-en.en")
+    plain.write_text("".join(f"{line}\n" for line in read_lines(gzipped)), encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="aiayn.data.readers"):
+        files = locate(raw_copy, "en", "de", download=False)
+        assert locate(raw_copy, "en", "de", download=False) == files
+    assert ("commoncrawl", plain, raw_copy / "commoncrawl.de-en.de.gz") in files.train
+    assert [record.getMessage() for record in caplog.records] == [
+        (f"{plain} and commoncrawl.de-en.en.gz are both there: commoncrawl.de-en.en is read (the plain file wins), "
+         "commoncrawl.de-en.en.gz is not; keep the one you mean and move the other out")]
+
+
+def test_a_raw_dir_inside_or_above_the_raw_tree_names_the_folder_to_give(raw_copy, tmp_path):
+    """task.raw_dir=<raw>/training (or the folder above <raw>): none of the files is there, and the
+    line ends with the folder that holds them (before: only the ten files missing, with their archives)."""
+    for given in (raw_copy / "training", raw_copy.parent):
+        with pytest.raises(DataError) as info:
+            locate(given, "en", "de", download=False)
+        assert str(info.value).endswith(f"or point task.raw_dir at a folder that holds them (task.raw_dir={raw_copy} "
+                                        "holds 10 of them)")
+    (raw_copy / "commoncrawl.de-en.en.gz").unlink()  # some there: no other folder is looked for
+    with pytest.raises(DataError) as info:
+        locate(raw_copy, "en", "de", download=False)
+    assert str(info.value).endswith("or point task.raw_dir at a folder that holds them")
 
 
 def test_a_raw_dir_that_does_not_exist_is_named_without_listing_every_file(tmp_path):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiayn.data.download import download_file
+from aiayn.data.readers import plain_or_gzipped
 from aiayn.errors import DataError
 from aiayn.files import atomic_path
 
@@ -98,7 +99,8 @@ class WMTFiles:
 
 def expected_files(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str) -> tuple[WMTFiles, dict[Path, str]]:
     """The files of the pair ``src_lang``-``tgt_lang`` under ``raw_dir`` (a training file is
-    taken gzipped when only the ``.gz`` exists) and, for each, the archive key it comes from."""
+    taken gzipped when only the ``.gz`` exists, plain with a warning where both do) and, for each,
+    the archive key it comes from."""
     raw_dir = Path(raw_dir)
     pair = frozenset({src_lang, tgt_lang})
     if src_lang == tgt_lang or pair not in TRAINING:
@@ -108,8 +110,7 @@ def expected_files(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str) -> 
     for corpus in TRAINING[pair]:
         paths = []
         for lang in (src_lang, tgt_lang):
-            plain = raw_dir / f"{corpus.stem}.{lang}"
-            path = plain if plain.is_file() or not Path(f"{plain}.gz").is_file() else Path(f"{plain}.gz")
+            path = plain_or_gzipped(raw_dir / f"{corpus.stem}.{lang}")
             origin[path] = corpus.archive
             paths.append(path)
         train.append((corpus.name, *paths))
@@ -148,7 +149,8 @@ def locate(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str, download: b
         files, origin = expected_files(raw_dir, src_lang, tgt_lang)
         missing = [path for path in origin if not path.is_file()]
     if missing:
-        raise DataError(_missing(f"WMT14 {src_lang}-{tgt_lang}", raw, missing, origin, failures, download))
+        nearby = _nearby(raw, src_lang, tgt_lang) if len(missing) == len(origin) else ""
+        raise DataError(_missing(f"WMT14 {src_lang}-{tgt_lang}", raw, missing, origin, failures, download) + nearby)
     return files
 
 
@@ -178,6 +180,14 @@ def _missing(pair: str, raw: Path, missing: list[Path], origin: dict[Path, str],
             f" {listing}; unpack those archives into {raw} (training files may be gzipped, e.g. commoncrawl.de-en.en.gz),"
             " or point task.raw_dir at a folder that holds them")
 
+
+def _nearby(raw: Path, src_lang: str, tgt_lang: str) -> str:
+    """Where none of the files is under ``raw``: the folder beside it (its parent, or one of its
+    folders) that holds the most of them, as the setting to give; "" where none holds any."""
+    folders = [raw.parent, *sorted(path for path in raw.iterdir() if path.is_dir())[:100]] if raw.is_dir() else []
+    found = {folder: sum(path.is_file() for path in expected_files(folder, src_lang, tgt_lang)[1]) for folder in folders}
+    best = max(found, key=found.get, default=None)
+    return f" (task.raw_dir={best} holds {found[best]} of them)" if best is not None and found[best] else ""
 
 
 def fetch_archive(archive: Archive, raw_dir: Path) -> str | None:
