@@ -278,3 +278,20 @@ def test_multi30k_failed_or_truncated_download_leaves_nothing(data_root, tmp_pat
     assert str(target / "multi30k" / "val.en.gz") in str(info.value)
     assert str(target / "multi30k" / "val.de.gz") in str(info.value)
     assert list((target / "multi30k").iterdir()) == []
+
+
+def test_multi30k_files_unpacked_by_the_user_are_read_not_fetched_again(data_root, tmp_path, caplog, monkeypatch):
+    monkeypatch.setenv(multi30k.MIRROR_ENV, "http://127.0.0.1:9")  # a download would fail here, never reach the net
+    folder = tmp_path / "multi30k"
+    folder.mkdir()
+    for lang in ("en", "de"):  # as `gunzip val.en.gz` leaves them: the .gz gone
+        (folder / f"val.{lang}").write_text("\n".join(read_lines(data_root / "multi30k" / f"val.{lang}.gz")) + "\n")
+    # download=True: a file taken for missing would be fetched, fail, and be reported missing
+    src, tgt = multi30k_files(tmp_path, "val", "en", "de", download=True)
+    assert (src, tgt) == (folder / "val.en", folder / "val.de")
+    assert sorted(path.name for path in folder.iterdir()) == ["val.de", "val.en"]  # nothing downloaded beside them
+    assert read_lines(src) == read_lines(data_root / "multi30k" / "val.en.gz")
+    shutil.copyfile(data_root / "multi30k" / "val.en.gz", folder / "val.en.gz")  # both: the plain one, and said
+    with caplog.at_level("WARNING"):
+        assert multi30k_files(tmp_path, "val", "en", "de", download=False)[0] == folder / "val.en"
+    assert "val.en and val.en.gz are both there: val.en is read (the plain file wins)" in caplog.text

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from aiayn.data.datamodule import TranslationDataModule
 from aiayn.data.download import download_file
-from aiayn.data.readers import read_lines
+from aiayn.data.readers import plain_or_gzipped, read_lines
 from aiayn.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -23,15 +23,24 @@ MIRROR_ENV = "AIAYN_MULTI30K_MIRROR"
 SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")
 LANGUAGES = ("en", "de")
 SUBDIR = "multi30k"
-"""The files live in ``<data_root>/multi30k/{split}.{lang}.gz``."""
+"""The files live in ``<data_root>/multi30k/{split}.{lang}.gz`` as upstream has them, or unpacked
+(``{split}.{lang}``: read where it is there, :func:`aiayn.data.readers.plain_or_gzipped`)."""
 
 DOWNLOAD_TIMEOUT_S = 30.0
 
 
 def multi30k_path(data_root: str | os.PathLike, split: str, lang: str) -> Path:
-    """Where the file of ``split`` in ``lang`` is expected under ``data_root``."""
+    """Where the file of ``split`` in ``lang`` is expected under ``data_root``, as upstream has it."""
     _check(split, lang)
     return Path(data_root) / SUBDIR / f"{split}.{lang}.gz"
+
+
+def _present(data_root: str | os.PathLike, split: str, lang: str) -> Path:
+    """The file of ``split`` in ``lang`` to read: the unpacked one where a user gunzipped it (before:
+    reported missing, or downloaded again beside it), else the gzipped one, missing or not."""
+    gzipped = multi30k_path(data_root, split, lang)
+    found = plain_or_gzipped(gzipped.with_suffix(""))
+    return found if found.is_file() else gzipped
 
 
 def multi30k_url(split: str, lang: str) -> str:
@@ -50,7 +59,7 @@ def multi30k_files(
     is true, and a :class:`DataError` lists whatever is still missing."""
     if src_lang == tgt_lang:
         raise ValueError(f"source and target language are both {src_lang!r}; choose two of {LANGUAGES}")
-    paths = (multi30k_path(data_root, split, src_lang), multi30k_path(data_root, split, tgt_lang))
+    paths = (_present(data_root, split, src_lang), _present(data_root, split, tgt_lang))
     missing = [(path, multi30k_url(split, lang)) for path, lang in zip(paths, (src_lang, tgt_lang)) if not path.is_file()]
     if missing and download:
         for path, url in missing:
@@ -83,7 +92,7 @@ def _download(url: str, path: Path) -> None:
 
 
 class Multi30kDataModule(TranslationDataModule):
-    """Multi30k task 1 (``<data_root>/multi30k/{split}.{lang}.gz``) as a :class:`TranslationDataModule`."""
+    """Multi30k task 1 (``<data_root>/multi30k/{split}.{lang}.gz``, or unpacked) as a :class:`TranslationDataModule`."""
 
     EVALUATION_SPLITS = SPLITS
 
@@ -121,7 +130,7 @@ class Multi30kDataModule(TranslationDataModule):
 
     def required_files(self, split: str) -> dict[Path, str]:
         """The split's two files, each with its upstream address."""
-        return {multi30k_path(self.data_root, split, lang): f"from {multi30k_url(split, lang)}"
+        return {_present(self.data_root, split, lang): f"from {multi30k_url(split, lang)}"
                 for lang in (self.src_lang, self.tgt_lang)}
 
     def missing_files_message(self, listing: str) -> str:
