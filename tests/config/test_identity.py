@@ -154,6 +154,7 @@ def test_a_row_run_scored_otherwise_is_no_longer_that_row():
     assert changes("experiment=table2_base_en_de", "+scale=multi30k") == []
 
 
+@pytest.mark.slow
 def test_a_sweeps_jobs_are_named_and_tagged_as_single_runs_of_the_same_settings(tmp_path):
     """The jobs' overrides as the sweep runs them (aiayn.cli.sweep, Hydra's sweeper: values as Python
     prints them) against the same settings typed for single runs. Before: the jobs' tags and names

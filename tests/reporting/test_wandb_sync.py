@@ -53,6 +53,7 @@ def _would_sync(line: str, env: dict[str, str]) -> list[str]:
     return sorted(re.findall(r"\S+\.wandb\b", shown.stdout + shown.stderr))
 
 
+@pytest.mark.slow
 def test_a_resumed_offline_runs_line_uploads_every_attempt(tmp_path: Path, offline: dict[str, str]) -> None:
     """Before: the resumed attempt's line named its own folder alone, `wandb sync
     <run>/wandb/offline-run-<second>-<id>`: the steps of the first attempt never reached the run."""
@@ -70,6 +71,7 @@ def test_a_resumed_offline_runs_line_uploads_every_attempt(tmp_path: Path, offli
     assert f"W&B run {run_id} (offline) in 2 folders, one per attempt, the newest {folders[-1]}" in line
 
 
+@pytest.mark.slow
 def test_a_run_of_one_attempt_names_its_folder(tmp_path: Path, offline: dict[str, str]) -> None:
     """Another run's folder beside it (another id) is not this run's attempt."""
     import wandb
