@@ -152,3 +152,24 @@ def test_a_row_run_scored_otherwise_is_no_longer_that_row():
     assert changes("experiment=table2_base_en_de", "trainer.limit_test_batches=1", "decoding.max_len_offset=5") == [
         "decoding.max_len_offset: 50 → 5", "trainer.limit_test_batches: None → 1"]
     assert changes("experiment=table2_base_en_de", "+scale=multi30k") == []
+
+
+@pytest.mark.slow
+def test_a_sweeps_jobs_are_named_and_tagged_as_single_runs_of_the_same_settings(tmp_path):
+    """The jobs' overrides as the sweep runs them (aiayn.cli.sweep, Hydra's sweeper: values as Python
+    prints them) against the same settings typed for single runs. Before: the jobs' tags and names
+    said `test_after_training=False`, `model.dropout=0.1`, `trainer.max_time=00\\:00\\:30\\:00`, the
+    single runs' `=false`, `=0.10`, `=00:00:30:00`: a W&B filter on a tag missed the other kind."""
+    from aiayn.cli.sweep import dry_run
+
+    typed = ["debug=tiny", "test_after_training=false", "model.dropout=0.10", "trainer.max_time=00:00:30:00"]
+    jobs, refused = dry_run(CONF, [*typed, "seed=1,2"])
+    assert not refused and [job.overrides[-1] for job in jobs] == ["seed=1", "seed=2"]
+    assert "test_after_training=False" in jobs[0].overrides  # as Hydra's sweeper gives it
+    for seed, job in zip((1, 2), jobs):
+        swept = wandb_init(tmp_path, *job.overrides, multirun=True)
+        single = wandb_init(tmp_path, *typed, f"seed={seed}")
+        assert swept["tags"] == single["tags"] == [
+            "task:multi30k_en_de", "model:small", "scale:debug", "test_after_training=false", "model.dropout=0.1",
+            "trainer.max_time=00:00:30:00", f"seed={seed}"]
+        assert swept["name"] == single["name"]

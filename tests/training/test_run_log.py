@@ -110,3 +110,24 @@ def test_a_validation_is_logged_at_the_step_it_validated(tmp_path: Path, data_ro
     assert re.findall(r"validation at step (\d+)", (run / "train.log").read_text()) == ["2", "4"]
     assert json.loads((run / "summary.json").read_text())["dev/step"] == 4
     assert [int(row["step"]) for row in rows if row["train/loss"]] == [0, 1, 2, 3]  # each update's loss, as before
+
+
+@pytest.mark.slow
+def test_the_throughput_logged_after_a_validation_leaves_the_validation_out(tmp_path: Path, data_root: Path,
+                                                                            subword_cache: Path) -> None:
+    """Each step's logged `train/tgt_tokens_per_sec` is the rate its progress line prints (both over
+    the step's time alone), the step after a validation too: a long validation (six batches) after
+    step 2 (before: its time counted as step 3's, whose logged rate fell to a fraction of the
+    progress line's, a dip in the W&B chart at every validation)."""
+    run = tmp_path / "run"
+    run_tool("src/train.py", "debug=tiny", "logger=csv", "visualize_at_end=false", "test_after_training=false",
+             "trainer.limit_val_batches=6", f"hydra.run.dir={run}", data_root=data_root, cache_dir=subword_cache)
+    (metrics,) = run.glob("csv/version_*/metrics.csv")
+    # A step's row is at the steps before it (0 for the first), its progress line at its own number.
+    logged = {int(row["step"]) + 1: float(row["train/tgt_tokens_per_sec"])
+              for row in csv.DictReader(metrics.open()) if row["train/tgt_tokens_per_sec"]}
+    printed = {int(step): float(rate.replace(",", ""))
+               for step, rate in re.findall(r"step (\d+)/4 \|.*\| ([\d,]+) tok/s", (run / "train.log").read_text())}
+    assert set(logged) == {2, 3, 4} and set(printed) == {1, 2, 3, 4}  # the first step has no step end before it
+    for step, rate in logged.items():
+        assert 0.5 < rate / printed[step] < 2, (step, rate, printed[step])

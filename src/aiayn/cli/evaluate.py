@@ -255,14 +255,27 @@ def _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding, summary)
         modified = []
     from aiayn.reporting.loggers import wandb_logger
 
-    logger = wandb_logger(project="aiayn", save_dir=str(out_dir), mode=cfg.wandb, name=f"eval-{name}",
+    # Named after the training run it scored (the sweep's jobs' evaluations were all eval-<files>, in
+    # one group), whose W&B id it holds as MLflow's evaluation does (trained_wandb_run).
+    trained_name = trained_run_name(trained.config)
+    logger = wandb_logger(project="aiayn", save_dir=str(out_dir), mode=cfg.wandb, name=f"eval-{trained_name}-{name}",
                           job_type="eval", group=trained.config.get("run_name"), tags=[MODIFIED] if modified else None)
     # decoding: the settings decoded with (the checkpoint's own where the command left them null).
     logger.log_hyperparams({"evaluate": OmegaConf.to_container(cfg, resolve=True), "train": trained.config,
-                            "decoding": decoding})
+                            "decoding": decoding, "trained_run_name": trained_name,
+                            "trained_wandb_run": trained.logger_runs.get("wandb")})
     logger.log_metrics(metrics, step=trained.step)
     logger.experiment.summary.update({**metrics, **summary})
+    print(f"  {logger.describe()}")  # where it is, and offline the command that uploads it
     logger.experiment.finish()
+
+
+def trained_run_name(config: dict) -> str:
+    """The name a training run has in W&B and MLflow (``${aiayn.run:name}``: its run name, scale and
+    overrides), as its config keeps it; ``run_name`` for a run trained without either logger."""
+    loggers = config.get("logger") or {}
+    named = [(loggers.get("wandb") or {}).get("name"), (loggers.get("mlflow") or {}).get("run_name")]
+    return next((str(each) for each in named if each), str(config.get("run_name") or "run"))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@
   sweep (``multirun/<date>_<time>``: ``hydra.sweep.dir``'s last two parts), the same for every job
   of one ``--multirun``; none for a single run.
 * **tags**: the experiment's (``table3``, ``A``, ``A_h1``), ``task:<task>``, ``model:<model>``,
-  ``scale:<scale>``, each override of the job, and ``modified`` for a row run changed from its row.
+  ``scale:<scale>``, each override of the job (in one spelling, typed or a sweep's: ``=false``,
+  ``=0.1``), and ``modified`` for a row run changed from its row.
 * **scale**: ``debug`` (``debug=tiny``), else the experiment's (``multi30k``, ``multi30k_cpu``),
   else ``paper`` for a paper row; none for other runs.
 
@@ -128,7 +129,7 @@ def identity(root: DictConfig, what: str) -> Any:
     experiment = root.get("experiment") or {}
     scale = ("debug" if choices.get("debug") else experiment.get("scale")
              or ("paper" if experiment.get("table") else None))
-    own = [o.lstrip("+") for o in overrides if _key(o) not in _UNNAMED and not _key(o).startswith("hydra.")]
+    own = [_as_written(o.lstrip("+")) for o in overrides if _key(o) not in _UNNAMED and not _key(o).startswith("hydra.")]
     if what == "scale":
         return scale
     if what == "name":
@@ -164,6 +165,34 @@ def row_settings(config: DictConfig) -> dict[str, Any]:
             node = node.setdefault(section, {})
         node[name] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
     return settings
+
+
+def _as_written(override: str) -> str:
+    """``key=value`` in one spelling for every way of giving it: a sweep's jobs get their overrides
+    from Hydra's sweeper as Python prints the values (``test_after_training=False``), a single run as
+    typed (``=false``, ``=0.10``); both become ``test_after_training=false``, ``model.dropout=0.1``.
+    An override Hydra cannot read, or without a value, stays as it is."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import Override, QuotedString
+
+    def written(value: Any) -> str:
+        if isinstance(value, bool):
+            return str(value).lower()
+        if isinstance(value, list):
+            return "[" + ",".join(map(written, value)) + "]"
+        if isinstance(value, dict):
+            return "{" + ",".join(f"{written(key)}:{written(item)}" for key, item in value.items()) + "}"
+        if isinstance(value, QuotedString):
+            return value.with_quotes()
+        return value if isinstance(value, str) else Override._get_value_element_as_str(value)  # unescaped: as typed
+
+    try:
+        parsed = OverridesParser.create().parse_override(override)
+    except Exception:  # noqa: BLE001 - what Hydra cannot read is named as given
+        return override
+    if parsed.is_delete() or parsed.is_sweep_override() or parsed.value() is None and "=" not in override:
+        return override
+    return f"{parsed.get_key_element()}={written(parsed.value())}"
 
 
 def _key(override: str) -> str:

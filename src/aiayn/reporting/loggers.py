@@ -15,8 +15,10 @@ hyper-parameters it takes the run summary, pictures, and says where its run is. 
 from __future__ import annotations
 
 import csv
+import glob
 import logging
 import os
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -145,10 +147,21 @@ def wandb_logger(project: str, save_dir: str, mode: str = "auto", **kwargs: Any)
 
 
 def describe_wandb_run(logger: WandbLogger) -> str:
-    """Where a W&B run is: its page online; offline, its folder and the command that uploads it."""
+    """Where a W&B run is: its page online; offline, its folder and the command that uploads it.
+
+    A resumed run writes a folder per attempt offline (``offline-run-<time>-<id>``, one id), each
+    counting W&B's ``_step`` from 0: the command names them all, and ``wandb sync`` given the folders
+    of one run uploads them one after another in the order they started, each after the rows
+    already there (naming the newest alone left the earlier attempts' steps out of the run)."""
     run = logger.experiment
     if getattr(run, "offline", False) or run.settings.mode == "offline":
         folder = os.path.dirname(run.dir.rstrip(os.sep))  # <save_dir>/wandb/offline-run-<time>-<id>
+        parent = os.path.dirname(folder)
+        attempts = glob.glob(os.path.join(glob.escape(parent), f"offline-run-*-{run.id}"))
+        if len(attempts) > 1:
+            every = os.path.join(shlex.quote(parent), f"offline-run-*-{run.id}")
+            return (f"W&B run {run.id} (offline) in {len(attempts)} folders, one per attempt, the newest {folder}; "
+                    f"upload them together, in the order they started, with `wandb sync {every}`")
         return f"W&B run {run.id} (offline) in {folder}; upload it with `wandb sync {folder}`"
     return f"W&B run {run.id}: {run.url}"
 

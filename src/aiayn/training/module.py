@@ -66,9 +66,7 @@ class TranslationModule(L.LightningModule):
         decoding: dict[str, Any],
         label_smoothing: float = 0.1,
         fused_loss: bool = False,
-        pad_id: int = 0,
-        bos_id: int = 2,
-        eos_id: int = 3,
+        pad_id: int = 0, bos_id: int = 2, eos_id: int = 3,
         bleu_sentences: int | None = None,
         run_config: dict[str, Any] | None = None,
         seed: int = 0,
@@ -202,6 +200,9 @@ class TranslationModule(L.LightningModule):
     def on_train_epoch_start(self) -> None:
         self._last_step_end = None  # the gap across validation/epoch ends is not training time
 
+    def on_validation_end(self) -> None:  # the next step's time starts here, as its progress line's does
+        self._last_step_end = time.perf_counter() if self._last_step_end is not None else None
+
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         loss_sum, tokens, loss_finite = self._step_loss_sum, self._step_tokens, self._step_loss_finite
@@ -279,8 +280,7 @@ class TranslationModule(L.LightningModule):
                 metric.update(torch.zeros((), device=self.device), 0)  # adds nothing; the rank took part
             return
         logits = self.model(batch["src"], batch["tgt_in"])
-        loss_sum, nll_sum, n_tokens = label_smoothed_loss(logits, batch["tgt_out"], self.label_smoothing,
-                                                          self.pad_id)
+        loss_sum, nll_sum, n_tokens = label_smoothed_loss(logits, batch["tgt_out"], self.label_smoothing, self.pad_id)
         self.eval_loss.update(loss_sum / n_tokens, n_tokens)
         self.eval_nll.update(nll_sum / n_tokens, n_tokens)
         selected = torch.ones_like(batch["index"], dtype=torch.bool)
