@@ -24,6 +24,11 @@ ROOT_LABEL = "TOP"
 is read as ``(TOP (S ...))``, the label EVALB's COLLINS.prm deletes."""
 
 TRACE_TAG = "-NONE-"
+TREEBANK_LABELS = ("ADJP", "ADVP", "CONJP", "FRAG", "INTJ", "LST", "NAC", "NP", "NX", "PP", "PRN", "PRT", "QP", "RRC",
+                   "S", "SBAR", "SBARQ", "SINV", "SQ", "UCP", "VP", "WHADJP", "WHADVP", "WHNP", "WHPP", "X")
+"""The constituent labels of the Penn Treebank II (Bies et al., 1995, its bracketing guidelines):
+a parser's vocabulary has a symbol for each, whether or not its training trees use it, so that a
+dev or test tree's rare label is read as a label, not spelt as a word's subwords."""
 STANDARD_SPLIT = {"train": "02-21", "val": "22", "test": "23"}
 """The split of nearly all WSJ parsing work, the paper's included (§6.3: "Section 22
 development set"; Table 4 reports section 23)."""
