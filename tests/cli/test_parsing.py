@@ -175,19 +175,34 @@ def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_attention_maps_of_a_parser_decode_a_tree(trained) -> None:
+def test_attention_pictures_of_a_parser_show_the_tree_translate_writes(trained, data_root: Path, tmp_path: Path) -> None:
     """visualize.py and the end-of-training pictures decode with the checkpoint's settings,
-    constrained decoding included."""
-    from aiayn.analysis.attention_maps import attention_maps
-    from aiayn.checkpoints.trained import load_trained
+    constrained decoding included, read the text as translate.py reads it (a word that looks like a
+    tree symbol stays a word) and show the tree over its words translate.py writes (before: the
+    linearisation as sentencepiece decodes it, `(S (NP XX XX )NP …`, and `(S` read as a bracket)."""
+    from types import SimpleNamespace
 
-    _, ckpt, _ = trained
+    from aiayn.checkpoints.trained import load_trained
+    from aiayn.data.parsing.datamodule import ParsingDataModule
+    from aiayn.training.callbacks import AttentionPicturesCallback
+
+    _, ckpt, cache = trained
+    text = "The café said (S it expects a loss ."
+    translated = run_tool("src/translate.py", f"ckpt={ckpt}", stdin=text + "\n", data_root=data_root,
+                          cache_dir=cache).stdout.strip()
+    tree = parse_trees(translated)[0]
+    assert tree.leaves() == [escaped(word) for word in text.split()] and set(tree.tags()) == {LEAF}
+    shown = run_tool("src/visualize.py", f"ckpt={ckpt}", f"text='{text}'", f"out={tmp_path / 'pictures'}",
+                     data_root=data_root, cache_dir=cache)
+    assert f"{text} → {translated}" in shown.stderr.splitlines(), shown.stderr
     model = load_trained(ckpt)
-    words = ["The", "company", "said", "it", "expects", "a", "loss", "."]
-    maps = attention_maps(model.model, model.vocab, " ".join(words), model.decoding, model.output_constraint())
     assert model.decoding["constrained"] is True
-    assert linearize(delinearize(maps.translation, words)) == maps.translation  # a tree, one XX per word
-    assert maps.translation.split().count(LEAF) == len(words)
+    datamodule = SimpleNamespace(sources=lambda split: [text], vocab=model.vocab, raw_text=ParsingDataModule.raw_text,
+                                 output_constraint=ParsingDataModule.output_constraint)
+    trainer = SimpleNamespace(datamodule=datamodule, default_root_dir=str(tmp_path / "run"))
+    paths, caption = AttentionPicturesCallback()._draw(trainer, SimpleNamespace(model=model.model,
+                                                                                decoding=model.decoding))
+    assert caption == f"{text} → {translated}" and paths
 
 
 # Lines a treebank never has: unknown characters, words that look like the output's tree symbols,
