@@ -303,6 +303,31 @@ def test_a_parser_exported_to_ctranslate2_writes_the_trees_aiayn_writes(parser: 
                                 "decodes within the tree constraint)") for message in warned), warned
 
 
+@pytest.mark.slow
+def test_a_parsers_export_from_before_the_task_was_recorded_says_to_export_again(trained, data_root: Path,
+                                                                                  tmp_path: Path) -> None:
+    """An export whose aiayn.json has no task (as exports were written before they recorded it):
+    its outputs are what they were, the linearised trees as their tokens decode, and one warning
+    says why and what to do (before: the same lines and nothing said)."""
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
+    _, ckpt, cache = trained
+    folder = tmp_path / "ct2"
+    run_tool("src/export.py", f"ckpt={ckpt}", "format=ctranslate2", f"out={folder}", data_root=data_root, cache_dir=cache)
+    settings = json.loads((folder / "aiayn.json").read_text())
+    del settings["task"]
+    (folder / "aiayn.json").write_text(json.dumps(settings))
+    result = run_tool("src/translate.py", "engine=ctranslate2", f"model_dir={folder}", stdin="The dog barked .\n",
+                      data_root=data_root, cache_dir=cache)
+    assert len(result.stdout.splitlines()) == 1 and not result.stdout.startswith("(TOP")  # as its tokens decode
+    said = [line for line in result.stderr.splitlines() if "records no task" in line]
+    assert said == [(f"WARNING aiayn.decoding.ctranslate2: model_dir={folder}: its aiayn.json records no task (an export "
+                    "made before exports recorded it) and its vocabulary has a parser's tree symbols, so each output "
+                    "is written as its tokens decode (for a parser, the linearised tree, not a tree over the line's "
+                    "words); export the checkpoint again (src/export.py ckpt=<file.ckpt> format=ctranslate2) for the "
+                    "trees")], result.stderr
+
+
 # Trees with words of characters the sample's vocabulary has not got (a treebank file of its own).
 UNKNOWN_WORDS = """\
 ( (S (NP-SBJ (DT The) (NN café)) (VP (VBD opened) (PP-LOC (IN in) (NP (NNP Zürich)))) (. .)) )
