@@ -192,7 +192,7 @@ def test_attention_pictures_of_a_parser_show_the_tree_translate_writes(trained, 
                           cache_dir=cache).stdout.strip()
     tree = parse_trees(translated)[0]
     assert tree.leaves() == [escaped(word) for word in text.split()] and set(tree.tags()) == {LEAF}
-    shown = run_tool("src/visualize.py", f"ckpt={ckpt}", f"text='{text}'", f"out={tmp_path / 'pictures'}",
+    shown = run_tool("src/visualize.py", f"ckpt={ckpt}", f"text={text}", f"out={tmp_path / 'pictures'}",
                      data_root=data_root, cache_dir=cache)
     assert f"{text} → {translated}" in shown.stderr.splitlines(), shown.stderr
     model = load_trained(ckpt)
