@@ -151,10 +151,12 @@ def _rooted(tree: Tree) -> Tree:
 
 
 def read_trees(path: str | os.PathLike) -> list[Tree]:
-    """The trees of one ``.mrg`` file (or any file of bracketed trees, one or many lines each)."""
+    """The trees of one ``.mrg`` file (or any file of bracketed trees, one or many lines each); a
+    byte order mark opening it (a file saved by a Windows editor) is no part of its text, as
+    :func:`aiayn.data.readers.decode_lines` has it."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise DataError(f"{path}: file not found; check the treebank root") from None
     except UnicodeDecodeError as error:
