@@ -45,6 +45,8 @@ def test_splits_by_sections_and_file_ranges(sample: Path) -> None:
         split_files(sample, "02-21")  # the standard training sections are not in the sample
     with pytest.raises(ValueError, match="mixes a section and a file"):
         parse_split("00-wsj_0100")
+    with pytest.raises(ValueError, match="'21-02' runs backwards; write it first to last, '02-21'"):
+        parse_split("22,21-02")  # an empty range, whose sections would be left out in silence
 
 
 def test_traces_and_function_tags_are_removed_from_a_known_tree(sample: Path) -> None:

@@ -101,6 +101,11 @@ class ParsingDataModule(TranslationDataModule):
         if linearization not in LINEARIZATIONS:
             raise ValueError(f"linearization must be one of {', '.join(LINEARIZATIONS)}, got {linearization!r}")
         self.linearization = linearization
+        for role, spec in self.splits.items():  # before anything is read: a bad split is one line, not a traceback
+            try:
+                parse_split(spec)
+            except ValueError as error:
+                raise ConfigError(f"task.datamodule.{role}_split={spec}: {error}") from None
         self._gold: dict[str, list[str]] = {}
         self.save_hyperparameters(logger=False)  # in checkpoints; the logged config has them as task.datamodule.*
 

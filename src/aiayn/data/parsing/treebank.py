@@ -227,6 +227,9 @@ def parse_split(spec: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
         if len({kind for kind, _ in bounds}) != 1:
             raise ValueError(f"treebank split item {item!r} mixes a section and a file; use one kind")
         first, last = bounds[0], bounds[-1]
+        if last[1] < first[1]:  # an empty range, which would leave its files out in silence
+            raise ValueError(f"treebank split item {item!r} runs backwards; write it first to last, "
+                             f"{'-'.join(reversed(ends))!r}")
         if first[0] == "section":
             ranges.append(((first[1], 0), (last[1], 99)))
         else:
