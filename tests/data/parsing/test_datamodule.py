@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +12,8 @@ from aiayn.data.parsing.datamodule import ParsingDataModule, output_trees, say_u
 from aiayn.data.parsing.linearize import constituent_labels, linearize
 from aiayn.data.parsing.treebank import parse_trees
 from aiayn.data.readers import read_lines
-from aiayn.errors import DataError
+from aiayn.data.subwords import train_or_load
+from aiayn.errors import ConfigError, DataError
 from aiayn.metrics.parseval import parseval
 from tests.helpers.treebank import SAMPLE_SPLIT
 
@@ -88,6 +88,23 @@ def test_a_gold_label_the_vocabulary_lacks_is_said_with_what_it_costs(datamodule
     assert record.getMessage().startswith("treebank split 22: 1 gold trees have labels the parser's vocabulary has no "
                                           "symbol for (ZZP ×2): the model cannot write them, so F1 counts those 2 "
                                           "brackets as missed")
+
+
+@pytest.mark.slow
+def test_a_given_subword_model_without_tree_symbols_is_refused_before_anything_is_read(
+        datamodule: ParsingDataModule, data_root: Path, tmp_path: Path) -> None:
+    """task.subword_model of a model that keeps no tree symbol whole (one learnt from words alone, as
+    a translation's is): refused in one line (before: the run trained on trees spelt as words,
+    `(NP` as ▁ <unk> N P, and stopped on `constrained decoding needs a parsing model ... use
+    constrained=false`, or on the positions the spelt trees took); a parser's own is taken."""
+    words = read_lines(datamodule.split_files(datamodule.splits["train"])[0])
+    plain = train_or_load(words, 300, tmp_path / "plain")
+    with pytest.raises(ConfigError, match=rf"^task.subword_model={plain.path} keeps no tree symbols whole "
+                                          r"\('▁\(L', '▁\)L', ▁XX\), so the trees would be spelt as words; give a "
+                                          "parsing run's subword model, or null"):
+        make(data_root, tmp_path / "cache", subword_model=str(plain.path), vocab_size=300)
+    own = make(data_root, tmp_path / "cache", subword_model=str(datamodule.vocab.path))
+    assert own.given_vocab is not None
 
 
 def test_semi_supervised_mixing_repeats_wsj(data_root: Path, tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.data.datamodule import TranslationDataModule
-from aiayn.data.parsing.constraints import TreeConstraint
-from aiayn.data.parsing.linearize import LINEARIZATIONS, delinearize, linearize, output_symbols
+from aiayn.data.parsing.constraints import TreeConstraint, has_tree_symbols
+from aiayn.data.parsing.linearize import LEAF, LINEARIZATIONS, delinearize, linearize, output_symbols
 from aiayn.data.parsing.raw_text import RawText
 from aiayn.data.parsing.treebank import (
     ROOT_LABEL,
@@ -106,6 +106,11 @@ class ParsingDataModule(TranslationDataModule):
                 parse_split(spec)
             except ValueError as error:
                 raise ConfigError(f"task.datamodule.{role}_split={spec}: {error}") from None
+        given = self.given_vocab
+        if given is not None and not (has_tree_symbols(given) and (linearization != "xx" or f"{SPACE}{LEAF}" in given.piece_ids())):
+            raise ConfigError(f"task.subword_model={subword_model} keeps no tree symbols whole ('{SPACE}(L', '{SPACE})L'"
+                              f"{f', {SPACE}{LEAF}' if linearization == 'xx' else ''}), so the trees would be spelt as "
+                              "words; give a parsing run's subword model, or null to learn one from the training trees")
         self._gold: dict[str, list[str]] = {}
         self.save_hyperparameters(logger=False)  # in checkpoints; the logged config has them as task.datamodule.*
 
