@@ -200,9 +200,8 @@ def test_attention_pictures_of_a_parser_show_the_tree_translate_writes(trained, 
     datamodule = SimpleNamespace(sources=lambda split: [text], vocab=model.vocab, raw_text=ParsingDataModule.raw_text,
                                  output_constraint=ParsingDataModule.output_constraint)
     trainer = SimpleNamespace(datamodule=datamodule, default_root_dir=str(tmp_path / "run"))
-    paths, caption = AttentionPicturesCallback()._draw(trainer, SimpleNamespace(model=model.model,
-                                                                                decoding=model.decoding))
-    assert caption == f"{text} → {translated}" and paths
+    drawn = AttentionPicturesCallback()._draw(trainer, SimpleNamespace(model=model.model, decoding=model.decoding))
+    assert drawn[1] == f"{text} → {translated}" and drawn[0]
 
 
 # Lines a treebank never has: unknown characters, words that look like the output's tree symbols,
@@ -301,31 +300,18 @@ def test_a_parser_exported_to_ctranslate2_writes_the_trees_aiayn_writes(parser: 
     assert all(message.startswith("WARNING aiayn.decoding.translator: input line ") for message in warned), warned
     assert all(message.endswith("; CTranslate2 cannot constrain its output to trees (engine=aiayn ckpt=<file.ckpt> "
                                 "decodes within the tree constraint)") for message in warned), warned
-
-
-@pytest.mark.slow
-def test_a_parsers_export_from_before_the_task_was_recorded_says_to_export_again(trained, data_root: Path,
-                                                                                  tmp_path: Path) -> None:
-    """An export whose aiayn.json has no task (as exports were written before they recorded it):
-    its outputs are what they were, the linearised trees as their tokens decode, and one warning
-    says why and what to do (before: the same lines and nothing said)."""
-    pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")
-    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
-    _, ckpt, cache = trained
-    folder = tmp_path / "ct2"
-    run_tool("src/export.py", f"ckpt={ckpt}", "format=ctranslate2", f"out={folder}", data_root=data_root, cache_dir=cache)
-    settings = json.loads((folder / "aiayn.json").read_text())
-    del settings["task"]
-    (folder / "aiayn.json").write_text(json.dumps(settings))
-    result = run_tool("src/translate.py", "engine=ctranslate2", f"model_dir={folder}", stdin="The dog barked .\n",
-                      data_root=data_root, cache_dir=cache)
-    assert len(result.stdout.splitlines()) == 1 and not result.stdout.startswith("(TOP")  # as its tokens decode
-    said = [line for line in result.stderr.splitlines() if "records no task" in line]
-    assert said == [(f"WARNING aiayn.decoding.ctranslate2: model_dir={folder}: its aiayn.json records no task (an export "
-                    "made before exports recorded it) and its vocabulary has a parser's tree symbols, so each output "
-                    "is written as its tokens decode (for a parser, the linearised tree, not a tree over the line's "
-                    "words); export the checkpoint again (src/export.py ckpt=<file.ckpt> format=ctranslate2) for the "
-                    "trees")], result.stderr
+    # An export made before exports recorded their task (no task in its aiayn.json): its outputs as their tokens
+    # decode, as they were, and one warning says so and what to do (before: nothing said).
+    folder, settings = tmp_path / "ct2", json.loads((tmp_path / "ct2" / "aiayn.json").read_text())
+    (folder / "aiayn.json").write_text(json.dumps({key: value for key, value in settings.items() if key != "task"}))
+    old = run_tool("src/translate.py", "engine=ctranslate2", f"model_dir={folder}", "decoding.beam_size=1", stdin=stdin,
+                   data_root=data_root, cache_dir=cache)
+    assert len(old.stdout.splitlines()) == len(TYPED) and "(TOP" not in old.stdout
+    assert [line for line in old.stderr.splitlines() if "records no task" in line] == [(
+        f"WARNING aiayn.decoding.ctranslate2: model_dir={folder}: its aiayn.json records no task (an export made before "
+        "exports recorded it) and its vocabulary has a parser's tree symbols, so each output is written as its tokens "
+        "decode (for a parser, the linearised tree, not a tree over the line's words); export the checkpoint again "
+        "(src/export.py ckpt=<file.ckpt> format=ctranslate2) for the trees")], old.stderr
 
 
 # Trees with words of characters the sample's vocabulary has not got (a treebank file of its own).
