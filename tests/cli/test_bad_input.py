@@ -151,6 +151,14 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     # A devices value that is none: what it takes (before, without a GPU: "asks for GPUs but no usable CUDA GPU").
     (["trainer.devices=abc"], ("train.py: trainer.devices=abc is not a number of GPUs (an int, e.g. 2), a list of "
                                "GPU indices")),
+    # A treebank split that is none, or whose range runs backwards (before: a ValueError's traceback, exit 1; a range
+    # backwards among others left its files out in silence, alone it was "no files of split", naming the sections).
+    (["task=wsj", "task.split=sample", "task.splits.sample.val=foo"], (
+        "train.py: task.datamodule.val_split=foo: bad treebank split item 'foo' in 'foo'; use sections ('02-21') or "
+        "files ('wsj_0001-wsj_0159')")),
+    (["task=wsj", "task.split=sample", "task.splits.sample.train='wsj_0001-wsj_0150,wsj_0159-wsj_0151'"], (
+        "train.py: task.datamodule.train_split=wsj_0001-wsj_0150,wsj_0159-wsj_0151: treebank split item "
+        "'wsj_0159-wsj_0151' runs backwards; write it first to last, 'wsj_0151-wsj_0159'")),
     # More training processes than the machine has cores.
     ([f"trainer.devices={(os.cpu_count() or 1) + 1}", "trainer.strategy=ddp_spawn"], "train.py: trainer.devices="),
 ], ids=lambda value: value[0] if isinstance(value, list) else None)

@@ -141,8 +141,20 @@ def test_a_path_is_quoted_only_where_hydra_would_read_it_otherwise(tmp_path: Pat
     assert quoted_path("out=runs/~old", "evaluate") == "out='runs/~old'"  # Hydra's grammar refuses ~
     for unchanged, tool in [("resume=a,b", "train"), ("resume=auto", "train"), ("ckpt=null", "evaluate"),
                             ("ckpt=[a,b]", "evaluate"), ("ckpt='a,b'", "evaluate"), ("out=${oc.env:X}", "evaluate"),
-                            ("seed=1,2", "train"), ("text=a=b", "visualize"), ("out=runs/last.ckpt", "average")]:
+                            ("seed=1,2", "train"), ("out=runs/last.ckpt", "average")]:
         assert quoted_path(unchanged, tool) == unchanged
+
+
+@pytest.mark.parametrize("text", ["A man, a woman and a dog.", "A man (left) rides a bike.", "It's a = b",
+                                  "~ starts it", "The café said (S it expects a loss .", "a,b", "Plain words"])
+def test_visualizes_text_is_one_string_whatever_it_holds(text: str) -> None:
+    """``text=`` as the shell hands it over (``text='A man, a dog.'``) reaches visualize as that
+    text (before: Hydra's `Ambiguous value for argument` for a comma, `mismatched input ' ('` for a
+    bracket, a LexerNoViableAltException for a quote or a leading ~)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    given = quoted_path(f"text={text}", "visualize")
+    assert OverridesParser.create().parse_override(given).value() == text
 
 
 @pytest.mark.parametrize("full_error", [None, "0", "1"])

@@ -175,19 +175,33 @@ def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_attention_maps_of_a_parser_decode_a_tree(trained) -> None:
+def test_attention_pictures_of_a_parser_show_the_tree_translate_writes(trained, data_root: Path, tmp_path: Path) -> None:
     """visualize.py and the end-of-training pictures decode with the checkpoint's settings,
-    constrained decoding included."""
-    from aiayn.analysis.attention_maps import attention_maps
-    from aiayn.checkpoints.trained import load_trained
+    constrained decoding included, read the text as translate.py reads it (a word that looks like a
+    tree symbol stays a word) and show the tree over its words translate.py writes (before: the
+    linearisation as sentencepiece decodes it, `(S (NP XX XX )NP …`, and `(S` read as a bracket)."""
+    from types import SimpleNamespace
 
-    _, ckpt, _ = trained
+    from aiayn.checkpoints.trained import load_trained
+    from aiayn.data.parsing.datamodule import ParsingDataModule
+    from aiayn.training.callbacks import AttentionPicturesCallback
+
+    _, ckpt, cache = trained
+    text = "The café said (S it expects a loss ."
+    translated = run_tool("src/translate.py", f"ckpt={ckpt}", stdin=text + "\n", data_root=data_root,
+                          cache_dir=cache).stdout.strip()
+    tree = parse_trees(translated)[0]
+    assert tree.leaves() == [escaped(word) for word in text.split()] and set(tree.tags()) == {LEAF}
+    shown = run_tool("src/visualize.py", f"ckpt={ckpt}", f"text={text}", f"out={tmp_path / 'pictures'}",
+                     data_root=data_root, cache_dir=cache)
+    assert f"{text} → {translated}" in shown.stderr.splitlines(), shown.stderr
     model = load_trained(ckpt)
-    words = ["The", "company", "said", "it", "expects", "a", "loss", "."]
-    maps = attention_maps(model.model, model.vocab, " ".join(words), model.decoding, model.output_constraint())
     assert model.decoding["constrained"] is True
-    assert linearize(delinearize(maps.translation, words)) == maps.translation  # a tree, one XX per word
-    assert maps.translation.split().count(LEAF) == len(words)
+    datamodule = SimpleNamespace(sources=lambda split: [text], vocab=model.vocab, raw_text=ParsingDataModule.raw_text,
+                                 output_constraint=ParsingDataModule.output_constraint)
+    trainer = SimpleNamespace(datamodule=datamodule, default_root_dir=str(tmp_path / "run"))
+    drawn = AttentionPicturesCallback()._draw(trainer, SimpleNamespace(model=model.model, decoding=model.decoding))
+    assert drawn[1] == f"{text} → {translated}" and drawn[0]
 
 
 # Lines a treebank never has: unknown characters, words that look like the output's tree symbols,
@@ -286,6 +300,18 @@ def test_a_parser_exported_to_ctranslate2_writes_the_trees_aiayn_writes(parser: 
     assert all(message.startswith("WARNING aiayn.decoding.translator: input line ") for message in warned), warned
     assert all(message.endswith("; CTranslate2 cannot constrain its output to trees (engine=aiayn ckpt=<file.ckpt> "
                                 "decodes within the tree constraint)") for message in warned), warned
+    # An export made before exports recorded their task (no task in its aiayn.json): its outputs as their tokens
+    # decode, as they were, and one warning says so and what to do (before: nothing said).
+    folder, settings = tmp_path / "ct2", json.loads((tmp_path / "ct2" / "aiayn.json").read_text())
+    (folder / "aiayn.json").write_text(json.dumps({key: value for key, value in settings.items() if key != "task"}))
+    old = run_tool("src/translate.py", "engine=ctranslate2", f"model_dir={folder}", "decoding.beam_size=1", stdin=stdin,
+                   data_root=data_root, cache_dir=cache)
+    assert len(old.stdout.splitlines()) == len(TYPED) and "(TOP" not in old.stdout
+    assert [line for line in old.stderr.splitlines() if "records no task" in line] == [(
+        f"WARNING aiayn.decoding.ctranslate2: model_dir={folder}: its aiayn.json records no task (an export made before "
+        "exports recorded it) and its vocabulary has a parser's tree symbols, so each output is written as its tokens "
+        "decode (for a parser, the linearised tree, not a tree over the line's words); export the checkpoint again "
+        "(src/export.py ckpt=<file.ckpt> format=ctranslate2) for the trees")], old.stderr
 
 
 # Trees with words of characters the sample's vocabulary has not got (a treebank file of its own).

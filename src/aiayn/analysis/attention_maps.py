@@ -16,12 +16,13 @@ state, nothing to close, usable from threads and from a training process alike.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -34,6 +35,11 @@ from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
 from aiayn.model.positional import sinusoidal_table
 from aiayn.model.transformer import Transformer
+
+if TYPE_CHECKING:
+    from aiayn.decoding.translator import RawTextForm
+
+log = logging.getLogger(__name__)
 
 DPI = 100
 PANEL_INCHES = 4.0  # one head's panel; at most MAX_COLUMNS of them side by side
@@ -74,12 +80,15 @@ class AttentionMaps:
 
 @torch.no_grad()
 def attention_maps(model: Transformer, vocab: Subwords, text: str, decoding: Decoding | dict[str, Any],
-                   constraint: Any = None) -> AttentionMaps:
+                   constraint: Any = None, raw_text: RawTextForm | None = None) -> AttentionMaps:
     """Translate ``text`` with beam search (``decoding``: the decoding settings, as a checkpoint
     holds them; ``constraint``: the task's output constraint, a parser's trees) and collect the attention weights of the teacher-forced pass over BOS + the
-    translation. The model runs in eval mode (dropout off) and is left in the mode it was in."""
+    translation. ``raw_text`` (a parser's: the task's own reading of a line and writing of its
+    output) encodes ``text`` and writes the translation, as translate.py does (a tree over the
+    line's words; a repair said in a warning); None: encoded and decoded as text. The model runs
+    in eval mode (dropout off) and is left in the mode it was in."""
     device = next(model.parameters()).device
-    src_ids = vocab.encode([text])[0] + [vocab.eos_id]
+    src_ids = (raw_text or vocab).encode([text])[0] + [vocab.eos_id]
     if len(src_ids) > model.max_positions:
         raise ConfigError(
             f"text: the sentence has {len(src_ids)} subword tokens with EOS, more than the model's "
@@ -100,9 +109,13 @@ def attention_maps(model: Transformer, vocab: Subwords, text: str, decoding: Dec
     def stack(weights: list[Tensor | None]) -> Tensor:  # per layer (1, h, q, k) → (layers, h, q, k)
         return torch.stack([w[0] for w in weights]).float().cpu()
 
+    translation, repaired = raw_text.output(text, hypothesis) if raw_text is not None else (
+        vocab.decode([hypothesis])[0], None)
+    if repaired is not None:
+        log.warning("text: %s", repaired)
     return AttentionMaps(
         source=text,
-        translation=vocab.decode([hypothesis])[0],
+        translation=translation,
         src_pieces=vocab.pieces(src_ids),
         tgt_pieces=vocab.pieces([vocab.bos_id] + hypothesis),
         encoder_self=stack([w.self_attention for w in encoder_weights]),

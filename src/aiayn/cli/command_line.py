@@ -3,7 +3,8 @@ each tool's ``main``):
 
 * old setting names become the new ones, each with a one-line notice, and a setting that is no more
   is refused in one line (:mod:`aiayn.cli.renamed`);
-* a path's value is given to Hydra quoted, as the one string it is (a leading ``~`` expanded): a
+* a path's value (and visualize's ``text``) is given to Hydra quoted, as the one string it is (a
+  path's leading ``~`` expanded): a
   ``--multirun`` job's folder is named after its overrides (``0_debug=tiny,seed=7``), whose ``=``
   Hydra's grammar refuses and whose commas it takes for a sweep. A value written in Hydra's own syntax (quoted, a list, an
   interpolation, a sweep function) is left as it is;
@@ -38,6 +39,8 @@ Result = TypeVar("Result")
 # The settings whose value is a path (any tool's; hydra.*: train's output folders).
 PATHS = ("ckpt", "resume", "out", "input", "model_dir", "data_root", "task.raw_dir", "task.data_dir", "hydra.run.dir",
          "hydra.sweep.dir")
+# The settings whose value is any text, one string whatever it holds (visualize's sentence).
+TEXTS = ("text",)
 
 _OVERRIDE = re.compile(r"^(?P<key>[+~]{0,2}[A-Za-z_][\w.]*)=(?P<value>.*)$", re.DOTALL)
 # Written in Hydra's syntax: quoted, a list or dict, an interpolation, a sweep function (glob(...)).
@@ -119,19 +122,20 @@ def _groups(tool: str) -> set[str]:
 
 def quoted_path(argument: str, tool: str) -> str:
     """``ckpt=runs/0_a=1,b=2/last.ckpt`` as ``ckpt='runs/0_a=1,b=2/last.ckpt'``: a path setting's
-    value quoted where Hydra would read it otherwise. Commas alone are quoted where they cannot be
+    value quoted where Hydra would read it otherwise, and so a text's (``text=A man, a dog (left).``). Commas alone are quoted where they cannot be
     a sweep (any tool but train, or a path that exists): evaluate's and translate's ``ckpt=a,b``
     reaches aiayn.checkpoints.given as one string. A leading ``~`` is the user's home, as the shell
     makes it where the key is a plain name. Any other argument as it is."""
     match = _OVERRIDE.match(argument)
-    if not match or match["key"].lstrip("+~") not in PATHS:
+    text = match is not None and match["key"].lstrip("+~") in TEXTS  # a sentence: its commas are no sweep
+    if not match or (match["key"].lstrip("+~") not in PATHS and not text):
         return argument
     value = match["value"]
     if not value or _HYDRA_SYNTAX.search(value) or value.endswith("\\"):
         return argument
     # ~ as the shell expands it in ckpt=~/x, but not in task.data_dir=~/x (a dotted key is no assignment).
-    value = os.path.expanduser(value)
-    commas = "," in value and (tool != "train" or os.path.lexists(value))
+    value = value if text else os.path.expanduser(value)
+    commas = "," in value and (text or tool != "train" or os.path.lexists(value))
     if not (_GRAMMAR.search(value) or commas):
         return f"{match['key']}={value}"
     quote = "'" if "'" not in value else '"'

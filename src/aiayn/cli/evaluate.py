@@ -95,7 +95,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if needed is not None:  # a task the checkpoint was not trained on: its data is not prepared for it
         raise ConfigError(f"task={task['name']}: {ckpt} was trained on task {trained_task['name']}, and {needed}")
     steps = average_into(trained, averaged)  # §6.1: the weights averaged over the k checkpoints ending at ckpt
-    sources, targets, references = datamodule.evaluation_data(split)  # references: what its scorer compares with
+    sources, targets, references = datamodule.evaluation_data(split, trained.vocab)  # references: what its scorer compares with
     scorer = datamodule.scorer()  # the Scorer validation uses; one it cannot build is refused before decoding
     decoding = Decoding.of(trained.decoding, wanted, switches=switches, members=trained.members,
                            where="the checkpoint's decoding.")

@@ -54,7 +54,8 @@ def main(cfg: DictConfig) -> None:
     trained = load_trained(ckpt, map_location=cfg.device)
     out = Path(cfg.out) if cfg.out else run_dir_of(ckpt.resolve()) / "attention"  # beside a checkpoint kept apart
     decoding = Decoding.of(trained.decoding, wanted, where="the checkpoint's decoding.")
-    maps = attention_maps(trained.model, trained.vocab, str(cfg.text), decoding, trained.output_constraint(decoding))
+    constraint = trained.output_constraint(decoding)  # a parser's: its text read, and its tree written, as translate's
+    maps = attention_maps(trained.model, trained.vocab, str(cfg.text), decoding, constraint, trained.raw_text(constraint))
     paths = draw_attention(maps, out)
     if cfg.positional_encoding:
         paths.append(draw_positional_encoding(trained.model.d_model, cfg.positional_encoding_positions,

@@ -264,10 +264,10 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
             raise ConfigError(f"split={split}: task {task} has no such split; its splits are {', '.join(names)}")
         return name
 
-    def evaluation_data(self, split: str) -> tuple[list[str], list[str], list[str]]:
+    def evaluation_data(self, split: str, vocab: Subwords | None = None) -> tuple[list[str], list[str], list[str]]:
         """An evaluation split (a file name, :meth:`check_split`'s), aligned: its source lines,
         its target lines (what the model is trained to write: perplexity is theirs) and what
-        :meth:`scorer` scores outputs against (here the same target lines)."""
+        :meth:`scorer` scores outputs against (here the same target lines); ``vocab``, the model's."""
         sources, targets = read_parallel(*self.split_files(split, self.download))
         return sources, targets, targets
 

@@ -16,11 +16,13 @@ words as aiayn's translator does (the task's raw-text form, through
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from aiayn.data.parsing.constraints import has_tree_symbols
 from aiayn.data.subwords import Subwords
 from aiayn.data.task import raw_text_of
 from aiayn.decoding.declarations import CTRANSLATE2, arguments
@@ -28,6 +30,8 @@ from aiayn.decoding.packages import require
 from aiayn.decoding.settings import Asked, Decoding
 from aiayn.decoding.translator import Scored, encode_lines, output_texts
 from aiayn.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
 
 # What aiayn needs besides CTranslate2's own files: the decoding settings and the model's positions.
 SETTINGS_FILE = "aiayn.json"
@@ -85,6 +89,11 @@ class CTranslate2Translator:
         self.piece_ids = self.vocab.piece_ids()
         # a parser's way with lines and outputs, as its task hands it over (None: text, a translation's)
         self.raw_text = raw_text_of(exported.get("task") or {}, self.vocab)
+        if "task" not in exported and has_tree_symbols(self.vocab):  # said, not guessed: which task is not recorded
+            log.warning("model_dir=%s: its %s records no task (an export made before exports recorded it) and its "
+                        "vocabulary has a parser's tree symbols, so each output is written as its tokens decode (for "
+                        "a parser, the linearised tree, not a tree over the line's words); export the checkpoint "
+                        "again (src/export.py ckpt=<file.ckpt> format=ctranslate2) for the trees", folder, SETTINGS_FILE)
         kind, index = ctranslate2_device(device)
         if kind == "cuda" and index >= (gpus := ctranslate2.get_cuda_device_count()):
             found = ("no CUDA GPU" if not gpus else "1 CUDA GPU (cuda:0)" if gpus == 1 else

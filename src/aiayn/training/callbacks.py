@@ -125,8 +125,9 @@ class AttentionPicturesCallback(L.Callback):
 
         datamodule = trainer.datamodule
         sentence = datamodule.sources(self.split)[self.index]
-        maps = attention_maps(pl_module.model, datamodule.vocab, sentence, pl_module.decoding,
-                              datamodule.output_constraint(datamodule.vocab))
+        constraint = datamodule.output_constraint(datamodule.vocab)  # a parser's tree written as translate.py's
+        maps = attention_maps(pl_module.model, datamodule.vocab, sentence, pl_module.decoding, constraint,
+                              datamodule.raw_text(datamodule.vocab, constraint))
         layers = None if self.layers == "all" else [paper_layer(maps.n_layers)]
         paths = draw_attention(maps, Path(trainer.default_root_dir) / self.folder, layers)
         return paths, f"{maps.source} → {maps.translation or '(empty translation)'}"

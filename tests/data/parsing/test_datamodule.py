@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
-from aiayn.data.parsing.datamodule import ParsingDataModule, output_trees
+from aiayn.data.parsing.constraints import TreeConstraint
+from aiayn.data.parsing.datamodule import ParsingDataModule, output_trees, say_unwritable_labels
+from aiayn.data.parsing.linearize import constituent_labels, linearize
+from aiayn.data.parsing.treebank import parse_trees
 from aiayn.data.readers import read_lines
-from aiayn.errors import DataError
+from aiayn.data.subwords import train_or_load
+from aiayn.errors import ConfigError, DataError
 from aiayn.metrics.parseval import parseval
 from tests.helpers.treebank import SAMPLE_SPLIT
 
@@ -50,6 +55,56 @@ def test_bracket_tokens_are_single_pieces(datamodule: ParsingDataModule) -> None
     pieces = vocab.pieces(vocab.encode([line])[0])
     assert pieces == ["\u2581" + token for token in line.split()]
     assert vocab.decode(vocab.encode([line])) == [line]
+
+
+@pytest.mark.slow
+def test_a_dev_trees_label_the_training_trees_lack_is_read_as_a_label(datamodule: ParsingDataModule,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """WHADJP is in one dev tree of the sample and in no training tree: its brackets are each one
+    symbol of the vocabulary (before: spelt ▁ <unk> W H A D J P, a word to the constraint and to
+    perplexity), so the target's tree is read back whole and the model may write it."""
+    training = {token[1:] for line in read_lines(datamodule.split_files(datamodule.splits["train"])[1])
+                for token in line.split() if token.startswith("(")}
+    trees = [parse_trees(line)[0] for line in datamodule.gold_trees("val")]
+    rare = [tree for tree in trees if "WHADJP" in constituent_labels([tree])]
+    assert len(rare) == 1 and "WHADJP" not in training
+    vocab, constraint = datamodule.vocab, TreeConstraint(datamodule.vocab)
+    tokens = vocab.encode([linearize(rare[0])])[0]
+    assert vocab.unk_id not in tokens and "WHADJP" in constraint.labels
+    assert constraint.shape(tokens) == linearize(rare[0])
+    gold = [str(rare[0])]
+    assert output_trees(gold, ParsingDataModule.raw_text(vocab, constraint).decode([tokens])) == gold
+    with caplog.at_level(logging.WARNING):
+        assert not say_unwritable_labels("val", datamodule.gold_trees("val"), vocab)
+    assert not caplog.records
+
+
+def test_a_gold_label_the_vocabulary_lacks_is_said_with_what_it_costs(datamodule: ParsingDataModule,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    gold = ["(TOP (S (NP (DT a)) (ZZP (NN b)) (VP (VB c) (ZZP (NN d)))))", "(TOP (S (NP (DT a))))"]
+    with caplog.at_level(logging.WARNING):
+        assert say_unwritable_labels("22", gold, datamodule.vocab) == {"ZZP": 2}
+    [record] = caplog.records
+    assert record.getMessage().startswith("treebank split 22: 1 gold trees have labels the parser's vocabulary has no "
+                                          "symbol for (ZZP ×2): the model cannot write them, so F1 counts those 2 "
+                                          "brackets as missed")
+
+
+@pytest.mark.slow
+def test_a_given_subword_model_without_tree_symbols_is_refused_before_anything_is_read(
+        datamodule: ParsingDataModule, data_root: Path, tmp_path: Path) -> None:
+    """task.subword_model of a model that keeps no tree symbol whole (one learnt from words alone, as
+    a translation's is): refused in one line (before: the run trained on trees spelt as words,
+    `(NP` as ▁ <unk> N P, and stopped on `constrained decoding needs a parsing model ... use
+    constrained=false`, or on the positions the spelt trees took); a parser's own is taken."""
+    words = read_lines(datamodule.split_files(datamodule.splits["train"])[0])
+    plain = train_or_load(words, 300, tmp_path / "plain")
+    with pytest.raises(ConfigError, match=rf"^task.subword_model={plain.path} keeps no tree symbols whole "
+                                          r"\('▁\(L', '▁\)L', ▁XX\), so the trees would be spelt as words; give a "
+                                          "parsing run's subword model, or null"):
+        make(data_root, tmp_path / "cache", subword_model=str(plain.path), vocab_size=300)
+    own = make(data_root, tmp_path / "cache", subword_model=str(datamodule.vocab.path))
+    assert own.given_vocab is not None
 
 
 def test_semi_supervised_mixing_repeats_wsj(data_root: Path, tmp_path: Path) -> None:

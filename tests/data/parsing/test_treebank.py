@@ -45,6 +45,8 @@ def test_splits_by_sections_and_file_ranges(sample: Path) -> None:
         split_files(sample, "02-21")  # the standard training sections are not in the sample
     with pytest.raises(ValueError, match="mixes a section and a file"):
         parse_split("00-wsj_0100")
+    with pytest.raises(ValueError, match="'21-02' runs backwards; write it first to last, '02-21'"):
+        parse_split("22,21-02")  # an empty range, whose sections would be left out in silence
 
 
 def test_traces_and_function_tags_are_removed_from_a_known_tree(sample: Path) -> None:
@@ -88,3 +90,14 @@ def test_malformed_tree_file_names_the_file_and_line(tmp_path: Path, text: str, 
         read_trees(path)
     with pytest.raises(DataError, match=rf"wsj_0001\.mrg: line {line}"):
         list(iter_split(tmp_path, "00"))
+
+
+def test_a_tree_file_opened_by_a_byte_order_mark_is_read_as_without_it(tmp_path: Path) -> None:
+    """A file of trees saved by a Windows editor (extra training trees, a treebank copy) reads as
+    the same file without its mark (before: `line 1: '\\ufeff' outside any tree; fix or remove it`)."""
+    text = "( (S (NP-SBJ (DT The) (NN café)) (VP (VBD opened)) (. .)) )\r\n( (NP (NN x)) )\n"
+    plain, marked = tmp_path / "plain.mrg", tmp_path / "marked.mrg"
+    plain.write_text(text, encoding="utf-8")
+    marked.write_text("\ufeff" + text, encoding="utf-8")
+    assert [str(tree) for tree in read_trees(marked)] == [str(tree) for tree in read_trees(plain)] == [
+        "(TOP (S (NP-SBJ (DT The) (NN café)) (VP (VBD opened)) (. .)))", "(TOP (NP (NN x)))"]

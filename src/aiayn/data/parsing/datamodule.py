@@ -13,17 +13,20 @@ import hashlib
 import json
 import logging
 import random
+import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from glob import glob
 from pathlib import Path
 from typing import Any
 
 from aiayn.data.datamodule import TranslationDataModule
-from aiayn.data.parsing.constraints import TreeConstraint
-from aiayn.data.parsing.linearize import LINEARIZATIONS, delinearize, linearize, output_symbols
+from aiayn.data.parsing.constraints import TreeConstraint, has_tree_symbols
+from aiayn.data.parsing.linearize import LEAF, LINEARIZATIONS, delinearize, linearize, output_symbols
 from aiayn.data.parsing.raw_text import RawText
 from aiayn.data.parsing.treebank import (
     ROOT_LABEL,
+    TREEBANK_LABELS,
     Tree,
     iter_split,
     parse_split,
@@ -44,6 +47,7 @@ log = logging.getLogger(__name__)
 _FORMAT = 1  # bump when the derived files change meaning
 TREEBANK_SOURCE = "the Penn Treebank WSJ, LDC99T42 (https://catalog.ldc.upenn.edu/LDC99T42), in LDC's Treebank-3 layout"
 SPACE = "\u2581"  # sentencepiece's word-boundary mark
+_CONSTITUENT = re.compile(r"\((\S+) \(")  # a constituent's label in a one-line tree: its first child is a tree
 
 
 class ParsingDataModule(TranslationDataModule):
@@ -97,6 +101,16 @@ class ParsingDataModule(TranslationDataModule):
         if linearization not in LINEARIZATIONS:
             raise ValueError(f"linearization must be one of {', '.join(LINEARIZATIONS)}, got {linearization!r}")
         self.linearization = linearization
+        for role, spec in self.splits.items():  # before anything is read: a bad split is one line, not a traceback
+            try:
+                parse_split(spec)
+            except ValueError as error:
+                raise ConfigError(f"task.datamodule.{role}_split={spec}: {error}") from None
+        given = self.given_vocab
+        if given is not None and not (has_tree_symbols(given) and (linearization != "xx" or f"{SPACE}{LEAF}" in given.piece_ids())):
+            raise ConfigError(f"task.subword_model={subword_model} keeps no tree symbols whole ('{SPACE}(L', '{SPACE})L'"
+                              f"{f', {SPACE}{LEAF}' if linearization == 'xx' else ''}), so the trees would be spelt as "
+                              "words; give a parsing run's subword model, or null to learn one from the training trees")
         self._gold: dict[str, list[str]] = {}
         self.save_hyperparameters(logger=False)  # in checkpoints; the logged config has them as task.datamodule.*
 
@@ -201,7 +215,9 @@ class ParsingDataModule(TranslationDataModule):
 
     # -- vocabulary -----------------------------------------------------------------------
     def _train_or_load(self, src: list[str], tgt: list[str]) -> Subwords:
-        labels = sorted({token[1:] for line in tgt for token in line.split() if token.startswith("(")})
+        # the treebank's labels, every one, and any other the training trees have
+        labels = sorted({token[1:] for line in tgt for token in line.split() if token.startswith("(")}
+                        | set(TREEBANK_LABELS))
         symbols = [SPACE + symbol for symbol in output_symbols(labels, self.linearization)]
         return train_or_load(src + tgt, self.vocab_size, self.cache_dir, user_defined_symbols=symbols)
 
@@ -241,11 +257,21 @@ class ParsingDataModule(TranslationDataModule):
             raise ConfigError(f"split={split}: {error}; task {task}'s splits are {', '.join(roles)}") from None
         return name
 
-    def evaluation_data(self, split: str) -> tuple[list[str], list[str], list[str]]:
+    def evaluation_data(self, split: str, vocab: Subwords | None = None) -> tuple[list[str], list[str], list[str]]:
         """A split's sentences (their words), their linearised trees (the model's targets) and
-        their gold trees (what :meth:`scorer` compares outputs with)."""
+        their gold trees (what :meth:`scorer` compares outputs with); a warning names the gold
+        labels ``vocab`` (the model's) has no symbol for."""
         words, linear = read_parallel(*self.split_files(split))
-        return words, linear, read_lines(self.gold_file(split))
+        gold = read_lines(self.gold_file(split))
+        if vocab is not None:
+            say_unwritable_labels(split, gold, vocab)
+        return words, linear, gold
+
+    def _load(self, role: str):
+        dataset = super()._load(role)
+        if role != "train":  # validation's and the test's gold trees, against the vocabulary just loaded
+            say_unwritable_labels(self.splits[role], self.gold_trees(role), self.vocab)
+        return dataset
 
     def scoring_references(self, split: str) -> list[str]:
         """The gold trees: what :meth:`scorer` scores an evaluation split's output against."""
@@ -259,3 +285,20 @@ def output_trees(gold: Sequence[str], outputs: Sequence[str]) -> list[str]:
         reference = parse_trees(gold_line)[0] if gold_line.strip() else Tree(ROOT_LABEL)
         trees.append(str(delinearize(output, reference.leaves(), reference.tags())))
     return trees
+
+
+def say_unwritable_labels(split: str, gold: Sequence[str], vocab: Subwords) -> Counter:
+    """The constituent labels of the ``gold`` trees (one-line strings) that ``vocab`` has no tree
+    symbol for (``▁(L``), counted by bracket, said in a warning naming ``split``: the model cannot
+    write them, so F1 counts their brackets as missed, and a target spells each as a word's subwords."""
+    pieces = vocab.piece_ids()
+    missing = Counter(label for line in gold for label in _CONSTITUENT.findall(line)
+                      if label != ROOT_LABEL and f"{SPACE}({label}" not in pieces)
+    if missing:
+        trees = sum(1 for line in gold if any(label in missing for label in _CONSTITUENT.findall(line)))
+        log.warning("treebank split %s: %d gold trees have labels the parser's vocabulary has no symbol for (%s): "
+                    "the model cannot write them, so F1 counts those %d brackets as missed, and perplexity reads "
+                    "each label as a word's subwords; a vocabulary learnt from trees with these labels has them",
+                    split, trees, ", ".join(f"{label} ×{count}" for label, count in sorted(missing.items())),
+                    sum(missing.values()))
+    return missing

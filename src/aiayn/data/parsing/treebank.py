@@ -24,6 +24,11 @@ ROOT_LABEL = "TOP"
 is read as ``(TOP (S ...))``, the label EVALB's COLLINS.prm deletes."""
 
 TRACE_TAG = "-NONE-"
+TREEBANK_LABELS = ("ADJP", "ADVP", "CONJP", "FRAG", "INTJ", "LST", "NAC", "NP", "NX", "PP", "PRN", "PRT", "QP", "RRC",
+                   "S", "SBAR", "SBARQ", "SINV", "SQ", "UCP", "VP", "WHADJP", "WHADVP", "WHNP", "WHPP", "X")
+"""The constituent labels of the Penn Treebank II (Bies et al., 1995, its bracketing guidelines):
+a parser's vocabulary has a symbol for each, whether or not its training trees use it, so that a
+dev or test tree's rare label is read as a label, not spelt as a word's subwords."""
 STANDARD_SPLIT = {"train": "02-21", "val": "22", "test": "23"}
 """The split of nearly all WSJ parsing work, the paper's included (§6.3: "Section 22
 development set"; Table 4 reports section 23)."""
@@ -146,10 +151,12 @@ def _rooted(tree: Tree) -> Tree:
 
 
 def read_trees(path: str | os.PathLike) -> list[Tree]:
-    """The trees of one ``.mrg`` file (or any file of bracketed trees, one or many lines each)."""
+    """The trees of one ``.mrg`` file (or any file of bracketed trees, one or many lines each); a
+    byte order mark opening it (a file saved by a Windows editor) is no part of its text, as
+    :func:`aiayn.data.readers.decode_lines` has it."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise DataError(f"{path}: file not found; check the treebank root") from None
     except UnicodeDecodeError as error:
@@ -220,6 +227,9 @@ def parse_split(spec: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
         if len({kind for kind, _ in bounds}) != 1:
             raise ValueError(f"treebank split item {item!r} mixes a section and a file; use one kind")
         first, last = bounds[0], bounds[-1]
+        if last[1] < first[1]:  # an empty range, which would leave its files out in silence
+            raise ValueError(f"treebank split item {item!r} runs backwards; write it first to last, "
+                             f"{'-'.join(reversed(ends))!r}")
         if first[0] == "section":
             ranges.append(((first[1], 0), (last[1], 99)))
         else:
