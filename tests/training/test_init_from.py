@@ -6,12 +6,14 @@ before anything is built. Real checkpoints, real sentencepiece."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
 from aiayn.checkpoints.init_from import initial_weights, start_from
+from aiayn.checkpoints.resume import find_resume
 from aiayn.checkpoints.trained import load_trained, model_weights
 from aiayn.config.schemas import network_arguments
 from aiayn.errors import ConfigError
@@ -80,3 +82,20 @@ def test_a_checkpoint_the_run_cannot_start_from_is_refused_before_anything_is_bu
     config = resolved("debug=tiny", *(o.format(tmp=tmp_path, last=tiny_run.last) for o in overrides))
     with pytest.raises(ConfigError, match=message.format(tmp=tmp_path, last=tiny_run.last)):
         start_from(config)
+
+
+def test_a_run_started_from_another_model_is_not_resumed_in_its_place(tiny_run: TrainedRun, tmp_path: Path) -> None:
+    """``init_from=B resume=auto`` beside an earlier run of the same name started from A (or from no
+    model): that run is another's, not resumed; ``resume=<it>`` is refused naming init_from (before:
+    resumed, its weights trained on in place of B's, B named in the new checkpoints' config)."""
+    config = torch.load(tiny_run.last, map_location="cpu", weights_only=False)["hyper_parameters"]["run_config"]
+    assert config["init_from"] is None  # the tiny run started from no model
+    earlier = tmp_path / "outputs" / "run" / "2026-01-01_00-00-00"
+    shutil.copytree(tiny_run.checkpoints, earlier / "checkpoints")
+    fine_tuning = {**config, "init_from": str(tiny_run.last)}
+    assert find_resume("auto", tmp_path / "outputs" / "run" / "2026-01-02_09-30-00", fine_tuning, multirun=False) is None
+    with pytest.raises(ConfigError, match=f"was trained with other settings than this run: init_from: None → "
+                                          f"'{tiny_run.last}'; resume with the checkpoint's settings"):
+        find_resume(str(earlier), tmp_path / "attempt", fine_tuning, multirun=False)
+    found = find_resume("auto", tmp_path / "outputs" / "run" / "2026-01-02_09-30-00", config, multirun=False)
+    assert found is not None and found.run_dir == earlier  # the same command goes on from it
