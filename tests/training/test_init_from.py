@@ -66,6 +66,7 @@ def test_a_fine_tuning_run_learns_no_subwords_and_keeps_the_checkpoints(tiny_run
 @pytest.mark.parametrize(("overrides", "message"), [
     (["init_from={tmp}/none.ckpt"], "init_from={tmp}/none.ckpt: no such checkpoint file; give a checkpoint"),
     (["init_from={tmp}/notes.ckpt"], "init_from={tmp}/notes.ckpt: not an aiayn training checkpoint"),
+    (["init_from={run}"], "^init_from={run}: {run} is a directory; give one checkpoint file, e.g. init_from={last}$"),
     (["init_from={last}", "model.n_layers=1", "model.d_ff=128"],
      (r"init_from={last}: this run's network is not the checkpoint's \(model.n_layers 2 → 1; model.d_ff 64 → 128\); "
       "give the checkpoint's model settings")),
@@ -79,8 +80,9 @@ def test_a_checkpoint_the_run_cannot_start_from_is_refused_before_anything_is_bu
         overrides: list[str], message: str, tiny_run: TrainedRun, tmp_path: Path) -> None:
     (tmp_path / "notes.ckpt").write_text("notes\n")
     (tmp_path / "other.model").write_bytes(b"another model")
-    config = resolved("debug=tiny", *(o.format(tmp=tmp_path, last=tiny_run.last) for o in overrides))
-    with pytest.raises(ConfigError, match=message.format(tmp=tmp_path, last=tiny_run.last)):
+    names = {"tmp": tmp_path, "last": tiny_run.last, "run": tiny_run.run_dir}  # a run folder: before, "no such checkpoint file"
+    config = resolved("debug=tiny", *(o.format(**names) for o in overrides))
+    with pytest.raises(ConfigError, match=message.format(**names)):
         start_from(config)
 
 

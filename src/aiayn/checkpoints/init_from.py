@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from aiayn.checkpoints.io import load_lazily, read_checkpoint
+from aiayn.checkpoints.io import folder_given, load_lazily, read_checkpoint
 from aiayn.checkpoints.trained import model_weights, module_arguments, put_weights
 from aiayn.config.schemas import network_arguments
 from aiayn.errors import ConfigError
@@ -43,6 +43,8 @@ def start_from(config: dict[str, Any]) -> None:
     if given is None:
         return
     path = Path(str(given)).expanduser().absolute()
+    if path.is_dir():  # a run folder, as resume= takes one (before: "no such checkpoint file")
+        raise ConfigError(f"init_from={given}: {folder_given(path, setting='init_from')}")
     if not path.is_file():
         raise ConfigError(f"init_from={given}: no such checkpoint file; give a checkpoint of a trained model "
                           "(<run>/checkpoints/last.ckpt, say)")
