@@ -101,3 +101,20 @@ def test_a_run_started_from_another_model_is_not_resumed_in_its_place(tiny_run: 
         find_resume(str(earlier), tmp_path / "attempt", fine_tuning, multirun=False)
     found = find_resume("auto", tmp_path / "outputs" / "run" / "2026-01-02_09-30-00", config, multirun=False)
     assert found is not None and found.run_dir == earlier  # the same command goes on from it
+
+
+def test_sinusoidal_positions_may_cover_longer_sentences_than_the_checkpoints(tiny_run: TrainedRun,
+                                                                               tmp_path: Path) -> None:
+    """The sinusoids are computed, not weights (§3.5): a run may raise model.max_positions for longer
+    sentences (before: refused, "model.max_positions 512 → 2048; give the checkpoint's model settings");
+    learned positions are weights, and their number stays the checkpoint's."""
+    config = resolved(*FINE_TUNING[:2], "model.max_positions=2048", f"init_from={tiny_run.last}")
+    config["paths"]["cache_dir"] = str(tmp_path / "cache")
+    start_from(config)
+    model = Transformer(**network_arguments(config["model"]), src_vocab_size=500, tgt_vocab_size=500, pad_id=0)
+    initial_weights(model, config["init_from"])
+    assert model.max_positions == 2048
+    learned = resolved(*FINE_TUNING[:2], "model.positional=learned", "model.max_positions=2048",
+                       f"init_from={tiny_run.last}")
+    with pytest.raises(ConfigError, match=r"\(model.positional 'sinusoidal' → 'learned'; model.max_positions 512 → 2048\)"):
+        start_from(learned)

@@ -28,7 +28,8 @@ from aiayn.files import atomic_write
 
 log = logging.getLogger(__name__)
 
-# The network settings its weights are laid out by: the run's must be the checkpoint's.
+# The network settings its weights are laid out by: the run's must be the checkpoint's (max_positions
+# only for learned positions).
 SHAPE_SETTINGS = ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v", "positional", "max_positions",
                   "share_embeddings")
 
@@ -53,8 +54,11 @@ def start_from(config: dict[str, Any]) -> None:
         raise ConfigError(f"init_from={given}: not an aiayn training checkpoint")
     trained = module_arguments(checkpoint["hyper_parameters"])
     network = network_arguments(config["model"], config["width_divisor"])
+    # Sinusoids are no weights (§3.5): their table is computed for the run's max_positions, which may
+    # cover longer sentences than the checkpoint's (before: refused as another network).
+    computed = {"max_positions"} if trained["model"].get("positional") == network.get("positional") == "sinusoidal" else set()
     differences = [f"model.{key} {trained['model'].get(key)!r} → {network.get(key)!r}" for key in SHAPE_SETTINGS
-                   if trained["model"].get(key) != network.get(key)]
+                   if key not in computed and trained["model"].get(key) != network.get(key)]
     if trained.get("vocab_size") != config["task"]["vocab_size"]:
         differences.append(f"task.vocab_size {trained.get('vocab_size')} → {config['task']['vocab_size']}")
     if differences:
