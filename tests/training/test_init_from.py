@@ -6,6 +6,7 @@ before anything is built. Real checkpoints, real sentencepiece."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import torch
 from aiayn.checkpoints.init_from import initial_weights, start_from
 from aiayn.checkpoints.resume import find_resume
 from aiayn.checkpoints.trained import load_trained, model_weights
+from aiayn.config.plan import describe
 from aiayn.config.schemas import network_arguments
 from aiayn.errors import ConfigError
 from aiayn.model import Transformer
@@ -53,6 +55,9 @@ def test_a_fine_tuning_run_learns_no_subwords_and_keeps_the_checkpoints(tiny_run
           cache_dir=cache)
     log = (run_dir / "train.log").read_text()
     assert f"starting from the model of {tiny_run.last} (step 4): its weights and subword model" in log
+    # The plan and the summary say what the run started from (before: neither did).
+    assert f"  weights: from {tiny_run.last} (init_from), under a fresh optimizer and schedule from step 0\n" in log
+    assert json.loads((run_dir / "summary.json").read_text())["init_from"] == str(tiny_run.last)
     subwords = torch.load(tiny_run.last, map_location="cpu", weights_only=False)["subwords"]
     models = [path.name for path in (cache / "sentencepiece").glob("*.model")]
     assert len(models) == 1 and models[0].startswith("given-")  # the checkpoint's copy alone: none learnt
@@ -118,3 +123,13 @@ def test_sinusoidal_positions_may_cover_longer_sentences_than_the_checkpoints(ti
                        f"init_from={tiny_run.last}")
     with pytest.raises(ConfigError, match=r"\(model.positional 'sinusoidal' → 'learned'; model.max_positions 512 → 2048\)"):
         start_from(learned)
+
+
+def test_the_plan_names_the_model_a_run_starts_from(tiny_run: TrainedRun, tmp_path: Path) -> None:
+    """The plan (the run's and --cfg job's) names the checkpoint of init_from; a run from scratch none."""
+    config = resolved(*FINE_TUNING[:2], f"init_from={tiny_run.last}")
+    config["paths"]["cache_dir"] = str(tmp_path / "cache")
+    start_from(config)
+    assert (f"\n  weights: from {tiny_run.last} (init_from), under a fresh optimizer and schedule from step 0"
+            in describe(config["plan"], config))
+    assert "weights:" not in describe(config["plan"], resolved(*FINE_TUNING[:2]))
