@@ -7,9 +7,12 @@ before anything is built. Real checkpoints, real sentencepiece."""
 from __future__ import annotations
 
 import json
+import logging
+import re
 import shutil
 from pathlib import Path
 
+import hydra
 import pytest
 import torch
 
@@ -18,9 +21,10 @@ from aiayn.checkpoints.resume import find_resume
 from aiayn.checkpoints.trained import load_trained, model_weights
 from aiayn.config.plan import describe
 from aiayn.config.schemas import network_arguments
+from aiayn.data.readers import read_lines
 from aiayn.errors import ConfigError
 from aiayn.model import Transformer
-from tests.helpers.datafiles import own_corpus
+from tests.helpers.datafiles import own_corpus, write_lines
 from tests.helpers.inprocess import train
 from tests.helpers.runs import TrainedRun
 from tests.training.test_config_check import resolved
@@ -133,3 +137,33 @@ def test_the_plan_names_the_model_a_run_starts_from(tiny_run: TrainedRun, tmp_pa
     assert (f"\n  weights: from {tiny_run.last} (init_from), under a fresh optimizer and schedule from step 0"
             in describe(config["plan"], config))
     assert "weights:" not in describe(config["plan"], resolved(*FINE_TUNING[:2]))
+
+
+def test_a_corpus_the_checkpoints_subwords_do_not_cover_is_warned_of(tiny_run: TrainedRun, data_root: Path,
+                                                                     tmp_path: Path, caplog) -> None:
+    """An en-de Multi30k model fine-tuned on en→fr news: French accents are <unk> to its subword
+    model, and the run says so, naming them (before: it trained on the <unk>s without a word); the
+    en-de corpus it was learnt for has no such line."""
+    french = tmp_path / "fr"
+    french.mkdir()
+    wmt = data_root / "wmt14"
+    for lang in ("en", "fr"):
+        write_lines(french / f"train.{lang}", read_lines(wmt / f"newstest2014-en-fr.{lang}")[:200])
+        write_lines(french / f"valid.{lang}", read_lines(wmt / f"newstest2013.{lang}")[:200])
+    for corpus, tgt_lang in ((french, "fr"), (own_corpus(tmp_path / "de", data_root), "de")):
+        config = resolved(*FINE_TUNING[:3], "task.src_lang=en", f"task.tgt_lang={tgt_lang}", f"task.data_dir={corpus}",
+                          f"init_from={tiny_run.last}")
+        config["paths"]["cache_dir"] = str(tmp_path / "cache")
+        start_from(config)
+        datamodule = hydra.utils.instantiate(config["task"]["datamodule"], max_tokens=1024)
+        model = Transformer(**network_arguments(config["model"]), src_vocab_size=500, tgt_vocab_size=500, pad_id=0)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="aiayn.checkpoints.init_from"):
+            initial_weights(model, config["init_from"], datamodule)
+        warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+        if tgt_lang == "de":
+            assert warnings == []
+            continue
+        assert len(warnings) == 1 and re.fullmatch(
+            rf"init_from={re.escape(str(tiny_run.last))}: its subword model does not know \d\.\d% of the fr side's "
+            r"subwords in the valid split \(the characters [^)]*â[^)]*\): they train and decode as <unk>; .*", warnings[0])

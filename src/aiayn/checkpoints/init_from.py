@@ -22,6 +22,7 @@ import torch
 
 from aiayn.checkpoints.io import folder_given, load_lazily, read_checkpoint
 from aiayn.checkpoints.trained import model_weights, module_arguments, put_weights
+from aiayn.config.hardware import first_process
 from aiayn.config.schemas import network_arguments
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_write
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 # only for learned positions).
 SHAPE_SETTINGS = ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v", "positional", "max_positions",
                   "share_embeddings")
+# More of a side's subwords than this unknown (<unk>) to the checkpoint's subword model: a warning.
+UNKNOWN_SHARE = 0.005
 
 
 def start_from(config: dict[str, Any]) -> None:
@@ -77,10 +80,46 @@ def start_from(config: dict[str, Any]) -> None:
     config["task"]["subword_model"] = config["task"]["datamodule"]["subword_model"] = str(copy)
 
 
-def initial_weights(model: torch.nn.Module, init_from: str) -> None:
-    """Put the weights of the checkpoint ``init_from`` (checked by :func:`start_from`) into ``model``."""
+def initial_weights(model: torch.nn.Module, init_from: str, datamodule: Any = None) -> None:
+    """Put the weights of the checkpoint ``init_from`` (checked by :func:`start_from`) into ``model``;
+    with the run's ``datamodule``, warn where its subword model leaves much of the corpus unknown
+    (:func:`unknown_subwords`)."""
     checkpoint = read_checkpoint(init_from)
     put_weights(model, model_weights(checkpoint["state_dict"]), f"init_from={init_from}")
     log.info("starting from the model of %s (step %s): its weights and subword model; a fresh optimizer and "
              "schedule from step 0", init_from, f"{int(checkpoint.get('global_step', 0)):,}")
+    if datamodule is not None and first_process():
+        for line in unknown_subwords(datamodule):
+            log.warning("init_from=%s: %s", init_from, line)
+
+
+def unknown_subwords(datamodule: Any) -> list[str]:
+    """What the checkpoint's subword model (the run's, ``task.subword_model``) does not know of the
+    run's validation split, a line for each side of which more than :data:`UNKNOWN_SHARE` of the
+    subwords are ``<unk>`` (a corpus in another language or script than the checkpoint's: French
+    accents under a Multi30k en-de model), naming its characters; [] where all is known, or where
+    the split cannot be read before the data is prepared (WMT14's)."""
+    if datamodule.preparation_needed() is not None:
+        return []
+    vocab, split = datamodule.load_vocab(), datamodule.splits["val"]
+    sources, targets, _ = datamodule.evaluation_data(split)
+    found = []
+    for side, lines in ((getattr(datamodule, "src_lang", "source"), sources),
+                        (getattr(datamodule, "tgt_lang", "target"), targets)):
+        ids = [token for line in vocab.encode(lines) for token in line]
+        unknown = sum(token == vocab.unk_id for token in ids)
+        if ids and unknown / len(ids) > UNKNOWN_SHARE:
+            characters = _unknown_characters(vocab, lines)
+            shown = " ".join(characters[:20]) + (f" and {len(characters) - 20} more" if len(characters) > 20 else "")
+            found.append(f"its subword model does not know {unknown / len(ids):.1%} of the {side} side's subwords in "
+                         f"the {split} split (the characters {shown}): they train and decode as <unk>; a checkpoint "
+                         "whose subword model was learnt over this corpus's languages, or a run from scratch (without "
+                         "init_from), learns them")
+    return found
+
+
+def _unknown_characters(vocab: Any, lines: list[str]) -> list[str]:
+    """The characters of ``lines`` that ``vocab`` encodes as ``<unk>``, in order."""
+    characters = sorted({c for line in lines for c in set(line) if not c.isspace()})
+    return [c for c, ids in zip(characters, vocab.encode(characters)) if vocab.unk_id in ids]
 
