@@ -16,7 +16,9 @@ import hydra
 import pytest
 import torch
 
+from aiayn.checkpoints.averaging import average_checkpoints
 from aiayn.checkpoints.init_from import initial_weights, start_from
+from aiayn.checkpoints.io import list_checkpoints
 from aiayn.checkpoints.resume import find_resume
 from aiayn.checkpoints.trained import load_trained, model_weights
 from aiayn.config.plan import describe
@@ -167,3 +169,21 @@ def test_a_corpus_the_checkpoints_subwords_do_not_cover_is_warned_of(tiny_run: T
         assert len(warnings) == 1 and re.fullmatch(
             rf"init_from={re.escape(str(tiny_run.last))}: its subword model does not know \d\.\d% of the fr side's "
             r"subwords in the valid split \(the characters [^)]*â[^)]*\): they train and decode as <unk>; .*", warnings[0])
+
+
+def test_an_averaged_checkpoint_is_started_from_and_named_as_the_average(tiny_run: TrainedRun, tmp_path: Path,
+                                                                         caplog) -> None:
+    """average.py's file (§6.1) as init_from: the averaged weights, and the log names the steps
+    averaged (before: "starting from the model of … (step 4)", its newest member's step)."""
+    averaged = tmp_path / "avg.ckpt"
+    average = average_checkpoints(path for _, path in list_checkpoints(tiny_run.run_dir)[-2:])
+    torch.save(average, averaged)
+    config = resolved(*FINE_TUNING[:2], f"init_from={averaged}")
+    config["paths"]["cache_dir"] = str(tmp_path / "cache")
+    start_from(config)
+    model = Transformer(**network_arguments(config["model"]), src_vocab_size=500, tgt_vocab_size=500, pad_id=0)
+    with caplog.at_level(logging.INFO, logger="aiayn.checkpoints.init_from"):
+        initial_weights(model, config["init_from"])
+    expected = model_weights(average["state_dict"])
+    assert all(torch.equal(value, expected[name]) for name, value in model.state_dict().items())
+    assert f"starting from the model of {averaged} (the average of steps 3–4): its weights" in caplog.text

@@ -86,8 +86,11 @@ def initial_weights(model: torch.nn.Module, init_from: str, datamodule: Any = No
     (:func:`unknown_subwords`)."""
     checkpoint = read_checkpoint(init_from)
     put_weights(model, model_weights(checkpoint["state_dict"]), f"init_from={init_from}")
-    log.info("starting from the model of %s (step %s): its weights and subword model; a fresh optimizer and "
-             "schedule from step 0", init_from, f"{int(checkpoint.get('global_step', 0)):,}")
+    averaged = checkpoint.get("averaged_steps") or []  # average.py's (before: said to be its newest step's)
+    which = (f"the average of steps {averaged[0]:,}–{averaged[-1]:,}" if len(averaged) > 1
+             else f"step {int(checkpoint.get('global_step', 0)):,}")
+    log.info("starting from the model of %s (%s): its weights and subword model; a fresh optimizer and "
+             "schedule from step 0", init_from, which)
     if datamodule is not None and first_process():
         for line in unknown_subwords(datamodule):
             log.warning("init_from=%s: %s", init_from, line)
