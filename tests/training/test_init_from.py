@@ -76,7 +76,8 @@ def test_a_fine_tuning_run_learns_no_subwords_and_keeps_the_checkpoints(tiny_run
 
 @pytest.mark.parametrize(("overrides", "message"), [
     (["init_from={tmp}/none.ckpt"], "init_from={tmp}/none.ckpt: no such checkpoint file; give a checkpoint"),
-    (["init_from={tmp}/notes.ckpt"], "init_from={tmp}/notes.ckpt: not an aiayn training checkpoint"),
+    (["init_from={tmp}/notes.ckpt"], ("init_from={tmp}/notes.ckpt: not an aiayn training checkpoint; give one a "
+                                      r"training run wrote \(<run>/checkpoints/\*\.ckpt, or average\.py's file\)")),
     (["init_from={run}"], "^init_from={run}: {run} is a directory; give one checkpoint file, e.g. init_from={last}$"),
     (["init_from={last}", "model.n_layers=1", "model.d_ff=128"],
      (r"init_from={last}: this run's network is not the checkpoint's \(model.n_layers 2 → 1; model.d_ff 64 → 128\); "
@@ -86,10 +87,20 @@ def test_a_fine_tuning_run_learns_no_subwords_and_keeps_the_checkpoints(tiny_run
      "task.subword_model={tmp}/other.model is not the checkpoint's subword model"),
     (["init_from={last}", "model.n_layers=2", "task.subword_model={tmp}/none.model"],
      "task.subword_model={tmp}/none.model is not the checkpoint's subword model"),
+    (["init_from={tmp}/damaged.ckpt"],  # before: "not an aiayn training checkpoint"
+     ("^init_from={tmp}/damaged.ckpt: {tmp}/damaged.ckpt: damaged: its bytes are not those written .*; use another "
+      "checkpoint of the run$")),
 ])
 def test_a_checkpoint_the_run_cannot_start_from_is_refused_before_anything_is_built(
         overrides: list[str], message: str, tiny_run: TrainedRun, tmp_path: Path) -> None:
     (tmp_path / "notes.ckpt").write_text("notes\n")
+    shutil.copyfile(tiny_run.checkpoints / "step0000004.ckpt", tmp_path / "damaged.ckpt")
+    shutil.copyfile(tiny_run.checkpoints / "step0000004.ckpt.blake2b", tmp_path / "damaged.ckpt.blake2b")
+    with (tmp_path / "damaged.ckpt").open("r+b") as damaged:  # a byte flipped after it was written
+        damaged.seek(1000)
+        byte = damaged.read(1)
+        damaged.seek(1000)
+        damaged.write(bytes([byte[0] ^ 0xFF]))
     (tmp_path / "other.model").write_bytes(b"another model")
     names = {"tmp": tmp_path, "last": tiny_run.last, "run": tiny_run.run_dir}  # a run folder: before, "no such checkpoint file"
     config = resolved("debug=tiny", *(o.format(**names) for o in overrides))

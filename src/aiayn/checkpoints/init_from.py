@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from aiayn.checkpoints.digest import damaged
 from aiayn.checkpoints.io import folder_given, load_lazily, read_checkpoint
 from aiayn.checkpoints.trained import model_weights, module_arguments, put_weights
 from aiayn.config.hardware import first_process
@@ -52,9 +53,13 @@ def start_from(config: dict[str, Any]) -> None:
     if not path.is_file():
         raise ConfigError(f"init_from={given}: no such checkpoint file; give a checkpoint of a trained model "
                           "(<run>/checkpoints/last.ckpt, say)")
+    damage = damaged(path)  # (before: "not an aiayn training checkpoint", as load_lazily reads no damaged file)
+    if damage:
+        raise ConfigError(f"init_from={given}: {damage}")
     checkpoint = load_lazily(path)  # memory-mapped: its weights are read once the run is built
     if not isinstance(checkpoint, dict) or not {"hyper_parameters", "subwords", "state_dict"} <= set(checkpoint):
-        raise ConfigError(f"init_from={given}: not an aiayn training checkpoint")
+        raise ConfigError(f"init_from={given}: not an aiayn training checkpoint; give one a training run wrote "
+                          "(<run>/checkpoints/*.ckpt, or average.py's file): export.py's exports are not trained on")
     trained = module_arguments(checkpoint["hyper_parameters"])
     network = network_arguments(config["model"], config["width_divisor"])
     # Sinusoids are no weights (§3.5): their table is computed for the run's max_positions, which may
