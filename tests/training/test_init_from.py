@@ -18,7 +18,7 @@ import torch
 
 from aiayn.checkpoints.averaging import average_checkpoints
 from aiayn.checkpoints.init_from import initial_weights, start_from
-from aiayn.checkpoints.io import list_checkpoints
+from aiayn.checkpoints.io import list_checkpoints, save_checkpoint_atomically
 from aiayn.checkpoints.resume import find_resume
 from aiayn.checkpoints.trained import load_trained, model_weights
 from aiayn.config.plan import describe
@@ -198,3 +198,24 @@ def test_an_averaged_checkpoint_is_started_from_and_named_as_the_average(tiny_ru
     expected = model_weights(average["state_dict"])
     assert all(torch.equal(value, expected[name]) for name, value in model.state_dict().items())
     assert f"starting from the model of {averaged} (the average of steps 3–4): its weights" in caplog.text
+
+
+def test_a_fine_tuning_run_resumes_after_the_checkpoint_it_started_from_is_gone(tiny_run: TrainedRun,
+                                                                               tmp_path: Path) -> None:
+    """The checkpoint of init_from removed (a scratch disk cleaned) before the killed fine-tuning run
+    is resumed with the same command: it goes on from its own checkpoint, with the subword model that
+    checkpoint holds (before: "no such checkpoint file", and without init_from "trained with other
+    settings": no way to resume it); a run that resumes nothing still needs the file."""
+    gone, run_dir = tmp_path / "pre.ckpt", tmp_path / "run"
+    checkpoint = torch.load(tiny_run.checkpoints / "step0000004.ckpt", map_location="cpu", weights_only=False)
+    checkpoint["hyper_parameters"]["run_config"]["init_from"] = str(gone)  # the fine-tuning run's, at step 4
+    save_checkpoint_atomically(checkpoint, run_dir / "checkpoints" / "step0000004.ckpt")
+    for resume in ("auto", str(run_dir)):
+        config = resolved(*FINE_TUNING[:2], f"init_from={gone}", f"resume={resume}")
+        config["paths"].update(cache_dir=str(tmp_path / "cache"), output_dir=str(run_dir))
+        start_from(config)
+        assert Path(config["task"]["datamodule"]["subword_model"]).read_bytes() == checkpoint["subwords"]
+        assert config["init_from"] == str(gone)
+        assert find_resume(resume, run_dir, config, multirun=False).checkpoint == run_dir / "checkpoints" / "step0000004.ckpt"
+    with pytest.raises(ConfigError, match=f"init_from={gone}: no such checkpoint file"):
+        start_from(resolved(*FINE_TUNING[:2], f"init_from={gone}"))

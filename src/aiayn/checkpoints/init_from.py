@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from aiayn.checkpoints.digest import damaged
-from aiayn.checkpoints.io import folder_given, load_lazily, read_checkpoint
+from aiayn.checkpoints.io import folder_given, load_lazily, read_checkpoint, run_dir_of
+from aiayn.checkpoints.resume import job_dirs, newest_checkpoint, resumes_nothing
 from aiayn.checkpoints.trained import model_weights, module_arguments, put_weights
 from aiayn.config.hardware import first_process
 from aiayn.config.schemas import network_arguments
@@ -51,8 +52,12 @@ def start_from(config: dict[str, Any]) -> None:
     if path.is_dir():  # a run folder, as resume= takes one (before: "no such checkpoint file")
         raise ConfigError(f"init_from={given}: {folder_given(path, setting='init_from')}")
     if not path.is_file():
-        raise ConfigError(f"init_from={given}: no such checkpoint file; give a checkpoint of a trained model "
-                          "(<run>/checkpoints/last.ckpt, say)")
+        subwords = _subwords_of_its_run(config, path)
+        if subwords is None:
+            raise ConfigError(f"init_from={given}: no such checkpoint file; give a checkpoint of a trained model "
+                              "(<run>/checkpoints/last.ckpt, say)")
+        _name_subwords(config, given, path, subwords)
+        return
     damage = damaged(path)  # (before: "not an aiayn training checkpoint", as load_lazily reads no damaged file)
     if damage:
         raise ConfigError(f"init_from={given}: {damage}")
@@ -72,7 +77,12 @@ def start_from(config: dict[str, Any]) -> None:
     if differences:
         raise ConfigError(f"init_from={given}: this run's network is not the checkpoint's ({'; '.join(differences)}); "
                           "give the checkpoint's model settings")
-    subwords = bytes(checkpoint["subwords"])
+    _name_subwords(config, given, path, bytes(checkpoint["subwords"]))
+
+
+def _name_subwords(config: dict[str, Any], given: Any, path: Path, subwords: bytes) -> None:
+    """``subwords`` (the checkpoint's subword model) as the run's ``task.subword_model``, and
+    ``path`` as its ``init_from``; a ConfigError for another ``task.subword_model`` given."""
     named = config["task"].get("subword_model")
     if named is not None and (not Path(named).is_file() or Path(named).read_bytes() != subwords):
         raise ConfigError(f"init_from={given}: task.subword_model={named} is not the checkpoint's subword model, which "
@@ -83,6 +93,30 @@ def start_from(config: dict[str, Any]) -> None:
         atomic_write(copy, lambda file: file.write(subwords))
     config["init_from"] = str(path)
     config["task"]["subword_model"] = config["task"]["datamodule"]["subword_model"] = str(copy)
+
+
+def _subwords_of_its_run(config: dict[str, Any], path: Path) -> bytes | None:
+    """A run resumed (``resume=auto`` or a path) after the checkpoint it started from is gone (a
+    scratch disk cleaned, its run's older steps removed): the subword model of the newest checkpoint
+    of the run it resumes that started from ``path``, which it goes on from without reading ``path``
+    (before: "no such checkpoint file", and without init_from, "trained with other settings").
+    None for a run that resumes nothing or finds no such checkpoint."""
+    spec = config.get("resume")
+    if resumes_nothing(spec):
+        return None
+    if str(spec) == "auto":
+        folders = job_dirs(Path(config["paths"]["output_dir"]), multirun=False)
+    else:
+        folders = [Path(str(spec)) if Path(str(spec)).is_dir() else run_dir_of(Path(str(spec)))]
+    for folder in folders:
+        newest = newest_checkpoint(folder)
+        saved = load_lazily(newest) if newest is not None else None
+        run_config = ((saved or {}).get("hyper_parameters") or {}).get("run_config") or {}
+        if run_config.get("init_from") == str(path) and saved.get("subwords") is not None:
+            log.info("init_from=%s is gone; the run that started from it goes on from %s, with its subword model",
+                     path, newest)
+            return bytes(saved["subwords"])
+    return None
 
 
 def initial_weights(model: torch.nn.Module, init_from: str, datamodule: Any = None) -> None:

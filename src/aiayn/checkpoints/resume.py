@@ -73,7 +73,7 @@ def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[st
         return None
     output_dir = Path(output_dir)
     if str(spec) == "auto":
-        for run_dir in _job_dirs(output_dir, multirun):
+        for run_dir in job_dirs(output_dir, multirun):
             found = _newest(run_dir)
             if found is None:
                 continue
@@ -236,7 +236,7 @@ def _held(config: dict[str, Any], key: str) -> bool:
     return isinstance(config, dict) and name in config
 
 
-def _job_dirs(output_dir: Path, multirun: bool) -> list[Path]:
+def job_dirs(output_dir: Path, multirun: bool) -> list[Path]:
     """This run's directory, then earlier directories of the same job, newest first: the same job
     subdir of earlier sweeps, or the earlier ``<date>_<time>`` folders of the same run name. A
     folder named otherwise (``hydra.run.dir=`` given: a table row's of ``experiments/tables.py
