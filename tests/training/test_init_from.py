@@ -27,7 +27,7 @@ from aiayn.data.readers import read_lines
 from aiayn.errors import ConfigError
 from aiayn.model import Transformer
 from tests.helpers.datafiles import own_corpus, write_lines
-from tests.helpers.inprocess import train
+from tests.helpers.inprocess import run_tool, train
 from tests.helpers.runs import TrainedRun
 from tests.training.test_config_check import resolved
 
@@ -219,3 +219,22 @@ def test_a_fine_tuning_run_resumes_after_the_checkpoint_it_started_from_is_gone(
         assert find_resume(resume, run_dir, config, multirun=False).checkpoint == run_dir / "checkpoints" / "step0000004.ckpt"
     with pytest.raises(ConfigError, match=f"init_from={gone}: no such checkpoint file"):
         start_from(resolved(*FINE_TUNING[:2], f"init_from={gone}"))
+
+
+def test_evaluate_reads_a_fine_tuned_checkpoint_whose_subword_copy_is_gone(tiny_run: TrainedRun, data_root: Path,
+                                                                            tmp_path: Path) -> None:
+    """A fine-tuned checkpoint's task.subword_model names the copy in the training machine's cache;
+    evaluated where that file is not (the cache cleaned, another machine), evaluate.py uses the
+    subword model the checkpoint holds (before: exit 2, `task.subword_model=…: no such file; give a
+    sentencepiece model file (.model), or null to learn one`, where a learnt one is another model)."""
+    checkpoint = torch.load(tiny_run.checkpoints / "step0000004.ckpt", map_location="cpu", weights_only=False)
+    task = checkpoint["hyper_parameters"]["run_config"]["task"]
+    gone = str(tmp_path / "training-machine" / "sentencepiece" / "given-0123456789abcdef0123.model")
+    task["subword_model"] = task["datamodule"]["subword_model"] = gone
+    fine_tuned = save_checkpoint_atomically(checkpoint, tmp_path / "run" / "checkpoints" / "step0000004.ckpt")
+    cache = tmp_path / "cache"
+    run_tool("src/evaluate.py", f"ckpt={fine_tuned}", "split=val", "decoding.beam_size=1", "wandb=disabled",
+             f"out={tmp_path / 'eval'}", data_root=data_root, cache_dir=cache)
+    (copy,) = (cache / "sentencepiece").glob("given-*.model")
+    assert copy.read_bytes() == checkpoint["subwords"]
+    assert (tmp_path / "eval" / "val.step4.beam1.alpha0.6.len+5.hyp.de").is_file()

@@ -87,12 +87,19 @@ def _name_subwords(config: dict[str, Any], given: Any, path: Path, subwords: byt
     if named is not None and (not Path(named).is_file() or Path(named).read_bytes() != subwords):
         raise ConfigError(f"init_from={given}: task.subword_model={named} is not the checkpoint's subword model, which "
                           "the run's data are encoded with; leave task.subword_model out")
-    copy = Path(config["paths"]["cache_dir"]) / "sentencepiece" / f"given-{hashlib.sha256(subwords).hexdigest()[:20]}.model"
+    copy = subword_copy(subwords, config["paths"]["cache_dir"])
+    config["init_from"] = str(path)
+    config["task"]["subword_model"] = config["task"]["datamodule"]["subword_model"] = str(copy)
+
+
+def subword_copy(subwords: bytes, cache_dir: str | Path) -> Path:
+    """``<cache_dir>/sentencepiece/given-<SHA-256>.model`` holding ``subwords`` (a checkpoint's subword
+    model), written once: the file its run's ``task.subword_model`` names, on any machine."""
+    copy = Path(cache_dir) / "sentencepiece" / f"given-{hashlib.sha256(subwords).hexdigest()[:20]}.model"
     if not copy.is_file() or copy.read_bytes() != subwords:
         copy.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(copy, lambda file: file.write(subwords))
-    config["init_from"] = str(path)
-    config["task"]["subword_model"] = config["task"]["datamodule"]["subword_model"] = str(copy)
+    return copy
 
 
 def _subwords_of_its_run(config: dict[str, Any], path: Path) -> bytes | None:
