@@ -62,7 +62,7 @@ def test_a_fine_tuning_run_learns_no_subwords_and_keeps_the_checkpoints(tiny_run
     log = (run_dir / "train.log").read_text()
     assert f"starting from the model of {tiny_run.last} (step 4): its weights and subword model" in log
     # The plan and the summary say what the run started from (before: neither did).
-    assert f"  weights: from {tiny_run.last} (init_from), under a fresh optimizer and schedule from step 0\n" in log
+    assert f"  weights: at step 0, the model of {tiny_run.last} (init_from), with Adam and the schedule started afresh there\n" in log
     assert json.loads((run_dir / "summary.json").read_text())["init_from"] == str(tiny_run.last)
     subwords = torch.load(tiny_run.last, map_location="cpu", weights_only=False)["subwords"]
     models = [path.name for path in (cache / "sentencepiece").glob("*.model")]
@@ -147,7 +147,7 @@ def test_the_plan_names_the_model_a_run_starts_from(tiny_run: TrainedRun, tmp_pa
     config = resolved(*FINE_TUNING[:2], f"init_from={tiny_run.last}")
     config["paths"]["cache_dir"] = str(tmp_path / "cache")
     start_from(config)
-    assert (f"\n  weights: from {tiny_run.last} (init_from), under a fresh optimizer and schedule from step 0"
+    assert (f"\n  weights: at step 0, the model of {tiny_run.last} (init_from), with Adam and the schedule started afresh there"
             in describe(config["plan"], config))
     assert "weights:" not in describe(config["plan"], resolved(*FINE_TUNING[:2]))
 

@@ -247,7 +247,7 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
         describe_checkpoints(config["checkpoint"], optim["train_steps"]) if config.get("checkpoint") else None,
         _describe_model(config, model),
         # A fine-tuning run says what it starts from (before: only a log line after the plan, none in --cfg job).
-        (f"  weights: from {config['init_from']} (init_from), under a fresh optimizer and schedule from step 0"
+        (f"  weights: at step 0, the model of {config['init_from']} (init_from), with Adam and the schedule started afresh there"
          if config.get("init_from") else None),
     ]
     switches = {"compile_mode": config.get("compile_mode", "default"),
