@@ -58,18 +58,18 @@ def not_found(path: Path) -> str:
     return f"{path}: checkpoint not found"
 
 
-def folder_given(path: Path, hint: str = "") -> str:
+def folder_given(path: Path, hint: str = "", setting: str = "ckpt") -> str:
     """What to say of a folder given where one checkpoint file is asked for: ``<path> is a directory;
     give one checkpoint file, e.g. ckpt=<its last.ckpt>``, its ``best.ckpt`` beside it where it holds
-    one, then ``hint``."""
+    one, then ``hint`` (``setting``: the setting named, ``init_from`` for train's)."""
     folder = checkpoints_dir(path)
     last, best = folder / "last.ckpt", folder / BEST
     found = list_checkpoints(path)
     if not (last.is_file() or found):
         return f"{path} is a directory and holds no checkpoint files; give one checkpoint file"
     example = last if last.is_file() else found[-1][1]
-    also = f" or ckpt={best} (the best validation's model)" if best.is_file() else ""
-    return f"{path} is a directory; give one checkpoint file, e.g. ckpt={example}{also}{hint}"
+    also = f" or {setting}={best} (the best validation's model)" if best.is_file() else ""
+    return f"{path} is a directory; give one checkpoint file, e.g. {setting}={example}{also}{hint}"
 
 
 def checkpoint_step(path: str | os.PathLike) -> int | None:

@@ -27,15 +27,18 @@ log = logging.getLogger(__name__)
 # the optimiser (its step's tokens and gradient clipping among it). Everything else — where a corpus lies (Multi30k's data_root, WMT's raw_dir),
 # logging, hardware, validation — may change between the two. A corpus of one's own
 # (task=parallel_text) is whatever its folder holds: its task.datamodule.data_dir is the corpus.
+# The model a run started from (init_from) too: a run started from another (or from none) is another
+# run, whose resumed weights would stand in silently for the model asked for.
 IDENTITY_KEYS = (
     "seed", "task.name", "task.vocab_size", "task.datamodule.src_lang", "task.datamodule.tgt_lang",
     "task.datamodule.data_dir", "plan.tokens_per_batch", "task.datamodule.max_length", "model", "width_divisor",
     "loss", "optim", "plan.tokens_per_step", "trainer.gradient_clip_val", "trainer.gradient_clip_algorithm",
+    "init_from",
 )
 # The step's tokens over all processes (processes × accumulation × batch; optim.tokens_per_step keeps
 # it on any layout) and gradient clipping are the optimiser's recipe too. Compared where the
 # checkpoint's config holds them (checkpoints from before they were compared may not).
-_WHERE_SAVED = ("plan.tokens_per_step", "trainer.gradient_clip_val", "trainer.gradient_clip_algorithm")
+_WHERE_SAVED = ("plan.tokens_per_step", "trainer.gradient_clip_val", "trainer.gradient_clip_algorithm", "init_from")
 # The plan's differences name no setting of their own: a step's layout (processes × accumulated batches × one
 # process's batch) comes from the processes, task.datamodule.max_tokens, the accumulation and optim.tokens_per_step
 # together, so what to do about them is said once, by _layout_hint, for the layouts that train the checkpoint's steps.
@@ -70,7 +73,7 @@ def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[st
         return None
     output_dir = Path(output_dir)
     if str(spec) == "auto":
-        for run_dir in _job_dirs(output_dir, multirun):
+        for run_dir in job_dirs(output_dir, multirun):
             found = _newest(run_dir)
             if found is None:
                 continue
@@ -233,7 +236,7 @@ def _held(config: dict[str, Any], key: str) -> bool:
     return isinstance(config, dict) and name in config
 
 
-def _job_dirs(output_dir: Path, multirun: bool) -> list[Path]:
+def job_dirs(output_dir: Path, multirun: bool) -> list[Path]:
     """This run's directory, then earlier directories of the same job, newest first: the same job
     subdir of earlier sweeps, or the earlier ``<date>_<time>`` folders of the same run name. A
     folder named otherwise (``hydra.run.dir=`` given: a table row's of ``experiments/tables.py

@@ -83,6 +83,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     trained = load_ensemble(cfg.ckpt, cfg.device)
     device = str(next(trained.model.parameters()).device)
     task = _task(cfg, trained.config, ckpt)
+    if not cfg.get("task"):  # the checkpoint's own: its subword model is the one it holds
+        task = _its_subwords(task, trained.vocab.serialized(), cfg.paths.cache_dir)
 
     trained_task = trained.config.get("task", {})
     did, does = _does(trained_task), _does(task)  # each task's data module says what its models do
@@ -215,6 +217,20 @@ def _task(cfg: DictConfig, trained_config: dict, ckpt: Path) -> dict:
     if "data_root" in task["datamodule"]:  # a run config without paths: the data module's own setting
         return {**task, "datamodule": {**task["datamodule"], "data_root": str(data_root)}}
     return task
+
+
+def _its_subwords(task: dict, subwords: bytes, cache_dir: str) -> dict:
+    """The checkpoint's ``task`` with its ``task.subword_model`` (a run started from a trained model,
+    or given one) no longer there — the cache it was copied into cleaned, the run evaluated on
+    another machine — named again as a copy of the one the checkpoint holds (before: refused,
+    ``task.subword_model=…: no such file; …, or null to learn one``, which learns another)."""
+    named = task["datamodule"].get("subword_model")
+    if named is None or Path(named).is_file():
+        return task
+    from aiayn.checkpoints.init_from import subword_copy
+
+    copy = str(subword_copy(subwords, cache_dir))
+    return {**task, "subword_model": copy, "datamodule": {**task["datamodule"], "subword_model": copy}}
 
 
 def _moved(value, old_root: str, new_root: str):

@@ -121,7 +121,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             remove_stale_temporaries(output_dir)  # of saves killed in an earlier attempt
             module = _module(config)
             if config.get("init_from") and resume is None:  # a resumed run's own weights replace them anyway
-                initial_weights(module.model, config["init_from"])
+                initial_weights(module.model, config["init_from"], datamodule)
             loggers = _loggers(config, resume)  # nothing written until their first use, below
             trainer = _trainer(config, loggers)
             setting_up.attach(trainer)

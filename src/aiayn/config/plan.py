@@ -246,6 +246,9 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
             f", validation {plan['validation']}" if plan.get("validation") else ""),
         describe_checkpoints(config["checkpoint"], optim["train_steps"]) if config.get("checkpoint") else None,
         _describe_model(config, model),
+        # A fine-tuning run says what it starts from (before: only a log line after the plan, none in --cfg job).
+        (f"  weights: at step 0, the model of {config['init_from']} (init_from), with Adam and the schedule started afresh there"
+         if config.get("init_from") else None),
     ]
     switches = {"compile_mode": config.get("compile_mode", "default"),
                 "length_buckets": bool(config["task"].get("datamodule", {}).get("length_buckets"))}

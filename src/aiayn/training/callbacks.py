@@ -147,7 +147,7 @@ class RunSummaryCallback(L.Callback):
     ``flops_per_token`` (per target token), ``train_flops_paper_estimate`` (training time × processes
     × the sustained TFLOPS of ``gpu``: the cost as if each process were that GPU; the paper: P100),
     ``processes``, ``gpu_for_estimate``, ``device_name`` (the accelerator, else the CPU) and
-    ``finished_at`` (UTC); with ``callbacks.early_stopping``, ``stopped_early_at`` (the step, or
+    ``finished_at`` (UTC), ``init_from`` (the checkpoint the run started from, or None); with ``callbacks.early_stopping``, ``stopped_early_at`` (the step, or
     None), ``dev/best_<figure>`` and ``dev/best_step``.
 
     The counts travel in checkpoints, so a resumed run goes on counting where it stopped.
@@ -233,6 +233,8 @@ class RunSummaryCallback(L.Callback):
             "gpu_for_estimate": self.gpu,
             "device_name": self.device or device_name(pl_module.device),
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            # The checkpoint a fine-tuning run started from (null: from scratch), beside its figures.
+            "init_from": (pl_module.hparams.get("run_config") or {}).get("init_from"),
         }
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
