@@ -1,7 +1,7 @@
 """Bad files, kind by kind: data files (lengths, gzip, encoding, empty or overlong lines, a
 vocabulary the text cannot fill) and checkpoints (not one, cut short, someone else's, too few to
 average). Each gives a one-line error naming the file (and line) and what to do, or a counted skip
-(docs/guarantees.md catalogues every kind)."""
+(docs/guarantees/bad-input.md catalogues every kind)."""
 
 from __future__ import annotations
 

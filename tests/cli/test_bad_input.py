@@ -3,7 +3,7 @@ setting and what to do — never a traceback from deep inside torch — or a cou
 settings and command lines; bad data files and checkpoints: test_bad_files.py.
 
 Kinds of other modules' inputs (treebank files, WMT sgm and archives) are tested with those
-modules too; the catalogue of every kind and where it is tested is docs/guarantees.md.
+modules too; the catalogue of every kind and where it is tested is docs/guarantees/bad-input.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What used to end in a traceback (or wait hours to) and is now one line, exit status 2, with
-nothing left behind: the settings, paths, environment and files of docs/guarantees.md's rows
+nothing left behind: the settings, paths, environment and files of docs/guarantees/bad-input.md's rows
 84-91. The tools run in this process (tests.helpers.inprocess) unless a process is needed (a
 file-size limit)."""
 
