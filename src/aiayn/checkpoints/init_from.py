@@ -25,7 +25,7 @@ from aiayn.checkpoints.io import folder_given, load_lazily, read_checkpoint, run
 from aiayn.checkpoints.resume import job_dirs, newest_checkpoint, resumes_nothing
 from aiayn.checkpoints.trained import model_weights, module_arguments, put_weights
 from aiayn.config.hardware import first_process
-from aiayn.config.schemas import network_arguments
+from aiayn.config.schemas import WIDTHS, network_arguments
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_write
 
@@ -76,8 +76,26 @@ def start_from(config: dict[str, Any]) -> None:
         differences.append(f"task.vocab_size {trained.get('vocab_size')} → {config['task']['vocab_size']}")
     if differences:
         raise ConfigError(f"init_from={given}: this run's network is not the checkpoint's ({'; '.join(differences)}); "
-                          "give the checkpoint's model settings")
+                          f"give the checkpoint's model settings: {' '.join(_its_settings(trained, network, config))}")
     _name_subwords(config, given, path, bytes(checkpoint["subwords"]))
+
+
+def _its_settings(trained: dict[str, Any], network: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """The overrides that give this run the checkpoint's network: each setting that differs, and where
+    the run divides its widths (``width_divisor``), every width, undivided (before: "give the
+    checkpoint's model settings", naming none)."""
+    divided = config["width_divisor"] != 1
+    keys = [key for key in SHAPE_SETTINGS if trained["model"].get(key) != network.get(key) or divided and key in WIDTHS]
+    overrides = ["width_divisor=1"] if divided else []
+    overrides += [f"model.{key}={_as_given(trained['model'].get(key))}" for key in keys
+                  if key != "max_positions" or trained["model"].get("positional") != "sinusoidal"]
+    if trained.get("vocab_size") != config["task"]["vocab_size"]:
+        overrides.append(f"task.vocab_size={trained.get('vocab_size')}")
+    return overrides
+
+
+def _as_given(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _name_subwords(config: dict[str, Any], given: Any, path: Path, subwords: bytes) -> None:
