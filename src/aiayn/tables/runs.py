@@ -29,7 +29,7 @@ from aiayn.reporting.summary import continued_run, read_summary
 
 log = logging.getLogger(__name__)
 
-TABLES = ("table3", "table2")
+TABLES = ("table3", "table2", "table4")
 
 
 @dataclass
