@@ -47,6 +47,11 @@ log = logging.getLogger(__name__)
 _FORMAT = 1  # bump when the derived files change meaning
 TREEBANK_SOURCE = "the Penn Treebank WSJ, LDC99T42 (https://catalog.ldc.upenn.edu/LDC99T42), in LDC's Treebank-3 layout"
 SPACE = "\u2581"  # sentencepiece's word-boundary mark
+# What the semi-supervised setting (task=wsj_semi) needs, said where its trees are not found.
+EXTRA_TREES_HINT = ("the semi-supervised setting trains on parsed corpora besides WSJ (§6.3: Vinyals et al.'s "
+                    "high-confidence and BerkeleyParser corpora, ~17M sentences, not public): put files of bracketed "
+                    "trees there or point task.datamodule.extra_trees at them (glob patterns); task=wsj trains on WSJ "
+                    "alone")
 _CONSTITUENT = re.compile(r"\((\S+) \(")  # a constituent's label in a one-line tree: its first child is a tree
 
 
@@ -132,7 +137,7 @@ class ParsingDataModule(TranslationDataModule):
                 if matched:
                     files.update(dict.fromkeys(map(Path, matched), ""))
                 else:
-                    files[Path(self._pattern(pattern))] = "no file of extra training trees (task.datamodule.extra_trees)"
+                    files[Path(self._pattern(pattern))] = f"no file of extra training trees; {EXTRA_TREES_HINT}"
         return files
 
     def missing_files_message(self, listing: str) -> str:
@@ -185,8 +190,7 @@ class ParsingDataModule(TranslationDataModule):
             pattern = self._pattern(pattern)
             matched = sorted(glob(pattern))
             if not matched:
-                raise DataError(f"{pattern}: no files of extra training trees (task.datamodule.extra_trees); "
-                                f"fix the path or set extra_trees to null")
+                raise DataError(f"{pattern}: no files of extra training trees; {EXTRA_TREES_HINT}")
             files.extend(Path(m) for m in matched)
         return files
 
@@ -208,6 +212,11 @@ class ParsingDataModule(TranslationDataModule):
         copies = max(1, round(self.wsj_fraction * len(extra) / ((1 - self.wsj_fraction) * len(wsj))))\
             if self.wsj_fraction < 1 else 1
         mixed = wsj * copies + extra
+        if abs(len(wsj) * copies / len(mixed) - self.wsj_fraction) > 0.05:  # WSJ can only be repeated, never cut
+            log.warning("semi-supervised training set: WSJ's %d trees make up %.0f%% of it, not task.datamodule."
+                        "wsj_fraction=%g: %d extra trees are too few for that; more extra trees, or wsj_fraction "
+                        "of at least %.2f, train what the setting says", len(wsj), 100 * len(wsj) * copies / len(mixed),
+                        self.wsj_fraction, len(extra), len(wsj) / len(mixed))
         random.Random(self.seed).shuffle(mixed)
         log.info("semi-supervised training set: %d WSJ trees × %d + %d extra trees from %d files (%d empty, "
                  "dropped) = %d", len(wsj), copies, len(extra), len(extra_files), dropped, len(mixed))
