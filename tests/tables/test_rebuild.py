@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -259,3 +260,39 @@ def test_table4_is_rebuilt_from_its_runs_beside_the_papers_f1(
     [warning] = [record.getMessage() for record in caplog.records if "no test F1" in record.getMessage()]
     assert warning.startswith(f"{untested}: no test F1") and "src/evaluate.py ckpt=" in warning
     assert "| Transformer (4 layers), WSJ only | 91.3 | 90.5 |" in (out / "table4_runs.md").read_text()
+
+
+def test_table4_from_wandb_keeps_each_evaluate_run_of_a_training_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """`rebuild --wandb`: a Table 4 training run's evaluate.py runs (job type eval, grouped under its
+    name) are its tests, each a line with its decoding and checkpoints averaged, beside train's own
+    (W&B's Api stood in for by the few calls rebuild makes)."""
+    import wandb
+
+    def run(name: str, config: dict, summary: dict, created: str = "") -> SimpleNamespace:
+        return SimpleNamespace(name=name, config=config, summary_metrics=summary, path=["e", "p", name], tags=[],
+                               created_at=created)
+
+    trained = run("t4", {"experiment": {"table": "table4", "row": "wsj"}, "run_name": "table4-wsj", "seed": 2,
+                         "decoding": {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300}},
+                  {"test/f1": 90.1, "test_averaged": 5, "steps": 100000})
+    evaluations = [run("ev2", {"decoding": {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300},
+                               "evaluate": {"average_last": 10}}, {"test/f1": 91.0}, "2026-02"),
+                   run("ev1", {"decoding": {"beam_size": 1}, "evaluate": {"average_last": 1}}, {"test/f1": 80.0},
+                       "2026-01"),
+                   run("dev", {"evaluate": {}}, {"val/f1": 89.0}, "2026-03")]
+
+    class Api:
+        def runs(self, project: str, filters: dict) -> list:
+            if filters.get("jobType") == "eval":
+                return evaluations if filters["group"] == "table4-wsj" else []
+            return [trained] if filters["tags"]["$in"] == ["table4"] else []
+
+    monkeypatch.setattr(wandb, "Api", Api)
+    monkeypatch.setenv("WANDB_MODE", "online")
+    out = tmp_path / "tables"
+    assert tables_command("rebuild", "--wandb", "e/p", "--out", str(out), "--tables", "table4", "--no-wandb") == 0
+    assert "table4: 1 runs of 5 lines" in capsys.readouterr().out
+    lines = [line for line in csv.DictReader((out / "table4_runs.csv").read_text().splitlines()) if line["run"]]
+    assert [(line["tested by"], line["F1 (test)"], line["beam"], line["averaged"]) for line in lines] == [
+        ("train.py", "90.1", "21", "5"), ("evaluate.py ev1", "80.0", "1", "1"), ("evaluate.py ev2", "91.0", "21", "10")]

@@ -52,7 +52,8 @@ def table4_lines(rows: list[Any], runs: list[Any]) -> list[dict[str, Any]]:
 def run_tests(run: Any) -> list[tuple[str, dict[str, Any], dict[str, Any], int | None]]:
     """A run's tests, each (by what, its figures, its decoding, the checkpoints it averaged):
     train.py's test after training (its summary's ``test/f1``), then each evaluate.py report on a
-    test split in ``<run dir>/eval/`` (oldest first)."""
+    test split in ``<run dir>/eval/`` (oldest first), or for a run read from W&B each evaluate.py
+    run of it there."""
     tests = []
     if "test/f1" in run.summary:
         averaged = run.summary.get("test_averaged")
@@ -70,6 +71,8 @@ def run_tests(run: Any) -> list[tuple[str, dict[str, Any], dict[str, Any], int |
     for _, name, report in sorted(reports, key=lambda found: found[:2]):
         tests.append((f"evaluate.py {name}", report, report.get("decoding") or {},
                       len(report.get("averaged") or []) or 1))
+    for name, summary, decoding, averaged in run.test.get("evaluations", []):  # a W&B run's (tables.runs.wandb_runs)
+        tests.append((f"evaluate.py {name}", summary, decoding, averaged))
     return tests
 
 
