@@ -27,6 +27,7 @@ from aiayn.data.parsing.raw_text import RawText
 from aiayn.data.parsing.treebank import (
     ROOT_LABEL,
     TREEBANK_LABELS,
+    WSJ_DIR,
     Tree,
     iter_split,
     parse_split,
@@ -257,13 +258,19 @@ class ParsingDataModule(TranslationDataModule):
 
     def check_split(self, split: str, task: str) -> str:
         """A split's specification (a role, or sections/file ranges of the treebank, any of them);
-        a ConfigError saying what a specification is, when it is none."""
+        a ConfigError saying what a specification is, when it is none, or, for sections or files
+        the treebank here has none of, which sections it has and the task's splits."""
         name = self.splits.get(split, split)
+        roles = f"task {task}'s splits are " + ", ".join(f"{role} ({named})" for role, named in self.splits.items()
+                                                        if role != "train")
         try:
             parse_split(name)
+            if split not in self.splits and (self.treebank / WSJ_DIR).is_dir():  # sections or files: are they here?
+                split_files(self.treebank, name, hint=f"{roles}, or sections or files of the sections there")
+        except DataError as error:
+            raise ConfigError(f"split={split}: {error}") from None
         except ValueError as error:
-            roles = [f"{role} ({named})" for role, named in self.splits.items() if role != "train"]
-            raise ConfigError(f"split={split}: {error}; task {task}'s splits are {', '.join(roles)}") from None
+            raise ConfigError(f"split={split}: {error}; {roles}") from None
         return name
 
     def evaluation_data(self, split: str, vocab: Subwords | None = None) -> tuple[list[str], list[str], list[str]]:
