@@ -296,3 +296,20 @@ def test_table4_from_wandb_keeps_each_evaluate_run_of_a_training_run(
     lines = [line for line in csv.DictReader((out / "table4_runs.csv").read_text().splitlines()) if line["run"]]
     assert [(line["tested by"], line["F1 (test)"], line["beam"], line["averaged"]) for line in lines] == [
         ("train.py", "90.1", "21", "5"), ("evaluate.py ev1", "80.0", "1", "1"), ("evaluate.py ev2", "91.0", "21", "10")]
+
+
+def test_table4_counts_an_evaluation_of_the_test_split_named_by_its_sections(tmp_path: Path) -> None:
+    """`evaluate.py ... split=23`, section 23 by its number (as the paper names it), writes its
+    figures as 23/f1: the run's test all the same, a line of the table, while split=22 (dev) is no
+    test (before: left out without a word, as the F1 was not under test/f1)."""
+    figures = {"f1": 91.25, "precision": 91.5, "recall": 91.0, "exact_match": 40.0}
+    run = _parsing_run(tmp_path / "runs", "wsj", {"steps": 100000}, {
+        "23.step100000.beam21.alpha0.3.len+300.constrained.json": {
+            "split": "23", "sentences": 2416, "decoding": {"beam_size": 21}, **{f"23/{k}": v for k, v in figures.items()}},
+        "22.step100000.beam21.alpha0.3.len+300.constrained.json": {
+            "split": "22", "sentences": 1700, "decoding": {"beam_size": 21}, **{f"22/{k}": v for k, v in figures.items()}}})
+    out = tmp_path / "tables"
+    assert tables_command("rebuild", "--runs", str(run.parent), "--out", str(out), "--no-wandb") == 0
+    [line] = [line for line in csv.DictReader((out / "table4_runs.csv").read_text().splitlines()) if line["run"]]
+    assert (line["F1 (test)"], line["P"], line["split"], line["test sentences"], line["tested by"]) == (
+        "91.25", "91.5", "23", "2416", "evaluate.py 23.step100000.beam21.alpha0.3.len+300.constrained.json")

@@ -13,6 +13,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
 from aiayn.tables.runs import seed_order
 
 log = logging.getLogger(__name__)
@@ -51,8 +54,8 @@ def table4_lines(rows: list[Any], runs: list[Any]) -> list[dict[str, Any]]:
 
 def run_tests(run: Any) -> list[tuple[str, dict[str, Any], dict[str, Any], int | None]]:
     """A run's tests, each (by what, its figures, its decoding, the checkpoints it averaged):
-    train.py's test after training (its summary's ``test/f1``), then each evaluate.py report on a
-    test split in ``<run dir>/eval/`` (oldest first), or for a run read from W&B each evaluate.py
+    train.py's test after training (its summary's ``test/f1``), then each evaluate.py report on the
+    test split in ``<run dir>/eval/`` (``split=test``, or the split by its sections: ``split=23``; oldest first), or for a run read from W&B each evaluate.py
     run of it there."""
     tests = []
     if "test/f1" in run.summary:
@@ -60,20 +63,35 @@ def run_tests(run: Any) -> list[tuple[str, dict[str, Any], dict[str, Any], int |
         tests.append(("train.py", run.summary, dict(run.config.get("decoding") or {}),
                       int(averaged) if averaged is not None else None))
     reports = []
+    test_split = _test_split(run.config)
     for path in Path(run.source, "eval").glob("*.json"):
         try:
             report = json.loads(path.read_text())
         except (OSError, ValueError) as error:
             log.warning("%s: not a report src/evaluate.py wrote (%s); left out", path, error)
             continue
-        if "test/f1" in report:  # `python src/evaluate.py ... split=test`
-            reports.append((path.stat().st_mtime, path.name, report))
+        # `evaluate.py ... split=test`, or the test split by its sections or files (split=23): keys <split>/f1
+        named = "test" if "test/f1" in report else report.get("split") if report.get("split") == test_split else None
+        if named is not None and f"{named}/f1" in report:
+            figures = {f"test/{key}": report.get(f"{named}/{key}") for key in ("f1", "precision", "recall", "exact_match")}
+            reports.append((path.stat().st_mtime, path.name, {**report, **figures}))
     for _, name, report in sorted(reports, key=lambda found: found[:2]):
         tests.append((f"evaluate.py {name}", report, report.get("decoding") or {},
                       len(report.get("averaged") or []) or 1))
     for name, summary, decoding, averaged in run.test.get("evaluations", []):  # a W&B run's (tables.runs.wandb_runs)
         tests.append((f"evaluate.py {name}", summary, decoding, averaged))
     return tests
+
+
+def _test_split(config: dict[str, Any]) -> str | None:
+    """The test split (sections or files) of a run's config, its interpolations resolved; None
+    where it cannot be read."""
+    try:
+        split = OmegaConf.select(OmegaConf.create(config), "task.datamodule.test_split",
+                                 throw_on_resolution_failure=False)
+    except OmegaConfBaseException:  # a config OmegaConf cannot read back: its reports of split=test still count
+        return None
+    return None if split is None else str(split)
 
 
 def _line(row: Any, run: Any, tested_by: str | None, figures: dict[str, Any], decoding: dict[str, Any],
