@@ -43,8 +43,9 @@ def table4_lines(rows: list[Any], runs: list[Any]) -> list[dict[str, Any]]:
             tests = run_tests(run)
             if not tests:
                 log.warning("%s: no test F1, its Table 4 line has none: test it with `python src/evaluate.py "
-                            "ckpt=%s split=test average_last=%s` (or train it with test_after_training=true)",
-                            run.source, Path(run.source, "checkpoints", "last.ckpt"), row.average_last or 1)
+                            "ckpt=%s split=test average_last=%s` (the k checkpoints ending there averaged; a run "
+                            "stopped during its test after training: its train.py command again with resume=auto)", run.source,
+                            Path(run.source, "checkpoints", "last.ckpt"), row.average_last or "<k>")
             for tested_by, figures, decoding, averaged in tests or [(None, {}, {}, None)]:
                 lines.append(_line(row, run, tested_by, figures, decoding, averaged))
         if not row_runs:
