@@ -140,9 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         result = write_table(table, table_rows(CONF, table), runs, args.out, header)
         measured = len({line["run"] for line in result.lines if line["run"] is not None})  # Table 4: a line a test
         changed = sum(bool(run.modified) for run in runs if run.table == table)
+        column = "changed from its row" if table == "table4" else "scale"  # the column saying what a run changed
         print(f"{table}: {measured} runs of {len(result.lines)} lines -> {result.markdown}, {result.csv.name}, "
               f"{result.chart.name}" + (f" ({changed} of the runs changed from their rows, counted by "
-                                        "--include-modified: their scale says what changed)" if changed else ""))
+                                        f"--include-modified: their {column} says what changed)" if changed else ""))
         written.append(result)
     if not args.no_wandb and written:
         print(f"tables logged to W&B: {log_to_wandb(written, save_dir=args.out)}")

@@ -261,6 +261,7 @@ def test_table4_is_rebuilt_from_its_runs_beside_the_papers_f1(
     assert warning.startswith(f"{untested}: no test F1") and (
         f"`python src/evaluate.py ckpt={untested}/checkpoints/last.ckpt split=test average_last=5`" in warning)
     assert "| Transformer (4 layers), WSJ only | 91.3 | 90.5 |" in (out / "table4_runs.md").read_text()
+    assert "scale" not in lines[0] and trained["changed from its row"] == ""  # the sample's row is no `paper` scale
 
 
 def test_table4_from_wandb_keeps_each_evaluate_run_of_a_training_run(
