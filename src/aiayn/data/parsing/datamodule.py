@@ -102,10 +102,12 @@ class ParsingDataModule(TranslationDataModule):
         self.treebank = Path(treebank) if Path(treebank).is_absolute() else Path(data_root) / treebank
         self.extra_trees = list(extra_trees or [])
         if not 0.0 < wsj_fraction <= 1.0:
-            raise ValueError(f"wsj_fraction must be in (0, 1], got {wsj_fraction}")
+            raise ConfigError(f"task.datamodule.wsj_fraction={wsj_fraction}: the share of WSJ's trees in the "
+                              "semi-supervised training set must be above 0 and at most 1 (the default: 0.1)")
         self.wsj_fraction = float(wsj_fraction)
         if linearization not in LINEARIZATIONS:
-            raise ValueError(f"linearization must be one of {', '.join(LINEARIZATIONS)}, got {linearization!r}")
+            raise ConfigError(f"task.datamodule.linearization={linearization}: the output trees' leaves are "
+                              f"{' or '.join(LINEARIZATIONS)} (docs/parsing.md)")
         self.linearization = linearization
         for role, spec in self.splits.items():  # before anything is read: a bad split is one line, not a traceback
             try:
