@@ -164,6 +164,8 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
         "train.py: task.datamodule.wsj_fraction=0: the share of WSJ's trees in the semi-supervised training set must")),
     (["task=wsj", "task.split=sample", "task.datamodule.linearization=word"], (
         "train.py: task.datamodule.linearization=word: the output trees' leaves are xx or words (docs/parsing.md)")),
+    (["task=wsj", "task.split=foo"], "train.py: task.split=foo: not one of task.splits (standard, sample)"),  # before:
+    # "task.datamodule.treebank: Interpolation key 'task.splits.foo.treebank' not found"
     # More training processes than the machine has cores.
     ([f"trainer.devices={(os.cpu_count() or 1) + 1}", "trainer.strategy=ddp_spawn"], "train.py: trainer.devices="),
 ], ids=lambda value: value[0] if isinstance(value, list) else None)
