@@ -1,4 +1,4 @@
-"""The paper's Tables 2 and 3 from finished runs, and Table 3's parameter counts without training.
+"""The paper's Tables 2, 3 and 4 from finished runs, and Table 3's parameter counts without training.
 
     python experiments/tables.py rebuild --runs multirun/<date> [--runs ...] [--out experiments/results/<name>]
     python experiments/tables.py rebuild --wandb <entity>/<project>
@@ -8,9 +8,9 @@
     python experiments/tables.py run --root multirun/table3_cpu [--part K/M] [--parallel P] [--dry-run] \
         'experiment=glob(table3_*)' +scale=multi30k_cpu
 
-``rebuild`` finds every finished run of a table experiment (conf/experiment/table2_*, table3_*)
-under the --runs folders (each run folder once) or in a W&B project, writes <out>/table3.{md,csv,png}
-and <out>/table2.{md,csv,png} of the tables it found runs of (--tables: those named, runs or not),
+``rebuild`` finds every finished run of a table experiment (conf/experiment/table2_*, table3_*,
+table4_*) under the --runs folders (each run folder once) or in a W&B project, writes
+<out>/table2.*, table3.*, table4_runs.* ({md,csv,png}) of the tables it found runs of (--tables: those named, runs or not),
 each row beside the paper's figures, and logs the tables to W&B as wandb.Table (offline without an
 API key; --no-wandb to skip). A run whose network, recipe, task
 or scoring was changed from its row's (W&B tag ``modified``) is left out, named in a warning, unless
@@ -40,7 +40,7 @@ from pathlib import Path
 
 from aiayn.reporting.wandb_mode import wandb_mode
 from aiayn.tables import runner
-from aiayn.tables.output import log_to_wandb, write_table
+from aiayn.tables.output import file_stem, log_to_wandb, write_table
 from aiayn.tables.report import REPORTED_TABLES, build_report, table_markdown
 from aiayn.tables.rows import format_parameter_report, parameter_report, table_rows
 from aiayn.tables.runs import TABLES, counted, local_runs, wandb_runs
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                          help="a run directory or a folder of them (e.g. multirun/<date>); repeatable")
     rebuild.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read the runs from this W&B project (online)")
     rebuild.add_argument("--out", type=Path, default=REPO / "experiments" / "results",
-                         help="where table{2,3}.{md,csv,png} go (default: experiments/results)")
+                         help="where table{2,3}.{md,csv,png} and table4_runs.{md,csv,png} go (default: experiments/results)")
     rebuild.add_argument("--tables", nargs="+", choices=TABLES,
                          help="the tables to write, with the paper's figures alone where no run of one is found "
                               "(default: each table of which runs are found; the others' files are left as they are)")
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as error:
         print(f"tables.py: {error}", file=sys.stderr)
         return 2
-    found = [run for run in found if run.table in TABLES]  # (Table 4's runs are scored by its own tools)
+    found = [run for run in found if run.table in TABLES]
     runs = counted(found, args.include_modified)
     if not runs:
         left_out = f", only {len(found)} changed from their rows (--include-modified counts them)" if found else ""
@@ -132,17 +132,18 @@ def main(argv: list[str] | None = None) -> int:
     written = []
     for table in args.tables or TABLES:
         if not args.tables and not any(run.table == table for run in runs):
-            print(f"{table}: no runs found, {args.out / (table + '.md')} and its .csv, .png left as they are "
+            print(f"{table}: no runs found, {args.out / (file_stem(table) + '.md')} and its .csv, .png left as they are "
                   f"(--tables {table} writes it with the paper's figures alone)")
             continue
         header = (f"<!-- rebuilt by experiments/tables.py from {sources} on "
                   f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC -->\n")
         result = write_table(table, table_rows(CONF, table), runs, args.out, header)
-        measured = sum(line["run"] is not None for line in result.lines)
+        measured = len({line["run"] for line in result.lines if line["run"] is not None})  # Table 4: a line a test
         changed = sum(bool(run.modified) for run in runs if run.table == table)
+        column = "changed from its row" if table == "table4" else "scale"  # the column saying what a run changed
         print(f"{table}: {measured} runs of {len(result.lines)} lines -> {result.markdown}, {result.csv.name}, "
               f"{result.chart.name}" + (f" ({changed} of the runs changed from their rows, counted by "
-                                        "--include-modified: their scale says what changed)" if changed else ""))
+                                        f"--include-modified: their {column} says what changed)" if changed else ""))
         written.append(result)
     if not args.no_wandb and written:
         print(f"tables logged to W&B: {log_to_wandb(written, save_dir=args.out)}")

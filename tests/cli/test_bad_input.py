@@ -159,6 +159,13 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
     (["task=wsj", "task.split=sample", "task.splits.sample.train='wsj_0001-wsj_0150,wsj_0159-wsj_0151'"], (
         "train.py: task.datamodule.train_split=wsj_0001-wsj_0150,wsj_0159-wsj_0151: treebank split item "
         "'wsj_0159-wsj_0151' runs backwards; write it first to last, 'wsj_0151-wsj_0159'")),
+    # Parsing settings the data module takes (before: a ValueError's traceback inside Hydra's InstantiationException).
+    (["task=wsj_semi", "task.split=sample", "task.datamodule.wsj_fraction=0"], (
+        "train.py: task.datamodule.wsj_fraction=0: the share of WSJ's trees in the semi-supervised training set must")),
+    (["task=wsj", "task.split=sample", "task.datamodule.linearization=word"], (
+        "train.py: task.datamodule.linearization=word: the output trees' leaves are xx or words (docs/parsing.md)")),
+    (["task=wsj", "task.split=foo"], "train.py: task.split=foo: not one of task.splits (standard, sample)"),  # before:
+    # "task.datamodule.treebank: Interpolation key 'task.splits.foo.treebank' not found"
     # More training processes than the machine has cores.
     ([f"trainer.devices={(os.cpu_count() or 1) + 1}", "trainer.strategy=ddp_spawn"], "train.py: trainer.devices="),
 ], ids=lambda value: value[0] if isinstance(value, list) else None)

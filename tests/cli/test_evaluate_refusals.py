@@ -125,6 +125,25 @@ def test_a_treebank_split_that_is_no_sections_or_files_is_refused(data_root: Pat
         datamodule.check_split("section23", "wsj")
 
 
+def test_treebank_sections_or_files_not_there_are_refused_with_the_tasks_splits(data_root: Path,
+                                                                                 tmp_path: Path) -> None:
+    """evaluate.py split=23 on a parser of the 10% sample (sections 00-01 only): one line naming
+    the sections there and the task's splits, the split= evaluate takes (before: the hint was
+    train's, `e.g. task.split=sample`, which the checkpoint's task already has)."""
+    from aiayn.data.parsing.datamodule import ParsingDataModule
+    from aiayn.errors import ConfigError
+
+    datamodule = ParsingDataModule(str(data_root), "ptb_sample", "wsj_0001-wsj_0159", "wsj_0160-wsj_0179",
+                                   "wsj_0180-wsj_0199", 2000, 2048, 250, cache_dir=str(tmp_path))
+    for split in ("23", "wsj_0300-wsj_0310"):
+        with pytest.raises(ConfigError) as refused:
+            datamodule.check_split(split, "wsj")
+        assert str(refused.value) == (
+            f"split={split}: {data_root / 'ptb_sample/parsed/mrg/wsj'}: no files of split '{split}'; the sections "
+            "there are 00, 01; task wsj's splits are val (wsj_0160-wsj_0179), test (wsj_0180-wsj_0199), or sections "
+            "or files of the sections there")
+
+
 def test_wandb_online_without_an_api_key_is_refused_before_decoding(tiny_run: TrainedRun, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: the whole split decoded and scored, then wandb's UsageError (exit 1)."""

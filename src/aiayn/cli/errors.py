@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import (
     InterpolationResolutionError,
     InterpolationToMissingValueError,
@@ -185,6 +186,23 @@ def left_out(error: BaseException) -> ConfigError | None:
     return ConfigError(_give(found.group(1))) if found else None
 
 
+def _no_such_choice(error: InterpolationResolutionError) -> str | None:
+    """``task.split=foo: not one of task.splits (standard, sample)`` where a setting picks an entry
+    of a table beside it (``${task.splits.${task.split}.treebank}``) that has no such entry; None
+    for any other interpolation."""
+    found = re.search(r"Interpolation key '([\w.]+)\.(\w+)s\.([^.']+)\.[\w.]+' not found", str(error))
+    parent = getattr(error, "parent_node", None)
+    if found is None or parent is None:
+        return None
+    base, name, value = found.groups()
+    root = parent._get_root()
+    choices = OmegaConf.select(root, f"{base}.{name}s", throw_on_resolution_failure=False)
+    if str(OmegaConf.select(root, f"{base}.{name}", throw_on_resolution_failure=False)) != value \
+            or not isinstance(choices, DictConfig):
+        return None
+    return f"{base}.{name}={value}: not one of {base}.{name}s ({', '.join(map(str, choices))})"
+
+
 def _give(key: str) -> str:
     options = config_options(key) if "." not in key else ""  # a config group left out (prepare.py's task)
     value = f"<name>, one of {options}" if options else "<value>"
@@ -236,7 +254,7 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
         return str(within), USER_ERROR
     if isinstance(error, InterpolationResolutionError):
         where = f"{error.full_key}: " if getattr(error, "full_key", None) else ""
-        return f"{where}{str(error).strip().splitlines()[0]}", USER_ERROR
+        return _no_such_choice(error) or f"{where}{str(error).strip().splitlines()[0]}", USER_ERROR
     if (full := no_room(error)) is not None:  # a full disk, a quota, a file-size limit
         elsewhere = ", or give out= a folder on a disk with room," if _has(cfg, "out") else ""
         return (f"{_os_error(full)} while writing; nothing of that file was kept (what was written before it is "

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiayn.tables import table4
 from aiayn.tables.build import build_table
 from aiayn.tables.noise import WITHIN_NOISE_RULE, BaseSpread, base_spread, noise_limits, within_noise
 from aiayn.tables.rows import Row, base_paper_figures
@@ -251,20 +252,35 @@ class Written:
 
 def write_table(table: str, rows: list[Row], runs: list[Run], out_dir: Path | str, header: str = "") -> Written:
     """``<out_dir>/<table>.md``, ``.csv`` and ``.png`` (Table 3: the differences from base, see
-    :func:`noise_markdown` and :func:`_draw_differences`)."""
+    :func:`noise_markdown` and :func:`_draw_differences`; Table 4: a line per test of a run,
+    :mod:`aiayn.tables.table4`, into ``table4_runs.*``, :func:`file_stem`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = [run for run in runs if run.table == table]
+    if table == "table4":  # a line per test of a run (aiayn.tables.table4)
+        lines = table4.table4_lines(rows, runs)
+        return _written(table, lines, out_dir, header + to_markdown(lines, table4.COLUMNS),
+                        table4.draw_chart(lines, out_dir / f"{file_stem(table)}.png"))
     lines = build_table(rows, runs)
-    markdown = out_dir / f"{table}.md"
     text = header + to_markdown(lines, MARKDOWN_COLUMNS[table])
     spreads = base_spread(runs) if table == "table3" else None
     if table == "table3":
         text += noise_markdown(lines, spreads, base_paper_figures(rows))
+    return _written(table, lines, out_dir, text, draw_chart(table, lines, out_dir / f"{table}.png", spreads))
+
+
+def file_stem(table: str) -> str:
+    """The name of a rebuilt table's files in --out: the table's, but Table 4's ``table4_runs``, for
+    experiments/results/table4.md (and .json) are the measurements written by hand beside the paper's."""
+    return "table4_runs" if table == "table4" else table
+
+
+def _written(table: str, lines: list[dict[str, Any]], out_dir: Path, text: str, chart: Path) -> Written:
+    """``<out_dir>/<file_stem>.md`` (``text``) and ``.csv`` (``lines``) written beside ``chart``."""
+    markdown = out_dir / f"{file_stem(table)}.md"
     markdown.write_text(text)
-    csv_path = out_dir / f"{table}.csv"
+    csv_path = out_dir / f"{file_stem(table)}.csv"
     csv_path.write_text(to_csv(lines))
-    chart = draw_chart(table, lines, out_dir / f"{table}.png", spreads)
     return Written(table, lines, markdown, csv_path, chart)
 
 

@@ -171,44 +171,20 @@ def _filter_keys(filters: str) -> set[str]:
 # -- the table block ------------------------------------------------------------------------------
 def table_markdown(table: str, rows: list[Any], runs: list[Any]) -> str:
     """The rebuilt table as markdown, each row beside the paper's figures: Tables 2 and 3 as
-    ``experiments/tables.py rebuild`` writes them (Table 3 with its noise band); Table 4 a line
-    per recipe and evaluation (decoding, checkpoints averaged) of the local runs' evaluate.py
-    reports, beside the paper's F1."""
+    ``experiments/tables.py rebuild`` writes them (Table 3 with its noise band; Table 4 a line per
+    test of a run, :func:`aiayn.tables.table4.table4_lines`, beside the paper's F1)."""
     from aiayn.tables.build import build_table
     from aiayn.tables.noise import base_spread
     from aiayn.tables.output import MARKDOWN_COLUMNS, noise_markdown, to_markdown
     from aiayn.tables.rows import base_paper_figures
+    from aiayn.tables.table4 import COLUMNS as TABLE4_COLUMNS
+    from aiayn.tables.table4 import table4_lines
 
     runs = [run for run in runs if run.table == table]
     if table == "table4":
-        return to_markdown(_table4_lines(rows, runs))
+        return to_markdown(table4_lines(rows, runs), TABLE4_COLUMNS)
     lines = build_table(rows, runs)
     text = to_markdown(lines, MARKDOWN_COLUMNS[table])
     if table == "table3":
         text += noise_markdown(lines, base_spread(runs), base_paper_figures(rows))
     return text
-
-
-def _table4_lines(rows: list[Any], runs: list[Any]) -> list[dict[str, Any]]:
-    import json
-    from pathlib import Path
-
-    lines = []
-    for row in rows:
-        reports = []
-        for run in (run for run in runs if run.row == row.row):
-            for path in sorted(Path(run.source, "eval").glob("*.json")):
-                report = json.loads(path.read_text())
-                if "test/f1" in report:
-                    reports.append((run, report))
-        for run, report in reports or [(None, {})]:
-            decoding = report.get("decoding") or {}
-            lines.append({
-                "recipe": row.label, "paper F1": row.paper.get("f1"),
-                "beam": decoding.get("beam_size"), "constrained": decoding.get("constrained"),
-                "averaged": len(report.get("averaged") or []) or None,
-                "F1": report.get("test/f1"), "P": report.get("test/precision"), "R": report.get("test/recall"),
-                "exact match": report.get("test/exact_match"),
-                "steps": run.summary.get("steps") if run else None, "run": run.source if run else None,
-            })
-    return lines

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from aiayn.config.schemas import network_arguments
 from aiayn.model import Transformer
+from aiayn.tables.table4 import row_order
 
 
 @dataclass
@@ -67,7 +68,9 @@ WINDOW_ROW = re.compile(r"F_r(\d+)")
 def _paper_order(row: Row) -> tuple:
     """Table 3: base, (A)…(E) as the paper lists them, then (F) (restricted self-attention,
     ``F_r<radius>``) by radius, then big; a row of a group not listed here comes after its group's
-    known rows (by name). Table 2: base, big × pairs."""
+    known rows (by name). Table 2: base, big × pairs. Table 4: WSJ only, semi-supervised, then ours."""
+    if row.table == "table4":
+        return row_order(row.row)
     if row.table == "table3":
         group = {"base": 0, "big": 99}.get(row.row, ord(row.row[0]))
         if row.row in TABLE3_ORDER:

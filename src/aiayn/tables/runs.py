@@ -29,7 +29,7 @@ from aiayn.reporting.summary import continued_run, read_summary
 
 log = logging.getLogger(__name__)
 
-TABLES = ("table3", "table2")
+TABLES = ("table3", "table2", "table4")
 
 
 @dataclass
@@ -206,7 +206,8 @@ def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
     """The finished runs of ``project`` ("entity/project") tagged with the tables' names, online. For
     Table 2 the test BLEU comes from src/evaluate.py's W&B run (job type "eval", grouped under
     the training run's name), the newest with the most checkpoints averaged, else from the
-    training run's own test."""
+    training run's own test; Table 4 keeps every such evaluate.py run with a test F1, oldest first
+    (``test["evaluations"]``)."""
     import wandb
 
     api = wandb.Api()
@@ -223,6 +224,12 @@ def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
                     newest = max(evaluations, key=lambda e: (_averaged(e.config), e.created_at))
                     test = _test_figures(newest.summary_metrics, _averaged(newest.config))
                 test = test or _tested_in_training(summary)
+            elif table == "table4":  # each evaluate.py test, as a run folder's eval/ reports (aiayn.tables.table4)
+                evaluations = sorted((e for e in api.runs(project, filters={"group": config.get("run_name"),
+                                                                           "jobType": "eval"})
+                                      if "test/f1" in e.summary_metrics), key=lambda e: e.created_at)
+                test = {"evaluations": [(e.name, dict(e.summary_metrics), dict(e.config.get("decoding") or {}),
+                                         _averaged(e.config)) for e in evaluations]}
             modified = ["tagged modified"] if MODIFIED in (run.tags or []) else []
             runs.append(Run(source="/".join(run.path), config=config, summary=summary, test=test, modified=modified))
     return runs

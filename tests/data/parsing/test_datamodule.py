@@ -119,6 +119,29 @@ def test_semi_supervised_mixing_repeats_wsj(data_root: Path, tmp_path: Path) -> 
         make(data_root, tmp_path, extra_trees=[str(tmp_path / "missing/*.mrg")]).split_files(SAMPLE_SPLIT["train_split"])
 
 
+def test_the_semi_supervised_setting_says_what_it_needs_and_what_wsj_makes_up(
+        data_root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """task=wsj_semi without its corpora: the line says what the trees are, that they are not
+    public, where they go and that task=wsj trains on WSJ alone (before: `no file of extra training
+    trees (task.datamodule.extra_trees)`, nothing to do). With too few extra trees for WSJ to make up
+    wsj_fraction, a warning says what WSJ makes up instead (before: said nowhere)."""
+    with pytest.raises(DataError) as refused:
+        make(data_root, tmp_path, extra_trees=["parsing_semi/*"]).check_files(("train",))
+    message = str(refused.value)
+    assert f"{data_root / 'parsing_semi/*'} (train split " in message
+    assert "~17M sentences, not public" in message and "point task.datamodule.extra_trees at them" in message
+    assert message.endswith("task=wsj trains on WSJ alone)")
+
+    extra = str(data_root / "ptb_sample/parsed/mrg/wsj/01/wsj_019*.mrg")
+    dm = make(data_root, tmp_path, train_split="wsj_0001-wsj_0020", extra_trees=[extra], wsj_fraction=0.1)
+    with caplog.at_level(logging.WARNING):
+        words, _ = dm.split_files(dm.splits["train"])
+    [warning] = [record.getMessage() for record in caplog.records if "wsj_fraction" in record.getMessage()]
+    assert len(read_lines(words)) == 233 + 118  # wsj_0001-wsj_0020 and wsj_0190-wsj_0199, each once
+    assert ("WSJ's 233 trees make up 66% of it, not task.datamodule.wsj_fraction=0.1: 118 extra trees are too few"
+            in warning)
+
+
 def test_setup_fit_names_the_missing_test_files_before_anything_is_loaded(data_root: Path, tmp_path: Path) -> None:
     # a treebank copy without the test split's files (wsj_0180-wsj_0199)
     wsj = tmp_path / "treebank" / "parsed" / "mrg" / "wsj"

@@ -27,6 +27,7 @@ from aiayn.data.parsing.raw_text import RawText
 from aiayn.data.parsing.treebank import (
     ROOT_LABEL,
     TREEBANK_LABELS,
+    WSJ_DIR,
     Tree,
     iter_split,
     parse_split,
@@ -47,6 +48,11 @@ log = logging.getLogger(__name__)
 _FORMAT = 1  # bump when the derived files change meaning
 TREEBANK_SOURCE = "the Penn Treebank WSJ, LDC99T42 (https://catalog.ldc.upenn.edu/LDC99T42), in LDC's Treebank-3 layout"
 SPACE = "\u2581"  # sentencepiece's word-boundary mark
+# What the semi-supervised setting (task=wsj_semi) needs, said where its trees are not found.
+EXTRA_TREES_HINT = ("the semi-supervised setting trains on parsed corpora besides WSJ (§6.3: Vinyals et al.'s "
+                    "high-confidence and BerkeleyParser corpora, ~17M sentences, not public): put files of bracketed "
+                    "trees there or point task.datamodule.extra_trees at them (glob patterns); task=wsj trains on WSJ "
+                    "alone")
 _CONSTITUENT = re.compile(r"\((\S+) \(")  # a constituent's label in a one-line tree: its first child is a tree
 
 
@@ -96,10 +102,12 @@ class ParsingDataModule(TranslationDataModule):
         self.treebank = Path(treebank) if Path(treebank).is_absolute() else Path(data_root) / treebank
         self.extra_trees = list(extra_trees or [])
         if not 0.0 < wsj_fraction <= 1.0:
-            raise ValueError(f"wsj_fraction must be in (0, 1], got {wsj_fraction}")
+            raise ConfigError(f"task.datamodule.wsj_fraction={wsj_fraction}: the share of WSJ's trees in the "
+                              "semi-supervised training set must be above 0 and at most 1 (the default: 0.1)")
         self.wsj_fraction = float(wsj_fraction)
         if linearization not in LINEARIZATIONS:
-            raise ValueError(f"linearization must be one of {', '.join(LINEARIZATIONS)}, got {linearization!r}")
+            raise ConfigError(f"task.datamodule.linearization={linearization}: the output trees' leaves are "
+                              f"{' or '.join(LINEARIZATIONS)} (docs/parsing.md)")
         self.linearization = linearization
         for role, spec in self.splits.items():  # before anything is read: a bad split is one line, not a traceback
             try:
@@ -132,7 +140,7 @@ class ParsingDataModule(TranslationDataModule):
                 if matched:
                     files.update(dict.fromkeys(map(Path, matched), ""))
                 else:
-                    files[Path(self._pattern(pattern))] = "no file of extra training trees (task.datamodule.extra_trees)"
+                    files[Path(self._pattern(pattern))] = f"no file of extra training trees; {EXTRA_TREES_HINT}"
         return files
 
     def missing_files_message(self, listing: str) -> str:
@@ -185,8 +193,7 @@ class ParsingDataModule(TranslationDataModule):
             pattern = self._pattern(pattern)
             matched = sorted(glob(pattern))
             if not matched:
-                raise DataError(f"{pattern}: no files of extra training trees (task.datamodule.extra_trees); "
-                                f"fix the path or set extra_trees to null")
+                raise DataError(f"{pattern}: no files of extra training trees; {EXTRA_TREES_HINT}")
             files.extend(Path(m) for m in matched)
         return files
 
@@ -208,6 +215,11 @@ class ParsingDataModule(TranslationDataModule):
         copies = max(1, round(self.wsj_fraction * len(extra) / ((1 - self.wsj_fraction) * len(wsj))))\
             if self.wsj_fraction < 1 else 1
         mixed = wsj * copies + extra
+        if abs(len(wsj) * copies / len(mixed) - self.wsj_fraction) > 0.05:  # WSJ can only be repeated, never cut
+            log.warning("semi-supervised training set: WSJ's %d trees make up %.0f%% of it, not task.datamodule."
+                        "wsj_fraction=%g: %d extra trees are too few for that; more extra trees, or wsj_fraction "
+                        "of at least %.2f, train what the setting says", len(wsj), 100 * len(wsj) * copies / len(mixed),
+                        self.wsj_fraction, len(extra), len(wsj) / len(mixed))
         random.Random(self.seed).shuffle(mixed)
         log.info("semi-supervised training set: %d WSJ trees × %d + %d extra trees from %d files (%d empty, "
                  "dropped) = %d", len(wsj), copies, len(extra), len(extra_files), dropped, len(mixed))
@@ -248,13 +260,19 @@ class ParsingDataModule(TranslationDataModule):
 
     def check_split(self, split: str, task: str) -> str:
         """A split's specification (a role, or sections/file ranges of the treebank, any of them);
-        a ConfigError saying what a specification is, when it is none."""
+        a ConfigError saying what a specification is, when it is none, or, for sections or files
+        the treebank here has none of, which sections it has and the task's splits."""
         name = self.splits.get(split, split)
+        roles = f"task {task}'s splits are " + ", ".join(f"{role} ({named})" for role, named in self.splits.items()
+                                                        if role != "train")
         try:
             parse_split(name)
+            if split not in self.splits and (self.treebank / WSJ_DIR).is_dir():  # sections or files: are they here?
+                split_files(self.treebank, name, hint=f"{roles}, or sections or files of the sections there")
+        except DataError as error:
+            raise ConfigError(f"split={split}: {error}") from None
         except ValueError as error:
-            roles = [f"{role} ({named})" for role, named in self.splits.items() if role != "train"]
-            raise ConfigError(f"split={split}: {error}; task {task}'s splits are {', '.join(roles)}") from None
+            raise ConfigError(f"split={split}: {error}; {roles}") from None
         return name
 
     def evaluation_data(self, split: str, vocab: Subwords | None = None) -> tuple[list[str], list[str], list[str]]:

@@ -237,16 +237,18 @@ def parse_split(spec: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
     return ranges
 
 
-def split_files(root: str | os.PathLike, spec: str) -> list[Path]:
+SPLIT_BY_FILES = "a partial copy such as the 10% sample needs a split by files, e.g. task.split=sample"
+
+
+def split_files(root: str | os.PathLike, spec: str, hint: str = SPLIT_BY_FILES) -> list[Path]:
     """The treebank files of a split (see :func:`parse_split`) in order; a :class:`DataError`
-    if none of them is there."""
+    if none of them is there, ending in ``hint`` (what to do: train's, by default)."""
     files = treebank_files(root)
     chosen = [path for key, path in files.items() if any(lo <= key <= hi for lo, hi in parse_split(spec))]
     if not chosen:
         present = sorted({section for section, _ in files})
         raise DataError(f"{Path(root) / WSJ_DIR}: no files of split {spec!r}; the sections there are "
-                        f"{', '.join(f'{s:02d}' for s in present) or 'none'} (a partial copy such as the "
-                        f"10% sample needs a split by files, e.g. task.split=sample)")
+                        f"{', '.join(f'{s:02d}' for s in present) or 'none'}; {hint}")
     return chosen
 
 
