@@ -162,11 +162,10 @@ def test_a_page_whose_reader_has_gone_ends_quietly(arguments: tuple[str, ...], t
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        result = subprocess.run([sys.executable, str(REPO / "src" / f"{tool}.py"), *options], check=False,
-                                cwd=tmp_path,
+        environment = {**offline_environment(), "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(tmp_path)}
+        result = subprocess.run([sys.executable, str(REPO / "src" / f"{tool}.py"), *options], check=False, cwd=tmp_path,
                                 stdout=write_end, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                env={**offline_environment(), "AIAYN_DATA_ROOT": str(data_root),
-                                     "AIAYN_CACHE_DIR": str(tmp_path / "cache")}, timeout=300)
+                                env=environment, timeout=300)
     finally:
         os.close(write_end)
     assert result.returncode == 128 + signal.SIGPIPE, result.stderr[-3000:]

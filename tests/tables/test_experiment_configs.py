@@ -202,24 +202,6 @@ def test_the_sweep_dry_run_refuses_the_jobs_the_multirun_would_refuse(capsys: py
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
-def test_the_sweep_dry_run_refuses_gpus_this_machine_lacks_as_the_multirun_does(capsys: pytest.CaptureFixture) -> None:
-    """`train.py --multirun ... trainer.devices=8`, run here by Hydra's basic launcher, refuses every
-    job on a machine without GPUs; the dry run says the same (before: it planned them for an 8-GPU
-    node, as for SLURM's launcher, and listed them as checked), and still plans SLURM's jobs."""
-    assert tables_command("sweep", "model.dropout=0.0,0.2", "trainer.devices=8") == 2
-    out, err = capsys.readouterr()
-    assert out == ""
-    lines = err.splitlines()
-    assert len(lines) == 2 and all(
-        line.startswith(f"tables.py: sweep job #{n} of 2 refused (model.dropout=0.{2 * n} trainer.devices=8): "
-                        "trainer.devices=8 asks for 8 GPUs but no usable CUDA GPU was found on this machine")
-        for n, line in enumerate(lines)), lines
-    assert tables_command("sweep", "model.dropout=0.0,0.2", "trainer.devices=8", "hydra/launcher=slurm") == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "2 jobs, each config checked as `train.py --multirun` checks it; nothing run"
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("dry", [True, False], ids=["dry run", "run"])
 def test_tables_run_refuses_the_jobs_the_multirun_would_refuse_before_any_starts(
         dry: bool, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
