@@ -3,8 +3,9 @@
 # make test-fast — the inner loop: the tests of about a second or less (not slow, not a process of their own)
 # make lint   — ruff, with the rules in pyproject.toml
 # make gpu-check — same install, then on a machine with a CUDA GPU, in under 9 minutes: the gpu-marked
-#                  tests, bf16 training throughput (base and big eager, base compiled) and beam-4 decoding
-#                  (ours and CTranslate2); appends to benchmarks/results/gpu_suite.{jsonl,md} and
+#                  tests, bf16 training throughput (big and base, eager, then each speed switch: CUDA graphs,
+#                  length buckets, plain Adam), the user's command (train.py model=big task=wmt_en_fr, 100 steps)
+#                  and beam-4 decoding (ours and CTranslate2); appends to benchmarks/results/gpu_suite.{jsonl,md} and
 #                  train_throughput.jsonl (benchmarks/gpu_suite.py; GPU_CHECK_ARGS for its options)
 # make wheelhouse — the wheels a machine without internet (a cluster's GPU node) needs to install aiayn beside
 #                  its own torch: WHEELHOUSE_ARGS="--python 3.12 --have node-packages.txt" (scripts/wheelhouse.py)

@@ -9,6 +9,8 @@ invoked as the console script), and which exceptions the wrapper reports and how
 from __future__ import annotations
 
 import errno
+import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -28,7 +30,7 @@ from aiayn.decoding.settings import Decoding, asked
 from aiayn.errors import ConfigError, DataError
 from aiayn.training.nonfinite import NonFiniteLossError
 from tests.helpers import inprocess
-from tests.helpers.runs import REPO, run_command
+from tests.helpers.runs import REPO, offline_environment, run_command
 
 TOOLS = ("train", "prepare", "evaluate", "translate", "average", "visualize")
 BIN = Path(sys.executable).parent
@@ -149,6 +151,27 @@ def test_help_of_a_script_names_the_script(tmp_path: Path) -> None:
     result = run([sys.executable, str(REPO / "src" / "translate.py"), "--help"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("translate.py: ") and f"usage: python {REPO / 'src' / 'translate.py'} ckpt=" in result.stdout
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("arguments", [("visualize", "--help"), ("prepare", "--help"), ("train", "--cfg", "job")])
+def test_a_page_whose_reader_has_gone_ends_quietly(arguments: tuple[str, ...], tmp_path: Path, data_root: Path) -> None:
+    """`train.py --help | head -3`: the reader has what it wanted; no traceback follows, and the exit
+    status is a SIGPIPE's, as cat's and translate's (the read end closed before the page is written)."""
+    tool, *options = arguments
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        environment = {**offline_environment(), "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(tmp_path)}
+        result = subprocess.run([sys.executable, str(REPO / "src" / f"{tool}.py"), *options], check=False, cwd=tmp_path,
+                                stdout=write_end, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                env=environment, timeout=300)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 128 + signal.SIGPIPE, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr, result.stderr[-3000:]
+    if tool != "train":  # train's --cfg job writes its plan on stderr
+        assert result.stderr == ""
 
 
 # -- in process: the wrapper itself -------------------------------------------------------------

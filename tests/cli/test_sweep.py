@@ -2,7 +2,8 @@
 the sweep stopped at a failing job or, with hydra.sweeper.keep_going=true, gone on past it, and the
 table of the jobs at the end. Refusals and a stop run in this process (tests.helpers.inprocess);
 the sweep that goes on past a failure is a real process, its exit status and stderr as a user sees
-them, its jobs real tiny runs on Multi30k."""
+them, its jobs real tiny runs on Multi30k. The dry run (`experiments/tables.py sweep`) refuses what the
+sweep refuses."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from tests.helpers import inprocess, runs
 from tests.helpers.runs import TINY
 from tests.helpers.signals import signal_at
+from tests.helpers.tables import tables_command
 
 # Tiny jobs that train: 4 steps, no test split, no pictures, metrics in CSV.
 JOB = [*TINY, "logger=csv", "test_after_training=false", "visualize_at_end=false", "task.datamodule.download=false"]
@@ -130,3 +133,21 @@ def test_a_stopped_sweep_given_resume_auto_resumes_each_job_from_its_earlier_fol
     # The table names the folder the job trained in, which holds its checkpoints (before: this attempt's).
     [job] = table(tmp_path / "B")
     assert (job["status"], Path(job["folder"]).resolve()) == ("done", earlier.resolve())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_the_sweep_dry_run_refuses_gpus_this_machine_lacks_as_the_multirun_does(capsys: pytest.CaptureFixture) -> None:
+    """`train.py --multirun ... trainer.devices=8`, run here by Hydra's basic launcher, refuses every
+    job on a machine without GPUs; the dry run says the same (before: it planned them for an 8-GPU
+    node, as for SLURM's launcher, and listed them as checked), and still plans SLURM's jobs."""
+    assert tables_command("sweep", "model.dropout=0.0,0.2", "trainer.devices=8") == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 2 and all(
+        line.startswith(f"tables.py: sweep job #{n} of 2 refused (model.dropout=0.{2 * n} trainer.devices=8): "
+                        "trainer.devices=8 asks for 8 GPUs but no usable CUDA GPU was found on this machine")
+        for n, line in enumerate(lines)), lines
+    assert tables_command("sweep", "model.dropout=0.0,0.2", "trainer.devices=8", "hydra/launcher=slurm") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "2 jobs, each config checked as `train.py --multirun` checks it; nothing run"

@@ -37,6 +37,7 @@ import errno
 import functools
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -76,6 +77,13 @@ def say(line: str) -> None:
     stderr, and print's separate write of the newline lets their lines run into one another."""
     sys.stderr.write(f"{tool_name()}: {line}\n")
     sys.stderr.flush()
+
+
+def reader_gone() -> NoReturn:
+    """The reader of stdout has gone (``--help | head -3``): stop quietly, as cat does, with the
+    status a process killed by SIGPIPE has; nothing is left to flush at exit."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(128 + signal.SIGPIPE)
 
 
 def interrupted() -> NoReturn:
@@ -123,6 +131,10 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
         os.environ["HYDRA_FULL_ERROR"] = "1"
         try:
             return main(*args, **kwargs)
+        except BrokenPipeError:
+            if _task_started:
+                raise
+            reader_gone()  # Hydra's --help or --cfg job page, piped into a reader that stopped early
         except Exception as error:
             if not _task_started and _is_mode_conflict(error):  # e.g. --multirun with --cfg job
                 fail(f"{error}: --cfg job shows one job's settings, so give them without --multirun")

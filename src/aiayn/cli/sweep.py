@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -80,7 +79,7 @@ def sweep(sweeper: BasicSweeper, arguments: list[str]) -> list[list[JobReturn]]:
     sweep_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(sweeper.config, sweep_dir / "multirun.yaml")  # as Hydra's sweeper
     try:
-        if isinstance(sweeper.launcher, BasicLauncher):
+        if runs_here(sweeper):
             _run_one_by_one(sweeper, jobs)
         else:
             _run_in_batches(sweeper, jobs, [len(batch) for batch in batches])
@@ -115,6 +114,14 @@ def dry_run(conf_dir: str | os.PathLike, overrides: list[str]) -> tuple[list[Job
         return jobs, check(sweeper, jobs)
 
 
+def runs_here(sweeper: BasicSweeper) -> bool:
+    """Whether the sweep's jobs run here, one after another (Hydra's basic launcher), not where
+    another launcher (SLURM's) starts them. Read from the launcher's ``_target_``, as the plan reads
+    it: Hydra's plugin scan may load the launcher's module again, and its class is then not the one
+    imported here (``experiments/tables.py sweep`` imports this module before that scan)."""
+    return str(OmegaConf.select(sweeper.config, "hydra.launcher._target_", default="")).endswith(".BasicLauncher")
+
+
 def _batches(sweeper: BasicSweeper, arguments: list[str]) -> list[list[list[str]]]:
     """The jobs' overrides in the launcher's batches, as Hydra's basic sweeper expands them."""
     params = sweeper._parse_config() + list(arguments)  # hydra.sweeper.params, then the command line
@@ -129,7 +136,7 @@ def check(sweeper: BasicSweeper, jobs: list[Job]) -> list[tuple[Job, str]]:
 
     # Jobs another launcher runs elsewhere (SLURM) are planned for the node they ask for, as
     # --cfg job shows it, not refused for the GPUs this machine (a login node) lacks.
-    elsewhere = not isinstance(sweeper.launcher, BasicLauncher)
+    elsewhere = not runs_here(sweeper)
     refused = []
     before = HydraConfig.instance().cfg
     try:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,7 +54,7 @@ from omegaconf import DictConfig, OmegaConf
 from aiayn.checkpoints.given import averaged_count, checkpoint_list
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
-from aiayn.cli.errors import reports_composition_errors, reports_errors
+from aiayn.cli.errors import reader_gone, reports_composition_errors, reports_errors
 from aiayn.cli.line_input import AvailableLines, chunked
 from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.decoding.settings import Asked, Decoding, asked
@@ -97,9 +96,8 @@ def main(cfg: DictConfig) -> None:
     except KeyboardInterrupt:  # Ctrl-C, the way out of an interactive session: what is written stays
         _summary(writer.inputs if writer else 0, translator)
         sys.exit(130)
-    except BrokenPipeError:  # the reader of the output has gone (`| head -3`): stop quietly, as cat does
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
-        sys.exit(128 + signal.SIGPIPE)
+    except BrokenPipeError:  # the reader of the output has gone (`| head -3`)
+        reader_gone()
     _summary(writer.inputs, translator)
 
 
