@@ -66,6 +66,8 @@ def main(cfg: DictConfig) -> None:
                            where="the checkpoint's decoding.")
     check_expressible(trained.model, str(ckpt))  # ConfigError naming the setting Marian cannot hold
     steps = average_into(trained, averaged)  # §6.1: the weights averaged over the k checkpoints ending at ckpt
+    if len(steps) == 1 and trained.averaged_steps:  # average.py's checkpoint: its card says the steps it averages
+        steps = list(trained.averaged_steps)
     if cfg.format == "hf":
         from aiayn.export.huggingface import export_huggingface
 

@@ -36,7 +36,7 @@ def card_facts(trained: TrainedModel, ckpt: Path, steps: list[int], decoding: De
     network = dict(trained.config.get("model") or {})
     network["vocab_size"] = trained.vocab.vocab_size
     kind = task_module(task)
-    name = str(ckpt) if len(steps) == 1 else f"averaged, newest {ckpt}"
+    name = str(ckpt) if len(steps) == 1 or trained.averaged_steps else f"averaged, newest {ckpt}"
     return CardFacts(name=name, task=str(task.get("name", "translation")), src_lang=datamodule.get("src_lang"),
                      tgt_lang=datamodule.get("tgt_lang"), steps=steps, model=network,
                      decoding=decoding.settings(), data=data,
