@@ -43,3 +43,47 @@ def test_an_averaged_checkpoint_is_exported_as_the_average_with_no_score_of_its_
     card = (tmp_path / "hf" / "README.md").read_text(encoding="utf-8")
     assert f"the average of 2 checkpoints at steps 3, 4 ({average})" in card
     assert "4 steps" not in card and "dev set during training" not in card
+
+
+def _python_block(card: str, holding: str) -> str:
+    """The card's ```python block that holds ``holding``."""
+    blocks = [block.split("```", 1)[0] for block in card.split("```python\n")[1:]]
+    return next(block for block in blocks if holding in block)
+
+
+@pytest.mark.slow
+def test_each_cards_code_runs_on_its_own_folder_and_decodes_as_aiayn_serves_it(tiny_run, data_root, tmp_path):
+    """The card of a CTranslate2 export says how to call CTranslate2 on that folder with the decoding
+    settings of its aiayn.json, and that code writes what translate.py engine=ctranslate2 writes; an
+    int8 export's card claims no exactness; the Hugging Face card's code cuts a line over the model's
+    positions, as aiayn does (before: the CTranslate2 folder's card was the Hugging Face card, loading
+    it with MarianMTModel, its CTranslate2 code decoding with CTranslate2's defaults, and the Hugging
+    Face code ended in an IndexError on a long line)."""
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
+    ct2, int8, hf = tmp_path / "ct2", tmp_path / "int8", tmp_path / "hf"
+    _tool(tiny_run, data_root, "src/export.py", f"ckpt={tiny_run.last}", "format=ctranslate2", f"out={ct2}")
+    _tool(tiny_run, data_root, "src/export.py", f"ckpt={tiny_run.last}", "format=ctranslate2", "quantization=int8",
+          f"out={int8}")
+    _tool(tiny_run, data_root, "src/export.py", f"ckpt={tiny_run.last}", f"out={hf}")
+    card = (ct2 / "README.md").read_text(encoding="utf-8")
+    assert "exported as a CTranslate2 model" in card and "from_pretrained" not in card
+    code = _python_block(card, "ctranslate2.Translator")
+    lines = ["A man is riding a bike.", "Two dogs play in the snow.", "A woman sings on a stage."]
+    source = tmp_path / "source.en"
+    source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    served = _tool(tiny_run, data_root, "src/translate.py", "engine=ctranslate2", f"model_dir={ct2}", f"input={source}")
+    printed = []
+    for line in lines:
+        example = code.replace("<this folder>", str(ct2)).replace("A man is riding a bike.", line)
+        exec(example, {"print": printed.append})  # noqa: S102  the card's code, as a user runs it
+    assert printed == served.stdout.splitlines()
+
+    quantized = (int8 / "README.md").read_text(encoding="utf-8")
+    assert "stored as int8" in quantized and "The weights are\nexactly" not in quantized
+    assert "Measured for the fp32 weights this int8 model was made from" in quantized
+
+    long_line = " ".join(["A man is riding a bike."] * 200)  # over the model's positions
+    printed = []
+    exec(_python_block((hf / "README.md").read_text(encoding="utf-8"), "MarianMTModel").replace(  # noqa: S102
+        "<this folder>", str(hf)).replace("A man is riding a bike.", long_line), {"print": printed.append})
+    assert len(printed) == 1 and len(printed[0]) == 1
