@@ -1,6 +1,7 @@
 """What an export tells the people who serve it: the model card of an averaged checkpoint
-(average.py's file) and of a CTranslate2 export, each as the folder it is in is used. On the
-session's tiny trained run; the tools run in this process (tests.helpers.inprocess)."""
+(average.py's file) and of a CTranslate2 export, each as the folder it is in is used; a model
+with separate embeddings exported and served as aiayn serves it. On the session's tiny trained
+run; the tools run in this process (tests.helpers.inprocess)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from aiayn.checkpoints.digest import digest_path
+from aiayn.checkpoints.io import read_checkpoint
+from aiayn.checkpoints.trained import load_trained, module_arguments
+from aiayn.data.corpus import TranslationCollator
+from aiayn.training.module import TranslationModule
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import TrainedRun
 
-pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")
+transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")
 
 
 def _tool(tiny_run: TrainedRun, data_root: Path, script: str, *arguments: str):
@@ -87,3 +93,44 @@ def test_each_cards_code_runs_on_its_own_folder_and_decodes_as_aiayn_serves_it(t
     exec(_python_block((hf / "README.md").read_text(encoding="utf-8"), "MarianMTModel").replace(  # noqa: S102
         "<this folder>", str(hf)).replace("A man is riding a bike.", long_line), {"print": printed.append})
     assert len(printed) == 1 and len(printed[0]) == 1
+
+
+@pytest.mark.slow
+def test_a_model_with_separate_embeddings_is_exported_with_its_function_and_served_as_aiayn_serves_it(
+        tiny_run, data_root, tmp_path):
+    """model.share_embeddings=false (separate source and target embeddings and output projection) is
+    MarianMT's share_encoder_decoder_embeddings and tie_word_embeddings false: the export's logits are
+    aiayn's, and its CTranslate2 conversion writes aiayn's greedy output (before: refused, saying
+    "MarianMT ties one embedding to both stacks and the output")."""
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
+    checkpoint = read_checkpoint(tiny_run.last)
+    hyper_parameters = dict(checkpoint["hyper_parameters"])
+    hyper_parameters["model"] = {**hyper_parameters["model"], "share_embeddings": False}
+    torch.manual_seed(0)  # its own weights: three embeddings, each different
+    module = TranslationModule(**module_arguments(hyper_parameters))
+    ckpt = tmp_path / "separate.ckpt"
+    torch.save({**checkpoint, "hyper_parameters": hyper_parameters, "state_dict": module.state_dict()}, ckpt)
+    hf, ct2 = tmp_path / "hf", tmp_path / "ct2"
+    _tool(tiny_run, data_root, "src/export.py", f"ckpt={ckpt}", f"out={hf}")
+    _tool(tiny_run, data_root, "src/export.py", f"ckpt={ckpt}", "format=ctranslate2", f"out={ct2}")
+
+    trained = load_trained(ckpt)
+    assert trained.model.output_projection is not None
+    vocab, lines = trained.vocab, ["A man is riding a bike.", "Two dogs play in the snow."]
+    batch = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)(
+        list(zip(range(2), vocab.encode(lines), vocab.encode(["Ein Mann fährt Rad.", "Zwei Hunde spielen."]))))
+    marian = transformers.MarianMTModel.from_pretrained(str(hf)).eval()
+    assert not marian.config.tie_word_embeddings and not marian.config.share_encoder_decoder_embeddings
+    with torch.no_grad():
+        ours = trained.model(batch["src"], batch["tgt_in"])
+        theirs = marian(input_ids=batch["src"], attention_mask=batch["src"] != vocab.pad_id,
+                        decoder_input_ids=batch["tgt_in"]).logits
+    real = batch["tgt_in"] != vocab.pad_id
+    torch.testing.assert_close(theirs[real], ours[real], rtol=1e-5, atol=5e-5)
+
+    source = tmp_path / "source.en"
+    source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    greedy = ["decoding.beam_size=1", "decoding.alpha=0.0", "decoding.max_len_offset=5", f"input={source}"]
+    aiayn = _tool(tiny_run, data_root, "src/translate.py", f"ckpt={ckpt}", *greedy)
+    served = _tool(tiny_run, data_root, "src/translate.py", "engine=ctranslate2", f"model_dir={ct2}", *greedy)
+    assert served.stdout == aiayn.stdout and all(aiayn.stdout.splitlines())
