@@ -5,7 +5,9 @@ run; the tools run in this process (tests.helpers.inprocess)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -134,3 +136,16 @@ def test_a_model_with_separate_embeddings_is_exported_with_its_function_and_serv
     aiayn = _tool(tiny_run, data_root, "src/translate.py", f"ckpt={ckpt}", *greedy)
     served = _tool(tiny_run, data_root, "src/translate.py", "engine=ctranslate2", f"model_dir={ct2}", *greedy)
     assert served.stdout == aiayn.stdout and all(aiayn.stdout.splitlines())
+
+
+def test_every_exported_file_is_readable_as_the_users_other_files(tiny_run, data_root, tmp_path):
+    """Each file of an export has the mode the user's umask gives a new file, the weights too, so a
+    server running as another user reads them (before: model.safetensors was 0600, as transformers
+    writes it, beside 0644 files)."""
+    umask = os.umask(0o022)
+    try:
+        _tool(tiny_run, data_root, "src/export.py", f"ckpt={tiny_run.last}", f"out={tmp_path / 'hf'}")
+    finally:
+        os.umask(umask)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in (tmp_path / "hf").iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o644}, modes
