@@ -18,8 +18,8 @@ from aiayn.checkpoints.io import read_checkpoint
 from aiayn.checkpoints.trained import load_trained, module_arguments
 from aiayn.data.corpus import TranslationCollator
 from aiayn.training.module import TranslationModule
-from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import TrainedRun
+from tests.helpers.inprocess import run_tool, train
+from tests.helpers.runs import TINY, TrainedRun
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'aiayn[serve]')")
 
@@ -149,3 +149,16 @@ def test_every_exported_file_is_readable_as_the_users_other_files(tiny_run, data
         os.umask(umask)
     modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in (tmp_path / "hf").iterdir()}
     assert "model.safetensors" in modes and set(modes.values()) == {0o644}, modes
+
+
+@pytest.mark.slow
+def test_a_fine_tuned_models_card_says_what_it_was_fine_tuned_from(tiny_run, data_root, tmp_path):
+    """A checkpoint of a run started with init_from= is said to be fine-tuned from that model, its
+    steps those of the fine-tuning (before: "4 steps", as if the model had been trained for 4 steps alone)."""
+    run = tmp_path / "fine-tuned"
+    train(run, *TINY, "model.n_layers=2", "logger=none", "trainer.limit_test_batches=1", f"init_from={tiny_run.last}",
+          data_root=data_root, cache_dir=tiny_run.cache_dir)
+    _tool(tiny_run, data_root, "src/export.py", f"ckpt={run / 'checkpoints' / 'last.ckpt'}", f"out={tmp_path / 'hf'}")
+    card = (tmp_path / "hf" / "README.md").read_text(encoding="utf-8")
+    assert (f"- **Training**: 4 steps ({run / 'checkpoints' / 'last.ckpt'}); fine-tuned from the model of "
+            f"`{tiny_run.last}` (train.py `init_from=`), whose own steps are not counted here\n") in card

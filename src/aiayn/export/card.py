@@ -53,6 +53,7 @@ class CardFacts:
     quantization: str | None = None  # a CTranslate2 export's weight type (None: float32, aiayn's)
     # what CTranslate2's translate_batch is handed to decode as aiayn.json says (aiayn.decoding.declarations)
     serving: dict[str, Any] = field(default_factory=dict)
+    init_from: str | None = None  # a fine-tuned model's start (train.py init_from=): the checkpoint it was trained on from
 
 
 def measured_scores(ckpt: Path, steps: list[int], train_split: str = "train") -> list[str]:
@@ -132,6 +133,8 @@ def model_card(facts: CardFacts) -> str:
     config = yaml.safe_dump({"model": facts.model, "decoding": facts.decoding, "data": facts.data},
                             sort_keys=False, allow_unicode=True).rstrip()
     exact = facts.quantization in (None, "float32")
+    fine_tuned = (f"; fine-tuned from the model of `{facts.init_from}` (train.py `init_from=`), whose own steps "
+                  "are not counted here" if facts.init_from else "")
     note = (LENGTH_PENALTY_NOTE.format(alpha=facts.decoding["alpha"], greedy="" if exact else " in float32 weights")
             + ENGINE_NOTES[facts.format].format(offset=facts.serving.get("max_len_offset"),
                                                 beam=facts.serving.get("beam_size")))
@@ -156,7 +159,7 @@ A Transformer ("Attention Is All You Need", Vaswani et al., 2017) trained with a
 
 - **Task**: {facts.task} ({doing})
 - **Data**: {facts.data.get('_target_', facts.task).rsplit('.', 1)[-1]}, vocabulary of {facts.model.get('vocab_size', '?')} joint sentencepiece subwords (`source.spm`{' = `target.spm`' if facts.format == 'hf' else ''})
-- **Training**: {steps} ({facts.name})
+- **Training**: {steps} ({facts.name}){fine_tuned}
 
 ## Scores
 

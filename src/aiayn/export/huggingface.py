@@ -41,7 +41,8 @@ def card_facts(trained: TrainedModel, ckpt: Path, steps: list[int], decoding: De
                      tgt_lang=datamodule.get("tgt_lang"), steps=steps, model=network,
                      decoding=decoding.settings(), data=data,
                      scores=measured_scores(ckpt, steps, datamodule.get("train_split", "train")),
-                     parses=kind is not None and kind.OUTPUT_CONSTRAINT is not None)  # the task says: its outputs are trees
+                     parses=kind is not None and kind.OUTPUT_CONSTRAINT is not None,
+                     init_from=trained.config.get("init_from") or None)  # the task says: its outputs are trees
 
 
 def save_huggingface(trained: TrainedModel, out: Path, facts: CardFacts, where: str,
