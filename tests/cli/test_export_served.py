@@ -5,6 +5,7 @@ run; the tools run in this process (tests.helpers.inprocess)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -46,11 +47,21 @@ def test_an_averaged_checkpoint_is_exported_as_the_average_with_no_score_of_its_
     average = checkpoints / "average.ckpt"
     _tool(tiny_run, data_root, "src/average.py", f"ckpt={checkpoints / 'step0000004.ckpt'}", "average_last=2",
           f"out={average}")
+    # evaluate.py keeps the average's report apart from step 4's (before: the same name, one overwrote the other)
+    for ckpt in (checkpoints / "step0000004.ckpt", average):
+        _tool(tiny_run, data_root, "src/evaluate.py", f"ckpt={ckpt}", "split=test_2017_mscoco",
+              "decoding.max_len_offset=2", "wandb=disabled")
+    reports = {path.name: json.loads(path.read_text()) for path in (tmp_path / "run" / "eval").glob("*.json")}
+    assert sorted(reports) == ["test_2017_mscoco.step3-4.beam4.alpha0.6.len+2.avg2.json",
+                               "test_2017_mscoco.step4.beam4.alpha0.6.len+2.json"]
     exported = _tool(tiny_run, data_root, "src/export.py", f"ckpt={average}", f"out={tmp_path / 'hf'}")
     assert "(step 4, averaged over steps 3, 4) as hf" in exported.stdout, exported.stdout
     card = (tmp_path / "hf" / "README.md").read_text(encoding="utf-8")
     assert f"the average of 2 checkpoints at steps 3, 4 ({average})" in card
     assert "4 steps" not in card and "dev set during training" not in card
+    ours = reports["test_2017_mscoco.step3-4.beam4.alpha0.6.len+2.avg2.json"]  # the average's score, and no other
+    assert card.count("test_2017_mscoco (461 sentences") == 1
+    assert f"chrF2 {ours['test_2017_mscoco/chrf']:.2f} (`{ours['chrf_signature']}`)" in card
 
 
 def _python_block(card: str, holding: str) -> str:

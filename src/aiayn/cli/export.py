@@ -65,9 +65,7 @@ def main(cfg: DictConfig) -> None:
     decoding = Decoding.of(trained.decoding, wanted, engine=f"{'hf' if cfg.format == 'hf' else 'ctranslate2'} export",
                            where="the checkpoint's decoding.")
     check_expressible(trained.model, str(ckpt))  # ConfigError naming the setting Marian cannot hold
-    steps = average_into(trained, averaged)  # §6.1: the weights averaged over the k checkpoints ending at ckpt
-    if len(steps) == 1 and trained.averaged_steps:  # average.py's checkpoint: its card says the steps it averages
-        steps = list(trained.averaged_steps)
+    steps = average_into(trained, averaged)  # §6.1: the weights averaged over the k checkpoints ending at ckpt (or in it)
     if cfg.format == "hf":
         from aiayn.export.huggingface import export_huggingface
 

@@ -70,8 +70,9 @@ def measured_scores(ckpt: Path, steps: list[int], train_split: str = "train") ->
             data = json.loads(report.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        averaged = data.get("averaged") or [data.get("checkpoint")]
-        if data.get("step") != steps[-1] or len(averaged) != len(steps):
+        averaged, averaged_steps = data.get("averaged") or [data.get("checkpoint")], data.get("averaged_steps")
+        if data.get("step") != steps[-1] or (list(averaged_steps) != list(steps) if averaged_steps
+                                             else len(averaged) != len(steps)):
             continue
         try:
             decoding = Decoding.of(data.get("decoding"), switches=data.get("speed_switches"),
