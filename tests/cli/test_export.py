@@ -179,16 +179,15 @@ def checkpoint_with(tiny_run: TrainedRun, folder: Path, **model_settings) -> Pat
     return path
 
 
-@pytest.mark.parametrize("case", ["learned positions", "separate vocabularies", "format", "quantization for hf",
+@pytest.mark.parametrize("case", ["learned positions", "format", "quantization for hf",
                                   "out is a file", "average_last"])
 def test_bad_export_is_one_line_and_writes_nothing(case, tiny_run, data_root, tmp_path):
     out = tmp_path / "out"
-    refused = {"learned positions": {"positional": "learned"}, "separate vocabularies": {"share_embeddings": False}}
+    refused = {"learned positions": {"positional": "learned"}}
     ckpt = checkpoint_with(tiny_run, tmp_path, **refused[case]) if case in refused else None
     arguments, expected = {
         "learned positions": ([f"ckpt={ckpt}"],
                               "was trained with model.positional=learned; MarianMT recomputes fixed sinusoids"),
-        "separate vocabularies": ([f"ckpt={ckpt}"], "was trained with model.share_embeddings=false"),
         "format": ([f"ckpt={tiny_run.last}", "format=onnx"], "format=onnx is not one of hf, ctranslate2"),
         "quantization for hf": ([f"ckpt={tiny_run.last}", "quantization=int8"],
                                 "quantization=int8 is for format=ctranslate2 only"),

@@ -87,7 +87,6 @@ TINY = {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "d_k": 16, "d_v"
 
 
 @pytest.mark.parametrize("settings, named", [
-    ({"share_embeddings": False}, "model.share_embeddings=false"),
     ({"positional": "learned"}, "model.positional=learned"),
     ({"d_k": 8, "d_v": 8}, "model.d_k=8"),
     ({"d_v": 8}, "model.d_v=8"),

@@ -40,3 +40,13 @@ def test_vocabulary_file_is_every_piece_at_its_id(hf_export, tiny_trained):
     assert written == piece_vocabulary(vocab)
     assert sorted(written.values()) == list(range(vocab.vocab_size))
     assert (hf_export / "source.spm").read_bytes() == (hf_export / "target.spm").read_bytes() == vocab.serialized()
+
+
+def test_special_pieces_written_in_a_line_are_text_as_ours(hf_export, tiny_trained):
+    """"</s>", "<s>", "<unk>" and "<pad>" in a line are encoded as the subword model encodes that text,
+    as aiayn does (before: each became its special id, an EOS or BOS in the middle of a source)."""
+    vocab = tiny_trained.vocab
+    tokenizer = transformers.MarianTokenizer.from_pretrained(str(hf_export))
+    lines = ["A man </s> runs.", "Click <s> here", "<unk> is unknown", "a <pad> b", "<b>bold</b> &amp; x"]
+    assert tokenizer(lines)["input_ids"] == [ids + [vocab.eos_id] for ids in vocab.encode(lines)]
+    assert tokenizer(text_target=lines)["input_ids"] == [ids + [vocab.eos_id] for ids in vocab.encode(lines)]

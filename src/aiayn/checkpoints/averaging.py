@@ -125,9 +125,10 @@ def window_ending_at(ckpt: Path, k: int) -> list[Path]:
 def average_into(trained: Any, window: list[Path]) -> list[int]:
     """Put the average of ``window`` (:func:`window_ending_at`) into ``trained`` (a loaded
     :class:`~aiayn.checkpoints.trained.TrainedModel` of its last) and return the steps averaged;
-    a window of one leaves the model as loaded."""
+    a window of one leaves the model as loaded: its steps are those average.py averaged into it
+    (``averaged_steps``), else its own."""
     if len(window) == 1:
-        return [trained.step]
+        return list(getattr(trained, "averaged_steps", ())) or [trained.step]
     average = average_checkpoints(window)
     trained.load_weights(average["state_dict"])
     return list(average["averaged_steps"])

@@ -53,6 +53,8 @@ class TrainedModel:
     members: tuple[str, ...] = ()
     # the training run's runs in the trackers, by kind ({"mlflow": id, "wandb": id}), as its checkpoint keeps them
     logger_runs: dict[str, str] = field(default_factory=dict)
+    # average.py's checkpoint: the steps whose weights it averages (§6.1), its newest last; () for one step's weights
+    averaged_steps: tuple[int, ...] = ()
 
     def output_constraint(self, decoding: Any = None) -> Any:
         """The constraint its task puts on its outputs, for its vocabulary, as the task's data
@@ -97,7 +99,8 @@ def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cp
     runs = {**({"wandb": checkpoint["wandb_run_id"]} if checkpoint.get("wandb_run_id") else {}),
             **(checkpoint.get("logger_runs") or {})}
     return TrainedModel(model=model, vocab=Subwords(proto=checkpoint["subwords"]), decoding=decoding, config=config,
-                        step=int(checkpoint.get("global_step", 0)), logger_runs=runs)
+                        step=int(checkpoint.get("global_step", 0)), logger_runs=runs,
+                        averaged_steps=tuple(int(step) for step in checkpoint.get("averaged_steps") or ()))
 
 
 def load_ensemble(ckpt: Any, map_location: str | torch.device = "cpu") -> TrainedModel:

@@ -7,7 +7,7 @@ model card); ``format=ctranslate2`` converts that into a CTranslate2 model (``qu
 step (§6.1). ``decoding.*`` over the checkpoint's own settings are what the export serves with
 (the generation settings; the CTranslate2 model's ``aiayn.json``), as its engine serves them
 (aiayn.decoding.declarations): a setting it cannot serve is refused, never dropped. A model
-MarianMT cannot express (separate vocabularies, learned positions, heads not d_model / h wide), a
+MarianMT cannot express (learned positions, heads not d_model / h wide, restricted attention), a
 missing package or a bad setting is one line on stderr, exit 2, before anything is written.
 """
 
@@ -65,7 +65,7 @@ def main(cfg: DictConfig) -> None:
     decoding = Decoding.of(trained.decoding, wanted, engine=f"{'hf' if cfg.format == 'hf' else 'ctranslate2'} export",
                            where="the checkpoint's decoding.")
     check_expressible(trained.model, str(ckpt))  # ConfigError naming the setting Marian cannot hold
-    steps = average_into(trained, averaged)  # §6.1: the weights averaged over the k checkpoints ending at ckpt
+    steps = average_into(trained, averaged)  # §6.1: the weights averaged over the k checkpoints ending at ckpt (or in it)
     if cfg.format == "hf":
         from aiayn.export.huggingface import export_huggingface
 

@@ -21,10 +21,18 @@ LENGTH_PENALTY_NOTE = (
     "aiayn ranks beam-search hypotheses by log P(Y|X) / ((5 + |Y|) / 6)^α (GNMT's length penalty, §6.1 "
     "of the paper, α = {alpha}); MarianMT's `generate` and CTranslate2 divide by |Y|^α instead. With the "
     "same α the two can pick different hypotheses, so beam-search output (and its BLEU) may differ slightly "
-    "from aiayn's; greedy decoding (`num_beams=1`, `beam_size=1`) gives exactly aiayn's greedy output. aiayn also "
-    "stops each sentence at its own input length + an offset (`decoding.max_len_offset`); `generate` uses one "
-    "maximum for the batch (`max_length` below, or `max_new_tokens`)."
+    "from aiayn's; greedy decoding (`num_beams=1`, `beam_size=1`) gives exactly aiayn's greedy output{greedy}."
 )
+# What else differs, as each format is used.
+ENGINE_NOTES = {
+    "hf": (" aiayn also stops each sentence at its own input length + an offset (`decoding.max_len_offset`); "
+           "`generate` uses one maximum for the batch (`max_length` in `generation_config.json`, or "
+           "`max_new_tokens`). aiayn writes an empty line for an empty input line, where `generate` translates it "
+           "as any other; and MarianTokenizer reads a line that starts with `>>…<<` as a language code, one "
+           "unknown token, where aiayn reads it as text."),
+    "ctranslate2": (" `translate.py engine=ctranslate2` and the call above stop each sentence at its own input "
+                    "length + {offset} as aiayn does, and, as `first_k`, once {beam} hypotheses have finished."),
+}
 
 
 @dataclass
@@ -41,6 +49,11 @@ class CardFacts:
     data: dict[str, Any] = field(default_factory=dict)  # the task's data settings
     scores: list[str] = field(default_factory=list)  # one line per measurement of these weights
     parses: bool = False  # a parser (§6.3: sentences to trees), not a translation model
+    format: str = "hf"  # the export's (export.py format=): which folder the card is in, and how it is used
+    quantization: str | None = None  # a CTranslate2 export's weight type (None: float32, aiayn's)
+    # what CTranslate2's translate_batch is handed to decode as aiayn.json says (aiayn.decoding.declarations)
+    serving: dict[str, Any] = field(default_factory=dict)
+    init_from: str | None = None  # a fine-tuned model's start (train.py init_from=): the checkpoint it was trained on from
 
 
 def measured_scores(ckpt: Path, steps: list[int], train_split: str = "train") -> list[str]:
@@ -57,8 +70,9 @@ def measured_scores(ckpt: Path, steps: list[int], train_split: str = "train") ->
             data = json.loads(report.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        averaged = data.get("averaged") or [data.get("checkpoint")]
-        if data.get("step") != steps[-1] or len(averaged) != len(steps):
+        averaged, averaged_steps = data.get("averaged") or [data.get("checkpoint")], data.get("averaged_steps")
+        if data.get("step") != steps[-1] or (list(averaged_steps) != list(steps) if averaged_steps
+                                             else len(averaged) != len(steps)):
             continue
         try:
             decoding = Decoding.of(data.get("decoding"), switches=data.get("speed_switches"),
@@ -119,10 +133,21 @@ def model_card(facts: CardFacts) -> str:
               or "- not measured yet: `python src/evaluate.py ckpt=<file>`")
     config = yaml.safe_dump({"model": facts.model, "decoding": facts.decoding, "data": facts.data},
                             sort_keys=False, allow_unicode=True).rstrip()
-    note = LENGTH_PENALTY_NOTE.format(alpha=facts.decoding["alpha"])
+    exact = facts.quantization in (None, "float32")
+    fine_tuned = (f"; fine-tuned from the model of `{facts.init_from}` (train.py `init_from=`), whose own steps "
+                  "are not counted here" if facts.init_from else "")
+    note = (LENGTH_PENALTY_NOTE.format(alpha=facts.decoding["alpha"], greedy="" if exact else " in float32 weights")
+            + ENGINE_NOTES[facts.format].format(offset=facts.serving.get("max_len_offset"),
+                                                beam=facts.serving.get("beam_size")))
     if facts.parses:
         note += (" aiayn's parser also constrains its beam search to well-formed trees over the input's words "
-                 "(`decoding.constrained`); `generate` does not, so its output may need repair (docs/parsing.md).")
+                 "(`decoding.constrained`); neither engine does, so its output may need repair (docs/parsing.md).")
+    weights = ("exactly aiayn's: teacher-forced logits and greedy output equal those of the aiayn checkpoint" if exact
+               else f"aiayn's stored as {facts.quantization}: outputs may differ slightly from the aiayn checkpoint's")
+    measured = "these weights in fp32" if exact else f"the fp32 weights this {facts.quantization} model was made from"
+    kind = "a Hugging Face MarianMT model" if facts.format == "hf" else "a CTranslate2 model"
+    use = (_use_hf(example, pipeline, facts.model.get("max_positions", 512)) if facts.format == "hf"
+           else _use_ctranslate2(example, facts.serving, facts.model.get("max_positions", 512)))
     return f"""---
 {yaml.safe_dump(front, sort_keys=False, allow_unicode=True).rstrip()}
 ---
@@ -130,43 +155,22 @@ def model_card(facts: CardFacts) -> str:
 # {facts.task}: {what} Transformer trained with aiayn
 
 A Transformer ("Attention Is All You Need", Vaswani et al., 2017) trained with aiayn for {doing}
-(task `{facts.task}`), exported as a Hugging Face MarianMT model. The weights are
-exactly aiayn's: teacher-forced logits and greedy output equal those of the aiayn checkpoint.
+(task `{facts.task}`), exported as {kind}. The weights are
+{weights}.
 
 - **Task**: {facts.task} ({doing})
-- **Data**: {facts.data.get('_target_', facts.task).rsplit('.', 1)[-1]}, vocabulary of {facts.model.get('vocab_size', '?')} joint sentencepiece subwords (`source.spm` = `target.spm`)
-- **Training**: {steps} ({facts.name})
+- **Data**: {facts.data.get('_target_', facts.task).rsplit('.', 1)[-1]}, vocabulary of {facts.model.get('vocab_size', '?')} joint sentencepiece subwords (`source.spm`{' = `target.spm`' if facts.format == 'hf' else ''})
+- **Training**: {steps} ({facts.name}){fine_tuned}
 
 ## Scores
 
-Measured for these weights in fp32, on held-out data, each with its decoding settings:
+Measured for {measured}, on held-out data, each with its decoding settings:
 
 {scores}
 
 ## Use
 
-```python
-from transformers import MarianMTModel, MarianTokenizer
-tokenizer = MarianTokenizer.from_pretrained("<this folder>")
-model = MarianMTModel.from_pretrained("<this folder>")
-batch = tokenizer(["{example}"], return_tensors="pt", padding=True)
-print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
-```
-
-transformers 4.x also runs it as `pipeline("{pipeline}", model="<this folder>")`; transformers 5
-removed the translation pipeline, so there `generate` as above is the way.
-
-A CTranslate2 export of the same model (`python src/export.py ... format=ctranslate2`) carries this
-card, `source.spm` and its decoding settings (`aiayn.json`); serve it with
-`python src/translate.py engine=ctranslate2 model_dir=<that folder>`, or with CTranslate2 directly:
-
-```python
-import ctranslate2, sentencepiece
-sp = sentencepiece.SentencePieceProcessor(model_file="<folder>/source.spm")
-translator = ctranslate2.Translator("<folder>")
-source = sp.encode("{example}", out_type=str) + ["</s>"]
-print(sp.decode(translator.translate_batch([source], beam_size=4)[0].hypotheses[0]))
-```
+{use}
 
 ## What differs from aiayn
 
@@ -178,3 +182,40 @@ print(sp.decode(translator.translate_batch([source], beam_size=4)[0].hypotheses[
 {config}
 ```
 """
+
+
+def _use_hf(example: str, pipeline: str, max_positions: int) -> str:
+    return f"""```python
+from transformers import MarianMTModel, MarianTokenizer
+tokenizer = MarianTokenizer.from_pretrained("<this folder>")
+model = MarianMTModel.from_pretrained("<this folder>")
+# truncation: a line over the model's {max_positions} positions is cut, as aiayn cuts it
+batch = tokenizer(["{example}"], return_tensors="pt", padding=True, truncation=True)
+print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
+```
+
+`generate` decodes with `generation_config.json`, the settings below. transformers 4.x also runs it
+as `pipeline("{pipeline}", model="<this folder>")`; transformers 5 removed the translation
+pipeline, so there `generate` as above is the way. A CTranslate2 export of the same model:
+`python src/export.py ... format=ctranslate2`."""
+
+
+def _use_ctranslate2(example: str, serving: dict[str, Any], max_positions: int) -> str:
+    handed = {key: value for key, value in serving.items() if key not in ("max_len_offset", "seed")}
+    arguments = "".join(f", {key}={value!r}" for key, value in handed.items())
+    seed = f"ctranslate2.set_random_seed({serving['seed']})\n" if serving.get("seed") is not None else ""
+    return f"""With aiayn, reading and writing lines as it does with a checkpoint:
+`python src/translate.py engine=ctranslate2 model_dir=<this folder> input=<file>`. With CTranslate2
+directly, with the decoding settings of `aiayn.json`:
+
+```python
+import ctranslate2, sentencepiece
+sp = sentencepiece.SentencePieceProcessor(model_file="<this folder>/source.spm")
+translator = ctranslate2.Translator("<this folder>")
+{seed}source = sp.encode("{example}", out_type=str)[:{max_positions - 1}] + ["</s>"]
+limit = min(len(source) + {serving.get('max_len_offset')}, {max_positions})
+result = translator.translate_batch([source], max_decoding_length=limit{arguments})
+print(sp.decode(result[0].hypotheses[0]))
+```
+
+This folder is no Hugging Face model: `MarianMTModel` loads the `format=hf` export."""

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from aiayn.checkpoints.trained import TrainedModel
 from aiayn.decoding.ctranslate2 import SETTINGS_FILE, SUBWORDS_FILE
+from aiayn.decoding.declarations import CTRANSLATE2, arguments
 from aiayn.decoding.packages import require
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
@@ -77,7 +79,9 @@ def export_ctranslate2(trained: TrainedModel, out: Path, *, ckpt: Path, steps: l
                           "(null: float32)")
     decoding = decoding or Decoding.of(trained.decoding, engine="ctranslate2 export",
                                        where="the checkpoint's decoding.")
-    facts = card_facts(trained, ckpt, steps, decoding)
+    # the card of this folder: how CTranslate2 is called to decode as aiayn.json says, and the weights' type
+    facts = replace(card_facts(trained, ckpt, steps, decoding), format="ctranslate2", quantization=quantization,
+                    serving=arguments(CTRANSLATE2, decoding))
     with replacing_folder(out, "ctranslate2") as scratch, tempfile.TemporaryDirectory(prefix="aiayn-hf-") as hf:
         hf_folder = Path(hf)
         save_huggingface(trained, hf_folder, facts, str(ckpt))

@@ -48,6 +48,9 @@ def replacing_folder(out: Path, format: str) -> Iterator[Path]:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(scratch, 0o777 & ~umask)  # a folder as any other the user makes (mkdtemp's is private)
+        for path in scratch.rglob("*"):  # and files: transformers writes model.safetensors private (0600),
+            if path.is_file():  # which a server running as another user could not read
+                os.chmod(path, 0o666 & ~umask)
         if out.is_dir():
             _check_destination(out)  # unchanged while the export was written
             shutil.rmtree(out)

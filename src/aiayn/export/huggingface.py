@@ -36,12 +36,13 @@ def card_facts(trained: TrainedModel, ckpt: Path, steps: list[int], decoding: De
     network = dict(trained.config.get("model") or {})
     network["vocab_size"] = trained.vocab.vocab_size
     kind = task_module(task)
-    name = str(ckpt) if len(steps) == 1 else f"averaged, newest {ckpt}"
+    name = str(ckpt) if len(steps) == 1 or trained.averaged_steps else f"averaged, newest {ckpt}"
     return CardFacts(name=name, task=str(task.get("name", "translation")), src_lang=datamodule.get("src_lang"),
                      tgt_lang=datamodule.get("tgt_lang"), steps=steps, model=network,
                      decoding=decoding.settings(), data=data,
                      scores=measured_scores(ckpt, steps, datamodule.get("train_split", "train")),
-                     parses=kind is not None and kind.OUTPUT_CONSTRAINT is not None)  # the task says: its outputs are trees
+                     parses=kind is not None and kind.OUTPUT_CONSTRAINT is not None,
+                     init_from=trained.config.get("init_from") or None)  # the task says: its outputs are trees
 
 
 def save_huggingface(trained: TrainedModel, out: Path, facts: CardFacts, where: str,

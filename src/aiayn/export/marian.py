@@ -15,6 +15,9 @@ bridged exactly:
   LayerNorm (a mean and variance over d_model, gains and biases permuted with it), attention
   (its input projections read d_model, its output projection writes it) and the tied output
   projection are all unchanged by one consistent permutation of d_model, so the logits are ours.
+* **Separate embeddings** (``model.share_embeddings=false``, no paper setting) become Marian's own
+  embedding of each stack and an untied output projection (``share_encoder_decoder_embeddings``
+  and ``tie_word_embeddings`` false), each with d_model reordered the same way.
 * **The decoder's first token.** Marian's checkpoints start the decoder with the pad id; ours
   starts it with BOS, which the configuration says (``decoder_start_token_id``).
 
@@ -37,6 +40,7 @@ def model_sizes(model: Transformer) -> dict[str, int]:
     attention = layer.self_attention
     return {
         "vocab_size": model.src_embedding.weight.size(0),
+        "tgt_vocab_size": model.tgt_embedding.weight.size(0),
         "n_layers": len(model.encoder_layers),
         "d_model": model.d_model,
         "d_ff": layer.feed_forward.w_1.out_features,
@@ -49,14 +53,10 @@ def model_sizes(model: Transformer) -> dict[str, int]:
 
 def check_expressible(model: Transformer, where: str = "the model") -> dict[str, int]:
     """``model``'s sizes, or a :class:`ConfigError` naming the setting MarianMT cannot express:
-    separate source and target embeddings (``model.share_embeddings=false``), learned positions
+    learned positions
     (``model.positional=learned``: Marian recomputes fixed sinusoids on loading), heads whose
     d_k, d_v are not d_model / h (Marian's heads are d_model / h wide, for keys and values alike),
     or restricted self-attention (``model.attention_window``: Marian always attends to every position)."""
-    if model.output_projection is not None or model.tgt_embedding is not model.src_embedding:
-        raise ConfigError(f"{where} was trained with model.share_embeddings=false (separate source and target "
-                          "embeddings and output projection); MarianMT ties one embedding to both stacks and the "
-                          "output: export a model trained with share_embeddings (one joint vocabulary)")
     if model.src_positions is not model.tgt_positions or hasattr(model.src_positions, "embedding"):
         raise ConfigError(f"{where} was trained with model.positional=learned; MarianMT recomputes fixed sinusoids "
                           "when it loads a model and cannot hold learned positions: export a model trained with "
@@ -86,13 +86,15 @@ def marian_config(model: Transformer, *, bos_id: int, eos_id: int, dropout: floa
     first token, no forced EOS at the maximum length; ``dropout`` only matters for training."""
     transformers = require("transformers")
     sizes = check_expressible(model, where)
+    shared = _one_embedding(model)
     return transformers.MarianConfig(
         vocab_size=sizes["vocab_size"], d_model=sizes["d_model"], max_position_embeddings=sizes["max_positions"],
         encoder_layers=sizes["n_layers"], decoder_layers=sizes["n_layers"],
         encoder_attention_heads=sizes["n_heads"], decoder_attention_heads=sizes["n_heads"],
         encoder_ffn_dim=sizes["d_ff"], decoder_ffn_dim=sizes["d_ff"],
         activation_function="relu", scale_embedding=True, dropout=dropout, attention_dropout=0.0,
-        activation_dropout=0.0, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+        activation_dropout=0.0, share_encoder_decoder_embeddings=shared, tie_word_embeddings=shared,
+        decoder_vocab_size=sizes["tgt_vocab_size"],
         pad_token_id=model.pad_id, eos_token_id=eos_id, bos_token_id=bos_id, decoder_start_token_id=bos_id,
         forced_eos_token_id=None,
     )
@@ -110,7 +112,13 @@ def copy_to_marian(model: Transformer, marian):
         if not torch.allclose(table, model.src_positions.table[: table.size(0), order].to(table), atol=1e-5):
             raise ValueError("MarianMT's sinusoid table is not ours with its dimensions reordered; this transformers "
                              "version lays out its positions differently and the mapping does not hold")
-    marian.model.shared.weight.copy_(model.src_embedding.weight[:, order])
+    if _one_embedding(model):
+        marian.model.shared.weight.copy_(model.src_embedding.weight[:, order])
+    else:  # model.share_embeddings=false: Marian's own embedding of each stack and an untied output
+        marian.model.encoder.embed_tokens.weight.copy_(model.src_embedding.weight[:, order])
+        marian.model.decoder.embed_tokens.weight.copy_(model.tgt_embedding.weight[:, order])
+        output = model.output_projection.weight if model.output_projection is not None else model.tgt_embedding.weight
+        marian.lm_head.weight.copy_(output[:, order])  # reads d_model
     marian.final_logits_bias.zero_()
     stacks = ((model.encoder_layers, marian.model.encoder.layers, "encoder"),
               (model.decoder_layers, marian.model.decoder.layers, "decoder"))
@@ -128,9 +136,20 @@ def copy_to_marian(model: Transformer, marian):
             other.fc1.bias.copy_(layer.feed_forward.w_1.bias)
             other.fc2.weight.copy_(layer.feed_forward.w_2.weight[order])  # writes d_model
             other.fc2.bias.copy_(layer.feed_forward.w_2.bias[order])
-    if marian.lm_head.weight.data_ptr() != marian.model.shared.weight.data_ptr():
+    if _ties_embeddings(marian) and marian.lm_head.weight.data_ptr() != marian.model.shared.weight.data_ptr():
         marian.lm_head.weight.copy_(marian.model.shared.weight)
     return marian
+
+
+def _one_embedding(model: Transformer) -> bool:
+    """Whether ``model`` has one embedding for both stacks and the output (§3.4; not with
+    ``model.share_embeddings=false``: three)."""
+    return model.output_projection is None and model.tgt_embedding is model.src_embedding
+
+
+def _ties_embeddings(marian) -> bool:
+    """Whether ``marian`` ties one embedding to both stacks and the output."""
+    return bool(marian.config.share_encoder_decoder_embeddings and marian.config.tie_word_embeddings)
 
 
 def _copy_attention(ours, theirs, order: Tensor) -> None:

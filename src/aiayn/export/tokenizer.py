@@ -5,7 +5,9 @@ tokenizes exactly as we do: the checkpoint's sentencepiece model as both ``sourc
 MarianTokenizer splits text with the sentencepiece model into pieces, looks each piece up in
 ``vocab.json`` (a piece not there is ``<unk>``) and appends ``</s>`` (never ``<s>``, which is only
 the decoder's first token and is declared so that decoding skips it): the ids our
-:class:`~aiayn.data.subwords.Subwords` gives, with the EOS our collator appends to a source.
+:class:`~aiayn.data.subwords.Subwords` gives, with the EOS our collator appends to a source. A
+special piece's text in a line ("</s>", "<unk>") is text, as sentencepiece reads it
+(``split_special_tokens``), not the special id.
 """
 
 from __future__ import annotations
@@ -43,5 +45,8 @@ def save_tokenizer(vocab: Subwords, out: Path, *, src_lang: str | None, tgt_lang
     tokenizer = transformers.MarianTokenizer(
         str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"), source_lang=src_lang,
         target_lang=tgt_lang, unk_token=SPECIAL_PIECES["unk"], eos_token=SPECIAL_PIECES["eos"],
-        pad_token=SPECIAL_PIECES["pad"], bos_token=SPECIAL_PIECES["bos"], model_max_length=max_positions)
+        pad_token=SPECIAL_PIECES["pad"], bos_token=SPECIAL_PIECES["bos"], model_max_length=max_positions,
+        # "</s>", "<s>", "<unk>" or "<pad>" written in a line are text to sentencepiece, as to ours (the
+        # default would make each the special id: an EOS, say, in the middle of a source)
+        split_special_tokens=True)
     tokenizer.save_pretrained(str(out))
