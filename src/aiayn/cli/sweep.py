@@ -40,7 +40,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
-from aiayn.config.resolvers import showing_only
+from aiayn.config.resolvers import runs_here, showing_only
 from aiayn.files import atomic_write_text
 
 TABLE = "sweep.tsv"
@@ -79,7 +79,7 @@ def sweep(sweeper: BasicSweeper, arguments: list[str]) -> list[list[JobReturn]]:
     sweep_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(sweeper.config, sweep_dir / "multirun.yaml")  # as Hydra's sweeper
     try:
-        if runs_here(sweeper):
+        if runs_here(sweeper.config.hydra):
             _run_one_by_one(sweeper, jobs)
         else:
             _run_in_batches(sweeper, jobs, [len(batch) for batch in batches])
@@ -114,14 +114,6 @@ def dry_run(conf_dir: str | os.PathLike, overrides: list[str]) -> tuple[list[Job
         return jobs, check(sweeper, jobs)
 
 
-def runs_here(sweeper: BasicSweeper) -> bool:
-    """Whether the sweep's jobs run here, one after another (Hydra's basic launcher), not where
-    another launcher (SLURM's) starts them. Read from the launcher's ``_target_``, as the plan reads
-    it: Hydra's plugin scan may load the launcher's module again, and its class is then not the one
-    imported here (``experiments/tables.py sweep`` imports this module before that scan)."""
-    return str(OmegaConf.select(sweeper.config, "hydra.launcher._target_", default="")).endswith(".BasicLauncher")
-
-
 def _batches(sweeper: BasicSweeper, arguments: list[str]) -> list[list[list[str]]]:
     """The jobs' overrides in the launcher's batches, as Hydra's basic sweeper expands them."""
     params = sweeper._parse_config() + list(arguments)  # hydra.sweeper.params, then the command line
@@ -136,7 +128,7 @@ def check(sweeper: BasicSweeper, jobs: list[Job]) -> list[tuple[Job, str]]:
 
     # Jobs another launcher runs elsewhere (SLURM) are planned for the node they ask for, as
     # --cfg job shows it, not refused for the GPUs this machine (a login node) lacks.
-    elsewhere = not runs_here(sweeper)
+    elsewhere = not runs_here(sweeper.config.hydra)
     refused = []
     before = HydraConfig.instance().cfg
     try:

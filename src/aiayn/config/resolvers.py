@@ -43,6 +43,15 @@ def only_shown() -> bool:
     return _showing
 
 
+def runs_here(hydra: Any) -> bool:
+    """Whether a sweep of this Hydra config (its ``hydra`` node) runs its jobs here, one after another
+    (Hydra's basic launcher), not where another launcher (SLURM's) starts them. Read from the
+    launcher's ``_target_``, not its class: Hydra's plugin scan may load the launcher's module again
+    (``experiments/tables.py sweep`` imports the sweep's code before that scan), and its class is
+    then not one imported here."""
+    return str(OmegaConf.select(hydra, "launcher._target_", default="")).endswith(".BasicLauncher")
+
+
 def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
     """``${aiayn.plan:}``: the plan of the config it stands in, on this machine."""
     from hydra.core.hydra_config import HydraConfig
@@ -50,8 +59,7 @@ def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
 
     # A sweep's job run here, by Hydra's basic launcher: another (SLURM's) runs it where the cluster starts every rank.
     hydra = HydraConfig.get() if HydraConfig.initialized() else None
-    multirun = hydra is not None and hydra.mode == RunMode.MULTIRUN and \
-        str(OmegaConf.select(hydra, "launcher._target_", default="")).endswith(".BasicLauncher")
+    multirun = hydra is not None and hydra.mode == RunMode.MULTIRUN and runs_here(hydra)
 
     def settings(node: Any, keys: tuple[str, ...]) -> dict[str, Any]:
         values = {key: node.get(key) for key in keys}
