@@ -268,7 +268,7 @@ def test_a_dead_rank_is_reported_before_lightnings_launcher_kills_the_job(capsys
     rank; the one line comes first. A real dead child, and a stand-in process for the launcher."""
     from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
 
-    from aiayn.cli.errors import report_dead_ranks_before_lightning_kills
+    from aiayn.cli.rank_errors import report_dead_ranks_before_lightning_kills
 
     monkeypatch.setattr(sys, "argv", ["src/train.py"])
     report_dead_ranks_before_lightning_kills()

@@ -28,6 +28,13 @@ def tool_name() -> str:
     return Path(sys.argv[0]).name or "aiayn"
 
 
+def say(line: str) -> None:
+    """``<tool>: line`` on stderr in one write, newline included: the DDP ranks of a job share
+    stderr, and print's separate write of the newline lets their lines run into one another."""
+    sys.stderr.write(f"{tool_name()}: {line}\n")
+    sys.stderr.flush()
+
+
 def tool_command() -> str:
     """How to run the tool again: ``python src/train.py`` (as it was given) or ``aiayn-train``."""
     return f"python {sys.argv[0]}" if sys.argv[0].endswith(".py") else tool_name()

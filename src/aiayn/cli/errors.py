@@ -51,7 +51,7 @@ from omegaconf.errors import (
     OmegaConfBaseException,
 )
 
-from aiayn.cli import config_options, tool_command, tool_name
+from aiayn.cli import config_options, say, tool_command
 from aiayn.cli.rank_errors import a_rank_failed, is_a, never_joined, what_gloo_saw
 from aiayn.errors import ConfigError, UserError
 from aiayn.files import no_room
@@ -72,18 +72,23 @@ def fail(message: str, status: int = USER_ERROR) -> NoReturn:
     raise stop
 
 
-def say(line: str) -> None:
-    """``<tool>: line`` on stderr in one write, newline included: the DDP ranks of a job share
-    stderr, and print's separate write of the newline lets their lines run into one another."""
-    sys.stderr.write(f"{tool_name()}: {line}\n")
-    sys.stderr.flush()
-
-
 def reader_gone() -> NoReturn:
     """The reader of stdout has gone (``--help | head -3``): stop quietly, as cat does, with the
     status a process killed by SIGPIPE has; nothing is left to flush at exit."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     sys.exit(128 + signal.SIGPIPE)
+
+
+def _page_written() -> None:
+    """Hydra's page (``--help``, ``--cfg job``), written out now rather than at the interpreter's exit,
+    where a reader that has gone (``| head -3``) would end the tool with "Exception ignored …
+    BrokenPipeError" and status 120 (stdout to a pipe is block-buffered, unless PYTHONUNBUFFERED)."""
+    if _task_started:
+        return
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        reader_gone()
 
 
 def interrupted() -> NoReturn:
@@ -130,7 +135,12 @@ def reports_composition_errors(main: Callable[..., Result]) -> Callable[..., Res
         before = os.environ.get("HYDRA_FULL_ERROR")
         os.environ["HYDRA_FULL_ERROR"] = "1"
         try:
-            return main(*args, **kwargs)
+            result = main(*args, **kwargs)
+            _page_written()
+            return result
+        except SystemExit:  # Hydra's --help exits once its page is printed
+            _page_written()
+            raise
         except BrokenPipeError:
             if _task_started:
                 raise
@@ -291,34 +301,6 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return f"this machine has no usable CUDA GPU ({first[:200]}); use {setting}", USER_ERROR
     return None
-
-
-def report_dead_ranks_before_lightning_kills() -> None:
-    """With the ``ddp`` strategy, Lightning's launching process (rank 0) watches the ranks it
-    started, every 5 s; when one has died it SIGKILLs them all and itself, which may come before
-    this rank's own collective notices the lost peer and reports it (:func:`describe`). Then the
-    job would end with Lightning's log line alone; this makes it say the one line first."""
-    try:
-        from lightning.fabric.strategies.launchers import subprocess_script
-    except ImportError:
-        return
-    observer = getattr(subprocess_script, "_ChildProcessObserver", None)
-    if observer is None or getattr(observer._terminate_all, "reports", False):
-        return
-    terminate_all = observer._terminate_all
-
-    def report_then_terminate(self: Any) -> None:
-        dead = [(rank, process.returncode) for rank, process in enumerate(self._child_processes, start=1)
-                if process.returncode]
-        if dead:
-            rank, code = dead[0]
-            how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-            say(f"a training process failed, so the job stopped (rank {rank} {how}). "
-                "Continue from the newest checkpoint with resume=auto")
-        terminate_all(self)
-
-    report_then_terminate.reports = True
-    observer._terminate_all = report_then_terminate
 
 
 def _os_error(error: OSError) -> str:

@@ -1,8 +1,9 @@
 """How a DDP job's failures read: another rank gone (a child of ``ddp_spawn`` that died, a
 collective that lost its peer), the other nodes of a multi-node run that never joined, or an error
 the user can fix raised in a rank of ``ddp_spawn`` (:func:`user_error_of_a_rank`,
-:func:`os_error_of_a_rank`). Exception
-classes are looked up in ``sys.modules``, as aiayn.cli.errors does: nothing of torch is imported."""
+:func:`os_error_of_a_rank`); and ``ddp``'s rank that Lightning kills as another has died, which
+says the line first (:func:`report_dead_ranks_before_lightning_kills`). Exception classes are
+looked up in ``sys.modules``, as aiayn.cli.errors does: nothing of torch is imported."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import re
 import sys
 from typing import Any
 
+from aiayn.cli import say
 from aiayn.errors import UserError
 from aiayn.files import no_room
 
@@ -138,3 +140,31 @@ def a_rank_failed(error: BaseException) -> bool:
     return is_a(error, "torch.distributed", "DistError") or any(
         sign in str(error) for sign in ("Connection closed by peer", "Connection reset by peer",
                                         "NCCL communicator was aborted"))
+
+
+def report_dead_ranks_before_lightning_kills() -> None:
+    """With the ``ddp`` strategy, Lightning's launching process (rank 0) watches the ranks it
+    started, every 5 s; when one has died it SIGKILLs them all and itself, which may come before
+    this rank's own collective notices the lost peer and reports it (:func:`describe`). Then the
+    job would end with Lightning's log line alone; this makes it say the one line first."""
+    try:
+        from lightning.fabric.strategies.launchers import subprocess_script
+    except ImportError:
+        return
+    observer = getattr(subprocess_script, "_ChildProcessObserver", None)
+    if observer is None or getattr(observer._terminate_all, "reports", False):
+        return
+    terminate_all = observer._terminate_all
+
+    def report_then_terminate(self: Any) -> None:
+        dead = [(rank, process.returncode) for rank, process in enumerate(self._child_processes, start=1)
+                if process.returncode]
+        if dead:
+            rank, code = dead[0]
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            say(f"a training process failed, so the job stopped (rank {rank} {how}). "
+                "Continue from the newest checkpoint with resume=auto")
+        terminate_all(self)
+
+    report_then_terminate.reports = True
+    observer._terminate_all = report_then_terminate

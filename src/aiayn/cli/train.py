@@ -30,15 +30,9 @@ from aiayn.checkpoints.init_from import initial_weights, start_from
 from aiayn.checkpoints.resume import find_resume, remove_stale_temporaries
 from aiayn.cli import CONFIG_DIR, run_folder
 from aiayn.cli.command_line import read_by_hydra
-from aiayn.cli.errors import (
-    fail,
-    report_dead_ranks_before_lightning_kills,
-    reports_composition_errors,
-    reports_errors,
-    user_error_within,
-)
+from aiayn.cli.errors import fail, reports_composition_errors, reports_errors, user_error_within
 from aiayn.cli.hydra_options import shown_part
-from aiayn.cli.rank_errors import os_error_of_a_rank, user_error_of_a_rank
+from aiayn.cli.rank_errors import os_error_of_a_rank, report_dead_ranks_before_lightning_kills, user_error_of_a_rank
 from aiayn.cli.weights_tested import Tested, tested, weights_before_test
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import MODIFIED, row_changes
