@@ -81,19 +81,22 @@ def test_a_corpus_of_ones_own_trains_tests_and_is_evaluated_and_translated(tmp_p
 
 
 @pytest.mark.parametrize("given, missing", [
-    (["task.src_lang=en", "task.tgt_lang=de"], "task.data_dir"),  # read by task.datamodule.data_dir
-    (["task.data_dir=/data/corpus", "task.src_lang=en"], "task.tgt_lang"),  # by task.name, and so the run folder's name
+    (["task.src_lang=en", "task.tgt_lang=de"], ["task.data_dir"]),  # read by task.datamodule.data_dir
+    (["task.data_dir=/data/corpus", "task.src_lang=en"], ["task.tgt_lang"]),  # by task.name: the run folder's name
+    # All three: each named in one try (before: the first alone, then the next at each try).
+    ([], ["task.src_lang", "task.data_dir", "task.tgt_lang"]),
 ])
 @pytest.mark.parametrize("folder_given", [True, False], ids=["hydra.run.dir given", "outputs/"])
-def test_a_setting_of_the_task_left_out_is_named_in_one_line(tmp_path: Path, given: list[str], missing: str,
+def test_a_setting_of_the_task_left_out_is_named_in_one_line(tmp_path: Path, given: list[str], missing: list[str],
                                                              folder_given: bool) -> None:
     run_dir = tmp_path / "run"
     folder = [f"hydra.run.dir={run_dir}"] if folder_given else []  # else Hydra names it, from task.name
     result = run_tool("src/train.py", *TINY, "logger=none", "task=parallel_text", *given, *folder, cwd=tmp_path,
                       check=False)
     assert result.returncode == 2, result.stderr[-3000:]
-    assert result.stderr.strip() == (f"train.py: {missing} is missing: give {missing}=<value> (see python "
-                                     f"{REPO / 'src' / 'train.py'} --help)")
+    named = f"{', '.join(missing[:-1])} and {missing[-1]} are" if len(missing) > 1 else f"{missing[0]} is"
+    assert result.stderr.strip() == (f"train.py: {named} missing: give {' '.join(f'{key}=<value>' for key in missing)} "
+                                     f"(see python {REPO / 'src' / 'train.py'} --help)")
     assert sorted(tmp_path.iterdir()) == []  # no run folder, here or under outputs/
 
 

@@ -205,7 +205,7 @@ def left_out(error: BaseException) -> ConfigError | None:
     if not isinstance(error, InterpolationToMissingValueError):
         return None
     found = re.search(r"Missing mandatory value: ([\w.\[\]-]+)", str(error))
-    return ConfigError(_give(found.group(1))) if found else None
+    return ConfigError(_give(found.group(1), getattr(error, "parent_node", None))) if found else None
 
 
 def _no_such_choice(error: InterpolationResolutionError) -> str | None:
@@ -225,10 +225,27 @@ def _no_such_choice(error: InterpolationResolutionError) -> str | None:
     return f"{base}.{name}={value}: not one of {base}.{name}s ({', '.join(map(str, choices))})"
 
 
-def _give(key: str) -> str:
+def _give(key: str, node: Any = None) -> str:
+    """``key`` left out, with the other mandatory settings of its section also left out (``node``: any
+    node of the config), so that one try names them all (before: ``task=parallel_text``, one a try)."""
     options = config_options(key) if "." not in key else ""  # a config group left out (prepare.py's task)
     value = f"<name>, one of {options}" if options else "<value>"
-    return f"{key} is missing: give {key}={value} (see {tool_command()} --help)"
+    section = node._get_root().get(key.split(".")[0]) if isinstance(node, DictConfig) and "." in key else None
+    keys = [key, *(other for other in _left_out_in(section, key.split(".")[0]) if other != key)]
+    named = f"{', '.join(keys[:-1])} and {keys[-1]} are" if len(keys) > 1 else f"{key} is"
+    return f"{named} missing: give {' '.join(f'{k}={value}' for k in keys)} (see {tool_command()} --help)"
+
+
+def _left_out_in(node: Any, prefix: str) -> list[str]:
+    """The settings under ``node`` (at ``prefix``) left at ``???``, read without resolving anything."""
+    found = []
+    for name in node if isinstance(node, DictConfig) else ():
+        child = node._get_node(name)
+        if isinstance(child, DictConfig):
+            found += _left_out_in(child, f"{prefix}.{name}")
+        elif child is not None and child._is_missing() and not child._is_interpolation():
+            found.append(f"{prefix}.{name}")
+    return found
 
 
 def _is_mode_conflict(error: BaseException) -> bool:
@@ -271,7 +288,7 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
     if isinstance(error, UserError):
         return str(error), USER_ERROR
     if isinstance(error, MissingMandatoryValue):
-        return _give(error.full_key or "a setting"), USER_ERROR
+        return _give(error.full_key or "a setting", getattr(error, "parent_node", None)), USER_ERROR
     if (within := user_error_within(error)) is not None:
         return str(within), USER_ERROR
     if isinstance(error, InterpolationResolutionError):
