@@ -73,21 +73,24 @@ class Translations:
 
 
 def encode_sources(model: Transformer, vocab: Subwords, sentences: Sequence[str],
-                   first_line: int = 1, raw_text: RawTextForm | None = None) -> tuple[list[list[int]], int]:
+                   first_line: int = 1, raw_text: RawTextForm | None = None, name_cut: bool = True,
+                   ) -> tuple[list[list[int]], int]:
     """:func:`encode_lines` cut to the positions ``model`` has (EOS included)."""
-    return encode_lines(vocab, sentences, model.max_positions - 1, first_line, raw_text)
+    return encode_lines(vocab, sentences, model.max_positions - 1, first_line, raw_text, name_cut)
 
 
 def encode_lines(vocab: Subwords, sentences: Sequence[str], limit: int, first_line: int = 1,
-                 raw_text: RawTextForm | None = None) -> tuple[list[list[int]], int]:
+                 raw_text: RawTextForm | None = None, name_cut: bool = True) -> tuple[list[list[int]], int]:
     """Subword ids of each sentence (as ``raw_text`` encodes them, where given), cut to ``limit``
     (a model's positions, less EOS); also returns how many were cut, with a warning naming the input
-    line (``first_line`` is the number of ``sentences[0]``), since the model cannot read past them."""
+    line (``first_line`` is the number of ``sentences[0]``), since the model cannot read past them
+    (none with ``name_cut`` False: another pass over the same lines names them)."""
     ids = (raw_text or vocab).encode(list(sentences))
     truncated = [i for i, seq in enumerate(ids) if len(seq) > limit]
     for i in truncated:
-        log.warning("input line %d has %d subword tokens; truncated to the model's %d", first_line + i, len(ids[i]),
-                    limit)
+        if name_cut:
+            log.warning("input line %d has %d subword tokens; truncated to the model's %d", first_line + i,
+                        len(ids[i]), limit)
         ids[i] = ids[i][:limit]
     return ids, len(truncated)
 
@@ -236,12 +239,9 @@ def perplexity(model: Transformer, vocab: Subwords, sources: list[str], referenc
     line (before: cut in silence, its other tokens left out of the count); a source so cut is named
     too, unless ``name_cut_sources`` is False (a translation of the same sources names each)."""
     device = next(model.parameters()).device
-    limit = model.max_positions - 1
-    if name_cut_sources:
-        src_ids, _ = encode_sources(model, vocab, sources)
-    else:
-        src_ids = [seq[:limit] for seq in vocab.encode(sources)]
+    src_ids, _ = encode_sources(model, vocab, sources, name_cut=name_cut_sources)
     tgt_ids = vocab.encode(references)
+    limit = model.max_positions - 1
     for number, seq in enumerate(tgt_ids, start=1):
         if len(seq) > limit:
             log.warning("reference line %d has %d subword tokens; perplexity scores its first %d (the model's "
