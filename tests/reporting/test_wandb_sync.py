@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,11 @@ def test_a_resumed_offline_runs_line_uploads_every_attempt(tmp_path: Path, offli
     save_dir = tmp_path / "run"
     run_id, first_line = _attempt(save_dir, 0)
     assert "offline" in first_line and len(_would_sync(first_line, offline)) == 1
+    # wandb names an attempt's folder by the second it starts in: a resume (a process started again,
+    # seconds later at the least) starts in a later one, which a fast machine may not reach by itself.
+    [first] = (save_dir / "wandb").glob(f"offline-run-*-{run_id}")
+    while time.strftime("%Y%m%d_%H%M%S") <= first.name.split("-")[2]:
+        time.sleep(0.05)
     again, line = _attempt(save_dir, 1, resume_id=run_id)
     wandb.teardown()
     assert again == run_id  # the same W&B run goes on
