@@ -253,6 +253,22 @@ def test_translate_writes_each_line_as_a_tree_over_its_own_words(parser: str, re
 
 
 @pytest.mark.slow
+def test_a_parser_loaded_from_python_writes_the_trees_translate_writes(trained, data_root: Path) -> None:
+    """aiayn.load of a parser's checkpoint: translate gives each line's tree over its words, the
+    lines translate.py writes (before, from Python, the translator given the checkpoint's settings
+    refused them: "this model's task has none", of a parser's constraint)."""
+    import aiayn
+
+    _, ckpt, cache = trained
+    trees = aiayn.load(ckpt, device="cpu").translate(TYPED, beam_size=2)
+    written = run_tool("src/translate.py", f"ckpt={ckpt}", "decoding.beam_size=2", "device=cpu",
+                       stdin="".join(line + "\n" for line in TYPED), data_root=data_root, cache_dir=cache)
+    assert trees == written.stdout.splitlines() and len(trees) == len(TYPED)
+    for typed, tree in zip(TYPED, trees):
+        assert (parse_trees(tree)[0].leaves() if typed else []) == [escaped(word) for word in typed.split()], tree
+
+
+@pytest.mark.slow
 def test_translate_builds_the_tree_constraint_once(trained) -> None:
     """translate.py on a parser: the tree constraint the search decodes with is the one its outputs
     are read back with, built once."""
