@@ -139,6 +139,19 @@ def test_each_refusal_is_one_line_naming_the_file_or_setting(tiny_run: TrainedRu
         assert (said.returncode, said.stderr) == (2, line + "there is one)\n")
 
 
+def test_an_average_written_by_average_py_loads_as_the_average_it_holds(tiny_run: TrainedRun, data_root: Path,
+                                                                        tmp_path: Path) -> None:
+    """src/average.py's file loads as any checkpoint: the weights of ``average_last=2``, and the
+    steps they average."""
+    averaged = tmp_path / "averaged.ckpt"
+    run_tool("src/average.py", f"ckpt={tiny_run.last}", "average_last=2", f"out={averaged}", data_root=data_root,
+             cache_dir=tiny_run.cache_dir)
+    loaded, window = aiayn.load(averaged, device="cpu"), aiayn.load(tiny_run.last, average_last=2, device="cpu")
+    assert loaded.steps == window.steps == (3, 4) and repr(loaded).startswith("<aiayn.Pretrained steps 3–4 averaged")
+    weights = loaded.network.state_dict()
+    assert all(torch.equal(weights[name], tensor) for name, tensor in window.network.state_dict().items())
+
+
 @contextlib.contextmanager
 def saved_as_on_a_gpu() -> Iterator[None]:
     """Tensors saved in this block are recorded as CUDA tensors (``cuda:0``), as a GPU run writes
