@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import aiayn
 from aiayn.data.parsing.linearize import LEAF, delinearize, linearize
 from aiayn.data.parsing.treebank import escaped, parse_trees
 from aiayn.metrics.parseval import parseval
@@ -239,8 +240,9 @@ def test_translate_writes_each_line_as_a_tree_over_its_own_words(parser: str, re
             assert tree.label == "TOP" and tree.leaves() == [escaped(word) for word in typed.split()], output
             assert set(tree.tags()) == {LEAF}
         warned = [line for line in result.stderr.splitlines() if "the parser's output" in line]
-        if constrained == "true":  # every output a tree as decoded
+        if constrained == "true":  # every output a tree as decoded; from Python too (aiayn.load: translate.py's translator)
             assert not warned, result.stderr
+            assert aiayn.load(ckpt, device="cpu").translate(TYPED, beam_size=2) == outputs
             continue
         assert warned, result.stderr  # the 4-step model's free outputs are seldom trees
         named = []
@@ -250,22 +252,6 @@ def test_translate_writes_each_line_as_a_tree_over_its_own_words(parser: str, re
             named.append(int(said["line"]))
             assert said["words"] is None or int(said["words"]) == len(TYPED[named[-1] - 1].split()), line
         assert len(set(named)) == len(named) and all(TYPED[number - 1] for number in named), warned
-
-
-@pytest.mark.slow
-def test_a_parser_loaded_from_python_writes_the_trees_translate_writes(trained, data_root: Path) -> None:
-    """aiayn.load of a parser's checkpoint: translate gives each line's tree over its words, the
-    lines translate.py writes (before, from Python, the translator given the checkpoint's settings
-    refused them: "this model's task has none", of a parser's constraint)."""
-    import aiayn
-
-    _, ckpt, cache = trained
-    trees = aiayn.load(ckpt, device="cpu").translate(TYPED, beam_size=2)
-    written = run_tool("src/translate.py", f"ckpt={ckpt}", "decoding.beam_size=2", "device=cpu",
-                       stdin="".join(line + "\n" for line in TYPED), data_root=data_root, cache_dir=cache)
-    assert trees == written.stdout.splitlines() and len(trees) == len(TYPED)
-    for typed, tree in zip(TYPED, trees):
-        assert (parse_trees(tree)[0].leaves() if typed else []) == [escaped(word) for word in typed.split()], tree
 
 
 @pytest.mark.slow
