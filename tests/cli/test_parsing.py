@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import aiayn
 from aiayn.data.parsing.linearize import LEAF, delinearize, linearize
 from aiayn.data.parsing.treebank import escaped, parse_trees
 from aiayn.metrics.parseval import parseval
@@ -239,8 +240,9 @@ def test_translate_writes_each_line_as_a_tree_over_its_own_words(parser: str, re
             assert tree.label == "TOP" and tree.leaves() == [escaped(word) for word in typed.split()], output
             assert set(tree.tags()) == {LEAF}
         warned = [line for line in result.stderr.splitlines() if "the parser's output" in line]
-        if constrained == "true":  # every output a tree as decoded
+        if constrained == "true":  # every output a tree as decoded; from Python too (aiayn.load: translate.py's translator)
             assert not warned, result.stderr
+            assert aiayn.load(ckpt, device="cpu").translate(TYPED, beam_size=2) == outputs
             continue
         assert warned, result.stderr  # the 4-step model's free outputs are seldom trees
         named = []

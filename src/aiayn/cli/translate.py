@@ -57,7 +57,7 @@ from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reader_gone, reports_composition_errors, reports_errors
 from aiayn.cli.line_input import AvailableLines, chunked
 from aiayn.data.readers import decode_lines, iter_lines
-from aiayn.decoding.settings import Asked, Decoding, asked
+from aiayn.decoding.settings import Asked, asked
 from aiayn.decoding.switches import check_device, switches_of
 from aiayn.errors import ConfigError
 
@@ -109,21 +109,11 @@ def _translator(cfg: DictConfig, wanted: Asked, switches: dict) -> Translator:
         from aiayn.decoding.ctranslate2 import CTranslate2Translator
 
         return CTranslate2Translator(cfg.model_dir, wanted, batch_size=cfg.batch_size, device=cfg.device)
-    from aiayn.checkpoints.averaging import average_into, window_ending_at
-    from aiayn.checkpoints.trained import load_ensemble
-    from aiayn.decoding.speed import for_decoding
-    from aiayn.decoding.translator import Translator
+    from aiayn.pretrained import load  # torch: once every setting is checked
 
     # One checkpoint when k > 1 (_check_settings); DataError for too few, before anything is loaded.
-    window = window_ending_at(Path(checkpoint_list(cfg.ckpt)[0]), averaged_count(cfg.average_last))
-    trained = load_ensemble(cfg.ckpt, cfg.device)  # several checkpoints: their ensemble
-    average_into(trained, window)  # §6.1: the weights of ckpt and the k - 1 before it (one: as loaded)
-    decoding = Decoding.of(trained.decoding, wanted, switches=switches, members=trained.members,
-                           where="the checkpoint's decoding.")
-    model = for_decoding(trained.model, **decoding.switches)  # ConfigError: int8 off the CPU
-    constraint = trained.output_constraint(decoding)  # built once: the search's, and a parser's reading of its outputs
-    return Translator(model, trained.vocab, decoding, constraint, batch_size=cfg.batch_size,
-                      raw_text=trained.raw_text(constraint))
+    trained = load(cfg.ckpt, average_last=cfg.average_last, device=cfg.device)  # several: their ensemble
+    return trained.translator(wanted, switches=switches, batch_size=cfg.batch_size)  # a parser's: trees
 
 
 def _summary(lines: int, translator: Translator) -> None:

@@ -1,5 +1,6 @@
-"""Lazy re-exports for the data packages: a name is imported from its submodule on first use,
-so that importing a light module (e.g. ``aiayn.data.readers``) does not import Lightning."""
+"""Lazy re-exports for the data packages and ``aiayn`` itself: a name is imported from its
+submodule on first use, so that importing a light module (e.g. ``aiayn.data.readers``) does not
+import Lightning, nor ``import aiayn`` torch."""
 
 from __future__ import annotations
 
