@@ -1,0 +1,74 @@
+"""A resumed run's MLflow and CSV loggers (real SQLite store, real metrics.csv files), as train
+builds them for a run that resumes: given the run they continue, they leave out what it holds of
+the steps trained again; MLflow's params are spelt as the config's YAML spells them, and a
+setting an attempt changed is a tag of its own. (A whole killed run, with W&B too:
+tests/reporting/test_killed_run_logs.py.)"""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from aiayn.reporting.loggers import MetricsCSVLogger
+from aiayn.reporting.mlflow_logger import MLflowRunLogger
+
+CONFIG = {"optim": {"train_steps": 12}, "init_from": None, "compile": False,
+          "callbacks": {"preemption": {"signals": ["SIGTERM", "SIGINT"]}}}
+
+
+def _rows(logger, steps: range) -> None:
+    """A training row at each step and a validation at every fourth, as Lightning logs them."""
+    for step in steps:
+        logger.log_metrics({"train/loss": 10.0 - step, "epoch": 0}, step=step)
+        if step % 4 == 0:
+            logger.log_metrics({"val/loss": 20.0 - step, "epoch": 0}, step=step)
+
+
+@pytest.mark.slow
+def test_a_resumed_mlflow_run_logs_each_step_once_and_tags_a_changed_setting(tmp_path: Path) -> None:
+    """Before: the steps trained again after the checkpoint were logged twice, the extended run's
+    `optim.train_steps` stayed 12 with no sign of 16, and params read `None`, `['SIGTERM', 'SIGINT']`."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = MLflowRunLogger(tracking_uri=store, run_name="run")
+    first.log_hyperparams(CONFIG)
+    _rows(first, range(7))  # killed after step 6; its newest checkpoint is step 4's
+    resumed = MLflowRunLogger(tracking_uri=store, run_name="run", resume_id=first.run_id)
+    resumed.log_hyperparams({**CONFIG, "optim": {"train_steps": 16}})
+    _rows(resumed, range(4, 16))
+    resumed.log_summary({"steps": 16, "dev/ppl": 3.0})
+    resumed.close()
+
+    client = resumed.experiment
+    for key in ("train/loss", "val/loss"):
+        history = client.get_metric_history(first.run_id, key)
+        assert not [step for step, count in Counter(point.step for point in history).items() if count > 1], key
+    assert [point.step for point in client.get_metric_history(first.run_id, "train/loss")] == list(range(16))
+    assert [point.step for point in client.get_metric_history(first.run_id, "val/loss")] == [0, 4, 8, 12]
+    run = client.get_run(first.run_id)
+    params, tags = run.data.params, run.data.tags
+    assert params["optim.train_steps"] == "12" and tags["changed.optim.train_steps"] == "16"
+    assert not [key for key in tags if key.startswith("changed.") and key != "changed.optim.train_steps"]
+    assert params["init_from"] == "null" and params["compile"] == "false"
+    assert params["callbacks.preemption.signals"] == "[SIGTERM, SIGINT]"
+    assert run.data.metrics["steps"] == 16
+
+
+def test_a_resumed_csv_attempt_leaves_out_the_steps_its_earlier_file_holds(tmp_path: Path) -> None:
+    first = MetricsCSVLogger(save_dir=str(tmp_path), name="csv")
+    _rows(first, range(7))
+    first.save()
+    resumed = MetricsCSVLogger(save_dir=str(tmp_path), name="csv", resume_id=first.resumable_run_id())
+    _rows(resumed, range(4, 12))
+    resumed.close()
+    assert resumed.resumable_run_id() == first.resumable_run_id() == "version_0"  # one run in every checkpoint
+
+    points = []
+    for metrics in sorted((tmp_path / "csv").glob("version_*/metrics.csv")):
+        with open(metrics, newline="") as file:
+            points += [(key, int(row["step"])) for row in csv.DictReader(file)
+                       for key, value in row.items() if value and key in ("train/loss", "val/loss")]
+    assert len(points) == len(set(points)), "a step's metric in two attempts' files"
+    assert sorted(step for key, step in points if key == "train/loss") == list(range(12))
