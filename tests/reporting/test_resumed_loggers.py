@@ -14,6 +14,7 @@ import pytest
 
 from aiayn.reporting.loggers import MetricsCSVLogger
 from aiayn.reporting.mlflow_logger import MLflowRunLogger
+from aiayn.reporting.wandb_history import catch_up, record_path, record_row
 
 CONFIG = {"optim": {"train_steps": 12}, "init_from": None, "compile": False,
           "callbacks": {"preemption": {"signals": ["SIGTERM", "SIGINT"]}}}
@@ -72,3 +73,24 @@ def test_a_resumed_csv_attempt_leaves_out_the_steps_its_earlier_file_holds(tmp_p
                        for key, value in row.items() if value and key in ("train/loss", "val/loss")]
     assert len(points) == len(set(points)), "a step's metric in two attempts' files"
     assert sorted(step for key, step in points if key == "train/loss") == list(range(12))
+
+
+def test_an_attempt_logs_again_what_its_earlier_files_lack_once_whichever_of_its_processes_asks(tmp_path: Path) -> None:
+    """``ddp_spawn`` tests in processes of their own, each given the attempt's logger as it was
+    before training: the test's process must not log the record's rows again (before the note in
+    the record, it took this attempt's own rows, absent from the earlier files, for lost ones)."""
+    record = record_path(tmp_path, "abc")
+    for step in range(3):
+        record_row(record, {"train/loss": 1.0 / (step + 1), "epoch": 0}, step)
+    attempt = tmp_path / "wandb" / "offline-run-20261130_000001-abc"
+    attempt.mkdir(parents=True)  # the killed attempt left no file: nothing of it was written
+    logged: list[tuple[dict, int]] = []
+
+    held = catch_up(lambda metrics, step: logged.append((metrics, step)), tmp_path, "abc", attempt)
+    assert [step for _, step in logged] == [0, 1, 2] and logged[0][0] == {"train/loss": 1.0, "epoch": 0.0}
+    assert held.fresh({"train/loss": 0.5}, 2) == {} and held.fresh({"train/loss": 0.25}, 3) == {"train/loss": 0.25}
+    record_row(record, {"train/loss": 0.25}, 3)  # this attempt trains on
+
+    again = catch_up(lambda metrics, step: logged.append((metrics, step)), tmp_path, "abc", attempt)
+    assert len(logged) == 3, "the rows logged again once an attempt"
+    assert again.newest == held.newest
