@@ -56,6 +56,11 @@ def test_a_resumed_mlflow_run_logs_each_step_once_and_tags_a_changed_setting(tmp
     assert params["callbacks.preemption.signals"] == "[SIGTERM, SIGINT]"
     assert run.data.metrics["steps"] == 16
 
+    # An attempt run with the first attempt's settings again changes nothing: its tag goes.
+    again = MLflowRunLogger(tracking_uri=store, run_name="run", resume_id=first.run_id)
+    again.log_hyperparams(CONFIG)
+    assert not [key for key in client.get_run(first.run_id).data.tags if key.startswith("changed.")]
+
 
 def test_a_resumed_csv_attempt_leaves_out_the_steps_its_earlier_file_holds(tmp_path: Path) -> None:
     first = MetricsCSVLogger(save_dir=str(tmp_path), name="csv")

@@ -94,18 +94,22 @@ class MLflowRunLogger(MLFlowLogger):
         whole config is in the ``config.json`` artifact. MLflow's params never change: a resumed
         run keeps the params it has, and a setting an attempt changed (more ``optim.train_steps``
         for a finished run extended) is the tag ``changed.<name>`` with this attempt's value, said in
-        a warning."""
+        a warning (and gone again in an attempt that no longer changes it)."""
         from mlflow.entities import Param
         from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH
 
         params = _convert_params(params)
         flat = {key: (yaml_text(value), str(value)) for key, value in _flatten_dict(params, delimiter=".").items()}
-        logged = self.experiment.get_run(self.run_id).data.params
+        run = self.experiment.get_run(self.run_id)
+        logged = run.data.params
         # (a param first logged as Python spells it, None or ['SIGTERM'], is the same setting)
         changed = sorted(key for key, texts in flat.items()
                          if key in logged and logged[key] not in {text[:MAX_PARAM_VAL_LENGTH] for text in texts})
         for key in changed:
             self.experiment.set_tag(self.run_id, f"changed.{key}", flat[key][0][:MAX_TAG_VAL_LENGTH])
+        for key in flat.keys() - set(changed):  # an earlier attempt's change this attempt has not made
+            if f"changed.{key}" in run.data.tags:
+                self.experiment.delete_tag(self.run_id, f"changed.{key}")
         if changed:
             log.warning("MLflow run %s keeps its params as first logged (params do not change); this attempt's %s "
                         "are its tags changed.<name>", self.run_id,
