@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.helpers.runs import REPO, TINY_MODEL, popen, run_command
 from tests.helpers.wandb_offline import read_run
@@ -125,4 +126,6 @@ def test_a_killed_then_extended_run_logs_every_step_once_with_each_logger(tmp_pa
     points = _csv_points(run_dir)
     assert not [point for point, count in Counter(points).items() if count > 1], "a step's metric in two files"
     assert sorted(step for key, step in points if key == "train/loss") == list(range(16))
+    newest = max((run_dir / "csv").glob("version_*"), key=lambda folder: int(folder.name.split("_")[1]))
+    assert yaml.safe_load((newest / "hparams.yaml").read_text())["optim"]["train_steps"] == 16
     assert saved < 12
