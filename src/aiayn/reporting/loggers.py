@@ -23,9 +23,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
+from aiayn.reporting.held_rows import HeldRows
+from aiayn.reporting.wandb_history import catch_up, record_path, record_row
 from aiayn.reporting.wandb_mode import check_wandb_mode, wandb_mode
 
 log = logging.getLogger(__name__)
@@ -118,6 +121,30 @@ class WandbRunLogger(WandbLogger):
         # Lightning always passes wandb.init an `anonymous` setting, which wandb 0.2x+ warns is ignored.
         if self._wandb_init.get("anonymous", "unset") is None:
             self._wandb_init.pop("anonymous")
+        # Offline, every row once across the attempts of a killed run (aiayn.reporting.wandb_history):
+        # what the earlier attempts' files hold, known at this attempt's first row.
+        self._resumed = bool(resume_id)
+        self._held: HeldRows | None = None
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Lightning's, and offline the run's record of the row; a resumed attempt first logs again the rows
+        its earlier attempts' files lack, and leaves out what they hold of the steps it trains again."""
+        if not self._offline:
+            super().log_metrics(metrics, step)
+            return
+        run = self.experiment
+        if self._held is None:
+            self._held = HeldRows()
+            if self._resumed:
+                self._held = catch_up(super().log_metrics, self.save_dir, run.id, Path(run.dir).parent)
+        if step is not None:
+            metrics = self._held.fresh(metrics, step)
+            if not metrics:
+                return
+        super().log_metrics(metrics, step)
+        if step is not None:
+            record_row(record_path(self.save_dir, run.id), metrics, step)
 
     def log_summary(self, summary: Mapping[str, Any]) -> None:
         self.experiment.summary.update(dict(summary))
@@ -197,6 +224,23 @@ class MetricsCSVLogger(CSVLogger):
 
     run_kind = "csv"
 
+    def __init__(self, *args: Any, resume_id: str | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # A resumed run's attempt writes a file of its own (version_<n>), leaving out what the
+        # earlier attempts' files hold of the steps it trains again (aiayn.reporting.held_rows).
+        self._resume_id = resume_id
+        self._held: HeldRows | None = None
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if self._resume_id and step is not None:
+            if self._held is None:
+                self._held = held_in_csv(Path(self.root_dir), besides=Path(self.log_dir))
+            metrics = self._held.fresh(metrics, step)
+            if not metrics:
+                return
+        super().log_metrics(metrics, step)
+
     @property
     def experiment(self) -> ExperimentWriter:
         if self._experiment is None:
@@ -213,8 +257,22 @@ class MetricsCSVLogger(CSVLogger):
     def describe(self) -> str:
         return f"metrics in {Path(self.log_dir) / 'metrics.csv'}"
 
-    def resumable_run_id(self) -> None:
-        return None
+    def resumable_run_id(self) -> str:
+        """The first attempt's folder (``version_0``), the same in every attempt of the run."""
+        return self._resume_id or f"version_{self.version}"
 
     def close(self, preempted_exit: int | None = None) -> None:
         self.save()
+
+
+def held_in_csv(root: Path, besides: Path) -> HeldRows:
+    """The newest step of each metric in the ``metrics.csv`` of every attempt under ``root`` but ``besides``."""
+    held = HeldRows()
+    for metrics in sorted(root.glob("version_*/metrics.csv")):
+        if metrics.parent.resolve() == besides.resolve():
+            continue
+        with open(metrics, newline="") as file:
+            for row in csv.DictReader(file):
+                if row.get("step"):
+                    held.add([key for key, value in row.items() if value], int(float(row["step"])))
+    return held

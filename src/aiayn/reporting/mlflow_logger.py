@@ -26,6 +26,7 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
+from aiayn.reporting.held_rows import HeldRows
 from aiayn.reporting.mlflow_store import DEFAULT_STORE, check_store, first_use_lock, local_store
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,21 @@ class MLflowRunLogger(MLFlowLogger):
                              artifact_location=artifacts, run_id=resume_id)
         self._config: dict[str, Any] = {}
         self._newest_step = 0  # of the metrics logged: the step of a summary that names none
+        # A resumed run leaves out what its run holds of the steps it trains again (aiayn.reporting.held_rows).
+        self._resumed = bool(resume_id)
+        self._held: HeldRows | None = None
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if self._resumed and step is not None:
+            if self._held is None:
+                run = self.experiment.get_run(self.run_id)
+                self._held = HeldRows({metric.key: metric.step for metric in run.data.to_proto().metrics})
+            metrics = self._held.fresh(metrics, step)
+            if not metrics:
+                return
+        self._log_metrics(metrics, step)
+
+    def _log_metrics(self, metrics: Mapping[str, float], step: int | None) -> None:
         super().log_metrics(metrics, step)
         self._newest_step = max(self._newest_step, int(step or 0))
 
@@ -66,30 +80,45 @@ class MLflowRunLogger(MLFlowLogger):
         if self._initialized:
             return self._mlflow_client
         with first_use_lock(self._tracking_uri):
-            return MLFlowLogger.experiment.fget(self)
+            client = MLFlowLogger.experiment.fget(self)
+        if self._resumed:  # the tags (labels: the overrides) of the attempt that runs now, as W&B's
+            for key, value in (self.tags or {}).items():
+                client.set_tag(self.run_id, key, value)
+        return client
 
     @rank_zero_only
     def log_hyperparams(self, params: Mapping[str, Any] | Any) -> None:
-        """The config flattened into params (``model.d_model``, as the override names it), each value whole up to MLflow's
-        limit (Lightning's own cuts at 250 characters); a longer one is cut with a warning, and
-        the whole config is in the ``config.json`` artifact. A resumed run keeps the params it
-        has: one logged again with another value (``resume``, say) is left as it was, with a warning."""
+        """The config flattened into params (``model.d_model``, as the override names it), each value spelt as
+        the config's YAML spells it (``null``, ``true``, ``[SIGTERM, SIGINT]``) and whole up to MLflow's
+        limit (Lightning's own cuts at 250 characters); a longer one is cut with a warning, and the
+        whole config is in the ``config.json`` artifact. MLflow's params never change: a resumed
+        run keeps the params it has, and a setting an attempt changed (more ``optim.train_steps``
+        for a finished run extended) is the tag ``changed.<name>`` with this attempt's value, said in
+        a warning (and gone again in an attempt that no longer changes it)."""
         from mlflow.entities import Param
-        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH
 
         params = _convert_params(params)
-        flat = _flatten_dict(params, delimiter=".")  # model.d_model, as the override names it
-        logged = self.experiment.get_run(self.run_id).data.params
-        changed = sorted(key for key, value in flat.items()
-                         if key in logged and logged[key] != str(value)[:MAX_PARAM_VAL_LENGTH])
+        flat = {key: (yaml_text(value), str(value)) for key, value in _flatten_dict(params, delimiter=".").items()}
+        run = self.experiment.get_run(self.run_id)
+        logged = run.data.params
+        # (a param first logged as Python spells it, None or ['SIGTERM'], is the same setting)
+        changed = sorted(key for key, texts in flat.items()
+                         if key in logged and logged[key] not in {text[:MAX_PARAM_VAL_LENGTH] for text in texts})
+        for key in changed:
+            self.experiment.set_tag(self.run_id, f"changed.{key}", flat[key][0][:MAX_TAG_VAL_LENGTH])
+        for key in flat.keys() - set(changed):  # an earlier attempt's change this attempt has not made
+            if f"changed.{key}" in run.data.tags:
+                self.experiment.delete_tag(self.run_id, f"changed.{key}")
         if changed:
-            log.warning("MLflow run %s keeps its params %s as first logged (params do not change)", self.run_id,
-                        ", ".join(changed[:5]) + (" ..." if len(changed) > 5 else ""))
+            log.warning("MLflow run %s keeps its params as first logged (params do not change); this attempt's %s "
+                        "are its tags changed.<name>", self.run_id,
+                        ", ".join(f"{key}={flat[key][0][:40]}" for key in changed[:5])
+                        + (f" and {len(changed) - 5} more" if len(changed) > 5 else ""))
         new = []
-        for key, value in flat.items():
+        for key, (text, _) in flat.items():
             if key in logged:
                 continue
-            text = str(value)
             if len(text) > MAX_PARAM_VAL_LENGTH:
                 log.warning("MLflow param %s cut to %d characters (the whole config is config.json)", key,
                             MAX_PARAM_VAL_LENGTH)
@@ -111,7 +140,7 @@ class MLflowRunLogger(MLFlowLogger):
         held = self.experiment.get_run(self.run_id).data.metrics  # each metric's newest value
         new = {key: value for key, value in numbers_.items() if held.get(key) != value}
         if new:
-            self.log_metrics(new, step=step)
+            self._log_metrics(new, step=step)  # this attempt's, at the step a killed one may have logged
         for key, value in summary.items():
             if key not in numbers_ and value is not None:
                 self.experiment.set_tag(self.run_id, f"summary.{key}", str(value))
@@ -178,3 +207,15 @@ def _run_in_store(tracking_uri: str, run_id: str | None) -> Any:
         return client.get_run(run_id)
     except MlflowException:
         return None
+
+
+def yaml_text(value: Any) -> str:
+    """``value`` as the config's YAML spells it, on one line: ``null``, ``true``, ``0.1``,
+    ``[SIGTERM, SIGINT]``, ``{a: 1}`` (Python's ``str`` gives ``None``, ``True``, ``['SIGTERM', 'SIGINT']``)."""
+    import yaml
+
+    try:
+        text = yaml.safe_dump(value, default_flow_style=True, width=math.inf, sort_keys=False)
+    except yaml.YAMLError:  # not a value YAML holds (an object given in code)
+        return str(value)
+    return text.removesuffix("\n").removesuffix("\n...").strip()
