@@ -97,6 +97,34 @@ def test_a_table_without_runs_is_left_as_it_is_unless_named(sweep: Path, tmp_pat
     assert "table2: 0 runs of 4 lines" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a config composed for each row of the table
+def test_a_table_named_with_no_runs_yet_is_the_papers_figures_alone(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    """`rebuild --tables table4` (or 2, or 3: one path) before any run has finished: the table is
+    written with the paper's figures and an empty column of ours, its line saying how to train its
+    runs, exit 0, as a named table without runs is written beside another table's runs (before: `no
+    finished table runs`, exit 2, nothing written). Without --tables there is nothing to write: one
+    line, exit 2, saying what to give."""
+    (tmp_path / "runs").mkdir()
+    out = tmp_path / "tables"
+    assert tables_command("rebuild", "--runs", str(tmp_path / "runs"), "--out", str(out), "--no-wandb",
+                          "--tables", "table4") == 0
+    assert capsys.readouterr().out == (
+        f"table4: 0 runs of 3 lines -> {out / 'table4_runs.md'}, table4_runs.csv, table4_runs.png: the paper's figures "
+        f"alone, no run of it in {tmp_path / 'runs'}; its runs: python src/train.py --multirun "
+        "'experiment=glob(table4_*)' (experiments/README.md), then rebuild with --runs <their folder>\n")
+    lines = list(csv.DictReader((out / "table4_runs.csv").read_text().splitlines()))
+    assert [line["paper F1"] for line in lines][:2] == ["91.3", "92.7"] and len(lines) == 3
+    assert not any(line["F1 (test)"] or line["run"] for line in lines)
+
+    assert tables_command("rebuild", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "none"),
+                          "--no-wandb") == 2
+    said = capsys.readouterr()
+    assert said.err == (f"tables.py: no finished table runs in {tmp_path / 'runs'}; give the folders of the runs, or "
+                        "name the tables to write with the paper's figures alone (--tables table3 table2 table4)\n")
+    assert not (tmp_path / "none").exists()
+
+
 def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Before: FileExistsError's traceback, exit 1, after the runs were read."""
     (tmp_path / "runs").mkdir()
