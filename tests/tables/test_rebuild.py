@@ -180,10 +180,11 @@ def test_a_run_continued_by_a_later_sweep_is_counted_through_that_sweep(
                   if line["run"]]
         assert line["run"] == str(results / "first" / continued.name)
         assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
-    # Moved apart from the run it continued: said, naming where it looked.
+    # Moved apart from the run it continued: said, naming where it looked; the table has no run.
     shutil.rmtree(moved / "first")
     assert tables_command("rebuild", "--runs", str(moved / "again"), "--out", str(tmp_path / "tables"),
-                          "--tables", "table3", "--no-wandb", "--include-modified") == 2
+                          "--tables", "table3", "--no-wandb", "--include-modified") == 0
+    assert f"no run of it in {moved / 'again'}" in capsys.readouterr().out
     [warning] = [record.getMessage() for record in caplog.records if "continued the run in" in record.getMessage()]
     assert f"continued the run in {moved / 'first' / continued.name}, which is not there" in warning
 
