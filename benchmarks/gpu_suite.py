@@ -243,7 +243,7 @@ def markdown(record: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
-        print(f"no CUDA GPU here; torch {torch.__version__} sees none: run it on a GPU machine, "
+        print(f"gpu_suite.py: no CUDA GPU here; torch {torch.__version__} sees none: run it on a GPU machine, "
               "or pass --device cpu", file=sys.stderr)
         return 2
     os.environ.setdefault("AIAYN_DATA_ROOT", str(_common.REPO.parent / "shared" / "data"))

@@ -123,12 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     found = [run for run in found if run.table in TABLES]
     runs = counted(found, args.include_modified)
-    if not runs:
-        left_out = f", only {len(found)} changed from their rows (--include-modified counts them)" if found else ""
-        print(f"tables.py: no finished table runs in {', '.join(map(str, args.runs)) or args.wandb}{left_out}",
-              file=sys.stderr)
-        return 2
     sources = ", ".join([*map(str, args.runs), *([args.wandb] if args.wandb else [])])
+    if not runs and not args.tables:  # nothing to write: the folders given are likely not those of the runs
+        left_out = f", only {len(found)} changed from their rows (--include-modified counts them)" if found else ""
+        print(f"tables.py: no finished table runs in {sources}{left_out}; give the folders of the runs, or name the "
+              f"tables to write with the paper's figures alone (--tables {' '.join(TABLES)})", file=sys.stderr)
+        return 2
     written = []
     for table in args.tables or TABLES:
         if not args.tables and not any(run.table == table for run in runs):
@@ -141,13 +141,24 @@ def main(argv: list[str] | None = None) -> int:
         measured = len({line["run"] for line in result.lines if line["run"] is not None})  # Table 4: a line a test
         changed = sum(bool(run.modified) for run in runs if run.table == table)
         column = "changed from its row" if table == "table4" else "scale"  # the column saying what a run changed
+        none = "" if measured else (  # a table named, with no runs yet: how to train them
+            f": the paper's figures alone, no run of it in {sources}{_left_out(found, table, args.include_modified)}; "
+            f"its runs: python src/train.py --multirun 'experiment=glob({table}_*)' (experiments/README.md), then "
+            "rebuild with --runs <their folder>")
         print(f"{table}: {measured} runs of {len(result.lines)} lines -> {result.markdown}, {result.csv.name}, "
               f"{result.chart.name}" + (f" ({changed} of the runs changed from their rows, counted by "
-                                        f"--include-modified: their {column} says what changed)" if changed else ""))
+                                        f"--include-modified: their {column} says what changed)" if changed else "")
+              + none)
         written.append(result)
     if not args.no_wandb and written:
         print(f"tables logged to W&B: {log_to_wandb(written, save_dir=args.out)}")
     return 0
+
+
+def _left_out(found: list, table: str, include_modified: bool) -> str:
+    """What a table without runs counted left out: its runs changed from their rows, if any."""
+    changed = 0 if include_modified else sum(run.table == table and bool(run.modified) for run in found)
+    return f" ({changed} changed from their rows, left out: --include-modified counts them)" if changed else ""
 
 
 def dry_run(overrides: list[str]) -> int:

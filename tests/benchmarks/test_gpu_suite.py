@@ -213,5 +213,5 @@ def test_without_a_gpu_it_refuses_in_one_line(tmp_path: Path) -> None:
     result = run_tool("benchmarks/gpu_suite.py", "--out-dir", str(tmp_path / "results"), check=False, timeout=120)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("no CUDA GPU here; ") and "--device cpu" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("gpu_suite.py: no CUDA GPU here; ") and "--device cpu" in lines[0]
     assert result.stdout == "" and not (tmp_path / "results").exists()

@@ -69,6 +69,11 @@ BAD_INPUT = [
     # Checked before the checkpoint is loaded and the split translated (it died after the work).
     (["out={folder}/last.ckpt"], ("out={folder}/last.ckpt is a file; give a folder to write the hypotheses and report "
                                  "into")),
+    # A path as the split: files outside task.data_dir, read before under the name "/data/mine".
+    (["task=parallel_text", "task.data_dir={run}", "task.src_lang=en", "task.tgt_lang=de", "split=/data/mine"],
+     ("split=/data/mine: a split is named by its files in task.data_dir ({run}), <split>.en and <split>.de, not by a "
+      "path; for /data/mine.en and .de give task=parallel_text task.data_dir=/data task.src_lang=en task.tgt_lang=de "
+      "split=mine")),
     # A task of another kind than the checkpoint's (another direction: test_evaluate_translate.py).
     (["task=wsj"], ("{folder}/last.ckpt was trained on task multi30k_en_de, which translates en→de, but task wsj "
                     "parses sentences into trees; pick a task of the same kind and direction")),

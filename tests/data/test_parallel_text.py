@@ -80,6 +80,32 @@ def test_settings_that_cannot_name_two_files_are_refused(tmp_path: Path, setting
     assert str(refused.value).startswith(message)
 
 
+def test_a_split_is_named_by_its_files_in_the_folder_never_by_a_path(tmp_path: Path) -> None:
+    """A split is two files in task.data_dir, <split>.<lang>: a path as a split's name (absolute,
+    relative, ~) is refused naming the folder and name to give instead (before: evaluate.py
+    split=/data/mine scored /data/mine.{en,de}, files outside the corpus, under the name
+    "/data/mine", and a split setting of train's read its files from anywhere)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for split, read in (("/data/mine", Path("/data/mine")), ("../other/mine", tmp_path / "other" / "mine"),
+                        ("sub/mine", corpus / "sub" / "mine"), ("..", tmp_path)):
+        with pytest.raises(ConfigError) as refused:
+            module(corpus, tmp_path / "cache", test_split=split)
+        assert str(refused.value) == (
+            f"task.datamodule.test_split={split}: a split is named by its files in task.data_dir ({corpus}), "
+            f"<split>.en and <split>.de, not by a path; for {read}.en and .de give task.data_dir={read.parent} "
+            f"task.datamodule.test_split={read.name}")
+    data = module(corpus, tmp_path / "cache")
+    assert data.check_split("tst2013", "parallel_text_en_de") == "tst2013"
+    with pytest.raises(ConfigError) as refused:
+        data.check_split("~/mine", "parallel_text_en_de")
+    mine = Path("~/mine").expanduser()
+    assert str(refused.value) == (
+        f"split=~/mine: a split is named by its files in task.data_dir ({corpus}), <split>.en and <split>.de, not by "
+        f"a path; for {mine}.en and .de give task=parallel_text task.data_dir={mine.parent} task.src_lang=en "
+        "task.tgt_lang=de split=mine")
+
+
 def test_missing_files_are_named_with_the_layout_wanted(tmp_path: Path, data_root: Path) -> None:
     folder = own_corpus(tmp_path / "corpus", data_root)
     (folder / "test.de").unlink()

@@ -10,6 +10,7 @@ import pytest
 
 from aiayn.checkpoints.trained import load_trained
 from aiayn.data.corpus import TranslationCollator
+from aiayn.data.readers import read_lines
 from aiayn.decoding.search import Search
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError, DataError
@@ -69,6 +70,29 @@ def test_stream_keeps_input_order_and_empty_lines(ct2_export, tiny_trained, mult
     expected = tiny_trained.vocab.decode(ours_greedy(tiny_trained, english[:5]))
     assert [text for batch in batches for text in batch] == ["", expected[0], "", *expected[1:]]
     assert translator.sentences == len(lines) and translator.output_tokens > 0 and translator.seconds > 0
+
+
+def test_each_output_is_searched_within_its_own_sentences_limit(tiny_run, data_root, tmp_path):
+    """CTranslate2's maximum length is one number per search: a batch's outputs are each their
+    sentence's search within its own limit (input + max_len_offset, as the paper's), the same as
+    that sentence searched alone (before: the batch searched to its longest sentence's limit, each
+    output cut to its own after, and with a beam that went on past a limit the cut one was often
+    not the search's best within it). Random weights: every output runs to its limit."""
+    import torch
+
+    trained = load_trained(tiny_run.last, "cpu")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in trained.model.parameters():
+            parameter.normal_(0, 0.3)
+    export = export_ctranslate2(trained, tmp_path / "random", ckpt=tiny_run.last, steps=[trained.step])
+    translator = CTranslate2Translator(export, beam_size=4, max_len_offset=OFFSET, threads=1)
+    # newstest2014's first sentences (3 to 165 subwords), each of its own length (its own limit)
+    english = read_lines(data_root / "wmt14" / "newstest2014-en-de.en")[:20]
+    sources = list({len(ids): ids for ids in trained.vocab.encode(english)}.values())
+    together = translator.translate_ids(sources)
+    assert together == [translator.translate_ids([ids])[0] for ids in sources]
+    assert [len(output) for output in together] == [len(ids) + 1 + OFFSET for ids in sources]
 
 
 def test_export_carries_settings_subwords_and_card(ct2_export, tiny_trained):

@@ -85,8 +85,11 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, sub
     monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "tables"
     # Changed from their rows, the runs are not the rows: left out unless --include-modified.
-    assert tables_command("rebuild", "--runs", str(sweep), "--out", str(out), "--tables", "table3") == 2
-    assert "only 2 changed from their rows (--include-modified counts them)" in capsys.readouterr().err
+    # Named, the table is written with the paper's figures alone, its line saying what was left out.
+    assert tables_command("rebuild", "--runs", str(sweep), "--out", str(tmp_path / "none"), "--tables", "table3",
+                          "--no-wandb") == 0
+    assert f"no run of it in {sweep} (2 changed from their rows, left out: --include-modified counts them)" in (
+        capsys.readouterr().out)
     assert tables_command("rebuild", "--runs", str(sweep), "--out", str(out), "--tables", "table3",
                           "--include-modified") == 0
     rows = len(table_rows(REPO / "conf", "table3"))  # base, (A)…(F), big
@@ -200,3 +203,24 @@ def test_table2_takes_a_runs_own_test_of_the_average_unless_evaluate_wrote_one(t
          "decoding": {"beam_size": 1, "alpha": 0.6, "max_len_offset": 50, "kv_cache": False}}))
     [found] = local_runs([tmp_path])
     assert found.test == {"bleu": 27.4, "sacrebleu": 26.8, "averaged": 11}, "the greedy report is left out"
+
+
+def test_table2_takes_an_evaluation_of_the_test_split_named_by_its_name(tmp_path: Path) -> None:
+    """`evaluate.py ... split=newstest2014` writes its figures as newstest2014/*: the task's test
+    split all the same, so the run's Table 2 BLEU, as split=test's (before: left out without a word,
+    the line keeping train's own test); an evaluation of the dev split, newstest2013, is no test."""
+    from aiayn.tables.runs import local_runs
+
+    run = tmp_path / "0_table2-base_en_de"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("experiment: {table: table2, row: base_en_de}\nseed: 1\n"
+                                                "task: {datamodule: {val_split: newstest2013, test_split: newstest2014}}\n")
+    (run / "summary.json").write_text(json.dumps({"steps": 100000, "test/tokenized_bleu": 27.1, "test/bleu": 26.5,
+                                                 "test_averaged": 5, "test/sentences": 210}))
+    (run / "eval").mkdir()
+    for split, bleu, sacrebleu in (("newstest2014", 27.4, 26.8), ("newstest2013", 30.0, 29.5)):
+        (run / "eval" / f"{split}.step94000-100000.beam4.alpha0.6.len+50.avg5.json").write_text(json.dumps(
+            {"split": split, "sentences": 3003, f"{split}/tokenized_bleu": bleu, f"{split}/bleu": sacrebleu,
+             "averaged": [f"step{s}.ckpt" for s in range(5)]}))
+    [found] = local_runs([tmp_path])
+    assert found.test == {"bleu": 27.4, "sacrebleu": 26.8, "averaged": 5, "sentences": 3003}

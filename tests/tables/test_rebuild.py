@@ -97,6 +97,34 @@ def test_a_table_without_runs_is_left_as_it_is_unless_named(sweep: Path, tmp_pat
     assert "table2: 0 runs of 4 lines" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a config composed for each row of the table
+def test_a_table_named_with_no_runs_yet_is_the_papers_figures_alone(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    """`rebuild --tables table4` (or 2, or 3: one path) before any run has finished: the table is
+    written with the paper's figures and an empty column of ours, its line saying how to train its
+    runs, exit 0, as a named table without runs is written beside another table's runs (before: `no
+    finished table runs`, exit 2, nothing written). Without --tables there is nothing to write: one
+    line, exit 2, saying what to give."""
+    (tmp_path / "runs").mkdir()
+    out = tmp_path / "tables"
+    assert tables_command("rebuild", "--runs", str(tmp_path / "runs"), "--out", str(out), "--no-wandb",
+                          "--tables", "table4") == 0
+    assert capsys.readouterr().out == (
+        f"table4: 0 runs of 3 lines -> {out / 'table4_runs.md'}, table4_runs.csv, table4_runs.png: the paper's figures "
+        f"alone, no run of it in {tmp_path / 'runs'}; its runs: python src/train.py --multirun "
+        "'experiment=glob(table4_*)' (experiments/README.md), then rebuild with --runs <their folder>\n")
+    lines = list(csv.DictReader((out / "table4_runs.csv").read_text().splitlines()))
+    assert [line["paper F1"] for line in lines][:2] == ["91.3", "92.7"] and len(lines) == 3
+    assert not any(line["F1 (test)"] or line["run"] for line in lines)
+
+    assert tables_command("rebuild", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "none"),
+                          "--no-wandb") == 2
+    said = capsys.readouterr()
+    assert said.err == (f"tables.py: no finished table runs in {tmp_path / 'runs'}; give the folders of the runs, or "
+                        "name the tables to write with the paper's figures alone (--tables table3 table2 table4)\n")
+    assert not (tmp_path / "none").exists()
+
+
 def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Before: FileExistsError's traceback, exit 1, after the runs were read."""
     (tmp_path / "runs").mkdir()
@@ -152,10 +180,11 @@ def test_a_run_continued_by_a_later_sweep_is_counted_through_that_sweep(
                   if line["run"]]
         assert line["run"] == str(results / "first" / continued.name)
         assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
-    # Moved apart from the run it continued: said, naming where it looked.
+    # Moved apart from the run it continued: said, naming where it looked; the table has no run.
     shutil.rmtree(moved / "first")
     assert tables_command("rebuild", "--runs", str(moved / "again"), "--out", str(tmp_path / "tables"),
-                          "--tables", "table3", "--no-wandb", "--include-modified") == 2
+                          "--tables", "table3", "--no-wandb", "--include-modified") == 0
+    assert f"no run of it in {moved / 'again'}" in capsys.readouterr().out
     [warning] = [record.getMessage() for record in caplog.records if "continued the run in" in record.getMessage()]
     assert f"continued the run in {moved / 'first' / continued.name}, which is not there" in warning
 
@@ -269,35 +298,90 @@ def test_table4_from_wandb_keeps_each_evaluate_run_of_a_training_run(
     """`rebuild --wandb`: a Table 4 training run's evaluate.py runs (job type eval, grouped under its
     name) are its tests, each a line with its decoding and checkpoints averaged, beside train's own
     (W&B's Api stood in for by the few calls rebuild makes)."""
+    trained = wandb_run("t4", {"experiment": {"table": "table4", "row": "wsj"}, "run_name": "table4-wsj", "seed": 2,
+                               "decoding": {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300},
+                               "task": {"datamodule": {"test_split": "23"}}},
+                        {"test/f1": 90.1, "test_averaged": 5, "steps": 100000})
+    of_it = {"trained_wandb_run": "t4"}
+    evaluations = [wandb_run("ev2", {"decoding": {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300},
+                                     "evaluate": {"average_last": 10}, **of_it}, {"test/f1": 91.0}, "2026-02"),
+                   wandb_run("ev1", {"decoding": {"beam_size": 1}, "evaluate": {"average_last": 1}, **of_it},
+                             {"test/f1": 80.0}, "2026-01"),
+                   # the test split by its sections (split=23), and the dev split (split=22): no test
+                   wandb_run("ev3", {"decoding": {"beam_size": 4}, "evaluate": {"average_last": 1}, **of_it},
+                             {"23/f1": 92.0}, "2026-04"),
+                   wandb_run("dev", {"evaluate": {}, **of_it}, {"val/f1": 89.0, "22/f1": 89.5}, "2026-03")]
+    stand_in_wandb(monkeypatch, {"table4": [trained]}, evaluations)
+    out = tmp_path / "tables"
+    assert tables_command("rebuild", "--wandb", "e/p", "--out", str(out), "--tables", "table4", "--no-wandb") == 0
+    assert "table4: 1 runs of 6 lines" in capsys.readouterr().out
+    lines = [line for line in csv.DictReader((out / "table4_runs.csv").read_text().splitlines()) if line["run"]]
+    assert [(line["tested by"], line["F1 (test)"], line["beam"], line["averaged"]) for line in lines] == [
+        ("train.py", "90.1", "21", "5"), ("evaluate.py ev1", "80.0", "1", "1"), ("evaluate.py ev2", "91.0", "21", "10"),
+        ("evaluate.py ev3", "92.0", "4", "1")]
+
+
+def wandb_run(name: str, config: dict, summary: dict, created: str = "", group: str | None = None) -> SimpleNamespace:
+    """A W&B run as the public Api gives it, with the few fields rebuild reads (its id: its name)."""
+    return SimpleNamespace(id=name, name=name, config=config, summary_metrics=summary, path=["e", "p", name], tags=[],
+                           created_at=created, group=group)
+
+
+def stand_in_wandb(monkeypatch: pytest.MonkeyPatch, trained: dict[str, list], evaluations: list) -> None:
+    """W&B's Api stood in for by the few calls rebuild makes: the finished training runs tagged with
+    each table, and the evaluate.py runs (job type eval) by their group, the training run's name."""
     import wandb
-
-    def run(name: str, config: dict, summary: dict, created: str = "") -> SimpleNamespace:
-        return SimpleNamespace(name=name, config=config, summary_metrics=summary, path=["e", "p", name], tags=[],
-                               created_at=created)
-
-    trained = run("t4", {"experiment": {"table": "table4", "row": "wsj"}, "run_name": "table4-wsj", "seed": 2,
-                         "decoding": {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300}},
-                  {"test/f1": 90.1, "test_averaged": 5, "steps": 100000})
-    evaluations = [run("ev2", {"decoding": {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300},
-                               "evaluate": {"average_last": 10}}, {"test/f1": 91.0}, "2026-02"),
-                   run("ev1", {"decoding": {"beam_size": 1}, "evaluate": {"average_last": 1}}, {"test/f1": 80.0},
-                       "2026-01"),
-                   run("dev", {"evaluate": {}}, {"val/f1": 89.0}, "2026-03")]
 
     class Api:
         def runs(self, project: str, filters: dict) -> list:
             if filters.get("jobType") == "eval":
-                return evaluations if filters["group"] == "table4-wsj" else []
-            return [trained] if filters["tags"]["$in"] == ["table4"] else []
+                return [e for e in evaluations if e.group == filters["group"]]
+            [table] = filters["tags"]["$in"]
+            return trained.get(table, [])
 
+    for evaluation in evaluations:  # grouped as evaluate.py groups them: under the training run's name
+        evaluation.group = next(run.config["run_name"] for runs in trained.values() for run in runs)
     monkeypatch.setattr(wandb, "Api", Api)
     monkeypatch.setenv("WANDB_MODE", "online")
+
+
+def test_table2_from_wandb_takes_each_seeds_own_evaluation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Two seeds of Table 2's base EN-DE share their run name, and so the W&B group of their
+    evaluate.py runs: each seed's BLEU is that of the evaluation of its own checkpoint, found by the
+    training run's W&B id the evaluation holds (trained_wandb_run), the test split named by its role
+    or by its name (split=newstest2014) (before: both seeds took the newest evaluation of the group,
+    and one of split=newstest2014 was no test). An evaluation that does not say which run it scored
+    (logged before evaluations recorded it) is left out where several runs share the name, named
+    in a warning."""
+    row = {"experiment": {"table": "table2", "row": "base_en_de"}, "run_name": "table2-base_en_de",
+           "task": {"datamodule": {"val_split": "newstest2013", "test_split": "newstest2014"}}}
+    seeds = [wandb_run(f"seed{seed}", {**row, "seed": seed}, {"steps": 100000, "test/tokenized_bleu": 20.0 + seed})
+             for seed in (1, 2)]
+    evaluations = [
+        wandb_run("ev1", {"evaluate": {"average_last": 5}, "trained_wandb_run": "seed1"},
+                  {"test/tokenized_bleu": 27.1, "test/bleu": 26.5}, "2026-01"),
+        wandb_run("ev2", {"evaluate": {"average_last": 5, "split": "newstest2014"}, "trained_wandb_run": "seed2"},
+                  {"newstest2014/tokenized_bleu": 27.6, "newstest2014/bleu": 27.0}, "2026-02"),
+        wandb_run("dev2", {"evaluate": {"average_last": 5, "split": "newstest2013"}, "trained_wandb_run": "seed2"},
+                  {"newstest2013/tokenized_bleu": 30.0}, "2026-04"),
+        wandb_run("old", {"evaluate": {"average_last": 9}}, {"test/tokenized_bleu": 99.0}, "2026-03")]
+    stand_in_wandb(monkeypatch, {"table2": seeds}, evaluations)
     out = tmp_path / "tables"
-    assert tables_command("rebuild", "--wandb", "e/p", "--out", str(out), "--tables", "table4", "--no-wandb") == 0
-    assert "table4: 1 runs of 5 lines" in capsys.readouterr().out
-    lines = [line for line in csv.DictReader((out / "table4_runs.csv").read_text().splitlines()) if line["run"]]
-    assert [(line["tested by"], line["F1 (test)"], line["beam"], line["averaged"]) for line in lines] == [
-        ("train.py", "90.1", "21", "5"), ("evaluate.py ev1", "80.0", "1", "1"), ("evaluate.py ev2", "91.0", "21", "10")]
+    assert tables_command("rebuild", "--wandb", "e/p", "--out", str(out), "--tables", "table2", "--no-wandb") == 0
+    assert "table2: 2 runs of 5 lines" in capsys.readouterr().out
+    lines = [line for line in csv.DictReader((out / "table2.csv").read_text().splitlines()) if line["run"]]
+    assert [(line["seed"], line["BLEU (test)"], line["sacreBLEU (test)"], line["averaged"]) for line in lines] == [
+        ("1", "27.1", "26.5", "5"), ("2", "27.6", "27.0", "5")]
+    warnings = [record.getMessage() for record in caplog.records if "do not say which" in record.getMessage()]
+    assert warnings and all("the evaluate.py runs old of run name table2-base_en_de" in w for w in warnings)
+
+    # One training run of that name: the evaluation that does not say is its own, as before.
+    stand_in_wandb(monkeypatch, {"table2": seeds[:1]}, evaluations)
+    assert tables_command("rebuild", "--wandb", "e/p", "--out", str(out), "--tables", "table2", "--no-wandb") == 0
+    [line] = [line for line in csv.DictReader((out / "table2.csv").read_text().splitlines()) if line["run"]]
+    assert (line["BLEU (test)"], line["averaged"]) == ("99.0", "9")
 
 
 def test_table4_counts_an_evaluation_of_the_test_split_named_by_its_sections(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ when they are loaded, as Multi30k's.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from torch.utils.data import Dataset
@@ -70,6 +71,8 @@ class ParallelTextDataModule(TranslationDataModule):
             data_dir, src_lang, tgt_lang, vocab_size, max_tokens, max_length, cache_dir, seed,
             num_workers, False, train_split, val_split, test_split, eval_max_tokens, length_buckets, subword_model,
         )
+        for role, split in self.splits.items():
+            self._named(split, f"task.datamodule.{role}_split")
         self.subword_sample_pairs = subword_sample_pairs
         self.prepare_workers = prepare_workers
         self._prepared: Path | None = None  # the prepared training split, once this process has prepared or checked it
@@ -125,6 +128,29 @@ class ParallelTextDataModule(TranslationDataModule):
         src_path, tgt_path = self.split_files(self.splits["train"], False)
         folder = self._ready()
         return self._prepared_training_pairs(folder, f"{src_path} / {tgt_path} (prepared in {folder})")
+
+    def check_split(self, split: str, task: str) -> str:
+        """The split ``split`` names (a role, ``val``/``test``, or the name of a split whose files
+        are in task.data_dir, :meth:`TranslationDataModule.check_split`); a path is no split's name
+        (:meth:`_named`)."""
+        name = super().check_split(split, task)
+        self._named(name, "split", f"task=parallel_text task.data_dir=<its folder> task.src_lang={self.src_lang} "
+                                   f"task.tgt_lang={self.tgt_lang} split=<its name>")
+        return name
+
+    def _named(self, split: str, setting: str, instead: str | None = None) -> None:
+        """A ConfigError where ``split`` is a path, not a name: each split is two files in
+        task.data_dir, ``<split>.<lang>``, and files elsewhere (``split=/data/mine`` for
+        /data/mine.en and /data/mine.de) are another folder, given as task.data_dir (``instead``),
+        not read from outside the corpus's folder under the corpus's name."""
+        if split not in (".", "..") and "/" not in split and "\\" not in split and not split.startswith("~"):
+            return
+        where = Path(os.path.normpath(self.data_root / Path(split).expanduser()))
+        instead = (instead or f"task.data_dir=<its folder> {setting}=<its name>").replace("<its folder>", str(
+            where.parent)).replace("<its name>", where.name)
+        raise ConfigError(f"{setting}={split}: a split is named by its files in task.data_dir ({self.data_root}), "
+                          f"<split>.{self.src_lang} and <split>.{self.tgt_lang}, not by a path; for "
+                          f"{where}.{self.src_lang} and .{self.tgt_lang} give {instead}")
 
     def split_files(self, split: str, download: bool) -> tuple[Path, Path]:
         """The (source, target) files of ``split``; a :class:`DataError` naming those not there."""

@@ -3,8 +3,10 @@ aiayn's translate.py does (``engine=ctranslate2``): the same reading, batching a
 aiayn.decoding.translator.Translator, CTranslate2's search, with the decoding settings it serves.
 
 CTranslate2's beam search normalises a hypothesis's score by |Y|^α, not GNMT's ((5 + |Y|) / 6)^α
-(see the model card); its maximum output length is one number per batch, so each output is cut
-at its own sentence's limit (input length + ``max_len_offset``) as aiayn's is.
+(see the model card). Its maximum output length is one number per search, so a batch's sentences
+are searched in groups of one limit each: every output is searched within its own sentence's limit
+(input length + ``max_len_offset``), as aiayn's is, not cut from a search that went on to a longer
+sentence's limit.
 
 A parser's export (its task recorded in ``aiayn.json``) reads lines and writes trees over their
 words as aiayn's translator does (the task's raw-text form, through
@@ -78,7 +80,7 @@ class CTranslate2Translator:
         self.decoding = Decoding.of(exported.get("decoding"), wanted, engine="ctranslate2",
                                     where=f"{folder / SETTINGS_FILE}: decoding.")
         self.arguments = arguments(CTRANSLATE2, self.decoding)  # translate_batch's, but these two:
-        self.max_len_offset = self.arguments.pop("max_len_offset")  # each output cut at its own limit
+        self.max_len_offset = self.arguments.pop("max_len_offset")  # each sentence searched within its own limit
         seed = self.arguments.pop("seed", None)
         if seed is not None:  # samples drawn as the seed says, one stream for the process
             ctranslate2.set_random_seed(seed)
@@ -114,18 +116,24 @@ class CTranslate2Translator:
         return [hypotheses[0][0] for hypotheses in self._search(sources)]
 
     def _search(self, sources: Sequence[Sequence[int]], scores: bool = False) -> list[list[tuple[list[int], float]]]:
-        """Each source's hypotheses (ids, CTranslate2's score), best first, each cut at its own maximum
-        length as aiayn's search cuts it: source length with EOS + max_len_offset, at most the
-        model's positions."""
-        if not sources:
-            return []
+        """Each source's hypotheses (ids, CTranslate2's score), best first, each searched within its own
+        maximum length as aiayn's search is: source length with EOS + max_len_offset, at most the
+        model's positions (CTranslate2's ``max_decoding_length``: the output's tokens, the end token
+        not counted)."""
         limits = [min(len(ids) + 1 + self.max_len_offset, self.max_positions) for ids in sources]
-        tokens = [self._pieces(ids) for ids in sources]
-        results = self.translator.translate_batch(tokens, max_decoding_length=max(limits), max_batch_size=self.batch_size,
-                                                  return_scores=scores, **self.arguments)
-        return [[([self.piece_ids[piece] for piece in hypothesis][:limit], score)
-                 for hypothesis, score in zip(result.hypotheses, result.scores or [0.0] * len(result.hypotheses))]
-                for result, limit in zip(results, limits)]
+        found: list[list[tuple[list[int], float]]] = [[] for _ in sources]
+        # CTranslate2's maximum length is one number per search: the sources of one limit are searched
+        # together, each group with its own, so that each output is the search's within its sentence's limit
+        # (a cut of a longer search's output is not: its beam went on past the limit, and ranked otherwise).
+        for limit in sorted(set(limits)):
+            rows = [i for i, each in enumerate(limits) if each == limit]
+            results = self.translator.translate_batch([self._pieces(sources[i]) for i in rows],
+                                                      max_decoding_length=limit, max_batch_size=self.batch_size,
+                                                      return_scores=scores, **self.arguments)
+            for i, result in zip(rows, results):
+                found[i] = [([self.piece_ids[piece] for piece in hypothesis], score) for hypothesis, score
+                            in zip(result.hypotheses, result.scores or [0.0] * len(result.hypotheses))]
+        return found
 
     def _pieces(self, ids: Sequence[int]) -> list[str]:
         return self.vocab.pieces([*ids, self.vocab.eos_id])

@@ -8,7 +8,8 @@ and :func:`counted` leaves it out of the tables.
 What it measured comes from its summary (:mod:`aiayn.reporting.summary`): ``summary.json`` in the
 run directory, which every run writes (or the W&B run's summary, read from the W&B project).
 Table 2's test BLEU comes from ``src/evaluate.py``'s report in ``<run dir>/eval/`` where there is
-one decoded as the run's config says (the one averaging most checkpoints), else from train.py's own test, which scores §6.1's
+one of the test split (``split=test``, or the split by its name: ``split=newstest2014``, :func:`as_test`)
+decoded as the run's config says (the one averaging most checkpoints), else from train.py's own test, which scores §6.1's
 average where the recipe has one (its summary's ``test_averaged``).
 """
 
@@ -16,13 +17,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from aiayn.config.identity import MODIFIED, run_folder_changes
 from aiayn.reporting.summary import continued_run, read_summary
@@ -148,9 +151,36 @@ def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) 
                             config["experiment"]["table"], Path(conf_dir) / "experiment")
                 continue
             decoding = OmegaConf.to_container(loaded.decoding, resolve=True) if "decoding" in loaded else {}
-            runs.append(Run(source=str(run_dir), config=config, summary=summary,
-                            test=_test_report(run_dir, decoding) or _tested_in_training(summary), modified=modified))
+            test = _test_report(run_dir, decoding, test_split(config)) or _tested_in_training(summary)
+            runs.append(Run(source=str(run_dir), config=config, summary=summary, test=test, modified=modified))
     return runs
+
+
+def test_split(config: Mapping[str, Any]) -> str | None:
+    """The name of a run's test split, as its task's data module was given it
+    (``task.datamodule.test_split``: ``newstest2014``, ``test_2016_flickr``, a treebank's ``23``),
+    its interpolations resolved; None where the config cannot tell."""
+    try:
+        split = OmegaConf.select(OmegaConf.create(dict(config)), "task.datamodule.test_split",
+                                 throw_on_resolution_failure=False)
+    except OmegaConfBaseException:  # a config OmegaConf cannot read back: its reports of split=test still count
+        return None
+    return None if split is None else str(split)
+
+
+def as_test(figures: Mapping[str, Any], split: str | None, key: str) -> dict[str, Any] | None:
+    """An evaluate.py report (or its W&B run's summary) with its figures under ``test/``, where it
+    scored the run's test split: asked for by its role (``split=test``: keys ``test/<figure>``) or by
+    its name, ``split`` (:func:`test_split`; ``split=newstest2014``: keys ``newstest2014/<figure>``,
+    evaluate.py naming its figures after the split given). None where it holds no ``key`` figure of
+    either: an evaluation of another split."""
+    if f"test/{key}" in figures:
+        return dict(figures)
+    if not split or f"{split}/{key}" not in figures:
+        return None
+    named = f"{split}/"
+    return {**figures, **{f"test/{name[len(named):]}": value for name, value in figures.items()
+                          if name.startswith(named)}}
 
 
 # The decoding settings that change a test's translations (beam search's; sampling is another search):
@@ -158,14 +188,14 @@ def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) 
 SCORED_DECODING = ("beam_size", "alpha", "max_len_offset", "min_len", "constrained", "stop", "sampling")
 
 
-def _test_report(run_dir: Path, decoding: dict[str, Any]) -> dict[str, Any]:
-    """The newest evaluate.py report on the test split decoded as the run's ``decoding`` says, the one
-    averaging most checkpoints; a report decoded otherwise (``decoding.beam_size=1``) is left out,
-    with a warning naming what differs."""
+def _test_report(run_dir: Path, decoding: dict[str, Any], split: str | None) -> dict[str, Any]:
+    """The newest evaluate.py report on the test split (``split=test``, or by its name ``split``:
+    :func:`as_test`) decoded as the run's ``decoding`` says, the one averaging most checkpoints; a
+    report decoded otherwise (``decoding.beam_size=1``) is left out, with a warning naming what differs."""
     reports = []
     for path in (run_dir / "eval").glob("*.json"):
-        report = json.loads(path.read_text())
-        if "test/tokenized_bleu" not in report:  # `python src/evaluate.py ... split=test` only
+        report = as_test(json.loads(path.read_text()), split, "tokenized_bleu")
+        if report is None:  # an evaluation of another split
             continue
         used = report.get("decoding") or {}
         differs = [f"decoding.{key}={used.get(key)!r} (the run's: {decoding.get(key)!r})" for key in SCORED_DECODING
@@ -203,33 +233,51 @@ def _averaged(evaluate_run_config: dict[str, Any]) -> int:
 
 
 def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
-    """The finished runs of ``project`` ("entity/project") tagged with the tables' names, online. For
-    Table 2 the test BLEU comes from src/evaluate.py's W&B run (job type "eval", grouped under
-    the training run's name), the newest with the most checkpoints averaged, else from the
-    training run's own test; Table 4 keeps every such evaluate.py run with a test F1, oldest first
-    (``test["evaluations"]``)."""
+    """The finished runs of ``project`` ("entity/project") tagged with the tables' names, online. A
+    training run's tests are src/evaluate.py's W&B runs of it (:func:`_evaluations`: job type "eval",
+    its W&B id as their ``trained_wandb_run``) of its test split (:func:`as_test`). For Table 2 the
+    test BLEU comes from the newest with the most checkpoints averaged, else from the training run's
+    own test; Table 4 keeps every one with a test F1, oldest first (``test["evaluations"]``)."""
     import wandb
 
     api = wandb.Api()
+    trained = [(table, run) for table in tables
+               for run in api.runs(project, filters={"tags": {"$in": [table]}, "state": "finished"})]
+    names = Counter(run.config.get("run_name") for _, run in trained)
     runs = []
-    for table in tables:
-        for run in api.runs(project, filters={"tags": {"$in": [table]}, "state": "finished"}):
-            config = dict(run.config)
-            summary = {k: v for k, v in run.summary_metrics.items() if not k.startswith("_")}
-            test = {}
+    for table, run in trained:
+        config = dict(run.config)
+        summary = {k: v for k, v in run.summary_metrics.items() if not k.startswith("_")}
+        split, test = test_split(config), {}
+        if table in ("table2", "table4"):
+            figure = "tokenized_bleu" if table == "table2" else "f1"
+            tested = [(e, figures) for e in _evaluations(api, project, run, names[config.get("run_name")] == 1)
+                      if (figures := as_test(dict(e.summary_metrics), split, figure)) is not None]
             if table == "table2":
-                evaluations = [e for e in api.runs(project, filters={"group": config.get("run_name"), "jobType": "eval"})
-                               if "test/tokenized_bleu" in e.summary_metrics]
-                if evaluations:
-                    newest = max(evaluations, key=lambda e: (_averaged(e.config), e.created_at))
-                    test = _test_figures(newest.summary_metrics, _averaged(newest.config))
+                if tested:
+                    newest, figures = max(tested, key=lambda found: (_averaged(found[0].config), found[0].created_at))
+                    test = _test_figures(figures, _averaged(newest.config))
                 test = test or _tested_in_training(summary)
-            elif table == "table4":  # each evaluate.py test, as a run folder's eval/ reports (aiayn.tables.table4)
-                evaluations = sorted((e for e in api.runs(project, filters={"group": config.get("run_name"),
-                                                                           "jobType": "eval"})
-                                      if "test/f1" in e.summary_metrics), key=lambda e: e.created_at)
-                test = {"evaluations": [(e.name, dict(e.summary_metrics), dict(e.config.get("decoding") or {}),
-                                         _averaged(e.config)) for e in evaluations]}
-            modified = ["tagged modified"] if MODIFIED in (run.tags or []) else []
-            runs.append(Run(source="/".join(run.path), config=config, summary=summary, test=test, modified=modified))
+            else:  # each evaluate.py test, as a run folder's eval/ reports (aiayn.tables.table4)
+                test = {"evaluations": [(e.name, figures, dict(e.config.get("decoding") or {}), _averaged(e.config))
+                                        for e, figures in sorted(tested, key=lambda found: found[0].created_at)]}
+        modified = ["tagged modified"] if MODIFIED in (run.tags or []) else []
+        runs.append(Run(source="/".join(run.path), config=config, summary=summary, test=test, modified=modified))
     return runs
+
+
+def _evaluations(api: Any, project: str, run: Any, alone: bool) -> list[Any]:
+    """The evaluate.py W&B runs of the training run ``run``: those of job type "eval" in the group of
+    its run name (where evaluate.py puts them) that hold its W&B id as their ``trained_wandb_run``,
+    so that the seeds of one setting, which share their run name, each have their own. An evaluation
+    logged before evaluate.py recorded that id is taken for the run only where the run is ``alone``
+    under its run name; else it is left out, named in a warning."""
+    group = run.config.get("run_name")
+    found = api.runs(project, filters={"group": group, "jobType": "eval"})
+    unnamed = [e for e in found if not e.config.get("trained_wandb_run")]
+    if unnamed and not alone:
+        log.warning("%s: the evaluate.py runs %s of run name %s do not say which of its training runs they scored "
+                    "(logged before evaluations recorded trained_wandb_run), and several training runs have that name; "
+                    "left out: evaluate the run's checkpoint again", "/".join(run.path),
+                    ", ".join(e.name for e in unnamed), group)
+    return [e for e in found if e.config.get("trained_wandb_run") == run.id or (alone and e in unnamed)]

@@ -13,10 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
-from aiayn.tables.runs import seed_order
+from aiayn.tables.runs import as_test, seed_order, test_split
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +61,7 @@ def run_tests(run: Any) -> list[tuple[str, dict[str, Any], dict[str, Any], int |
         tests.append(("train.py", run.summary, dict(run.config.get("decoding") or {}),
                       int(averaged) if averaged is not None else None))
     reports = []
-    test_split = _test_split(run.config)
+    split = test_split(run.config)
     for path in Path(run.source, "eval").glob("*.json"):
         try:
             report = json.loads(path.read_text())
@@ -72,27 +69,14 @@ def run_tests(run: Any) -> list[tuple[str, dict[str, Any], dict[str, Any], int |
             log.warning("%s: not a report src/evaluate.py wrote (%s); left out", path, error)
             continue
         # `evaluate.py ... split=test`, or the test split by its sections or files (split=23): keys <split>/f1
-        named = "test" if "test/f1" in report else report.get("split") if report.get("split") == test_split else None
-        if named is not None and f"{named}/f1" in report:
-            figures = {f"test/{key}": report.get(f"{named}/{key}") for key in ("f1", "precision", "recall", "exact_match")}
-            reports.append((path.stat().st_mtime, path.name, {**report, **figures}))
+        if (report := as_test(report, split, "f1")) is not None:
+            reports.append((path.stat().st_mtime, path.name, report))
     for _, name, report in sorted(reports, key=lambda found: found[:2]):
         tests.append((f"evaluate.py {name}", report, report.get("decoding") or {},
                       len(report.get("averaged") or []) or 1))
     for name, summary, decoding, averaged in run.test.get("evaluations", []):  # a W&B run's (tables.runs.wandb_runs)
         tests.append((f"evaluate.py {name}", summary, decoding, averaged))
     return tests
-
-
-def _test_split(config: dict[str, Any]) -> str | None:
-    """The test split (sections or files) of a run's config, its interpolations resolved; None
-    where it cannot be read."""
-    try:
-        split = OmegaConf.select(OmegaConf.create(config), "task.datamodule.test_split",
-                                 throw_on_resolution_failure=False)
-    except OmegaConfBaseException:  # a config OmegaConf cannot read back: its reports of split=test still count
-        return None
-    return None if split is None else str(split)
 
 
 def _line(row: Any, run: Any, tested_by: str | None, figures: dict[str, Any], decoding: dict[str, Any],
