@@ -75,7 +75,10 @@ class Transformer(nn.Module):
     decoder's inputs are "offset by one position" (§3.1) behind a BOS token, the paper being silent
     on what comes first (tensor2tensor shifted the embedded target right behind a zero vector).
     ``share_embeddings=False`` (no paper setting: for separate vocabularies) gives the source and
-    target embeddings and the pre-softmax projection a matrix each.
+    target embeddings and the pre-softmax projection a matrix each. The paper's models all had one
+    shared vocabulary, so it is silent here; tensor2tensor kept the target embedding tied to the
+    pre-softmax matrix when the vocabularies differed (``shared_embedding_and_softmax_weights``),
+    which this setting does not: it is the untied model of a plain encoder-decoder.
     ``attention`` picks how Eq. 1 is computed, ``"sdpa"`` (fused) or ``"explicit"``
     (aiayn.model.attention); it changes speed, not the parameters or the results.
     ``attention_window`` restricts self-attention to a neighbourhood of r positions on each side
@@ -143,12 +146,19 @@ class Transformer(nn.Module):
         self._init_linear_weights()
 
     def _init_linear_weights(self) -> None:
-        # The paper is silent on initialisation; tensor2tensor used Glorot-uniform weights.
+        # The paper is silent on initialisation. tensor2tensor's (transformer_base_v1): every dense
+        # layer Glorot-uniform ("uniform_unit_scaling", gain 1: variance scaling over the mean of
+        # fan-in and fan-out), biases zero; the embeddings and the pre-softmax matrix N(0,
+        # d_model^-0.5) (its symbol modality), tied or not. Tied, the projection is the embedding
+        # (ScaledEmbedding); untied, it gets that normal too, not Glorot (which over a 37K
+        # vocabulary would start it about 8 times smaller).
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
+        if self.output_projection is not None:
+            nn.init.normal_(self.output_projection.weight, std=self.d_model**-0.5)
 
     def source_mask(self, src: Tensor) -> Tensor:
         """(batch, 1, 1, src_len), True at real source tokens: broadcasts over heads and queries."""
