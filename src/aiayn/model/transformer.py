@@ -78,7 +78,8 @@ class Transformer(nn.Module):
     target embeddings and the pre-softmax projection a matrix each. The paper's models all had one
     shared vocabulary, so it is silent here; tensor2tensor kept the target embedding tied to the
     pre-softmax matrix when the vocabularies differed (``shared_embedding_and_softmax_weights``),
-    which this setting does not: it is the untied model of a plain encoder-decoder.
+    which this setting does not: each side keeps a matrix of its own, the layout the checkpoints
+    trained with it have and their MarianMT export maps (docs/guarantees/bad-input.md, row 207).
     ``attention`` picks how Eq. 1 is computed, ``"sdpa"`` (fused) or ``"explicit"``
     (aiayn.model.attention); it changes speed, not the parameters or the results.
     ``attention_window`` restricts self-attention to a neighbourhood of r positions on each side
