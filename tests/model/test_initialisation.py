@@ -1,7 +1,7 @@
 """Initialisation, where the paper is silent: tensor2tensor's (transformer_base_v1), checked
 against its formulas. Glorot-uniform dense weights (bound √(6 / (fan_in + fan_out))), zero
-biases, LayerNorm at the identity, and N(0, d_model^-0.5) for the embeddings and the pre-softmax
-matrix, tied or not."""
+biases, LayerNorm at the identity, and N(0, d_model^-0.5) for the embeddings (the target's being
+the pre-softmax matrix), with one vocabulary or two."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_dense_layers_are_glorot_uniform_with_zero_biases_and_layer_norm_the_ide
 @pytest.mark.parametrize("share", [True, False], ids=["tied", "separate-vocabularies"])
 def test_embeddings_and_the_pre_softmax_matrix_start_normal_with_std_d_model_to_the_minus_half(share):
     model = build(3000 if share else 2000, 3000, share=share)
-    output = model.tgt_embedding.weight if share else model.output_projection.weight
-    for weight in (model.src_embedding.weight, model.tgt_embedding.weight, output):
+    assert model.output_projection is None  # the pre-softmax matrix is the target embedding (§3.4)
+    for weight in (model.src_embedding.weight, model.tgt_embedding.weight):
         assert weight.detach().std().item() == pytest.approx(D**-0.5, rel=0.03)
         assert weight.detach().mean().abs().item() < 0.01
