@@ -3,9 +3,12 @@ the model config still carried the training recipe."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from aiayn.checkpoints.trained import module_arguments
+from aiayn.checkpoints.trained import module_arguments, put_weights
+from aiayn.errors import DataError
+from aiayn.model import Transformer
 from aiayn.training.module import TranslationModule
 
 NETWORK = {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "d_k": 16, "d_v": 16, "dropout": 0.1, "max_positions": 64}
@@ -42,3 +45,16 @@ def test_a_run_config_naming_a_class_that_has_moved_points_at_its_new_place() ->
     assert config["callbacks"] == [{"_target_": "x.Y"}]  # names that did not move stay
     for new in MOVED_TARGETS.values():  # every new place exists
         assert callable(get_object(new))
+
+
+def test_a_separate_vocabularies_checkpoint_with_an_untied_output_projection_is_refused_in_one_line():
+    """Written before model.share_embeddings=false kept the target embedding as the pre-softmax
+    matrix (§3.4): its own ``output_projection.weight`` has no place in the network built now."""
+    sizes = {"n_layers": 1, "d_model": 8, "d_ff": 16, "n_heads": 2, "d_k": 4, "d_v": 4, "max_positions": 8}
+    model = Transformer(11, 13, share_embeddings=False, **sizes)
+    weights = {**model.state_dict(), "output_projection.weight": torch.zeros(13, 8)}
+    with pytest.raises(DataError) as refused:
+        put_weights(model, weights, "old.ckpt")
+    message = str(refused.value)
+    assert message.startswith("old.ckpt: its weights are laid out otherwise") and "\n" not in message
+    assert "not this network's 1 (output_projection.weight)" in message

@@ -111,15 +111,15 @@ def test_each_cards_code_runs_on_its_own_folder_and_decodes_as_aiayn_serves_it(t
 @pytest.mark.slow
 def test_a_model_with_separate_embeddings_is_exported_with_its_function_and_served_as_aiayn_serves_it(
         tiny_run, data_root, tmp_path):
-    """model.share_embeddings=false (separate source and target embeddings and output projection) is
-    MarianMT's share_encoder_decoder_embeddings and tie_word_embeddings false: the export's logits are
+    """model.share_embeddings=false (separate source and target embeddings, the target's the output
+    projection) is MarianMT's share_encoder_decoder_embeddings and tie_word_embeddings false: the export's logits are
     aiayn's, and its CTranslate2 conversion writes aiayn's greedy output (before: refused, saying
     "MarianMT ties one embedding to both stacks and the output")."""
     pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'aiayn[serve]')")
     checkpoint = read_checkpoint(tiny_run.last)
     hyper_parameters = dict(checkpoint["hyper_parameters"])
     hyper_parameters["model"] = {**hyper_parameters["model"], "share_embeddings": False}
-    torch.manual_seed(0)  # its own weights: three embeddings, each different
+    torch.manual_seed(0)  # its own weights: two embeddings, each different
     module = TranslationModule(**module_arguments(hyper_parameters))
     ckpt = tmp_path / "separate.ckpt"
     torch.save({**checkpoint, "hyper_parameters": hyper_parameters, "state_dict": module.state_dict()}, ckpt)
@@ -128,7 +128,7 @@ def test_a_model_with_separate_embeddings_is_exported_with_its_function_and_serv
     _tool(tiny_run, data_root, "src/export.py", f"ckpt={ckpt}", "format=ctranslate2", f"out={ct2}")
 
     trained = load_trained(ckpt)
-    assert trained.model.output_projection is not None
+    assert trained.model.src_embedding is not trained.model.tgt_embedding
     vocab, lines = trained.vocab, ["A man is riding a bike.", "Two dogs play in the snow."]
     batch = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)(
         list(zip(range(2), vocab.encode(lines), vocab.encode(["Ein Mann fährt Rad.", "Zwei Hunde spielen."]))))

@@ -19,7 +19,7 @@ V = 16
 SMALL = {"n_layers": 2, "d_model": 16, "d_ff": 32, "n_heads": 2, "d_k": 8, "d_v": 8, "dropout": 0.0,
          "max_positions": 64}
 # Every path of the model that makes tensors of its own: fused or written-out attention, fixed or
-# learned positions, restricted self-attention (its masks), an output projection of its own.
+# learned positions, restricted self-attention (its masks), a source embedding of its own.
 VARIANTS = {
     "sdpa": {},
     "explicit-learned": {"attention": "explicit", "positional": "learned"},

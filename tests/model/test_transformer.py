@@ -198,22 +198,20 @@ def test_zero_layer_model_is_scaled_embedding_plus_positions():
     torch.testing.assert_close(logits[0], (weight[tgt[0]] * 4.0 + table[:2]) @ weight.T, rtol=0, atol=1e-12)
 
 
-def test_unshared_embeddings_with_different_vocabularies():
+def test_separate_vocabularies_keep_the_target_embedding_as_the_pre_softmax_matrix():
+    """§3.4 with separate vocabularies: the source embedding is its own; the target embedding
+    stays the pre-softmax matrix (the paper's reference [30], and tensor2tensor)."""
     model = small_model(seed=8, share_embeddings=False, src_vocab=11, tgt_vocab=17)
     src_w, tgt_w = model.src_embedding.weight, model.tgt_embedding.weight
     assert src_w.shape == (11, 16) and tgt_w.shape == (17, 16)
-    assert model.src_embedding is not model.tgt_embedding
-    assert isinstance(model.output_projection, nn.Linear)
-    out_w = model.output_projection.weight
-    assert out_w.shape == (17, 16) and model.output_projection.bias is None
-    ids = {id(src_w), id(tgt_w), id(out_w)}
-    assert len(ids) == 3
-    assert sum(p is src_w or p is tgt_w or p is out_w for p in model.parameters()) == 3
+    assert model.src_embedding is not model.tgt_embedding and model.output_projection is None
+    assert sum(p is src_w or p is tgt_w for p in model.parameters()) == 2
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in small_model(src_vocab=17, tgt_vocab=17).parameters()) + 11 * 16
     with torch.no_grad():
         logits = model(tokens(2, 4, high=11, seed=12), tokens(2, 3, high=17, seed=13))
     assert logits.shape == (2, 3, 17)
     x = torch.randn(1, 2, 16, dtype=torch.float64)
-    torch.testing.assert_close(model.logits(x), x @ out_w.T, rtol=0, atol=1e-12)
+    torch.testing.assert_close(model.logits(x), x @ tgt_w.T, rtol=0, atol=1e-12)
 
 
 def test_shared_embeddings_need_one_vocabulary():

@@ -63,7 +63,8 @@ def parameters(model: Mapping[str, Any], vocab_size: int) -> int:
     norm = 2 * d
     encoder_layer = attention + feed_forward + 2 * norm
     decoder_layer = 2 * attention + feed_forward + 3 * norm
-    embeddings = vocab_size * d * (1 if model.get("share_embeddings", True) else 3)  # and the output projection
+    # one matrix, or the source's and the target's (the pre-softmax matrix being the target's, §3.4)
+    embeddings = vocab_size * d * (1 if model.get("share_embeddings", True) else 2)
     positions = int(model.get("max_positions", 1024)) * d * 2 if model.get("positional") == "learned" else 0
     return n * (encoder_layer + decoder_layer) + embeddings + positions
 

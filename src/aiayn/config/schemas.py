@@ -50,7 +50,7 @@ class ModelConfig:
     attention: str = "sdpa"  # Eq. 1 fused by torch (sdpa) or written out (explicit); same results
     positional: str = "sinusoidal"  # sinusoidal (§3.5) or learned (Table 3 row E)
     max_positions: int = 1024  # the longest sequence the positional encodings cover
-    share_embeddings: bool = True  # one matrix for both embeddings and the pre-softmax projection (§3.4)
+    share_embeddings: bool = True  # one matrix for both embeddings and the pre-softmax projection (§3.4); false: the source embedding its own
     # Restricted self-attention (§4): each position sees r positions on each side (the decoder's the
     # r before it); null: every position, as in the paper's models.
     attention_window: int | None = None

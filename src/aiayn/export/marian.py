@@ -16,8 +16,9 @@ bridged exactly:
   (its input projections read d_model, its output projection writes it) and the tied output
   projection are all unchanged by one consistent permutation of d_model, so the logits are ours.
 * **Separate embeddings** (``model.share_embeddings=false``, no paper setting) become Marian's own
-  embedding of each stack and an untied output projection (``share_encoder_decoder_embeddings``
-  and ``tie_word_embeddings`` false), each with d_model reordered the same way.
+  embedding of each stack and an output projection holding the target embedding's values
+  (``share_encoder_decoder_embeddings`` and ``tie_word_embeddings`` false), each with d_model
+  reordered the same way.
 * **The decoder's first token.** Marian's checkpoints start the decoder with the pad id; ours
   starts it with BOS, which the configuration says (``decoder_start_token_id``).
 
@@ -143,7 +144,7 @@ def copy_to_marian(model: Transformer, marian):
 
 def _one_embedding(model: Transformer) -> bool:
     """Whether ``model`` has one embedding for both stacks and the output (§3.4; not with
-    ``model.share_embeddings=false``: three)."""
+    ``model.share_embeddings=false``: the source's and the target's)."""
     return model.output_projection is None and model.tgt_embedding is model.src_embedding
 
 

@@ -67,8 +67,8 @@ class MultiHeadAttention(nn.Module):
     """h parallel attention heads with learned projections W^Q, W^K (d_model→d_k), W^V
     (d_model→d_v) per head, and W^O (h·d_v→d_model).
 
-    The projections carry no bias, as in tensor2tensor (the paper's code); the paper's equations
-    have none either. ``window``: restricted self-attention, r positions on each side (§4; see the
+    The projections carry no bias, as the paper's equations have none (tensor2tensor's 1×1
+    convolutions of 2017, ``qkv_transform``, carried biases; its later dense projections none). ``window``: restricted self-attention, r positions on each side (§4; see the
     module docstring), or None to attend to every position.
     """
 

@@ -57,7 +57,9 @@ class LearnedPositionalEmbedding(nn.Module):
         super().__init__()
         self.embedding = nn.Embedding(max_positions, d_model)
         # The paper is silent on their initialisation: N(0, d_model^-0.5), the token embeddings'
-        # (aiayn.model.transformer.ScaledEmbedding), but not scaled by √d_model.
+        # (aiayn.model.transformer.ScaledEmbedding), but not scaled by √d_model. tensor2tensor's
+        # `pos="emb"` took its model-wide Glorot-uniform default over (max_length, d_model), a
+        # scale that would change with model.max_positions, a capacity setting; this one does not.
         nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:

@@ -74,8 +74,11 @@ class Transformer(nn.Module):
     only ever follows the real tokens, so the causal mask already keeps it from them. The
     decoder's inputs are "offset by one position" (§3.1) behind a BOS token, the paper being silent
     on what comes first (tensor2tensor shifted the embedded target right behind a zero vector).
-    ``share_embeddings=False`` (no paper setting: for separate vocabularies) gives the source and
-    target embeddings and the pre-softmax projection a matrix each.
+    ``share_embeddings=False`` (no paper setting: for separate vocabularies) gives the source its
+    own embedding; the target embedding stays the pre-softmax matrix. The paper's models all had
+    one shared vocabulary; what of §3.4's sharing separate vocabularies still allow is this tie of
+    its reference [30] (Press & Wolf: the decoder's input and output embeddings), which
+    tensor2tensor kept too (``shared_embedding_and_softmax_weights``).
     ``attention`` picks how Eq. 1 is computed, ``"sdpa"`` (fused) or ``"explicit"``
     (aiayn.model.attention); it changes speed, not the parameters or the results.
     ``attention_window`` restricts self-attention to a neighbourhood of r positions on each side
@@ -131,7 +134,9 @@ class Transformer(nn.Module):
         # §3.4: "we share the same weight matrix between the two embedding layers and the
         # pre-softmax linear transformation".
         self.tgt_embedding = self.src_embedding if share_embeddings else ScaledEmbedding(tgt_vocab_size, d_model)
-        self.output_projection = None if share_embeddings else nn.Linear(d_model, tgt_vocab_size, bias=False)
+        # The pre-softmax matrix is the target embedding's, with separate vocabularies too (see
+        # above). A decoding copy may set a projection of its own (aiayn.decoding.speed).
+        self.output_projection: nn.Linear | None = None
         self.src_positions = positional_encoding(positional, d_model, max_positions)
         # Learned positions are per stack; the fixed sinusoids are the same table for both.
         self.tgt_positions = self.src_positions if positional == "sinusoidal" else positional_encoding(
@@ -143,7 +148,14 @@ class Transformer(nn.Module):
         self._init_linear_weights()
 
     def _init_linear_weights(self) -> None:
-        # The paper is silent on initialisation; tensor2tensor used Glorot-uniform weights.
+        # The paper is silent on initialisation. tensor2tensor's (transformer_base_v1): every dense
+        # layer Glorot-uniform ("uniform_unit_scaling", gain 1: variance scaling over the mean of
+        # fan-in and fan-out), biases zero; the embeddings and the pre-softmax matrix N(0,
+        # d_model^-0.5) (its symbol modality; ScaledEmbedding). Each projection of attention is its own
+        # matrix here, as in tensor2tensor's later dense layers; its code of 2017 drew W^Q, W^K
+        # and W^V of self-attention as one stacked matrix (qkv_transform; W^K, W^V of
+        # encoder-decoder attention as kv_transform), a Glorot bound over the stacked width:
+        # √(6 / (512 + 1536)) ≈ 0.054 against √(6 / 1024) ≈ 0.077 here, for the base model.
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)

@@ -48,7 +48,9 @@ class TranslationModule(L.LightningModule):
 
     The loss of a step is the label-smoothed loss summed over every target token of the step —
     all its accumulated batches, on every process — divided by their number (:meth:`training_step`,
-    :meth:`on_before_optimizer_step`), as fairseq normalises by the step's sample size: one batch of
+    :meth:`on_before_optimizer_step`). The paper is silent on this; tensor2tensor (its
+    ``average_sharded_losses``: the GPUs' summed losses over their summed token counts) and fairseq
+    (the step's sample size) normalise the same way, so one batch of
     25,000 tokens and the same sentences in 8 accumulated batches of any sizes give the same
     gradient; ``train/loss``, logged once a step, is that loss. A step reads nothing back from the
     device (CUDA can run ahead of Python, or replay a captured graph): token counts, the gradient's
