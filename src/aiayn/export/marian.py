@@ -56,7 +56,13 @@ def check_expressible(model: Transformer, where: str = "the model") -> dict[str,
     learned positions
     (``model.positional=learned``: Marian recomputes fixed sinusoids on loading), heads whose
     d_k, d_v are not d_model / h (Marian's heads are d_model / h wide, for keys and values alike),
-    or restricted self-attention (``model.attention_window``: Marian always attends to every position)."""
+    or restricted self-attention (``model.attention_window``: Marian always attends to every position);
+    and a model class of one's own (``model._target_``: the mapping is the paper's network's)."""
+    if type(model) is not Transformer:
+        kind = f"{type(model).__module__}.{type(model).__qualname__}"
+        raise ConfigError(f"{where} was trained as model._target_={kind}, a model class of one's own; the export maps "
+                          "the weights of aiayn.model.Transformer alone, and cannot know what another class computes: "
+                          "translate and evaluate it with translate.py and evaluate.py")
     if model.src_positions is not model.tgt_positions or hasattr(model.src_positions, "embedding"):
         raise ConfigError(f"{where} was trained with model.positional=learned; MarianMT recomputes fixed sinusoids "
                           "when it loads a model and cannot hold learned positions: export a model trained with "

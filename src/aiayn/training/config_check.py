@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from aiayn.config.plan import check_batch_holds_a_pair
-from aiayn.config.schemas import check_against_schemas, network_arguments
+from aiayn.config.schemas import check_against_schemas, network_arguments, network_class
 from aiayn.config.trainer import check_lightning_values, check_validation_interval
 from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding
@@ -67,19 +67,17 @@ def _check_network(model: dict[str, Any], width_divisor: Any) -> None:
         network = network_arguments(model, width_divisor)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    try:
-        _build_on_meta_device(network)  # the Transformer's own checks, without allocating its weights
-    except ValueError as error:
+    try:  # the network's own checks (a class of one's own: its too), without allocating its weights
+        _build_on_meta_device(network_class(model.get("_target_")), network)
+    except (TypeError, ValueError) as error:
         raise ConfigError(f"model: {error}") from None
 
 
-def _build_on_meta_device(network: dict[str, Any]) -> None:
-    import hydra
+def _build_on_meta_device(kind: type, network: dict[str, Any]) -> None:
     import torch
 
     with torch.device("meta"):
-        hydra.utils.get_class(network.get("_target_", "aiayn.model.Transformer"))(
-            src_vocab_size=8, tgt_vocab_size=8, **{k: v for k, v in network.items() if k != "_target_"})
+        kind(src_vocab_size=8, tgt_vocab_size=8, **network)
 
 
 def _check_recipe(typed: dict[str, dict[str, Any]]) -> None:

@@ -13,10 +13,10 @@ import torch.distributed as dist
 from torchmetrics import MeanMetric
 
 from aiayn.checkpoints.trained import layout_difference
+from aiayn.config.schemas import network_class
 from aiayn.decoding.search import Search
 from aiayn.errors import DataError, UserError
 from aiayn.metrics.scorers import Scorer
-from aiayn.model import Transformer
 from aiayn.model.loss import label_smoothed_loss
 from aiayn.reporting.loggers import run_ids
 from aiayn.training import logged_step
@@ -35,7 +35,8 @@ class TranslationModule(L.LightningModule):
     test report loss, per-token perplexity and the scores of beam-search output.
 
     ``model`` holds the Transformer's keyword arguments, widths as trained (what
-    aiayn.config.schemas.network_arguments makes of a model config); ``label_smoothing`` is the
+    aiayn.config.schemas.network_arguments makes of a model config), and its class as
+    ``_target_`` where it is one of one's own (aiayn.config.schemas.network_class); ``label_smoothing`` is the
     loss's ε_ls; ``optim`` is Adam's settings and the schedule's (conf/optim/*.yaml). The
     datamodule attached to the trainer supplies ``vocab`` (to detokenize hypotheses), ``scorer()``
     (an :class:`aiayn.metrics.Scorer`: sacreBLEU for translation, EVALB's F1 for parsing) and
@@ -79,7 +80,9 @@ class TranslationModule(L.LightningModule):
         # hyper-parameters: train.py logs it itself.
         self.save_hyperparameters(logger=False)
         self.label_smoothing, self.fused_loss = float(label_smoothing), bool(fused_loss)
-        self.model = Transformer(vocab_size, vocab_size, pad_id=pad_id, **model)
+        # model._target_: the paper's Transformer, or a subclass of one's own (docs/extending.md)
+        network = {key: value for key, value in model.items() if key != "_target_"}
+        self.model = network_class(model.get("_target_"))(vocab_size, vocab_size, pad_id=pad_id, **network)
         self.optim, self.decoding = dict(optim), dict(decoding)
         self._search: Search | None = None  # how to decode, from the data's vocabulary when first needed
         self._decoder: Any = None  # and how outputs become text: the vocabulary, or a parser's as evaluate writes them

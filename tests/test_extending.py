@@ -1,0 +1,128 @@
+"""docs/extending.md, run as written: its modules (read out of the page) written into the test's
+folder, put on the path, and trained with the suite's tiny settings by its own command lines;
+the network of one's own translated with, refused by the export (naming model._target_); the metric of one's
+own logged and reported. And a class or module misspelt, or a key neither aiayn's nor the class's:
+one line naming the setting, exit status 2."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiayn.checkpoints.trained import load_trained
+from aiayn.config.schemas import check_against_schemas
+from aiayn.errors import ConfigError
+from aiayn.export.marian import check_expressible
+from tests.helpers.datafiles import own_corpus
+from tests.helpers.inprocess import run_tool, train
+from tests.helpers.runs import REPO, TINY
+
+PAGE = (REPO / "docs" / "extending.md").read_text()
+# What the tests add to the page's commands: the tiny run, no tracker, no pictures.
+QUICK = [*TINY, "logger=csv", "visualize_at_end=false"]
+
+
+def page_module(name: str) -> str:
+    """The code of ``name`` (``gated.py``) as the page gives it: the python block after its name."""
+    (code,) = re.findall(rf"`{re.escape(name)}`:\n\n```python\n(.*?)```", PAGE, flags=re.DOTALL)
+    return code
+
+
+def page_overrides(marker: str) -> list[str]:
+    """The settings of the page's ``src/train.py`` command line that holds ``marker``."""
+    (line,) = [line for line in PAGE.splitlines() if "src/train.py" in line and marker in line]
+    return shlex.split(line.split("src/train.py", 1)[1])
+
+
+@pytest.fixture
+def own_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The page's modules in a folder on the path (as PYTHONPATH puts it), forgotten afterwards."""
+    folder = tmp_path / "ablations"
+    folder.mkdir()
+    for name in ("gated.py", "lengthscore.py"):
+        (folder / name).write_text(page_module(name))
+    monkeypatch.syspath_prepend(str(folder))
+    yield folder
+    for name in ("gated", "lengthscore"):
+        sys.modules.pop(name, None)
+
+
+@pytest.mark.slow
+def test_the_pages_network_of_ones_own_trains_translates_and_is_refused_by_the_export(
+        own_modules: Path, tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
+    overrides = page_overrides("model._target_=gated.GatedTransformer")
+    assert overrides == ["model._target_=gated.GatedTransformer", "+model.gate_init=0.5"]
+    run_dir = tmp_path / "run"
+    train(run_dir, *QUICK, *overrides, "test_after_training=false", data_root=data_root, cache_dir=subword_cache)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    trained = load_trained(last)
+    assert type(trained.model).__module__ == "gated" and type(trained.model).__name__ == "GatedTransformer"
+    gates = [block.gate for layer in trained.model.encoder_layers for block in (layer.residual_1, layer.residual_2)]
+    assert gates and all(gate.item() != 0.5 for gate in gates)  # trained from gate_init=0.5, and saved
+    assert (run_dir / "train.log").read_text().count("gated.GatedTransformer (n_layers=1") == 1  # the plan's line
+
+    translated = run_tool("src/translate.py", f"ckpt={last}", "decoding.max_len_offset=5", stdin="A man.\n",
+                          data_root=data_root)
+    assert len(translated.stdout.splitlines()) == 1
+
+    with pytest.raises(ConfigError, match=f"^{last} was trained as model._target_=gated.GatedTransformer, a model "
+                                          "class of one's own; the export maps the weights of aiayn.model.Transformer "
+                                          "alone"):
+        check_expressible(trained.model, str(last))  # what export.py checks before anything is written
+
+    # Its weights into the paper's network (init_from=): refused, naming the class to give.
+    refused = run_tool("src/train.py", *TINY, "logger=none", f"init_from={last}", f"hydra.run.dir={tmp_path / 'on'}",
+                       data_root=data_root, cache_dir=subword_cache, check=False)
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        f"train.py: init_from={last}: this run's network is not the checkpoint's (model._target_ gated.GatedTransformer "
+        "→ aiayn.model.Transformer); give the checkpoint's model settings: model._target_=gated.GatedTransformer")
+
+    sys.modules.pop("gated")  # the module no longer on the path: the checkpoint names what to do
+    sys.path.remove(str(own_modules))
+    refused = run_tool("src/translate.py", f"ckpt={last}", stdin="A man.\n", check=False)
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        f"translate.py: {last}: its model._target_=gated.GatedTransformer: there is no module gated on PYTHONPATH; "
+        "the class it was trained as is needed to load it: put the folder of its module on PYTHONPATH")
+
+
+@pytest.mark.slow
+def test_the_pages_metric_of_ones_own_is_logged_on_ones_own_corpus(
+        own_modules: Path, tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
+    own_corpus(tmp_path / "corpus", data_root)
+    overrides = page_overrides("lengthscore.MyCorpus")
+    result = train(tmp_path / "run", *QUICK, *overrides, cwd=tmp_path, data_root=data_root, cache_dir=subword_cache)
+    (tested,) = [line for line in result.stdout.splitlines() if line.startswith("test test:")]
+    assert re.search(r"test/length_ratio=[0-9.]+", tested) and "test/bleu=" in tested
+    assert "val/length_ratio" in next((tmp_path / "run" / "csv").rglob("metrics.csv")).read_text()
+
+
+WHAT_TO_DO = "give the dotted path of a subclass of aiayn.model.Transformer whose module is on PYTHONPATH"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model._target_=gated.GatedTransfomer",
+     f"model._target_=gated.GatedTransfomer: module gated has no GatedTransfomer; {WHAT_TO_DO}"),
+    ("model._target_=gatd.GatedTransformer",
+     f"model._target_=gatd.GatedTransformer: there is no module gatd on PYTHONPATH; {WHAT_TO_DO}"),
+    ("model._target_=torch.nn.Linear",
+     f"model._target_=torch.nn.Linear is not a subclass of aiayn.model.Transformer; {WHAT_TO_DO} (docs/extending.md)"),
+])
+def test_a_misspelt_class_or_module_is_one_line_and_exit_2(override: str, message: str, own_modules: Path,
+                                                           tmp_path: Path, data_root: Path) -> None:
+    result = run_tool("src/train.py", *TINY, "logger=none", override, f"hydra.run.dir={tmp_path / 'run'}",
+                      data_root=data_root, check=False)
+    assert (result.returncode, result.stderr) == (2, f"train.py: {message}\n")
+
+
+def test_a_classs_own_keys_are_typed_by_it_and_others_refused(own_modules: Path) -> None:
+    model = {"_target_": "gated.GatedTransformer", "d_model": 8, "gate_init": 0.5}
+    assert check_against_schemas({"model": model})["model"]["gate_init"] == 0.5
+    with pytest.raises(ConfigError, match=r"^model.gate_int is not a model setting; nor is it an argument of "
+                                          r"model._target_=gated.GatedTransformer; the settings are attention, "):
+        check_against_schemas({"model": {**model, "gate_int": 0.5}})
+    with pytest.raises(ConfigError, match="^model.gate_init is not a model setting; the settings are"):
+        check_against_schemas({"model": {"gate_init": 0.5}})  # the paper's Transformer has no gate
