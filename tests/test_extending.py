@@ -6,6 +6,7 @@ one line naming the setting, exit status 2."""
 
 from __future__ import annotations
 
+import csv
 import re
 import shlex
 import sys
@@ -17,6 +18,7 @@ from aiayn.checkpoints.trained import load_trained
 from aiayn.config.schemas import check_against_schemas
 from aiayn.errors import ConfigError
 from aiayn.export.marian import check_expressible
+from aiayn.training.schedule import check_schedule
 from tests.helpers.datafiles import own_corpus
 from tests.helpers.inprocess import run_tool, train
 from tests.helpers.runs import REPO, TINY
@@ -43,11 +45,11 @@ def own_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The page's modules in a folder on the path (as PYTHONPATH puts it), forgotten afterwards."""
     folder = tmp_path / "ablations"
     folder.mkdir()
-    for name in ("gated.py", "lengthscore.py"):
+    for name in ("gated.py", "schedules.py", "lengthscore.py"):
         (folder / name).write_text(page_module(name))
     monkeypatch.syspath_prepend(str(folder))
     yield folder
-    for name in ("gated", "lengthscore"):
+    for name in ("gated", "schedules", "lengthscore"):
         sys.modules.pop(name, None)
 
 
@@ -56,8 +58,17 @@ def test_the_pages_network_of_ones_own_trains_translates_and_is_refused_by_the_e
         own_modules: Path, tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
     overrides = page_overrides("model._target_=gated.GatedTransformer")
     assert overrides == ["model._target_=gated.GatedTransformer", "+model.gate_init=0.5"]
+    schedule = page_overrides("optim.schedule=")  # the page's schedule too, in the same run
     run_dir = tmp_path / "run"
-    train(run_dir, *QUICK, *overrides, "test_after_training=false", data_root=data_root, cache_dir=subword_cache)
+    train(run_dir, *QUICK, *overrides, *schedule, "test_after_training=false", data_root=data_root,
+          cache_dir=subword_cache)
+    from schedules import linear_decay  # the page's, as the run imported it
+
+    logged = {int(row["step"]) + 1: float(row["train/lr"]) for row in  # Lightning's rows count steps from 0
+              csv.DictReader((run_dir / "csv" / "version_0" / "metrics.csv").open()) if row.get("train/lr")}
+    # debug=tiny: d_model 32, warmup 2 of 4 steps, small's lr_factor; the last step's rate is 0
+    factor = load_trained(run_dir / "checkpoints" / "last.ckpt").config["optim"]["lr_factor"]
+    assert logged == pytest.approx({step: linear_decay(step, 32, 2, factor, 4) for step in (1, 2, 3, 4)}, rel=1e-6)
     last = run_dir / "checkpoints" / "last.ckpt"
     trained = load_trained(last)
     assert type(trained.model).__module__ == "gated" and type(trained.model).__name__ == "GatedTransformer"
@@ -108,6 +119,12 @@ WHAT_TO_DO = "give the dotted path of a subclass of aiayn.model.Transformer whos
      f"model._target_=gated.GatedTransfomer: module gated has no GatedTransfomer; {WHAT_TO_DO}"),
     ("model._target_=gatd.GatedTransformer",
      f"model._target_=gatd.GatedTransformer: there is no module gatd on PYTHONPATH; {WHAT_TO_DO}"),
+    ("optim.schedule=schedules.linear",
+     ("optim.schedule=schedules.linear: module schedules has no linear; give null (Eq. 3) or the dotted path of a "
+      "function of the step whose module is on PYTHONPATH (docs/extending.md)")),
+    ("task.datamodule._target_=lengthscore.MyCorpos",
+     ("task.datamodule._target_=lengthscore.MyCorpos: no such class or function; give the dotted path of one whose "
+      "module is on PYTHONPATH (see conf/; one of your own: docs/extending.md)")),
     ("model._target_=torch.nn.Linear",
      f"model._target_=torch.nn.Linear is not a subclass of aiayn.model.Transformer; {WHAT_TO_DO} (docs/extending.md)"),
 ])
@@ -116,6 +133,18 @@ def test_a_misspelt_class_or_module_is_one_line_and_exit_2(override: str, messag
     result = run_tool("src/train.py", *TINY, "logger=none", override, f"hydra.run.dir={tmp_path / 'run'}",
                       data_root=data_root, check=False)
     assert (result.returncode, result.stderr) == (2, f"train.py: {message}\n")
+
+
+def test_a_schedule_whose_rate_is_no_learning_rate_is_one_line(own_modules: Path) -> None:
+    (own_modules / "rates.py").write_text("def constant(step):\n    return -1.0\n\ndef broken(step, d_model):\n"
+                                          "    return step / 0\n")
+    with pytest.raises(ConfigError, match=r"^optim.schedule=rates.constant: its rate at step 1 is -1.0; it must give "
+                                          r"a finite number of at least 0 \(the learning rate\)$"):
+        check_schedule("rates.constant", 512, 4000, 1.0, 100)
+    with pytest.raises(ConfigError, match=r"^optim.schedule=rates.broken: rate\(1, d_model\) raised "
+                                          r"ZeroDivisionError: division by zero$"):
+        check_schedule("rates.broken", 512, 4000, 1.0, 100)
+    sys.modules.pop("rates", None)
 
 
 def test_a_classs_own_keys_are_typed_by_it_and_others_refused(own_modules: Path) -> None:

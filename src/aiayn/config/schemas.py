@@ -70,6 +70,9 @@ class OptimConfig:
     fused: bool = True  # torch's fused Adam: the same update in one kernel, a non-finite step skipped on the device
     warmup_steps: int = 4000  # Eq. 3's warmup_steps: the rate rises linearly for this many steps
     lr_factor: float = 1.0  # scales Eq. 3 (1.0: the paper)
+    # The learning rate at each step: null, Eq. 3; or the dotted path of a function of one's own,
+    # rate(step, d_model, warmup_steps, factor, train_steps) with those it names (docs/extending.md).
+    schedule: Optional[str] = None  # noqa: UP045
     train_steps: int = 100000  # steps to train (trainer.max_steps; Table 3's "train steps")
     # Padded tokens per side in one step over every process and accumulated batch (§5.1: "approximately
     # 25000 source tokens and 25000 target tokens"); the accumulation and each process's batch are

@@ -22,6 +22,7 @@ from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import sustained_tflops
+from aiayn.training.schedule import check_schedule
 
 # The settings at the root of conf/train.yaml (and of what its groups add there).
 # tests/training/test_config_check.py checks this list against the composed configs.
@@ -42,6 +43,9 @@ def check_train_config(config: Mapping[str, Any]) -> None:
     typed = check_against_schemas(config)
     _check_network(typed["model"], config.get("width_divisor", 1))
     _check_recipe(typed)
+    optim = typed["optim"]  # a schedule of one's own (optim.schedule) gives a rate at its first and last step
+    check_schedule(optim["schedule"], network_arguments(typed["model"], config.get("width_divisor", 1))["d_model"],
+                   optim["warmup_steps"], optim["lr_factor"], optim["train_steps"])
     _check_task(config.get("task") or {})
     _check_positions(typed["model"], (config.get("task") or {}).get("datamodule") or {})
     _check_decoding(typed["decoding"], config.get("task") or {})
@@ -168,7 +172,8 @@ def _check_target_keys(section: str, entry: Mapping[str, Any]) -> None:
     try:
         kind = hydra.utils.get_object(target)
     except Exception:  # noqa: BLE001 - Hydra wraps the import error in its own
-        raise ConfigError(f"{section}._target_={target}: no such class or function") from None
+        raise ConfigError(f"{section}._target_={target}: no such class or function; give the dotted path of one "
+                          "whose module is on PYTHONPATH (see conf/; one of your own: docs/extending.md)") from None
     check_settings = getattr(kind, "check_settings", None)  # what only the class knows (a logger's mode)
     if callable(check_settings):
         check_settings(section, entry)

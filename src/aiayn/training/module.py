@@ -21,7 +21,7 @@ from aiayn.model.loss import label_smoothed_loss
 from aiayn.reporting.loggers import run_ids
 from aiayn.training import logged_step
 from aiayn.training.nonfinite import NonFiniteSteps
-from aiayn.training.schedule import transformer_scheduler
+from aiayn.training.schedule import rate_of, transformer_scheduler
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +261,8 @@ class TranslationModule(L.LightningModule):
         optimizer = torch.optim.Adam(self.parameters(), lr=1.0, betas=tuple(self.optim["betas"]),
                                      eps=self.optim["eps"], fused=bool(self.optim.get("fused", True)))
         scheduler = transformer_scheduler(optimizer, self.model.d_model, self.optim["warmup_steps"],
-                                          self.optim.get("lr_factor", 1.0))
+                                          self.optim.get("lr_factor", 1.0), rate_of(self.optim.get("schedule")),
+                                          self.optim.get("train_steps"))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     # -- evaluation -----------------------------------------------------------------------
