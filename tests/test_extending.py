@@ -29,15 +29,16 @@ QUICK = [*TINY, "logger=csv", "visualize_at_end=false"]
 
 
 def page_module(name: str) -> str:
-    """The code of ``name`` (``gated.py``) as the page gives it: the python block after its name."""
-    (code,) = re.findall(rf"`{re.escape(name)}`:\n\n```python\n(.*?)```", PAGE, flags=re.DOTALL)
+    """The code of ``name`` (``gated.py``) as the page gives it: the block after its name."""
+    (code,) = re.findall(rf"`{re.escape(name)}`[^`\n]*\n\n```(?:python|yaml)\n(.*?)```", PAGE, flags=re.DOTALL)
     return code
 
 
-def page_overrides(marker: str) -> list[str]:
-    """The settings of the page's ``src/train.py`` command line that holds ``marker``."""
+def page_overrides(marker: str, home: Path | None = None) -> list[str]:
+    """The settings of the page's ``src/train.py`` command line that holds ``marker`` (``$HOME``:
+    ``home``)."""
     (line,) = [line for line in PAGE.splitlines() if "src/train.py" in line and marker in line]
-    return shlex.split(line.split("src/train.py", 1)[1])
+    return shlex.split(line.split("src/train.py", 1)[1].replace("$HOME", str(home)))
 
 
 @pytest.fixture
@@ -133,6 +134,24 @@ def test_a_misspelt_class_or_module_is_one_line_and_exit_2(override: str, messag
     result = run_tool("src/train.py", *TINY, "logger=none", override, f"hydra.run.dir={tmp_path / 'run'}",
                       data_root=data_root, check=False)
     assert (result.returncode, result.stderr) == (2, f"train.py: {message}\n")
+
+
+def test_the_pages_model_file_is_found_through_the_search_path_and_says_what_it_lacks(
+        own_modules: Path, tmp_path: Path, data_root: Path) -> None:
+    (own_modules / "conf" / "model").mkdir(parents=True)
+    (own_modules / "conf" / "model" / "gated.yaml").write_text(page_module("conf/model/gated.yaml"))
+    overrides = page_overrides("model=gated", home=own_modules.parent)
+    assert overrides[0] == f"hydra.searchpath=[file://{own_modules / 'conf'}]"
+    shown = run_tool("src/train.py", *overrides, "--cfg", "job", data_root=data_root)
+    assert "\n  _target_: gated.GatedTransformer\n  n_layers: 2\n" in shown.stdout  # small's, typed
+    assert "model: gated, gated.GatedTransformer (n_layers=2, d_model=256" in shown.stderr  # the plan
+    without = [override for override in overrides if not override.startswith(("optim=", "checkpoint="))]
+    refused = run_tool("src/train.py", *without, "--cfg", "job", data_root=data_root, check=False)
+    assert (refused.returncode, refused.stderr) == (2, (
+        "train.py: In 'train': Could not find 'checkpoint/gated'. Available options in 'checkpoint': base, big, "
+        "parsing, small; train.yaml picks checkpoint=${model}, and model=gated has none of its name: give "
+        "checkpoint=<one of those> (optim=small checkpoint=small, say), or add checkpoint/gated.yaml beside "
+        "model/gated.yaml\n"))
 
 
 def test_a_schedule_whose_rate_is_no_learning_rate_is_one_line(own_modules: Path) -> None:
