@@ -7,6 +7,7 @@ one line naming the setting, exit status 2."""
 from __future__ import annotations
 
 import csv
+import json
 import re
 import shlex
 import sys
@@ -110,6 +111,20 @@ def test_the_pages_metric_of_ones_own_is_logged_on_ones_own_corpus(
     (tested,) = [line for line in result.stdout.splitlines() if line.startswith("test test:")]
     assert re.search(r"test/length_ratio=[0-9.]+", tested) and "test/bleu=" in tested
     assert "val/length_ratio" in next((tmp_path / "run" / "csv").rglob("metrics.csv")).read_text()
+
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    run_tool("src/evaluate.py", f"ckpt={last}", f"out={tmp_path / 'eval'}", "decoding.max_len_offset=5",
+             data_root=data_root, cache_dir=subword_cache)
+    (report,) = (tmp_path / "eval").glob("*.json")
+    assert "test/length_ratio" in json.loads(report.read_text())
+
+    sys.modules.pop("lengthscore")  # its module no longer on the path: one line saying so
+    sys.path.remove(str(own_modules))
+    refused = run_tool("src/evaluate.py", f"ckpt={last}", f"out={tmp_path / 'again'}", data_root=data_root,
+                       cache_dir=subword_cache, check=False)
+    assert (refused.returncode, refused.stderr) == (2, (
+        f"evaluate.py: {last}: task.datamodule._target_=lengthscore.MyCorpus cannot be imported here as a data "
+        "module: put the folder of its module on PYTHONPATH\n"))
 
 
 WHAT_TO_DO = "give the dotted path of a subclass of aiayn.model.Transformer whose module is on PYTHONPATH"
