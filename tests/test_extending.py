@@ -14,11 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from aiayn.checkpoints.trained import load_trained
 from aiayn.config.schemas import check_against_schemas
 from aiayn.errors import ConfigError
-from aiayn.export.marian import check_expressible
+from aiayn.model import Transformer
 from aiayn.training.schedule import check_schedule
 from tests.helpers.datafiles import own_corpus
 from tests.helpers.inprocess import run_tool, train
@@ -47,11 +48,11 @@ def own_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The page's modules in a folder on the path (as PYTHONPATH puts it), forgotten afterwards."""
     folder = tmp_path / "ablations"
     folder.mkdir()
-    for name in ("gated.py", "schedules.py", "lengthscore.py"):
+    for name in ("gated.py", "prenorm.py", "schedules.py", "lengthscore.py"):
         (folder / name).write_text(page_module(name))
     monkeypatch.syspath_prepend(str(folder))
     yield folder
-    for name in ("gated", "schedules", "lengthscore"):
+    for name in ("gated", "prenorm", "schedules", "lengthscore"):
         sys.modules.pop(name, None)
 
 
@@ -82,10 +83,12 @@ def test_the_pages_network_of_ones_own_trains_translates_and_is_refused_by_the_e
                           data_root=data_root)
     assert len(translated.stdout.splitlines()) == 1
 
-    with pytest.raises(ConfigError, match=f"^{last} was trained as model._target_=gated.GatedTransformer, a model "
-                                          "class of one's own; the export maps the weights of aiayn.model.Transformer "
-                                          "alone"):
-        check_expressible(trained.model, str(last))  # what export.py checks before anything is written
+    refused = run_tool("src/export.py", f"ckpt={last}", f"out={tmp_path / 'hf'}", check=False)
+    assert (refused.returncode, refused.stderr) == (2, (
+        f"export.py: {last} was trained as model._target_=gated.GatedTransformer, a model class of one's own; the "
+        "export maps the weights of aiayn.model.Transformer alone, and cannot know what another class computes: "
+        "translate and evaluate it with translate.py and evaluate.py\n"))
+    assert not (tmp_path / "hf").exists()
 
     # Its weights into the paper's network (init_from=): refused, naming the class to give.
     refused = run_tool("src/train.py", *TINY, "logger=none", f"init_from={last}", f"hydra.run.dir={tmp_path / 'on'}",
@@ -149,6 +152,29 @@ def test_a_misspelt_class_or_module_is_one_line_and_exit_2(override: str, messag
     result = run_tool("src/train.py", *TINY, "logger=none", override, f"hydra.run.dir={tmp_path / 'run'}",
                       data_root=data_root, check=False)
     assert (result.returncode, result.stderr) == (2, f"train.py: {message}\n")
+
+
+def test_the_pages_pre_norm_network_decodes_one_token_at_a_time_as_it_reads_a_whole_target(
+        own_modules: Path) -> None:
+    from prenorm import PreNormDecoderLayer, PreNormEncoderLayer, PreNormTransformer
+
+    torch.manual_seed(0)
+    model = PreNormTransformer(40, 40, n_layers=2, d_model=16, d_ff=32, n_heads=2, d_k=8, d_v=8).eval()
+    assert check_against_schemas({"model": {"_target_": "prenorm.PreNormTransformer"}})  # a Transformer subclass
+    assert {type(layer) for layer in model.encoder_layers} == {PreNormEncoderLayer}  # its stacks of its layers
+    assert {type(layer) for layer in model.decoder_layers} == {PreNormDecoderLayer}
+    src, tgt = torch.randint(4, 40, (3, 7)), torch.randint(4, 40, (3, 5))
+    whole = model(src, tgt)
+    memory, src_mask, _ = model.encode(src)
+    state, steps = model.start_decoding(memory, src_mask), []
+    for position in range(tgt.size(1)):  # beam search's way: the self-attention keys and values cached
+        logits, state, _ = model.decode(tgt[:, position:position + 1], state)
+        steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), whole)
+    post_norm = Transformer(40, 40, n_layers=2, d_model=16, d_ff=32, n_heads=2, d_k=8, d_v=8).eval()
+    post_norm.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith(("encoder_norm",
+                                                                                                "decoder_norm"))})
+    assert not torch.allclose(post_norm(src, tgt), whole)  # the same weights, another network
 
 
 def test_the_pages_model_file_is_found_through_the_search_path_and_says_what_it_lacks(

@@ -56,13 +56,7 @@ def check_expressible(model: Transformer, where: str = "the model") -> dict[str,
     learned positions
     (``model.positional=learned``: Marian recomputes fixed sinusoids on loading), heads whose
     d_k, d_v are not d_model / h (Marian's heads are d_model / h wide, for keys and values alike),
-    or restricted self-attention (``model.attention_window``: Marian always attends to every position);
-    and a model class of one's own (``model._target_``: the mapping is the paper's network's)."""
-    if type(model) is not Transformer:
-        kind = f"{type(model).__module__}.{type(model).__qualname__}"
-        raise ConfigError(f"{where} was trained as model._target_={kind}, a model class of one's own; the export maps "
-                          "the weights of aiayn.model.Transformer alone, and cannot know what another class computes: "
-                          "translate and evaluate it with translate.py and evaluate.py")
+    or restricted self-attention (``model.attention_window``: Marian always attends to every position)."""
     if model.src_positions is not model.tgt_positions or hasattr(model.src_positions, "embedding"):
         raise ConfigError(f"{where} was trained with model.positional=learned; MarianMT recomputes fixed sinusoids "
                           "when it loads a model and cannot hold learned positions: export a model trained with "
@@ -77,6 +71,17 @@ def check_expressible(model: Transformer, where: str = "the model") -> dict[str,
                           f"model.n_heads={sizes['n_heads']}, model.d_model={sizes['d_model']}; MarianMT's heads "
                           "need d_k = d_v = d_model / h: export a model trained with those sizes")
     return sizes
+
+
+def check_the_papers_network(model: Transformer, where: str = "the model") -> None:
+    """A :class:`ConfigError` for a checkpoint of a model class of one's own (``model._target_``,
+    docs/extending.md): the exports map the paper's network's weights, and cannot know what
+    another class computes."""
+    if type(model) is not Transformer:
+        kind = f"{type(model).__module__}.{type(model).__qualname__}"
+        raise ConfigError(f"{where} was trained as model._target_={kind}, a model class of one's own; the export maps "
+                          "the weights of aiayn.model.Transformer alone, and cannot know what another class computes: "
+                          "translate and evaluate it with translate.py and evaluate.py")
 
 
 def marian_order(d_model: int, device: torch.device | str | None = None) -> Tensor:
