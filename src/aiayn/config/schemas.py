@@ -230,21 +230,28 @@ def network_class(target: str | None, setting: str = "model._target_",
     none there, or it is not such a class; an import that fails inside the module found is that
     module's own error."""
     target = target or PAPER_NETWORK
-    module_name, _, name = str(target).rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module_name), name) if module_name else None
-    except ModuleNotFoundError as error:
-        if not module_name.startswith(str(error.name)):
-            raise  # the module is there, and imports what is not: its own error
-        raise ConfigError(f"{setting}={target}: there is no module {error.name} on PYTHONPATH; {where}") from None
-    except AttributeError:
-        raise ConfigError(f"{setting}={target}: module {module_name} has no {name}; {where}") from None
-    from aiayn.model import Transformer  # lazily: the settings stand below the model they name
+    found = named_object(target, setting, where)
+    from aiayn.model import Transformer  # here: importing it imports torch, which checking settings may not need
 
     if not (isinstance(found, type) and issubclass(found, Transformer)):
         raise ConfigError(f"{setting}={target} is not a subclass of aiayn.model.Transformer; {where} "
                           "(docs/extending.md)")
     return found
+
+
+def named_object(path: str, setting: str, where: str) -> Any:
+    """What the dotted ``path`` names (a class, a function of one's own on PYTHONPATH); a ConfigError
+    naming ``setting`` and what to do (``where``) where its module or the name in it is not there.
+    An import that fails inside the module found is that module's own error."""
+    module_name, _, name = str(path).rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), name) if module_name else None
+    except ModuleNotFoundError as error:
+        if not module_name.startswith(str(error.name)):
+            raise  # the module is there, and imports what is not: its own error
+        raise ConfigError(f"{setting}={path}: there is no module {error.name} on PYTHONPATH; {where}") from None
+    except AttributeError:
+        raise ConfigError(f"{setting}={path}: module {module_name} has no {name}; {where}") from None
 
 
 def _own_arguments(kind: type, values: Mapping[str, Any]) -> list[str]:

@@ -9,14 +9,16 @@ the paper). ``optim.schedule`` names another function of the step in its place (
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch
-
+from aiayn.config.schemas import named_object
 from aiayn.errors import ConfigError
+
+if TYPE_CHECKING:  # torch is imported where a scheduler is made: the config's check runs without it
+    import torch
 
 
 def transformer_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
@@ -33,6 +35,8 @@ def transformer_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup
 
     LambdaLR evaluates its function at 0 before the first update, so update n uses Eq. 3 at n.
     """
+    import torch
+
     given = _arguments(rate, d_model=d_model, warmup_steps=warmup_steps, factor=factor, train_steps=train_steps)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda index: rate(index + 1, **given))
 
@@ -44,17 +48,9 @@ def rate_of(schedule: str | None) -> Callable[..., float]:
     is none."""
     if schedule is None:
         return transformer_lr
-    module_name, _, name = str(schedule).rpartition(".")
     what = ("give null (Eq. 3) or the dotted path of a function of the step whose module is on PYTHONPATH "
             "(docs/extending.md)")
-    try:
-        found = getattr(importlib.import_module(module_name), name) if module_name else None
-    except ModuleNotFoundError as error:
-        if not module_name.startswith(str(error.name)):
-            raise  # the module is there, and imports what is not: its own error
-        raise ConfigError(f"optim.schedule={schedule}: there is no module {error.name} on PYTHONPATH; {what}") from None
-    except AttributeError:
-        raise ConfigError(f"optim.schedule={schedule}: module {module_name} has no {name}; {what}") from None
+    found = named_object(schedule, "optim.schedule", what)
     if not callable(found):
         raise ConfigError(f"optim.schedule={schedule} is not a function; {what}")
     return found
