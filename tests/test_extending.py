@@ -57,7 +57,7 @@ def own_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.mark.slow
-def test_the_pages_network_of_ones_own_trains_translates_and_is_refused_by_the_export(
+def test_the_pages_network_and_schedule_train_translate_and_the_export_refuses_the_network(
         own_modules: Path, tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
     overrides = page_overrides("model._target_=gated.GatedTransformer")
     assert overrides == ["model._target_=gated.GatedTransformer", "+model.gate_init=0.5"]
@@ -67,13 +67,13 @@ def test_the_pages_network_of_ones_own_trains_translates_and_is_refused_by_the_e
           cache_dir=subword_cache)
     from schedules import linear_decay  # the page's, as the run imported it
 
+    last = run_dir / "checkpoints" / "last.ckpt"
     logged = {int(row["step"]) + 1: float(row["train/lr"]) for row in  # Lightning's rows count steps from 0
               csv.DictReader((run_dir / "csv" / "version_0" / "metrics.csv").open()) if row.get("train/lr")}
     # debug=tiny: d_model 32, warmup 2 of 4 steps, small's lr_factor; the last step's rate is 0
-    factor = load_trained(run_dir / "checkpoints" / "last.ckpt").config["optim"]["lr_factor"]
-    assert logged == pytest.approx({step: linear_decay(step, 32, 2, factor, 4) for step in (1, 2, 3, 4)}, rel=1e-6)
-    last = run_dir / "checkpoints" / "last.ckpt"
     trained = load_trained(last)
+    factor = trained.config["optim"]["lr_factor"]
+    assert logged == pytest.approx({step: linear_decay(step, 32, 2, factor, 4) for step in (1, 2, 3, 4)}, rel=1e-6)
     assert type(trained.model).__module__ == "gated" and type(trained.model).__name__ == "GatedTransformer"
     gates = [block.gate for layer in trained.model.encoder_layers for block in (layer.residual_1, layer.residual_2)]
     assert gates and all(gate.item() != 0.5 for gate in gates)  # trained from gate_init=0.5, and saved
