@@ -25,7 +25,7 @@ from aiayn.checkpoints.io import folder_given, load_lazily, read_checkpoint, run
 from aiayn.checkpoints.resume import job_dirs, newest_checkpoint, resumes_nothing
 from aiayn.checkpoints.trained import model_weights, module_arguments, put_weights
 from aiayn.config.hardware import first_process
-from aiayn.config.schemas import WIDTHS, network_arguments
+from aiayn.config.schemas import PAPER_NETWORK, WIDTHS, network_arguments
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_write
 
@@ -72,6 +72,9 @@ def start_from(config: dict[str, Any]) -> None:
     computed = {"max_positions"} if trained["model"].get("positional") == network.get("positional") == "sinusoidal" else set()
     differences = [f"model.{key} {trained['model'].get(key)!r} → {network.get(key)!r}" for key in SHAPE_SETTINGS
                    if key not in computed and trained["model"].get(key) != network.get(key)]
+    classes = (trained["model"].get("_target_", PAPER_NETWORK), config["model"].get("_target_", PAPER_NETWORK))
+    if classes[0] != classes[1]:  # weights of one class of network read by another (docs/extending.md)
+        differences.insert(0, f"model._target_ {classes[0]} → {classes[1]}")
     if trained.get("vocab_size") != config["task"]["vocab_size"]:
         differences.append(f"task.vocab_size {trained.get('vocab_size')} → {config['task']['vocab_size']}")
     if differences:
@@ -87,6 +90,8 @@ def _its_settings(trained: dict[str, Any], network: dict[str, Any], config: dict
     divided = config["width_divisor"] != 1
     keys = [key for key in SHAPE_SETTINGS if trained["model"].get(key) != network.get(key) or divided and key in WIDTHS]
     overrides = ["width_divisor=1"] if divided else []
+    if trained["model"].get("_target_", PAPER_NETWORK) != config["model"].get("_target_", PAPER_NETWORK):
+        overrides.append(f"model._target_={trained['model'].get('_target_', PAPER_NETWORK)}")
     overrides += [f"model.{key}={_as_given(trained['model'].get(key))}" for key in keys
                   if key != "max_positions" or trained["model"].get("positional") != "sinusoidal"]
     if trained.get("vocab_size") != config["task"]["vocab_size"]:

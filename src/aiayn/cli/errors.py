@@ -3,8 +3,7 @@
 An error the user can fix is one line on stderr, ``<tool>: <what to change>`` (the tool named as
 it was invoked: ``train.py``, ``aiayn-train``), and exit status 2:
 
-* :class:`aiayn.errors.UserError` (``ConfigError``, ``DataError``, a checkpoint of another
-  vocabulary, ...);
+* :class:`aiayn.errors.UserError` (``ConfigError``, ``DataError``, a checkpoint of another vocabulary, ...);
 * a mandatory setting left out (``ckpt=???``: omegaconf's ``MissingMandatoryValue``), also where
   another setting reads it (:func:`left_out`, within :func:`user_error_within`);
 * ``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError``, a read-only disk (a path that
@@ -53,6 +52,7 @@ from omegaconf.errors import (
 
 from aiayn.cli import config_options, say, tool_command
 from aiayn.cli.rank_errors import a_rank_failed, is_a, never_joined, what_gloo_saw
+from aiayn.cli.typos import named_after_the_model
 from aiayn.errors import ConfigError, UserError
 from aiayn.files import no_room
 
@@ -267,7 +267,7 @@ def composition_message(error: BaseException) -> str:
         lines = lines[: lines.index("Config search path:")]
     if any(line.startswith("Available options in") for line in lines):
         at = next(i for i, line in enumerate(lines) if line.startswith("Available options in"))
-        lines = [*lines[:at], f"{lines[at]} {', '.join(lines[at + 1:])}"]
+        lines = [*lines[:at], f"{lines[at]} {', '.join(lines[at + 1:])}{named_after_the_model(lines[0])}"]
     match = re.match(r"Could not override '([^']+)'\.", lines[0]) if lines else None
     cause = error.__cause__
     because = str(cause).strip().splitlines()[0] if cause is not None and str(cause).strip() else ""

@@ -91,6 +91,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if did and does and did != does:
         raise ConfigError(f"{ckpt} was trained on task {trained_task.get('name')}, which {did}, but task "
                           f"{task['name']} {does}; pick a task of the same kind and direction")
+    if task_module(task) is None:  # a data module of one's own (docs/extending.md) whose module is not on the path here
+        raise ConfigError(f"{ckpt}: task.datamodule._target_={task['datamodule'].get('_target_')} cannot be imported "
+                          "here as a data module: put the folder of its module on PYTHONPATH")
     datamodule = hydra.utils.instantiate(task["datamodule"])
     split = datamodule.check_split(cfg.split, task["name"])  # the task says which splits it can score
     needed = datamodule.preparation_needed() if trained_task.get("name", task["name"]) != task["name"] else None

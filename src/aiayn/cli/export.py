@@ -52,7 +52,7 @@ def main(cfg: DictConfig) -> None:
     from aiayn.checkpoints.averaging import average_into, window_ending_at
     from aiayn.checkpoints.trained import load_trained
     from aiayn.decoding.packages import require
-    from aiayn.export.marian import check_expressible
+    from aiayn.export.marian import check_expressible, check_the_papers_network
 
     # The export says what it wrote in one line; transformers' bars of writing and reading back a
     # model this size (a second each) say nothing more.
@@ -64,6 +64,7 @@ def main(cfg: DictConfig) -> None:
     # What the export records and serves with, as its engine serves it.
     decoding = Decoding.of(trained.decoding, wanted, engine=f"{'hf' if cfg.format == 'hf' else 'ctranslate2'} export",
                            where="the checkpoint's decoding.")
+    check_the_papers_network(trained.model, str(ckpt))  # not a model class of one's own (docs/extending.md)
     check_expressible(trained.model, str(ckpt))  # ConfigError naming the setting Marian cannot hold
     steps = average_into(trained, averaged)  # §6.1: the weights averaged over the k checkpoints ending at ckpt (or in it)
     if cfg.format == "hf":

@@ -281,7 +281,8 @@ def _choice(group: str) -> str | None:
 def _module(config: dict) -> TranslationModule:
     try:
         return TranslationModule(
-            model=network_arguments(config["model"], config["width_divisor"]),  # the widths trained
+            model={**network_arguments(config["model"], config["width_divisor"]),  # the widths trained
+                   **({"_target_": config["model"]["_target_"]} if "_target_" in config["model"] else {})},
             vocab_size=config["task"]["vocab_size"],
             optim=config["optim"],
             label_smoothing=config["loss"]["label_smoothing"],

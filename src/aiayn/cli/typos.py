@@ -7,6 +7,7 @@ given a value as if it were a config group (translate's ``decoding=parsing``), i
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -61,6 +62,19 @@ def _composed_without(key: str, parent: str) -> object:
         return OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node
     except Exception:  # noqa: BLE001  a suggestion is extra: without it the line stays as it was
         return None
+
+
+def named_after_the_model(missing: str) -> str:
+    """What to add to Hydra's ``missing`` group option (``In 'train': Could not find 'optim/gated'.``)
+    where train.yaml named it after the model (``optim: ${model}``, ``checkpoint: ${model}``) and the
+    command line did not: a model file of one's own (docs/extending.md) has no recipe or checkpoints
+    of its name; "" for any other."""
+    found = re.match(r"In 'train': Could not find '(optim|checkpoint)/([^']+)'", missing)
+    if found is None or any(_key(override) == found[1] for override in hydra_options_and_overrides(sys.argv[1:])[1]):
+        return ""
+    group, model = found.groups()
+    return (f"; train.yaml picks {group}=${{model}}, and model={model} has none of its name: give {group}=<one of "
+            f"those> (optim=small checkpoint=small, say), or add {group}/{model}.yaml beside model/{model}.yaml")
 
 
 def first_of_each_sweep(overrides: list[str]) -> list[str]:

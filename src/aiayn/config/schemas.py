@@ -18,6 +18,8 @@ another) is checked by :mod:`aiayn.training.config_check`.
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, make_dataclass
@@ -38,6 +40,8 @@ class ModelConfig:
     the padding id come from the task), so that ``hydra.utils.instantiate(cfg.model,
     src_vocab_size=V, tgt_vocab_size=V, pad_id=0)`` builds it. The defaults are the base model."""
 
+    # The network's class: aiayn.model.Transformer, or a subclass of one's own on PYTHONPATH
+    # (docs/extending.md), built with these settings and any of its own given as +model.<key>=<value>.
     _target_: str = "aiayn.model.Transformer"
     n_layers: int = 6  # N: layers of the encoder stack and of the decoder stack
     d_model: int = 512  # the width of the embeddings and of every sub-layer's output
@@ -66,6 +70,9 @@ class OptimConfig:
     fused: bool = True  # torch's fused Adam: the same update in one kernel, a non-finite step skipped on the device
     warmup_steps: int = 4000  # Eq. 3's warmup_steps: the rate rises linearly for this many steps
     lr_factor: float = 1.0  # scales Eq. 3 (1.0: the paper)
+    # The learning rate at each step: null, Eq. 3; or the dotted path of a function of one's own,
+    # rate(step, d_model, warmup_steps, factor, train_steps) with those it names (docs/extending.md).
+    schedule: Optional[str] = None  # noqa: UP045
     train_steps: int = 100000  # steps to train (trainer.max_steps; Table 3's "train steps")
     # Padded tokens per side in one step over every process and accumulated batch (§5.1: "approximately
     # 25000 source tokens and 25000 target tokens"); the accumulation and each process's batch are
@@ -188,21 +195,72 @@ def check_against_schemas(config: Mapping[str, Any]) -> dict[str, dict[str, Any]
     """``model``, ``optim``, ``loss``, ``decoding`` and ``checkpoint`` of ``config`` as their schemas
     type them (missing keys at their defaults). Raises ConfigError for a key a schema lacks, or a
     value it cannot take: what Hydra already refuses for ``key=value``, here also for
-    ``+key=value`` and for configs written in code."""
+    ``+key=value`` and for configs written in code. A model class of one's own (``model._target_``)
+    also takes the keys its constructor names, as given (:func:`network_class`)."""
     typed = {}
     for section, schema in SCHEMAS.items():
-        values = config.get(section) or {}
+        values = dict(config.get(section) or {})
         settings = sorted(f.name for f in fields(schema) if f.name != "_target_")
+        own, of = {}, ""
+        if section == "model" and values.get("_target_", PAPER_NETWORK) != PAPER_NETWORK:
+            own = {key: values.pop(key) for key in _own_arguments(network_class(values["_target_"]), values)}
+            of = f"; nor is it an argument of model._target_={values['_target_']}"
         unknown = sorted(set(values) - set(settings) - {"_target_"})
         if unknown:
             raise ConfigError(f"{section}.{unknown[0]} is not a{'n' if section[0] in 'aeio' else ''} {section} "
-                              f"setting; the settings are {', '.join(settings)}")
+                              f"setting{of}; the settings are {', '.join(settings)}")
         try:
-            typed[section] = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(schema), values))
+            typed[section] = {**OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(schema), values)), **own}
         except OmegaConfBaseException as error:
             key = getattr(error, "full_key", None) or "?"
             raise ConfigError(f"{section}.{key}: {getattr(error, 'msg', error)}") from None
     return typed
+
+
+# The network of the paper (ModelConfig._target_'s default).
+PAPER_NETWORK = "aiayn.model.Transformer"
+
+
+def network_class(target: str | None, setting: str = "model._target_",
+                  where: str = "give the dotted path of a subclass of aiayn.model.Transformer whose module is on "
+                               "PYTHONPATH") -> type:
+    """The class ``target`` names, a dotted path (None: :data:`PAPER_NETWORK`): aiayn.model.Transformer
+    or a subclass of it, which search, checkpoints and the tools call as they call the paper's
+    (docs/extending.md). A ConfigError naming ``setting`` and what to do (``where``) when there is
+    none there, or it is not such a class; an import that fails inside the module found is that
+    module's own error."""
+    target = target or PAPER_NETWORK
+    found = named_object(target, setting, where)
+    from aiayn.model import Transformer  # here: importing it imports torch, which checking settings may not need
+
+    if not (isinstance(found, type) and issubclass(found, Transformer)):
+        raise ConfigError(f"{setting}={target} is not a subclass of aiayn.model.Transformer; {where} "
+                          "(docs/extending.md)")
+    return found
+
+
+def named_object(path: str, setting: str, where: str) -> Any:
+    """What the dotted ``path`` names (a class, a function of one's own on PYTHONPATH); a ConfigError
+    naming ``setting`` and what to do (``where``) where its module or the name in it is not there.
+    An import that fails inside the module found is that module's own error."""
+    module_name, _, name = str(path).rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), name) if module_name else None
+    except ModuleNotFoundError as error:
+        if not module_name.startswith(str(error.name)):
+            raise  # the module is there, and imports what is not: its own error
+        raise ConfigError(f"{setting}={path}: there is no module {error.name} on PYTHONPATH; {where}") from None
+    except AttributeError:
+        raise ConfigError(f"{setting}={path}: module {module_name} has no {name}; {where}") from None
+
+
+def _own_arguments(kind: type, values: Mapping[str, Any]) -> list[str]:
+    """The keys of ``values`` that ``kind``, a model class of one's own, takes besides ModelConfig's
+    fields: those its constructor, or one it passes ``**kwargs`` on to, names."""
+    named = {name for each in kind.__mro__ if "__init__" in vars(each)
+             for name in inspect.signature(vars(each)["__init__"]).parameters}
+    fields_of = {f.name for f in fields(ModelConfig)}
+    return [key for key in values if key not in fields_of and key in named - {"self"}]
 
 
 def absolute_folder(path: str | None) -> str | None:

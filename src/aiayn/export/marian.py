@@ -74,6 +74,17 @@ def check_expressible(model: Transformer, where: str = "the model") -> dict[str,
     return sizes
 
 
+def check_the_papers_network(model: Transformer, where: str = "the model") -> None:
+    """A :class:`ConfigError` for a checkpoint of a model class of one's own (``model._target_``,
+    docs/extending.md): the exports map the paper's network's weights, and cannot know what
+    another class computes."""
+    if type(model) is not Transformer:
+        kind = f"{type(model).__module__}.{type(model).__qualname__}"
+        raise ConfigError(f"{where} was trained as model._target_={kind}, a model class of one's own; the export maps "
+                          "the weights of aiayn.model.Transformer alone, and cannot know what another class computes: "
+                          "translate and evaluate it with translate.py and evaluate.py")
+
+
 def marian_order(d_model: int, device: torch.device | str | None = None) -> Tensor:
     """The permutation of d_model that turns our interleaved sinusoid layout into Marian's halves:
     Marian's dimension j is our dimension ``marian_order(d_model)[j]`` (0, 2, 4, …, 1, 3, 5, …).

@@ -86,6 +86,11 @@ class Transformer(nn.Module):
     the paper's models do; encoder-decoder attention is never restricted.
     """
 
+    # The layers each stack is built of (§3.1); a subclass of one's own may name others (pre-norm
+    # layers, say: docs/extending.md), built with the same arguments.
+    encoder_layer: type[EncoderLayer] = EncoderLayer
+    decoder_layer: type[DecoderLayer] = DecoderLayer
+
     def __init__(
         self,
         src_vocab_size: int,
@@ -143,8 +148,8 @@ class Transformer(nn.Module):
             positional, d_model, max_positions)
         self.embedding_dropout = nn.Dropout(dropout)  # §5.4: on the sums of embeddings and positions
         layer_args = (d_model, d_ff, n_heads, d_k, d_v, dropout, attention_dropout, attention, attention_window)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(n_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(n_layers))
+        self.encoder_layers = nn.ModuleList(self.encoder_layer(*layer_args) for _ in range(n_layers))
+        self.decoder_layers = nn.ModuleList(self.decoder_layer(*layer_args) for _ in range(n_layers))
         self._init_linear_weights()
 
     def _init_linear_weights(self) -> None:

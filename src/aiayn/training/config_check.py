@@ -16,12 +16,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from aiayn.config.plan import check_batch_holds_a_pair
-from aiayn.config.schemas import check_against_schemas, network_arguments
+from aiayn.config.schemas import check_against_schemas, network_arguments, network_class
 from aiayn.config.trainer import check_lightning_values, check_validation_interval
 from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import sustained_tflops
+from aiayn.training.schedule import check_schedule
 
 # The settings at the root of conf/train.yaml (and of what its groups add there).
 # tests/training/test_config_check.py checks this list against the composed configs.
@@ -42,6 +43,9 @@ def check_train_config(config: Mapping[str, Any]) -> None:
     typed = check_against_schemas(config)
     _check_network(typed["model"], config.get("width_divisor", 1))
     _check_recipe(typed)
+    optim = typed["optim"]  # a schedule of one's own (optim.schedule) gives a rate at its first and last step
+    check_schedule(optim["schedule"], network_arguments(typed["model"], config.get("width_divisor", 1))["d_model"],
+                   optim["warmup_steps"], optim["lr_factor"], optim["train_steps"])
     _check_task(config.get("task") or {})
     _check_positions(typed["model"], (config.get("task") or {}).get("datamodule") or {})
     _check_decoding(typed["decoding"], config.get("task") or {})
@@ -67,19 +71,17 @@ def _check_network(model: dict[str, Any], width_divisor: Any) -> None:
         network = network_arguments(model, width_divisor)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    try:
-        _build_on_meta_device(network)  # the Transformer's own checks, without allocating its weights
-    except ValueError as error:
+    try:  # the network's own checks (a class of one's own: its too), without allocating its weights
+        _build_on_meta_device(network_class(model.get("_target_")), network)
+    except (TypeError, ValueError) as error:
         raise ConfigError(f"model: {error}") from None
 
 
-def _build_on_meta_device(network: dict[str, Any]) -> None:
-    import hydra
+def _build_on_meta_device(kind: type, network: dict[str, Any]) -> None:
     import torch
 
     with torch.device("meta"):
-        hydra.utils.get_class(network.get("_target_", "aiayn.model.Transformer"))(
-            src_vocab_size=8, tgt_vocab_size=8, **{k: v for k, v in network.items() if k != "_target_"})
+        kind(src_vocab_size=8, tgt_vocab_size=8, **network)
 
 
 def _check_recipe(typed: dict[str, dict[str, Any]]) -> None:
@@ -170,7 +172,8 @@ def _check_target_keys(section: str, entry: Mapping[str, Any]) -> None:
     try:
         kind = hydra.utils.get_object(target)
     except Exception:  # noqa: BLE001 - Hydra wraps the import error in its own
-        raise ConfigError(f"{section}._target_={target}: no such class or function") from None
+        raise ConfigError(f"{section}._target_={target}: no such class or function; give the dotted path of one "
+                          "whose module is on PYTHONPATH (see conf/; one of your own: docs/extending.md)") from None
     check_settings = getattr(kind, "check_settings", None)  # what only the class knows (a logger's mode)
     if callable(check_settings):
         check_settings(section, entry)

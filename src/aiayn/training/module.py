@@ -13,15 +13,15 @@ import torch.distributed as dist
 from torchmetrics import MeanMetric
 
 from aiayn.checkpoints.trained import layout_difference
+from aiayn.config.schemas import network_class
 from aiayn.decoding.search import Search
 from aiayn.errors import DataError, UserError
 from aiayn.metrics.scorers import Scorer
-from aiayn.model import Transformer
 from aiayn.model.loss import label_smoothed_loss
 from aiayn.reporting.loggers import run_ids
 from aiayn.training import logged_step
 from aiayn.training.nonfinite import NonFiniteSteps
-from aiayn.training.schedule import transformer_scheduler
+from aiayn.training.schedule import rate_of, transformer_scheduler
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,8 @@ class TranslationModule(L.LightningModule):
     test report loss, per-token perplexity and the scores of beam-search output.
 
     ``model`` holds the Transformer's keyword arguments, widths as trained (what
-    aiayn.config.schemas.network_arguments makes of a model config); ``label_smoothing`` is the
+    aiayn.config.schemas.network_arguments makes of a model config), and its class as
+    ``_target_`` where it is one of one's own (aiayn.config.schemas.network_class); ``label_smoothing`` is the
     loss's ε_ls; ``optim`` is Adam's settings and the schedule's (conf/optim/*.yaml). The
     datamodule attached to the trainer supplies ``vocab`` (to detokenize hypotheses), ``scorer()``
     (an :class:`aiayn.metrics.Scorer`: sacreBLEU for translation, EVALB's F1 for parsing) and
@@ -81,7 +82,9 @@ class TranslationModule(L.LightningModule):
         # hyper-parameters: train.py logs it itself.
         self.save_hyperparameters(logger=False)
         self.label_smoothing, self.fused_loss = float(label_smoothing), bool(fused_loss)
-        self.model = Transformer(vocab_size, vocab_size, pad_id=pad_id, **model)
+        # model._target_: the paper's Transformer, or a subclass of one's own (docs/extending.md)
+        network = {key: value for key, value in model.items() if key != "_target_"}
+        self.model = network_class(model.get("_target_"))(vocab_size, vocab_size, pad_id=pad_id, **network)
         self.optim, self.decoding = dict(optim), dict(decoding)
         self._search: Search | None = None  # how to decode, from the data's vocabulary when first needed
         self._decoder: Any = None  # and how outputs become text: the vocabulary, or a parser's as evaluate writes them
@@ -260,7 +263,8 @@ class TranslationModule(L.LightningModule):
         optimizer = torch.optim.Adam(self.parameters(), lr=1.0, betas=tuple(self.optim["betas"]),
                                      eps=self.optim["eps"], fused=bool(self.optim.get("fused", True)))
         scheduler = transformer_scheduler(optimizer, self.model.d_model, self.optim["warmup_steps"],
-                                          self.optim.get("lr_factor", 1.0))
+                                          self.optim.get("lr_factor", 1.0), rate_of(self.optim.get("schedule")),
+                                          self.optim.get("train_steps"))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     # -- evaluation -----------------------------------------------------------------------
