@@ -8,13 +8,18 @@ sweep refuses."""
 from __future__ import annotations
 
 import csv
+import json
+import os
 import re
+import socket
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+from aiayn.cli.run_folder import note_the_holder
+from aiayn.files import release_lock, take_lock
 from tests.helpers import inprocess, runs
 from tests.helpers.runs import TINY
 from tests.helpers.signals import signal_at
@@ -62,7 +67,31 @@ def test_by_default_the_sweep_stops_at_the_first_failing_job(tmp_path, data_root
     assert [job["folder"] for job in jobs] == ["-", "-"]  # a run that never started leaves no folder
     assert f"paths.data_root={data_root}" in jobs[1]["overrides"]
     assert "sweep: 0 of 2 jobs done" in result.stdout
-    assert sorted(path.name for path in sweep.iterdir()) == ["group.txt", "multirun.yaml", "sweep.tsv"]
+    assert sorted(path.name for path in sweep.iterdir()) == [".lock", "group.txt", "multirun.yaml", "sweep.tsv"]
+
+
+def test_a_sweep_whose_folder_another_live_sweep_holds_is_refused_in_one_line(tmp_path, subword_cache):
+    """Two sweeps started in the same second into one output root share `multirun/<date>_<time>`:
+    the second (here: its folder's lock held by this process, as the first sweep holds it) is
+    refused before it writes there. Before, it wrote its config, group and table over the first's,
+    and its jobs ran as that sweep's."""
+    sweep = tmp_path / "multirun" / "2026-11-30_07-00-00"
+    sweep.mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("the first sweep's\n")
+    held = take_lock(sweep / ".lock")
+    note_the_holder(held)
+    try:
+        result = inprocess.run_tool("src/train.py", "--multirun", *JOB, "seed=1,2", f"paths.data_root={tmp_path / 'empty'}",
+                                    f"hydra.sweep.dir={sweep}", cwd=tmp_path, cache_dir=subword_cache, check=False)
+    finally:
+        release_lock(held)
+    assert (sweep / "multirun.yaml").read_text() == "the first sweep's\n"
+    assert result.returncode == 2 and "Launching" not in result.stdout + result.stderr
+    since = json.loads((sweep / ".lock").read_text())["since"]
+    assert result.stderr.strip().splitlines() == [
+        (f"train.py: {sweep} is in use by another sweep (PID {os.getpid()} on {socket.gethostname()}, since {since}), "
+         "as two sweeps started in the same second share a folder; start this one again (a later second names "
+         "another folder) or give it a folder of its own: hydra.sweep.dir=<folder>")]
 
 
 @pytest.mark.cli

@@ -17,7 +17,7 @@ way (globs, ranges, comma lists, ``hydra.sweeper.max_batch_size``), and three th
 
 Its jobs share one group in W&B (and MLflow's ``sweep`` tag), settled before the first starts and
 written to ``<sweep dir>/group.txt`` (:func:`settle_group`), where each job reads it
-(:func:`aiayn.config.identity.sweep_group`).
+(:func:`aiayn.config.identity.sweep_group`). The sweep holds its folder while it runs (:func:`_hold`).
 
 With Hydra's basic launcher the jobs run here one after another, each launched alone, so that a
 failure is seen as it happens. Another launcher (``hydra/launcher=slurm``) gets the jobs in
@@ -45,9 +45,10 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
+from aiayn.cli.run_folder import LOCK, holder, note_the_holder
 from aiayn.config.identity import GROUP_FILE, recorded_group
 from aiayn.config.resolvers import runs_here, showing_only
-from aiayn.files import atomic_write_text
+from aiayn.files import atomic_write_text, release_lock, take_lock
 
 TABLE = "sweep.tsv"
 MULTIRUN_FILE = "multirun.yaml"  # the sweep's config, as Hydra's sweeper writes it
@@ -84,19 +85,37 @@ def sweep(sweeper: BasicSweeper, arguments: list[str]) -> list[list[JobReturn]]:
             say(f"sweep job #{job.number} of {len(jobs)} refused, so no job was run ({_shown(job.overrides)}): {reason}")
         sys.exit(USER_ERROR)
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    group = settle_group(sweeper.config, sweep_dir)
-    OmegaConf.save(sweeper.config, sweep_dir / MULTIRUN_FILE)  # as Hydra's sweeper
+    held = _hold(sweep_dir)
     try:
-        if runs_here(sweeper.config.hydra):
-            _run_one_by_one(sweeper, jobs)
-        else:
-            _run_in_batches(sweeper, jobs, [len(batch) for batch in batches])
+        group = settle_group(sweeper.config, sweep_dir)
+        OmegaConf.save(sweeper.config, sweep_dir / MULTIRUN_FILE)  # as Hydra's sweeper
+        try:
+            if runs_here(sweeper.config.hydra):
+                _run_one_by_one(sweeper, jobs)
+            else:
+                _run_in_batches(sweeper, jobs, [len(batch) for batch in batches])
+        finally:
+            write_table(jobs, sweep_dir / TABLE, group)
     finally:
-        write_table(jobs, sweep_dir / TABLE, group)
+        release_lock(held)
     failures = [job for job in jobs if job.exit is not None]
     if failures:
         sys.exit(failures[0].exit)
     return [job.results for job in jobs]
+
+
+def _hold(sweep_dir: Path) -> int:
+    """Hold the sweep's folder while it runs (the OS lock of its ``.lock``). Two sweeps started in
+    the same second into one output root get one folder, ``multirun/<date>_<time>``, where each
+    would write its config, group and table over the other's: the second is refused in one line."""
+    descriptor = take_lock(sweep_dir / LOCK, wait=False)
+    if descriptor is None:
+        say(f"{sweep_dir} is in use by another sweep ({holder(sweep_dir / LOCK)}), as two sweeps started in the same "
+            "second share a folder; start this one again (a later second names another folder) or give it a folder "
+            "of its own: hydra.sweep.dir=<folder>")
+        sys.exit(USER_ERROR)
+    note_the_holder(descriptor)
+    return descriptor
 
 
 def settle_group(config: DictConfig, sweep_dir: Path) -> str:
