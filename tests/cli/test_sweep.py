@@ -89,9 +89,9 @@ def test_a_sweep_whose_folder_another_live_sweep_holds_is_refused_in_one_line(tm
     assert result.returncode == 2 and "Launching" not in result.stdout + result.stderr
     since = json.loads((sweep / ".lock").read_text())["since"]
     assert result.stderr.strip().splitlines() == [
-        (f"train.py: {sweep} is in use by another sweep (PID {os.getpid()} on {socket.gethostname()}, since {since}), "
-         "as two sweeps started in the same second share a folder; start this one again (a later second names "
-         "another folder) or give it a folder of its own: hydra.sweep.dir=<folder>")]
+        (f"train.py: {sweep} is in use by another sweep (PID {os.getpid()} on {socket.gethostname()}, since {since}); "
+         "a sweep's folder is its own: give this one another with hydra.sweep.dir=<folder> (with the default "
+         "multirun/<date>_<time>, two sweeps started in the same second share one: start it again)")]
 
 
 @pytest.mark.cli

@@ -110,9 +110,9 @@ def _hold(sweep_dir: Path) -> int:
     would write its config, group and table over the other's: the second is refused in one line."""
     descriptor = take_lock(sweep_dir / LOCK, wait=False)
     if descriptor is None:
-        say(f"{sweep_dir} is in use by another sweep ({holder(sweep_dir / LOCK)}), as two sweeps started in the same "
-            "second share a folder; start this one again (a later second names another folder) or give it a folder "
-            "of its own: hydra.sweep.dir=<folder>")
+        say(f"{sweep_dir} is in use by another sweep ({holder(sweep_dir / LOCK)}); a sweep's folder is its own: give "
+            "this one another with hydra.sweep.dir=<folder> (with the default multirun/<date>_<time>, two sweeps "
+            "started in the same second share one: start it again)")
         sys.exit(USER_ERROR)
     note_the_holder(descriptor)
     return descriptor
