@@ -8,17 +8,23 @@ sweep refuses."""
 from __future__ import annotations
 
 import csv
+import json
+import os
 import re
+import socket
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+from aiayn.cli.run_folder import note_the_holder
+from aiayn.files import release_lock, take_lock
 from tests.helpers import inprocess, runs
 from tests.helpers.runs import TINY
 from tests.helpers.signals import signal_at
 from tests.helpers.tables import tables_command
+from tests.helpers.wandb_offline import read_run
 
 # Tiny jobs that train: 4 steps, no test split, no pictures, metrics in CSV.
 JOB = [*TINY, "logger=csv", "test_after_training=false", "visualize_at_end=false", "task.datamodule.download=false"]
@@ -61,7 +67,31 @@ def test_by_default_the_sweep_stops_at_the_first_failing_job(tmp_path, data_root
     assert [job["folder"] for job in jobs] == ["-", "-"]  # a run that never started leaves no folder
     assert f"paths.data_root={data_root}" in jobs[1]["overrides"]
     assert "sweep: 0 of 2 jobs done" in result.stdout
-    assert sorted(path.name for path in sweep.iterdir()) == ["multirun.yaml", "sweep.tsv"]
+    assert sorted(path.name for path in sweep.iterdir()) == [".lock", "group.txt", "multirun.yaml", "sweep.tsv"]
+
+
+def test_a_sweep_whose_folder_another_live_sweep_holds_is_refused_in_one_line(tmp_path, subword_cache):
+    """Two sweeps started in the same second into one output root share `multirun/<date>_<time>`:
+    the second (here: its folder's lock held by this process, as the first sweep holds it) is
+    refused before it writes there. Before, it wrote its config, group and table over the first's,
+    and its jobs ran as that sweep's."""
+    sweep = tmp_path / "multirun" / "2026-11-30_07-00-00"
+    sweep.mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("the first sweep's\n")
+    held = take_lock(sweep / ".lock")
+    note_the_holder(held)
+    try:
+        result = inprocess.run_tool("src/train.py", "--multirun", *JOB, "seed=1,2", f"paths.data_root={tmp_path / 'empty'}",
+                                    f"hydra.sweep.dir={sweep}", cwd=tmp_path, cache_dir=subword_cache, check=False)
+    finally:
+        release_lock(held)
+    assert (sweep / "multirun.yaml").read_text() == "the first sweep's\n"
+    assert result.returncode == 2 and "Launching" not in result.stdout + result.stderr
+    since = json.loads((sweep / ".lock").read_text())["since"]
+    assert result.stderr.strip().splitlines() == [
+        (f"train.py: {sweep} is in use by another sweep (PID {os.getpid()} on {socket.gethostname()}, since {since}); "
+         "a sweep's folder is its own: give this one another with hydra.sweep.dir=<folder> (with the default "
+         "multirun/<date>_<time>, two sweeps started in the same second share one: start it again)")]
 
 
 @pytest.mark.cli
@@ -115,8 +145,10 @@ def test_a_stopped_sweep_given_resume_auto_resumes_each_job_from_its_earlier_fol
     """The line a stopped job prints says: the same command and resume=auto. That sweep's job has
     the same folder name as before (resume is not part of it), so it finds its earlier folder and
     its checkpoint of step 2 (before, `resume=auto` in the name made it another job, which began
-    again from scratch)."""
-    command = ["--multirun", *JOB, "seed=5", *signal_at(2, "SIGTERM")]
+    again from scratch). Its W&B run stays in the stopped sweep's group (before, the resumed
+    attempt moved it to the later sweep's, `<tmp>/B`, apart from the jobs that had finished)."""
+    job = [o if o != "logger=csv" else "logger=[csv,wandb]" for o in JOB]
+    command = ["--multirun", *job, "seed=5", *signal_at(2, "SIGTERM")]
     environment = {**runs.offline_environment(), "PYTHONPATH": str(runs.REPO)}  # the callback is tests.helpers'
     stopped = runs.run_tool("src/train.py", *command, f"hydra.sweep.dir={tmp_path / 'A'}", env=environment,
                             data_root=data_root, cache_dir=subword_cache, check=False, timeout=300)
@@ -133,6 +165,11 @@ def test_a_stopped_sweep_given_resume_auto_resumes_each_job_from_its_earlier_fol
     # The table names the folder the job trained in, which holds its checkpoints (before: this attempt's).
     [job] = table(tmp_path / "B")
     assert (job["status"], Path(job["folder"]).resolve()) == ("done", earlier.resolve())
+    attempts = sorted((earlier / "wandb").glob("offline-run-*"))
+    groups = [read_run(attempt, strict=False).group for attempt in attempts]
+    assert len(groups) == 2 and groups[0] == groups[1], groups
+    assert groups[0] == (tmp_path / "A" / "group.txt").read_text().strip()
+    assert f"sweep: group {groups[0]}, continuing the sweep of {tmp_path / 'A'}" in resumed.stdout
 
 
 @pytest.mark.slow

@@ -21,13 +21,14 @@ CONF = REPO / "conf"
 SWEEP = "multirun/2026-11-26_10-00-00"
 
 
-def wandb_init(tmp_path: Path, *overrides: str, multirun: bool = False, run_dir: Path | None = None) -> dict:
+def wandb_init(tmp_path: Path, *overrides: str, multirun: bool = False, run_dir: Path | None = None,
+               sweep_dir: Path | str = SWEEP) -> dict:
     """What WandbRunLogger would give wandb.init for this job (the job as Hydra's launcher sets it)."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=["logger=wandb", *overrides], return_hydra_config=True)
         with read_write(cfg.hydra), open_dict(cfg.hydra):
             cfg.hydra.mode = RunMode.MULTIRUN if multirun else RunMode.RUN
-            cfg.hydra.sweep.dir = SWEEP
+            cfg.hydra.sweep.dir = str(sweep_dir)
             cfg.hydra.runtime.output_dir = str(run_dir or tmp_path)
         before = HydraConfig.instance().cfg
         HydraConfig.instance().set_config(cfg)
@@ -61,6 +62,33 @@ def test_the_jobs_of_a_sweep_share_it_as_group_and_their_names_and_tags_carry_th
     single = wandb_init(tmp_path, "seed=1")
     assert (single["name"], single["group"], single["tags"]) == (
         "multi30k_en_de-small-seed=1", None, ["task:multi30k_en_de", "model:small", "seed=1"])
+
+
+@pytest.mark.slow
+def test_each_sweep_is_a_group_of_its_own_which_the_same_command_given_resume_auto_keeps(tmp_path, subword_cache):
+    """Real sweeps (their first job stops at its start: no data) and their jobs' W&B groups. Two
+    sweeps whose folders end alike (two checkouts, or hydra.sweep.dir named alike) are two groups;
+    before, both were `multirun/S`, the folder's last two parts, and W&B showed them as one sweep.
+    The same command given resume=auto beside it keeps the group; one with a value changed is
+    another sweep."""
+    summaries = []
+
+    def sweep(folder: Path, *overrides: str) -> str:
+        """The group the sweep's first job gives W&B."""
+        result = run_tool("src/train.py", "--multirun", "debug=tiny", "logger=csv", *overrides,
+                          f"paths.data_root={tmp_path / 'empty'}", "task.datamodule.download=false",
+                          f"hydra.sweep.dir={folder}", cwd=tmp_path, cache_dir=subword_cache, check=False)
+        assert result.returncode == 2 and "Multi30k files missing" in result.stderr, result.stderr[-2000:]
+        summaries.append(result.stdout)
+        return wandb_init(tmp_path, "debug=tiny", "seed=1", multirun=True, sweep_dir=folder)["group"]
+
+    first, second = (sweep(tmp_path / place / "multirun" / "S", "seed=1,2") for place in ("a", "b"))
+    assert first != second and first.startswith("multirun/S#") and second.startswith("multirun/S#")
+    assert sweep(tmp_path / "b" / "multirun" / "T", "seed=1,2", "resume=auto") == second
+    changed = sweep(tmp_path / "b" / "multirun" / "U", "seed=1,3", "resume=auto")
+    assert changed not in (first, second) and changed.startswith("multirun/U#")
+    for group, summary in zip((first, second, second, changed), summaries):  # the sweep's own summary says it
+        assert f"its group in W&B and MLflow: {group})" in summary
 
 
 def test_runs_of_one_command_started_in_the_same_second_are_told_apart(tmp_path):

@@ -57,7 +57,7 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, sub
     for name, run in runs.items():
         row = name.removeprefix("table3-")
         assert run.name.startswith(f"{name}-multi30k-") and "width_divisor=2" in run.name
-        assert run.group == "/".join(sweep.parts[-2:]) and run.exit_code == 0
+        assert run.group == (sweep / "group.txt").read_text().strip() and run.exit_code == 0
         assert {row, "table3", "scale:multi30k", "model.d_model=32", "modified"} <= set(run.tags)
         assert not {"data_root", "src_lang", "max_tokens"} & set(run.config)  # only under task.datamodule
         assert run.config["experiment"]["row"] == row and run.config["model"]["n_layers"] == (2 if row == "C_N2" else 6)

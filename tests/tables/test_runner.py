@@ -55,7 +55,7 @@ def test_plan_names_each_job_by_what_differs(tmp_path: Path) -> None:
     again = runner.plan(CONF, ["debug=tiny", "seed=1,2"], tmp_path / "root")
     assert [(job.name, job.dir) for job in again] == [(job.name, job.dir) for job in jobs]
     command = jobs[0].command("python", REPO)
-    group = f"{tmp_path.resolve().name}/root"  # the jobs' folder, as a --multirun's group is its sweep folder
+    group = f"{tmp_path.resolve().name}/root"  # the jobs' folder's last two parts
     assert command[1:] == [str(REPO / "src" / "train.py"), "debug=tiny", "seed=1",
                            f"hydra.run.dir={tmp_path / 'root' / 'seed1'}", "resume=auto", f"run_group={group}"]
     with pytest.raises(ValueError, match="run_group"):  # the runner sets it

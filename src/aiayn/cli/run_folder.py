@@ -157,14 +157,11 @@ def hold(run_dir: str | os.PathLike, tool: str = "train.py") -> Iterator[None]:
         folder.mkdir(parents=True, exist_ok=True)
         descriptor = take_lock(folder / LOCK, wait=False)
         if descriptor is None:
-            raise UserError(f"{folder} is in use by another run ({_holder(folder / LOCK)}); wait for it to end or "
+            raise UserError(f"{folder} is in use by another run ({holder(folder / LOCK)}); wait for it to end or "
                             "stop it, or start this one afresh in a folder of its own (resume=null, another hydra.run.dir)")
     try:
         if descriptor is not None:
-            note = {"pid": os.getpid(), "host": socket.gethostname(), "job": job_identity(),
-                    "since": datetime.now().isoformat(timespec="seconds")}
-            os.ftruncate(descriptor, 0)
-            os.pwrite(descriptor, (json.dumps(note) + "\n").encode(), 0)
+            note_the_holder(descriptor)
         _held[folder] = _held.get(folder, 0) + 1
         try:
             yield
@@ -177,7 +174,16 @@ def hold(run_dir: str | os.PathLike, tool: str = "train.py") -> Iterator[None]:
             release_lock(descriptor)  # the file stays: it holds the holder's note until the next run's
 
 
-def _holder(lock: Path) -> str:
+def note_the_holder(descriptor: int) -> None:
+    """Write who holds the lock (this process: its PID, host, job and since when) into its file."""
+    note = {"pid": os.getpid(), "host": socket.gethostname(), "job": job_identity(),
+            "since": datetime.now().isoformat(timespec="seconds")}
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, (json.dumps(note) + "\n").encode(), 0)
+
+
+def holder(lock: Path) -> str:
+    """Who holds ``lock``, as :func:`note_the_holder` wrote it."""
     try:
         note = json.loads(lock.read_text(encoding="utf-8") or "{}")
     except (OSError, ValueError):

@@ -15,6 +15,10 @@ way (globs, ranges, comma lists, ``hydra.sweeper.max_batch_size``), and three th
    status (``done``, ``failed (exit N): reason``, ``preempted (exit 75)``, ``not run``), folder (of
    a job done that resumed a run elsewhere, that run's, which holds its checkpoints).
 
+Its jobs share one group in W&B (and MLflow's ``sweep`` tag), settled before the first starts and
+written to ``<sweep dir>/group.txt`` (:func:`settle_group`), where each job reads it
+(:func:`aiayn.config.identity.sweep_group`). The sweep holds its folder while it runs (:func:`_hold`).
+
 With Hydra's basic launcher the jobs run here one after another, each launched alone, so that a
 failure is seen as it happens. Another launcher (``hydra/launcher=slurm``) gets the jobs in
 batches, as from Hydra's sweeper; the checks and the table hold there too.
@@ -27,6 +31,7 @@ import copy
 import csv
 import io
 import os
+import secrets
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -40,10 +45,13 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
+from aiayn.cli.run_folder import LOCK, holder, note_the_holder
+from aiayn.config.identity import GROUP_FILE, recorded_group
 from aiayn.config.resolvers import runs_here, showing_only
-from aiayn.files import atomic_write_text
+from aiayn.files import atomic_write_text, release_lock, take_lock
 
 TABLE = "sweep.tsv"
+MULTIRUN_FILE = "multirun.yaml"  # the sweep's config, as Hydra's sweeper writes it
 PREEMPTED = 75  # aiayn.training.preemption's exit status: the step is saved, resume=auto continues it
 _STOPS_THE_SWEEP = (PREEMPTED, INTERRUPTED)
 
@@ -77,18 +85,83 @@ def sweep(sweeper: BasicSweeper, arguments: list[str]) -> list[list[JobReturn]]:
             say(f"sweep job #{job.number} of {len(jobs)} refused, so no job was run ({_shown(job.overrides)}): {reason}")
         sys.exit(USER_ERROR)
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(sweeper.config, sweep_dir / "multirun.yaml")  # as Hydra's sweeper
+    held = _hold(sweep_dir)
     try:
-        if runs_here(sweeper.config.hydra):
-            _run_one_by_one(sweeper, jobs)
-        else:
-            _run_in_batches(sweeper, jobs, [len(batch) for batch in batches])
+        group = settle_group(sweeper.config, sweep_dir)
+        OmegaConf.save(sweeper.config, sweep_dir / MULTIRUN_FILE)  # as Hydra's sweeper
+        try:
+            if runs_here(sweeper.config.hydra):
+                _run_one_by_one(sweeper, jobs)
+            else:
+                _run_in_batches(sweeper, jobs, [len(batch) for batch in batches])
+        finally:
+            write_table(jobs, sweep_dir / TABLE, group)
     finally:
-        write_table(jobs, sweep_dir / TABLE)
+        release_lock(held)
     failures = [job for job in jobs if job.exit is not None]
     if failures:
         sys.exit(failures[0].exit)
     return [job.results for job in jobs]
+
+
+def _hold(sweep_dir: Path) -> int:
+    """Hold the sweep's folder while it runs (the OS lock of its ``.lock``). Two sweeps started in
+    the same second into one output root get one folder, ``multirun/<date>_<time>``, where each
+    would write its config, group and table over the other's: the second is refused in one line."""
+    descriptor = take_lock(sweep_dir / LOCK, wait=False)
+    if descriptor is None:
+        say(f"{sweep_dir} is in use by another sweep ({holder(sweep_dir / LOCK)}); a sweep's folder is its own: give "
+            "this one another with hydra.sweep.dir=<folder> (with the default multirun/<date>_<time>, two sweeps "
+            "started in the same second share one: start it again)")
+        sys.exit(USER_ERROR)
+    note_the_holder(descriptor)
+    return descriptor
+
+
+def settle_group(config: DictConfig, sweep_dir: Path) -> str:
+    """The sweep's group, written to ``<sweep dir>/group.txt`` before its first job starts and said
+    in one line. A new sweep's is its folder's last two parts and six random hex digits
+    (``multirun/2026-11-30_07-24-35#1a2b3c``): two sweeps never share one, whatever their folders
+    are called. A sweep given ``resume=auto`` keeps the group of the sweep it continues: the newest
+    in its own folder or one beside it (``multirun/*``) run with the same command, its overrides
+    but those its jobs' folder names leave out (``resume``, ``logger``, ``trainer.devices``), so
+    that its resumed runs stay in their group. Called before ``config`` is saved in the folder."""
+    from aiayn.checkpoints.resume import resumes_nothing  # torch: only once a sweep runs
+
+    command = _command(config)
+    continued = None
+    if not resumes_nothing(OmegaConf.select(config, "resume")):
+        continued = next((earlier for earlier in _sweeps_beside(sweep_dir) if _command_of(earlier) == command), None)
+    group = recorded_group(continued) if continued is not None else None
+    group = group or f"{'/'.join(sweep_dir.parts[-2:])}#{secrets.token_hex(3)}"
+    atomic_write_text(sweep_dir / GROUP_FILE, group + "\n")
+    print(f"sweep: group {group}" + (f", continuing the sweep of {continued}" if continued is not None else ""),
+          flush=True)
+    return group
+
+
+def _command(config: DictConfig) -> list[str]:
+    """The sweep's overrides that make its jobs, sorted: those its jobs' folder names leave out
+    (``hydra.job.config.override_dirname.exclude_keys``) left out."""
+    left_out = set(OmegaConf.select(config, "hydra.job.config.override_dirname.exclude_keys", default=None) or [])
+    return sorted(str(o) for o in config.hydra.overrides.task if str(o).split("=", 1)[0].lstrip("+~") not in left_out)
+
+
+def _sweeps_beside(sweep_dir: Path) -> list[Path]:
+    """The sweeps that recorded a group in ``sweep_dir`` or a folder beside it, the newest first
+    (by when each saved its config)."""
+    parent = sweep_dir.parent if sweep_dir.parent.is_dir() else None
+    found = [folder for folder in {sweep_dir, *(parent.iterdir() if parent else ())}
+             if (folder / GROUP_FILE).is_file() and (folder / MULTIRUN_FILE).is_file()]
+    return sorted(found, key=lambda folder: (folder / MULTIRUN_FILE).stat().st_mtime_ns, reverse=True)
+
+
+def _command_of(sweep_dir: Path) -> list[str] | None:
+    """The command of the sweep whose config ``sweep_dir`` holds; None where it cannot be read."""
+    try:
+        return _command(OmegaConf.load(sweep_dir / MULTIRUN_FILE))
+    except Exception:  # noqa: BLE001 - a folder that holds no readable sweep continues none
+        return None
 
 
 def dry_run(conf_dir: str | os.PathLike, overrides: list[str]) -> tuple[list[Job], list[tuple[Job, str]]]:
@@ -217,10 +290,11 @@ def _record(job: Job, result: JobReturn) -> None:
         job.failed(1, None)
 
 
-def write_table(jobs: list[Job], path: Path) -> None:
+def write_table(jobs: list[Job], path: Path, group: str | None = None) -> None:
     """The table of the jobs, written to ``path`` (tab-separated: each job's overrides whole) and
-    printed (the overrides that differ between the jobs, a reason cut short). The folder of a job
-    that left none (never run, or refused at its start) is ``-``."""
+    printed (the overrides that differ between the jobs, a reason cut short) after a line that
+    names the sweep's ``group``. The folder of a job that left none (never run, or refused at its
+    start) is ``-``."""
     folders = [job.folder if job.folder and Path(job.folder).is_dir() else "-" for job in jobs]
     header = ("job", "overrides", "status", "folder")
     table = io.StringIO()
@@ -236,7 +310,8 @@ def write_table(jobs: list[Job], path: Path) -> None:
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3]
              for row in [header, *rows]]
     done = sum(job.status == "done" for job in jobs)
-    print(f"sweep: {done} of {len(jobs)} jobs done (the table: {path})", *lines, sep="\n", flush=True)
+    named = f"; its group in W&B and MLflow: {group}" if group else ""
+    print(f"sweep: {done} of {len(jobs)} jobs done (the table: {path}{named})", *lines, sep="\n", flush=True)
 
 
 def _shown(overrides: list[str]) -> str:

@@ -6,8 +6,11 @@
   says them): unique among the jobs of a sweep; runs of one
   command started in the same second (folders ``<date>_<time>``, ``<date>_<time>-2``) add ``#2``, ...
 * **group**: ``run_group`` when set (``experiments/tables.py run`` sets its jobs' folder), else the
-  sweep (``multirun/<date>_<time>``: ``hydra.sweep.dir``'s last two parts), the same for every job
-  of one ``--multirun``; none for a single run.
+  sweep's, the same for every job of one ``--multirun``: what the sweep wrote to
+  ``<sweep dir>/group.txt`` before its first job (:func:`aiayn.cli.sweep.settle_group`: the folder's
+  last two parts and a random suffix, ``multirun/<date>_<time>#1a2b3c``, so that no two sweeps share
+  one; a sweep run again with ``resume=auto`` keeps the group of the one it continues); none for a
+  single run.
 * **tags**: the experiment's (``table3``, ``A``, ``A_h1``), ``task:<task>``, ``model:<model>``,
   ``scale:<scale>``, each override of the job (in one spelling, typed or a sweep's: ``=false``,
   ``=0.1``), and ``modified`` for a row run changed from its row.
@@ -53,6 +56,8 @@ MODIFIED = "modified"
 FOLDER_STAMP = "%Y-%m-%d_%H-%M-%S"
 STAMPED_FOLDER = re.compile(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d(-\d+)?")
 _TAG_LIMIT = 64  # W&B refuses longer tags
+# The sweep's group, in its folder (aiayn.cli.sweep.settle_group writes it before the first job starts).
+GROUP_FILE = "group.txt"
 
 
 def setting_differences(before: Mapping[str, Any], after: Mapping[str, Any], keys: Iterable[str],
@@ -143,7 +148,7 @@ def identity(root: DictConfig, what: str) -> Any:
     if what == "group":
         if root.get("run_group"):
             return str(root.run_group)
-        return "/".join(Path(str(job.sweep.dir)).parts[-2:]) if job is not None and job.mode == RunMode.MULTIRUN else None
+        return sweep_group(Path(str(job.sweep.dir))) if job is not None and job.mode == RunMode.MULTIRUN else None
     if what != "tags":
         raise ValueError(f"${{aiayn.run:{what}}}: expected name, group, tags or scale")
     tags = [str(tag) for tag in (experiment.get("tags") or [])]
@@ -152,6 +157,20 @@ def identity(root: DictConfig, what: str) -> Any:
     if row_changes(row_settings(root), choices):
         tags.append(MODIFIED)
     return list(dict.fromkeys(tag[:_TAG_LIMIT] for tag in tags))
+
+
+def sweep_group(sweep_dir: Path) -> str:
+    """The group the sweep of ``sweep_dir`` recorded there (:data:`GROUP_FILE`); before it has
+    (a sweep's jobs checked before the first starts, its dry run), the folder's last two parts."""
+    return recorded_group(sweep_dir) or "/".join(sweep_dir.parts[-2:])
+
+
+def recorded_group(sweep_dir: Path) -> str | None:
+    """What ``<sweep_dir>/group.txt`` says; None where it says nothing."""
+    try:
+        return (sweep_dir / GROUP_FILE).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
 
 
 def row_settings(config: DictConfig) -> dict[str, Any]:

@@ -84,8 +84,8 @@ class RowJob:
 
     @property
     def group(self) -> str:
-        """The W&B group of the sweep's jobs (``run_group``): their folder's last two parts, as a
-        ``--multirun``'s group is its sweep folder's."""
+        """The W&B group of the sweep's jobs (``run_group``): their folder's last two parts, the
+        same for every later run of the table into that folder."""
         return "/".join(self.dir.parent.resolve().parts[-2:])
 
     def command(self, python: str | os.PathLike = sys.executable, repo: str | os.PathLike = REPO) -> list[str]:
