@@ -14,7 +14,7 @@ tools start without it.
 
 from __future__ import annotations
 
-from aiayn.data._lazy import lazy_exports
+from aiayn._lazy import lazy_exports
 
 _EXPORTS = {"load": "pretrained", "Pretrained": "pretrained", "Transformer": "model"}
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605  the lazily imported names above, one list of them

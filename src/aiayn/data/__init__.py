@@ -10,7 +10,7 @@ does not import Lightning.
 
 from __future__ import annotations
 
-from aiayn.data._lazy import lazy_exports
+from aiayn._lazy import lazy_exports
 
 _EXPORTS = {
     "DataError": "readers",

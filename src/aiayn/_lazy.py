@@ -1,4 +1,4 @@
-"""Lazy re-exports for the data packages and ``aiayn`` itself: a name is imported from its
+"""Lazy re-exports for ``aiayn`` itself and the data packages: a name is imported from its
 submodule on first use, so that importing a light module (e.g. ``aiayn.data.readers``) does not
 import Lightning, nor ``import aiayn`` torch."""
 
