@@ -257,10 +257,24 @@ def named_object(path: str, setting: str, where: str) -> Any:
 def _own_arguments(kind: type, values: Mapping[str, Any]) -> list[str]:
     """The keys of ``values`` that ``kind``, a model class of one's own, takes besides ModelConfig's
     fields: those its constructor, or one it passes ``**kwargs`` on to, names."""
-    named = {name for each in kind.__mro__ if "__init__" in vars(each)
-             for name in inspect.signature(vars(each)["__init__"]).parameters}
+    named, _ = constructor_arguments(kind)
     fields_of = {f.name for f in fields(ModelConfig)}
-    return [key for key in values if key not in fields_of and key in named - {"self"}]
+    return [key for key in values if key not in fields_of and key in named]
+
+
+def constructor_arguments(kind: Any) -> tuple[set[str], bool]:
+    """The arguments ``kind`` (a class, or a function) takes by name, and whether it takes any other
+    name too. A class's are its ``__init__``'s and, where that passes ``**kwargs`` on, those of the
+    ``__init__`` of the classes it inherits from, up to one that takes no ``**kwargs``."""
+    inits = [vars(each)["__init__"] for each in kind.__mro__ if "__init__" in vars(each)] if inspect.isclass(kind) \
+        else [kind]
+    named: set[str] = set()
+    for init in inits:
+        parameters = inspect.signature(init).parameters.values()
+        named |= {p.name for p in parameters if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            return named, False
+    return named, True
 
 
 def absolute_folder(path: str | None) -> str | None:

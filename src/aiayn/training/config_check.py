@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from aiayn.config.plan import check_batch_holds_a_pair
-from aiayn.config.schemas import check_against_schemas, network_arguments, network_class
+from aiayn.config.schemas import check_against_schemas, constructor_arguments, network_arguments, network_class
 from aiayn.config.trainer import check_lightning_values, check_validation_interval
 from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding
@@ -177,11 +177,11 @@ def _check_target_keys(section: str, entry: Mapping[str, Any]) -> None:
     check_settings = getattr(kind, "check_settings", None)  # what only the class knows (a logger's mode)
     if callable(check_settings):
         check_settings(section, entry)
-    parameters = inspect.signature(kind.__init__ if inspect.isclass(kind) else kind).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+    named, takes_any = constructor_arguments(kind)  # a class's **kwargs followed to the class it passes them on to
+    if takes_any:
         return
-    _known(section, {k: v for k, v in entry.items() if not k.startswith("_")},
-           [name for name in parameters if name != "self"], what=f"argument of {kind.__name__}")
+    _known(section, {k: v for k, v in entry.items() if not k.startswith("_")}, sorted(named),
+           what=f"argument of {kind.__name__}")
 
 
 def _check_run(config: Mapping[str, Any]) -> None:
