@@ -100,6 +100,18 @@ def test_a_setting_of_the_task_left_out_is_named_in_one_line(tmp_path: Path, giv
     assert sorted(tmp_path.iterdir()) == []  # no run folder, here or under outputs/
 
 
+def test_cfg_job_names_the_settings_left_out_as_the_run_does(tmp_path: Path) -> None:
+    # --cfg job resolves the config in place, so the run's name (task.name, read by the W&B tags)
+    # became `???` itself (before: `MissingMandatoryValue raised while resolving interpolation: …
+    # task.name`, a setting no one gives); it says the run's line, naming the three to give.
+    result = run_tool("src/train.py", "task=parallel_text", "--cfg", "job", cwd=tmp_path, check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip() == ("train.py: task.src_lang, task.data_dir and task.tgt_lang are missing: give "
+                                     "task.src_lang=<value> task.data_dir=<value> task.tgt_lang=<value> "
+                                     f"(see python {REPO / 'src' / 'train.py'} --help)")
+    assert sorted(tmp_path.iterdir()) == []
+
+
 def test_the_folder_is_read_as_an_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

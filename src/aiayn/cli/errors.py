@@ -3,8 +3,7 @@
 An error the user can fix is one line on stderr, ``<tool>: <what to change>`` (the tool named as
 it was invoked: ``train.py``, ``aiayn-train``), and exit status 2:
 
-* :class:`aiayn.errors.UserError` (``ConfigError``, ``DataError``, a checkpoint of another
-  vocabulary, ...);
+* :class:`aiayn.errors.UserError` (``ConfigError``, ``DataError``, a checkpoint of another vocabulary, ...);
 * a mandatory setting left out (``ckpt=???``: omegaconf's ``MissingMandatoryValue``), also where
   another setting reads it (:func:`left_out`, within :func:`user_error_within`);
 * ``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError``, a read-only disk (a path that
@@ -192,16 +191,18 @@ def raised_by_resolver(error: BaseException) -> UserError | None:
 
 
 def user_error_within(error: BaseException) -> UserError | None:
-    """The UserError an error of resolving the config stands for: one a resolver raised
-    (:func:`raised_by_resolver`), or a mandatory setting left out that another setting reads
-    (:func:`left_out`); None for any other error."""
+    """The UserError an error of resolving the config stands for: one a resolver raised (:func:`raised_by_resolver`),
+    or a mandatory setting left out that another setting reads (:func:`left_out`); None for any other error."""
     return raised_by_resolver(error) or left_out(error)
 
 
 def left_out(error: BaseException) -> ConfigError | None:
     """The ConfigError of a mandatory setting (``???``) left out that another setting reads
     (``task.datamodule.data_dir: ${task.data_dir}``), which omegaconf reports under the setting it
-    was resolving; None for any other error."""
+    was resolving (a resolver's reading, ``--cfg job``'s: as a run meets it); None for any other error."""
+    if isinstance(error, InterpolationResolutionError) and isinstance(error.__context__, MissingMandatoryValue):
+        from aiayn.cli.typos import left_out_as_the_run_meets_it  # composes the config again: only on this path
+        error = left_out_as_the_run_meets_it() or error
     if not isinstance(error, InterpolationToMissingValueError):
         return None
     found = re.search(r"Missing mandatory value: ([\w.\[\]-]+)", str(error))
