@@ -100,14 +100,20 @@ def test_a_setting_of_the_task_left_out_is_named_in_one_line(tmp_path: Path, giv
     assert sorted(tmp_path.iterdir()) == []  # no run folder, here or under outputs/
 
 
-def test_cfg_job_names_the_settings_left_out_as_the_run_does(tmp_path: Path) -> None:
-    # --cfg job resolves the config in place, so the run's name (task.name, read by the W&B tags)
-    # became `???` itself (before: `MissingMandatoryValue raised while resolving interpolation: …
-    # task.name`, a setting no one gives); it says the run's line, naming the three to give.
-    result = run_tool("src/train.py", "task=parallel_text", "--cfg", "job", cwd=tmp_path, check=False)
+@pytest.mark.parametrize("given, missing", [
+    # The run's name (task.name, read by the W&B tags) reads src_lang and tgt_lang: --cfg job resolves the
+    # config in place, which made it `???` itself (before: `MissingMandatoryValue raised while resolving
+    # interpolation: … task.name`, a setting no one gives).
+    ([], ["task.src_lang", "task.data_dir", "task.tgt_lang"]),
+    # Only task.datamodule.data_dir reads it: resolved in place to `???` without a word (before: the plan, exit 0).
+    (["task.src_lang=en", "task.tgt_lang=de"], ["task.data_dir"]),
+])
+def test_cfg_job_names_the_settings_left_out_as_the_run_does(tmp_path: Path, given: list[str],
+                                                             missing: list[str]) -> None:
+    result = run_tool("src/train.py", "task=parallel_text", *given, "--cfg", "job", cwd=tmp_path, check=False)
     assert result.returncode == 2, result.stderr[-3000:]
-    assert result.stderr.strip() == ("train.py: task.src_lang, task.data_dir and task.tgt_lang are missing: give "
-                                     "task.src_lang=<value> task.data_dir=<value> task.tgt_lang=<value> "
+    named = f"{', '.join(missing[:-1])} and {missing[-1]} are" if len(missing) > 1 else f"{missing[0]} is"
+    assert result.stderr.strip() == (f"train.py: {named} missing: give {' '.join(f'{key}=<value>' for key in missing)} "
                                      f"(see python {REPO / 'src' / 'train.py'} --help)")
     assert sorted(tmp_path.iterdir()) == []
 

@@ -2,7 +2,8 @@
 key and the node it is not in, not what the node holds. :func:`refused_key` composes the
 tool's config again without that override (a sweep's ``a,b`` as its first value) and says the
 node's settings nearest the key (``did you mean model.d_model?``), else all of them; a section
-given a value as if it were a config group (translate's ``decoding=parsing``), its settings."""
+given a value as if it were a config group (translate's ``decoding=parsing``), its settings. For
+``--cfg job``, :func:`left_out_as_the_run_meets_it` resolves the config afresh to find a setting left out."""
 
 from __future__ import annotations
 
