@@ -100,6 +100,24 @@ def test_a_setting_of_the_task_left_out_is_named_in_one_line(tmp_path: Path, giv
     assert sorted(tmp_path.iterdir()) == []  # no run folder, here or under outputs/
 
 
+@pytest.mark.parametrize("given, missing", [
+    # The run's name (task.name, read by the W&B tags) reads src_lang and tgt_lang: --cfg job resolves the
+    # config in place, which made it `???` itself (before: `MissingMandatoryValue raised while resolving
+    # interpolation: … task.name`, a setting no one gives).
+    ([], ["task.src_lang", "task.data_dir", "task.tgt_lang"]),
+    # Only task.datamodule.data_dir reads it: resolved in place to `???` without a word (before: the plan, exit 0).
+    (["task.src_lang=en", "task.tgt_lang=de"], ["task.data_dir"]),
+])
+def test_cfg_job_names_the_settings_left_out_as_the_run_does(tmp_path: Path, given: list[str],
+                                                             missing: list[str]) -> None:
+    result = run_tool("src/train.py", "task=parallel_text", *given, "--cfg", "job", cwd=tmp_path, check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    named = f"{', '.join(missing[:-1])} and {missing[-1]} are" if len(missing) > 1 else f"{missing[0]} is"
+    assert result.stderr.strip() == (f"train.py: {named} missing: give {' '.join(f'{key}=<value>' for key in missing)} "
+                                     f"(see python {REPO / 'src' / 'train.py'} --help)")
+    assert sorted(tmp_path.iterdir()) == []
+
+
 def test_the_folder_is_read_as_an_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

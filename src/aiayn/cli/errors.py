@@ -192,16 +192,18 @@ def raised_by_resolver(error: BaseException) -> UserError | None:
 
 
 def user_error_within(error: BaseException) -> UserError | None:
-    """The UserError an error of resolving the config stands for: one a resolver raised
-    (:func:`raised_by_resolver`), or a mandatory setting left out that another setting reads
-    (:func:`left_out`); None for any other error."""
+    """The UserError an error of resolving the config stands for: one a resolver raised (:func:`raised_by_resolver`),
+    or a mandatory setting left out that another setting reads (:func:`left_out`); None for any other error."""
     return raised_by_resolver(error) or left_out(error)
 
 
 def left_out(error: BaseException) -> ConfigError | None:
     """The ConfigError of a mandatory setting (``???``) left out that another setting reads
     (``task.datamodule.data_dir: ${task.data_dir}``), which omegaconf reports under the setting it
-    was resolving; None for any other error."""
+    was resolving (a resolver's reading, ``--cfg job``'s: as a run meets it); None for any other error."""
+    if isinstance(error, InterpolationResolutionError) and isinstance(error.__context__, MissingMandatoryValue):
+        from aiayn.cli.typos import left_out_as_the_run_meets_it  # composes the config again: only on this path
+        error = left_out_as_the_run_meets_it() or error
     if not isinstance(error, InterpolationToMissingValueError):
         return None
     found = re.search(r"Missing mandatory value: ([\w.\[\]-]+)", str(error))

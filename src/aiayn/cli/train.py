@@ -30,9 +30,10 @@ from aiayn.checkpoints.init_from import initial_weights, start_from
 from aiayn.checkpoints.resume import find_resume, remove_stale_temporaries
 from aiayn.cli import CONFIG_DIR, run_folder
 from aiayn.cli.command_line import read_by_hydra
-from aiayn.cli.errors import fail, reports_composition_errors, reports_errors, user_error_within
+from aiayn.cli.errors import fail, left_out, reports_composition_errors, reports_errors, user_error_within
 from aiayn.cli.hydra_options import shown_part
 from aiayn.cli.rank_errors import os_error_of_a_rank, report_dead_ranks_before_lightning_kills, user_error_of_a_rank
+from aiayn.cli.typos import left_out_as_the_run_meets_it
 from aiayn.cli.weights_tested import Tested, tested, weights_before_test
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import MODIFIED, row_changes
@@ -246,6 +247,10 @@ def _check_shown(root: DictConfig, plan: dict) -> None:
     with open_dict(shown), read_write(shown):
         shown.plan = plan
         shown.pop("hydra", None)  # --cfg all shows Hydra's settings too; a run's config has none
+    # A setting left out that only another reads (task.datamodule.data_dir: ${…task.data_dir}): Hydra's
+    # resolving in place set both to ??? without a word; the run's resolving, afresh, names it.
+    if "???" in OmegaConf.to_yaml(shown) and (error := left_out(left_out_as_the_run_meets_it())) is not None:
+        raise error
     config = checked_config(shown)
     print(describe(config["plan"], config, model=_choice("model")), file=sys.stderr, flush=True)
 

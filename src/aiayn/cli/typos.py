@@ -2,7 +2,8 @@
 key and the node it is not in, not what the node holds. :func:`refused_key` composes the
 tool's config again without that override (a sweep's ``a,b`` as its first value) and says the
 node's settings nearest the key (``did you mean model.d_model?``), else all of them; a section
-given a value as if it were a config group (translate's ``decoding=parsing``), its settings."""
+given a value as if it were a config group (translate's ``decoding=parsing``), its settings. For
+``--cfg job``, :func:`left_out_as_the_run_meets_it` resolves the config afresh to find a setting left out."""
 
 from __future__ import annotations
 
@@ -48,20 +49,42 @@ def nearest_settings(key: str, node: object) -> str | None:
 def _composed_without(key: str, parent: str) -> object:
     """The node ``parent`` of the tool's config composed from this command line's overrides but those
     of ``key``; None if that cannot be composed."""
+    try:
+        config = _composed(key)
+        node = OmegaConf.select(config, parent) if parent else config
+        return OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node
+    except Exception:  # noqa: BLE001  a suggestion is extra: without it the line stays as it was
+        return None
+
+
+def left_out_as_the_run_meets_it() -> BaseException | None:
+    """The error of a mandatory setting left out as resolving the tool's config afresh meets it
+    (omegaconf's ``InterpolationToMissingValueError``, naming the setting and its node), for ``--cfg
+    job``: Hydra resolves the config it shows in place, turning a setting that reads one left out
+    (``task.name: parallel_text_${task.src_lang}_…``) into ``???`` itself; None if there is none."""
+    from omegaconf.errors import InterpolationToMissingValueError
+
+    try:
+        OmegaConf.to_container(_composed(None), resolve=True)
+    except InterpolationToMissingValueError as error:
+        return error
+    except Exception:  # noqa: BLE001  another error: the line stays as it was
+        return None
+    return None
+
+
+def _composed(key: str | None) -> object:
+    """The tool's config composed on its own from this command line's overrides but those of ``key``
+    (a sweep's ``a,b`` as its first value), unresolved."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     _, overrides = hydra_options_and_overrides(sys.argv[1:])
     rest = first_of_each_sweep([override for override in overrides if _key(override) != key])
     name = tool_name().removesuffix(".py").removeprefix("aiayn-")
-    try:
-        GlobalHydra.instance().clear()  # the tool's own composition failed; this one is on its own
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            config = compose(config_name=name, overrides=rest)
-        node = OmegaConf.select(config, parent) if parent else config
-        return OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node
-    except Exception:  # noqa: BLE001  a suggestion is extra: without it the line stays as it was
-        return None
+    GlobalHydra.instance().clear()  # the tool's own composition failed; this one is on its own
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name=name, overrides=rest)
 
 
 def named_after_the_model(missing: str) -> str:
