@@ -52,7 +52,7 @@ from omegaconf.errors import (
 
 from aiayn.cli import config_options, say, tool_command
 from aiayn.cli.rank_errors import a_rank_failed, is_a, never_joined, what_gloo_saw
-from aiayn.cli.typos import named_after_the_model
+from aiayn.cli.typos import left_out_as_the_run_meets_it, named_after_the_model
 from aiayn.errors import ConfigError, UserError
 from aiayn.files import no_room
 
@@ -202,7 +202,6 @@ def left_out(error: BaseException) -> ConfigError | None:
     (``task.datamodule.data_dir: ${task.data_dir}``), which omegaconf reports under the setting it
     was resolving (a resolver's reading, ``--cfg job``'s: as a run meets it); None for any other error."""
     if isinstance(error, InterpolationResolutionError) and isinstance(error.__context__, MissingMandatoryValue):
-        from aiayn.cli.typos import left_out_as_the_run_meets_it  # composes the config again: only on this path
         error = left_out_as_the_run_meets_it() or error
     if not isinstance(error, InterpolationToMissingValueError):
         return None
