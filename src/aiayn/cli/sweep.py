@@ -31,7 +31,6 @@ import copy
 import csv
 import io
 import os
-import secrets
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -46,7 +45,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
 from aiayn.cli.run_folder import LOCK, holder, note_the_holder
-from aiayn.config.identity import GROUP_FILE, recorded_group
+from aiayn.config.identity import GROUP_FILE, new_group, recorded_group
 from aiayn.config.resolvers import runs_here, showing_only
 from aiayn.files import atomic_write_text, release_lock, take_lock
 
@@ -133,7 +132,7 @@ def settle_group(config: DictConfig, sweep_dir: Path) -> str:
     if not resumes_nothing(OmegaConf.select(config, "resume")):
         continued = next((earlier for earlier in _sweeps_beside(sweep_dir) if _command_of(earlier) == command), None)
     group = recorded_group(continued) if continued is not None else None
-    group = group or f"{'/'.join(sweep_dir.parts[-2:])}#{secrets.token_hex(3)}"
+    group = group or new_group(sweep_dir)
     atomic_write_text(sweep_dir / GROUP_FILE, group + "\n")
     print(f"sweep: group {group}" + (f", continuing the sweep of {continued}" if continued is not None else ""),
           flush=True)
