@@ -150,11 +150,11 @@ def test_a_stopped_sweep_given_resume_auto_resumes_each_job_from_its_earlier_fol
     job = [o if o != "logger=csv" else "logger=[csv,wandb]" for o in JOB]
     command = ["--multirun", *job, "seed=5", *signal_at(2, "SIGTERM")]
     environment = {**runs.offline_environment(), "PYTHONPATH": str(runs.REPO)}  # the callback is tests.helpers'
-    stopped = runs.run_tool("src/train.py", *command, f"hydra.sweep.dir={tmp_path / 'A'}", env=environment,
+    stopped = runs.run_tool("src/train.py", *command, "hydra.sweep.dir=A", env=environment, cwd=tmp_path,
                             data_root=data_root, cache_dir=subword_cache, check=False, timeout=300)
     assert stopped.returncode == 75, stopped.stderr[-3000:]
     assert "continue with the same command and resume=auto" in stopped.stderr
-    resumed = runs.run_tool("src/train.py", *command, "resume=auto", f"hydra.sweep.dir={tmp_path / 'B'}",
+    resumed = runs.run_tool("src/train.py", *command, "resume=auto", "hydra.sweep.dir=B", cwd=tmp_path,
                             env=environment, data_root=data_root, cache_dir=subword_cache, timeout=300)
     [earlier] = (tmp_path / "A").glob("0_*")
     assert (tmp_path / "B" / earlier.name).is_dir()
@@ -162,14 +162,18 @@ def test_a_stopped_sweep_given_resume_auto_resumes_each_job_from_its_earlier_fol
     assert "starting from scratch" not in resumed.stdout + resumed.stderr
     assert sorted(path.name for path in (earlier / "checkpoints").glob("*.ckpt")) == [
         "last.ckpt", "step0000002.ckpt", "step0000004.ckpt"]
-    # The table names the folder the job trained in, which holds its checkpoints (before: this attempt's).
+    # The table names the folder the job trained in, which holds its checkpoints (before: this attempt's),
+    # absolute as every folder of the table (before: the sweep's own relative, a resumed run's absolute).
     [job] = table(tmp_path / "B")
-    assert (job["status"], Path(job["folder"]).resolve()) == ("done", earlier.resolve())
+    [first] = table(tmp_path / "A")
+    for row in (job, first):
+        assert Path(row["folder"]).is_absolute() and Path(row["folder"]).resolve() == earlier.resolve(), row
+    assert job["status"] == "done"
     attempts = sorted((earlier / "wandb").glob("offline-run-*"))
     groups = [read_run(attempt, strict=False).group for attempt in attempts]
     assert len(groups) == 2 and groups[0] == groups[1], groups
     assert groups[0] == (tmp_path / "A" / "group.txt").read_text().strip()
-    assert f"sweep: group {groups[0]}, continuing the sweep of {tmp_path / 'A'}" in resumed.stdout
+    assert f"sweep: group {groups[0]}, continuing the sweep of A" in resumed.stdout
 
 
 @pytest.mark.slow

@@ -12,8 +12,10 @@ way (globs, ranges, comma lists, ``hydra.sweeper.max_batch_size``), and three th
    stop of the sweep itself — preemption (exit 75: the job saved its step) or Ctrl-C (130) — ends
    it whatever keep_going says.
 3. The sweep ends with a table, printed and written to ``<sweep dir>/sweep.tsv``: job, overrides,
-   status (``done``, ``failed (exit N): reason``, ``preempted (exit 75)``, ``not run``), folder (of
-   a job done that resumed a run elsewhere, that run's, which holds its checkpoints).
+   status (``done``, ``failed (exit N): reason``, ``preempted (exit 75)``, ``not run``), folder
+   (absolute; of a job done that resumed a run elsewhere, that run's, which holds its checkpoints:
+   with ``resume=auto`` each job's earlier run is found by its overrides, not its number,
+   :func:`aiayn.checkpoints.resume.job_dirs`).
 
 Its jobs share one group in W&B (and MLflow's ``sweep`` tag), settled before the first starts and
 written to ``<sweep dir>/group.txt`` (:func:`settle_group`), where each job reads it
@@ -45,7 +47,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
 from aiayn.cli.run_folder import LOCK, holder, note_the_holder
-from aiayn.config.identity import GROUP_FILE, new_group, recorded_group
+from aiayn.config.identity import GROUP_FILE, new_group, own_overrides, recorded_group
 from aiayn.config.resolvers import runs_here, showing_only
 from aiayn.files import atomic_write_text, release_lock, take_lock
 
@@ -142,8 +144,13 @@ def settle_group(config: DictConfig, sweep_dir: Path) -> str:
 def _command(config: DictConfig) -> list[str]:
     """The sweep's overrides that make its jobs, sorted: those its jobs' folder names leave out
     (``hydra.job.config.override_dirname.exclude_keys``) left out."""
-    left_out = set(OmegaConf.select(config, "hydra.job.config.override_dirname.exclude_keys", default=None) or [])
-    return sorted(str(o) for o in config.hydra.overrides.task if str(o).split("=", 1)[0].lstrip("+~") not in left_out)
+    return sorted(own_overrides(config.hydra.overrides.task, left_out_of_names(config.hydra)))
+
+
+def left_out_of_names(hydra: DictConfig) -> list[str]:
+    """The settings a sweep's job folders' names leave out (``hydra.job.config.override_dirname.exclude_keys``
+    of Hydra's config ``hydra``): ``resume``, ``logger``, ``trainer.devices``."""
+    return list(OmegaConf.select(hydra, "job.config.override_dirname.exclude_keys", default=None) or [])
 
 
 def _sweeps_beside(sweep_dir: Path) -> list[Path]:
@@ -292,9 +299,9 @@ def _record(job: Job, result: JobReturn) -> None:
 def write_table(jobs: list[Job], path: Path, group: str | None = None) -> None:
     """The table of the jobs, written to ``path`` (tab-separated: each job's overrides whole) and
     printed (the overrides that differ between the jobs, a reason cut short) after a line that
-    names the sweep's ``group``. The folder of a job that left none (never run, or refused at its
-    start) is ``-``."""
-    folders = [job.folder if job.folder and Path(job.folder).is_dir() else "-" for job in jobs]
+    names the sweep's ``group``. Each folder is absolute (a job's own and a resumed run's alike); that
+    of a job that left none (never run, or refused at its start) is ``-``."""
+    folders = [os.path.abspath(job.folder) if job.folder and Path(job.folder).is_dir() else "-" for job in jobs]
     header = ("job", "overrides", "status", "folder")
     table = io.StringIO()
     writer = csv.writer(table, delimiter="\t", lineterminator="\n")

@@ -33,6 +33,7 @@ from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import fail, reports_composition_errors, reports_errors, user_error_within
 from aiayn.cli.hydra_options import shown_part
 from aiayn.cli.rank_errors import os_error_of_a_rank, report_dead_ranks_before_lightning_kills, user_error_of_a_rank
+from aiayn.cli.sweep import left_out_of_names
 from aiayn.cli.weights_tested import Tested, tested, weights_before_test
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import MODIFIED, row_changes
@@ -205,7 +206,9 @@ def _before_training(cfg: DictConfig):
     run_folder.refuse_another_runs(cfg.paths.output_dir, cfg.resume)  # before Hydra wrote there, when it ran the run
     _warn_if_not_its_row(config)
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    resume = find_resume(cfg.resume, cfg.paths.output_dir, config, multirun=multirun)
+    job = HydraConfig.get() if multirun else None  # a sweep's job: its earlier runs are found by its overrides
+    resume = find_resume(cfg.resume, cfg.paths.output_dir, config, multirun=multirun,
+                         job=list(job.overrides.task) if job else None, left_out=left_out_of_names(job) if job else ())
     if resume is not None and str(resume.run_dir) != cfg.paths.output_dir:
         note_continued(cfg.paths.output_dir, resume.run_dir)  # said in the log, and noted in this attempt's folder
         cfg.paths.output_dir = str(resume.run_dir)  # checkpoints and logs go on in the resumed run

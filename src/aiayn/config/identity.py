@@ -245,6 +245,13 @@ def _as_written(override: str) -> str:
     return f"{parsed.get_key_element()}={written(parsed.value())}"
 
 
+def own_overrides(overrides: Iterable[Any], left_out: Iterable[str]) -> list[str]:
+    """``overrides`` less those that set one of ``left_out`` (``+resume=auto`` sets ``resume``): a
+    sweep job's own, as its folder's name says them (``hydra.job.config.override_dirname.exclude_keys``)."""
+    left_out = set(left_out)
+    return [str(o) for o in overrides if _key(str(o)) not in left_out]
+
+
 def _key(override: str) -> str:
     """The setting an override sets (``+scale=x`` → ``scale``, ``~a.b`` → ``a.b``)."""
     return override.split("=", 1)[0].lstrip("+~")
