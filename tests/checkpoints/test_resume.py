@@ -246,6 +246,32 @@ def test_resume_auto_looks_through_the_earlier_runs_of_its_run_name_only(tiny_ru
     assert find_resume("auto", rows / "second", config, multirun=False) is None
 
 
+def test_a_sweep_job_resumes_the_earlier_job_of_its_own_overrides_whatever_its_number(
+        tiny_run, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """multirun/<date>/<n>_<row>: a sweep run again with a job added before (numbers shifted) finds
+    each job's earlier run by its overrides, not by its folder's name (before: job #1 took #1's folder,
+    another job's run of the same network, beam 4 for beam 1). A setting resume does not compare
+    (decoding) changed since is said in one line as the run goes on (before: without a word)."""
+    config = torch.load(tiny_run.last, map_location="cpu", weights_only=False)["hyper_parameters"]["run_config"]
+    earlier = tmp_path / "multirun" / "2026-01-01_00-00-00"
+    for number, beam in enumerate((1, 4)):  # the earlier sweep: decoding.beam_size=1,4
+        shutil.copytree(tiny_run.checkpoints, earlier / f"{number}_row" / "checkpoints")
+        (earlier / f"{number}_row" / ".hydra").mkdir()
+        (earlier / f"{number}_row" / ".hydra" / "overrides.yaml").write_text(
+            f"- debug=tiny\n- decoding.beam_size={beam}\n- logger=csv\n")
+    later = tmp_path / "multirun" / "2026-01-02_00-00-00" / "1_row"  # seed=2 added before: job #0
+    job = ["debug=tiny", "decoding.beam_size=1", "resume=auto", "logger=none"]
+    found = find_resume("auto", later, config, multirun=True, job=job, left_out=["resume", "logger"])
+    assert found is not None and found.run_dir == earlier / "0_row"
+    assert find_resume("auto", later, config, multirun=True, job=[*job, "seed=3"], left_out=["resume", "logger"]) is None
+    wider = {**config, "decoding": {**config["decoding"], "beam_size": 7}}
+    with caplog.at_level("WARNING", logger="aiayn.checkpoints.resume"):
+        find_resume("auto", later, wider, multirun=True, job=job, left_out=["resume", "logger"])
+    [said] = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert said == (f"resuming {earlier / '0_row'} with settings other than its run's that a resumed run may change, "
+                    f"and this one goes on with: decoding.beam_size: {config['decoding']['beam_size']} → 7")
+
+
 def test_an_averaged_checkpoint_is_refused_as_a_state_to_resume_from(tiny_run, tmp_path: Path) -> None:
     """average.py's file holds the averaged weights beside the newest member's Adam state: a run
     resumed from it went on with the two mismatched (before: accepted, "resuming from … (step 4)")."""

@@ -11,7 +11,11 @@ import csv
 import json
 import os
 import re
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,8 +25,9 @@ import yaml
 from aiayn.cli.run_folder import note_the_holder
 from aiayn.files import release_lock, take_lock
 from tests.helpers import inprocess, runs
+from tests.helpers.preloaded import popen
 from tests.helpers.runs import TINY
-from tests.helpers.signals import signal_at
+from tests.helpers.signals import signal_at, wait_for_a_stop_at
 from tests.helpers.tables import tables_command
 from tests.helpers.wandb_offline import read_run
 
@@ -150,11 +155,11 @@ def test_a_stopped_sweep_given_resume_auto_resumes_each_job_from_its_earlier_fol
     job = [o if o != "logger=csv" else "logger=[csv,wandb]" for o in JOB]
     command = ["--multirun", *job, "seed=5", *signal_at(2, "SIGTERM")]
     environment = {**runs.offline_environment(), "PYTHONPATH": str(runs.REPO)}  # the callback is tests.helpers'
-    stopped = runs.run_tool("src/train.py", *command, f"hydra.sweep.dir={tmp_path / 'A'}", env=environment,
+    stopped = runs.run_tool("src/train.py", *command, "hydra.sweep.dir=A", env=environment, cwd=tmp_path,
                             data_root=data_root, cache_dir=subword_cache, check=False, timeout=300)
     assert stopped.returncode == 75, stopped.stderr[-3000:]
     assert "continue with the same command and resume=auto" in stopped.stderr
-    resumed = runs.run_tool("src/train.py", *command, "resume=auto", f"hydra.sweep.dir={tmp_path / 'B'}",
+    resumed = runs.run_tool("src/train.py", *command, "resume=auto", "hydra.sweep.dir=B", cwd=tmp_path,
                             env=environment, data_root=data_root, cache_dir=subword_cache, timeout=300)
     [earlier] = (tmp_path / "A").glob("0_*")
     assert (tmp_path / "B" / earlier.name).is_dir()
@@ -162,14 +167,52 @@ def test_a_stopped_sweep_given_resume_auto_resumes_each_job_from_its_earlier_fol
     assert "starting from scratch" not in resumed.stdout + resumed.stderr
     assert sorted(path.name for path in (earlier / "checkpoints").glob("*.ckpt")) == [
         "last.ckpt", "step0000002.ckpt", "step0000004.ckpt"]
-    # The table names the folder the job trained in, which holds its checkpoints (before: this attempt's).
+    # The table names the folder the job trained in, which holds its checkpoints (before: this attempt's),
+    # absolute as every folder of the table (before: the sweep's own relative, a resumed run's absolute).
     [job] = table(tmp_path / "B")
-    assert (job["status"], Path(job["folder"]).resolve()) == ("done", earlier.resolve())
+    [first] = table(tmp_path / "A")
+    for row in (job, first):
+        assert Path(row["folder"]).is_absolute() and Path(row["folder"]).resolve() == earlier.resolve(), row
+    assert job["status"] == "done"
     attempts = sorted((earlier / "wandb").glob("offline-run-*"))
     groups = [read_run(attempt, strict=False).group for attempt in attempts]
     assert len(groups) == 2 and groups[0] == groups[1], groups
     assert groups[0] == (tmp_path / "A" / "group.txt").read_text().strip()
-    assert f"sweep: group {groups[0]}, continuing the sweep of {tmp_path / 'A'}" in resumed.stdout
+    assert f"sweep: group {groups[0]}, continuing the sweep of A" in resumed.stdout
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+def test_a_sigterm_to_a_sweep_whose_jobs_are_processes_stops_them_as_preempted(tmp_path, data_root, subword_cache):
+    """hydra/launcher=submitit_local runs each job as a process of its own, one batch at a time here.
+    A SIGTERM to the sweep (as a cluster sends it) is handed on: job #0 saves its step and ends as
+    preempted, job #1 never starts, the table says so and the sweep exits 75. Before, the sweep held
+    the signal until every job had run, then ended with status 143 after a table of jobs all done."""
+    sign, sweep = tmp_path / "at-step-2", tmp_path / "sweep"
+    # The jobs' processes import this checkout's aiayn, as the sweep's does, and the callback (tests.helpers).
+    environment = {**runs.offline_environment(), "PYTHONPATH": os.pathsep.join([str(runs.REPO / "src"), str(runs.REPO)]),
+                   "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(subword_cache)}
+    command = [sys.executable, str(runs.REPO / "src" / "train.py"), "--multirun", *JOB, "seed=1,2",
+               *wait_for_a_stop_at(2, str(sign)), "hydra/launcher=submitit_local", "hydra.sweeper.max_batch_size=1",
+               f"hydra.launcher.submitit_folder={tmp_path / 'submitit'}", f"hydra.sweep.dir={sweep}"]
+    process = popen(command, cwd=tmp_path, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not sign.exists():  # job #0, in its own process, is at step 2 and waits for the signal
+            assert process.poll() is None, f"the sweep ended before the signal:\n{process.stderr.read()[-3000:]}"
+            assert time.monotonic() < deadline, "job #0 reached no step 2 within 5 minutes"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 75, stderr[-3000:]
+    jobs = table(sweep)
+    assert [job["status"].split(":")[0] for job in jobs] == ["preempted (exit 75)", "not run"], jobs
+    assert "preempted by SIGTERM at step 2" in jobs[0]["status"] and jobs[1]["folder"] == "-"
+    assert (Path(jobs[0]["folder"]) / "checkpoints" / "step0000002.ckpt").is_file()
+    assert "sweep: 0 of 2 jobs done" in stdout
 
 
 @pytest.mark.slow

@@ -71,3 +71,30 @@ def signal_while_checking_files(name: str) -> list[str]:
     """The overrides that make a Multi30k run's data module :class:`SignalWhileCheckingFiles`."""
     return ["task.datamodule._target_=tests.helpers.signals.SignalWhileCheckingFiles",
             f"+task.datamodule.signal_name={name}"]
+
+
+class WaitForAStopAt(L.Callback):
+    """At the step that makes ``global_step`` equal ``step``, writes the file ``sign`` and waits (at
+    most ``limit_s``) until the run's preemption handler has got a signal from outside: a test
+    that sends one once it sees ``sign`` stops the run at that step."""
+
+    def __init__(self, step: int, sign: str, limit_s: float = 120.0):
+        self.step, self.sign, self.limit_s = step, sign, limit_s
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args) -> None:
+        if trainer.global_step != self.step - 1:
+            return
+        import time
+
+        with open(self.sign, "w") as file:
+            file.write(str(os.getpid()))
+        received = [c for c in trainer.callbacks if hasattr(c, "received")]
+        deadline = time.monotonic() + self.limit_s
+        while received and received[0].received is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def wait_for_a_stop_at(step: int, sign: str) -> list[str]:
+    """The overrides that add :class:`WaitForAStopAt` to a run's callbacks."""
+    return ["+callbacks.wait_for_a_stop._target_=tests.helpers.signals.WaitForAStopAt",
+            f"+callbacks.wait_for_a_stop.step={step}", f"+callbacks.wait_for_a_stop.sign={sign}"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -55,11 +57,31 @@ def test_plan_names_each_job_by_what_differs(tmp_path: Path) -> None:
     again = runner.plan(CONF, ["debug=tiny", "seed=1,2"], tmp_path / "root")
     assert [(job.name, job.dir) for job in again] == [(job.name, job.dir) for job in jobs]
     command = jobs[0].command("python", REPO)
-    group = f"{tmp_path.resolve().name}/root"  # the jobs' folder's last two parts
+    group = command[-1].removeprefix("run_group=").strip("'")  # the folder's last two parts and a suffix of its own
+    assert re.fullmatch(rf"{re.escape(tmp_path.resolve().name)}/root#[0-9a-f]{{6}}", group), group
     assert command[1:] == [str(REPO / "src" / "train.py"), "debug=tiny", "seed=1",
-                           f"hydra.run.dir={tmp_path / 'root' / 'seed1'}", "resume=auto", f"run_group={group}"]
+                           f"hydra.run.dir={tmp_path / 'root' / 'seed1'}", "resume=auto", f"run_group='{group}'"]
     with pytest.raises(ValueError, match="run_group"):  # the runner sets it
         runner.plan(CONF, ["debug=tiny", "seed=1,2", "run_group=mine"], tmp_path / "root")
+
+
+def test_each_root_has_a_group_of_its_own_kept_by_its_later_runs(tmp_path: Path) -> None:
+    """Two roots named alike (`a/x/table`, `b/x/table`) get two groups (before: both `x/table`, their
+    runs mixed in one W&B group); a root's group is recorded as its first job starts and kept by the
+    next run into it. The jobs here are `true`: the runner's part alone, nothing trained."""
+    roots = [tmp_path / "a" / "x" / "table", tmp_path / "b" / "x" / "table"]
+    groups = []
+    for root in roots:
+        jobs = runner.plan(CONF, ["debug=tiny", "seed=1"], root)
+        assert not root.exists()  # planning (and so a dry run) writes nothing
+        for attempt in range(2):
+            with contextlib.redirect_stdout(io.StringIO()):
+                runner.run(runner.plan(CONF, ["debug=tiny", "seed=1"], root) if attempt else jobs,
+                           python=shutil.which("true"), poll_s=0.05)
+        groups.append((root / "group.txt").read_text().strip())
+        commands = [line for line in (root / "seed1.log").read_text().splitlines() if line.startswith("===")]
+        assert [shlex.split(line)[-1] for line in commands] == [f"run_group='{groups[-1]}'"] * 2, commands
+    assert groups[0] != groups[1] and all(re.fullmatch(r"x/table#[0-9a-f]{6}", group) for group in groups), groups
 
 
 def test_job_names() -> None:

@@ -2,21 +2,24 @@
 atomically, :mod:`aiayn.checkpoints.io`, so a kill never leaves the newest one half-written).
 
 ``resume=auto`` looks in the run's own directory first, then in earlier directories of the same
-job (``outputs/<run name>/<date>_<time>`` for a single run, ``multirun/*/<job subdir>`` for a sweep
-job) whose checkpoints were trained with the same settings; a run in a folder named otherwise
-(``hydra.run.dir=``) resumes only its own. ``resume=<file.ckpt or run dir>`` names one.
+job (``outputs/<run name>/<date>_<time>`` for a single run; for a sweep's job, the job folders of
+earlier sweeps, ``multirun/*/*``, of a job with its overrides) whose checkpoints were trained with
+the same settings; a run in a folder named otherwise (``hydra.run.dir=``) resumes only its own.
+``resume=<file.ckpt or run dir>`` names one. What a resumed run may change and goes on with (its
+scoring: :data:`UNCHECKED_KEYS`) is said in one line as it resumes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints, load_lazily, run_dir_of
-from aiayn.config.identity import SPEED_KEYS, STAMPED_FOLDER, setting_differences, setting_value
+from aiayn.config.identity import SPEED_KEYS, STAMPED_FOLDER, own_overrides, setting_differences, setting_value
 from aiayn.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,10 @@ _WHERE_SAVED = ("plan.tokens_per_step", "trainer.gradient_clip_val", "trainer.gr
 _LAYOUT_KEYS = ("plan.tokens_per_batch", "plan.tokens_per_step")
 # The length of the run: a run may resume to train for longer.
 LENGTH_KEYS = ("optim.train_steps",)
+# What a resumed run may change and goes on with, said in one line as it resumes: how it is scored (its
+# decoding, the dev sentences BLEU reads, the share of the dev and test splits evaluated). A longer run
+# (LENGTH_KEYS) is what resume=auto is given for, and goes unsaid.
+UNCHECKED_KEYS = ("decoding", "validation", "trainer.limit_val_batches", "trainer.limit_test_batches")
 # Speed switches (config.identity.SPEED_KEYS) change how the same numbers are computed, not which: a
 # run may resume with them switched either way (and from checkpoints written before they existed).
 
@@ -66,14 +73,15 @@ def resumes_nothing(spec: str | None) -> bool:
 
 
 def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[str, Any],
-                multirun: bool) -> Resume | None:
+                multirun: bool, job: Sequence[str] | None = None, left_out: Sequence[str] = ()) -> Resume | None:
     """The checkpoint ``spec`` asks for: None/"none" → a fresh run; "auto" → the newest readable
-    checkpoint of this run (None when there is none yet); else a checkpoint file or run dir."""
+    checkpoint of this run (None when there is none yet; a sweep's ``job`` and ``left_out``: see
+    :func:`job_dirs`); else a checkpoint file or run dir."""
     if resumes_nothing(spec):
         return None
     output_dir = Path(output_dir)
     if str(spec) == "auto":
-        for run_dir in job_dirs(output_dir, multirun):
+        for run_dir in job_dirs(output_dir, multirun, job, left_out):
             found = _newest(run_dir)
             if found is None:
                 continue
@@ -136,6 +144,10 @@ def _resume(checkpoint: Path, run_dir: Path, saved: dict[str, Any] | None, confi
                           f"train back; give optim.train_steps={step} or more to go on from it (at {step} it is tested "
                           "alone), or start a new run from its weights with init_from=")
     log.info("resuming from %s (step %s)", checkpoint, saved.get("global_step"))
+    changed = unchecked_differences(saved, config)
+    if changed:
+        log.warning("resuming %s with settings other than its run's that a resumed run may change, and this one "
+                    "goes on with: %s", run_dir, "; ".join(changed))
     runs = dict(saved.get("logger_runs") or {})
     if saved.get("wandb_run_id"):  # checkpoints written before logger_runs
         runs.setdefault("wandb", saved["wandb_run_id"])
@@ -181,6 +193,14 @@ def config_differences(saved: dict[str, Any] | None, config: dict[str, Any], adv
     if hint:
         differences[layout[-1]] += f" ({hint})"
     return differences
+
+
+def unchecked_differences(saved: dict[str, Any] | None, config: dict[str, Any]) -> list[str]:
+    """``key: checkpoint's value → this run's`` for each setting of :data:`UNCHECKED_KEYS` that differs:
+    what a resumed run may change (its scoring) and goes on with, said as it resumes."""
+    old = ((saved or {}).get("hyper_parameters") or {}).get("run_config") or {}
+    keys = [key for key in UNCHECKED_KEYS if setting_value(old, key.split(".")[0]) is not None]
+    return setting_differences(old, config, keys, SPEED_KEYS) if old else []
 
 
 def _layout_hint(old: dict[str, Any], config: dict[str, Any]) -> str | None:
@@ -236,19 +256,41 @@ def _held(config: dict[str, Any], key: str) -> bool:
     return isinstance(config, dict) and name in config
 
 
-def job_dirs(output_dir: Path, multirun: bool) -> list[Path]:
-    """This run's directory, then earlier directories of the same job, newest first: the same job
-    subdir of earlier sweeps, or the earlier ``<date>_<time>`` folders of the same run name. A
-    folder named otherwise (``hydra.run.dir=`` given: a table row's of ``experiments/tables.py
-    run``) is its run's only one; the folders beside it are other runs."""
+def job_dirs(output_dir: Path, multirun: bool, job: Sequence[str] | None = None,
+             left_out: Sequence[str] = ()) -> list[Path]:
+    """This run's directory, then earlier directories of the same job, newest first: the job folders
+    of earlier sweeps whose job had the same overrides (``job``: the sweep job's, those that set one of
+    ``left_out`` aside: ``resume`` …, which its folder's name leaves out too; compared with what each
+    folder's ``.hydra/overrides.yaml`` says, not by the job's number, which a job added to or taken
+    from the sweep shifts; by the folder's name where ``job`` is None or a folder has no record), or the earlier
+    ``<date>_<time>`` folders of the same run name. A folder named otherwise (``hydra.run.dir=``
+    given: a table row's of ``experiments/tables.py run``) is its run's only one; the folders beside
+    it are other runs."""
     if multirun:  # multirun/<date>/<job subdir>
-        siblings = [d / output_dir.name for d in output_dir.parent.parent.iterdir() if d != output_dir.parent]
-    elif STAMPED_FOLDER.fullmatch(output_dir.name):  # outputs/<run name>/<date>_<time>
+        siblings = [folder for sweep in output_dir.parent.parent.iterdir() if sweep != output_dir.parent and sweep.is_dir()
+                    for folder in sweep.iterdir() if _same_job(folder, output_dir.name, job, left_out)]
+        earlier = sorted((d for d in siblings if (d / "checkpoints").is_dir()), key=lambda d: d.parent.name, reverse=True)
+        return [output_dir, *earlier]
+    if STAMPED_FOLDER.fullmatch(output_dir.name):  # outputs/<run name>/<date>_<time>
         siblings = [d for d in output_dir.parent.iterdir() if d != output_dir and STAMPED_FOLDER.fullmatch(d.name)]
     else:
         siblings = []
     earlier = sorted((d for d in siblings if (d / "checkpoints").is_dir()), key=lambda d: d.name, reverse=True)
     return [output_dir, *earlier]
+
+
+def _same_job(folder: Path, name: str, job: Sequence[str] | None, left_out: Sequence[str]) -> bool:
+    """Whether the sweep job folder ``folder`` is of the job ``job`` (see :func:`job_dirs`)."""
+    recorded = folder / ".hydra" / "overrides.yaml"
+    if job is None or not recorded.is_file():
+        return folder.name == name
+    import yaml
+
+    try:
+        theirs = [str(o) for o in yaml.safe_load(recorded.read_text(encoding="utf-8")) or []]
+    except (OSError, yaml.YAMLError):
+        return False
+    return sorted(own_overrides(theirs, left_out)) == sorted(own_overrides(job, left_out))
 
 
 def _load(path: Path) -> dict[str, Any] | None:

@@ -12,8 +12,10 @@ way (globs, ranges, comma lists, ``hydra.sweeper.max_batch_size``), and three th
    stop of the sweep itself — preemption (exit 75: the job saved its step) or Ctrl-C (130) — ends
    it whatever keep_going says.
 3. The sweep ends with a table, printed and written to ``<sweep dir>/sweep.tsv``: job, overrides,
-   status (``done``, ``failed (exit N): reason``, ``preempted (exit 75)``, ``not run``), folder (of
-   a job done that resumed a run elsewhere, that run's, which holds its checkpoints).
+   status (``done``, ``failed (exit N): reason``, ``preempted (exit 75)``, ``not run``), folder
+   (absolute; of a job done that resumed a run elsewhere, that run's, which holds its checkpoints:
+   with ``resume=auto`` each job's earlier run is found by its overrides, not its number,
+   :func:`aiayn.checkpoints.resume.job_dirs`).
 
 Its jobs share one group in W&B (and MLflow's ``sweep`` tag), settled before the first starts and
 written to ``<sweep dir>/group.txt`` (:func:`settle_group`), where each job reads it
@@ -21,7 +23,9 @@ written to ``<sweep dir>/group.txt`` (:func:`settle_group`), where each job read
 
 With Hydra's basic launcher the jobs run here one after another, each launched alone, so that a
 failure is seen as it happens. Another launcher (``hydra/launcher=slurm``) gets the jobs in
-batches, as from Hydra's sweeper; the checks and the table hold there too.
+batches, as from Hydra's sweeper; the checks and the table hold there too. One that runs them here
+as processes of their own (``hydra/launcher=submitit_local``) gets a SIGTERM to the sweep handed on
+to them, and their exits back (:mod:`aiayn.cli.sweep_processes`).
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ import copy
 import csv
 import io
 import os
-import secrets
 import sys
+import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +50,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
 from aiayn.cli.run_folder import LOCK, holder, note_the_holder
-from aiayn.config.identity import GROUP_FILE, recorded_group
+from aiayn.cli.sweep_processes import ExitAsReturn, JobExited, runs_as_processes, signals_handed_on
+from aiayn.config.identity import GROUP_FILE, new_group, own_overrides, recorded_group
 from aiayn.config.resolvers import runs_here, showing_only
 from aiayn.files import atomic_write_text, release_lock, take_lock
 
@@ -86,12 +91,17 @@ def sweep(sweeper: BasicSweeper, arguments: list[str]) -> list[list[JobReturn]]:
         sys.exit(USER_ERROR)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     held = _hold(sweep_dir)
+    stopped = threading.Event()  # a SIGTERM to a sweep whose jobs are processes of their own
     try:
         group = settle_group(sweeper.config, sweep_dir)
         OmegaConf.save(sweeper.config, sweep_dir / MULTIRUN_FILE)  # as Hydra's sweeper
         try:
             if runs_here(sweeper.config.hydra):
                 _run_one_by_one(sweeper, jobs)
+            elif runs_as_processes(sweeper.config.hydra):  # a SIGTERM handed on to them, their exits returned
+                sweeper.launcher.task_function = ExitAsReturn(sweeper.launcher.task_function)
+                with signals_handed_on(stopped):
+                    _run_in_batches(sweeper, jobs, [len(batch) for batch in batches], stopped)
             else:
                 _run_in_batches(sweeper, jobs, [len(batch) for batch in batches])
         finally:
@@ -101,6 +111,8 @@ def sweep(sweeper: BasicSweeper, arguments: list[str]) -> list[list[JobReturn]]:
     failures = [job for job in jobs if job.exit is not None]
     if failures:
         sys.exit(failures[0].exit)
+    if stopped.is_set():  # stopped before any job did (a SIGTERM as the sweep started): its jobs "not run"
+        sys.exit(PREEMPTED)
     return [job.results for job in jobs]
 
 
@@ -133,7 +145,7 @@ def settle_group(config: DictConfig, sweep_dir: Path) -> str:
     if not resumes_nothing(OmegaConf.select(config, "resume")):
         continued = next((earlier for earlier in _sweeps_beside(sweep_dir) if _command_of(earlier) == command), None)
     group = recorded_group(continued) if continued is not None else None
-    group = group or f"{'/'.join(sweep_dir.parts[-2:])}#{secrets.token_hex(3)}"
+    group = group or new_group(sweep_dir)
     atomic_write_text(sweep_dir / GROUP_FILE, group + "\n")
     print(f"sweep: group {group}" + (f", continuing the sweep of {continued}" if continued is not None else ""),
           flush=True)
@@ -143,8 +155,13 @@ def settle_group(config: DictConfig, sweep_dir: Path) -> str:
 def _command(config: DictConfig) -> list[str]:
     """The sweep's overrides that make its jobs, sorted: those its jobs' folder names leave out
     (``hydra.job.config.override_dirname.exclude_keys``) left out."""
-    left_out = set(OmegaConf.select(config, "hydra.job.config.override_dirname.exclude_keys", default=None) or [])
-    return sorted(str(o) for o in config.hydra.overrides.task if str(o).split("=", 1)[0].lstrip("+~") not in left_out)
+    return sorted(own_overrides(config.hydra.overrides.task, left_out_of_names(config.hydra)))
+
+
+def left_out_of_names(hydra: DictConfig) -> list[str]:
+    """The settings a sweep's job folders' names leave out (``hydra.job.config.override_dirname.exclude_keys``
+    of Hydra's config ``hydra``): ``resume``, ``logger``, ``trainer.devices``."""
+    return list(OmegaConf.select(hydra, "job.config.override_dirname.exclude_keys", default=None) or [])
 
 
 def _sweeps_beside(sweep_dir: Path) -> list[Path]:
@@ -201,7 +218,7 @@ def check(sweeper: BasicSweeper, jobs: list[Job]) -> list[tuple[Job, str]]:
 
     # Jobs another launcher runs elsewhere (SLURM) are planned for the node they ask for, as
     # --cfg job shows it, not refused for the GPUs this machine (a login node) lacks.
-    elsewhere = not runs_here(sweeper.config.hydra)
+    elsewhere = not runs_here(sweeper.config.hydra) and not runs_as_processes(sweeper.config.hydra)
     refused = []
     before = HydraConfig.instance().cfg
     try:
@@ -255,16 +272,19 @@ def _run_one_by_one(sweeper: BasicSweeper, jobs: list[Job]) -> None:
             return
 
 
-def _run_in_batches(sweeper: BasicSweeper, jobs: list[Job], sizes: list[int]) -> None:
+def _run_in_batches(sweeper: BasicSweeper, jobs: list[Job], sizes: list[int],
+                    stopped: threading.Event | None = None) -> None:
     start = 0
     for size in sizes:
+        if stopped is not None and stopped.is_set():  # a SIGTERM to the sweep: no more jobs start
+            return
         batch = jobs[start:start + size]
         results = sweeper.launcher.launch([job.overrides for job in batch], initial_job_idx=start)
         for job, result in zip(batch, results):
             job.results = [result]
             _record(job, result)
         start += size
-        if any(job.exit is not None for job in batch) and not sweeper.keep_going:
+        if any(job.exit is not None and (job.exit in _STOPS_THE_SWEEP or not sweeper.keep_going) for job in batch):
             return
 
 
@@ -282,7 +302,9 @@ def _record(job: Job, result: JobReturn) -> None:
             job.folder = str(ran_in)
         return
     error = result._return_value
-    if isinstance(error, BaseException):
+    if isinstance(error, JobExited):  # a job run as a process of its own: its one line, already in its log
+        job.failed(error.code, error.message)
+    elif isinstance(error, BaseException):
         traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
         first = (str(error).strip().splitlines() or [""])[0][:200]
         job.failed(1, f"{type(error).__name__}: {first} (traceback above)")
@@ -293,9 +315,9 @@ def _record(job: Job, result: JobReturn) -> None:
 def write_table(jobs: list[Job], path: Path, group: str | None = None) -> None:
     """The table of the jobs, written to ``path`` (tab-separated: each job's overrides whole) and
     printed (the overrides that differ between the jobs, a reason cut short) after a line that
-    names the sweep's ``group``. The folder of a job that left none (never run, or refused at its
-    start) is ``-``."""
-    folders = [job.folder if job.folder and Path(job.folder).is_dir() else "-" for job in jobs]
+    names the sweep's ``group``. Each folder is absolute (a job's own and a resumed run's alike); that
+    of a job that left none (never run, or refused at its start) is ``-``."""
+    folders = [os.path.abspath(job.folder) if job.folder and Path(job.folder).is_dir() else "-" for job in jobs]
     header = ("job", "overrides", "status", "folder")
     table = io.StringIO()
     writer = csv.writer(table, delimiter="\t", lineterminator="\n")

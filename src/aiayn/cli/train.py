@@ -33,6 +33,7 @@ from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import fail, left_out, reports_composition_errors, reports_errors, user_error_within
 from aiayn.cli.hydra_options import shown_part
 from aiayn.cli.rank_errors import os_error_of_a_rank, report_dead_ranks_before_lightning_kills, user_error_of_a_rank
+from aiayn.cli.sweep import left_out_of_names
 from aiayn.cli.typos import left_out_as_the_run_meets_it
 from aiayn.cli.weights_tested import Tested, tested, weights_before_test
 from aiayn.config.hardware import first_process
@@ -205,8 +206,9 @@ def _before_training(cfg: DictConfig):
     config = checked_config(cfg)
     run_folder.refuse_another_runs(cfg.paths.output_dir, cfg.resume)  # before Hydra wrote there, when it ran the run
     _warn_if_not_its_row(config)
-    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    resume = find_resume(cfg.resume, cfg.paths.output_dir, config, multirun=multirun)
+    job = HydraConfig.get() if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN else None
+    resume = find_resume(cfg.resume, cfg.paths.output_dir, config, multirun=job is not None,  # a sweep job: by its overrides
+                         job=list(job.overrides.task) if job else None, left_out=left_out_of_names(job) if job else ())
     if resume is not None and str(resume.run_dir) != cfg.paths.output_dir:
         note_continued(cfg.paths.output_dir, resume.run_dir)  # said in the log, and noted in this attempt's folder
         cfg.paths.output_dir = str(resume.run_dir)  # checkpoints and logs go on in the resumed run
@@ -247,8 +249,7 @@ def _check_shown(root: DictConfig, plan: dict) -> None:
     with open_dict(shown), read_write(shown):
         shown.plan = plan
         shown.pop("hydra", None)  # --cfg all shows Hydra's settings too; a run's config has none
-    # A setting left out that only another reads (task.datamodule.data_dir: ${…task.data_dir}): Hydra's
-    # resolving in place set both to ??? without a word; the run's resolving, afresh, names it.
+    # A setting left out that only another reads: Hydra's resolving in place made both ???; the run's names it.
     if "???" in OmegaConf.to_yaml(shown) and (error := left_out(left_out_as_the_run_meets_it())) is not None:
         raise error
     config = checked_config(shown)

@@ -5,7 +5,9 @@
   own overrides (``seed=2``, ``model.dropout=0.2``; not ``task=``, ``model=`` where the run name
   says them): unique among the jobs of a sweep; runs of one
   command started in the same second (folders ``<date>_<time>``, ``<date>_<time>-2``) add ``#2``, ...
-* **group**: ``run_group`` when set (``experiments/tables.py run`` sets its jobs' folder), else the
+* **group**: ``run_group`` when set (``experiments/tables.py run`` sets the one its root recorded in
+  ``<root>/group.txt`` on its first run, :func:`kept_group`: the root's last two parts and a random
+  suffix, kept by every later run into that root), else the
   sweep's, the same for every job of one ``--multirun``: what the sweep wrote to
   ``<sweep dir>/group.txt`` before its first job (:func:`aiayn.cli.sweep.settle_group`: the folder's
   last two parts and a random suffix, ``multirun/<date>_<time>#1a2b3c``, so that no two sweeps share
@@ -29,6 +31,7 @@ Registered as ``${aiayn.run:name}`` (``group``, ``tags``, ``scale``), for conf/l
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -165,6 +168,34 @@ def sweep_group(sweep_dir: Path) -> str:
     return recorded_group(sweep_dir) or "/".join(sweep_dir.parts[-2:])
 
 
+def new_group(folder: Path) -> str:
+    """A new group for the jobs of ``folder``: its last two parts and six random hex digits
+    (``multirun/2026-11-30_07-24-35#1a2b3c``), so that no two sweeps share one, whatever their
+    folders are called."""
+    import secrets
+
+    return f"{'/'.join(Path(folder).parts[-2:])}#{secrets.token_hex(3)}"
+
+
+def kept_group(folder: Path, group: str) -> str:
+    """The group ``folder`` recorded (:data:`GROUP_FILE`), recording ``group`` there first where it
+    has none: the first of the sweeps given that folder settles it, every later one keeps it (two
+    started at once agree: the file is created once, exclusively)."""
+    import tempfile
+
+    path = Path(folder) / GROUP_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=".group.", delete=False) as file:
+        file.write(group + "\n")
+    try:
+        os.link(file.name, path)  # whole, and only where there is none: never over another's
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(file.name)
+    return recorded_group(Path(folder)) or group
+
+
 def recorded_group(sweep_dir: Path) -> str | None:
     """What ``<sweep_dir>/group.txt`` says; None where it says nothing."""
     try:
@@ -212,6 +243,13 @@ def _as_written(override: str) -> str:
     if parsed.is_delete() or parsed.is_sweep_override() or parsed.value() is None and "=" not in override:
         return override
     return f"{parsed.get_key_element()}={written(parsed.value())}"
+
+
+def own_overrides(overrides: Iterable[Any], left_out: Iterable[str]) -> list[str]:
+    """``overrides`` less those that set one of ``left_out`` (``+resume=auto`` sets ``resume``): a
+    sweep job's own, as its folder's name says them (``hydra.job.config.override_dirname.exclude_keys``)."""
+    left_out = set(left_out)
+    return [str(o) for o in overrides if _key(str(o)) not in left_out]
 
 
 def _key(override: str) -> str:

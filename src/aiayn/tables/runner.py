@@ -5,7 +5,8 @@ expansion), each with a fixed directory ``<root>/<name>`` named
 by its overrides that differ between the sweep's jobs, so that the same command run again finds
 the same directories: a job whose directory has ``summary.json`` is done and skipped, one whose
 directory exists without it goes on from its newest checkpoint (``resume=auto``), and the rest
-start fresh. :func:`select_part` keeps one part ``K/M`` of the jobs (for several machines, or
+start fresh. The jobs share one W&B group, the root's own (``<root>/group.txt``), kept by every
+later run into that root. :func:`select_part` keeps one part ``K/M`` of the jobs (for several machines, or
 several sittings); :func:`run` trains the jobs that are not done, at most ``parallel`` at a time,
 each on its own share of the CPUs.
 """
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from aiayn.config.identity import kept_group, new_group, recorded_group
 from aiayn.reporting.summary import SUMMARY_FILE
 
 REPO = Path(__file__).resolve().parents[3]
@@ -49,6 +51,9 @@ class RowJob:
     name: str
     overrides: tuple[str, ...]
     dir: Path
+    # The W&B group of the sweep's jobs (``run_group``): the one their root recorded (``<root>/group.txt``),
+    # else a new one (the root's last two parts and a random suffix), recorded as the first job starts.
+    group: str
     returncode: int | None = None  # once run
 
     @property
@@ -81,12 +86,6 @@ class RowJob:
 
         theirs = [str(o) for o in yaml.safe_load(recorded.read_text()) or [] if _key(str(o)) not in RESERVED_KEYS]
         return None if sorted(theirs) == sorted(self.overrides) else theirs
-
-    @property
-    def group(self) -> str:
-        """The W&B group of the sweep's jobs (``run_group``): their folder's last two parts, the
-        same for every later run of the table into that folder."""
-        return "/".join(self.dir.parent.resolve().parts[-2:])
 
     def command(self, python: str | os.PathLike = sys.executable, repo: str | os.PathLike = REPO) -> list[str]:
         """``python <repo>/src/train.py <overrides> hydra.run.dir=<dir> resume=auto run_group=<group>``."""
@@ -169,7 +168,8 @@ def plan(conf_dir: str | os.PathLike, overrides: Sequence[str], root: str | os.P
             raise ValueError(f"{override!r}: the sweep runner sets {_key(override)} itself; leave it out")
     expanded = expand_sweep(conf_dir, list(overrides))
     root = Path(root).resolve()
-    return [RowJob(index, name, tuple(job), root / name)
+    group = recorded_group(root) or new_group(root)  # recorded only once a job starts: a dry run writes nothing
+    return [RowJob(index, name, tuple(job), root / name, group)
             for index, (job, name) in enumerate(zip(expanded, job_names(expanded)))]
 
 
@@ -227,7 +227,7 @@ class _Running:
 
 def _claim(job: RowJob) -> FileLock | None:
     """The job's lock, held, when no other runner trains it and it is not done; else None."""
-    job.dir.parent.mkdir(parents=True, exist_ok=True)
+    job.group = kept_group(job.dir.parent, job.group)  # the root's, whichever runner of it started first
     lock = job.lock
     try:
         lock.acquire(timeout=0)
