@@ -128,7 +128,7 @@ def average_into(trained: Any, window: list[Path]) -> list[int]:
     a window of one leaves the model as loaded: its steps are those average.py averaged into it
     (``averaged_steps``), else its own."""
     if len(window) == 1:
-        return list(getattr(trained, "averaged_steps", ())) or [trained.step]
+        return list(trained.averaged_steps) or [trained.step]
     average = average_checkpoints(window)
     trained.load_weights(average["state_dict"])
     return list(average["averaged_steps"])

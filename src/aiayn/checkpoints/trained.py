@@ -17,7 +17,7 @@ import torch
 from aiayn.checkpoints.digest import identity
 from aiayn.checkpoints.given import checkpoint_list
 from aiayn.checkpoints.io import read_checkpoint
-from aiayn.config.schemas import network_arguments, network_class
+from aiayn.config.schemas import build_network, network_arguments
 from aiayn.data.subwords import Subwords
 from aiayn.data.task import raw_text_of, task_module
 from aiayn.errors import ConfigError, DataError
@@ -88,9 +88,9 @@ def load_trained(path: str | os.PathLike, map_location: str | torch.device = "cp
     vocab_size = arguments["vocab_size"]
     network = dict(arguments["model"])
     # The class it was trained as: the paper's Transformer, or one of one's own (its module on PYTHONPATH here too).
-    kind = network_class(network.pop("_target_", None), f"{path}: its model._target_",
-                         "the class it was trained as is needed to load it: put the folder of its module on PYTHONPATH")
-    model = kind(vocab_size, vocab_size, pad_id=arguments.get("pad_id", 0), **network)
+    model = build_network(network.pop("_target_", None), vocab_size, network, arguments.get("pad_id", 0),
+                          setting=f"{path}: its model._target_", where="the class it was trained as is needed to "
+                          "load it: put the folder of its module on PYTHONPATH")
     put_weights(model, model_weights(state_dict if state_dict is not None else checkpoint["state_dict"]), str(path))
     model.to(map_location).eval()
     config = _moved_targets(dict(checkpoint["hyper_parameters"].get("run_config") or {}))

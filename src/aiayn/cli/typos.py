@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from aiayn.cli import CONFIG_DIR, tool_command, tool_name
 from aiayn.cli.hydra_options import hydra_options_and_overrides
+from aiayn.config.identity import override_key
 
 
 def refused_key(key: str, because: str) -> str:
@@ -80,7 +81,7 @@ def _composed(key: str | None) -> object:
     from hydra.core.global_hydra import GlobalHydra
 
     _, overrides = hydra_options_and_overrides(sys.argv[1:])
-    rest = first_of_each_sweep([override for override in overrides if _key(override) != key])
+    rest = first_of_each_sweep([override for override in overrides if override_key(override) != key])
     name = tool_name().removesuffix(".py").removeprefix("aiayn-")
     GlobalHydra.instance().clear()  # the tool's own composition failed; this one is on its own
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
@@ -93,7 +94,7 @@ def named_after_the_model(missing: str) -> str:
     command line did not: a model file of one's own (docs/extending.md) has no recipe or checkpoints
     of its name; "" for any other."""
     found = re.match(r"In 'train': Could not find '(optim|checkpoint)/([^']+)'", missing)
-    if found is None or any(_key(override) == found[1] for override in hydra_options_and_overrides(sys.argv[1:])[1]):
+    if found is None or any(override_key(override) == found[1] for override in hydra_options_and_overrides(sys.argv[1:])[1]):
         return ""
     group, model = found.groups()
     return (f"; train.yaml picks {group}=${{model}}, and model={model} has none of its name: give {group}=<one of "
@@ -129,7 +130,7 @@ def _section(key: str, section: Mapping) -> str:
     """What to give instead of ``key=<name>`` where ``key`` is a section of settings: each of them,
     and those conf/<key>/<name>.yaml sets, where there is one."""
     given = next((override.split("=", 1)[1] for override in hydra_options_and_overrides(sys.argv[1:])[1]
-                  if _key(override) == key and "=" in override), None)
+                  if override_key(override) == key and "=" in override), None)
     names = ", ".join(f"{key}.{name}" for name in sorted(map(str, section)))
     if all(value is None for value in section.values()):  # evaluate's, translate's, export's decoding.*
         names += "; each left unset: the checkpoint's own"
@@ -143,10 +144,6 @@ def _section(key: str, section: Mapping) -> str:
             settings = " ".join(f"{key}.{name}={_yaml(value)}" for name, value in values.items())
             line += f"; conf/{key}/{given}.yaml's are {settings}"
     return line
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def _yaml(value: object) -> str:

@@ -137,13 +137,13 @@ def identity(root: DictConfig, what: str) -> Any:
     experiment = root.get("experiment") or {}
     scale = ("debug" if choices.get("debug") else experiment.get("scale")
              or ("paper" if experiment.get("table") else None))
-    own = [_as_written(o.lstrip("+")) for o in overrides if _key(o) not in _UNNAMED and not _key(o).startswith("hydra.")]
+    own = [_as_written(o.lstrip("+")) for o in overrides if override_key(o) not in _UNNAMED and not override_key(o).startswith("hydra.")]
     if what == "scale":
         return scale
     if what == "name":
         # The run name's own words are not said twice: run_name is <task.name>-<model> unless it is set.
         said = ("task", "model") if str(root.run_name) == f"{root.task.name}-{choices.get('model')}" else ()
-        named = [o for o in own if _key(o) not in said]
+        named = [o for o in own if override_key(o) not in said]
         name = "-".join([str(root.run_name), *([scale] if scale else []), *([",".join(named)] if named else [])])
         folder = OmegaConf.select(job, "runtime.output_dir") if job is not None and job.mode != RunMode.MULTIRUN else None
         together = STAMPED_FOLDER.fullmatch(Path(folder).name) if folder else None  # <date>_<time>-N: the Nth that second
@@ -249,10 +249,10 @@ def own_overrides(overrides: Iterable[Any], left_out: Iterable[str]) -> list[str
     """``overrides`` less those that set one of ``left_out`` (``+resume=auto`` sets ``resume``): a
     sweep job's own, as its folder's name says them (``hydra.job.config.override_dirname.exclude_keys``)."""
     left_out = set(left_out)
-    return [str(o) for o in overrides if _key(str(o)) not in left_out]
+    return [str(o) for o in overrides if override_key(str(o)) not in left_out]
 
 
-def _key(override: str) -> str:
+def override_key(override: str) -> str:
     """The setting an override sets (``+scale=x`` → ``scale``, ``~a.b`` → ``a.b``)."""
     return override.split("=", 1)[0].lstrip("+~")
 

@@ -40,7 +40,7 @@ from aiayn.config.memory import (
     tokens_that_fit,
     usable,
 )
-from aiayn.config.schemas import PAPER_NETWORK, network_arguments, network_class
+from aiayn.config.schemas import PAPER_NETWORK, build_network, network_arguments
 from aiayn.config.trainer import check_epoch_limit, check_length, stopped_sooner, validation, warmup_outlasts_the_run
 from aiayn.errors import ConfigError
 
@@ -281,10 +281,7 @@ def _describe_model(config: Mapping[str, Any], name: str | None) -> str | None:
     if target == PAPER_NETWORK:
         count = parameters(network, vocab_size)
     else:  # a class of one's own (docs/extending.md): its parameters counted on the meta device, none allocated
-        import torch
-
-        with torch.device("meta"):
-            count = sum(p.numel() for p in network_class(target)(vocab_size, vocab_size, **network).parameters())
+        count = sum(p.numel() for p in build_network(target, vocab_size, network, on_meta=True).parameters())
         name = f"{name + ', ' if name else ''}{target}"
     size = f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count / 1e3:.1f}K" if count >= 1e3 else str(count)
     shape = ", ".join(f"{key}={network[key]}" for key in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v"))

@@ -239,6 +239,21 @@ def network_class(target: str | None, setting: str = "model._target_",
     return found
 
 
+def build_network(target: str | None, vocab_size: int, network: Mapping[str, Any], pad_id: int = 0, *,
+                  on_meta: bool = False, **named: str) -> Any:
+    """The network the class ``target`` names (:func:`network_class`, ``named`` its ``setting`` and
+    ``where``), over one vocabulary of ``vocab_size``, with the arguments ``network``
+    (:func:`network_arguments`); ``on_meta``: on torch's meta device, its shapes and checks without
+    its weights allocated."""
+    kind = network_class(target, **named)
+    if not on_meta:
+        return kind(vocab_size, vocab_size, pad_id=pad_id, **network)
+    import torch
+
+    with torch.device("meta"):
+        return kind(vocab_size, vocab_size, pad_id=pad_id, **network)
+
+
 def named_object(path: str, setting: str, where: str) -> Any:
     """What the dotted ``path`` names (a class, a function of one's own on PYTHONPATH); a ConfigError
     naming ``setting`` and what to do (``where``) where its module or the name in it is not there.

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from aiayn.config.identity import kept_group, new_group, recorded_group
+from aiayn.config.identity import kept_group, new_group, override_key, own_overrides, recorded_group
 from aiayn.reporting.summary import SUMMARY_FILE
 
 REPO = Path(__file__).resolve().parents[3]
@@ -84,18 +84,13 @@ class RowJob:
             return None
         import yaml
 
-        theirs = [str(o) for o in yaml.safe_load(recorded.read_text()) or [] if _key(str(o)) not in RESERVED_KEYS]
+        theirs = own_overrides(yaml.safe_load(recorded.read_text()) or [], RESERVED_KEYS)
         return None if sorted(theirs) == sorted(self.overrides) else theirs
 
     def command(self, python: str | os.PathLike = sys.executable, repo: str | os.PathLike = REPO) -> list[str]:
         """``python <repo>/src/train.py <overrides> hydra.run.dir=<dir> resume=auto run_group=<group>``."""
         return [str(python), str(Path(repo) / "src" / "train.py"), *self.overrides,
                 f"hydra.run.dir={_quoted(str(self.dir))}", "resume=auto", f"run_group={_quoted(self.group)}"]
-
-
-def _key(override: str) -> str:
-    """The config key an override sets (``+scale=x`` → ``scale``, ``~a.b`` → ``a.b``)."""
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def _value(override: str) -> str:
@@ -116,14 +111,14 @@ def job_names(jobs: Sequence[Sequence[str]]) -> list[str]:
     names it: base's repeats (``experiment=table3_base seed=1234,1235,1236``) and the whole table
     (``'experiment=glob(table3_*)' seed=1234``) share ``table3_base-seed1234``. A job with none of
     these is named ``job``. Raises ValueError when two jobs would share a name."""
-    values = [{_key(override): _value(override) for override in job} for job in jobs]
+    values = [{override_key(override): _value(override) for override in job} for job in jobs]
     keys = {key for job in values for key in job}
     varying = {key for key in keys if len({job.get(key) for job in values}) > 1}
     names = []
     for job, settings in zip(jobs, values):
         parts = []
         for override in job:
-            key = _key(override)
+            key = override_key(override)
             if key == "experiment":
                 parts.insert(0, settings[key])
             elif key == "seed":
@@ -164,8 +159,8 @@ def plan(conf_dir: str | os.PathLike, overrides: Sequence[str], root: str | os.P
     directory ``<root>/<name>`` (see :func:`job_names`). Raises ValueError for an override the
     runner sets itself (hydra.run.dir, resume, ...) and for colliding names."""
     for override in overrides:
-        if _key(override) in RESERVED_KEYS:
-            raise ValueError(f"{override!r}: the sweep runner sets {_key(override)} itself; leave it out")
+        if override_key(override) in RESERVED_KEYS:
+            raise ValueError(f"{override!r}: the sweep runner sets {override_key(override)} itself; leave it out")
     expanded = expand_sweep(conf_dir, list(overrides))
     root = Path(root).resolve()
     group = recorded_group(root) or new_group(root)  # recorded only once a job starts: a dry run writes nothing

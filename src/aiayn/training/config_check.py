@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from aiayn.config.plan import check_batch_holds_a_pair
-from aiayn.config.schemas import check_against_schemas, constructor_arguments, network_arguments, network_class
+from aiayn.config.schemas import build_network, check_against_schemas, constructor_arguments, network_arguments
 from aiayn.config.trainer import check_lightning_values, check_validation_interval
 from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding
@@ -72,16 +72,9 @@ def _check_network(model: dict[str, Any], width_divisor: Any) -> None:
     except ValueError as error:
         raise ConfigError(str(error)) from None
     try:  # the network's own checks (a class of one's own: its too), without allocating its weights
-        _build_on_meta_device(network_class(model.get("_target_")), network)
+        build_network(model.get("_target_"), 8, network, on_meta=True)
     except (TypeError, ValueError) as error:
         raise ConfigError(f"model: {error}") from None
-
-
-def _build_on_meta_device(kind: type, network: dict[str, Any]) -> None:
-    import torch
-
-    with torch.device("meta"):
-        kind(src_vocab_size=8, tgt_vocab_size=8, **network)
 
 
 def _check_recipe(typed: dict[str, dict[str, Any]]) -> None:

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torchmetrics import MeanMetric
 
 from aiayn.checkpoints.trained import layout_difference
-from aiayn.config.schemas import network_class
+from aiayn.config.schemas import build_network
 from aiayn.decoding.search import Search
 from aiayn.errors import DataError, UserError
 from aiayn.metrics.scorers import Scorer
@@ -84,7 +84,7 @@ class TranslationModule(L.LightningModule):
         self.label_smoothing, self.fused_loss = float(label_smoothing), bool(fused_loss)
         # model._target_: the paper's Transformer, or a subclass of one's own (docs/extending.md)
         network = {key: value for key, value in model.items() if key != "_target_"}
-        self.model = network_class(model.get("_target_"))(vocab_size, vocab_size, pad_id=pad_id, **network)
+        self.model = build_network(model.get("_target_"), vocab_size, network, pad_id)
         self.optim, self.decoding = dict(optim), dict(decoding)
         self._search: Search | None = None  # how to decode, from the data's vocabulary when first needed
         self._decoder: Any = None  # and how outputs become text: the vocabulary, or a parser's as evaluate writes them
