@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 from aiayn.data.cache import given_folder
 from aiayn.data.checks import ROLES, SplitFiles
 from aiayn.data.corpus import ParallelCorpus, filter_pairs, report_kept
+from aiayn.data.encoded import encoded_training_pairs
 from aiayn.data.loaders import split_loader
 from aiayn.data.position import Position, align_progress, rank_batches, read_position, saved_position
 from aiayn.data.readers import read_parallel
@@ -40,7 +41,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
     ``max_tokens`` bounds a batch's padded size per side (BOS/EOS included); ``max_length``
     drops training pairs with a side of more subword ids than that (BOS/EOS not counted);
     ``seed`` sets the training batch order; ``cache_dir`` (default ``~/.cache/aiayn``) holds
-    the subword models.
+    the subword models and the training pairs encoded once (:mod:`aiayn.data.encoded`).
 
     The task's questions are the data module's to answer, so that no tool asks which kind of task
     it has: what its models do (:meth:`does`), which splits can be scored (:meth:`check_split`,
@@ -184,20 +185,22 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         if self.vocab is None:
             learnt = role == "train" and self.given_vocab is None
             self.vocab = self._train_or_load(src, tgt) if learnt else self.load_vocab()
+        if role == "train" and (stored := encoded_training_pairs(src, tgt, self.vocab, self.cache_dir)) is not None:
+            return self._kept(stored, f"{src_path} / {tgt_path}")
         src_ids, tgt_ids = self.vocab.encode(src), self.vocab.encode(tgt)
-        if role == "train":
-            keep, self.filtered = filter_pairs(src_ids, tgt_ids, self.max_length)
-            report_kept(len(keep), len(src), f"{src_path} / {tgt_path}", self.filtered, self.max_length)
-            src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
-            return ParallelCorpus(src_ids, tgt_ids, keep)
-        self._sources[role], self._references[role] = src, tgt
-        return ParallelCorpus(src_ids, tgt_ids)
+        if role != "train":
+            self._sources[role], self._references[role] = src, tgt
+            return ParallelCorpus(src_ids, tgt_ids)
+        keep, self.filtered = filter_pairs(src_ids, tgt_ids, self.max_length)  # a cache folder that cannot hold them
+        report_kept(len(keep), len(src), f"{src_path} / {tgt_path}", self.filtered, self.max_length)
+        return ParallelCorpus([src_ids[i] for i in keep], [tgt_ids[i] for i in keep], keep)
 
     def _prepared_training_pairs(self, folder: Path, source: str) -> Dataset:
-        """The training pairs binarised in ``folder`` (:mod:`aiayn.data.storage`) that ``max_length``
-        keeps, mapped, for a corpus whose training split is prepared once; ``source`` names them."""
-        self.load_vocab()
-        corpus = MappedCorpus(folder, "train")
+        self.load_vocab()  # the pairs binarised in ``folder``, for a corpus prepared once
+        return self._kept(MappedCorpus(folder, "train"), source)
+
+    def _kept(self, corpus: MappedCorpus, source: str) -> Dataset:
+        """The pairs of a binarised training corpus that ``max_length`` keeps; ``source`` names them."""
         kept, self.filtered = within_length(corpus, self.max_length)
         report_kept(len(kept), corpus.stored_size, source, self.filtered, self.max_length)
         return kept
