@@ -30,7 +30,7 @@ from aiayn.decoding.settings import Decoding, asked
 from aiayn.errors import ConfigError, DataError
 from aiayn.training.nonfinite import NonFiniteLossError
 from tests.helpers import inprocess
-from tests.helpers.runs import REPO, offline_environment, run_command
+from tests.helpers.runs import REPO, offline_environment, popen, run_command
 
 TOOLS = ("train", "prepare", "evaluate", "translate", "average", "visualize")
 BIN = Path(sys.executable).parent
@@ -163,9 +163,10 @@ def test_a_page_whose_reader_has_gone_ends_quietly(arguments: tuple[str, ...], t
     os.close(read_end)
     try:
         environment = {**offline_environment(), "AIAYN_DATA_ROOT": str(data_root), "AIAYN_CACHE_DIR": str(tmp_path)}
-        result = subprocess.run([sys.executable, str(REPO / "src" / f"{tool}.py"), *options], check=False, cwd=tmp_path,
-                                stdout=write_end, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                env=environment, timeout=300)
+        with popen([sys.executable, str(REPO / "src" / f"{tool}.py"), *options], cwd=tmp_path, stdout=write_end,
+                   stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=environment) as process:
+            _, errors = process.communicate(timeout=300)
+        result = subprocess.CompletedProcess(process.args, process.returncode, None, errors)
     finally:
         os.close(write_end)
     assert result.returncode == 128 + signal.SIGPIPE, result.stderr[-3000:]
