@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import aiayn.config  # noqa: F401  registers the schemas and resolvers that conf/ composes with
-from tests.helpers.inprocess import train
+from tests.helpers.inprocess import put_back_signals, signal_state, train
 from tests.helpers.runs import REPO, TINY_RUN, TrainedRun, snapshot
 
 
@@ -53,6 +53,18 @@ def hydra_left_as_found() -> Iterator[None]:
 
         HydraConfig.instance().cfg = before
         GlobalHydra.instance().clear()
+
+
+@pytest.fixture(autouse=True)
+def signals_left_as_found() -> Iterator[None]:
+    """A test that builds a run's callbacks in this process (the preemption handling takes SIGTERM,
+    SIGUSR1, … over to pass them on to spawned ranks, once per process) leaves the handlers as it
+    found them, as tests.helpers.inprocess's runs do: put back after every test, so that no later
+    test in the worker starts with another's handler (a forked child of a later test ignored
+    SIGTERM, Lightning's SLURM requeue found SIGUSR1 taken)."""
+    state = signal_state()
+    yield
+    put_back_signals(state)
 
 
 @pytest.fixture(scope="session")

@@ -134,6 +134,26 @@ def _exit_status(code: object) -> int:
     return 1
 
 
+def signal_state() -> tuple[dict, dict]:
+    """This process's handlers of :data:`SIGNALS`, and the handlers a run's preemption handling
+    found as it took them over (aiayn.training.preemption: once per process, so that a later run in
+    it, as in a fresh process, takes them over again once they are put back)."""
+    preemption = sys.modules.get("aiayn.training.preemption")
+    return ({signum: signal.getsignal(signum) for signum in SIGNALS},
+            dict(preemption._before_forwarding) if preemption is not None else {})
+
+
+def put_back_signals(state: tuple[dict, dict]) -> None:
+    handlers, taken_over = state
+    for signum, handler in handlers.items():
+        if signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    preemption = sys.modules.get("aiayn.training.preemption")
+    if preemption is not None:
+        preemption._before_forwarding.clear()
+        preemption._before_forwarding.update(taken_over)
+
+
 @contextlib.contextmanager
 def _isolated(cwd: Path, environment: Mapping[str, str], argv: list[str],
               stdin: str | bytes | None) -> Iterator[dict[str, bytes]]:
@@ -141,7 +161,7 @@ def _isolated(cwd: Path, environment: Mapping[str, str], argv: list[str],
     afterwards; yields a dict that holds {"stdout": ..., "stderr": ...} (bytes) once it ends."""
     captured: dict[str, bytes] = {}
     saved_cwd, saved_environ, saved_argv = os.getcwd(), dict(os.environ), sys.argv
-    saved_signals = {signum: signal.getsignal(signum) for signum in SIGNALS}
+    saved_signals = signal_state()
     saved_torch = (torch.get_num_threads(), torch.get_float32_matmul_precision(), torch.get_rng_state(),
                    random.getstate(), numpy.random.get_state())
     saved_logging = _logging_state()
@@ -182,8 +202,7 @@ def _isolated(cwd: Path, environment: Mapping[str, str], argv: list[str],
             os.chdir(saved_cwd)
             os.environ.clear()
             os.environ.update(saved_environ)
-            for signum, handler in saved_signals.items():
-                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+            put_back_signals(saved_signals)
             threads, precision, rng, python_rng, numpy_rng = saved_torch
             torch.set_num_threads(threads)
             torch.set_float32_matmul_precision(precision)
