@@ -119,6 +119,7 @@ def test_a_killed_then_extended_run_logs_every_step_once_with_each_logger(tmp_pa
     assert [metric.step for metric in client.get_metric_history(run.info.run_id, "train/loss")] == list(range(16))
     params, tags = run.data.params, run.data.tags
     assert params["optim.train_steps"] == "12" and tags["changed.optim.train_steps"] == "16"
+    assert "changed.resume" not in tags  # how each resumed attempt starts: no setting it changed
     assert params["init_from"] == "null" and params["callbacks.preemption.signals"] == "[SIGTERM, SIGINT, SIGUSR1, SIGUSR2]"
     assert run.data.metrics["steps"] == 16
 

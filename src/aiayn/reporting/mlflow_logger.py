@@ -103,8 +103,9 @@ class MLflowRunLogger(MLFlowLogger):
         run = self.experiment.get_run(self.run_id)
         logged = run.data.params
         # (a param first logged as Python spells it, None or ['SIGTERM'], is the same setting)
-        changed = sorted(key for key, texts in flat.items()
-                         if key in logged and logged[key] not in {text[:MAX_PARAM_VAL_LENGTH] for text in texts})
+        # (``resume`` says how an attempt was started, which every resumed attempt changes: no setting of the run)
+        changed = sorted(key for key, texts in flat.items() if key in logged and key != "resume"
+                         and logged[key] not in {text[:MAX_PARAM_VAL_LENGTH] for text in texts})
         for key in changed:
             self.experiment.set_tag(self.run_id, f"changed.{key}", flat[key][0][:MAX_TAG_VAL_LENGTH])
         for key in flat.keys() - set(changed):  # an earlier attempt's change this attempt has not made
