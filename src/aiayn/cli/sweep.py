@@ -51,7 +51,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
 from aiayn.cli.run_folder import LOCK, holder, note_the_holder
 from aiayn.cli.sweep_processes import ExitAsReturn, JobExited, runs_as_processes, signals_handed_on
-from aiayn.config.identity import GROUP_FILE, new_group, own_overrides, recorded_group
+from aiayn.config.identity import GROUP_FILE, left_out_of_names, new_group, own_overrides, recorded_group
 from aiayn.config.resolvers import runs_here, showing_only
 from aiayn.files import atomic_write_text, release_lock, take_lock
 
@@ -156,12 +156,6 @@ def _command(config: DictConfig) -> list[str]:
     """The sweep's overrides that make its jobs, sorted: those its jobs' folder names leave out
     (``hydra.job.config.override_dirname.exclude_keys``) left out."""
     return sorted(own_overrides(config.hydra.overrides.task, left_out_of_names(config.hydra)))
-
-
-def left_out_of_names(hydra: DictConfig) -> list[str]:
-    """The settings a sweep's job folders' names leave out (``hydra.job.config.override_dirname.exclude_keys``
-    of Hydra's config ``hydra``): ``resume``, ``logger``, ``trainer.devices``."""
-    return list(OmegaConf.select(hydra, "job.config.override_dirname.exclude_keys", default=None) or [])
 
 
 def _sweeps_beside(sweep_dir: Path) -> list[Path]:

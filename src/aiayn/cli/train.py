@@ -33,11 +33,10 @@ from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import fail, left_out, reports_composition_errors, reports_errors, user_error_within
 from aiayn.cli.hydra_options import shown_part
 from aiayn.cli.rank_errors import os_error_of_a_rank, report_dead_ranks_before_lightning_kills, user_error_of_a_rank
-from aiayn.cli.sweep import left_out_of_names
 from aiayn.cli.typos import left_out_as_the_run_meets_it
 from aiayn.cli.weights_tested import Tested, tested, weights_before_test
 from aiayn.config.hardware import first_process
-from aiayn.config.identity import MODIFIED, row_changes
+from aiayn.config.identity import MODIFIED, left_out_of_names, row_changes
 from aiayn.config.plan import describe
 from aiayn.config.resolvers import showing_only
 from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers

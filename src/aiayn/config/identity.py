@@ -245,6 +245,12 @@ def _as_written(override: str) -> str:
     return f"{parsed.get_key_element()}={written(parsed.value())}"
 
 
+def left_out_of_names(hydra: DictConfig) -> list[str]:
+    """The settings a sweep's job folders' names leave out (``hydra.job.config.override_dirname.exclude_keys``
+    of Hydra's config ``hydra``): ``resume``, ``logger``, ``trainer.devices``."""
+    return list(OmegaConf.select(hydra, "job.config.override_dirname.exclude_keys", default=None) or [])
+
+
 def own_overrides(overrides: Iterable[Any], left_out: Iterable[str]) -> list[str]:
     """``overrides`` less those that set one of ``left_out`` (``+resume=auto`` sets ``resume``): a
     sweep job's own, as its folder's name says them (``hydra.job.config.override_dirname.exclude_keys``)."""
