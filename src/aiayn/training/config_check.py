@@ -41,11 +41,11 @@ def check_train_config(config: Mapping[str, Any]) -> None:
     _known("", config, ROOT_SETTINGS)
     _check_scale(config.get("experiment") or {})
     typed = check_against_schemas(config)
-    _check_network(typed["model"], config.get("width_divisor", 1))
+    network = _check_network(typed["model"], config.get("width_divisor", 1))
     _check_recipe(typed)
     optim = typed["optim"]  # a schedule of one's own (optim.schedule) gives a rate at its first and last step
-    check_schedule(optim["schedule"], network_arguments(typed["model"], config.get("width_divisor", 1))["d_model"],
-                   optim["warmup_steps"], optim["lr_factor"], optim["train_steps"])
+    check_schedule(optim["schedule"], network["d_model"], optim["warmup_steps"], optim["lr_factor"],
+                   optim["train_steps"])
     _check_task(config.get("task") or {})
     _check_positions(typed["model"], (config.get("task") or {}).get("datamodule") or {})
     _check_decoding(typed["decoding"], config.get("task") or {})
@@ -64,7 +64,8 @@ def _check_scale(experiment: Mapping[str, Any]) -> None:
                           f"drop +scale (that row's config is its scale)")
 
 
-def _check_network(model: dict[str, Any], width_divisor: Any) -> None:
+def _check_network(model: dict[str, Any], width_divisor: Any) -> dict[str, Any]:
+    """The network's arguments, widths as trained (:func:`network_arguments`), once it is one that can be built."""
     if model["n_layers"] < 1:
         raise ConfigError(f"model.n_layers must be at least 1 (N: the layers of each stack), got {model['n_layers']}")
     try:
@@ -75,6 +76,7 @@ def _check_network(model: dict[str, Any], width_divisor: Any) -> None:
         build_network(model.get("_target_"), 8, network, on_meta=True)
     except (TypeError, ValueError) as error:
         raise ConfigError(f"model: {error}") from None
+    return network
 
 
 def _check_recipe(typed: dict[str, dict[str, Any]]) -> None:

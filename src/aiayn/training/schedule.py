@@ -9,12 +9,11 @@ the paper). ``optim.schedule`` names another function of the step in its place (
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from aiayn.config.schemas import named_object
+from aiayn.config.schemas import constructor_arguments, named_object
 from aiayn.errors import ConfigError
 
 if TYPE_CHECKING:  # torch is imported where a scheduler is made: the config's check runs without it
@@ -74,7 +73,5 @@ def check_schedule(schedule: str | None, d_model: int, warmup_steps: int, factor
 
 def _arguments(rate: Callable[..., float], **available: object) -> dict[str, object]:
     """Those of ``available`` that ``rate`` names (all where it takes ``**kwargs``)."""
-    parameters = inspect.signature(rate).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return available
-    return {key: value for key, value in available.items() if key in parameters}
+    named, takes_any = constructor_arguments(rate)
+    return available if takes_any else {key: value for key, value in available.items() if key in named}
