@@ -70,17 +70,22 @@ def test_table2_from_wandb_takes_each_seeds_own_evaluation(
     """Two seeds of Table 2's base EN-DE share their run name, and so the W&B group of their
     evaluate.py runs: each seed's BLEU is that of the evaluation of its own checkpoint, found by the
     training run's W&B id the evaluation holds (trained_wandb_run), the test split named by its role
-    or by its name (split=newstest2014) (before: both seeds took the newest evaluation of the group,
+    or by its name (split=newstest2014), and decoded as the run's config says (before: both seeds took the newest evaluation of the group,
     and one of split=newstest2014 was no test). An evaluation that does not say which run it scored
     (logged before evaluations recorded it) is left out where several runs share the name, named
-    in a warning."""
+    in a warning. An evaluation decoded otherwise (greedy) is no test of the row, as in a run
+    folder's eval/ (before: taken from W&B, being the newest and of the most checkpoints)."""
+    search = {"beam_size": 4, "alpha": 0.6, "max_len_offset": 50}
     row = {"experiment": {"table": "table2", "row": "base_en_de"}, "run_name": "table2-base_en_de",
-           "task": {"datamodule": {"val_split": "newstest2013", "test_split": "newstest2014"}}}
+           "task": {"datamodule": {"val_split": "newstest2013", "test_split": "newstest2014"}}, "decoding": search}
     seeds = [wandb_run(f"seed{seed}", {**row, "seed": seed}, {"steps": 100000, "test/tokenized_bleu": 20.0 + seed})
              for seed in (1, 2)]
     evaluations = [
-        wandb_run("ev1", {"evaluate": {"average_last": 5}, "trained_wandb_run": "seed1"},
+        wandb_run("ev1", {"evaluate": {"average_last": 5}, "decoding": search, "trained_wandb_run": "seed1"},
                   {"test/tokenized_bleu": 27.1, "test/bleu": 26.5}, "2026-01"),
+        # newer, of more checkpoints, but greedy: no test of the row, whose config decodes with beam 4
+        wandb_run("greedy", {"evaluate": {"average_last": 8}, "decoding": {**search, "beam_size": 1},
+                             "trained_wandb_run": "seed1"}, {"test/tokenized_bleu": 25.0, "test/bleu": 24.0}, "2026-05"),
         wandb_run("ev2", {"evaluate": {"average_last": 5, "split": "newstest2014"}, "trained_wandb_run": "seed2"},
                   {"newstest2014/tokenized_bleu": 27.6, "newstest2014/bleu": 27.0}, "2026-02"),
         wandb_run("dev2", {"evaluate": {"average_last": 5, "split": "newstest2013"}, "trained_wandb_run": "seed2"},
@@ -95,6 +100,8 @@ def test_table2_from_wandb_takes_each_seeds_own_evaluation(
         ("1", "27.1", "26.5", "5"), ("2", "27.6", "27.0", "5")]
     warnings = [record.getMessage() for record in caplog.records if "do not say which" in record.getMessage()]
     assert warnings and all("the evaluate.py runs old of run name table2-base_en_de" in w for w in warnings)
+    assert {record.getMessage() for record in caplog.records if "decoded otherwise" in record.getMessage()} == {
+        "e/p/greedy: decoded otherwise than its run (decoding.beam_size=1 (the run's: 4)); left out of the tables"}
 
     # One training run of that name: the evaluation that does not say is its own, as before.
     stand_in_wandb(monkeypatch, {"table2": seeds[:1]}, evaluations)

@@ -188,6 +188,18 @@ def as_test(figures: Mapping[str, Any], split: str | None, key: str) -> dict[str
 SCORED_DECODING = ("beam_size", "alpha", "max_len_offset", "min_len", "constrained", "stop", "sampling")
 
 
+def decoded_otherwise(evaluation: object, used: Mapping[str, Any] | None, decoding: Mapping[str, Any]) -> bool:
+    """Whether an evaluation (a report file, a W&B run: ``evaluation``, named in the warning) decoded
+    with ``used`` otherwise than its run's ``decoding`` says, in a setting of :data:`SCORED_DECODING`;
+    such a test is not the row's, and a warning names what differs."""
+    used = used or {}
+    differs = [f"decoding.{key}={used.get(key)!r} (the run's: {decoding.get(key)!r})" for key in SCORED_DECODING
+               if key in used and key in decoding and used[key] != decoding[key]]
+    if differs:
+        log.warning("%s: decoded otherwise than its run (%s); left out of the tables", evaluation, ", ".join(differs))
+    return bool(differs)
+
+
 def _test_report(run_dir: Path, decoding: dict[str, Any], split: str | None) -> dict[str, Any]:
     """The newest evaluate.py report on the test split (``split=test``, or by its name ``split``:
     :func:`as_test`) decoded as the run's ``decoding`` says, the one averaging most checkpoints; a
@@ -197,11 +209,7 @@ def _test_report(run_dir: Path, decoding: dict[str, Any], split: str | None) -> 
         report = as_test(json.loads(path.read_text()), split, "tokenized_bleu")
         if report is None:  # an evaluation of another split
             continue
-        used = report.get("decoding") or {}
-        differs = [f"decoding.{key}={used.get(key)!r} (the run's: {decoding.get(key)!r})" for key in SCORED_DECODING
-                   if key in used and key in decoding and used[key] != decoding[key]]
-        if differs:
-            log.warning("%s: decoded otherwise than its run (%s); left out of the tables", path, ", ".join(differs))
+        if decoded_otherwise(path, report.get("decoding"), decoding):
             continue
         reports.append((len(report.get("averaged") or [None]), path.stat().st_mtime, report))
     if not reports:
@@ -237,7 +245,9 @@ def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
     training run's tests are src/evaluate.py's W&B runs of it (:func:`_evaluations`: job type "eval",
     its W&B id as their ``trained_wandb_run``) of its test split (:func:`as_test`). For Table 2 the
     test BLEU comes from the newest with the most checkpoints averaged, else from the training run's
-    own test; Table 4 keeps every one with a test F1, oldest first (``test["evaluations"]``)."""
+    own test; an evaluation decoded otherwise than the run's config says is no Table 2 test (left
+    out, with a warning: :func:`decoded_otherwise`, as for a run folder's reports). Table 4 keeps
+    every one with a test F1, oldest first, each with its decoding (``test["evaluations"]``)."""
     import wandb
 
     api = wandb.Api()
@@ -253,7 +263,9 @@ def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
             figure = "tokenized_bleu" if table == "table2" else "f1"
             tested = [(e, figures) for e in _evaluations(api, project, run, names[config.get("run_name")] == 1)
                       if (figures := as_test(dict(e.summary_metrics), split, figure)) is not None]
-            if table == "table2":
+            if table == "table2":  # its row's test: decoded as the run says (Table 4 shows each decoding)
+                tested = [(e, figures) for e, figures in tested
+                          if not decoded_otherwise("/".join(e.path), e.config.get("decoding"), config.get("decoding") or {})]
                 if tested:
                     newest, figures = max(tested, key=lambda found: (_averaged(found[0].config), found[0].created_at))
                     test = _test_figures(figures, _averaged(newest.config))
