@@ -88,10 +88,10 @@ def test_a_damaged_entry_is_encoded_again_with_a_warning(root: Path, first: Mult
     ids.write_bytes(bytes(data))
     with caplog.at_level(logging.INFO, logger="aiayn"):
         again = _module(root, cache)
-    assert f"the encoded training pairs in {copy} are damaged (train.src.ids.npy changed since it was written); " \
-           "encoding them again" in caplog.text
+    assert f"prepared file {ids} is damaged (its bytes changed since it was written); encoding the training pairs " \
+           "again" in caplog.text
     assert _items(again) == expected
-    (copy / "files.sha256").unlink()
+    (copy / "meta.json").unlink()
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="aiayn"):
         assert _items(_module(root, cache)) == expected

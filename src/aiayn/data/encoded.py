@@ -6,8 +6,9 @@ Multi30k's and the parsing tasks' training splits are read as text at every run 
 Encoding them is the same work at every run, on every DDP rank. The first run that reads a split
 with a subword model stores the ids as a binarised corpus (:mod:`aiayn.data.storage`) in
 ``<cache_dir>/encoded/<key>/``, the key hashing the model and both sides' lines; later runs, and
-the ranks that waited for the first, map it. Each file's size and SHA-256 are recorded beside it
-and checked at every reuse: a damaged entry is encoded again, with a warning. A cache folder that
+the ranks that waited for the first, map it. Each file's size and SHA-256 are recorded beside it,
+in the ``meta.json`` a prepared folder has (:mod:`aiayn.data.manifest`), and checked at every
+reuse: a damaged entry is encoded again, with a warning. A cache folder that
 cannot be written (read-only, full) costs the speed, not the run: a warning, and the pairs encoded
 in memory as before.
 """
@@ -22,15 +23,16 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from aiayn.data.cache import digest, exclusive, remove_leftovers
+from aiayn.data.cache import exclusive, remove_leftovers
+from aiayn.data.manifest import META, damage, folder_files, read_meta
 from aiayn.data.storage import MappedCorpus, corpus_files, write_corpus
 from aiayn.data.subwords import Subwords
+from aiayn.files import write_json
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # in the key: a change of the stored layout makes new entries
+FORMAT = 2  # in the key: a change of the stored layout makes new entries
 NAME = "train"
-RECORD = "files.sha256"  # "<size> <sha256> <name>" a file; written last, it marks a whole entry
 
 
 def encoded_training_pairs(src: Sequence[str], tgt: Sequence[str], vocab: Subwords,
@@ -49,7 +51,7 @@ def encoded_training_pairs(src: Sequence[str], tgt: Sequence[str], vocab: Subwor
             damage = _damage(entry)
             if damage is not None:
                 if damage != "absent":
-                    log.warning("%s; encoding them again", damage)
+                    log.warning("%s; encoding the training pairs again", damage)
                     shutil.rmtree(entry)
                 _store(src, tgt, vocab, folder, key)
     except OSError as error:
@@ -78,8 +80,7 @@ def _store(src: Sequence[str], tgt: Sequence[str], vocab: Subwords, folder: Path
     scratch = Path(tempfile.mkdtemp(dir=folder, prefix=f".{key}."))
     try:
         write_corpus(scratch, NAME, vocab.encode(src), vocab.encode(tgt), vocab.vocab_size)
-        files = [path for pair in corpus_files(scratch, NAME).values() for path in pair]
-        (scratch / RECORD).write_text("".join(f"{path.stat().st_size} {digest(path)} {path.name}\n" for path in files))
+        write_json(scratch / META, {"files": folder_files(scratch)})  # the record: written last
         os.rename(scratch, folder / key)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -87,20 +88,13 @@ def _store(src: Sequence[str], tgt: Sequence[str], vocab: Subwords, folder: Path
 
 
 def _damage(entry: Path) -> str | None:
-    """None when ``entry`` holds every file its record names, each of the size and SHA-256
-    recorded; else why not, in a sentence (``"absent"``: no entry there)."""
+    """None when ``entry`` holds every file of the corpus, each of the size and SHA-256 its record
+    says (:func:`aiayn.data.manifest.damage`); else why not, in a sentence (``"absent"``: no entry there)."""
     if not entry.is_dir():
         return "absent"
-    try:
-        lines = (entry / RECORD).read_text(encoding="utf-8").splitlines()
-        recorded = {name: (int(size), sha) for size, sha, name in (line.split() for line in lines)}
-    except (OSError, ValueError):
+    meta = read_meta(entry)
+    if not meta or not isinstance(meta.get("files"), dict):
         return f"the encoded training pairs in {entry} have no readable record of their files"
-    expected = {path.name for pair in corpus_files(entry, NAME).values() for path in pair}
-    if set(recorded) != expected:
+    if set(meta["files"]) != {path.name for pair in corpus_files(entry, NAME).values() for path in pair}:
         return f"the record of the encoded training pairs in {entry} names other files"
-    for name, (size, sha) in recorded.items():
-        path = entry / name
-        if not path.is_file() or path.stat().st_size != size or digest(path) != sha:
-            return f"the encoded training pairs in {entry} are damaged ({name} changed since it was written)"
-    return None
+    return damage(entry, meta, hashes=True)
