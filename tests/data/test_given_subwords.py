@@ -67,6 +67,7 @@ def test_wmt14_is_prepared_with_the_given_model(multi30k_model: Path, data_root:
     assert "subword_model" in json.loads((folder / "meta.json").read_text())  # its SHA-256: what the key holds
 
 
+@pytest.mark.slow  # learns a subword model, then trains a tiny run: about 2.5 s
 def test_multi30k_and_a_training_run_encode_with_the_given_model(data_root: Path, tmp_path: Path,
                                                                  subword_cache: Path) -> None:
     """A model learnt from the WMT14 slice encodes Multi30k; a tiny run keeps it in its checkpoints."""
