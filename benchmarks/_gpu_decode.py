@@ -23,9 +23,11 @@ device memory in use above what it was before its translator loaded (sampled eve
 
 Random weights almost never emit EOS, so every output runs to its maximum length
 (``outputs_at_max_length`` says so): the worst case per sentence, but the same work for every
-engine. CTranslate2 takes one maximum length per batch and normalises scores by |Y|^α where we
-use GNMT's ((5 + |Y|) / 6)^α, so its shorter sentences are decoded to the batch's longest limit
-and cut: ``identical_where_longest_in_batch`` counts agreement only where the limits agree.
+engine. CTranslate2 takes one maximum length per search, so aiayn's engine searches a batch's
+sentences in groups of one limit each (aiayn.decoding.ctranslate2: each output within its own
+limit, as ours), several calls a batch; it normalises scores by |Y|^α where we use GNMT's
+((5 + |Y|) / 6)^α (the two rank hypotheses of one length alike):
+``identical_ours_fp32_ctranslate2_float32`` counts the outputs that agree.
 
 Time: after the setup (subwords, model, export), ``ours_fp32`` decodes batches while it has used
 less than its share of ``--budget-s``; the batches it reached are then every engine's, and any
@@ -101,9 +103,10 @@ class DevicePeak:
     """The most device memory in use while the block runs, above what it was when it began
     (torch.cuda.mem_get_info every 10 ms; covers memory that torch's allocator does not see)."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, base: int | None = None):
         self.cuda = device.startswith("cuda")
         self.peak_mb = None
+        self.base = base  # bytes in use to count from (None: when the block begins)
 
     def _used(self) -> int:
         free, total = torch.cuda.mem_get_info()
@@ -111,7 +114,8 @@ class DevicePeak:
 
     def __enter__(self):
         if self.cuda:
-            self.base, self.high, self.done = self._used(), 0, threading.Event()
+            self.base = self._used() if self.base is None else self.base
+            self.high, self.done = 0, threading.Event()
             self.thread = threading.Thread(target=self._poll, daemon=True)
             self.thread.start()
         return self
@@ -127,16 +131,17 @@ class DevicePeak:
             self.peak_mb = round((max(self.high, self._used()) - self.base) / 2**20, 1)
 
 
-def run_engine(name, decode, batches, limits, device, deadline) -> tuple[dict, dict]:
+def run_engine(name, decode, batches, limits, device, deadline, base=None) -> tuple[dict, dict]:
     """Decode ``batches`` with ``decode`` (rows, src) → outputs until done or ``deadline``; the
-    engine's figures and its outputs by sentence index."""
+    engine's figures and its outputs by sentence index. ``base``: the device's bytes in use before
+    a CTranslate2 engine was made, which its peak is counted from (its weights with it)."""
     cuda = device.startswith("cuda")
     decode(*(part[:2] for part in batches[0]))  # warm-up: allocator, kernels, CTranslate2's first call
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     outputs, seconds = {}, 0.0
-    with DevicePeak(device if name.startswith("ctranslate2") else "cpu") as peak:
+    with DevicePeak(device if name.startswith("ctranslate2") else "cpu", base) as peak:
         for rows, src in batches:
             if time.monotonic() > deadline:
                 break
@@ -180,8 +185,10 @@ def main(argv: list[str] | None = None) -> None:
     max_tokens = args.max_tokens or (300 if args.quick else 8000 if cuda else 2000)
     result = {"engines": {}, "skipped": {}}
 
-    def save() -> None:
-        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    def save() -> None:  # whole or not at all: the suite may kill this process at its cap, mid-write
+        partial = args.json.with_name(f".{args.json.name}.partial")
+        partial.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        os.replace(partial, args.json)
 
     vocab = decode_speed.wmt_subwords(sizes["vocab"])
     build = argparse.Namespace(checkpoint=None, model=sizes["model"], override=sizes["override"],
@@ -249,9 +256,11 @@ def main(argv: list[str] | None = None) -> None:
         share = (deadline - time.monotonic()) / (2 + 0.5 * (len(engines) - 2))
         decode = None
         try:
+            # CTranslate2's memory counted from before its translator loads its weights (ours: torch's peak)
+            base = DevicePeak(args.device)._used() if cuda and name.startswith("ctranslate2") else None
             decode = make()
             figures, outputs = run_engine(name, decode, batches if common is None else common, limits, args.device,
-                                          time.monotonic() + share if common is None else deadline)
+                                          time.monotonic() + share if common is None else deadline, base)
         except Exception as error:  # noqa: BLE001  (e.g. CTranslate2 without its CUDA libraries)
             result["skipped"][name] = f"{type(error).__name__}: {str(error)[:300]}"
             save()
@@ -271,12 +280,8 @@ def main(argv: list[str] | None = None) -> None:
         result["engines"][name] = figures
         save()
     if {"ours_fp32", "ctranslate2_float32"} <= outputs_by.keys():
-        ours_out, ct2_out = outputs_by["ours_fp32"], outputs_by["ctranslate2_float32"]
-        longest = [i for rows, _ in common for i in rows if limits[i] == max(limits[j] for j in rows) and i in ct2_out]
         result["identical_ours_fp32_ctranslate2_float32"] = result["engines"]["ctranslate2_float32"][
             "identical_to_ours_fp32"]
-        result["identical_where_longest_in_batch"] = {"sentences": len(longest),
-                                                      "identical": sum(ours_out[i] == ct2_out[i] for i in longest)}
     result["seconds"] = round(time.monotonic() - started, 1)
     save()
     scratch.cleanup()

@@ -230,10 +230,11 @@ def markdown(record: dict) -> str:
                          f"{mib(record[part]['device_peak_used_mb'])}")
     decode = record.get("decode")
     if decode and "sentences" in decode:
-        longest = decode.get("identical_where_longest_in_batch") or {}
-        agree = (f" CTranslate2 float32 and ours fp32 agree on {longest['identical']} of the {longest['sentences']} "
-                 "sentences that are their batch's longest (CTranslate2 decodes the rest to that length and cuts)"
-                 if "identical" in longest else " CTranslate2 float32 did not run, so there is no comparison with it")
+        same = decode.get("identical_ours_fp32_ctranslate2_float32")
+        agree = (f" CTranslate2 float32 and ours fp32 give the same output for {same:,} of the "
+                 f"{decode['engines']['ctranslate2_float32']['sentences']:,} sentences (each searched within its own "
+                 "limit: CTranslate2 in groups of one limit, several calls a batch)"
+                 if same is not None else " CTranslate2 float32 did not run, so there is no comparison with it")
         notes.append(f"- decode: {decode['sentences']:,} of {decode['sentences_total']:,} newstest2014 sentences, "
                      f"{decode['batches']} batches of at most {decode['max_tokens']:,} source tokens; random weights, "
                      f"so every output runs to input + 50.{agree}")

@@ -105,8 +105,6 @@ def test_quick_cpu_run_writes_one_record_with_every_part(quick_run) -> None:
     assert engines["ours_fp32"]["identical_to_ours_fp32"] == 16
     same = decode["identical_ours_fp32_ctranslate2_float32"]
     assert same == engines["ctranslate2_float32"]["identical_to_ours_fp32"] and 0 <= same <= 16
-    longest = decode["identical_where_longest_in_batch"]
-    assert 0 < longest["sentences"] <= decode["batches"] * 16 and 0 <= longest["identical"] <= longest["sentences"]
 
 
 @pytest.mark.cli
@@ -134,6 +132,8 @@ def test_quick_cpu_run_appends_a_dated_markdown_section(quick_run) -> None:
         assert re.match(r"[\d.]+ sentences/s", by_run[("decode", engine)][3]), engine
     assert re.search(r"identical to ours fp32: \d+/16", by_run[("decode", "ctranslate2 float32")][3])
     assert "random weights, so every output runs to input + 50" in section
+    assert re.search(r"CTranslate2 float32 and ours fp32 give the same output for \d+ of the 16 sentences \(each "
+                     r"searched within its own limit", section)
     users = by_run[("users_command", "the user's command, 4 steps, batches of 1024")]
     assert users[2] == "ok" and re.match(r"[\d,]+ target tokens/s, [\d.]+ of the bare step's", users[3])
     assert re.match(r"validation [\d.]+ s, checkpoint [\d.]+ s, attention pictures [\d.]+ s, test [\d.]+ s",
