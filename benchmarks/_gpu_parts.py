@@ -36,16 +36,18 @@ GRAPHS = ["--compile", "--compile-mode", "cudagraphs", *BUCKETS]  # CUDA graphs 
 # the paper's base model on WMT EN-DE (37k shared BPE) and big on EN-FR (32k word-pieces). 25,000
 # tokens: the whole step in one batch (one GPU, task.datamodule.max_tokens=auto); 3,125: one of 8
 # GPUs' share (§5.1). The first three are the targets' runs (docs/performance/gpu.md); the rest turn one
-# switch each: CUDA graphs with length buckets, the fused loss, plain Adam instead of fused, the
+# switch each, those a target may take first: the fused loss (big's 25,000 tokens: an eager run, ~20 s),
+# CUDA graphs with length buckets (the 3,125-token targets: each batch shape compiled and recorded
+# before the timed steps, benchmarks/train_throughput.py), then plain Adam instead of fused and the
 # buckets alone (last: the first runs matter most when the part's cap runs short).
 PROFILED = ["--profile", "0"]  # the targets' runs: where a step's time goes (benchmarks/_time_split.py)
 TRAIN_RUNS = [
     ("big 25000", "big", 32000, 25000, [*BIG, *PROFILED]),
     ("big 3125", "big", 32000, 3125, [*BIG, *PROFILED]),
     ("base 3125", "base", 37000, 3125, PROFILED),
+    ("big 25000 fused loss", "big", 32000, 25000, [*BIG, "--fused-loss"]),
     ("base 3125 graphs", "base", 37000, 3125, GRAPHS),
     ("big 3125 graphs", "big", 32000, 3125, [*BIG, *GRAPHS]),
-    ("big 25000 fused loss", "big", 32000, 25000, [*BIG, "--fused-loss"]),
     ("base 3125 plain Adam", "base", 37000, 3125, ["--no-fused-adam"]),
     ("base 3125 buckets", "base", 37000, 3125, BUCKETS),
 ]
@@ -216,8 +218,13 @@ def train_part(cap_s: float, work: Path, device: str, quick: bool, records_file:
 
 
 def _switches(extra: list[str]) -> list[str]:
-    """The speed switches a run's arguments turn (their names), for the record."""
-    return [arg.removeprefix("--") for arg in extra if arg.startswith("--") and arg not in ("--set", "--pair", "--profile")]
+    """The speed switches a run's arguments turn (their names; the compile mode with its value:
+    ``compile-mode cudagraphs``), for the record."""
+    switches = []
+    for index, arg in enumerate(extra):
+        if arg.startswith("--") and arg not in ("--set", "--pair", "--profile"):
+            switches.append(f"compile-mode {extra[index + 1]}" if arg == "--compile-mode" else arg.removeprefix("--"))
+    return switches
 
 
 def users_command_part(cap_s: float, work: Path, device: str, quick: bool) -> dict:

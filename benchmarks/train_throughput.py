@@ -112,6 +112,24 @@ def measured_peak_tflops(device: torch.device, dtype: torch.dtype) -> float:
     return 2 * n**3 / best / 1e12
 
 
+def warm_up_batches(batches: list[dict], steps: int, compiled: bool) -> list[dict]:
+    """The untimed steps' batches: the first ``steps``, and for a compiled step one of each batch
+    shape the later ones take that those lack (compiled, and a CUDA graph recorded, once per shape,
+    as a long run does): a compilation inside the timed block would be no step's time."""
+    warm = batches[:steps]
+    if compiled:
+        seen = {_shapes(batch) for batch in warm}
+        for batch in batches[steps:]:
+            if _shapes(batch) not in seen:
+                seen.add(_shapes(batch))
+                warm.append(batch)
+    return warm
+
+
+def _shapes(batch: dict[str, torch.Tensor]) -> tuple:
+    return tuple((name, tuple(value.shape)) for name, value in sorted(batch.items()))
+
+
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -184,9 +202,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         print(f"step {label}: {elapsed:.3f} s, {int(n_tokens)} target tokens, loss {float(loss):.3f}", file=sys.stderr)
         return elapsed, loss, n_tokens
 
+    warm = warm_up_batches(on_device, args.warmup_steps, args.compile)
     losses, counted = [], []
-    for index in range(args.warmup_steps):
-        _, loss, _ = timed(on_device[index], f"{index + 1}/{total} (warm-up)")
+    for index, batch in enumerate(warm):
+        _, loss, _ = timed(batch, f"{index + 1}/{len(warm)} (warm-up)")
         losses.append(loss)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -218,6 +237,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     flops = sum(training_flops(shapes, *batch["src"].shape, batch["tgt_in"].size(1)) for batch in measured)
 
     seconds = sum(step_seconds)
+    memory = peak_memory_mb(device)  # the steps' (the peak matmul below allocates its own operands)
     peak = args.peak_tflops
     peak_source = "given"
     if peak is None:
@@ -235,12 +255,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "model": {"name": Path(args.model).stem,
                   **{key: model_config[key] for key in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v")}},
         "parameters": sum(p.numel() for p in module.model.parameters()),
-        "timed_steps": len(step_seconds),
+        "timed_steps": len(step_seconds), "warmup_steps_run": len(warm),  # a compiled step's: one of each shape too
         "tgt_tokens_per_s": tokens / seconds,
         "step_seconds": {"mean": statistics.mean(step_seconds), "median": statistics.median(step_seconds),
                          "min": min(step_seconds), "max": max(step_seconds)},
         "tgt_tokens_per_step": tokens / len(step_seconds),
-        "peak_memory_mb": peak_memory_mb(device),
+        "peak_memory_mb": memory,
         "train_flops_per_step": flops / len(step_seconds),
         "achieved_tflops": achieved,
         "peak_tflops": peak, "peak_tflops_source": peak_source,

@@ -91,6 +91,25 @@ def test_benchmark_writes_one_record_per_run(tmp_path: Path, data_root: Path) ->
     assert padding["sampler_batches"] < padding["corpus_order_batches"]
 
 
+def test_a_compiled_step_is_warmed_up_on_every_batch_shape_it_times(bench) -> None:
+    """Length buckets leave a few batch shapes, and a compiled step compiles (and records a CUDA
+    graph) once for each: the warm-up takes one batch of every shape the timed and profiled steps
+    take beyond its own, so that no compilation falls in the timed block (before: 10 warm-up
+    steps, with shapes still new in the 40 timed after them). The eager step keeps its count."""
+    def batch(rows: int, src: int, tgt: int) -> dict:
+        return {"src": torch.zeros(rows, src), "tgt_in": torch.zeros(rows, tgt), "tgt_out": torch.zeros(rows, tgt)}
+
+    batches = [batch(4, 16, 16), batch(4, 16, 16), batch(2, 32, 32), batch(4, 16, 16), batch(1, 64, 32),
+               batch(2, 32, 32), batch(1, 64, 64)]
+    def same(found: list, indices: list[int]) -> bool:
+        return len(found) == len(indices) and all(a is batches[i] for a, i in zip(found, indices))
+
+    assert same(bench.warm_up_batches(batches, 2, compiled=False), [0, 1])
+    warm = bench.warm_up_batches(batches, 2, compiled=True)
+    assert same(warm, [0, 1, 2, 4, 6])
+    assert {bench._shapes(b) for b in batches} == {bench._shapes(b) for b in warm}
+
+
 def test_padding_of_the_sampler_and_of_corpus_order(batches, data_root: Path) -> None:
     src_words, tgt_words = batches.sentence_lengths(data_root, None, 1.3)
     corpus = batches.synthetic_corpus(src_words, tgt_words, vocab_size=100, seed=0)
