@@ -16,6 +16,7 @@ from aiayn.config.plan import describe, make_plan
 from aiayn.config.schemas import network_arguments
 from aiayn.errors import ConfigError
 from aiayn.model import Transformer
+from aiayn.training.module import CUDA_GRAPH_MODES
 from tests.config.test_plan import composed
 from tests.helpers.runs import REPO
 
@@ -37,31 +38,37 @@ def test_the_parameters_counted_from_the_shapes_are_the_models(model: dict) -> N
     assert parameters(model, 1000) == sum(p.numel() for p in built.parameters())
 
 
-def gpu_training_records() -> list[tuple[str, dict, int, int, float]]:
-    """(where, network, vocabulary, max_tokens, peak MiB) of every CUDA training record kept."""
+def gpu_training_records() -> list[tuple[str, dict, int, int, bool, float]]:
+    """(where, network, vocabulary, max_tokens, fused loss, peak MiB) of every CUDA training record
+    kept but those of a step in CUDA graphs, which keep a memory pool of their own that the estimate
+    does not count (compile_mode=reduce-overhead or cudagraphs)."""
     found = []
     for name in ("train_throughput.jsonl", "gpu_batch_size.jsonl"):
         for line in (RESULTS / name).read_text().splitlines():
             record = json.loads(line)
-            if record.get("device") == "cuda" and record["settings"]["precision"] == "bf16":
+            settings = record.get("settings") or {}
+            graphs = settings.get("compile") and settings.get("compile_mode") in CUDA_GRAPH_MODES
+            if record.get("device") == "cuda" and settings["precision"] == "bf16" and not graphs:
                 network = {**MODELS["base"], **record["model"]}
-                found.append((f"{name} {record['date']}", network, record["settings"]["vocab_size"],
-                              record["settings"]["max_tokens"], record["peak_memory_mb"]))
+                found.append((f"{name} {record['date']}", network, settings["vocab_size"], settings["max_tokens"],
+                              bool(settings.get("fused_loss")), record["peak_memory_mb"]))
     for line in (RESULTS / "gpu_suite.jsonl").read_text().splitlines():
         record = json.loads(line)
         for run in (record.get("train") or {}).get("runs", []) if record.get("device") == "cuda" else []:
-            if run["status"] == "ok" and run["config"] in MODELS:
+            graphs = any(switch in (f"compile-mode {mode}" for mode in CUDA_GRAPH_MODES) for switch in run.get("switches", ()))
+            if run["status"] == "ok" and run["config"] in MODELS and not graphs:
                 found.append((f"gpu_suite.jsonl {record['date']} {run['run']}", MODELS[run["config"]],
-                              run["vocab_size"], run["max_tokens"], run["peak_memory_mb"]))
+                              run["vocab_size"], run["max_tokens"], "fused-loss" in run.get("switches", ()),
+                              run["peak_memory_mb"]))
     return found
 
 
 def test_the_estimate_covers_every_measured_gpu_peak_within_20_percent() -> None:
     records = gpu_training_records()
     assert {network["d_model"] for _, network, *_ in records} >= {512, 1024}, "base and big were both measured"
-    for where, network, vocab, tokens, peak_mib in records:
-        estimate = training_memory(network, vocab, "bf16-mixed").at(tokens) / 2**20
-        assert peak_mib <= estimate <= 1.2 * peak_mib, (where, tokens, peak_mib, round(estimate))
+    for where, network, vocab, tokens, fused, peak_mib in records:
+        estimate = training_memory(network, vocab, "bf16-mixed", fused_loss=fused).at(tokens) / 2**20
+        assert peak_mib <= estimate <= 1.2 * peak_mib, (where, tokens, fused, peak_mib, round(estimate))
 
 
 @pytest.mark.parametrize(("model", "task", "machine", "accumulate", "batch"), [
