@@ -21,7 +21,7 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 
 from aiayn.checkpoints.io import read_checkpoint
-from aiayn.config.hardware import cpu_cores, place, this_machine
+from aiayn.config.hardware import Machine, cpu_cores, place, this_machine
 from aiayn.errors import ConfigError
 from aiayn.training.distributed import strategy_with_timeout
 from tests.helpers.runs import REPO, TINY, TINY_MODEL, TWO_CORES, children, popen, run_command
@@ -191,19 +191,22 @@ def test_gpu_processes_without_a_gpu_are_refused(accelerator, devices) -> None:
     assert place(this_machine(), "auto", None, "auto", "auto").accelerator == "cpu"  # auto: the CPU here
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="on a machine with a CUDA GPU")
-def test_more_gpu_processes_than_gpus_are_refused() -> None:
-    count = torch.cuda.device_count()
+@pytest.mark.parametrize("count", [1, 8])
+def test_more_gpu_processes_than_gpus_are_refused(count: int) -> None:
+    """On a simulated machine of one GPU and of eight (before: on the machine's own GPUs only, so
+    never in CI; on one GPU it wrote its indices as "0", which Lightning, and so trainer.devices,
+    reads as no GPU: Lightning's list of one index is "0,")."""
+    machine = Machine(gpus=count, bf16=True, cpu_cores=16, gpu_name="NVIDIA H200")
     for devices in (count + 1, str(count + 1)):
         with pytest.raises(ConfigError, match=f"^trainer.devices={devices} asks for {count + 1} GPU training processes "
                                               f"but this machine has {count} usable CUDA GPU"):
-            place(this_machine(), "gpu", devices, "auto", "auto")
+            place(machine, "gpu", devices, "auto", "auto")
     for devices in ([count], f"0,{count}"):
         with pytest.raises(ConfigError, match=f"names CUDA GPU {count} but this machine has {count}"):
-            place(this_machine(), "cuda", devices, "auto", "auto")
-    for devices in (count, -1, "auto", "-1", list(range(count)), ",".join(map(str, range(count)))):
-        assert place(this_machine(), "gpu", devices, "auto", "auto").processes == count
-    assert place(this_machine(), "gpu", -1, "auto", "auto", 2).processes == 2 * count
+            place(machine, "cuda", devices, "auto", "auto")
+    for devices in (count, -1, "auto", "-1", list(range(count)), ",".join(map(str, range(count))) + ","):
+        assert place(machine, "gpu", devices, "auto", "auto").processes == count
+    assert place(machine, "gpu", -1, "auto", "auto", 2).processes == 2 * count
 
 
 @pytest.mark.cli
