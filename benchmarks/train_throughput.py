@@ -213,7 +213,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if args.timing == "step":
         step_seconds = []
         for index, batch in enumerate(measured):
-            elapsed, loss, n_tokens = timed(batch, f"{args.warmup_steps + index + 1}/{total}")
+            elapsed, loss, n_tokens = timed(batch, f"{index + 1}/{len(measured)}")
             step_seconds.append(elapsed)
             losses.append(loss)
             counted.append(n_tokens)
