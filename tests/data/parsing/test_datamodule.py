@@ -25,8 +25,8 @@ def make(data_root: Path, cache: Path, **kwargs) -> ParsingDataModule:
 
 
 @pytest.fixture(scope="module")
-def datamodule(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> ParsingDataModule:
-    dm = make(data_root, tmp_path_factory.mktemp("cache"))
+def datamodule(data_root: Path, parsing_cache: Path) -> ParsingDataModule:
+    dm = make(data_root, parsing_cache)
     dm.setup("fit")
     dm.setup("test")
     return dm
