@@ -14,10 +14,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from aiayn.config.hardware import Machine
-from aiayn.config.plan import describe, make_plan, measured_throughput, step_size
+from aiayn.config.plan import describe, make_plan, step_size
 from aiayn.errors import ConfigError
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO
+from tests.helpers.throughput import throughput_record
 
 NODE_8_H100 = Machine(gpus=8, bf16=True, cpu_cores=64, gpu_name="NVIDIA H100 80GB HBM3", cpu_name="Xeon")
 NODE_8_V100 = Machine(gpus=8, bf16=False, cpu_cores=64, gpu_name="Tesla V100-SXM2-32GB")
@@ -235,18 +236,6 @@ def test_cfg_job_refuses_what_the_run_would_in_one_line(override: str, line: str
 
 
 # -- what is printed ------------------------------------------------------------------------------
-def throughput_record(**changes) -> dict:
-    """A record as benchmarks/train_throughput.py writes it (the fields the plan reads)."""
-    record = {"date": "2026-11-25T10:00:00", "commit": "abc1234", "device": "cuda",
-              "machine": {"cpu": "Xeon", "gpu": "NVIDIA H100 80GB HBM3"}, "tgt_tokens_per_s": 50_000.0,
-              "step_seconds": {"mean": 0.0625, "median": 0.06},
-              "settings": {"model": "big", "precision": "bf16", "vocab_size": 32000, "compile": False,
-                           "max_tokens": 3125}}
-    for key, value in changes.items():
-        (record["settings"] if key in record["settings"] else record)[key] = value
-    return record
-
-
 def test_the_plan_block_says_what_the_run_will_do_and_projects_its_time(tmp_path: Path) -> None:
     records = tmp_path / "train_throughput.jsonl"
     records.write_text("\n".join(json.dumps(r) for r in (
@@ -276,30 +265,6 @@ def test_the_plan_block_says_what_the_run_will_do_and_projects_its_time(tmp_path
     assert len(lines) == 7
     other_gpu = make_plan(cfg, NODE_8_V100)
     assert "projected" not in describe(other_gpu, {**config, "plan": other_gpu}, model="big", records=records)
-
-
-def test_a_throughput_is_used_only_for_the_same_model_device_precision_vocabulary_compile_and_batch(tmp_path: Path) -> None:
-    records = tmp_path / "r.jsonl"
-    # a newer record measured with SDPA's cuDNN kernel turned back on (train_throughput.py
-    # --cudnn-attention): not how the model runs, so never the one used
-    cudnn = throughput_record(date="2026-11-26T10:00:00", tgt_tokens_per_s=9_000.0)
-    cudnn["settings"]["cudnn_attention"] = True
-    records.write_text(json.dumps(throughput_record()) + "\n" + json.dumps(cudnn) + "\n")
-    args = {"model": "big", "accelerator": "gpu", "device": "NVIDIA H100 80GB HBM3", "precision": "bf16-mixed",
-            "vocab_size": 32000, "compiled": False}
-    assert measured_throughput(records, **args)["tgt_tokens_per_s"] == 50_000
-    assert measured_throughput(records, **args, tokens_per_batch=3125)["tgt_tokens_per_s"] == 50_000
-    for change in ({"model": "base"}, {"device": "NVIDIA A100"}, {"precision": "32-true"}, {"vocab_size": 37000},
-                   {"compiled": True}, {"accelerator": "cpu"}, {"model": None}, {"tokens_per_batch": 25_000},
-                   {"length_buckets": True}):
-        assert measured_throughput(records, **{**args, **change}) is None, change
-    assert measured_throughput(tmp_path / "absent.jsonl", **args) is None
-    # A compiled record is used for a run compiled in the same mode only.
-    graphs = throughput_record(compile=True, tgt_tokens_per_s=70_000.0)
-    graphs["settings"]["compile_mode"] = "cudagraphs"
-    records.write_text(json.dumps(graphs) + "\n")
-    assert measured_throughput(records, **{**args, "compiled": True, "compile_mode": "cudagraphs"}) is not None
-    assert measured_throughput(records, **{**args, "compiled": True}) is None
 
 
 # -- the tool ---------------------------------------------------------------------------------------

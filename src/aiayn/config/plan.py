@@ -251,7 +251,8 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
          if config.get("init_from") else None),
     ]
     switches = {"compile_mode": config.get("compile_mode", "default"),
-                "length_buckets": bool(config["task"].get("datamodule", {}).get("length_buckets"))}
+                "length_buckets": bool(config["task"].get("datamodule", {}).get("length_buckets")),
+                "fused_adam": bool(optim.get("fused", True)), "fused_loss": bool((config.get("loss") or {}).get("fused"))}
     measured = measured_throughput(records, model, trainer["accelerator"], plan.get("device"), trainer["precision"],
                                    config["task"]["vocab_size"], bool(config.get("compile")), plan["tokens_per_batch"],
                                    **switches)
@@ -290,13 +291,16 @@ def _describe_model(config: Mapping[str, Any], name: str | None) -> str | None:
 
 def measured_throughput(records: Path, model: str | None, accelerator: str, device: str | None, precision: str,
                         vocab_size: int, compiled: bool, tokens_per_batch: int | None = None,
-                        compile_mode: str = "default", length_buckets: bool = False) -> dict[str, Any] | None:
+                        compile_mode: str = "default", length_buckets: bool = False, fused_adam: bool = True,
+                        fused_loss: bool = False) -> dict[str, Any] | None:
     """The newest record of ``records`` (train_throughput.py's JSON lines) that measured this model
     (by its config name), vocabulary, precision, compile switch (and mode), length buckets or none,
     and batch (``tokens_per_batch``, the record's ``max_tokens``; None: any) on this kind of device
     (the GPU's or the CPU's name), with SDPA's cuDNN kernel off as the model keeps it (a record with
-    ``settings.cudnn_attention`` true measured that kernel, up to 5× slower on an H200); None when
-    there is none."""
+    ``settings.cudnn_attention`` true measured that kernel, up to 5× slower on an H200); of those,
+    one with the run's Adam and loss (``optim.fused``, ``loss.fused``) where there is one, so that
+    make gpu-check's later runs of one switch (plain Adam, the fused loss) do not stand for the
+    run's; None when there is none."""
     if model is None or device is None or not records.is_file():
         return None
     want = ("cuda" if accelerator == "gpu" else "cpu", BENCHMARK_PRECISION.get(precision))
@@ -313,10 +317,13 @@ def measured_throughput(records: Path, model: str | None, accelerator: str, devi
                     and (not compiled or settings.get("compile_mode", "default") == compile_mode)
                     and bool(settings.get("length_buckets")) == length_buckets
                     and record["step_seconds"]["mean"] > 0):
-                found = record if found is None or record["date"] >= found["date"] else found
+                # (a record of before the fused loss measured the plain one)
+                rank = (settings.get("fused_adam") == fused_adam and bool(settings.get("fused_loss")) == fused_loss,
+                        record["date"])
+                found = (rank, record) if found is None or rank >= found[0] else found
         except (ValueError, KeyError, TypeError):
             continue  # a line of another format
-    return found
+    return None if found is None else found[1]
 
 
 def check_batch_holds_a_pair(max_tokens: Any, max_length: Any) -> None:
