@@ -70,7 +70,7 @@ def test_table2_from_wandb_takes_each_seeds_own_evaluation(
     """Two seeds of Table 2's base EN-DE share their run name, and so the W&B group of their
     evaluate.py runs: each seed's BLEU is that of the evaluation of its own checkpoint, found by the
     training run's W&B id the evaluation holds (trained_wandb_run), the test split named by its role
-    or by its name (split=newstest2014), and decoded as the run's config says (before: both seeds took the newest evaluation of the group,
+    or by its name (split=newstest2014) (before: both seeds took the newest evaluation of the group,
     and one of split=newstest2014 was no test). An evaluation that does not say which run it scored
     (logged before evaluations recorded it) is left out where several runs share the name, named
     in a warning. An evaluation decoded otherwise (greedy) is no test of the row, as in a run
