@@ -18,6 +18,7 @@ from aiayn.data.wmt.sgm import read_sgm
 from tests.helpers.datafiles import multi30k_copy, write_lines
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO, TINY, TrainedRun
+from tests.helpers.translating import evaluate
 from tests.helpers.wandb_offline import read_run
 
 WMT_VOCAB = 500
@@ -25,11 +26,6 @@ WMT_VOCAB = 500
 # shared training sample, 1,000 per corpus; newstest2013; the full newstest2014 in sgm.
 CORPORA = (("training/europarl-v7.de-en", 0, 1000), ("commoncrawl.de-en", 1000, 2000),
            ("training/news-commentary-v9.de-en", 2000, 3000))
-
-
-def evaluate(*arguments: str, **options):
-    """``src/evaluate.py`` with ``arguments`` and W&B off; options as run_tool's."""
-    return run_tool("src/evaluate.py", *arguments, "wandb=disabled", **options)
 
 
 def report_of(out_dir: Path, pattern: str) -> dict:

@@ -13,8 +13,8 @@ from hydra.errors import ConfigCompositionException
 
 from aiayn.cli.evaluate import default_out
 from aiayn.cli.evaluate import main as evaluate_main
-from tests.cli.test_evaluate import evaluate
 from tests.helpers.runs import REPO, TrainedRun, run_command
+from tests.helpers.translating import evaluate
 
 
 # -- bad input: one line on stderr, exit status 2 ---------------------------------------------

@@ -26,6 +26,7 @@ from aiayn.cli.translate import LineWriter
 from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.decoding.translator import Translator, translate
 from aiayn.errors import DataError
+from tests.helpers.datafiles import write_lines
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import (
     IN_THE_FOREGROUND,
@@ -35,14 +36,7 @@ from tests.helpers.runs import (
     popen,
     run_command,
 )
-
-# A length penalty this strong keeps the 4-step model from ending every translation at once (its
-# translations with the task's α are all empty), so each line gets a translation of its own and a
-# line in the wrong place shows; beam 1 keeps it quick. The CPU, as the reference is computed here.
-SETTINGS = {"beam_size": 1, "alpha": 20.0, "max_len_offset": 5}
-ARGUMENTS = [f"decoding.{key}={value}" for key, value in SETTINGS.items()] + ["device=cpu"]
-SENTENCES = ["A man is riding a bike.", "", "Two dogs play in the snow.", "A woman sings on a stage.",
-             "A little girl in a pink dress climbs the stairs of a wooden house."]
+from tests.helpers.translating import ARGUMENTS, SENTENCES, SETTINGS
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +69,6 @@ def stop(process: subprocess.Popen) -> None:
 def multi30k_test_sentences(data_root: Path) -> list[str]:
     with gzip.open(data_root / "multi30k" / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as handle:
         return [line.rstrip("\n") for line in handle]
-
-
-def write_lines(path: Path, lines: list[str]) -> Path:
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
 
 
 def test_every_write_leaves_a_whole_prefix_and_a_bad_line_keeps_what_came_before(trained: TrainedModel,

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.cli.test_translate import ARGUMENTS, SENTENCES, write_lines
+from tests.helpers.datafiles import write_lines
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import TrainedRun, in_read_only_folder, run_command
+from tests.helpers.translating import ARGUMENTS, SENTENCES
 
 
 def _not_writable(tmp: Path) -> str:

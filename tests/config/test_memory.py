@@ -17,7 +17,7 @@ from aiayn.config.schemas import network_arguments
 from aiayn.errors import ConfigError
 from aiayn.model import Transformer
 from aiayn.training.module import CUDA_GRAPH_MODES
-from tests.config.test_plan import composed
+from tests.helpers.configs import composed
 from tests.helpers.runs import REPO
 
 GB = 10**9

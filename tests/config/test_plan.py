@@ -10,24 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from aiayn.config.hardware import Machine
 from aiayn.config.plan import describe, make_plan, step_size
 from aiayn.errors import ConfigError
+from tests.helpers.configs import LAPTOP, NODE_8_H100, NODE_8_V100, composed
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import REPO
 from tests.helpers.throughput import throughput_record
-
-NODE_8_H100 = Machine(gpus=8, bf16=True, cpu_cores=64, gpu_name="NVIDIA H100 80GB HBM3", cpu_name="Xeon")
-NODE_8_V100 = Machine(gpus=8, bf16=False, cpu_cores=64, gpu_name="Tesla V100-SXM2-32GB")
-LAPTOP = Machine(gpus=0, cpu_cores=2, cpu_name="AMD EPYC")
-
-
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("train", overrides=[*overrides, "paths.output_dir=/tmp/run"])
 
 
 # -- the step -------------------------------------------------------------------------------------

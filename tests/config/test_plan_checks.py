@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from aiayn.config.plan import describe, make_plan
 from aiayn.errors import ConfigError
-from tests.config.test_plan import LAPTOP, NODE_8_H100, NODE_8_V100, composed
+from tests.helpers.configs import LAPTOP, NODE_8_H100, NODE_8_V100, composed
 
 
 @pytest.mark.parametrize("tokens_per_step", ["0", "-5"])

@@ -4,22 +4,17 @@ one-line refusals of bad settings, one kind each, are in tests/cli/test_bad_inpu
 
 from __future__ import annotations
 
-import copy
-import functools
-from dataclasses import fields, replace
+from dataclasses import fields
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
 from aiayn.cli import dirname
 from aiayn.cli.errors import raised_by_resolver
-from aiayn.config.hardware import this_machine
-from aiayn.config.plan import make_plan
 from aiayn.config.schemas import DecodingConfig
 from aiayn.errors import ConfigError
 from aiayn.training.config_check import ROOT_SETTINGS, TASK_SETTINGS, check_train_config
+from tests.helpers.configs import resolved
 from tests.helpers.runs import REPO
 
 EXPERIMENTS = sorted(path.stem for path in (REPO / "conf" / "experiment").glob("*.yaml"))
@@ -30,23 +25,6 @@ SHIPPED = [
     ["experiment=table3_base", "+scale=multi30k"], *[[f"experiment={name}"] for name in EXPERIMENTS],
     ["task=parallel_text", "task.data_dir=/data/iwslt14", "task.src_lang=de", "task.tgt_lang=en"],
 ]
-
-
-def resolved(*overrides: str, least_cores: int = 1) -> dict:
-    """The config resolved, its plan made on this machine; with ``least_cores``, as if this process
-    could run on that many cores at least (``hardware=cpu2_ddp`` asks for two, and a test may run
-    under ``taskset -c 0``). A copy: each config is composed once in a test process."""
-    return copy.deepcopy(_resolved(overrides, least_cores))
-
-
-@functools.cache
-def _resolved(overrides: tuple[str, ...], least_cores: int) -> dict:
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=[*overrides, "paths.output_dir=/tmp/run", "run_name=test"])
-    machine = this_machine()
-    if machine.cpu_cores < least_cores:
-        cfg.plan = make_plan(cfg, replace(machine, cpu_cores=least_cores))
-    return OmegaConf.to_container(cfg, resolve=True)
 
 
 @pytest.mark.parametrize("overrides", SHIPPED, ids=lambda overrides: " ".join(overrides) or "default")

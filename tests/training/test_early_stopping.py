@@ -18,9 +18,9 @@ from aiayn.checkpoints.resume import find_resume
 from aiayn.errors import ConfigError
 from aiayn.training.config_check import check_train_config
 from tests.helpers import runs
+from tests.helpers.configs import resolved
 from tests.helpers.inprocess import run_tool, train
 from tests.helpers.runs import TWO_CORES
-from tests.training.test_config_check import resolved
 
 # Validations at steps 2, 4, 6, 8; checkpoints at 3, 6 (and the last step). A loss that must fall by
 # 100 to count as better improves only at the first validation: with patience 1 the run stops at 4.

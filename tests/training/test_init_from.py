@@ -26,10 +26,10 @@ from aiayn.config.schemas import network_arguments
 from aiayn.data.readers import read_lines
 from aiayn.errors import ConfigError
 from aiayn.model import Transformer
+from tests.helpers.configs import resolved
 from tests.helpers.datafiles import own_corpus, write_lines
 from tests.helpers.inprocess import run_tool, train
 from tests.helpers.runs import TrainedRun
-from tests.training.test_config_check import resolved
 
 # The tiny run's network (tests.helpers.runs.TINY_RUN) on a corpus of one's own.
 FINE_TUNING = ["debug=tiny", "model.n_layers=2", "task=parallel_text", "task.src_lang=en", "task.tgt_lang=de"]
