@@ -59,6 +59,7 @@ from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import TranslationCollator
 from aiayn.decoding.settings import Decoding
 from aiayn.decoding.speed import for_decoding
+from aiayn.files import atomic_write_text
 from aiayn.model import beam_search
 
 # §6.1's beam 4, α 0.6, input + 50: the decoding settings' defaults (aiayn.config.schemas.DecodingConfig).
@@ -99,6 +100,12 @@ def cublas_for_ctranslate2() -> str:
     return "libcublas.so.12 not found: CTranslate2 on the GPU may fail"
 
 
+def device_bytes_used() -> int:
+    """The CUDA device's memory in use, by every process and library (not torch's allocator alone)."""
+    free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
 class DevicePeak:
     """The most device memory in use while the block runs, above what it was when it began
     (torch.cuda.mem_get_info every 10 ms; covers memory that torch's allocator does not see)."""
@@ -108,13 +115,9 @@ class DevicePeak:
         self.peak_mb = None
         self.base = base  # bytes in use to count from (None: when the block begins)
 
-    def _used(self) -> int:
-        free, total = torch.cuda.mem_get_info()
-        return total - free
-
     def __enter__(self):
         if self.cuda:
-            self.base = self._used() if self.base is None else self.base
+            self.base = device_bytes_used() if self.base is None else self.base
             self.high, self.done = 0, threading.Event()
             self.thread = threading.Thread(target=self._poll, daemon=True)
             self.thread.start()
@@ -122,13 +125,13 @@ class DevicePeak:
 
     def _poll(self) -> None:
         while not self.done.wait(0.01):
-            self.high = max(self.high, self._used())
+            self.high = max(self.high, device_bytes_used())
 
     def __exit__(self, *exc) -> None:
         if self.cuda:
             self.done.set()
             self.thread.join()
-            self.peak_mb = round((max(self.high, self._used()) - self.base) / 2**20, 1)
+            self.peak_mb = round((max(self.high, device_bytes_used()) - self.base) / 2**20, 1)
 
 
 def run_engine(name, decode, batches, limits, device, deadline, base=None) -> tuple[dict, dict]:
@@ -186,9 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {"engines": {}, "skipped": {}}
 
     def save() -> None:  # whole or not at all: the suite may kill this process at its cap, mid-write
-        partial = args.json.with_name(f".{args.json.name}.partial")
-        partial.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-        os.replace(partial, args.json)
+        atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
 
     vocab = decode_speed.wmt_subwords(sizes["vocab"])
     build = argparse.Namespace(checkpoint=None, model=sizes["model"], override=sizes["override"],
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
         decode = None
         try:
             # CTranslate2's memory counted from before its translator loads its weights (ours: torch's peak)
-            base = DevicePeak(args.device)._used() if cuda and name.startswith("ctranslate2") else None
+            base = device_bytes_used() if cuda and name.startswith("ctranslate2") else None
             decode = make()
             figures, outputs = run_engine(name, decode, batches if common is None else common, limits, args.device,
                                           time.monotonic() + share if common is None else deadline, base)

@@ -28,6 +28,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from aiayn.files import atomic_write_text
+
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 CORPORA = ("training/europarl-v7.fr-en", "commoncrawl.fr-en", "training/news-commentary-v9.fr-en",
@@ -107,13 +109,6 @@ def what_the_log_says(run: Path, steps: int) -> dict:
             "test_line": test[1].string if test else None}
 
 
-def save(record: dict, path: Path) -> None:
-    """``record`` into ``path`` whole or not at all (the suite may end this process at its cap)."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(record, indent=2))
-    os.replace(partial, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, required=True)
@@ -143,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         record.update(what_the_log_says(run, steps))
     if returncode != 0:
         record["log_tail"] = (work / "train.out").read_text(errors="replace")[-1500:]
-    save(record, args.json)  # kept if the suite's cap ends the bare step below
+    atomic_write_text(args.json, json.dumps(record, indent=2))  # kept if the suite's cap ends the bare step below
     subwords = sorted(cache.rglob("*.model"))
     if returncode == 0 and record.get("tokens_per_batch") and subwords:  # the bare step of the same batches
         bare_out = work / "bare.jsonl"
@@ -166,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 record["loop_over_bare"] = round(record["tgt_tokens_per_s"] / measured["tgt_tokens_per_s"], 3)
         else:
             record["bare_step"] = {"error": (done.stderr or done.stdout)[-800:]}
-    save(record, args.json)
+    atomic_write_text(args.json, json.dumps(record, indent=2))  # whole or not at all: the cap may end this process
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if returncode == 0 else 1

@@ -191,7 +191,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         if role != "train":
             self._sources[role], self._references[role] = src, tgt
             return ParallelCorpus(src_ids, tgt_ids)
-        keep, self.filtered = filter_pairs(src_ids, tgt_ids, self.max_length)  # a cache folder that cannot hold them
+        keep, self.filtered = filter_pairs(src_ids, tgt_ids, self.max_length)  # encoded in memory: no cache held them
         report_kept(len(keep), len(src), f"{src_path} / {tgt_path}", self.filtered, self.max_length)
         return ParallelCorpus([src_ids[i] for i in keep], [tgt_ids[i] for i in keep], keep)
 
