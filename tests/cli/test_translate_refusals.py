@@ -93,3 +93,27 @@ def test_bad_input_is_one_line_before_anything_is_translated(kind: str, tiny_run
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]  # one line: no summary, nothing translated
     assert result.stderr.startswith(f"translate.py: {message.format(tmp=tmp_path)}"), result.stderr
     assert result.stdout == "" and _contents(tmp_path) == before and source.read_text().count("\n") == 5
+
+
+def test_an_output_file_that_stdin_reads_is_refused_and_kept(tiny_run: TrainedRun, data_root: Path,
+                                                             tmp_path: Path) -> None:
+    """``translate.py out=F < F`` is refused as ``input=F out=F`` is (before: F emptied before its
+    first line was read, "translated 0 lines", exit status 0)."""
+    source = write_lines(tmp_path / "in.en", SENTENCES)
+    before = source.read_bytes()
+    result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", f"out={source}", *ARGUMENTS, stdin=source,
+                      data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        (f"translate.py: out={source} is the file stdin reads (< {source}); give another file to write the "
+         "translations to")], result.stderr[-3000:]
+    assert source.read_bytes() == before
+
+
+def test_a_device_as_output_is_written_to_not_taken_for_a_checkpoint(tiny_run: TrainedRun, data_root: Path) -> None:
+    """``out=/dev/zero`` (a device that reads as zeros and takes what is written) is translated
+    into: zeros read from a device are no checkpoint's binary data (before: it, and /dev/full, were
+    refused as "holds binary data, not text (a checkpoint?)")."""
+    assert Path("/dev/zero").exists()
+    result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", "out=/dev/zero", *ARGUMENTS, stdin="A dog.\n",
+                      data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
+    assert result.returncode == 0 and "binary" not in result.stderr, result.stderr[-3000:]

@@ -51,13 +51,13 @@ SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal
 
 
 def run_tool(script: str, *args: str, cwd: Path = REPO, env: Mapping[str, str] | None = None,
-             data_root: Path | None = None, cache_dir: Path | None = None, stdin: str | bytes | None = None,
-             check: bool = True, timeout: float | None = None, argv0: str | None = None) -> subprocess.CompletedProcess:
+             data_root: Path | None = None, cache_dir: Path | None = None,
+             stdin: str | bytes | Path | None = None, check: bool = True, timeout: float | None = None, argv0: str | None = None) -> subprocess.CompletedProcess:
     """``script`` (``src/<tool>.py`` or another script of the checkout) with ``args``, in this
     process; the options are tests.helpers.runs.run_tool's (``timeout`` has no effect here).
     ``argv0`` is the name the tool sees itself invoked by (default: the script as a process would
-    be given it); a console script's path makes it ``aiayn-<tool>``. Returns str output, bytes
-    when ``stdin`` is bytes; with ``check`` a non-zero exit status fails the test."""
+    be given it); a console script's path makes it ``aiayn-<tool>``. ``stdin``: its text, or a
+    file (a Path) that stdin is opened on. Returns str output, bytes when ``stdin`` is bytes; with ``check`` a non-zero exit status fails the test."""
     del timeout  # a hang fails under pytest-timeout, as any test does
     path = Path(script)
     argument0 = argv0 or (script if Path(cwd) == REPO else str(REPO / script))
@@ -156,7 +156,7 @@ def put_back_signals(state: tuple[dict, dict]) -> None:
 
 @contextlib.contextmanager
 def _isolated(cwd: Path, environment: Mapping[str, str], argv: list[str],
-              stdin: str | bytes | None) -> Iterator[dict[str, bytes]]:
+              stdin: str | bytes | Path | None) -> Iterator[dict[str, bytes]]:
     """The process state a tool run sees and changes, set as a fresh process has it and put back
     afterwards; yields a dict that holds {"stdout": ..., "stderr": ...} (bytes) once it ends."""
     captured: dict[str, bytes] = {}
@@ -217,8 +217,13 @@ def _isolated(cwd: Path, environment: Mapping[str, str], argv: list[str],
 
 
 @contextlib.contextmanager
-def _stdin(data: str | bytes | None) -> Iterator[io.TextIOWrapper]:
-    """A stdin with a real file descriptor: empty (a process's /dev/null) or ``data``."""
+def _stdin(data: str | bytes | Path | None) -> Iterator[io.TextIOWrapper]:
+    """A stdin with a real file descriptor: empty (a process's /dev/null), ``data``, or the file
+    ``data`` names (a Path: ``< file``)."""
+    if isinstance(data, Path):
+        with open(data, encoding="utf-8") as text:
+            yield text
+        return
     with tempfile.TemporaryFile() as handle:
         if data is not None:
             handle.write(data if isinstance(data, bytes) else data.encode("utf-8"))

@@ -187,7 +187,7 @@ def _input_file(given: str | None) -> Path | None:
 
 def _output_file(given: str | None, source: Path | None) -> Path | None:
     """The output file (None: stdout, also for ``out=-`` as Unix tools read it), its folder created;
-    refused, before any translating, when it is a folder, the input itself, a file of binary data (a
+    refused, before any translating, when it is a folder, the input itself (a file given or the one stdin reads), a file of binary data (a
     checkpoint), or in a folder that cannot be made or written to."""
     if not given or given == "-":
         return None
@@ -197,6 +197,9 @@ def _output_file(given: str | None, source: Path | None) -> Path | None:
                           f"e.g. out={path / 'translations.txt'}")
     if source is not None and path.exists() and os.path.samefile(path, source):
         raise ConfigError(f"out={given} is the input file; give another file to write the translations to")
+    if source is None and _stdin_is(path):  # `translate.py out=F < F`: emptied before its first line is read
+        raise ConfigError(f"out={given} is the file stdin reads (< {given}); give another file to write the "
+                          "translations to")
     if _binary(path):  # a checkpoint, say (the one translating, or last.ckpt's step): never written over
         raise ConfigError(f"out={given} holds binary data, not text (a checkpoint?), which the translations would "
                           "write over; give another file to write them to")
@@ -212,8 +215,19 @@ def _output_file(given: str | None, source: Path | None) -> Path | None:
     return path
 
 
+def _stdin_is(path: Path) -> bool:
+    """Whether stdin reads the file ``path`` (``< path``)."""
+    try:
+        return path.exists() and os.path.samestat(os.fstat(sys.stdin.fileno()), os.stat(path))
+    except (AttributeError, OSError, ValueError):  # no stdin, or none with a descriptor
+        return False
+
+
 def _binary(path: Path) -> bool:
-    """Whether ``path`` is a file whose first 8 KiB hold a NUL byte, as no text does."""
+    """Whether ``path`` is a regular file whose first 8 KiB hold a NUL byte, as no text does (a
+    device such as /dev/full reads as zeros and is no checkpoint)."""
+    if not path.is_file():
+        return False
     try:
         with open(path, "rb") as file:
             return b"\0" in file.read(8192)
