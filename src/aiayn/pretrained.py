@@ -31,7 +31,7 @@ from aiayn.checkpoints.averaging import average_into, window_ending_at
 from aiayn.checkpoints.given import averaged_count, checkpoint_list
 from aiayn.checkpoints.trained import TrainedModel, load_ensemble
 from aiayn.config.tools import EvaluateConfig, TranslateConfig
-from aiayn.decoding.settings import Asked, Decoding
+from aiayn.decoding.settings import Asked, Decoding, asked
 from aiayn.decoding.speed import for_decoding
 from aiayn.decoding.switches import DEFAULTS, check_device, switches_of
 from aiayn.decoding.translator import Scored, Translator, perplexity
@@ -108,8 +108,11 @@ class Pretrained:
     def settings(self, decoding: Asked | Mapping[str, Any] | None = None, *,
                  switches: Mapping[str, Any] | None = None) -> Decoding:
         """The settings ``decoding`` laid over the checkpoint's own, checked, with the speed
-        ``switches`` (aiayn.decoding.switches: precision, int8, compile, onednn, onnxruntime)."""
-        return Decoding.of(self.trained.decoding, decoding, switches=switches, members=self.trained.members,
+        ``switches`` (aiayn.decoding.switches: precision, int8, compile, onednn, onnxruntime).
+        Each setting ``decoding`` gives is asked for, as on translate.py's command line: one the
+        search cannot serve is refused, even at the checkpoint's value."""
+        wanted = decoding if decoding is None or isinstance(decoding, Asked) else asked(decoding)
+        return Decoding.of(self.trained.decoding, wanted, switches=switches, members=self.trained.members,
                            where=HANDED)
 
     def translator(self, decoding: Asked | Mapping[str, Any] | None = None, *,

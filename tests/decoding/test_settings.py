@@ -7,6 +7,7 @@ fails here."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -87,6 +88,30 @@ def test_a_setting_asked_for_that_the_mode_has_no_use_for_is_refused_and_one_han
             Decoding.of(parser, wanted)
     assert Decoding.of(parser, {"beam_size": 21}).beam_size == 21  # what it was handed, asked again: no change
 
+
+
+@pytest.mark.parametrize(("wanted", "engine", "message"), [
+    ({"sampling": True, "beam_size": 4}, "aiayn", "sampling cannot serve decoding.beam_size=4"),
+    ({"sampling": True, "stop": "paper"}, "aiayn", "sampling cannot serve decoding.stop=paper"),
+    ({"seed": 0}, "aiayn", "beam search cannot serve decoding.seed=0"),
+    ({"temperature": 1.0}, "aiayn", "beam search cannot serve decoding.temperature=1.0"),
+    ({"max_len_offset": 50}, "hf export", "the Hugging Face export cannot serve decoding.max_len_offset=50"),
+])
+def test_a_setting_a_command_line_asks_for_is_asked_for_at_the_value_handed_too(wanted: dict, engine: str,
+                                                                                  message: str) -> None:
+    """A command line's ``decoding.*`` (:func:`asked`) is asked for, each setting, at the
+    checkpoint's value or the default too: one the mode or engine cannot serve is refused as any
+    other value is (before: set aside without a word, since it was the value there anyway; the HF
+    export wrote its own maximum length where ``decoding.max_len_offset`` was asked for)."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Decoding.of({"max_len_offset": 50}, asked(wanted), engine=engine)
+
+
+def test_a_whole_config_asks_for_what_it_changes() -> None:
+    """A training run's decoding (every setting, most at the default) asks for those it changes:
+    with ``sampling`` on, its default beam is set aside, not refused."""
+    sampled = Decoding.of(None, {**dataclasses.asdict(DecodingConfig()), "sampling": True})
+    assert sampled.sampling and sampled.beam_size is None and sampled.stop is None
 
 def test_onnx_runtime_without_the_kv_cache_is_refused_and_ctranslate2_stops_as_first_k() -> None:
     with pytest.raises(ConfigError, match=r"ONNX Runtime cannot serve decoding.kv_cache=false \(its decoder step is "

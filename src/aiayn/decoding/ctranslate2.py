@@ -29,7 +29,7 @@ from aiayn.data.subwords import Subwords
 from aiayn.data.task import raw_text_of
 from aiayn.decoding.declarations import CTRANSLATE2, arguments
 from aiayn.decoding.packages import require
-from aiayn.decoding.settings import Asked, Decoding
+from aiayn.decoding.settings import Asked, Decoding, asked
 from aiayn.decoding.translator import Scored, encode_lines, output_texts
 from aiayn.errors import ConfigError, DataError
 
@@ -75,8 +75,8 @@ class CTranslate2Translator:
             raise DataError(f"model_dir={folder}: not a CTranslate2 export of aiayn ({SETTINGS_FILE} or model.bin missing); "
                             "write one with src/export.py format=ctranslate2")
         exported = json.loads((folder / SETTINGS_FILE).read_text(encoding="utf-8"))
-        if settings:
-            wanted = {**(wanted.values if isinstance(wanted, Asked) else wanted or {}), **settings}
+        if settings or (wanted is not None and not isinstance(wanted, Asked)):  # each asked for, as on a command line
+            wanted = asked({**(wanted.values if isinstance(wanted, Asked) else wanted or {}), **settings})
         self.decoding = Decoding.of(exported.get("decoding"), wanted, engine="ctranslate2",
                                     where=f"{folder / SETTINGS_FILE}: decoding.")
         self.arguments = arguments(CTRANSLATE2, self.decoding)  # translate_batch's, but these two:

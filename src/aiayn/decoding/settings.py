@@ -69,15 +69,18 @@ class _Decoding:
     def of(cls, handed: Mapping[str, Any] | None = None, wanted: Asked | Mapping[str, Any] | None = None, *,
            engine: str = "aiayn", switches: Mapping[str, Any] | None = None, members: tuple[str, ...] = (),
            where: str = "decoding.") -> Decoding:
-        """The settings ``wanted`` (a command line's :func:`asked`; a mapping is checked here) laid
-        over those ``handed`` (a checkpoint's; ``where`` names them in an error) over the schema's
-        defaults, as ``engine`` serves them (``aiayn``, ``ctranslate2``, ``ctranslate2 export``,
-        ``hf export``) with the speed ``switches`` (as aiayn.decoding.switches.switches_of gives
-        them); ``members``: the identities of the checkpoints decoding together."""
+        """The settings ``wanted`` (a command line's :func:`asked`, every one of them asked for; or a
+        whole config's, checked here, asking for those it changes) laid over those ``handed`` (a
+        checkpoint's; ``where`` names them in an error) over the schema's defaults, as ``engine``
+        serves them (``aiayn``, ``ctranslate2``, ``ctranslate2 export``, ``hf export``) with the
+        speed ``switches`` (as aiayn.decoding.switches.switches_of gives them); ``members``: the
+        identities of the checkpoints decoding together."""
         values = {**OmegaConf.to_container(OmegaConf.structured(DecodingConfig)),
                   **_checked({k: v for k, v in (handed or {}).items() if v is not None}, where)}
-        wanted = wanted.values if isinstance(wanted, Asked) else asked(wanted).values
-        changed = {key: value for key, value in wanted.items() if value != values[key]}
+        if isinstance(wanted, Asked):  # asked for, each of them, even at the value handed or the default
+            changed = dict(wanted.values)
+        else:  # a whole config's settings (a training run's): those it changes are what it asks for
+            changed = {key: value for key, value in asked(wanted).values.items() if value != values[key]}
         values.update(changed)
         switches = {**DEFAULTS, **(switches or {})}
         runs_on = ENGINES["onnxruntime" if engine == "aiayn" and switches["onnxruntime"] else engine]
