@@ -20,6 +20,7 @@ from aiayn.checkpoints.given import one_checkpoint
 from aiayn.cli import CONFIG_DIR, tool_command
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
+from aiayn.cli.outputs import output_file
 from aiayn.errors import ConfigError
 
 
@@ -46,6 +47,7 @@ def main(cfg: DictConfig) -> None:
     if out.name.startswith("last") or checkpoint_step(out) is not None:
         raise ConfigError(f"out={cfg.out}: a name a run gives its own checkpoints (resume would take it for that "
                           f"step); give another, e.g. out={out.with_name('averaged.ckpt')}")
+    output_file(cfg.out)  # its folder can be made and written in, checked before any checkpoint is read
     ckpt = Path(one_checkpoint(cfg.ckpt, "one checkpoint (or run folder)"))
     # DataError: missing folder, too few checkpoints
     paths = (last_checkpoints(ckpt.parent, cfg.average_last, ending_at=ckpt) if ckpt.is_file()

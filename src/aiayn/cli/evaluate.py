@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 import hydra
@@ -30,6 +29,7 @@ from aiayn.checkpoints.given import averaged_count, checkpoint_list
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import is_composition_error, reports_composition_errors, reports_errors
+from aiayn.cli.outputs import output_folder
 from aiayn.config.identity import MODIFIED, run_folder_changes
 from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding, asked
@@ -69,7 +69,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     for path in ensemble:
         _check_checkpoint_file(Path(path))
     out_dir = Path(cfg.out) if cfg.out else default_out(ckpt)
-    _check_out_dir(out_dir, "out" if cfg.out else f"the default out ({out_dir})")  # before any decoding
+    _check_out_dir(out_dir, "out" if cfg.out else "the default out")  # before any decoding
     if cfg.mlflow:  # a store MLflow would fail on (a folder, a server that does not answer), before any decoding
         check_store(str(cfg.mlflow), "mlflow")
     # torch, Lightning (the task's data module) and W&B: imported once every setting is checked, so
@@ -248,13 +248,11 @@ def _moved(value, old_root: str, new_root: str):
 
 
 def _check_out_dir(out_dir: Path, what: str) -> None:
-    """ConfigError unless ``out_dir`` is a folder, or one that can be made, where this user may write."""
+    """ConfigError unless ``out_dir`` is a folder, or one that can be made, that can be written in
+    (aiayn.cli.outputs)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"{what}={out_dir} is a file; give a folder to write the hypotheses and report into")
-    existing = next((folder for folder in (out_dir, *out_dir.parents) if folder.exists()), None)
-    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"{what}={out_dir}: cannot write there ({existing} is not a folder this user may write "
-                          "in); give out=<a folder of yours>")
+    output_folder(out_dir, what, fix="give out=<a folder you can write in>")
 
 
 def _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding, summary) -> None:

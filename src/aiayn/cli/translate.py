@@ -56,6 +56,7 @@ from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reader_gone, reports_composition_errors, reports_errors
 from aiayn.cli.line_input import AvailableLines, chunked
+from aiayn.cli.outputs import output_file
 from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.decoding.settings import Asked, asked
 from aiayn.decoding.switches import check_device, switches_of
@@ -186,9 +187,9 @@ def _input_file(given: str | None) -> Path | None:
 
 
 def _output_file(given: str | None, source: Path | None) -> Path | None:
-    """The output file (None: stdout, also for ``out=-`` as Unix tools read it), its folder created;
-    refused, before any translating, when it is a folder, the input itself (a file given or the one stdin reads), a file of binary data (a
-    checkpoint), or in a folder that cannot be made or written to."""
+    """The output file (None: stdout, also for ``out=-`` as Unix tools read it); refused, before
+    any translating, when it is a folder, the input itself (a file given or the one stdin reads),
+    a file of binary data (a checkpoint), or in a folder that cannot be made or written to."""
     if not given or given == "-":
         return None
     path = Path(given)
@@ -203,16 +204,7 @@ def _output_file(given: str | None, source: Path | None) -> Path | None:
     if _binary(path):  # a checkpoint, say (the one translating, or last.ckpt's step): never written over
         raise ConfigError(f"out={given} holds binary data, not text (a checkpoint?), which the translations would "
                           "write over; give another file to write them to")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        blocking = next((folder for folder in path.parents if folder.exists()), None)
-        why = f"{blocking} is a file" if blocking is not None and not blocking.is_dir() else error.strerror or error
-        raise ConfigError(f"out={given}: cannot create its folder {path.parent} ({why}); "
-                          "give a path in a folder you can write to") from None
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ConfigError(f"out={given}: not writable; give a path in a folder you can write to")
-    return path
+    return output_file(given)  # its folder can be made and written in (aiayn.cli.outputs)
 
 
 def _stdin_is(path: Path) -> bool:
@@ -242,6 +234,7 @@ def _opened(path: Path | None, given: str | None) -> Iterator[TextIO]:
         yield sys.stdout
         return
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by the with below
     except OSError as error:
         raise ConfigError(f"out={given}: cannot be written ({error.strerror or error}); "

@@ -18,6 +18,7 @@ from aiayn.checkpoints.given import one_checkpoint
 from aiayn.cli import CONFIG_DIR, tool_command
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
+from aiayn.cli.outputs import output_folder
 from aiayn.decoding.settings import Decoding, asked
 from aiayn.decoding.switches import check_device
 from aiayn.errors import ConfigError, DataError
@@ -51,8 +52,9 @@ def main(cfg: DictConfig) -> None:
     from aiayn.checkpoints.io import run_dir_of
     from aiayn.checkpoints.trained import load_trained
 
-    trained = load_trained(ckpt, map_location=cfg.device)
     out = Path(cfg.out) if cfg.out else run_dir_of(ckpt.resolve()) / "attention"  # beside a checkpoint kept apart
+    output_folder(out, "out" if cfg.out else "the default out", fix="give out=<a folder you can write in>")
+    trained = load_trained(ckpt, map_location=cfg.device)
     decoding = Decoding.of(trained.decoding, wanted, where="the checkpoint's decoding.")
     constraint = trained.output_constraint(decoding)  # a parser's: its text read, and its tree written, as translate's
     maps = attention_maps(trained.model, trained.vocab, str(cfg.text), decoding, constraint, trained.raw_text(constraint))
