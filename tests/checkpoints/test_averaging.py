@@ -123,6 +123,14 @@ def test_last_checkpoints_ending_at_a_given_one_take_it_and_those_before_it(tmp_
     with pytest.raises(DataError, match=r"asked for the 3 checkpoints ending at time-step0000150.ckpt \(step 150\) "
                                         r"but there are only 2 up to it \(steps 100, 150\)"):
         last_checkpoints(folder, 3, ending_at=folder / "time-step0000150.ckpt")
+    # average.py's average of 200 and 300 (its step: the newest's): used as it is, never averaged again
+    # (before: averaged with step 150 and named as the average of steps 150-300, steps 200 and 300 in it twice).
+    averaged = average_checkpoints([folder / "step0000200.ckpt", folder / "step0000300.ckpt"])
+    torch.save(averaged, folder / "averaged.ckpt")
+    assert last_checkpoints(folder, 1, ending_at=folder / "averaged.ckpt") == [folder / "averaged.ckpt"]
+    with pytest.raises(DataError, match=r"averaged.ckpt: an average already \(average.py's, of steps 200, 300\); "
+                                        r"averaging it again with the 1 before step 300 would mix"):
+        last_checkpoints(folder, 2, ending_at=folder / "averaged.ckpt")
 
 
 # -- real runs -------------------------------------------------------------------------------

@@ -97,8 +97,15 @@ def last_checkpoints(directory: str | os.PathLike, k: int, ending_at: str | os.P
     if ending_at is not None:
         end = Path(ending_at)
         step = checkpoint_step(end)
-        if step is None:  # last.ckpt or a name of someone else's: ask the file itself
-            step = int(read_checkpoint(end).get("global_step", 0))
+        if step is None:  # last.ckpt or a name of someone else's (average.py's): ask the file itself
+            head = read_checkpoint(end)
+            step, averaged = int(head.get("global_step", 0)), list(head.get("averaged_steps") or [])
+            if k > 1 and len(averaged) > 1:  # its average with those before it would not be §6.1's window
+                raise DataError(
+                    f"{end}: an average already (average.py's, of steps {', '.join(map(str, averaged))}); averaging "
+                    f"it again with the {k - 1} before step {step} would mix an average into an average under the "
+                    f"steps of neither: give average_last=1 to use it as it is, or ckpt=<the run's last.ckpt or a "
+                    f"step checkpoint> to average {k}")
         before = [(s, path) for s, path in found if s < step]
         if len(before) < k - 1:
             there = [str(s) for s, _ in [*before, (step, end)]]
