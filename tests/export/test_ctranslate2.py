@@ -95,6 +95,39 @@ def test_each_output_is_searched_within_its_own_sentences_limit(tiny_run, data_r
     assert [len(output) for output in together] == [len(ids) + 1 + OFFSET for ids in sources]
 
 
+
+def _log_prob(model, vocab, source: list[int], output: list[int], ended: bool) -> float:
+    """log P(output | source) by teacher forcing, with the EOS where the output ended with one."""
+    import torch
+
+    target = [*output, vocab.eos_id] if ended else output
+    with torch.no_grad():
+        logits = model(torch.tensor([[*source, vocab.eos_id]]), torch.tensor([[vocab.bos_id, *target[:-1]]]))
+    return float(logits.log_softmax(-1)[0].gather(1, torch.tensor(target)[:, None]).sum())
+
+
+def test_an_nbest_log_prob_counts_the_eos_only_where_the_output_ended_with_one(tiny_run, tiny_trained, ct2_export,
+                                                                               multi30k_pairs, tmp_path):
+    """The n-best list's log-prob column is aiayn's: an output cut at its limit has no EOS, and
+    none is counted (before: CTranslate2's score of it with its end token, several nats lower).
+    Random weights run every output to its limit; the trained model ends its outputs."""
+    import torch
+
+    english = multi30k_pairs[0][:4]
+    trained = load_trained(tiny_run.last, "cpu")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in trained.model.parameters():
+            parameter.normal_(0, 0.3)
+    random_export = export_ctranslate2(trained, tmp_path / "random", ckpt=tiny_run.last, steps=[trained.step])
+    for model, export, cut in [(trained.model, random_export, True), (tiny_trained.model, ct2_export, False)]:
+        translator = CTranslate2Translator(export, beam_size=2, nbest=2, max_len_offset=OFFSET, threads=1)
+        for source in trained.vocab.encode(english):
+            outputs = [ids for ids, _ in translator._search([source], scores=True)[0]]
+            assert all((len(output) == len(source) + 1 + OFFSET) == cut for output in outputs), (cut, outputs)
+            expected = [_log_prob(model, trained.vocab, source, output, ended=not cut) for output in outputs]
+            assert translator._log_probs(source, outputs) == pytest.approx(expected, rel=1e-4, abs=1e-4)
+
 def test_export_carries_settings_subwords_and_card(ct2_export, tiny_trained):
     settings = json.loads((ct2_export / "aiayn.json").read_text())
     served = Decoding.of(tiny_trained.decoding, engine="ctranslate2 export").settings()

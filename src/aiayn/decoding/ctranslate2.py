@@ -120,7 +120,7 @@ class CTranslate2Translator:
         maximum length as aiayn's search is: source length with EOS + max_len_offset, at most the
         model's positions (CTranslate2's ``max_decoding_length``: the output's tokens, the end token
         not counted)."""
-        limits = [min(len(ids) + 1 + self.max_len_offset, self.max_positions) for ids in sources]
+        limits = [self._limit(ids) for ids in sources]
         found: list[list[tuple[list[int], float]]] = [[] for _ in sources]
         # CTranslate2's maximum length is one number per search: the sources of one limit are searched
         # together, each group with its own, so that each output is the search's within its sentence's limit
@@ -172,8 +172,16 @@ class CTranslate2Translator:
                 self.seconds += time.perf_counter() - started
                 yield ready
 
+    def _limit(self, source: Sequence[int]) -> int:
+        """The most tokens an output of ``source`` (its ids, no EOS) may have, its EOS included."""
+        return min(len(source) + 1 + self.max_len_offset, self.max_positions)
+
     def _log_probs(self, source: Sequence[int], outputs: list[list[int]]) -> list[float]:
-        """log P(output + EOS | source) of each output, as CTranslate2 scores it."""
+        """log P(output | source) of each output, as CTranslate2 scores it, its EOS counted where it
+        ended with one, as aiayn's search counts it: not for one cut at its limit (CTranslate2
+        scores every target with its end token, the last of its log-probabilities)."""
         scored = self.translator.score_batch([self._pieces(source)] * len(outputs),
                                              [self.vocab.pieces(output) for output in outputs])
-        return [float(sum(result.log_probs)) for result in scored]
+        limit = self._limit(source)
+        return [float(sum(result.log_probs[:-1] if len(output) >= limit else result.log_probs))
+                for output, result in zip(outputs, scored)]
