@@ -41,6 +41,17 @@ def test_plain_file_matches_gz(data_root, tmp_path):
     assert read_lines(plain) == read_lines(gz)
 
 
+@pytest.mark.parametrize("data", [b"\xef\xbb\xbf", b"\xef\xbb\xbf\n"], ids=["the mark alone", "the mark and a newline"])
+def test_a_file_of_a_byte_order_mark_alone_is_empty(tmp_path, data):
+    """What a Windows editor saves for an empty file: no line (before: one empty line, which
+    translate.py translated into one output line for an input of none); with a newline after it,
+    one empty line, as that newline alone is."""
+    path = _written(tmp_path / "empty.en", data)
+    expected = [] if data == b"\xef\xbb\xbf" else [""]
+    assert read_lines(path) == expected
+    with open(path, "rb") as handle:
+        assert list(decode_lines(handle, "<stdin>")) == expected
+
 def test_only_the_line_terminator_is_stripped(tmp_path):
     path = tmp_path / "mixed.txt"
     path.write_bytes(b" lead\n\r\nwin\r\nin\rside\ntrail  \nlast")

@@ -21,6 +21,7 @@ _OTHER_COMPRESSION = ((b"\xfd7zXZ\x00", "xz", "unxz", ".xz"), (b"BZh", "bzip2", 
                       (b"7z\xbc\xaf\x27\x1c", "7z", "7z x", ".7z"))
 COMPRESSED_SUFFIXES = tuple(suffix for *_, suffix in _OTHER_COMPRESSION)  # names of files read neither way
 _BOM = "\ufeff"
+_BOM_BYTES = _BOM.encode("utf-8")
 _BOM_SAID: set[str] = set()  # the files (streams) whose later lines' byte order marks were named, once a process
 _BOTH_SAID: set[Path] = set()  # the plain files read beside a gzipped copy, named once a process
 
@@ -118,6 +119,8 @@ def _plain_lines(handle: BinaryIO) -> Iterator[str]:
                 continue
         elif rest:  # the last line, which no "\n" ends
             whole, rest = rest, b""
+            if first and whole == _BOM_BYTES:  # a file of a byte order mark alone: an empty one, no line
+                return
         else:
             return
         try:
@@ -184,6 +187,8 @@ def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
     held = None  # a first line holding a carriage return, given once a second line follows it
     for number, raw in enumerate(handle, start=1):
         head = raw[:8] if number == 1 else head
+        if number == 1 and raw == _BOM_BYTES:  # a byte order mark alone (an empty file a Windows editor saved): no line
+            return
         try:
             line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as error:
