@@ -95,6 +95,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         raise ConfigError(f"{ckpt}: task.datamodule._target_={task['datamodule'].get('_target_')} cannot be imported "
                           "here as a data module: put the folder of its module on PYTHONPATH")
     datamodule = hydra.utils.instantiate(task["datamodule"])
+    datamodule.DATA_ROOT_SETTING = "data_root"  # evaluate's own, whatever the task calls its folder
     split = datamodule.check_split(cfg.split, task["name"])  # the task says which splits it can score
     needed = datamodule.preparation_needed() if trained_task.get("name", task["name"]) != task["name"] else None
     if needed is not None:  # a task the checkpoint was not trained on: its data is not prepared for it

@@ -22,7 +22,8 @@ class SplitFiles:
     download: bool
     data_root: Path
     cache_dir: Path
-    # The setting that names the folder the corpus is read from (``data_root``), for errors.
+    # The setting that names the folder the corpus is read from (``data_root``), for errors; a tool
+    # that calls it otherwise sets its own name on the instance (evaluate.py: ``data_root``).
     DATA_ROOT_SETTING: ClassVar[str] = "task.data_root"
 
     def check_folders(self) -> None:

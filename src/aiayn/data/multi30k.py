@@ -53,10 +53,12 @@ def multi30k_url(split: str, lang: str) -> str:
 
 
 def multi30k_files(
-    data_root: str | os.PathLike, split: str, src_lang: str, tgt_lang: str, download: bool = True
+    data_root: str | os.PathLike, split: str, src_lang: str, tgt_lang: str, download: bool = True,
+    data_root_setting: str = "task.data_root",
 ) -> tuple[Path, Path]:
     """The source and target files of ``split``; missing ones are downloaded when ``download``
-    is true, and a :class:`DataError` lists whatever is still missing."""
+    is true, and a :class:`DataError` lists whatever is still missing (naming ``data_root_setting``,
+    the setting that gave ``data_root``)."""
     if src_lang == tgt_lang:
         raise ValueError(f"source and target language are both {src_lang!r}; choose two of {LANGUAGES}")
     paths = (_present(data_root, split, src_lang), _present(data_root, split, tgt_lang))
@@ -70,7 +72,7 @@ def multi30k_files(
         how = "download failed (see the warnings above)" if download else "download=False"
         raise DataError(
             f"Multi30k files missing ({how}): {listing}. Fetch them there, or point "
-            f"AIAYN_DATA_ROOT / task.data_root at a folder whose {SUBDIR}/ holds them"
+            f"AIAYN_DATA_ROOT / {data_root_setting} at a folder whose {SUBDIR}/ holds them"
         )
     return paths
 
@@ -126,7 +128,8 @@ class Multi30kDataModule(TranslationDataModule):
         self.save_hyperparameters(logger=False)  # in checkpoints; the logged config has them as task.datamodule.*
 
     def split_files(self, split: str, download: bool) -> tuple[Path, Path]:
-        return multi30k_files(self.data_root, split, self.src_lang, self.tgt_lang, download=download)
+        return multi30k_files(self.data_root, split, self.src_lang, self.tgt_lang, download=download,
+                              data_root_setting=self.DATA_ROOT_SETTING)
 
     def required_files(self, split: str) -> dict[Path, str]:
         """The split's two files, each with its upstream address."""
@@ -136,4 +139,4 @@ class Multi30kDataModule(TranslationDataModule):
     def missing_files_message(self, listing: str) -> str:
         how = "download failed (see the warnings above)" if self.download else "download=False"
         return (f"Multi30k files missing or unreadable ({how}): {listing}. Fetch them there, or point "
-                f"AIAYN_DATA_ROOT / task.data_root at a folder whose {SUBDIR}/ holds them")
+                f"AIAYN_DATA_ROOT / {self.DATA_ROOT_SETTING} at a folder whose {SUBDIR}/ holds them")
