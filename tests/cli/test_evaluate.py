@@ -171,6 +171,17 @@ def test_average_last_averages_the_checkpoints_ending_at_the_one_given(tiny_run:
     assert result.stdout.splitlines()[0].endswith("steps 3–4, average of 2 checkpoints (step0000003.ckpt, last.ckpt)")
     assert report_of(tmp_path, "test_2017_mscoco.step3-4.*.avg2.json")["averaged_steps"] == [3, 4]
 
+    # average.py's average of steps 3 and 4 is evaluated as it is, and said to be that average
+    # (before: "step 4"); averaged again with the checkpoints before it, refused.
+    averaged = tmp_path / "kept" / "averaged.ckpt"
+    run_tool("src/average.py", f"ckpt={tiny_run.run_dir}", "average_last=2", f"out={averaged}")
+    result = evaluate(f"ckpt={averaged}", "split=test_2017_mscoco", f"out={tmp_path / 'of-average'}",
+                      data_root=data_root, cache_dir=tiny_run.cache_dir)
+    assert result.stdout.splitlines()[0].endswith("steps 3–4, average of 2 checkpoints (averaged.ckpt, average.py's)")
+    refused = evaluate(f"ckpt={averaged}", "average_last=2", "split=test_2017_mscoco", f"out={tmp_path / 'again'}",
+                       data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
+    assert refused.returncode == 2 and "an average already (average.py's, of steps 3, 4)" in refused.stderr
+
 
 # -- names: a sweep of decoding settings leaves one report per setting ------------------------
 @pytest.mark.slow
