@@ -54,6 +54,21 @@ def test_a_raw_dir_that_does_not_exist_is_named(tmp_path):
                     "to fetch them into it")
 
 
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("task.vocab_size=0", "task.vocab_size must be a whole number of at least 8, got 0"),
+    ("task.datamodule.subword_sample_pairs=-1", "task.datamodule.subword_sample_pairs must be a positive whole number"),
+])
+def test_the_tasks_settings_are_checked_as_train_checks_them(override: str, message: str, tmp_path: Path,
+                                                            data_root: Path) -> None:
+    """Before: sentencepiece's own error (``INTERNAL: ... vocab_size() > 0``), or for a sample of no
+    pairs "no lines to train the sentencepiece model on" for a corpus of thousands."""
+    line = _one_line(run_tool("src/prepare.py", "task=parallel_text", f"task.data_dir={data_root / 'multi30k'}",
+                              "task.src_lang=en", "task.tgt_lang=de", override, f"hydra.run.dir={tmp_path / 'run'}",
+                              cache_dir=tmp_path / "cache", check=False))
+    assert line.startswith(f"prepare.py: {message}"), line
+    assert not (tmp_path / "cache").exists()
+
 # --- a real prepare.py process interrupted, killed, or out of disk space -------------------------
 
 VOCAB = 500

@@ -15,7 +15,7 @@ half-written left (no temporary folder, no lock file).
 from __future__ import annotations
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
@@ -27,6 +27,9 @@ from aiayn.cli.errors import INTERRUPTED, fail, reports_composition_errors, repo
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="prepare")
 @reports_errors  # one line on stderr, exit status 2, for what the user can fix
 def main(cfg: DictConfig) -> None:
+    from aiayn.training.config_check import check_task
+
+    check_task(OmegaConf.to_container(cfg.task, resolve=True))  # as train.py checks it: vocab_size, the batch sizes, ...
     datamodule = hydra.utils.instantiate(cfg.task.datamodule)
     try:
         datamodule.prepare_data(hashes=True)

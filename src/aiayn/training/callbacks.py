@@ -23,6 +23,7 @@ import lightning as L
 import torch
 
 from aiayn.config.checkpointing import kept
+from aiayn.errors import ConfigError
 from aiayn.reporting.flops import (
     Shapes,
     paper_estimate,
@@ -84,6 +85,19 @@ def attention_pictures(visualize_at_end: bool, **options: Any) -> AttentionPictu
     return AttentionPicturesCallback(**options) if visualize_at_end else None
 
 
+def _check_attention_pictures(section: str, settings: Mapping[str, Any]) -> None:
+    """Before a run starts (aiayn.training.config_check, which calls a target's ``check_settings``):
+    a ConfigError for ``layers`` other than paper or all, or an ``index`` that is no line number."""
+    layers, index = settings.get("layers", "paper"), settings.get("index", 0)
+    if layers not in ("paper", "all"):
+        raise ConfigError(f"{section}.layers must be paper or all, got {layers!r}")
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ConfigError(f"{section}.index must be a whole number, 0 or more (a line of the split), got {index!r}")
+
+
+attention_pictures.check_settings = _check_attention_pictures
+
+
 def run_summary(cost: Mapping[str, Any]) -> RunSummaryCallback:
     """The :class:`RunSummaryCallback`, its paper's estimate with the sustained TFLOPS of ``cost.gpu``."""
     return RunSummaryCallback(gpu=cost.get("gpu", "P100"))
@@ -101,8 +115,7 @@ class AttentionPicturesCallback(L.Callback):
     """
 
     def __init__(self, split: str = "val", index: int = 0, folder: str = "attention", layers: str = "paper"):
-        if layers not in ("paper", "all"):
-            raise ValueError(f"callbacks.attention_pictures.layers must be paper or all, got {layers!r}")
+        _check_attention_pictures("callbacks.attention_pictures", {"layers": layers, "index": index})
         self.split, self.index, self.folder, self.layers = split, index, folder, layers
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

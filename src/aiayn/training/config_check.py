@@ -22,6 +22,7 @@ from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import sustained_tflops
+from aiayn.training.distributed import check_timeout
 from aiayn.training.schedule import check_schedule
 
 # The settings at the root of conf/train.yaml (and of what its groups add there).
@@ -46,7 +47,7 @@ def check_train_config(config: Mapping[str, Any]) -> None:
     optim = typed["optim"]  # a schedule of one's own (optim.schedule) gives a rate at its first and last step
     check_schedule(optim["schedule"], network["d_model"], optim["warmup_steps"], optim["lr_factor"],
                    optim["train_steps"])
-    _check_task(config.get("task") or {})
+    check_task(config.get("task") or {})
     _check_positions(typed["model"], (config.get("task") or {}).get("datamodule") or {})
     _check_decoding(typed["decoding"], config.get("task") or {})
     _check_run(config)
@@ -107,13 +108,14 @@ def _check_adam_in_half(optim: Mapping[str, Any], trainer: Mapping[str, Any]) ->
                           "16-mixed (fp32 weights)")
 
 
-def _check_task(task: Mapping[str, Any]) -> None:
+def check_task(task: Mapping[str, Any]) -> None:
+    """The ``task`` section's settings (train.py's and prepare.py's): ConfigError naming the first wrong one."""
     _known("task", task, TASK_SETTINGS)
     if not _whole(task.get("vocab_size")) or task["vocab_size"] < 8:
         raise ConfigError(f"task.vocab_size must be a whole number of at least 8, got {task.get('vocab_size')!r}")
     data = task.get("datamodule") or {}
     _check_target_keys("task.datamodule", data)
-    for key in ("max_tokens", "eval_max_tokens", "max_length"):
+    for key in ("max_tokens", "eval_max_tokens", "max_length", "subword_sample_pairs"):
         value = data.get(key)
         if key == "max_tokens" and value == "auto":
             continue  # settled by the plan (aiayn.config.plan.batch_limit)
@@ -226,8 +228,8 @@ def _check_run(config: Mapping[str, Any]) -> None:
     nonfinite = config.get("nonfinite") or {}
     if not _whole(nonfinite.get("max_in_a_row", 1)) or nonfinite.get("max_in_a_row", 1) < 1:
         raise ConfigError(f"nonfinite.max_in_a_row must be at least 1, got {nonfinite['max_in_a_row']}")
-    # distributed.timeout_minutes itself: strategy_with_timeout, when the Trainer is built (before anything is written).
     _known("distributed", config.get("distributed") or {}, ("timeout_minutes",))
+    check_timeout((config.get("distributed") or {}).get("timeout_minutes"))
     callbacks = config.get("callbacks") or {}
     for name, entry in callbacks.items():
         if entry is not None and not (isinstance(entry, Mapping) and entry.get("_target_")):

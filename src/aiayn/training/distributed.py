@@ -14,6 +14,14 @@ from typing import Any
 from aiayn.errors import ConfigError
 
 
+def check_timeout(timeout_minutes: Any) -> None:
+    """ConfigError unless ``distributed.timeout_minutes`` is null or a positive number of minutes
+    (aiayn.training.config_check calls it before any job of a sweep starts)."""
+    if timeout_minutes is not None and (isinstance(timeout_minutes, bool) or not isinstance(timeout_minutes, (int, float))
+                                        or not timeout_minutes > 0):
+        raise ConfigError(f"distributed.timeout_minutes must be a positive number of minutes, got {timeout_minutes!r}")
+
+
 def strategy_with_timeout(strategy: Any, timeout_minutes: float | None, processes: int = 1) -> Any:
     """``strategy`` (the ``trainer.strategy`` setting: a name such as ``"ddp"``, ``"ddp_spawn"``,
     ``"ddp_find_unused_parameters_true"``, ``"auto"``, or a built Strategy) as a DDP strategy whose
@@ -24,10 +32,9 @@ def strategy_with_timeout(strategy: Any, timeout_minutes: float | None, processe
     place. ``"auto"`` with ``processes`` > 1 (the plan's training processes) becomes the
     ``ddp`` Lightning would pick for it; with one process it stays ``"auto"``. ``timeout_minutes``
     None leaves Lightning's default (30 minutes)."""
+    check_timeout(timeout_minutes)
     if timeout_minutes is None:
         return strategy
-    if isinstance(timeout_minutes, bool) or not isinstance(timeout_minutes, (int, float)) or not timeout_minutes > 0:
-        raise ConfigError(f"distributed.timeout_minutes must be a positive number of minutes, got {timeout_minutes!r}")
     from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
 
     timeout = timedelta(minutes=timeout_minutes)
