@@ -159,6 +159,14 @@ def test_a_stopped_sweep_given_resume_auto_resumes_each_job_from_its_earlier_fol
                             data_root=data_root, cache_dir=subword_cache, check=False, timeout=300)
     assert stopped.returncode == 75, stopped.stderr[-3000:]
     assert "continue with the same command and resume=auto" in stopped.stderr
+    # The same sweep again without resume=auto: its job refused before the sweep writes anything (before: it
+    # wrote a new group and a table of "failed" over the stopped sweep's, which resume=auto then continued).
+    kept = {name: (tmp_path / "A" / name).read_bytes() for name in ("group.txt", "sweep.tsv")}
+    again = runs.run_tool("src/train.py", *command, "hydra.sweep.dir=A", env=environment, cwd=tmp_path,
+                          data_root=data_root, cache_dir=subword_cache, check=False, timeout=300)
+    assert again.returncode == 2 and again.stderr.strip().endswith(
+        "continue that run with resume=auto, or start this one in a folder of its own (another hydra.sweep.dir)")
+    assert {name: (tmp_path / "A" / name).read_bytes() for name in kept} == kept
     resumed = runs.run_tool("src/train.py", *command, "resume=auto", "hydra.sweep.dir=B", cwd=tmp_path,
                             env=environment, data_root=data_root, cache_dir=subword_cache, timeout=300)
     [earlier] = (tmp_path / "A").glob("0_*")

@@ -129,10 +129,11 @@ class HoldsTheRunFolder(Callback):
             return
 
 
-def refuse_another_runs(run_dir: str | os.PathLike, resume: str | None) -> None:
+def refuse_another_runs(run_dir: str | os.PathLike, resume: str | None, setting: str = "hydra.run.dir") -> None:
     """UserError when a run that resumes nothing (``resume`` unset: null, none, false) would
     start in ``run_dir`` while it holds another run's checkpoints (``checkpoints/*.ckpt``), in the
-    job's first process; the others share the folder their first process was let into."""
+    job's first process; the others share the folder their first process was let into.
+    ``setting``: what names the folder (a sweep's jobs': ``hydra.sweep.dir``)."""
     from aiayn.checkpoints.resume import resumes_nothing  # torch: only once a run is under way
 
     if not resumes_nothing(resume) or not first_process():
@@ -142,8 +143,8 @@ def refuse_another_runs(run_dir: str | os.PathLike, resume: str | None) -> None:
     if found:
         raise UserError(f"{folder} holds another run's checkpoints ({', '.join(found[:3])}"
                         f"{f' and {len(found) - 3} more' if len(found) > 3 else ''}), which a fresh run would write "
-                        "over: continue that run with resume=auto, or start this one in a folder of its own "
-                        "(another hydra.run.dir)")
+                        f"over: continue that run with resume=auto, or start this one in a folder of its own "
+                        f"(another {setting})")
 
 
 @contextlib.contextmanager

@@ -49,7 +49,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
-from aiayn.cli.run_folder import LOCK, holder, note_the_holder
+from aiayn.cli.run_folder import LOCK, holder, note_the_holder, refuse_another_runs
 from aiayn.cli.sweep_processes import ExitAsReturn, JobExited, runs_as_processes, signals_handed_on
 from aiayn.config.identity import GROUP_FILE, left_out_of_names, new_group, own_overrides, recorded_group
 from aiayn.config.resolvers import runs_here, showing_only
@@ -221,6 +221,9 @@ def check(sweeper: BasicSweeper, jobs: list[Job]) -> list[tuple[Job, str]]:
                 task = _job_config(sweeper, job)
                 with showing_only() if elsewhere else contextlib.nullcontext():
                     checked_config(task)
+                # A job that would start afresh where another run's checkpoints are (the same sweep run
+                # again without resume=auto): refused here, before the sweep's group and table are written.
+                refuse_another_runs(job.folder, task.get("resume"), "hydra.sweep.dir")
             except Exception as error:  # each job's reason is reported; a bug's is raised
                 reported = describe(error)
                 if reported is None and not is_composition_error(error):
