@@ -140,6 +140,12 @@ def test_a_row_run_with_its_model_or_recipe_changed_is_no_longer_that_row():
     # A run that may stop before optim.train_steps trains another length than the row's.
     assert changes("experiment=table3_A_h1", "callbacks.early_stopping.patience=5") == [
         "callbacks.early_stopping.patience: None → 5"]
+    # So does one cut by a time limit, and one whose step an accumulation given outright sets (before: still
+    # the row, and a run stopped at step 10 of 2,000 was counted as base in Table 3).
+    assert changes("experiment=table3_base", "+scale=multi30k_cpu", "trainer.max_time=00:00:00:20",
+                   "trainer.accumulate_grad_batches=4") == [
+        "trainer.max_time: None → '00:00:00:20'", "trainer.accumulate_grad_batches: None → 4"]
+    assert changes("experiment=table4_sample") == []  # its own time limit is the row's
     # The row at a scale (its own bleu_sentences, 300), a speed switch, a seed or the logging: still the row.
     assert changes("experiment=table3_A_h1", "+scale=multi30k_cpu", "model.attention=explicit", "seed=7",
                    "decoding.kv_cache=false", "logger=csv") == []

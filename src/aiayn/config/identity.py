@@ -40,12 +40,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 # What makes a row run that row: the network, its widths, the recipe (its length too: a run that may
-# stop early is not the row's, which trains optim.train_steps), the task, and how it is scored (the
-# decoding, the dev sentences BLEU reads, the share of the dev and test splits evaluated): a run
-# scored otherwise reports other figures under the row's name.
+# stop early, by early stopping or a time limit, is not the row's, which trains optim.train_steps or
+# its own time; and its step: an accumulation given outright sets the step in place of
+# optim.tokens_per_step), the task, and how it is scored (the decoding, the dev sentences BLEU
+# reads, the share of the dev and test splits evaluated): a run scored otherwise reports other
+# figures under the row's name.
 ROW_KEYS = ("task.name", "task.vocab_size", "task.subword_model", "model", "width_divisor", "loss", "optim",
-            "callbacks.early_stopping.patience", "init_from", "decoding", "validation.bleu_sentences",
-            "trainer.limit_val_batches", "trainer.limit_test_batches")
+            "callbacks.early_stopping.patience", "trainer.max_time", "trainer.accumulate_grad_batches", "init_from",
+            "decoding", "validation.bleu_sentences", "trainer.limit_val_batches", "trainer.limit_test_batches")
 # Speed switches compute the same numbers another way: not a change of the row (decoding.kv_cache:
 # the same outputs, aiayn.config.schemas.DecodingConfig).
 SPEED_KEYS = ("optim.fused", "model.attention", "loss.fused", "decoding.kv_cache")
