@@ -32,6 +32,20 @@ def ct2_export(tiny_run, tiny_trained, tmp_path_factory):
     return export_ctranslate2(load_trained(tiny_run.last, "cpu"), out, ckpt=tiny_run.last, steps=[tiny_trained.step])
 
 
+@pytest.fixture(scope="module")
+def random_export(tiny_run, tmp_path_factory):
+    """The tiny run's network with random weights, N(0, 0.3), and its export: every output of it
+    runs to its limit."""
+    import torch
+
+    trained = load_trained(tiny_run.last, "cpu")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in trained.model.parameters():
+            parameter.normal_(0, 0.3)
+    return trained, export_ctranslate2(trained, tmp_path_factory.mktemp("ct2") / "random", ckpt=tiny_run.last,
+                                       steps=[trained.step])
+
 def ours_greedy(trained, sentences):
     vocab = trained.vocab
     src = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)(
@@ -72,20 +86,13 @@ def test_stream_keeps_input_order_and_empty_lines(ct2_export, tiny_trained, mult
     assert translator.sentences == len(lines) and translator.output_tokens > 0 and translator.seconds > 0
 
 
-def test_each_output_is_searched_within_its_own_sentences_limit(tiny_run, data_root, tmp_path):
+def test_each_output_is_searched_within_its_own_sentences_limit(random_export, data_root):
     """CTranslate2's maximum length is one number per search: a batch's outputs are each their
     sentence's search within its own limit (input + max_len_offset, as the paper's), the same as
     that sentence searched alone (before: the batch searched to its longest sentence's limit, each
     output cut to its own after, and with a beam that went on past a limit the cut one was often
     not the search's best within it). Random weights: every output runs to its limit."""
-    import torch
-
-    trained = load_trained(tiny_run.last, "cpu")
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for parameter in trained.model.parameters():
-            parameter.normal_(0, 0.3)
-    export = export_ctranslate2(trained, tmp_path / "random", ckpt=tiny_run.last, steps=[trained.step])
+    trained, export = random_export
     translator = CTranslate2Translator(export, beam_size=4, max_len_offset=OFFSET, threads=1)
     # newstest2014's first sentences (3 to 165 subwords), each of its own length (its own limit)
     english = read_lines(data_root / "wmt14" / "newstest2014-en-de.en")[:20]
@@ -106,21 +113,14 @@ def _log_prob(model, vocab, source: list[int], output: list[int], ended: bool) -
     return float(logits.log_softmax(-1)[0].gather(1, torch.tensor(target)[:, None]).sum())
 
 
-def test_an_nbest_log_prob_counts_the_eos_only_where_the_output_ended_with_one(tiny_run, tiny_trained, ct2_export,
-                                                                               multi30k_pairs, tmp_path):
+def test_an_nbest_log_prob_counts_the_eos_only_where_the_output_ended_with_one(random_export, tiny_trained, ct2_export,
+                                                                               multi30k_pairs):
     """The n-best list's log-prob column is aiayn's: an output cut at its limit has no EOS, and
     none is counted (before: CTranslate2's score of it with its end token, several nats lower).
     Random weights run every output to its limit; the trained model ends its outputs."""
-    import torch
-
     english = multi30k_pairs[0][:4]
-    trained = load_trained(tiny_run.last, "cpu")
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for parameter in trained.model.parameters():
-            parameter.normal_(0, 0.3)
-    random_export = export_ctranslate2(trained, tmp_path / "random", ckpt=tiny_run.last, steps=[trained.step])
-    for model, export, cut in [(trained.model, random_export, True), (tiny_trained.model, ct2_export, False)]:
+    trained, random = random_export
+    for model, export, cut in [(trained.model, random, True), (tiny_trained.model, ct2_export, False)]:
         translator = CTranslate2Translator(export, beam_size=2, nbest=2, max_len_offset=OFFSET, threads=1)
         for source in trained.vocab.encode(english):
             outputs = [ids for ids, _ in translator._search([source], scores=True)[0]]
