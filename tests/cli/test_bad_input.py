@@ -178,6 +178,8 @@ def test_a_data_root_without_the_data_names_the_missing_file_and_exits_2(tmp_pat
     code, line = _train(tmp_path, f"paths.data_root={tmp_path / 'empty'}", "task.datamodule.download=false")
     assert code == 2
     assert line.startswith("train.py: Multi30k files missing") and str(tmp_path / "empty" / "multi30k" / "train.en.gz") in line
+    # What it says to set is a setting train.py has (before: task.data_root, which it refuses as none).
+    assert line.endswith("or point AIAYN_DATA_ROOT / paths.data_root at a folder whose multi30k/ holds them"), line
 
 
 # -- command lines, in this process (tests.helpers.inprocess); checkpoints: the session's `tiny_run` --
@@ -237,7 +239,7 @@ def test_a_run_refused_before_training_leaves_no_output_folder(override, message
 
 
 @pytest.mark.parametrize("variable, setting", [("AIAYN_CACHE_DIR", "paths.cache_dir"),
-                                               ("AIAYN_DATA_ROOT", "task.data_root")])
+                                               ("AIAYN_DATA_ROOT", "paths.data_root")])
 def test_a_folder_variable_set_to_nothing_is_one_line_not_the_working_folder(variable, setting, tmp_path, data_root):
     """Before: the empty path was the working folder, where the sentencepiece cache (or Multi30k's
     download) then landed."""

@@ -216,7 +216,7 @@ def test_setup_fit_names_a_missing_test_file_before_anything_is_loaded(data_root
     assert str(info.value) == (
         f"Multi30k files missing or unreadable (download=False): {missing} (test split 'test_2016_flickr': missing; "
         "from https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/test_2016_flickr.de.gz). "
-        "Fetch them there, or point AIAYN_DATA_ROOT / task.data_root at a folder whose multi30k/ holds them")
+        "Fetch them there, or point AIAYN_DATA_ROOT / paths.data_root at a folder whose multi30k/ holds them")
     assert module.split_sizes == {} and module.vocab is None  # before any training work
     module.setup("validate")  # a stage that does not read the test split is not held up by it
     assert module.split_sizes == {"val": 1_014}

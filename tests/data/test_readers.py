@@ -245,7 +245,7 @@ def test_multi30k_missing_without_download_lists_paths_and_urls(tmp_path):
     for lang in ("en", "de"):
         assert str(tmp_path / "multi30k" / f"val.{lang}.gz") in message
         assert f"https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/val.{lang}.gz" in message
-    assert "AIAYN_DATA_ROOT" in message and "task.data_root" in message
+    assert "AIAYN_DATA_ROOT" in message and "paths.data_root" in message
 
 
 @pytest.mark.parametrize("split, lang", [("dev", "en"), ("train", "fr")])

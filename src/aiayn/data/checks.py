@@ -24,7 +24,7 @@ class SplitFiles:
     cache_dir: Path
     # The setting that names the folder the corpus is read from (``data_root``), for errors; a tool
     # that calls it otherwise sets its own name on the instance (evaluate.py: ``data_root``).
-    DATA_ROOT_SETTING: ClassVar[str] = "task.data_root"
+    DATA_ROOT_SETTING: ClassVar[str] = "paths.data_root"
 
     def check_folders(self) -> None:
         """A :class:`ConfigError` naming the setting (and the environment variable it came from)

@@ -54,7 +54,7 @@ def multi30k_url(split: str, lang: str) -> str:
 
 def multi30k_files(
     data_root: str | os.PathLike, split: str, src_lang: str, tgt_lang: str, download: bool = True,
-    data_root_setting: str = "task.data_root",
+    data_root_setting: str = "paths.data_root",
 ) -> tuple[Path, Path]:
     """The source and target files of ``split``; missing ones are downloaded when ``download``
     is true, and a :class:`DataError` lists whatever is still missing (naming ``data_root_setting``,
