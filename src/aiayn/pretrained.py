@@ -111,8 +111,7 @@ class Pretrained:
         ``switches`` (aiayn.decoding.switches: precision, int8, compile, onednn, onnxruntime).
         Each setting ``decoding`` gives is asked for, as on translate.py's command line: one the
         search cannot serve is refused, even at the checkpoint's value."""
-        wanted = decoding if decoding is None or isinstance(decoding, Asked) else asked(decoding)
-        return Decoding.of(self.trained.decoding, wanted, switches=switches, members=self.trained.members,
+        return Decoding.of(self.trained.decoding, asked(decoding), switches=switches, members=self.trained.members,
                            where=HANDED)
 
     def translator(self, decoding: Asked | Mapping[str, Any] | None = None, *,

@@ -139,12 +139,13 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     }
     atomic_write_text(out_dir / f"{name}.json", json.dumps(report, indent=2) + "\n")
 
-    which = (f"steps {steps[0]}–{steps[-1]}, average of {len(averaged)} checkpoints "
-             f"({', '.join(path.name for path in averaged)})" if len(averaged) > 1 else
-             f"steps {steps[0]}–{steps[-1]}, average of {len(steps)} checkpoints ({ckpt.name}, average.py's)"
-             if len(steps) > 1 else f"step {trained.step}")
     if len(ensemble) > 1:
         which = f"ensemble of {len(ensemble)} checkpoints ({', '.join(ensemble)})"
+    elif len(steps) > 1:  # averaged here, or by average.py into the one file given
+        files = ", ".join(path.name for path in averaged) if len(averaged) > 1 else f"{ckpt.name}, average.py's"
+        which = f"steps {steps[0]}–{steps[-1]}, average of {len(steps)} checkpoints ({files})"
+    else:
+        which = f"step {trained.step}"
     print(f"{split}: {len(sources)} sentences, {which}")
     for line in scored.lines:
         print(f"  {line}")

@@ -75,8 +75,7 @@ class CTranslate2Translator:
             raise DataError(f"model_dir={folder}: not a CTranslate2 export of aiayn ({SETTINGS_FILE} or model.bin missing); "
                             "write one with src/export.py format=ctranslate2")
         exported = json.loads((folder / SETTINGS_FILE).read_text(encoding="utf-8"))
-        if settings or (wanted is not None and not isinstance(wanted, Asked)):  # each asked for, as on a command line
-            wanted = asked({**(wanted.values if isinstance(wanted, Asked) else wanted or {}), **settings})
+        wanted = asked({**asked(wanted).values, **settings}) if settings else asked(wanted)  # each asked for
         self.decoding = Decoding.of(exported.get("decoding"), wanted, engine="ctranslate2",
                                     where=f"{folder / SETTINGS_FILE}: decoding.")
         self.arguments = arguments(CTRANSLATE2, self.decoding)  # translate_batch's, but these two:

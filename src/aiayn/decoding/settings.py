@@ -38,9 +38,11 @@ class Asked:
     values: Mapping[str, Any]
 
 
-def asked(overrides: Mapping[str, Any] | None, where: str = "decoding.") -> Asked:
+def asked(overrides: Asked | Mapping[str, Any] | None, where: str = "decoding.") -> Asked:
     """``overrides`` (a tool's ``decoding`` node: None means "the checkpoint's own") checked, so that
-    a bad value is refused before anything is loaded."""
+    a bad value is refused before anything is loaded; an :class:`Asked` as it is."""
+    if isinstance(overrides, Asked):
+        return overrides
     return Asked(MappingProxyType(_checked({k: v for k, v in (overrides or {}).items() if v is not None}, where)))
 
 
