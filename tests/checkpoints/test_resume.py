@@ -272,6 +272,37 @@ def test_a_sweep_job_resumes_the_earlier_job_of_its_own_overrides_whatever_its_n
                     f"and this one goes on with: decoding.beam_size: {config['decoding']['beam_size']} → 7")
 
 
+def test_a_sweep_job_asked_to_train_longer_resumes_its_earlier_job_trained_furthest(tiny_run, tmp_path: Path) -> None:
+    """A sweep extended with resume=auto optim.train_steps=N: each job goes on from its earlier job,
+    whose folder's name held the shorter length (before: none matched, and every job trained again
+    from scratch in a new folder). Its very overrides come first; of the jobs that differ in length
+    alone, the one trained furthest; one trained past the asked steps is another job, not resumed."""
+    config = torch.load(tiny_run.last, map_location="cpu", weights_only=False)["hyper_parameters"]["run_config"]
+    earlier = tmp_path / "multirun" / "2026-01-01_00-00-00"
+    for number, steps in enumerate((2, 4)):  # the earlier sweep: optim.train_steps=2,4
+        folder = earlier / f"{number}_optim.train_steps={steps}"
+        shutil.copytree(tiny_run.checkpoints, folder / "checkpoints",  # its steps up to ``steps``
+                        ignore=lambda _, names, steps=steps: [n for n in names if not n.startswith("step")
+                                                               or int(re.sub(r"\D", "", n)) > steps])
+        (folder / ".hydra").mkdir()
+        (folder / ".hydra" / "overrides.yaml").write_text(f"- debug=tiny\n- optim.train_steps={steps}\n")
+    later = tmp_path / "multirun" / "2026-01-02_00-00-00"
+    left_out = ["resume", "logger"]
+
+    def resumed(steps: int | None) -> Path | None:
+        job = ["debug=tiny", "resume=auto", *([f"optim.train_steps={steps}"] if steps else [])]
+        found = find_resume("auto", later / "0_job", {**config, "optim": {**config["optim"], "train_steps": steps or 4}},
+                            multirun=True, job=job, left_out=left_out)
+        return found and found.run_dir
+
+    assert resumed(8) == earlier / "1_optim.train_steps=4"  # of steps 2 and 4, the furthest
+    assert resumed(None) == earlier / "1_optim.train_steps=4"  # the length left to its default (4)
+    assert resumed(2) == earlier / "0_optim.train_steps=2"  # its very overrides
+    assert resumed(3) == earlier / "0_optim.train_steps=2"  # step 4 is past 3: the job at step 2
+    assert find_resume("auto", later / "0_job", config, multirun=True, job=["debug=tiny", "seed=3"],
+                       left_out=left_out) is None  # another setting: another job
+
+
 def test_an_averaged_checkpoint_is_refused_as_a_state_to_resume_from(tiny_run, tmp_path: Path) -> None:
     """average.py's file holds the averaged weights beside the newest member's Adam state: a run
     resumed from it went on with the two mismatched (before: accepted, "resuming from … (step 4)")."""

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from omegaconf import OmegaConf
 
 from aiayn.cli.run_folder import note_the_holder
 from aiayn.files import release_lock, take_lock
@@ -239,3 +240,30 @@ def test_the_sweep_dry_run_refuses_gpus_this_machine_lacks_as_the_multirun_does(
         for n, line in enumerate(lines)), lines
     assert tables_command("sweep", "model.dropout=0.0,0.2", "trainer.devices=8", "hydra/launcher=slurm") == 0
     assert capsys.readouterr().out.splitlines()[-1] == "2 jobs, each config checked as `train.py --multirun` checks it; nothing run"
+
+
+def test_a_sweep_extended_to_train_longer_keeps_the_group_of_the_sweep_it_continues(tmp_path, capsys):
+    """`resume=auto optim.train_steps=<more>`: the same sweep trained for longer, whose jobs go on from
+    the earlier sweep's runs (aiayn.checkpoints.resume.job_dirs), in its group; another value of
+    another setting makes another sweep (before: the longer sweep was another, and its resumed runs
+    moved out of their group)."""
+    from aiayn.cli.sweep import settle_group
+
+    def sweep_config(*overrides: str) -> dict:
+        return {"resume": "auto" if "resume=auto" in overrides else None,
+                "hydra": {"overrides": {"task": list(overrides)},
+                          "job": {"config": {"override_dirname": {"exclude_keys": ["trainer.devices", "logger", "resume"]}}}}}
+
+    earlier = tmp_path / "multirun" / "2026-01-01_00-00-00"
+    earlier.mkdir(parents=True)
+    (earlier / "group.txt").write_text("multirun/2026-01-01_00-00-00#abcdef\n")
+    OmegaConf.save(sweep_config("debug=tiny", "model.n_layers=1,2", "optim.train_steps=4"), earlier / "multirun.yaml")
+    longer = tmp_path / "multirun" / "2026-01-02_00-00-00"
+    longer.mkdir()
+    config = OmegaConf.create(sweep_config("debug=tiny", "model.n_layers=1,2", "optim.train_steps=8", "resume=auto"))
+    assert settle_group(config, longer) == "multirun/2026-01-01_00-00-00#abcdef"
+    assert capsys.readouterr().out == f"sweep: group multirun/2026-01-01_00-00-00#abcdef, continuing the sweep of {earlier}\n"
+    other = tmp_path / "multirun" / "2026-01-03_00-00-00"
+    other.mkdir()
+    config = OmegaConf.create(sweep_config("debug=tiny", "model.n_layers=1,3", "optim.train_steps=8", "resume=auto"))
+    assert settle_group(config, other).startswith("multirun/2026-01-03_00-00-00#")

@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints, load_lazily, run_dir_of
-from aiayn.config.identity import SPEED_KEYS, STAMPED_FOLDER, own_overrides, setting_differences, setting_value
+from aiayn.config.identity import (
+    LENGTH_KEYS,
+    SPEED_KEYS,
+    STAMPED_FOLDER,
+    own_overrides,
+    setting_differences,
+    setting_value,
+)
 from aiayn.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -46,8 +53,6 @@ _WHERE_SAVED = ("plan.tokens_per_step", "trainer.gradient_clip_val", "trainer.gr
 # process's batch) comes from the processes, task.datamodule.max_tokens, the accumulation and optim.tokens_per_step
 # together, so what to do about them is said once, by _layout_hint, for the layouts that train the checkpoint's steps.
 _LAYOUT_KEYS = ("plan.tokens_per_batch", "plan.tokens_per_step")
-# The length of the run: a run may resume to train for longer.
-LENGTH_KEYS = ("optim.train_steps",)
 # What a resumed run may change and goes on with, said in one line as it resumes: how it is scored (its
 # decoding, the dev sentences BLEU reads, the share of the dev and test splits evaluated). A longer run
 # (LENGTH_KEYS) is what resume=auto is given for, and goes unsaid.
@@ -89,6 +94,10 @@ def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[st
             differences = config_differences(saved, config)
             if differences and run_dir != output_dir:
                 log.info("not resuming from %s: trained with other settings (%s)", checkpoint, "; ".join(differences))
+                continue
+            step, steps = int(saved.get("global_step") or 0), (config.get("optim") or {}).get("train_steps")
+            if multirun and run_dir != output_dir and isinstance(steps, int) and step > steps:  # a longer job, not this one
+                log.info("not resuming from %s: at step %d, past this job's optim.train_steps=%d", checkpoint, step, steps)
                 continue
             return _resume(checkpoint, run_dir, saved, config)
         log.info("resume=auto: no checkpoint of this run yet; starting from scratch")
@@ -265,12 +274,19 @@ def job_dirs(output_dir: Path, multirun: bool, job: Sequence[str] | None = None,
     from the sweep shifts; by the folder's name where ``job`` is None or a folder has no record), or the earlier
     ``<date>_<time>`` folders of the same run name. A folder named otherwise (``hydra.run.dir=``
     given: a table row's of ``experiments/tables.py run``) is its run's only one; the folders beside
-    it are other runs."""
+    it are other runs.
+
+    A sweep's job asked to train for longer (``optim.train_steps``, LENGTH_KEYS: in its overrides and
+    so in its folder's name) is the same job: after the folders of its very overrides come those that
+    differ from them in its length alone, the one trained furthest first (before: none, and a sweep
+    extended with ``resume=auto optim.train_steps=N`` trained every job again from scratch)."""
     if multirun:  # multirun/<date>/<job subdir>
-        siblings = [folder for sweep in output_dir.parent.parent.iterdir() if sweep != output_dir.parent and sweep.is_dir()
-                    for folder in sweep.iterdir() if _same_job(folder, output_dir.name, job, left_out)]
-        earlier = sorted((d for d in siblings if (d / "checkpoints").is_dir()), key=lambda d: d.parent.name, reverse=True)
-        return [output_dir, *earlier]
+        found = [(match, folder) for sweep in output_dir.parent.parent.iterdir() if sweep != output_dir.parent and sweep.is_dir()
+                 for folder in sweep.iterdir() if (folder / "checkpoints").is_dir()
+                 for match in [_job_match(folder, output_dir.name, job, left_out)] if match is not None]
+        found.sort(key=lambda found: (found[0], _furthest_step(found[1]) if found[0] else 0, found[1].parent.name),
+                   reverse=True)
+        return [output_dir, *(folder for _, folder in found)]
     if STAMPED_FOLDER.fullmatch(output_dir.name):  # outputs/<run name>/<date>_<time>
         siblings = [d for d in output_dir.parent.iterdir() if d != output_dir and STAMPED_FOLDER.fullmatch(d.name)]
     else:
@@ -279,18 +295,27 @@ def job_dirs(output_dir: Path, multirun: bool, job: Sequence[str] | None = None,
     return [output_dir, *earlier]
 
 
-def _same_job(folder: Path, name: str, job: Sequence[str] | None, left_out: Sequence[str]) -> bool:
-    """Whether the sweep job folder ``folder`` is of the job ``job`` (see :func:`job_dirs`)."""
+def _job_match(folder: Path, name: str, job: Sequence[str] | None, left_out: Sequence[str]) -> int | None:
+    """How the sweep job folder ``folder`` is of the job ``job`` (see :func:`job_dirs`): 2 by its very
+    overrides (or its name), 1 by its overrides but its length, None not at all."""
     recorded = folder / ".hydra" / "overrides.yaml"
     if job is None or not recorded.is_file():
-        return folder.name == name
+        return 2 if folder.name == name else None
     import yaml
 
     try:
         theirs = [str(o) for o in yaml.safe_load(recorded.read_text(encoding="utf-8")) or []]
     except (OSError, yaml.YAMLError):
-        return False
-    return sorted(own_overrides(theirs, left_out)) == sorted(own_overrides(job, left_out))
+        return None
+    if sorted(own_overrides(theirs, left_out)) == sorted(own_overrides(job, left_out)):
+        return 2
+    lengthless = [*left_out, *LENGTH_KEYS]
+    return 1 if sorted(own_overrides(theirs, lengthless)) == sorted(own_overrides(job, lengthless)) else None
+
+
+def _furthest_step(run_dir: Path) -> int:
+    """The step of ``run_dir``'s newest checkpoint by its file's name (0 where it has none)."""
+    return max((step for step, _ in list_checkpoints(run_dir)), default=0)
 
 
 def _load(path: Path) -> dict[str, Any] | None:

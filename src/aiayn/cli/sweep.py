@@ -51,7 +51,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
 from aiayn.cli.run_folder import LOCK, holder, note_the_holder, refuse_another_runs
 from aiayn.cli.sweep_processes import ExitAsReturn, JobExited, runs_as_processes, signals_handed_on
-from aiayn.config.identity import GROUP_FILE, left_out_of_names, new_group, own_overrides, recorded_group
+from aiayn.config.identity import GROUP_FILE, LENGTH_KEYS, left_out_of_names, new_group, own_overrides, recorded_group
 from aiayn.config.resolvers import runs_here, showing_only
 from aiayn.files import atomic_write_text, release_lock, take_lock
 
@@ -136,8 +136,9 @@ def settle_group(config: DictConfig, sweep_dir: Path) -> str:
     (``multirun/2026-11-30_07-24-35#1a2b3c``): two sweeps never share one, whatever their folders
     are called. A sweep given ``resume=auto`` keeps the group of the sweep it continues: the newest
     in its own folder or one beside it (``multirun/*``) run with the same command, its overrides
-    but those its jobs' folder names leave out (``resume``, ``logger``, ``trainer.devices``), so
-    that its resumed runs stay in their group. Called before ``config`` is saved in the folder."""
+    but those its jobs' folder names leave out (``resume``, ``logger``, ``trainer.devices``) and
+    ``optim.train_steps`` (a sweep extended to train longer), so that its resumed runs stay in
+    their group. Called before ``config`` is saved in the folder."""
     from aiayn.checkpoints.resume import resumes_nothing  # torch: only once a sweep runs
 
     command = _command(config)
@@ -154,8 +155,9 @@ def settle_group(config: DictConfig, sweep_dir: Path) -> str:
 
 def _command(config: DictConfig) -> list[str]:
     """The sweep's overrides that make its jobs, sorted: those its jobs' folder names leave out
-    (``hydra.job.config.override_dirname.exclude_keys``) left out."""
-    return sorted(own_overrides(config.hydra.overrides.task, left_out_of_names(config.hydra)))
+    (``hydra.job.config.override_dirname.exclude_keys``) and their length (``optim.train_steps``:
+    a sweep extended to train longer continues the one it extends) left out."""
+    return sorted(own_overrides(config.hydra.overrides.task, [*left_out_of_names(config.hydra), *LENGTH_KEYS]))
 
 
 def _sweeps_beside(sweep_dir: Path) -> list[Path]:

@@ -51,6 +51,9 @@ ROW_KEYS = ("task.name", "task.vocab_size", "task.subword_model", "model", "widt
 # Speed switches compute the same numbers another way: not a change of the row (decoding.kv_cache:
 # the same outputs, aiayn.config.schemas.DecodingConfig).
 SPEED_KEYS = ("optim.fused", "model.attention", "loss.fused", "decoding.kv_cache")
+# The length of a run: a run may resume to train for longer (resume=auto is given for it), and a
+# sweep's job resumed for longer is the same job (aiayn.checkpoints.resume.job_dirs).
+LENGTH_KEYS = ("optim.train_steps",)
 # Overrides the name and tags leave out: said already (run_name, run_group, experiment, scale, debug) or not a
 # value of the run.
 _UNNAMED = ("run_name", "run_group", "experiment", "scale", "debug", "resume", "logger", "trainer.devices", "init_from",
