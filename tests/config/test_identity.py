@@ -146,6 +146,11 @@ def test_a_row_run_with_its_model_or_recipe_changed_is_no_longer_that_row():
                    "trainer.accumulate_grad_batches=4") == [
         "trainer.max_time: None → '00:00:00:20'", "trainer.accumulate_grad_batches: None → 4"]
     assert changes("experiment=table4_sample") == []  # its own time limit is the row's
+    # Where the row sets no step to split (its scale's optim.tokens_per_step null), one process's batch is the
+    # step: another batch is another recipe (before: still the row); on the paper's step it only splits the step.
+    assert changes("experiment=table3_base", "+scale=multi30k_cpu", "task.datamodule.max_tokens=512") == [
+        "task.datamodule.max_tokens: 1024 → 512"]
+    assert changes("experiment=table3_base", "task.datamodule.max_tokens=4096") == []
     # The row at a scale (its own bleu_sentences, 300), a speed switch, a seed or the logging: still the row.
     assert changes("experiment=table3_A_h1", "+scale=multi30k_cpu", "model.attention=explicit", "seed=7",
                    "decoding.kv_cache=false", "logger=csv") == []

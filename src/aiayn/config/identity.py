@@ -48,6 +48,10 @@ from omegaconf import DictConfig, OmegaConf
 ROW_KEYS = ("task.name", "task.vocab_size", "task.subword_model", "model", "width_divisor", "loss", "optim",
             "callbacks.early_stopping.patience", "trainer.max_time", "trainer.accumulate_grad_batches", "init_from",
             "decoding", "validation.bleu_sentences", "trainer.limit_val_batches", "trainer.limit_test_batches")
+# One process's batch: a row's step where the row sets none to split (optim.tokens_per_step null: the
+# Multi30k scales, a step of one batch of task.datamodule.max_tokens a process), so that row's run with
+# another batch is another run; elsewhere it only splits the step.
+STEP_BATCH_KEY = "task.datamodule.max_tokens"
 # Speed switches compute the same numbers another way: not a change of the row (decoding.kv_cache:
 # the same outputs, aiayn.config.schemas.DecodingConfig).
 SPEED_KEYS = ("optim.fused", "model.attention", "loss.fused", "decoding.kv_cache")
@@ -103,7 +107,8 @@ def row_changes(config: Mapping[str, Any], choices: Mapping[str, Any], conf_dir:
     if overrides is None:
         return []
     row = _row_config(tuple(overrides), str(conf_dir) if conf_dir is not None else None)
-    return setting_differences(row, config, ROW_KEYS, SPEED_KEYS)
+    step_batch = (STEP_BATCH_KEY,) if setting_value(row, "optim.tokens_per_step") is None else ()
+    return setting_differences(row, config, (*ROW_KEYS, *step_batch), SPEED_KEYS)
 
 
 def run_folder_changes(config: Any, run_dir: str | Path, conf_dir: str | Path | None = None) -> list[str]:
@@ -210,9 +215,9 @@ def recorded_group(sweep_dir: Path) -> str | None:
 
 
 def row_settings(config: DictConfig) -> dict[str, Any]:
-    """The settings of ``config`` that make a row (ROW_KEYS), resolved, nested as in the config."""
+    """The settings of ``config`` that make a row (ROW_KEYS, and STEP_BATCH_KEY), resolved, nested as in the config."""
     settings: dict[str, Any] = {}
-    for key in ROW_KEYS:
+    for key in (*ROW_KEYS, STEP_BATCH_KEY):
         value = OmegaConf.select(config, key)
         *sections, name = key.split(".")
         node = settings
