@@ -38,6 +38,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from aiayn.cli.arguments import OneLineParser
 from aiayn.reporting.wandb_mode import wandb_mode
 from aiayn.tables import runner
 from aiayn.tables.output import file_stem, log_to_wandb, write_table
@@ -50,7 +51,7 @@ CONF = REPO / "conf"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     rebuild = commands.add_parser("rebuild", help="rebuild the tables from finished runs")
     rebuild.add_argument("--runs", action="append", type=Path, default=[],

@@ -43,7 +43,6 @@ Both baselines always have each sentence's words in order, so no sentence is an 
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
@@ -55,6 +54,7 @@ from pathlib import Path
 
 import yaml
 
+from aiayn.cli.arguments import OneLineParser
 from aiayn.data.parsing.datamodule import output_trees
 from aiayn.data.parsing.linearize import LEAF, linearize
 from aiayn.data.parsing.treebank import ROOT_LABEL, Tree, iter_split, preprocess
@@ -202,7 +202,7 @@ def run(data_root: str | os.PathLike, split: str = "test") -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", default=os.environ.get("AIAYN_DATA_ROOT"),
                         help="the data folder holding ptb_sample/ (default: $AIAYN_DATA_ROOT)")
     parser.add_argument("--split", choices=("test", "val"), default="test")

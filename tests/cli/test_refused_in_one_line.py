@@ -251,3 +251,18 @@ def test_a_full_disk_while_evaluate_writes_is_one_line_and_leaves_no_part_of_a_f
                         r"or give out= a folder on a disk with room, and run again\n", result.stderr), result.stderr
     left = (tmp_path / "eval.left").read_text().split() if wrapped else [path.name for path in out.iterdir()]
     assert not [name for name in left if name.startswith(".")]  # no temporary; the files before it whole
+
+
+@pytest.mark.parametrize(("tool", "arguments", "said"), [
+    ("experiments/tables.py", ["bogus"], "tables.py: argument command: invalid choice: 'bogus'"),
+    ("experiments/tables.py", ["run", "experiment=table3_base"],
+     "tables.py run: the following arguments are required: --root (see tables.py run --help)"),
+    ("experiments/tables.py", ["params", "--vocab", "x"], "tables.py params: argument --vocab: invalid int value: 'x'"),
+    ("experiments/table4/baseline.py", ["--split", "dev"], "baseline.py: argument --split: invalid choice: 'dev'"),
+])
+def test_the_tools_that_take_options_refuse_a_command_line_in_one_line(tool, arguments, said):
+    """experiments/tables.py and Table 4's baseline, as every tool: one line, exit status 2 (before:
+    argparse's usage block above its error line)."""
+    result = run_tool(tool, *arguments, check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(said) and result.stderr.rstrip().endswith("--help)"), result.stderr
