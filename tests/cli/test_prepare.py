@@ -69,6 +69,17 @@ def test_the_tasks_settings_are_checked_as_train_checks_them(override: str, mess
     assert line.startswith(f"prepare.py: {message}"), line
     assert not (tmp_path / "cache").exists()
 
+
+@pytest.mark.parametrize("override", ["decoding.beam_size=1", "decoding=translation"])
+def test_a_decoding_setting_is_refused_as_one_prepare_would_ignore(override: str, tmp_path: Path, data_root) -> None:
+    """The task's decoding is composed with it, so Hydra takes decoding.*; nothing here decodes (before:
+    accepted and ignored, exit 0)."""
+    line = _one_line(run_tool("src/prepare.py", "task=multi30k_en_de", override, f"hydra.run.dir={tmp_path / 'run'}",
+                              data_root=data_root, cache_dir=tmp_path / "cache", check=False))
+    assert line == (f"prepare.py: {override}: prepare.py decodes nothing, so it would be ignored; decoding settings "
+                    "are given to train.py, evaluate.py, translate.py and export.py")
+    assert not (tmp_path / "cache").exists()
+
 # --- a real prepare.py process interrupted, killed, or out of disk space -------------------------
 
 VOCAB = 500

@@ -15,11 +15,13 @@ half-written left (no temporary folder, no lock file).
 from __future__ import annotations
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import INTERRUPTED, fail, reports_composition_errors, reports_errors
+from aiayn.config.identity import override_key
 
 
 @read_by_hydra("prepare")  # paths as one value, old names, Hydra's options anywhere (aiayn.cli.command_line)
@@ -29,6 +31,11 @@ from aiayn.cli.errors import INTERRUPTED, fail, reports_composition_errors, repo
 def main(cfg: DictConfig) -> None:
     from aiayn.training.config_check import check_task
 
+    # The task's decoding is composed with it (a parser's constrained decoding), and nothing here decodes.
+    asked = [o for o in HydraConfig.get().overrides.task if override_key(o).split(".", 1)[0] == "decoding"]
+    if asked:
+        fail(f"{asked[0]}: prepare.py decodes nothing, so it would be ignored; decoding settings are given to "
+             "train.py, evaluate.py, translate.py and export.py")
     check_task(OmegaConf.to_container(cfg.task, resolve=True))  # as train.py checks it: vocab_size, the batch sizes, ...
     datamodule = hydra.utils.instantiate(cfg.task.datamodule)
     try:
