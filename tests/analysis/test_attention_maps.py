@@ -131,19 +131,23 @@ def test_training_ends_by_drawing_the_papers_layer(run_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_visualize_draws_a_checkpoint(run_dir: Path, tmp_path: Path) -> None:
-    # A copy of the run's checkpoint in a fresh folder: the pictures go to <ckpt dir>/../attention.
+    """A copy of the run's folder: the pictures go to <run>/attention/<checkpoint>_<sentence>, beside those
+    training drew at its end, which stay as they were (before: into attention/ itself, over them)."""
+    shutil.copytree(run_dir / "checkpoints", tmp_path / "run" / "checkpoints", symlinks=True)
+    shutil.copytree(run_dir / "attention", tmp_path / "run" / "attention")
+    drawn = {path.name: path.read_bytes() for path in (tmp_path / "run" / "attention").iterdir()}
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
-    ckpt.parent.mkdir(parents=True)
-    shutil.copy(run_dir / "checkpoints" / "last.ckpt", ckpt)
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     result = run_tool("src/visualize.py", f"ckpt={ckpt}", "text=Two dogs play in the snow.", "positional_encoding=true",
                       cwd=cwd, timeout=300)
     assert result.returncode == 0, result.stderr[-5000:]
-    out = tmp_path / "run" / "attention"
+    out = tmp_path / "run" / "attention" / f"{ckpt.resolve().stem}_two-dogs-play-in-the-snow"
+    assert ckpt.resolve().stem == "step0000004"  # last.ckpt names the newest step's file
     names = expected_names(2) + ["positional_encoding.png"]
     assert result.stdout.splitlines() == [str(out / name) for name in names]
     assert sorted(p.name for p in out.iterdir()) == sorted(names)
+    assert {path.name: path.read_bytes() for path in out.parent.iterdir() if path.is_file()} == drawn
     assert all((out / name).stat().st_size > 10_000 for name in names)
     assert "Two dogs play in the snow. → " in result.stderr
     assert list(cwd.iterdir()) == [], "Hydra writes nothing beside (no .hydra/, no log file)"

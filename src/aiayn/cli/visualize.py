@@ -3,11 +3,13 @@
 
 Translates the sentence with the checkpoint's beam-search settings, writes one PNG per layer
 and kind (encoder self-attention, decoder self-attention, encoder-decoder attention) into
-``out`` (default ``<ckpt dir>/../attention``) and prints their paths, one a line.
+``out`` (default ``<run>/attention/<checkpoint>_<sentence>``: beside the pictures training drew, which
+it leaves as they are) and prints their paths, one a line.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -52,7 +54,7 @@ def main(cfg: DictConfig) -> None:
     from aiayn.checkpoints.io import run_dir_of
     from aiayn.checkpoints.trained import load_trained
 
-    out = Path(cfg.out) if cfg.out else run_dir_of(ckpt.resolve()) / "attention"  # beside a checkpoint kept apart
+    out = Path(cfg.out) if cfg.out else _default_out(run_dir_of(ckpt.resolve()), ckpt, str(cfg.text))
     output_folder(out, "out" if cfg.out else "the default out", fix="give out=<a folder you can write in>")
     trained = load_trained(ckpt, map_location=cfg.device)
     decoding = Decoding.of(trained.decoding, wanted, where="the checkpoint's decoding.")
@@ -65,6 +67,15 @@ def main(cfg: DictConfig) -> None:
     print(f"{maps.source} → {maps.translation or '(empty translation)'}", file=sys.stderr)
     for path in paths:
         print(path)
+
+
+def _default_out(run_dir: Path, ckpt: Path, text: str) -> Path:
+    """``<run>/attention/<checkpoint>_<sentence>`` (``attention/step0000004_two-dogs-play-in-the-snow``;
+    ``last.ckpt`` by the step it names): beside the pictures training drew at its end, in
+    ``attention/``, which it leaves as they are, and apart from those of another sentence or step
+    (before: ``attention/`` itself, whose pictures of the run were written over without a word)."""
+    words = re.sub(r"[^\w]+", "-", text.lower()).strip("-_")[:60].rstrip("-_") or "sentence"
+    return run_dir / "attention" / f"{ckpt.resolve().stem}_{words}"
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ class ExportConfig:
 class VisualizeConfig:
     ckpt: Any = None  # a checkpoint written by src/train.py
     text: str = "A man is riding a bike."
-    out: Optional[str] = None  # noqa: UP045  default: <ckpt dir>/../attention (the run's own attention/ folder)
+    out: Optional[str] = None  # noqa: UP045  default: <run>/attention/<checkpoint>_<sentence> (training's pictures kept)
     device: str = "auto"  # auto | cpu | cuda | cuda:<index>
     positional_encoding: bool = True  # also draw positional_encoding.png (§3.5, the model's d_model)
     positional_encoding_positions: int = 128
