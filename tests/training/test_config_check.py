@@ -110,15 +110,19 @@ def test_the_batch_shape_and_compile_settings_are_checked(overrides: list[str], 
     (["callbacks.attention_pictures.layers=foo"], r"^callbacks.attention_pictures.layers must be paper or all, got 'foo'$"),
     (["+callbacks.attention_pictures.index=-1"], r"^callbacks.attention_pictures.index must be a whole number, 0 or more"),
     (["task.datamodule.subword_sample_pairs=0"], r"^task.datamodule.subword_sample_pairs must be a positive whole number"),
+    # Before: 0 and -2 alike made one encoding process per CPU.
+    (["+task.datamodule.prepare_workers=0"], r"^task.datamodule.prepare_workers must be a positive whole number, or null "),
+    (["+task.datamodule.prepare_workers=-2"], r"^task.datamodule.prepare_workers must be a positive whole number, or null "),
 ])
 def test_settings_read_only_as_the_run_builds_its_parts_are_checked_before_any_job_starts(overrides: list[str],
                                                                                           message: str) -> None:
     """What a sweep checks of every job before the first starts, and ``--cfg job`` says (before:
     refused as the Trainer, the callback or the subword model was built, so a sweep's later job
     failed after the earlier ones had trained; the callback's with a traceback)."""
-    task = ["task=wmt_en_de"] if "subword_sample_pairs" in overrides[0] else []
+    task = ["task=wmt_en_de"] if overrides[0].lstrip("+").startswith("task.") else []
     with pytest.raises(ConfigError, match=message):
         check_train_config(resolved(*task, *overrides))
+
 
 def test_fp16_weights_with_plain_adam_are_refused_as_its_first_step_makes_them_nan() -> None:
     import torch

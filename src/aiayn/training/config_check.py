@@ -133,6 +133,10 @@ def check_task(task: Mapping[str, Any]) -> None:
         if _whole(max_length) and buckets[-1] < max_length + 1:
             raise ConfigError(f"task.datamodule.length_buckets ends at {buckets[-1]}, below the longest training sequence "
                               f"(max_length={max_length} subwords plus EOS); end it at {max_length + 1} or more")
+    workers = data.get("prepare_workers")
+    if workers is not None and (not _whole(workers) or workers < 1):  # before: 0 and -2 alike made one per CPU
+        raise ConfigError(f"task.datamodule.prepare_workers must be a positive whole number, or null for one encoding "
+                          f"process per CPU, got {workers!r}")
     if _whole(data.get("num_workers")) and data["num_workers"] < 0:
         raise ConfigError(f"task.datamodule.num_workers must be 0 or more, got {data['num_workers']}")
     if "download" in data and not isinstance(data["download"], bool):
