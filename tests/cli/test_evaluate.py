@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from aiayn.data.readers import read_lines
 from aiayn.data.wmt.sgm import read_sgm
+from aiayn.errors import ConfigError
 from tests.helpers.datafiles import multi30k_copy, write_lines
 from tests.helpers.inprocess import run_tool
 from tests.helpers.runs import REPO, TINY, TrainedRun
@@ -104,22 +105,43 @@ def test_a_wmt_checkpoint_reads_newstest2014_under_the_data_root(tiny_run: Train
 def test_another_task_on_the_command_line_reads_under_data_root(tiny_run: TrainedRun, data_root: Path, wmt_root: Path,
                                                                  wmt_cache: Path, tmp_path: Path) -> None:
     """task=wmt_en_de on a Multi30k en→de checkpoint: the task's raw_dir is resolved with
-    ``data_root=`` as its data root (which wins over AIAYN_DATA_ROOT, here the shared data). The
+    ``paths.data_root=`` as its data root (which wins over AIAYN_DATA_ROOT, here the shared data). The
     decoding is the checkpoint's (debug=tiny's input + 5) with decoding.* over it: another task's
     test set does not change how the model decodes. Another task's data is not prepared for it
     (hours for WMT14): evaluate refuses until prepare.py has prepared it."""
     wmt = ["task=wmt_en_de", f"task.vocab_size={WMT_VOCAB}", "task.datamodule.download=false",
            "task.datamodule.prepare_workers=1"]
-    refused = evaluate(f"ckpt={tiny_run.last}", *wmt, f"data_root={wmt_root}", "split=val", f"out={tmp_path}",
+    refused = evaluate(f"ckpt={tiny_run.last}", *wmt, f"paths.data_root={wmt_root}", "split=val", f"out={tmp_path}",
                        data_root=data_root, cache_dir=wmt_cache, check=False)
     assert refused.returncode == 2 and "run src/prepare.py with this task first" in refused.stderr, refused.stderr
     assert not wmt_cache.joinpath("wmt14").exists() and not list(tmp_path.iterdir())
     run_tool("src/prepare.py", *wmt, f"hydra.run.dir={tmp_path / 'prepare'}", data_root=wmt_root,
              cache_dir=wmt_cache, timeout=300)
-    evaluate(f"ckpt={tiny_run.last}", *wmt, f"data_root={wmt_root}", "split=val", "decoding.beam_size=1",
+    evaluate(f"ckpt={tiny_run.last}", *wmt, f"paths.data_root={wmt_root}", "split=val", "decoding.beam_size=1",
              f"out={tmp_path / 'eval'}", data_root=data_root, cache_dir=wmt_cache, timeout=300)
     report = report_of(tmp_path / "eval", "newstest2013.step4.beam1.*.json")
     assert report["task"] == "wmt_en_de" and report["sentences"] == 3000 and report["decoding"]["max_len_offset"] == 5
+
+
+@pytest.mark.parametrize(("setting", "task"), [("paths.data_root", []), ("paths.data_root", ["task=multi30k_en_de"]),
+                                             ("data_root", [])], ids=["its own task", "task=", "the old name"])
+def test_the_data_root_is_paths_data_root_as_in_train_and_wins_over_the_environment(
+        setting: str, task: list[str], tiny_run: TrainedRun, data_root: Path, tmp_path: Path) -> None:
+    """paths.data_root, the name train.py and prepare.py give it, read over AIAYN_DATA_ROOT (here
+    the shared data) for the checkpoint's own task and for task= alike: its test set of two
+    sentences is the one scored (before: evaluate's own data_root=, and a paths.data_root= given was
+    read for task= only while AIAYN_DATA_ROOT was unset, and for the checkpoint's own task never,
+    without a word). ``data_root=`` is its old name here, said in one notice."""
+    test = {"test_2016_flickr.en.gz", "test_2016_flickr.de.gz"}
+    root = multi30k_copy(tmp_path / "data", data_root, leave_out=test)
+    write_lines(root / "multi30k" / "test_2016_flickr.en.gz", ["A dog runs.", "Two men sit."])
+    write_lines(root / "multi30k" / "test_2016_flickr.de.gz", ["Ein Hund rennt.", "Zwei Männer sitzen."])
+    result = run_tool("src/evaluate.py", f"ckpt={tiny_run.last}", *task, f"{setting}={root}", "decoding.max_len_offset=2",
+                      "wandb=disabled", f"out={tmp_path / 'eval'}", data_root=data_root, cache_dir=tiny_run.cache_dir)
+    assert report_of(tmp_path / "eval", "test_2016_flickr.step4.*.json")["sentences"] == 2
+    notices = [line for line in result.stderr.splitlines() if "old name" in line]
+    assert notices == ([] if setting == "paths.data_root" else
+                       ["evaluate.py: data_root is now paths.data_root; the old name works until release 0.3"])
 
 
 def test_data_root_moves_every_path_of_the_checkpoints_task_under_it() -> None:
@@ -131,13 +153,18 @@ def test_data_root_moves_every_path_of_the_checkpoints_task_under_it() -> None:
         "data_root": "/old/root", "raw_dir": "/old/root/wmt14_raw", "treebank": "ptb_sample", "cache_dir": "/cache",
         "extra_trees": ["/old/rooted/x", "/old/root/semi/*"], "src_lang": "en"}},
         "paths": {"data_root": "/old/root/"}}
-    cfg = OmegaConf.create({"data_root": "/new", "task": None})
+    cfg = OmegaConf.create({"paths": {"data_root": "/new"}, "task": None})
     moved = _task(cfg, trained, Path("x.ckpt"))
     assert moved["raw_dir"] == "/new/wmt14_raw"
     assert moved["datamodule"] == {"data_root": "/new", "raw_dir": "/new/wmt14_raw", "treebank": "ptb_sample",
                                    "cache_dir": "/cache", "extra_trees": ["/old/rooted/x", "/new/semi/*"],
                                    "src_lang": "en"}
-    assert _task(OmegaConf.create({"data_root": None, "task": None}), trained, Path("x.ckpt")) == trained["task"]
+    assert _task(OmegaConf.create({"paths": {"data_root": None}, "task": None}), trained, Path("x.ckpt")) == trained["task"]
+    # task=<name> with no data root given (AIAYN_DATA_ROOT unset): the checkpoint's run's; with none there, refused.
+    named = {"paths": {"data_root": None}, "seed": 1, "task": {"name": "y", "datamodule": {"data_root": "${paths.data_root}"}}}
+    assert _task(OmegaConf.create(named), trained, Path("x.ckpt"))["datamodule"]["data_root"] == "/old/root/"
+    with pytest.raises(ConfigError, match=r"^task=y: say where its data is with paths.data_root=<folder> \(or AIAYN_"):
+        _task(OmegaConf.create(named), {"task": trained["task"]}, Path("x.ckpt"))
 
 
 # -- averaging: the k checkpoints ending at the one given -------------------------------------

@@ -91,14 +91,15 @@ def test_bad_input_is_one_line_and_exit_status_2(tiny_run: TrainedRun, tmp_path:
 
 
 
-def test_missing_data_names_evaluates_own_setting_for_the_data_root(tiny_run: TrainedRun, tmp_path: Path) -> None:
-    """Files missing under the data root: the line names ``data_root``, the setting evaluate.py has
-    (before: ``task.data_root``, which it refuses as no setting of its own)."""
+def test_missing_data_names_the_data_roots_setting_paths_data_root(tiny_run: TrainedRun, tmp_path: Path) -> None:
+    """Files missing under the data root: the line names ``paths.data_root``, the setting's name in
+    evaluate.py as in train.py and prepare.py (before: evaluate's own ``data_root``)."""
     (tmp_path / "empty").mkdir()
-    code, line = _evaluate_in_process(tmp_path, f"ckpt={tiny_run.last}", f"data_root={tmp_path / 'empty'}",
+    code, line = _evaluate_in_process(tmp_path, f"ckpt={tiny_run.last}", f"paths.data_root={tmp_path / 'empty'}",
                                       "task=multi30k_en_de", "task.datamodule.download=false")
     assert code == 2 and line.startswith("evaluate.py: Multi30k files missing (download=False): "), line
-    assert line.endswith("or point AIAYN_DATA_ROOT / data_root at a folder whose multi30k/ holds them"), line
+    assert line.endswith("or point AIAYN_DATA_ROOT / paths.data_root at a folder whose multi30k/ holds them"), line
+
 
 @pytest.mark.parametrize("override, message", [
     ("average_last=five", "Value 'five' of type 'str' could not be converted to Integer"),

@@ -334,7 +334,7 @@ def test_evaluate_scores_the_gold_words_in_their_places_after_an_unknown_charact
     folder = tmp_path / "data" / "ptb_sample" / "parsed" / "mrg" / "wsj" / "01"
     folder.mkdir(parents=True)
     (folder / "wsj_0180.mrg").write_text(UNKNOWN_WORDS, encoding="utf-8")
-    run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=wsj_0180", f"data_root={tmp_path / 'data'}",
+    run_tool("src/evaluate.py", f"ckpt={ckpt}", "split=wsj_0180", f"paths.data_root={tmp_path / 'data'}",
              f"out={tmp_path / 'eval'}", "wandb=disabled", data_root=tmp_path / "data", cache_dir=cache)
     report = json.loads(next((tmp_path / "eval").glob("*.json")).read_text())
     gold, hypotheses, scored = (Path(report[key]).read_text(encoding="utf-8").splitlines()

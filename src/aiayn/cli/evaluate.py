@@ -10,7 +10,7 @@ trees in EVALB's format (one tree a line) beside the hypotheses.
 ``ckpt=a.ckpt,b.ckpt`` evaluates the ensemble of several (aiayn.model.Ensemble). With
 ``decoding.nbest=k`` each input's k hypotheses and their scores are also written, in the n-best
 format (aiayn.decoding.translator.nbest_lines), as ``<name>.nbest.<lang>``; the best of each is scored. The task's
-files are read under ``data_root``, whatever its data module calls that folder. Every file is
+files are read under ``paths.data_root``, whatever its data module calls that folder. Every file is
 named after the split, the step(s), the averaging and the decoding object's tag (every setting
 that changes an output, the speed switches and an ensemble's members: :func:`file_stem`), so the
 evaluations of a sweep never overwrite one another.
@@ -95,7 +95,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         raise ConfigError(f"{ckpt}: task.datamodule._target_={task['datamodule'].get('_target_')} cannot be imported "
                           "here as a data module: put the folder of its module on PYTHONPATH")
     datamodule = hydra.utils.instantiate(task["datamodule"])
-    datamodule.DATA_ROOT_SETTING = "data_root"  # evaluate's own, whatever the task calls its folder
+    datamodule.DATA_ROOT_SETTING = "paths.data_root"  # evaluate's, whatever the task calls its folder
     split = datamodule.check_split(cfg.split, task["name"])  # the task says which splits it can score
     needed = datamodule.preparation_needed() if trained_task.get("name", task["name"]) != task["name"] else None
     if needed is not None:  # a task the checkpoint was not trained on: its data is not prepared for it
@@ -200,17 +200,21 @@ def _does(task: dict) -> str | None:
 
 
 def _task(cfg: DictConfig, trained_config: dict, ckpt: Path) -> dict:
-    """The task to evaluate on, resolved, its data read under ``cfg.data_root`` (when given).
+    """The task to evaluate on, resolved, its data read under ``paths.data_root``.
 
-    ``task=<name>`` is resolved against ``paths`` with ``paths.data_root`` set to ``data_root``;
-    the checkpoint's own task (resolved when it was trained) has every path under the training
-    run's data root moved under ``data_root``: whatever a data module calls its folder
-    (``data_root``, WMT's ``raw_dir``), it follows, and a path given apart from the data root stays."""
-    data_root = cfg.data_root
+    ``task=<name>`` is resolved against ``paths``, its data root the one given or else the
+    checkpoint's run's; the checkpoint's own task (resolved when it was trained) has every path
+    under the training run's data root moved under ``paths.data_root`` when one is given: whatever a
+    data module calls its folder (``data_root``, WMT's ``raw_dir``), it follows, and a path given
+    apart from the data root stays."""
+    data_root = cfg.paths.data_root
+    trained_root = (trained_config.get("paths") or {}).get("data_root")
     if cfg.get("task"):
-        if data_root:
-            cfg.paths.data_root = data_root
+        if not data_root and not trained_root:
+            raise ConfigError(f"task={cfg.task.name}: say where its data is with paths.data_root=<folder> (or "
+                              "AIAYN_DATA_ROOT); the checkpoint names no data root of its run")
         with open_dict(cfg):  # ${seed}: the order of training batches, the checkpoint's run's (evaluation reads none)
+            cfg.paths.data_root = data_root or trained_root
             cfg.seed = trained_config.get("seed", 0)
         return OmegaConf.to_container(cfg.task, resolve=True)
     if "task" not in trained_config:
@@ -218,7 +222,6 @@ def _task(cfg: DictConfig, trained_config: dict, ckpt: Path) -> dict:
     task = trained_config["task"]
     if not data_root:
         return task
-    trained_root = (trained_config.get("paths") or {}).get("data_root")
     if trained_root:
         return _moved(task, str(trained_root).rstrip("/") or "/", str(data_root).rstrip("/") or "/")
     if "data_root" in task["datamodule"]:  # a run config without paths: the data module's own setting

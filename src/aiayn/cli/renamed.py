@@ -20,7 +20,8 @@ DECODING = ("beam_size", "alpha", "max_len_offset", "kv_cache", "constrained")
 RENAMED = {
     "train": {"task.decoding.": "decoding."},
     "translate": {**{key: f"decoding.{key}" for key in DECODING}, "output": "out"},
-    "evaluate": {"out_dir": "out", "seed": "decoding.seed"},  # its own seed= seeded nothing
+    # its own seed= seeded nothing; data_root is train's and prepare's paths.data_root
+    "evaluate": {"out_dir": "out", "seed": "decoding.seed", "data_root": "paths.data_root"},
     "average": {"dir": "ckpt", "last": "average_last"},
 }
 

@@ -42,7 +42,6 @@ class EvaluateConfig(DecodeSwitches):
     split: str = "test"  # test | val | a split name of the task (e.g. test_2017_flickr, newstest2013)
     # k: average ckpt and the k-1 checkpoints before it by step in its folder (§6.1: 5 base, 20 big)
     average_last: Optional[int] = None  # noqa: UP045
-    data_root: Optional[str] = None  # noqa: UP045  (conf/evaluate.yaml: $AIAYN_DATA_ROOT)
     decoding: Any = None  # typed by schema/decoding_overrides (the yaml's defaults); null: the checkpoint's own
     batch_size: int = 128  # sentences per translation batch
     max_tokens: int = 4096  # tokens per batch for the perplexity pass
@@ -52,6 +51,7 @@ class EvaluateConfig(DecodeSwitches):
     # also a run there, in the training run's experiment; null: none (conf/evaluate.yaml: $MLFLOW_TRACKING_URI)
     mlflow: Optional[str] = None  # noqa: UP045
     task: Any = None  # task=<name>: conf/task/<name>.yaml instead of the checkpoint's task
+    # paths.data_root: where the task's files are read (conf/evaluate.yaml: $AIAYN_DATA_ROOT, else the checkpoint's run's)
     paths: Any = None
 
 
