@@ -139,6 +139,9 @@ def test_a_path_is_quoted_only_where_hydra_would_read_it_otherwise(tmp_path: Pat
     assert quoted_path("task.data_dir=~/corpus", "train") == f"task.data_dir={home / 'corpus'}"
     assert quoted_path("hydra.run.dir=~/runs/a=1", "train") == f"hydra.run.dir='{home / 'runs' / 'a=1'}'"
     assert quoted_path("out=runs/~old", "evaluate") == "out='runs/~old'"  # Hydra's grammar refuses ~
+    # The data root and cache, train's and every tool's (before: left to Hydra, which split a=1,b=2 at its comma).
+    assert quoted_path("paths.data_root=/data/a=1,b=2", "evaluate") == "paths.data_root='/data/a=1,b=2'"
+    assert quoted_path(f"paths.cache_dir={there}", "train") == f"paths.cache_dir='{there}'"
     for unchanged, tool in [("resume=a,b", "train"), ("resume=auto", "train"), ("ckpt=null", "evaluate"),
                             ("ckpt=[a,b]", "evaluate"), ("ckpt='a,b'", "evaluate"), ("out=${oc.env:X}", "evaluate"),
                             ("seed=1,2", "train"), ("out=runs/last.ckpt", "average")]:

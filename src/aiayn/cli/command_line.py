@@ -37,8 +37,8 @@ from aiayn.cli.renamed import REMOVED, RENAMED, new_arguments, removed_setting
 Result = TypeVar("Result")
 
 # The settings whose value is a path (any tool's; hydra.*: train's output folders).
-PATHS = ("ckpt", "resume", "out", "input", "model_dir", "data_root", "task.raw_dir", "task.data_dir", "hydra.run.dir",
-         "hydra.sweep.dir")
+PATHS = ("ckpt", "resume", "out", "input", "model_dir", "data_root", "paths.data_root", "paths.cache_dir", "task.raw_dir",
+         "task.data_dir", "hydra.run.dir", "hydra.sweep.dir")
 # The settings whose value is any text, one string whatever it holds (visualize's sentence).
 TEXTS = ("text",)
 
