@@ -95,6 +95,11 @@ def test_the_decoding_settings_are_the_schemas_and_the_checkpoints(tiny_run: Tra
         served = {key: value for key, value in model.settings(asked).settings().items() if value is not None}
         assert served == {key: expected[key] for key in served}  # beam search: the sampling settings are None
         assert {"beam_size", "alpha", "max_len_offset", "stop", "nbest", "constrained"} <= set(served)
+    # The settings object in hand is a whole config: model.decoding gives the same translator's settings, and
+    # another's its changes (before: AttributeError, 'Decoding' object has no attribute 'items').
+    assert model.translator(model.decoding).search.decoding == model.settings()
+    wider = model.settings({"beam_size": 8})
+    assert model.translator(wider).search.decoding == wider and model.settings(wider).beam_size == 8
     for method in (Pretrained.translate, Pretrained.generate, Pretrained.attention, aiayn.load):
         assert not set(inspect.signature(method).parameters) & set(schema), method
     assert inspect.signature(aiayn.load).parameters["device"].default == TranslateConfig.device
@@ -126,7 +131,20 @@ def test_each_refusal_is_one_line_naming_the_file_or_setting(tiny_run: TrainedRu
         (lambda: model.translate(SOURCES, batch_size=0), ConfigError, "batch_size must be a whole number of at least 1"),
         (lambda: model.translator(switches={"int9": True}), ConfigError, "int9 is not a speed switch; the switches are "),
         (lambda: model.translate(["A dog.", b"A cat."]), TypeError, "sentences must be strings; element 1 is bytes"),
-        (lambda: model.perplexity(SOURCES, SOURCES[:2]), ValueError, "perplexity needs one reference for each source"),
+        (lambda: model.perplexity(SOURCES, SOURCES[:2]), ConfigError, "perplexity needs one reference for each source"),
+        # Before: TypeErrors of Python's own (slice indices, '<' between str and int), True taken for 1.
+        *((lambda k=k: aiayn.load(tiny_run.last, average_last=k), ConfigError,
+           f"average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint alone), got {k!r}")
+          for k in (1.5, "2", True)),
+        # Before: "element 0 is int" for bytes, "'int' object is not iterable", a dict's keys translated.
+        (lambda: model.translate(b"A dog."), TypeError,
+         "sentences must be a string or a list of strings, got bytes; decode them first (.decode('utf-8'))"),
+        (lambda: model.translate(5), TypeError, "sentences must be a string or a list of strings, got int"),
+        (lambda: model.translate({"A dog.": 1}), TypeError, "sentences must be a string or a list of strings, got dict"),
+        # As visualize.py's (before: the maps of an input of EOS alone; nbest ignored).
+        (lambda: model.attention(" "), ConfigError, "text is empty: give the sentence whose attention to draw"),
+        (lambda: model.attention("A dog.", nbest=2), ConfigError,
+         "decoding.nbest=2: the attention maps are of one translation, the best; leave nbest out"),
     ]:
         with pytest.raises(kind) as refused:
             call()

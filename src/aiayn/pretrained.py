@@ -21,7 +21,7 @@ the attention maps import matplotlib when first asked for.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,16 +105,18 @@ class Pretrained:
         defaults: §6.1's beam 4, α 0.6, input + 50 for translation), checked."""
         return self.settings()
 
-    def settings(self, decoding: Asked | Mapping[str, Any] | None = None, *,
+    def settings(self, decoding: Decoding | Asked | Mapping[str, Any] | None = None, *,
                  switches: Mapping[str, Any] | None = None) -> Decoding:
         """The settings ``decoding`` laid over the checkpoint's own, checked, with the speed
         ``switches`` (aiayn.decoding.switches: precision, int8, compile, onednn, onnxruntime).
-        Each setting ``decoding`` gives is asked for, as on translate.py's command line: one the
-        search cannot serve is refused, even at the checkpoint's value."""
-        return Decoding.of(self.trained.decoding, asked(decoding), switches=switches, members=self.trained.members,
+        Each setting a mapping gives is asked for, as on translate.py's command line: one the
+        search cannot serve is refused, even at the checkpoint's value. A :class:`Decoding` (this
+        model's :attr:`decoding`, another's) is a whole config: what it changes is asked for."""
+        wanted = decoding.settings() if isinstance(decoding, Decoding) else asked(decoding)
+        return Decoding.of(self.trained.decoding, wanted, switches=switches, members=self.trained.members,
                            where=HANDED)
 
-    def translator(self, decoding: Asked | Mapping[str, Any] | None = None, *,
+    def translator(self, decoding: Decoding | Asked | Mapping[str, Any] | None = None, *,
                    switches: Mapping[str, Any] | None = None,
                    batch_size: int = TranslateConfig.batch_size) -> Translator:
         """translate.py's :class:`~aiayn.decoding.translator.Translator` of this model: ``decoding``
@@ -159,7 +161,7 @@ class Pretrained:
         batch of its perplexity pass."""
         sources, references = _lines(sources, "sources"), _lines(references, "references")
         if len(sources) != len(references) or not sources:
-            raise ValueError(f"perplexity needs one reference for each source, and at least one: got "
+            raise ConfigError(f"perplexity needs one reference for each source, and at least one: got "
                              f"{len(sources)} sources and {len(references)} references")
         return perplexity(self.network, self.vocab, sources, references, max_tokens)[0]
 
@@ -171,8 +173,13 @@ class Pretrained:
 
         if not isinstance(text, str):
             raise TypeError(f"text must be one sentence (a str), got {type(text).__name__}")
+        if not text.strip():  # as visualize.py's text= (before: the maps of an input of EOS alone)
+            raise ConfigError("text is empty: give the sentence whose attention to draw")
         if len(self.trained.members) > 1:
             raise ConfigError("attention maps are of one model; load one checkpoint, not an ensemble")
+        if decoding.get("nbest") not in (None, 1):  # as visualize.py's (before: ignored, the best one drawn)
+            raise ConfigError(f"decoding.nbest={decoding['nbest']!r}: the attention maps are of one translation, the "
+                              "best; leave nbest out")
         settings = self.settings(decoding)
         constraint = self.trained.output_constraint(settings)
         return attention_maps(self.network, self.vocab, text, settings, constraint, self.trained.raw_text(constraint))
@@ -185,8 +192,14 @@ class Pretrained:
 
 def _lines(sentences: str | Sequence[str], what: str = "sentences") -> list[str]:
     """``sentences`` as a list of strings (one string: a list of it); a TypeError names an element
-    that is not a string (bytes, None), which the subword model would misread or fail on."""
-    lines = [sentences] if isinstance(sentences, str) else list(sentences)
+    that is not a string (bytes, None), which the subword model would misread or fail on, and
+    what is neither a string nor sentences in an order (bytes, a dict or a set, a number)."""
+    if isinstance(sentences, str):
+        return [sentences]
+    if isinstance(sentences, (bytes, bytearray, Mapping, set, frozenset)) or not isinstance(sentences, Iterable):
+        decode = "; decode them first (.decode('utf-8'))" if isinstance(sentences, (bytes, bytearray)) else ""
+        raise TypeError(f"{what} must be a string or a list of strings, got {type(sentences).__name__}{decode}")
+    lines = list(sentences)
     for number, line in enumerate(lines):
         if not isinstance(line, str):
             raise TypeError(f"{what} must be strings; element {number} is {type(line).__name__}")

@@ -59,7 +59,7 @@ def averaged_count(average_last: int | None) -> int:
     (the checkpoint alone) for null; a ConfigError below 1, before anything is loaded."""
     if average_last is None:
         return 1
-    if average_last < 1:  # a whole number: the tools' schemas (aiayn.config.tools) see to that
+    if isinstance(average_last, bool) or not isinstance(average_last, int) or average_last < 1:  # aiayn.load's too
         raise ConfigError(f"average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint "
                           f"alone), got {average_last!r}")
     return average_last
