@@ -101,6 +101,23 @@ def test_hydra_options_may_follow_the_overrides(data_root: Path, subword_cache: 
         "--multirun", "--cfg", "job", "--info", "--info", "plugins", "-m", "seed=1,2", "x=1", "y=2"]
 
 
+def test_a_setting_given_more_than_once_is_set_by_the_last_and_said(data_root: Path, subword_cache: Path) -> None:
+    """An old name and its new one, or a script's command with a setting changed at its end: the last
+    is used, as Hydra uses it, and each set aside is said in one notice (before: without a word, and
+    the run's name and tags held both values, one of them never used)."""
+    result = run_tool("src/train.py", "task.decoding.beam_size=5", "seed=2", "--cfg", "job", "decoding.beam_size=3",
+                      "seed=7", "logger=wandb", data_root=data_root, cache_dir=subword_cache)
+    assert [line for line in result.stderr.splitlines() if line.startswith("train.py: ")] == [
+        "train.py: task.decoding.beam_size is now decoding.beam_size; the old name works until release 0.3",
+        ("train.py: decoding.beam_size is given more than once; the last, decoding.beam_size=3, is used and "
+         "task.decoding.beam_size=5 set aside"),
+        "train.py: seed is given more than once; the last, seed=7, is used and seed=2 set aside"]
+    shown = result.stdout.splitlines()
+    assert "  beam_size: 3" in shown and "seed: 7" in shown
+    assert "    name: multi30k_en_de-small-decoding.beam_size=3,seed=7" in shown
+    assert not [line for line in shown if "beam_size=5" in line or "seed=2" in line]
+
+
 @pytest.mark.slow
 def test_every_part_of_the_config_is_shown_and_showing_makes_no_folder(tmp_path: Path, data_root: Path,
                                                                         subword_cache: Path) -> None:

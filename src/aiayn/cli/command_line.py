@@ -63,6 +63,8 @@ def read_by_hydra(tool: str) -> Callable[[Callable[..., Result]], Callable[..., 
                 if refused:
                     sys.stderr.write(f"{tool_name()}: {refused}\n")
                     raise SystemExit(USER_ERROR)
+                arguments, twice = the_last_of_each(sys.argv[1:], arguments)
+                notices += twice
                 sys.argv[1:] = hydra_options_first([quoted_path(argument, tool) for argument in arguments])
                 for notice in notices:
                     sys.stderr.write(f"{tool_name()}: {notice}\n")
@@ -103,6 +105,31 @@ def refused_override(arguments: list[str], tool: str) -> str | None:
                 hint = f"did you mean {' or '.join(close)}?" if close else f"the settings are {', '.join(settings)}"
                 return f"{key} is not a setting of {tool_name()}, so {match['how']}{key} would be ignored; {hint}"
     return None
+
+
+def the_last_of_each(given: list[str], arguments: list[str]) -> tuple[list[str], list[str]]:
+    """``arguments`` (``given`` renamed, one for one) with a setting set more than once set by its
+    last (``seed=1 … seed=3``, a script's command with one changed at its end; an old name and its
+    new one, ``task.decoding.beam_size=5 decoding.beam_size=3``), as Hydra would apply them, and a
+    notice for each one set aside: Hydra took the last without a word, and a run's name and tags
+    said every value. Hydra's own settings and options are left as they are."""
+    _, typed = hydra_options_and_overrides(given)
+    options, overrides = hydra_options_and_overrides(arguments)
+    last: dict[str, int] = {}
+    for index, override in enumerate(overrides):
+        match = _OVERRIDE.match(override)
+        if match is not None and match["key"].lstrip("+~").split(".", 1)[0] != "hydra":
+            last[match["key"].lstrip("+~")] = index
+    kept, notices = [], []
+    for index, override in enumerate(overrides):
+        match = _OVERRIDE.match(override)
+        key = match["key"].lstrip("+~") if match is not None else None
+        if key in last and last[key] != index:
+            notices.append(f"{key} is given more than once; the last, {typed[last[key]]}, is used and {typed[index]} "
+                           "set aside")
+            continue
+        kept.append(override)
+    return ([*options, *kept], notices) if notices else (arguments, [])  # Hydra's options go first anyway
 
 
 def _groups(tool: str) -> set[str]:
