@@ -154,6 +154,16 @@ def test_a_misspelt_class_or_module_is_one_line_and_exit_2(override: str, messag
     assert (result.returncode, result.stderr) == (2, f"train.py: {message}\n")
 
 
+def test_a_misspelt_data_module_is_said_in_its_line_alone(caplog: pytest.LogCaptureFixture) -> None:
+    """Hydra logs the import error of a target it cannot find (three lines of its own) before it
+    raises; the check's one line is all a user sees (before: Hydra's three lines above it)."""
+    from aiayn.training.config_check import check_task
+
+    with caplog.at_level("DEBUG"), pytest.raises(ConfigError, match=r"^task.datamodule._target_=lengthscore.MyCorpos: "):
+        check_task({"name": "mine", "vocab_size": 8000, "datamodule": {"_target_": "lengthscore.MyCorpos"}})
+    assert not [record.getMessage() for record in caplog.records if record.name.startswith("hydra")]
+
+
 def test_the_pages_pre_norm_network_decodes_one_token_at_a_time_as_it_reads_a_whole_target(
         own_modules: Path) -> None:
     from prenorm import PreNormDecoderLayer, PreNormEncoderLayer, PreNormTransformer

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -170,11 +171,15 @@ def _check_target_keys(section: str, entry: Mapping[str, Any]) -> None:
         raise ConfigError(f"{section}._target_ is missing: name the class to build (see conf/)")
     import hydra
 
+    hydra_log = logging.getLogger("hydra.utils")  # get_object logs the import error (3 lines) before it raises
+    quiet, hydra_log.disabled = hydra_log.disabled, True
     try:
         kind = hydra.utils.get_object(target)
     except Exception:  # noqa: BLE001 - Hydra wraps the import error in its own
         raise ConfigError(f"{section}._target_={target}: no such class or function; give the dotted path of one "
                           "whose module is on PYTHONPATH (see conf/; one of your own: docs/extending.md)") from None
+    finally:
+        hydra_log.disabled = quiet
     check_settings = getattr(kind, "check_settings", None)  # what only the class knows (a logger's mode)
     if callable(check_settings):
         check_settings(section, entry)
