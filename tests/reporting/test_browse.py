@@ -172,6 +172,8 @@ def test_an_evaluation_is_an_mlflow_run_under_the_training_run_it_scored(sweep, 
     (trained,) = [run for run in runs if run.info.run_id == evaluation.data.tags["trained_run"]]
     assert trained.info.run_name.startswith("table3-C_N2-multi30k-")
     assert evaluation.data.tags["trained_run_name"] == trained.info.run_name
+    # Named as its W&B run is, after the run it scored (before: eval-val.step4…, alike for every run of the table).
+    assert evaluation.info.run_name.startswith(f"eval-{trained.info.run_name}-val.step"), evaluation.info.run_name
     assert evaluation.data.tags["mlflow.parentRunId"] == trained.info.run_id  # nested under it in the UI
     assert evaluation.data.tags["row"] == "C_N2" and evaluation.data.tags["trained_wandb_run"]
 

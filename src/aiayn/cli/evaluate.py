@@ -161,8 +161,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         from aiayn.reporting.mlflow_logger import log_evaluation  # mlflow only when asked for
 
         settings = {"evaluate": OmegaConf.to_container(cfg, resolve=True), "decoding": decoding.settings()}
-        log_evaluation(cfg.mlflow, trained.config, name, settings, metrics, trained.step, out_dir / f"{name}.json",
-                       trained_runs=trained.logger_runs)
+        # Named as in W&B (before: eval-<files> alone, the same for every run a sweep's evaluations scored).
+        log_evaluation(cfg.mlflow, trained.config, f"{trained_run_name(trained.config)}-{name}", settings, metrics,
+                       trained.step, out_dir / f"{name}.json", trained_runs=trained.logger_runs)
     return metrics
 
 

@@ -170,7 +170,8 @@ class MLflowRunLogger(MLFlowLogger):
 def log_evaluation(tracking_uri: str, trained_config: Mapping[str, Any], name: str, settings: Mapping[str, Any],
                    metrics: Mapping[str, float], step: int, report: Path | None = None,
                    trained_runs: Mapping[str, str] | None = None) -> str:
-    """An evaluate.py run in MLflow: a run ``eval-<name>`` in the training run's experiment (its
+    """An evaluate.py run in MLflow: a run ``eval-<name>`` (evaluate.py's: ``eval-<trained run>-<files>``, its
+    W&B name) in the training run's experiment (its
     table's), tagged ``job_type=eval`` with the training run it scored (``trained_run``: its MLflow
     run id, from the checkpoint; ``trained_run_name``; ``trained_wandb_run``), nested under it where
     it is in this store, and with its table and row; its settings (the effective decoding
