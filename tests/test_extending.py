@@ -220,8 +220,10 @@ def test_a_schedule_whose_rate_is_no_learning_rate_is_one_line(own_modules: Path
 def test_a_classs_own_keys_are_typed_by_it_and_others_refused(own_modules: Path) -> None:
     model = {"_target_": "gated.GatedTransformer", "d_model": 8, "gate_init": 0.5}
     assert check_against_schemas({"model": model})["model"]["gate_init"] == 0.5
+    # The class's own arguments are said with the paper's settings (before: the paper's settings alone).
     with pytest.raises(ConfigError, match=r"^model.gate_int is not a model setting; nor is it an argument of "
-                                          r"model._target_=gated.GatedTransformer; the settings are attention, "):
+                                          r"model._target_=gated.GatedTransformer, whose own are gate_init; the "
+                                          r"settings are attention, "):
         check_against_schemas({"model": {**model, "gate_int": 0.5}})
     with pytest.raises(ConfigError, match="^model.gate_init is not a model setting; the settings are"):
         check_against_schemas({"model": {"gate_init": 0.5}})  # the paper's Transformer has no gate

@@ -203,8 +203,11 @@ def check_against_schemas(config: Mapping[str, Any]) -> dict[str, dict[str, Any]
         settings = sorted(f.name for f in fields(schema) if f.name != "_target_")
         own, of = {}, ""
         if section == "model" and values.get("_target_", PAPER_NETWORK) != PAPER_NETWORK:
-            own = {key: values.pop(key) for key in _own_arguments(network_class(values["_target_"]), values)}
-            of = f"; nor is it an argument of model._target_={values['_target_']}"
+            kind = network_class(values["_target_"])
+            own = {key: values.pop(key) for key in _own_arguments(kind, values)}
+            theirs = sorted(constructor_arguments(kind)[0] - set(settings) - {"_target_", *BUILT_WITH})  # before: unsaid
+            of = (f"; nor is it an argument of model._target_={values['_target_']}"
+                  + (f", whose own are {', '.join(theirs)}" if theirs else ""))
         unknown = sorted(set(values) - set(settings) - {"_target_"})
         if unknown:
             raise ConfigError(f"{section}.{unknown[0]} is not a{'n' if section[0] in 'aeio' else ''} {section} "
@@ -217,6 +220,8 @@ def check_against_schemas(config: Mapping[str, Any]) -> dict[str, dict[str, Any]
     return typed
 
 
+# What build_network gives a network class itself, from the task's vocabulary: no setting of the model.
+BUILT_WITH = ("src_vocab_size", "tgt_vocab_size", "pad_id")
 # The network of the paper (ModelConfig._target_'s default).
 PAPER_NETWORK = "aiayn.model.Transformer"
 
