@@ -59,7 +59,8 @@ from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import TranslationCollator
 from aiayn.data.subwords import BOS_ID, EOS_ID, PAD_ID
 from aiayn.reporting.flops import Shapes, training_flops
-from aiayn.training.module import TranslationModule, compile_options
+from aiayn.training.compiling import compile_options
+from aiayn.training.module import TranslationModule
 
 RESULTS = REPO / "benchmarks" / "results" / "train_throughput.jsonl"
 MODEL_DIR = REPO / "conf" / "model"

@@ -16,7 +16,7 @@ from aiayn.config.plan import describe, make_plan
 from aiayn.config.schemas import network_arguments
 from aiayn.errors import ConfigError
 from aiayn.model import Transformer
-from aiayn.training.module import CUDA_GRAPH_MODES
+from aiayn.training.compiling import CUDA_GRAPH_MODES
 from tests.helpers.configs import composed
 from tests.helpers.runs import REPO
 

@@ -1,4 +1,4 @@
-"""compile_mode: how compile=true compiles (aiayn.training.module.compile_options), and a run of
+"""compile_mode: how compile=true compiles (aiayn.training.compiling.compile_options), and a run of
 train.py with CUDA graphs asked for (compile_mode=cudagraphs) and length buckets, on the CPU where
 torch's CUDA-graph backend runs the traced forward and backward without graphs: the same losses as
 the eager run of the same batches (the GPU measures the graphs themselves: make gpu-check)."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.training.module import CUDA_GRAPH_MODES, compile_options
+from aiayn.training.compiling import CUDA_GRAPH_MODES, compile_options
 from tests.helpers.inprocess import train
 from tests.helpers.runs import TINY, offline_environment
 

@@ -56,3 +56,9 @@ def test_two_ranks_one_dev_batch_validate_as_one_process(tmp_path: Path, data_ro
     for key in ("loss", "ppl"):
         assert summary[f"dev/{key}"] == pytest.approx(alone[f"val/{key}"], rel=1e-6), key
     assert summary["dev/bleu"] == alone["val/bleu"]
+    # The test after training, on the same weights, is the test alone (before: under ddp_spawn its loss and
+    # perplexity counted the last validation's sums too, which the test's ranks started with).
+    assert summary["test_weights"] == "last" and summary["test_averaged"] == 1
+    (tested,) = trainer.test(module, datamodule=datamodule, verbose=False)
+    for key in ("loss", "ppl"):
+        assert summary[f"test/{key}"] == pytest.approx(tested[f"test/{key}"], rel=1e-6), key

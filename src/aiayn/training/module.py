@@ -20,6 +20,7 @@ from aiayn.metrics.scorers import Scorer
 from aiayn.model.loss import label_smoothed_loss
 from aiayn.reporting.loggers import run_ids
 from aiayn.training import logged_step
+from aiayn.training.compiling import CUDA_GRAPH_MODES, compile_options
 from aiayn.training.nonfinite import NonFiniteSteps
 from aiayn.training.schedule import rate_of, transformer_scheduler
 
@@ -274,6 +275,16 @@ class TranslationModule(L.LightningModule):
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, bleu_sentences=None)
 
+    def _start_evaluation(self) -> None:
+        """Each evaluation starts from nothing: under ddp_spawn the test's ranks start from the
+        launching process's module, whose sums held the last validation's (before: the test's loss
+        and perplexity were those of the test and that validation together)."""
+        for metric in (self.eval_loss, self.eval_nll):
+            metric.reset()
+        self.hypotheses = []
+
+    on_validation_epoch_start = on_test_epoch_start = _start_evaluation
+
     def on_validation_epoch_end(self) -> None:
         self._log_evaluation("val")
 
@@ -322,18 +333,6 @@ class TranslationModule(L.LightningModule):
         if stage == "test":  # the sentences scored (trainer.limit_test_batches may leave some out): summary.json
             self.log("test/sentences", float(len(indices)))
         log.info("%s %s", stage, self.scorer.describe(scores, len(indices)))
-
-
-# compile_mode → torch.compile's arguments; the modes that replay CUDA graphs.
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune", "cudagraphs")
-
-
-def compile_options(mode: str) -> dict[str, Any]:
-    """torch.compile's arguments for a ``compile_mode``: inductor in that mode, or for
-    ``cudagraphs`` torch's CUDA-graph backend (no code generation: the eager kernels, replayed)."""
-    if mode == "cudagraphs":
-        return {"backend": "cudagraphs"}
-    return {} if mode == "default" else {"mode": mode}
 
 
 def _fused(optimizer: torch.optim.Optimizer) -> bool:
