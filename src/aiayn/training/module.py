@@ -170,10 +170,11 @@ class TranslationModule(L.LightningModule):
         return loss_sum / n_tokens, n_tokens
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        # The dropout of every batch draws from a generator seeded by (seed, epoch, batch, rank),
-        # as fairseq seeds each update, so a run resumed from a checkpoint repeats exactly what
-        # the uninterrupted run would have done, whatever else used the global generator.
-        state = np.random.SeedSequence([self.seed, self.current_epoch, batch_idx, self.global_rank])
+        # Dropout draws from a generator seeded by (seed, epoch, the batch's place in the epoch's order:
+        # rank r of P trains places r, r + P, ..., aiayn.data.batching), as fairseq seeds each update: a
+        # resumed run repeats the uninterrupted one exactly, on any number of processes (not the rank's).
+        place = batch_idx * self.trainer.world_size + self.global_rank
+        state = np.random.SeedSequence([self.seed, self.current_epoch, place])
         torch.manual_seed(int(state.generate_state(1, np.uint64)[0]))
         logged_step.align(self.trainer)  # this step's rows at this step, in a resumed run too
         if self.compile_model and self.compile_mode in CUDA_GRAPH_MODES:
