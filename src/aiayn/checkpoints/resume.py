@@ -43,7 +43,7 @@ IDENTITY_KEYS = (
     "seed", "task.name", "task.vocab_size", "task.datamodule.src_lang", "task.datamodule.tgt_lang",
     "task.datamodule.data_dir", "plan.tokens_per_batch", "task.datamodule.max_length", "model", "width_divisor",
     "loss", "optim", "plan.tokens_per_step", "trainer.gradient_clip_val", "trainer.gradient_clip_algorithm",
-    "init_from",
+    "init_from", "task.datamodule.seed",
 )
 # The step's tokens over all processes (processes × accumulation × batch; optim.tokens_per_step keeps
 # it on any layout) and gradient clipping are the optimiser's recipe too. Compared where the
@@ -57,6 +57,10 @@ _LAYOUT_KEYS = ("plan.tokens_per_batch", "plan.tokens_per_step")
 # decoding, the dev sentences BLEU reads, the share of the dev and test splits evaluated). A longer run
 # (LENGTH_KEYS) is what resume=auto is given for, and goes unsaid.
 UNCHECKED_KEYS = ("decoding", "validation", "trainer.limit_val_batches", "trainer.limit_test_batches")
+# How an epoch is cut into batches and where it ends: another value goes on at an epoch's start (said, as
+# UNCHECKED_KEYS are), but within an epoch the rest of it would be other batches than the run's (before:
+# gone on with without a word, some of the epoch's sentences trained twice and others never).
+BATCHING_KEYS = ("task.datamodule.length_buckets", "trainer.limit_train_batches")
 # Speed switches (config.identity.SPEED_KEYS) change how the same numbers are computed, not which: a
 # run may resume with them switched either way (and from checkpoints written before they existed).
 
@@ -152,6 +156,12 @@ def _resume(checkpoint: Path, run_dir: Path, saved: dict[str, Any] | None, confi
         raise ConfigError(f"{checkpoint} is at step {step}, past this run's optim.train_steps={steps}: a run cannot "
                           f"train back; give optim.train_steps={step} or more to go on from it (at {step} it is tested "
                           "alone), or start a new run from its weights with init_from=")
+    within = _within_an_epoch(saved)
+    cut = setting_differences(_run_config(saved), config, BATCHING_KEYS) if within and _run_config(saved) else []
+    if cut:
+        raise ConfigError(f"{checkpoint} stopped {within[1]} batches into epoch {within[0]}, and {'; '.join(cut)} "
+                          "would make the rest of that epoch other batches than its run's; resume with the "
+                          "checkpoint's value, or start a fresh run with resume=null in a folder of its own")
     log.info("resuming from %s (step %s)", checkpoint, saved.get("global_step"))
     changed = unchecked_differences(saved, config)
     if changed:
@@ -205,11 +215,26 @@ def config_differences(saved: dict[str, Any] | None, config: dict[str, Any], adv
 
 
 def unchecked_differences(saved: dict[str, Any] | None, config: dict[str, Any]) -> list[str]:
-    """``key: checkpoint's value → this run's`` for each setting of :data:`UNCHECKED_KEYS` that differs:
-    what a resumed run may change (its scoring) and goes on with, said as it resumes."""
-    old = ((saved or {}).get("hyper_parameters") or {}).get("run_config") or {}
-    keys = [key for key in UNCHECKED_KEYS if setting_value(old, key.split(".")[0]) is not None]
+    """``key: checkpoint's value → this run's`` for each setting of :data:`UNCHECKED_KEYS` (and of
+    :data:`BATCHING_KEYS`, at an epoch's start) that differs: what a resumed run may change (its
+    scoring) and goes on with, said as it resumes."""
+    old = _run_config(saved)
+    keys = [key for key in (*UNCHECKED_KEYS, *BATCHING_KEYS) if setting_value(old, key.split(".")[0]) is not None]
     return setting_differences(old, config, keys, SPEED_KEYS) if old else []
+
+
+def _run_config(saved: dict[str, Any] | None) -> dict[str, Any]:
+    return ((saved or {}).get("hyper_parameters") or {}).get("run_config") or {}
+
+
+def _within_an_epoch(saved: dict[str, Any]) -> tuple[int, int] | None:
+    """(epoch, batches of it trained over every rank) where the checkpoint stopped within an epoch,
+    from its data module's state (aiayn.data.position; a rank's own count in older ones); None else."""
+    for value in saved.values():
+        if isinstance(value, dict) and ("epoch_batches" in value or "batches_done" in value):
+            batches = int(value.get("epoch_batches", value.get("batches_done")) or 0)
+            return (int(value.get("epoch") or 0), batches) if batches else None
+    return None
 
 
 def _layout_hint(old: dict[str, Any], config: dict[str, Any]) -> str | None:
