@@ -115,6 +115,20 @@ def test_a_reference_segment_missing_from_the_sgm_test_set_is_named(raw_copy, tm
                     "'10023-schwarzwaelder-bote.de'; unpack them from test-full.tgz into task.raw_dir again")
 
 
+def test_a_test_set_cut_short_at_a_documents_end_is_named(raw_copy, tmp_path):
+    """Both sgm files cut after their 20th document, as a download stopped there leaves them: still
+    aligned, each ends without its </srcset> or </refset> (before: "prepared", with 465 of newstest2014's
+    3,003 sentences)."""
+    paths = [raw_copy / "test-full" / f"newstest2014-deen-{side}.sgm" for side in ("src.en", "ref.de")]
+    for path in paths:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        ends = [number for number, line in enumerate(lines) if line.startswith("</doc>")]
+        path.write_text("\n".join(lines[:ends[19] + 1]) + "\n", encoding="utf-8")
+    line = _prepare(raw_copy, tmp_path, "task.datamodule.download=false")
+    assert line.startswith(f"prepare.py: {paths[0]}: ends at line ") and line.endswith(
+        " before its </srcset> (after 465 segments): the file is cut short; fetch it again"), line
+
+
 def test_an_empty_dev_set_is_named_by_its_raw_files(raw_copy, tmp_path):
     src, tgt = raw_copy / "dev" / "newstest2013.en", raw_copy / "dev" / "newstest2013.de"
     src.write_bytes(b"")

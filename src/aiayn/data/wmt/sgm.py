@@ -18,6 +18,7 @@ from aiayn.errors import DataError
 
 _SEGMENT = re.compile(r"^\s*(?:<[A-Za-z]+>)*<seg(\s[^>]*)?>(.*)</seg>(?:</[A-Za-z]+>)*\s*$", re.IGNORECASE)  # <hl><seg …>…</seg></hl> too
 _DOC = re.compile(r"^\s*<doc\s", re.IGNORECASE)
+_NAME = re.compile(r"^\s*<(/?)([A-Za-z]+)")  # a line's first tag: closing or not, and its name
 _ATTRIBUTE = r"""\b{}\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))"""
 _TAG = re.compile(r"^\s*</?[A-Za-z][^<>]*>\s*$")
 _ENTITY = re.compile(r"&(#[0-9]+|#[xX][0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);")
@@ -58,7 +59,17 @@ def read_segments(path: str | os.PathLike) -> list[tuple[tuple[str | None, str |
     path = Path(path)
     segments: list[tuple[tuple[str | None, str | None], str]] = []
     document: str | None = None
+    root, closed, documents, number = None, False, 0, 0  # the set element (<srcset …>) and the <doc>s open
     for number, line in enumerate(iter_lines(path), start=1):
+        tag = _NAME.match(line)
+        if tag and tag[2].lower() != "seg":
+            closing, name = tag[1] == "/", tag[2].lower()
+            if name == "doc":
+                documents += -1 if closing else 1
+            elif root is None and not closing and not segments:
+                root = name
+            elif closing and name == root:
+                closed = True
         match = _SEGMENT.match(line)
         if match:
             if "<seg" in match.group(2).lower() or "</seg>" in match.group(2).lower():
@@ -75,6 +86,10 @@ def read_segments(path: str | os.PathLike) -> list[tuple[tuple[str | None, str |
             document = _attribute(line, "docid")
     if not segments:
         raise DataError(f"{path}: no <seg> elements found; not a WMT sgm file?")
+    if documents > 0 or (root is not None and not closed):  # before: read as it was, a test set cut short
+        missing = "</doc>" if documents > 0 else f"</{root}>"
+        raise DataError(f"{path}: ends at line {number} before its {missing} (after {len(segments)} segments): the "
+                        "file is cut short; fetch it again")
     return segments
 
 
