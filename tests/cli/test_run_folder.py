@@ -238,3 +238,8 @@ def test_a_user_error_after_this_attempt_saved_says_to_continue_with_resume_auto
                          "right, continue with the same command and resume=auto")
     assert run_folder.said_how_to_continue(crashed, run, before) is crashed
     assert run_folder.said_how_to_continue(refused, tmp_path / "no run", {}) is refused
+    # One that says how to go on already (a full disk as a later checkpoint is saved): as it is (before: said twice).
+    full = DataError("checkpoints: No space left on device while saving checkpoint step0000006.ckpt; it was not "
+                     "written (the checkpoints before it are whole). Free space there and continue with the same "
+                     "command and resume=auto")
+    assert run_folder.said_how_to_continue(full, run, before) is full

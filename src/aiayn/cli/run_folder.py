@@ -245,6 +245,8 @@ def said_how_to_continue(error: BaseException, output_dir: str | os.PathLike, be
     after = checkpoints_saved(output_dir)
     if not isinstance(error, UserError) or all(before.get(path) == written for path, written in after.items()):
         return error
+    if "resume=auto" in str(error):  # says how to go on already (a full disk as a checkpoint is saved)
+        return error
     told = type(error)(f"{error}; the run's training is saved in {Path(output_dir) / 'checkpoints'}: once that is put "
                        "right, continue with the same command and resume=auto")
     told.__cause__ = error
