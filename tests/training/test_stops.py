@@ -22,6 +22,7 @@ from tests.helpers.preloaded import Process
 from tests.helpers.runs import IN_THE_FOREGROUND, REPO, TINY, TWO_CORES, children, popen, run_command
 from tests.helpers.signals import signal_while_checking_files, signal_while_setting_up
 from tests.helpers.slurm import SLURM, fake_scontrol
+from tests.helpers.wandb_offline import read_run
 
 RUN = [*TINY, "logger=csv", "trainer.enable_progress_bar=false", "visualize_at_end=false", "run_name=stops"]
 
@@ -137,13 +138,17 @@ def test_a_signal_before_fit_stops_the_run_in_one_line_and_slurm_requeues_it(tmp
 def test_a_sigterm_during_the_test_says_so_and_resume_runs_only_the_test(tmp_path: Path, env) -> None:
     run = tmp_path / "run"
     # The whole test split (1,000 sentences), so that the test lasts long enough to be signalled.
-    command = [sys.executable, "src/train.py", *RUN, "trainer.limit_test_batches=1.0", f"hydra.run.dir={run}"]
+    logged = [each if each != "logger=csv" else "logger=[csv,wandb]" for each in RUN]
+    command = [sys.executable, "src/train.py", *logged, "trainer.limit_test_batches=1.0", f"hydra.run.dir={run}"]
     result = _signal_when(command, env, lambda _: (run / "summary.json").exists(), signal.SIGTERM)
     assert result.returncode == EXIT_STATUS, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == (
         f"train.py: stopped by SIGTERM after training, before the test had finished; training is finished and saved "
         f"({run / 'checkpoints' / 'last.ckpt'}); the same command with resume=auto runs only the test")
     assert "test test_2016_flickr:" not in result.stdout
+    # Its W&B run ends preempted, as its exit status says (before: finished as the process exited, exit code 0).
+    (attempt,) = (run / "wandb").glob("offline-run-*")
+    assert read_run(attempt, strict=True).exit_code == EXIT_STATUS
     summary = json.loads((run / "summary.json").read_text())
 
     resumed = run_command([*command, "resume=auto"], env=env)

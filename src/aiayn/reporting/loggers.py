@@ -125,6 +125,7 @@ class WandbRunLogger(WandbLogger):
         # what the earlier attempts' files hold, known at this attempt's first row.
         self._resumed = bool(resume_id)
         self._held: HeldRows | None = None
+        self._closed = False
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
@@ -160,12 +161,25 @@ class WandbRunLogger(WandbLogger):
         return self.version
 
     def close(self, preempted_exit: int | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
         run = self.experiment
         if preempted_exit is None:
             run.finish()
             return
         run.mark_preempting()
         run.finish(exit_code=preempted_exit)
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        """Lightning's; a run it ends as failed (a user error in training or its test, a full disk,
+        a stop on non-finite losses) is finished as failed, exit code 1, unless it was closed as
+        preempted first (before: finished by wandb as the process exited, with exit code 0)."""
+        super().finalize(status)
+        if status == "failed" and not self._closed and self._experiment is not None:
+            self._closed = True
+            self._experiment.finish(exit_code=1)
 
 
 def wandb_logger(project: str, save_dir: str, mode: str = "auto", **kwargs: Any) -> WandbRunLogger:

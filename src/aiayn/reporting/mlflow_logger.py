@@ -57,6 +57,7 @@ class MLflowRunLogger(MLFlowLogger):
         # A resumed run leaves out what its run holds of the steps it trains again (aiayn.reporting.held_rows).
         self._resumed = bool(resume_id)
         self._held: HeldRows | None = None
+        self._closed = False
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if self._resumed and step is not None:
@@ -163,7 +164,17 @@ class MLflowRunLogger(MLFlowLogger):
 
     def close(self, preempted_exit: int | None = None) -> None:
         """FINISHED (Lightning's finalize does it too); KILLED when preempted, until the resumed run finishes it."""
+        if self._closed:  # as it ended: preempted, or failed
+            return
+        self._closed = True
         self.experiment.set_terminated(self.run_id, "KILLED" if preempted_exit is not None else "FINISHED")
+
+    def finalize(self, status: str = "success") -> None:
+        """Lightning's (FAILED for a run it ends as failed), but not over a run closed already: one
+        preempted stays KILLED (before: FAILED, as Lightning finalizes after the stop's close)."""
+        if not self._closed:
+            super().finalize(status)
+            self._closed = status == "failed"  # and stays so (a sweep's train closes every run it made)
 
 
 

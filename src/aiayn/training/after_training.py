@@ -46,9 +46,10 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
 
+from aiayn.reporting.loggers import close_runs
 from aiayn.training.early_stopping import stopped_early_at
 from aiayn.training.lightning_signals import put_back
-from aiayn.training.preemption import Preempted, hold_signals, signal_numbers
+from aiayn.training.preemption import EXIT_STATUS, Preempted, hold_signals, signal_numbers
 from aiayn.training.saving import STEP_FILE
 
 log = logging.getLogger(__name__)
@@ -212,3 +213,5 @@ class StopsAfterTraining(Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._restore()
+        if isinstance(exception, (Preempted, Stopped)) and trainer.is_global_zero:  # before Lightning ends them as failed
+            close_runs(trainer.loggers, preempted_exit=EXIT_STATUS)
