@@ -156,8 +156,8 @@ def _resume(checkpoint: Path, run_dir: Path, saved: dict[str, Any] | None, confi
         raise ConfigError(f"{checkpoint} is at step {step}, past this run's optim.train_steps={steps}: a run cannot "
                           f"train back; give optim.train_steps={step} or more to go on from it (at {step} it is tested "
                           "alone), or start a new run from its weights with init_from=")
-    within = _within_an_epoch(saved)
-    cut = setting_differences(_run_config(saved), config, BATCHING_KEYS) if within and _run_config(saved) else []
+    within, old = _within_an_epoch(saved), _run_config(saved)
+    cut = setting_differences(old, config, BATCHING_KEYS) if within and old else []
     if cut:
         raise ConfigError(f"{checkpoint} stopped {within[1]} batches into epoch {within[0]}, and {'; '.join(cut)} "
                           "would make the rest of that epoch other batches than its run's; resume with the "
@@ -202,7 +202,7 @@ def _newest(run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
 def config_differences(saved: dict[str, Any] | None, config: dict[str, Any], advice: bool = True) -> list[str]:
     """``key: checkpoint's value → this run's`` for every identity setting that differs; with ``advice``,
     a difference of layout says what resumes the checkpoint (not for average.py, which resumes nothing)."""
-    old = ((saved or {}).get("hyper_parameters") or {}).get("run_config") or {}
+    old = _run_config(saved)
     if not old:
         return []  # a checkpoint without its config (written by other code): nothing to compare
     keys = [key for key in IDENTITY_KEYS if key not in _WHERE_SAVED or _held(old, key)]

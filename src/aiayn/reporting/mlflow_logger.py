@@ -169,6 +169,7 @@ class MLflowRunLogger(MLFlowLogger):
         self._closed = True
         self.experiment.set_terminated(self.run_id, "KILLED" if preempted_exit is not None else "FINISHED")
 
+    @rank_zero_only
     def finalize(self, status: str = "success") -> None:
         """Lightning's (FAILED for a run it ends as failed), but not over a run closed already: one
         preempted stays KILLED (before: FAILED, as Lightning finalizes after the stop's close)."""
@@ -177,13 +178,11 @@ class MLflowRunLogger(MLFlowLogger):
             self._closed = status == "failed"  # and stays so (a sweep's train closes every run it made)
 
 
-
 def log_evaluation(tracking_uri: str, trained_config: Mapping[str, Any], name: str, settings: Mapping[str, Any],
                    metrics: Mapping[str, float], step: int, report: Path | None = None,
                    trained_runs: Mapping[str, str] | None = None) -> str:
-    """An evaluate.py run in MLflow: a run ``eval-<name>`` (evaluate.py's: ``eval-<trained run>-<files>``, its
-    W&B name) in the training run's experiment (its
-    table's), tagged ``job_type=eval`` with the training run it scored (``trained_run``: its MLflow
+    """An evaluate.py run in MLflow: a run ``eval-<name>`` (evaluate.py's: ``eval-<trained run>-<files>``,
+    its W&B name) in the training run's experiment (its table's), tagged ``job_type=eval`` with the training run it scored (``trained_run``: its MLflow
     run id, from the checkpoint; ``trained_run_name``; ``trained_wandb_run``), nested under it where
     it is in this store, and with its table and row; its settings (the effective decoding
     included) as params, its figures as metrics at the checkpoint's step, its report as an
