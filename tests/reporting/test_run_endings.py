@@ -27,30 +27,32 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("ending", "exit_code", "status"), [
-    ("finished", 0, "FINISHED"), ("failed", 1, "FAILED"), ("preempted", EXIT_STATUS, "KILLED")])
-def test_an_attempt_ends_its_runs_as_it_ended(ending: str, exit_code: int, status: str, tmp_path: Path,
-                                              offline: None) -> None:
-    """Before: a failed attempt's W&B run was finished by wandb as the process exited, exit code 0 (a
-    run that stopped on a full disk showed as finished), and a preempted one's MLflow run, KILLED by
-    the stop, was made FAILED by Lightning's finalize after it."""
+def test_an_attempt_ends_its_runs_as_it_ended(tmp_path: Path, offline: None) -> None:
+    """Finished: exit code 0, FINISHED; failed: 1, FAILED; preempted: 75, KILLED. Before: a failed
+    attempt's W&B run was finished by wandb as the process exited, exit code 0 (a run that stopped on
+    a full disk showed as finished), and a preempted one's MLflow run, KILLED by the stop, was made
+    FAILED by Lightning's finalize after it."""
     import mlflow
 
     import wandb
 
-    save_dir = tmp_path / ending
-    loggers = [WandbRunLogger(project="aiayn", save_dir=str(save_dir), mode="auto", name=ending),
-               MLflowRunLogger(experiment_name="endings", run_name=ending,
-                               tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")]
-    for logger in loggers:
-        logger.log_metrics({"train/loss": 1.0}, step=1)
-    if ending == "preempted":  # the stop closes them (aiayn.training.preemption, after_training)
-        close_runs(loggers, preempted_exit=EXIT_STATUS)
-    if ending != "finished":  # Lightning's _interrupt, as the stop's or the error's exception leaves fit or test
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    endings = {"finished": (0, "FINISHED"), "failed": (1, "FAILED"), "preempted": (EXIT_STATUS, "KILLED")}
+    runs = {}
+    for ending in endings:
+        loggers = [WandbRunLogger(project="aiayn", save_dir=str(tmp_path / ending), mode="auto", name=ending),
+                   MLflowRunLogger(experiment_name="endings", run_name=ending, tracking_uri=store)]
         for logger in loggers:
-            logger.finalize("failed")
-    close_runs(loggers)  # train's own close at the end (a closed run stays as it ended)
+            logger.log_metrics({"train/loss": 1.0}, step=1)
+        if ending == "preempted":  # the stop closes them (aiayn.training.preemption, after_training)
+            close_runs(loggers, preempted_exit=EXIT_STATUS)
+        if ending != "finished":  # Lightning's _interrupt, as the stop's or the error's exception leaves fit or test
+            for logger in loggers:
+                logger.finalize("failed")
+        close_runs(loggers)  # train's own close at the end (a closed run stays as it ended)
+        runs[ending] = loggers[1].run_id
     wandb.teardown()
-    assert read_run(save_dir, strict=True).exit_code == exit_code
-    run = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(loggers[1].run_id)
-    assert run.info.status == status
+    client = mlflow.MlflowClient(store)
+    ended = {ending: (read_run(tmp_path / ending, strict=True).exit_code, client.get_run(runs[ending]).info.status)
+             for ending in endings}
+    assert ended == endings
