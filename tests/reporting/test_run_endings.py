@@ -33,7 +33,6 @@ def test_an_attempt_ends_its_runs_as_it_ended(tmp_path: Path, offline: None) -> 
     a full disk showed as finished), and a preempted one's MLflow run, KILLED by the stop, was made
     FAILED by Lightning's finalize after it."""
     import mlflow
-
     import wandb
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
