@@ -173,6 +173,7 @@ class RunSummaryCallback(L.Callback):
         self.restored_totals = torch.zeros(3, dtype=torch.float64)
         self.seconds_before = 0.0  # training time of the earlier attempts of a resumed run
         self.started: float | None = None
+        self.trained_until: float | None = None  # the end of the newest batch or validation
         self.dev: dict[str, float] = {}
         self.shapes: Shapes | None = None
         self.device: str | None = None
@@ -188,7 +189,7 @@ class RunSummaryCallback(L.Callback):
         # each rank would add every reduced batch once more into one count (Lightning unshares a
         # module's tensors, not a callback's).
         self.totals = self.restored_totals.to(pl_module.device, copy=True)
-        self.started = time.perf_counter()
+        self.started, self.trained_until = time.perf_counter(), None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -205,6 +206,7 @@ class RunSummaryCallback(L.Callback):
         if trainer.world_size > 1:
             batch_totals = trainer.strategy.reduce(batch_totals, reduce_op="sum")
         self.totals += batch_totals
+        self.trained_until = time.perf_counter()
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """``val/train_flops``: the FLOPs counted up to this validation, beside its ``val/*``
@@ -216,6 +218,7 @@ class RunSummaryCallback(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
+        self.trained_until = time.perf_counter()
         metrics = trainer.callback_metrics
         self.dev = {"dev/step": trainer.global_step}
         for key in ("ppl", "bleu", "f1", "loss"):
@@ -223,8 +226,14 @@ class RunSummaryCallback(L.Callback):
                 self.dev[f"dev/{key}"] = float(metrics[f"val/{key}"])
 
     def training_seconds(self) -> float:
-        running = time.perf_counter() - self.started if self.started is not None else 0.0
-        return self.seconds_before + running
+        """The earlier attempts' time and this one's up to the end of its newest batch or validation:
+        what follows training (the pictures, the test) is not training, and a checkpoint saved after
+        the last step holds what the summary says (Lightning runs checkpoint callbacks after this
+        one), so a run resumed for its test alone says it too (before: counted to the end of fit,
+        and the resumed run's figure was seconds smaller)."""
+        if self.started is None:
+            return self.seconds_before
+        return self.seconds_before + ((self.trained_until or time.perf_counter()) - self.started)
 
     # -- the summary ------------------------------------------------------------------------
     def summary(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
