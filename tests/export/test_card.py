@@ -51,6 +51,11 @@ def test_the_card_lists_the_fp32_held_out_scores_each_with_decoding_and_signatur
     card = model_card(card_facts(load_trained(ckpt), ckpt, [4]))
     assert f"- {lines[0]}\n" in card and card.count("sacreBLEU") == 1
     assert "Measured for these weights in fp32, on held-out data" in card
+    # The configuration is the export's own decoding (generate's: one maximum a batch, so max_len_offset null), said
+    # as such beside scores measured with +2 (before: a yaml block alone, as if the scores' settings).
+    configuration = card.split("## Configuration\n", 1)[1]
+    assert configuration.startswith("\nThe network, the data, and the decoding settings this export decodes with")
+    assert "the scores\nabove name the settings each was measured with" in configuration
 
 
 def test_a_parsers_card_says_that_it_parses():

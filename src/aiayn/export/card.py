@@ -178,6 +178,10 @@ Measured for {measured}, on held-out data, each with its decoding settings:
 
 ## Configuration
 
+The network, the data, and the decoding settings this export decodes with (`generation_config.json`'s
+for MarianMT, `aiayn.json`'s for CTranslate2; one the engine has no use for is null): the scores
+above name the settings each was measured with.
+
 ```yaml
 {config}
 ```
