@@ -62,9 +62,14 @@ VALIDATION_LINE = re.compile(r"\[aiayn\.training\.progress\]\[INFO\] - validatio
 @TWO_CORES
 def test_train_with_two_gloo_processes(tmp_path: Path, subword_cache: Path, data_root: Path) -> None:
     """Two DDP processes, stdout written to a file (``> log``, as nohup and SLURM write it)."""
-    run_dir = tmp_path / "run"
-    result = runs.train(run_dir, *TINY, "hardware=cpu2_ddp", "logger=csv", data_root=data_root,
+    run_dir, cwd = tmp_path / "run", tmp_path / "cwd"
+    cwd.mkdir()
+    result = runs.train(run_dir, *TINY, "hardware=cpu2_ddp", "logger=[csv,wandb]", data_root=data_root, cwd=cwd,
                         cache_dir=subword_cache, stdout=tmp_path / "stdout.log")
+    # The attention pictures logged to W&B by the spawned rank are in the run's W&B folder, nothing in the working
+    # folder (before: <working folder>/wandb/offline-run-…/files/media, which wandb sync of the run left out).
+    assert len(list(run_dir.glob("wandb/offline-run-*/files/media/images/attention/*.png"))) == 3
+    assert list(cwd.iterdir()) == []
     output = result.stdout + result.stderr
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in output and "GLOBAL_RANK: 1, MEMBER: 2/2" in output
     # The spawned ranks report what the data module kept and dropped, once (rank 0), as one process does.

@@ -127,6 +127,16 @@ class WandbRunLogger(WandbLogger):
         self._held: HeldRows | None = None
         self._closed = False
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled in a process of its own (a ``ddp_spawn`` rank), which attaches to the run its
+        launching process started: wandb's attach takes the run's folder from the environment, not
+        from the run, so it is said there (before: the pictures logged at the end of training went to
+        ``<working folder>/wandb/offline-run-…/files/media``, beside no run, and out of what
+        ``wandb sync`` of the run's folder uploads)."""
+        self.__dict__.update(state)
+        if self._save_dir:
+            os.environ["WANDB_DIR"] = os.path.abspath(self._save_dir)
+
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Lightning's, and offline the run's record of the row; a resumed attempt first logs again the rows
