@@ -115,21 +115,23 @@ def the_last_of_each(given: list[str], arguments: list[str]) -> tuple[list[str],
     said every value. Hydra's own settings and options are left as they are."""
     _, typed = hydra_options_and_overrides(given)
     options, overrides = hydra_options_and_overrides(arguments)
-    last: dict[str, int] = {}
-    for index, override in enumerate(overrides):
-        match = _OVERRIDE.match(override)
-        if match is not None and match["key"].lstrip("+~").split(".", 1)[0] != "hydra":
-            last[match["key"].lstrip("+~")] = index
+    keys = [_setting_of(override) for override in overrides]
+    last = {key: index for index, key in enumerate(keys) if key is not None}
     kept, notices = [], []
-    for index, override in enumerate(overrides):
-        match = _OVERRIDE.match(override)
-        key = match["key"].lstrip("+~") if match is not None else None
-        if key in last and last[key] != index:
+    for index, (override, key) in enumerate(zip(overrides, keys)):
+        if key is not None and last[key] != index:
             notices.append(f"{key} is given more than once; the last, {typed[last[key]]}, is used and {typed[index]} "
                            "set aside")
             continue
         kept.append(override)
     return ([*options, *kept], notices) if notices else (arguments, [])  # Hydra's options go first anyway
+
+
+def _setting_of(override: str) -> str | None:
+    """The setting ``override`` sets (``+seed=1`` → ``seed``); None for Hydra's own and for what sets none."""
+    match = _OVERRIDE.match(override)
+    key = match["key"].lstrip("+~") if match is not None else None
+    return None if key is None or key.split(".", 1)[0] == "hydra" else key
 
 
 def _groups(tool: str) -> set[str]:

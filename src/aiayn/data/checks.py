@@ -22,8 +22,9 @@ class SplitFiles:
     download: bool
     data_root: Path
     cache_dir: Path
-    # The setting that names the folder the corpus is read from (``data_root``), for errors; a tool
-    # that calls it otherwise sets its own name on the instance (evaluate.py: ``data_root``).
+    # The setting that names the folder the corpus is read from (``data_root``), for errors; a data
+    # module whose folder another setting names says its own (WMT's ``task.raw_dir``), and evaluate.py,
+    # which moves every task's folder under its data root, sets that one's on the instance.
     DATA_ROOT_SETTING: ClassVar[str] = "paths.data_root"
 
     def check_folders(self) -> None:
