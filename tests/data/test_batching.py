@@ -6,6 +6,7 @@ import itertools
 from collections import Counter
 
 import pytest
+import torch
 
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.readers import read_parallel
@@ -96,6 +97,47 @@ def test_a_step_takes_the_same_batches_however_processes_and_accumulation_share_
         steps_by_layout[(replicas, accumulate)] = steps
     first, *others = steps_by_layout.values()
     assert all(steps == first for steps in others)
+
+
+def test_a_step_holds_sentences_of_about_one_length_as_one_batch_of_its_size_does(lengths):
+    """§5.1's step ("batched together by approximate sequence length"), as tensor2tensor drew it:
+    8 batches a step are 8 neighbours in the length order, so a step's length range is about
+    that of one batch of the step's tokens; before, the epoch shuffled single batches and a
+    step of 8 held 8 lengths from anywhere in the corpus."""
+    src, tgt = lengths
+    one = TokenBatchSampler(src, tgt, 24_000, shuffle=True, seed=5)
+    eight = TokenBatchSampler(src, tgt, 3_000, shuffle=True, seed=5, batches_per_step=8)
+    one.set_epoch(1)
+    eight.set_epoch(1)
+    batches = list(eight)
+    steps = [[i for batch in batches[k:k + 8] for i in batch] for k in range(0, len(batches), 8)]
+    positions = {tuple(batch): at for at, batch in enumerate(eight.batches)}
+    for k in range(0, len(batches), 8):  # consecutive batches of the built (length) order
+        at = sorted(positions[tuple(batch)] for batch in batches[k:k + 8])
+        assert at == list(range(at[0], at[0] + 8)) and at[0] % 8 == 0
+
+    def spread(groups):  # the median step's range of source lengths
+        return sorted(max(src[i] for i in g) - min(src[i] for i in g) for g in groups)[len(groups) // 2]
+
+    assert spread(steps) <= spread(list(one)) + 1
+    assert spread([[i for b in list(one)[k:k + 8] for i in b] for k in range(0, len(one), 8)]) > spread(steps) + 5
+
+
+def test_one_batch_a_step_keeps_the_batch_by_batch_order(lengths):
+    """Shuffling whole steps of one batch is the order runs of one batch a step always had
+    (the default job's), and the order a checkpoint written before steps were shuffled goes on in."""
+    src, tgt = lengths
+    sampler = TokenBatchSampler(src, tgt, 2000, shuffle=True, seed=5)
+    sampler.set_epoch(4)
+    drawn = torch.randperm(len(sampler.batches), generator=torch.Generator().manual_seed(5 + 4)).tolist()
+    assert list(sampler) == [sampler.batches[b] for b in drawn]
+    stepped = TokenBatchSampler(src, tgt, 2000, shuffle=True, seed=5, batches_per_step=4)
+    stepped.set_epoch(4)
+    whole = list(stepped)
+    drawn = torch.randperm(len(stepped.batches), generator=torch.Generator().manual_seed(5 + 4)).tolist()
+    stepped.resume(epoch=4, batches_done=12, by_steps=False)
+    assert list(stepped) == [stepped.batches[b] for b in drawn][12:], "the rest of the old order"
+    assert list(stepped) == whole, "later passes in the order by steps"
 
 
 def test_more_ranks_than_batches(lengths):

@@ -69,6 +69,28 @@ def test_train_batches_layout(dm):
     assert sorted(seen) == list(range(29_000))
 
 
+def test_a_checkpoint_of_the_batch_by_batch_order_goes_on_in_it_and_a_new_one_by_steps(dm):
+    """A checkpoint written before the epoch's order shuffled whole steps (its position has no
+    ``order``) resumes the rest of its epoch in the order it began; one written now, by steps."""
+    def resumed(state):
+        dm.trainer = SimpleNamespace(world_size=1, global_rank=0, accumulate_grad_batches=4,
+                                     _checkpoint_connector=SimpleNamespace(_loaded_checkpoint={}))
+        try:
+            dm.load_state_dict(state)
+            sampler = dm.train_dataloader().batch_sampler
+            return list(sampler), sampler
+        finally:
+            dm.trainer = None
+
+    written = {"epoch": 0, "epoch_batches": 8, "trained": 8, "processes": 1, "accumulate": 4}
+    rest, sampler = resumed(written)
+    drawn = torch.randperm(len(sampler.batches), generator=torch.Generator().manual_seed(sampler.seed)).tolist()
+    assert rest == [sampler.batches[b] for b in drawn][8:]
+    rest, sampler = resumed({**written, "order": "steps"})
+    sampler.set_epoch(0)
+    assert rest == list(sampler)[8:] != [sampler.batches[b] for b in drawn][8:]
+
+
 def test_val_batches_decode_to_the_references(dm, data_root):
     references = dm.references("val")
     assert references == read_lines(data_root / "multi30k" / "val.de.gz")

@@ -47,7 +47,9 @@ def _positions(run: Path) -> dict[int, dict]:
     found = {}
     for path in (run / "checkpoints").glob("step*.ckpt"):
         saved = torch.load(path, map_location="cpu", weights_only=False)
-        found[saved["global_step"]] = {k: v for k, v in saved[STATE].items() if k not in ("processes", "accumulate")}
+        assert saved[STATE]["order"] == "steps"  # the epoch's order shuffles whole steps (aiayn.data.batching)
+        found[saved["global_step"]] = {k: v for k, v in saved[STATE].items()
+                                       if k not in ("processes", "accumulate", "order")}
     return found
 
 
@@ -100,8 +102,8 @@ def _trainer(processes: int, accumulate: int, checkpoint: dict | None = None) ->
 def test_a_position_is_each_new_ranks_share_of_the_batches_trained() -> None:
     """Rank r of P trains batches r, r + P, ... of the epoch's order: 20 batches trained are 10 of
     each of 2 ranks' shares, 20 of one process's."""
-    saved = read_position({"epoch": 0, "epoch_batches": 20, "trained": 20, "processes": 1, "accumulate": 2},
-                          _trainer(2, 1))
+    saved = read_position({"epoch": 0, "epoch_batches": 20, "trained": 20, "processes": 1, "accumulate": 2,
+                           "order": "steps"}, _trainer(2, 1))
     assert saved == Position(0, 20, 1, 2, 20)
     assert rank_batches(saved, _trainer(2, 1)) == 10
     assert rank_batches(Position(0, 20, 2, 1), _trainer(1, 2)) == 20
@@ -113,11 +115,14 @@ def test_a_checkpoint_of_a_ranks_own_count_is_read_with_the_layout_that_wrote_it
     plan in their config multiply it; without a config, this run's (as they were read before)."""
     old = {"hyper_parameters": {"run_config": {"plan": {"processes": 2, "trainer": {"accumulate_grad_batches": 1}}}}}
     state = {"epoch": 0, "batches_done": 10}
-    assert read_position(state, _trainer(1, 2, old)) == Position(0, 20, 2, 1)
+    assert read_position(state, _trainer(1, 2, old)) == Position(0, 20, 2, 1, by_steps=False)
     assert rank_batches(read_position(state, _trainer(1, 2, old)), _trainer(1, 2)) == 20
-    assert read_position(state, _trainer(1, 2, {"state_dict": {}})) == Position(0, 10, 1, 2)
-    assert read_position(state, _trainer(1, 2, {"hyper_parameters": {"run_config": None}})) == Position(0, 10, 1, 2)
+    assert read_position(state, _trainer(1, 2, {"state_dict": {}})) == Position(0, 10, 1, 2, by_steps=False)
+    assert read_position(state, _trainer(1, 2, {"hyper_parameters": {"run_config": None}})) == Position(
+        0, 10, 1, 2, by_steps=False)
     assert read_position({}, _trainer(1, 1)) is None
+    # Written before the epoch's order shuffled whole steps: that epoch goes on in its batch-by-batch order.
+    assert not read_position({"epoch": 0, "epoch_batches": 20, "processes": 1, "accumulate": 2}, _trainer(1, 2)).by_steps
 
 
 def test_the_layout_is_read_from_the_checkpoint_lightning_loaded_not_from_its_file_again(
@@ -137,7 +142,7 @@ def test_the_layout_is_read_from_the_checkpoint_lightning_loaded_not_from_its_fi
         raise AssertionError(f"the checkpoint read a second time: torch.load{args}")
 
     monkeypatch.setattr(torch, "load", read_again)
-    assert read_position({"epoch": 0, "batches_done": 10}, trainer) == Position(0, 20, 2, 1)
+    assert read_position({"epoch": 0, "batches_done": 10}, trainer) == Position(0, 20, 2, 1, by_steps=False)
 
 
 def test_a_step_of_other_batches_mid_epoch_is_refused_and_at_its_end_allowed() -> None:

@@ -19,6 +19,9 @@ The default, ``hardware=auto`` (conf/hardware/auto.yaml), leaves ``trainer.accel
 * precision: ``bf16-mixed`` on GPUs that have bf16 units (compute capability 8.0 and up: A100,
   H100, L4, ...), else ``16-mixed``, which Lightning runs with dynamic loss scaling (V100, T4);
   ``32-true`` on the CPU, where bf16 is emulated on most CPUs and no faster (docs/performance.md).
+  The paper is silent on precision; Table 2's cost counts the P100's single-precision rate and
+  tensor2tensor trained in float32 then. Mixed precision on GPUs is ours, for speed (the weights,
+  Adam's moments and the loss stay fp32); ``trainer.precision=32-true`` trains in fp32 as it did.
 
 A setting given explicitly — by a hardware group (``cpu``, ``gpu``, ``gpu8_ddp``, ``cpu2_ddp``;
 the GPU groups leave the precision at ``auto``) or on the command line — is kept, and checked

@@ -27,7 +27,12 @@ class TokenBatchSampler(Sampler[list[int]]):
     optimizer step takes that many batches) the count is made a multiple of
     ``num_replicas × batches_per_step``, so that every step has its full share of batches and the
     batches of step k are the same whichever way processes and accumulation share them (1 process
-    × 8 batches or 8 processes × 1: batches 8k to 8k+7 of the epoch's order). Without it (evaluation) batches are left whole, as one process cuts them,
+    × 8 batches or 8 processes × 1: batches 8k to 8k+7 of the epoch's order). A step's batches are
+    neighbours in length: the epoch shuffles whole steps of consecutive batches, not batches, so
+    that a step of 8 batches of 3,125 tokens holds sentences of about one length, as one batch of
+    25,000 does — the paper's step (§5.1: "batched together by approximate sequence length", each
+    batch about 25,000 tokens), which tensor2tensor drew as one batch of the step's size from one
+    length bucket and split between its GPUs (its batch size times the shards, then ``tf.split``). Without it (evaluation) batches are left whole, as one process cuts them,
     so that every metric is computed on the same batches however many ranks share the work; counts
     may differ by one, and a rank left without a batch (a split of fewer batches than ranks) gets
     one empty batch (``[]``, no examples): every rank must run the evaluation loop, whose first
@@ -81,7 +86,8 @@ class TokenBatchSampler(Sampler[list[int]]):
         # Training: the batches of one optimizer step over all ranks; the epoch's count is a multiple of it.
         self.step_batches = self.num_replicas * int(batches_per_step) if self.pad_to_equal else self.num_replicas
         self.epoch = 0
-        self._resume: tuple[int, int] | None = None  # (epoch, batches of it already consumed)
+        # (epoch, batches of it already consumed, whether that epoch's order shuffles whole steps)
+        self._resume: tuple[int, int, bool] | None = None
         self.sampler = _EpochRelay(self)
         self.batches = self._build(src, tgt)
         if self.pad_to_equal and self.step_batches > 1:
@@ -125,29 +131,35 @@ class TokenBatchSampler(Sampler[list[int]]):
         through :attr:`sampler`)."""
         self.epoch = int(epoch)
 
-    def resume(self, epoch: int, batches_done: int) -> None:
-        """Skip this rank's first ``batches_done`` batches the next time epoch ``epoch`` is iterated."""
+    def resume(self, epoch: int, batches_done: int, by_steps: bool = True) -> None:
+        """Skip this rank's first ``batches_done`` batches the next time epoch ``epoch`` is iterated;
+        ``by_steps=False``: that epoch in the order of a checkpoint written before whole steps were
+        shuffled (batch by batch), so that its run trains the rest of the epoch it began."""
         if batches_done < 0:
             raise ValueError(f"batches_done must be non-negative, got {batches_done}")
-        self._resume = (int(epoch), int(batches_done)) if batches_done else None
+        self._resume = (int(epoch), int(batches_done), bool(by_steps)) if batches_done else None
 
-    def _epoch_order(self) -> list[int]:
+    def _epoch_order(self, by_steps: bool = True) -> list[int]:
         count = len(self.batches)
+        # Whole steps of consecutive (length-neighbouring) batches shuffled; one batch a step: batches.
+        step = self.step_batches if self.pad_to_equal and by_steps else 1
+        groups = math.ceil(count / step)
         if self.shuffle:
             generator = torch.Generator().manual_seed(self.seed + self.epoch)
-            order = torch.randperm(count, generator=generator).tolist()
+            chosen = torch.randperm(groups, generator=generator).tolist()
         else:
-            order = list(range(count))
+            chosen = list(range(groups))
+        order = [b for g in chosen for b in range(g * step, min((g + 1) * step, count))]
         if self.pad_to_equal and count:
             total = math.ceil(count / self.step_batches) * self.step_batches
             order = (order * math.ceil(total / count))[:total]
         return order
 
     def __iter__(self) -> Iterator[list[int]]:
-        skip = 0
+        skip, by_steps = 0, True
         if self._resume is not None and self._resume[0] == self.epoch:
-            skip, self._resume = self._resume[1], None
-        share = self._epoch_order()[self.rank :: self.num_replicas]
+            (_, skip, by_steps), self._resume = self._resume, None
+        share = self._epoch_order(by_steps)[self.rank :: self.num_replicas]
         if not share and self._empty_share_padded():
             yield []
             return

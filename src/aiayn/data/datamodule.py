@@ -307,7 +307,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         loader = self._loader("train", self.max_tokens, shuffle=True, pad_to_equal=True)
         if self._resume_position is not None:  # restored from a checkpoint (aiayn.data.position)
             position, batches = self._resume_position
-            loader.batch_sampler.resume(position.epoch, batches)
+            loader.batch_sampler.resume(position.epoch, batches, position.by_steps)
             align_progress(position, self.trainer)
             self._resume_position = None
         return loader

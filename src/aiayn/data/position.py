@@ -31,6 +31,9 @@ class Position:
     processes: int
     accumulate: int
     trained: int | None = None
+    # Whether the epoch's order shuffles whole steps (aiayn.data.batching); False in checkpoints
+    # written before it did, whose epoch goes on in the order it began.
+    by_steps: bool = True
 
 
 def layout(trainer: Any) -> tuple[int, int]:
@@ -45,7 +48,7 @@ def saved_position(trainer: Any) -> dict[str, int]:
     return {"epoch": trainer.fit_loop.epoch_progress.current.processed,
             "epoch_batches": progress.current.processed * processes,
             "trained": progress.total.processed * processes,
-            "processes": processes, "accumulate": accumulate}
+            "processes": processes, "accumulate": accumulate, "order": "steps"}
 
 
 def read_position(state: dict[str, Any], trainer: Any) -> Position | None:
@@ -57,9 +60,10 @@ def read_position(state: dict[str, Any], trainer: Any) -> Position | None:
         return None
     if "epoch_batches" in state:
         return Position(int(state["epoch"]), int(state["epoch_batches"]), int(state["processes"]),
-                        int(state["accumulate"]), state.get("trained"))
+                        int(state["accumulate"]), state.get("trained"), state.get("order") == "steps")
     processes, accumulate = _written_layout(trainer) or layout(trainer)
-    return Position(int(state["epoch"]), int(state["batches_done"]) * processes, processes, accumulate)
+    return Position(int(state["epoch"]), int(state["batches_done"]) * processes, processes, accumulate,
+                    by_steps=False)
 
 
 def rank_batches(position: Position, trainer: Any) -> int:
