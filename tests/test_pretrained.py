@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 
+import numpy
 import pytest
 import torch
 import torch.serialization
@@ -100,6 +101,9 @@ def test_the_decoding_settings_are_the_schemas_and_the_checkpoints(tiny_run: Tra
     assert model.translator(model.decoding).search.decoding == model.settings()
     wider = model.settings({"beam_size": 8})
     assert model.translator(wider).search.decoding == wider and model.settings(wider).beam_size == 8
+    # Python's own numbers are taken as Python takes them: a whole number for α, numpy's integers.
+    taken = model.settings({"alpha": 1, "beam_size": numpy.int64(2), "max_len_offset": None})
+    assert (taken.alpha, taken.beam_size, taken.max_len_offset) == (1.0, 2, 5)
     for method in (Pretrained.translate, Pretrained.generate, Pretrained.attention, aiayn.load):
         assert not set(inspect.signature(method).parameters) & set(schema), method
     assert inspect.signature(aiayn.load).parameters["device"].default == TranslateConfig.device
@@ -141,6 +145,12 @@ def test_each_refusal_is_one_line_naming_the_file_or_setting(tiny_run: TrainedRu
          "sentences must be a string or a list of strings, got bytes; decode them first (.decode('utf-8'))"),
         (lambda: model.translate(5), TypeError, "sentences must be a string or a list of strings, got int"),
         (lambda: model.translate({"A dog.": 1}), TypeError, "sentences must be a string or a list of strings, got dict"),
+        # A value of another type from Python (before: "4" taken as 4 and 1 as True, as a command line's text).
+        (lambda: model.translate(SOURCES, beam_size="4"), TypeError,
+         "decoding.beam_size must be a whole number (int), got str '4'"),
+        (lambda: model.translate(SOURCES, kv_cache=1), TypeError, "decoding.kv_cache must be True or False, got int 1"),
+        (lambda: model.generate(SOURCES, alpha=True), TypeError, "decoding.alpha must be a number, got bool True"),
+        (lambda: model.settings({"stop": 0}), TypeError, "decoding.stop must be a string, got int 0"),
         # As visualize.py's (before: the maps of an input of EOS alone; nbest ignored).
         (lambda: model.attention(" "), ConfigError, "text is empty: give the sentence whose attention to draw"),
         (lambda: model.attention("A dog.", nbest=2), ConfigError,

@@ -31,7 +31,7 @@ from aiayn.checkpoints.averaging import average_into, window_ending_at
 from aiayn.checkpoints.given import averaged_count, checkpoint_list
 from aiayn.checkpoints.trained import TrainedModel, load_ensemble
 from aiayn.config.tools import EvaluateConfig, TranslateConfig
-from aiayn.decoding.settings import Asked, Decoding, asked
+from aiayn.decoding.settings import Asked, Decoding, from_python
 from aiayn.decoding.speed import for_decoding
 from aiayn.decoding.switches import DEFAULTS, check_device, switches_of
 from aiayn.decoding.translator import Scored, Translator, perplexity
@@ -112,7 +112,7 @@ class Pretrained:
         Each setting a mapping gives is asked for, as on translate.py's command line: one the
         search cannot serve is refused, even at the checkpoint's value. A :class:`Decoding` (this
         model's :attr:`decoding`, another's) is a whole config: what it changes is asked for."""
-        wanted = decoding.settings() if isinstance(decoding, Decoding) else asked(decoding)
+        wanted = decoding.settings() if isinstance(decoding, Decoding) else from_python(decoding)
         return Decoding.of(self.trained.decoding, wanted, switches=switches, members=self.trained.members,
                            where=HANDED)
 

@@ -15,6 +15,7 @@ member, for a report's file name) and describes itself (:meth:`~Decoding.describ
 from __future__ import annotations
 
 import hashlib
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, make_dataclass
 from types import MappingProxyType
@@ -44,6 +45,30 @@ def asked(overrides: Asked | Mapping[str, Any] | None, where: str = "decoding.")
     if isinstance(overrides, Asked):
         return overrides
     return Asked(MappingProxyType(_checked({k: v for k, v in (overrides or {}).items() if v is not None}, where)))
+
+
+def from_python(settings: Mapping[str, Any] | None) -> Asked:
+    """:func:`asked` of settings handed from Python (the API's keyword arguments), where each value
+    must already be of its setting's type: a TypeError names one that is not (``beam_size="4"``,
+    ``kv_cache=1``), which a command line's text would be converted from, but a Python caller
+    means something else by (a whole number for a float setting is taken, as Python takes it)."""
+    if isinstance(settings, Asked):
+        return settings
+    plain = dict(settings or {})
+    for key, value in plain.items():
+        kind = _KINDS.get(key)
+        if kind is None or value is None:
+            continue  # not a setting (asked's line names it) or the checkpoint's own
+        takes = {bool: bool, int: numbers.Integral, float: numbers.Real, str: str}[kind]
+        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, takes):
+            raise TypeError(f"decoding.{key} must be {_KIND_NAMES[kind]}, got {type(value).__name__} {value!r}")
+        plain[key] = kind(value)  # numpy's numbers as Python's, which the schema holds
+    return asked(plain)
+
+
+# Each setting's Python type, from the schema's annotations (Optional[int] and the like).
+_KINDS = {f.name: next(t for t in (bool, int, float, str) if t.__name__ in str(f.type)) for f in fields(DecodingConfig)}
+_KIND_NAMES = {bool: "True or False", int: "a whole number (int)", float: "a number", str: "a string"}
 
 
 def _checked(layer: Mapping[str, Any], where: str) -> dict[str, Any]:
