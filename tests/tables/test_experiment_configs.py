@@ -1,4 +1,4 @@
-"""The paper's tables as experiment configs (conf/experiment/table2_*, table3_*): every row composes
+"""The paper's tables as experiment configs (conf/experiment/table2_*, table3_*, table4_*): every row composes
 and builds its model, the table's multirun expands to exactly its rows, the SLURM launcher config
 gives submitit the job's resources, and the cost and parameter figures the tables report."""
 
@@ -341,3 +341,17 @@ def test_every_row_composes_with_its_wmt_task_and_the_papers_dev_and_test_sets(t
     check_train_config(OmegaConf.to_container(cfg, resolve=True))
     if table == "table3":
         assert built_structure(cfg) == {**BASE, **ROWS[row]}
+
+
+@pytest.mark.parametrize("row, task, vocab", [("wsj", "wsj", 16000), ("semi", "wsj_semi", 32000)])
+def test_the_table4_rows_are_the_papers_parser(row: str, task: str, vocab: int) -> None:
+    """§6.3: 4 layers of d_model 1024, 16K (WSJ only) and 32K (semi-supervised) vocabularies, the
+    paper's linearisation (XX leaves), plain beam search of 21 with α 0.3 and outputs up to the
+    input + 300 (before: constrained to well-formed trees, the task's own default and ours)."""
+    cfg = compose_train(f"experiment=table4_{row}", "paths.output_dir=/tmp/unused")
+    assert (cfg.task.name, cfg.task.vocab_size, cfg.task.datamodule.linearization) == (task, vocab, "xx")
+    assert (cfg.model.n_layers, cfg.model.d_model) == (4, 1024)
+    assert dict(cfg.decoding) == {"beam_size": 21, "alpha": 0.3, "max_len_offset": 300, "min_len": 0, "kv_cache": True,
+                                  "constrained": False, "stop": "paper", "nbest": 1, "sampling": False,
+                                  "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
+    assert compose_train(f"task={task}", "model=parsing", "paths.output_dir=/tmp/unused").decoding.constrained
