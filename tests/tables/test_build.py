@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import subprocess
 from pathlib import Path
@@ -178,31 +179,55 @@ def test_table2_rebuilt_from_an_averaged_evaluation(tmp_path: Path, data_root: P
     assert (out / "table2.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_table2_takes_a_runs_own_test_of_the_average_unless_evaluate_wrote_one(tmp_path: Path) -> None:
-    """train.py's test after training scores §6.1's average (summary.json: test/*, test_averaged);
-    an evaluate.py report in <run>/eval/, where there is one, is taken before it."""
+def test_table2_takes_the_test_of_the_recipes_average_from_evaluate_or_train(tmp_path: Path,
+                                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A Table 2 row's test is §6.1's: of the average of its recipe's ``checkpoint.average_last``
+    checkpoints, train.py's own (summary.json: test/*, test_averaged) or the newest evaluate.py
+    report in <run>/eval/ that averaged as many, decoded as the run says, of its fp32 model alone
+    (before: the report averaging most won, so `evaluate.py ckpt=last.ckpt split=test`, one
+    checkpoint, replaced the 5-checkpoint average, and so did a bf16, int8 or ensemble report)."""
     from aiayn.tables.runs import local_runs
 
     run = tmp_path / "0_table2-base_en_de"
     (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra" / "config.yaml").write_text("experiment: {table: table2, row: base_en_de}\nseed: 1\n")
+    (run / ".hydra" / "config.yaml").write_text("experiment: {table: table2, row: base_en_de}\nseed: 1\n"
+                                                "checkpoint: {average_last: 5}\n"
+                                                "decoding: {beam_size: 4, alpha: 0.6, max_len_offset: 50}\n")
     (run / "summary.json").write_text(json.dumps({"steps": 100000, "test/tokenized_bleu": 27.1, "test/bleu": 26.5,
                                                  "test_averaged": 5}))
     [found] = local_runs([tmp_path])
     assert found.test == {"bleu": 27.1, "sacrebleu": 26.5, "averaged": 5}
     (run / "eval").mkdir()
-    (run / "eval" / "test.step85000-100000.beam4.alpha0.6.len+50.avg11.json").write_text(json.dumps(
-        {"test/tokenized_bleu": 27.4, "test/bleu": 26.8, "averaged": [f"step{s}.ckpt" for s in range(11)]}))
+
+    def report(name: str, bleu: float, averaged: int, when: int, **more) -> None:
+        path = run / "eval" / f"test.step100000.{name}.json"
+        path.write_text(json.dumps({"test/tokenized_bleu": bleu, "test/bleu": round(bleu - 0.6, 1),
+                                    "averaged": [f"step{s}.ckpt" for s in range(averaged)], **more}))
+        os.utime(path, (when, when))
+
+    report("last", 26.0, 0, 1)  # evaluate.py ckpt=last.ckpt: one checkpoint, no average
+    report("avg11", 27.9, 11, 2)
+    report("greedy", 29.0, 5, 3, decoding={"beam_size": 1, "alpha": 0.6, "max_len_offset": 50, "kv_cache": False})
+    report("bf16", 28.1, 5, 4, speed_switches={"precision": "bf16", "int8": False})
+    report("ensemble", 28.3, 5, 5, ensemble=["a.ckpt", "b.ckpt"])
+    with caplog.at_level(logging.WARNING, logger="aiayn.tables.runs"):
+        [found] = local_runs([tmp_path])
+    assert found.test == {"bleu": 27.1, "sacrebleu": 26.5, "averaged": 5}, "train.py's own test of the average"
+    said = caplog.text
+    assert "decoded otherwise than its run (decoding.beam_size=1" in said
+    assert "decoded with precision=bf16, not the row's model" in said
+    assert "an ensemble of 2 checkpoints, not the row's model" in said
+    report("avg5", 27.4, 5, 6, speed_switches={"precision": "fp32", "int8": False, "onednn": True})
     [found] = local_runs([tmp_path])
-    assert found.test == {"bleu": 27.4, "sacrebleu": 26.8, "averaged": 11}
-    # A report decoded otherwise than the run (greedy, for the beam of 4 its config says) is not the row's test.
-    (run / ".hydra" / "config.yaml").write_text("experiment: {table: table2, row: base_en_de}\nseed: 1\n"
-                                                "decoding: {beam_size: 4, alpha: 0.6, max_len_offset: 50}\n")
-    (run / "eval" / "test.step100000.beam1.alpha0.6.len+50.avg20.json").write_text(json.dumps(
-        {"test/tokenized_bleu": 29.0, "test/bleu": 28.0, "averaged": [f"step{s}.ckpt" for s in range(20)],
-         "decoding": {"beam_size": 1, "alpha": 0.6, "max_len_offset": 50, "kv_cache": False}}))
-    [found] = local_runs([tmp_path])
-    assert found.test == {"bleu": 27.4, "sacrebleu": 26.8, "averaged": 11}, "the greedy report is left out"
+    assert found.test == {"bleu": 27.4, "sacrebleu": 26.8, "averaged": 5}, "the newest report of the average"
+    # Without a test of the recipe's average (no test after training), the most averaged, said in a warning.
+    (run / "summary.json").write_text(json.dumps({"steps": 100000}))
+    (run / "eval" / "test.step100000.avg5.json").unlink()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="aiayn.tables.runs"):
+        [found] = local_runs([tmp_path])
+    assert found.test == {"bleu": 27.9, "sacrebleu": 27.3, "averaged": 11}
+    assert "no test of §6.1's average of its recipe's 5 checkpoints; its row shows the test of 11" in caplog.text
 
 
 def test_table2_takes_an_evaluation_of_the_test_split_named_by_its_name(tmp_path: Path) -> None:

@@ -77,7 +77,8 @@ def test_table2_from_wandb_takes_each_seeds_own_evaluation(
     folder's eval/ (before: taken from W&B, being the newest and of the most checkpoints)."""
     search = {"beam_size": 4, "alpha": 0.6, "max_len_offset": 50}
     row = {"experiment": {"table": "table2", "row": "base_en_de"}, "run_name": "table2-base_en_de",
-           "task": {"datamodule": {"val_split": "newstest2013", "test_split": "newstest2014"}}, "decoding": search}
+           "task": {"datamodule": {"val_split": "newstest2013", "test_split": "newstest2014"}}, "decoding": search,
+           "checkpoint": {"average_last": 5}}
     seeds = [wandb_run(f"seed{seed}", {**row, "seed": seed}, {"steps": 100000, "test/tokenized_bleu": 20.0 + seed})
              for seed in (1, 2)]
     evaluations = [
@@ -86,11 +87,14 @@ def test_table2_from_wandb_takes_each_seeds_own_evaluation(
         # newer, of more checkpoints, but greedy: no test of the row, whose config decodes with beam 4
         wandb_run("greedy", {"evaluate": {"average_last": 8}, "decoding": {**search, "beam_size": 1},
                              "trained_wandb_run": "seed1"}, {"test/tokenized_bleu": 25.0, "test/bleu": 24.0}, "2026-05"),
+        # newer, of the recipe's 5, but in bf16: not the row's fp32 model (before: taken, being the newest)
+        wandb_run("bf16", {"evaluate": {"average_last": 5, "precision": "bf16"}, "decoding": search,
+                           "trained_wandb_run": "seed1"}, {"test/tokenized_bleu": 27.0, "test/bleu": 26.4}, "2026-06"),
         wandb_run("ev2", {"evaluate": {"average_last": 5, "split": "newstest2014"}, "trained_wandb_run": "seed2"},
                   {"newstest2014/tokenized_bleu": 27.6, "newstest2014/bleu": 27.0}, "2026-02"),
         wandb_run("dev2", {"evaluate": {"average_last": 5, "split": "newstest2013"}, "trained_wandb_run": "seed2"},
                   {"newstest2013/tokenized_bleu": 30.0}, "2026-04"),
-        wandb_run("old", {"evaluate": {"average_last": 9}}, {"test/tokenized_bleu": 99.0}, "2026-03")]
+        wandb_run("old", {"evaluate": {"average_last": 5}}, {"test/tokenized_bleu": 99.0}, "2026-03")]
     stand_in_wandb(monkeypatch, {"table2": seeds}, evaluations)
     out = tmp_path / "tables"
     assert tables_command("rebuild", "--wandb", "e/p", "--out", str(out), "--tables", "table2", "--no-wandb") == 0
@@ -102,9 +106,10 @@ def test_table2_from_wandb_takes_each_seeds_own_evaluation(
     assert warnings and all("the evaluate.py runs old of run name table2-base_en_de" in w for w in warnings)
     assert {record.getMessage() for record in caplog.records if "decoded otherwise" in record.getMessage()} == {
         "e/p/greedy: decoded otherwise than its run (decoding.beam_size=1 (the run's: 4)); left out of the tables"}
+    assert "e/p/bf16: decoded with precision=bf16, not the row's model; left out of the tables" in caplog.text
 
     # One training run of that name: the evaluation that does not say is its own, as before.
     stand_in_wandb(monkeypatch, {"table2": seeds[:1]}, evaluations)
     assert tables_command("rebuild", "--wandb", "e/p", "--out", str(out), "--tables", "table2", "--no-wandb") == 0
     [line] = [line for line in csv.DictReader((out / "table2.csv").read_text().splitlines()) if line["run"]]
-    assert (line["BLEU (test)"], line["averaged"]) == ("99.0", "9")
+    assert (line["BLEU (test)"], line["averaged"]) == ("99.0", "5")

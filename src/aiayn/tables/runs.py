@@ -9,8 +9,9 @@ What it measured comes from its summary (:mod:`aiayn.reporting.summary`): ``summ
 run directory, which every run writes (or the W&B run's summary, read from the W&B project).
 Table 2's test BLEU comes from ``src/evaluate.py``'s report in ``<run dir>/eval/`` where there is
 one of the test split (``split=test``, or the split by its name: ``split=newstest2014``, :func:`as_test`)
-decoded as the run's config says (the one averaging most checkpoints), else from train.py's own test, which scores §6.1's
-average where the recipe has one (its summary's ``test_averaged``).
+decoded as the run's config says, of its fp32 model alone, that averaged the recipe's checkpoints (§6.1), else from
+train.py's own test, which scores that average where the recipe has one (its summary's ``test_averaged``):
+:func:`row_test`.
 """
 
 from __future__ import annotations
@@ -151,7 +152,8 @@ def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) 
                             config["experiment"]["table"], Path(conf_dir) / "experiment")
                 continue
             decoding = OmegaConf.to_container(loaded.decoding, resolve=True) if "decoding" in loaded else {}
-            test = _test_report(run_dir, decoding, test_split(config)) or _tested_in_training(summary)
+            test = row_test(_test_reports(run_dir, decoding, test_split(config)), _tested_in_training(summary),
+                            config, str(run_dir))
             runs.append(Run(source=str(run_dir), config=config, summary=summary, test=test, modified=modified))
     return runs
 
@@ -200,22 +202,57 @@ def decoded_otherwise(evaluation: object, used: Mapping[str, Any] | None, decodi
     return bool(differs)
 
 
-def _test_report(run_dir: Path, decoding: dict[str, Any], split: str | None) -> dict[str, Any]:
-    """The newest evaluate.py report on the test split (``split=test``, or by its name ``split``:
-    :func:`as_test`) decoded as the run's ``decoding`` says, the one averaging most checkpoints; a
-    report decoded otherwise (``decoding.beam_size=1``) is left out, with a warning naming what differs."""
+def not_the_rows_model(evaluation: object, switches: Mapping[str, Any] | None, members: int) -> bool:
+    """Whether an evaluation (named in the warning) scored other arithmetic than the row's fp32
+    model (``switches``: ``precision`` other than fp32, ``int8``) or an ensemble of ``members``
+    checkpoints: not the row's test (a warning says why)."""
+    switches = switches or {}
+    lowered = [f"{key}={switches[key]}" for key in ("precision", "int8")
+               if switches.get(key) not in (None, False, "fp32")]
+    if lowered or members > 1:
+        why = f"an ensemble of {members} checkpoints" if members > 1 else f"decoded with {', '.join(lowered)}"
+        log.warning("%s: %s, not the row's model; left out of the tables", evaluation, why)
+    return bool(lowered) or members > 1
+
+
+def row_test(reports: list[tuple[int, Any, dict[str, Any]]], own: dict[str, Any], config: Mapping[str, Any],
+             source: str) -> dict[str, Any]:
+    """A Table 2 row's test: of §6.1's average, the recipe's ``checkpoint.average_last`` checkpoints
+    (1 where it has none) — the newest evaluate.py report (``reports``: (checkpoints averaged, its
+    time, figures)) that averaged that many, else train.py's own test (``own``). Where neither did,
+    the one averaging most, named in a warning (before: the evaluate.py report averaging most,
+    whatever train.py's own had, so ``evaluate.py ckpt=last.ckpt split=test`` put one checkpoint's
+    BLEU in place of the row's 5-checkpoint average)."""
+    recipe = int(((config.get("checkpoint") or {}).get("average_last")) or 1)
+    candidates = [(averaged, True, when, _test_figures(figures, averaged)) for averaged, when, figures in reports]
+    if own:
+        candidates.append((own["averaged"], False, 0, own))
+    if not candidates:
+        return {}
+    exact = [found for found in candidates if found[0] == recipe]
+    if exact:
+        return max(exact, key=lambda found: found[1:3])[3]
+    chosen = max(candidates, key=lambda found: found[:3])
+    log.warning("%s: no test of §6.1's average of its recipe's %d checkpoints; its row shows the test of %d (evaluate "
+                "it with average_last=%d for the row's)", source, recipe, chosen[0], recipe)
+    return chosen[3]
+
+
+def _test_reports(run_dir: Path, decoding: dict[str, Any], split: str | None) -> list[tuple[int, float, dict]]:
+    """The evaluate.py reports on the test split (``split=test``, or by its name ``split``:
+    :func:`as_test`) decoded as the run's ``decoding`` says, of its fp32 model alone, each as
+    (checkpoints averaged, its time, figures); a report decoded otherwise (``decoding.beam_size=1``),
+    in bf16 or int8, or of an ensemble is left out, with a warning naming why."""
     reports = []
     for path in (run_dir / "eval").glob("*.json"):
         report = as_test(json.loads(path.read_text()), split, "tokenized_bleu")
         if report is None:  # an evaluation of another split
             continue
-        if decoded_otherwise(path, report.get("decoding"), decoding):
+        if decoded_otherwise(path, report.get("decoding"), decoding) or not_the_rows_model(
+                path, report.get("speed_switches"), len(report.get("ensemble") or [])):
             continue
         reports.append((len(report.get("averaged") or [None]), path.stat().st_mtime, report))
-    if not reports:
-        return {}
-    averaged, _, report = max(reports, key=lambda r: r[:2])
-    return _test_figures(report, averaged)
+    return reports
 
 
 def _tested_in_training(summary: dict[str, Any]) -> dict[str, Any]:
@@ -238,6 +275,13 @@ def _test_figures(metrics: dict[str, Any], averaged: int) -> dict[str, Any]:
 def _averaged(evaluate_run_config: dict[str, Any]) -> int:
     """How many checkpoints an evaluate.py W&B run averaged (its config's evaluate.average_last)."""
     return int((evaluate_run_config.get("evaluate") or {}).get("average_last") or 1)
+
+
+def _members(evaluate_run_config: dict[str, Any]) -> int:
+    """How many checkpoints an evaluate.py W&B run decoded together (its config's evaluate.ckpt: a list
+    for an ensemble)."""
+    ckpt = (evaluate_run_config.get("evaluate") or {}).get("ckpt")
+    return len(ckpt) if isinstance(ckpt, (list, tuple)) else 1
 
 
 def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
@@ -264,12 +308,10 @@ def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
             tested = [(e, figures) for e in _evaluations(api, project, run, names[config.get("run_name")] == 1)
                       if (figures := as_test(dict(e.summary_metrics), split, figure)) is not None]
             if table == "table2":  # its row's test: decoded as the run says (Table 4 shows each decoding)
-                tested = [(e, figures) for e, figures in tested
-                          if not decoded_otherwise("/".join(e.path), e.config.get("decoding"), config.get("decoding") or {})]
-                if tested:
-                    newest, figures = max(tested, key=lambda found: (_averaged(found[0].config), found[0].created_at))
-                    test = _test_figures(figures, _averaged(newest.config))
-                test = test or _tested_in_training(summary)
+                tested = [(_averaged(e.config), e.created_at, figures) for e, figures in tested
+                          if not decoded_otherwise("/".join(e.path), e.config.get("decoding"), config.get("decoding") or {})
+                          and not not_the_rows_model("/".join(e.path), e.config.get("evaluate"), _members(e.config))]
+                test = row_test(tested, _tested_in_training(summary), config, "/".join(run.path))
             else:  # each evaluate.py test, as a run folder's eval/ reports (aiayn.tables.table4)
                 test = {"evaluations": [(e.name, figures, dict(e.config.get("decoding") or {}), _averaged(e.config))
                                         for e, figures in sorted(tested, key=lambda found: found[0].created_at)]}
