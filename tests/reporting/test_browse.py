@@ -270,7 +270,7 @@ def test_table3_report_names_only_keys_the_runs_log(sweep) -> None:
     runs_dir, _, _ = sweep
     report = build_report("table3", "an-entity", "aiayn", "| the table |")
     named = named_keys(report)
-    assert set(CURVE_X) <= named[TRAIN]["history"] and {"dev/bleu", "dev/ppl", "parameters"} <= named[TRAIN]["summary"]
+    assert set(CURVE_X) <= named[TRAIN]["history"] and {"dev/tokenized_bleu", "dev/ppl", "parameters"} <= named[TRAIN]["summary"]
     assert {"model.n_heads", "model.d_k", "model.n_layers", "loss.label_smoothing"} <= named[TRAIN]["config"]
     assert_panels_name_logged_keys(report, sorted(runs_dir.glob("*_table3-*")), [])
     # A key no run has is caught: the check is not vacuous.

@@ -66,6 +66,7 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, sub
         last_validation = [h for h in run.history if "val/ppl" in h][-1]
         assert summary["dev/ppl"] == pytest.approx(last_validation["val/ppl"])
         assert summary["dev/bleu"] == pytest.approx(last_validation["val/bleu"])
+        assert summary["dev/tokenized_bleu"] == pytest.approx(last_validation["val/tokenized_bleu"])
         assert summary["steps"] == 2 and summary["parameters"] == run.config["parameters"]
         assert not any(key.startswith("test/") for key in summary)
         assert summary["tokens_seen"] > 0 and summary["src_tokens_seen"] > 0 and summary["training_time_s"] > 0
@@ -105,7 +106,9 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, sub
                                ("(D) eps_ls=0.0", "table3-D_ls0", ("4.67", "25.3", ""))):
         line, summary = measured[label], runs[name].summary
         assert float(line["PPL (dev)"]) == pytest.approx(summary["dev/ppl"])
-        assert float(line["BLEU (dev)"]) == pytest.approx(summary["dev/bleu"])
+        # Table 3's BLEU is the paper's, tokenized, as Table 2's (before: sacreBLEU beside the paper's)
+        assert float(line["BLEU (dev)"]) == pytest.approx(summary["dev/tokenized_bleu"])
+        assert float(line["sacreBLEU (dev)"]) == pytest.approx(summary["dev/bleu"])
         assert float(line["params ×10^6"]) == pytest.approx(summary["parameters"] / 1e6)
         assert float(line["train FLOPs"]) == pytest.approx(summary["train_flops"])
         assert (line["paper PPL"], line["paper BLEU"], line["paper params ×10^6"]) == paper

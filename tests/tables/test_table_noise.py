@@ -33,7 +33,7 @@ def make_run(row: str, bleu: float | None, ppl: float | None, seed: int = 1, sca
     experiment = {"table": "table3", "row": row} | ({"scale": scale} if scale else {})
     model = {"n_layers": 6, "d_model": 512, "d_ff": 2048, "n_heads": 8, "d_k": 64, "d_v": 64, "dropout": 0.1,
              "positional": "sinusoidal", "attention_window": window}
-    summary = {key: value for key, value in (("dev/bleu", bleu), ("dev/ppl", ppl)) if value is not None}
+    summary = {key: value for key, value in (("dev/tokenized_bleu", bleu), ("dev/ppl", ppl)) if value is not None}
     return Run(source=f"multirun/{row}-{scale}-{seed}", config={"experiment": experiment, "model": model,
                                                                  "seed": seed, "loss": {"label_smoothing": 0.1}},
                summary=summary | {"steps": 100})

@@ -85,7 +85,10 @@ def _line(row: Row, run: Run | None) -> dict[str, Any]:
         line |= {
             "attention window": model.get("attention_window"),  # r of restricted self-attention; None: full
             "PPL (dev)": summary.get("dev/ppl"), "paper PPL": row.paper.get("ppl"),
-            "BLEU (dev)": summary.get("dev/bleu"), "paper BLEU": row.paper.get("bleu"),
+            # The paper's BLEU, tokenized as Table 2's (§6.2 scores the rows as §6.1); sacreBLEU beside it.
+            # Runs from before the summary kept it have sacreBLEU alone: no BLEU (dev) to set beside the paper's.
+            "BLEU (dev)": summary.get("dev/tokenized_bleu"), "sacreBLEU (dev)": summary.get("dev/bleu"),
+            "paper BLEU": row.paper.get("bleu"),
             "params ×10^6": params / 1e6 if params else None, "paper params ×10^6": row.paper.get("params_m"),
             # filled in by _differences, which knows the base runs
             "ΔPPL": None, "paper ΔPPL": None, "ΔBLEU": None, "paper ΔBLEU": None, "within noise": None,

@@ -30,6 +30,10 @@ class BaseSpread:
     bleu_sd: float | None
 
 
+# The summary's figure of each metric: Table 3's BLEU is the paper's, tokenized (aiayn.tables.build).
+DEV_FIGURE = {"ppl": "dev/ppl", "bleu": "dev/tokenized_bleu"}
+
+
 def base_spread(runs: Iterable[Run]) -> dict[str, BaseSpread]:
     """Table 3's base runs (row ``base``) by scale, each scale's mean, band and sd."""
     by_scale: dict[str, list[Run]] = {}
@@ -41,7 +45,8 @@ def base_spread(runs: Iterable[Run]) -> dict[str, BaseSpread]:
         base.sort(key=seed_order)
         figures = {}
         for metric in ("ppl", "bleu"):
-            values = [r.summary[f"dev/{metric}"] for r in base if r.summary.get(f"dev/{metric}") is not None]
+            key = DEV_FIGURE[metric]
+            values = [r.summary[key] for r in base if r.summary.get(key) is not None]
             mean = statistics.fmean(values) if values else None
             several = len(values) >= 2
             figures |= {f"{metric}_mean": mean,

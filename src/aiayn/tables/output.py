@@ -61,8 +61,8 @@ def to_csv(lines: list[dict[str, Any]]) -> str:
 # Columns of the markdown table (the CSV has them all).
 MARKDOWN_COLUMNS = {
     "table3": ["row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "attention window", "steps",
-               "PPL (dev)", "paper PPL", "ΔPPL", "paper ΔPPL", "BLEU (dev)", "paper BLEU", "ΔBLEU", "paper ΔBLEU",
-               "within noise", "params ×10^6", "paper params ×10^6", "train FLOPs", "estimate FLOPs", "seed",
+               "PPL (dev)", "paper PPL", "ΔPPL", "paper ΔPPL", "BLEU (dev)", "sacreBLEU (dev)", "paper BLEU", "ΔBLEU",
+               "paper ΔBLEU", "within noise", "params ×10^6", "paper params ×10^6", "train FLOPs", "estimate FLOPs", "seed",
                "scale"],
     "table2": ["row", "BLEU (test)", "sacreBLEU (test)", "test sentences", "paper BLEU", "averaged", "params ×10^6", "train FLOPs",
                "estimate FLOPs", "paper FLOPs", "steps", "seed", "scale"],

@@ -52,12 +52,13 @@ TABLE3_SETTINGS = ("model.n_layers", "model.d_model", "model.d_ff", "model.n_hea
 
 SECTIONS: dict[str, tuple[Section, ...]] = {
     "table3": (
-        Section("Learning curves, one colour per row", TRAIN, ("experiment.row",), curves=("val/ppl", "val/bleu")),
+        Section("Learning curves, one colour per row", TRAIN, ("experiment.row",),
+                curves=("val/ppl", "val/tokenized_bleu")),
         Section("Dev PPL and BLEU per row (bars: mean over seeds, range: min to max; base's range is the noise "
                 "band), and the parameter counts", TRAIN, ("experiment.row",),
-                bars=("dev/bleu", "dev/ppl", "parameters")),
+                bars=("dev/tokenized_bleu", "dev/ppl", "parameters")),
         Section("What each setting does", TRAIN, ("experiment.row",), parallel=TABLE3_SETTINGS,
-                parallel_metrics=("dev/ppl", "dev/bleu")),
+                parallel_metrics=("dev/ppl", "dev/tokenized_bleu")),
     ),
     "table2": (
         Section("Learning curves, one colour per row", TRAIN, ("experiment.row",), curves=("val/ppl", "val/bleu")),

@@ -153,7 +153,8 @@ class RunSummaryCallback(L.Callback):
     them to ``<trainer.default_root_dir>/summary.json`` and to the run's loggers (W&B: the run's
     summary; MLflow: metrics and tags). Each validation also logs ``val/train_flops``.
 
-    Summary keys: ``dev/ppl``, ``dev/bleu`` (``dev/f1`` for parsing; the last validation, at step ``dev/step``),
+    Summary keys: ``dev/ppl``, ``dev/bleu`` (sacreBLEU), ``dev/tokenized_bleu`` (the paper's BLEU, Table 3's)
+    (``dev/f1`` for parsing; the last validation, at step ``dev/step``),
     ``parameters``, ``steps``, ``training_time_s`` (wall time from the start to the end of
     training, validation included, as the paper's 12 hours for 100K steps), ``tokens_seen``
     (target tokens, padding left out), ``src_tokens_seen``, ``train_flops`` (counted),
@@ -221,7 +222,7 @@ class RunSummaryCallback(L.Callback):
         self.trained_until = time.perf_counter()
         metrics = trainer.callback_metrics
         self.dev = {"dev/step": trainer.global_step}
-        for key in ("ppl", "bleu", "f1", "loss"):
+        for key in ("ppl", "bleu", "tokenized_bleu", "f1", "loss"):
             if f"val/{key}" in metrics:
                 self.dev[f"dev/{key}"] = float(metrics[f"val/{key}"])
 
