@@ -43,7 +43,8 @@ def test_the_card_lists_the_fp32_held_out_scores_each_with_decoding_and_signatur
     assert len(lines) == 1, lines
     assert lines[0].startswith("test_2017_mscoco (461 sentences; beam 4, α 0.6, +2, stop paper): "
                                f"sacreBLEU {fp32['test_2017_mscoco/bleu']:.2f} (`{fp32['sacrebleu_signature']}`); "
-                               f"tokenized BLEU {fp32['test_2017_mscoco/tokenized_bleu']:.2f}"), lines[0]
+                               f"tokenized BLEU {fp32['test_2017_mscoco/tokenized_bleu']:.2f} (Moses tokenization + "
+                               "compound splitting, as the paper's EN-DE"), lines[0]  # a German target: split
     assert f"chrF2 {fp32['test_2017_mscoco/chrf']:.2f} (`{fp32['chrf_signature']}`)" in lines[0]
     # A score on the training split describes no held-out quality: left out.
     assert measured_scores(ckpt, [4], train_split="test_2017_mscoco") == []

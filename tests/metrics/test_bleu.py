@@ -21,6 +21,7 @@ from aiayn.metrics import (
     sacrebleu_score,
     split_compounds,
     tokenized_bleu,
+    tokenized_recipe,
 )
 
 PERL_ATAT = r"s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g"  # get_ende_bleu.sh, verbatim
@@ -220,6 +221,21 @@ def test_tokenized_bleu_equals_sacrebleu_none_on_real_lines(val_de):
     assert result.score == pytest.approx(sacrebleu.corpus_bleu(hyps_tok, [refs_tok], tokenize="none", force=True).score)
     # ... and it is not the 13a number.
     assert result.score != sacrebleu_score(hyps, val_de).score
+
+
+def test_compounds_are_split_for_a_german_target_alone():
+    """get_ende_bleu.sh splits German compounds; a French target's hyphens (``a-t-il``,
+    ``week-end``) stay whole, as EN-FR papers' multi-bleu.perl figures (before: split too)."""
+    hyp, ref = ["Le week-end, a-t-il plu ?"], ["Le week-end, a-t-il neigé ?"]
+    french = tokenized_bleu(hyp, ref, "fr")
+    plain = BLEU(**MULTI_BLEU_LIKE).corpus_score([moses_tokenize(hyp[0], "fr")], [[moses_tokenize(ref[0], "fr")]])
+    assert french.details == str(plain) and "##AT##" not in moses_tokenize(ref[0], "fr")
+    assert "|pretok:moses.fr|sacremoses:" in french.signature and "+atat" not in french.signature
+    split = BLEU(**MULTI_BLEU_LIKE).corpus_score([split_compounds(moses_tokenize(hyp[0], "fr"))],
+                                                 [[split_compounds(moses_tokenize(ref[0], "fr"))]])
+    assert french.score != split.score  # the splitting would change the figure
+    assert tokenized_recipe(french.signature) == "Moses tokenization, multi-bleu.perl"
+    assert "compound splitting" in tokenized_recipe(tokenized_bleu(hyp, ref, "de").signature)
 
 
 def test_zero_four_gram_matches_give_zero_like_multi_bleu():

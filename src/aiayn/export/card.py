@@ -16,6 +16,7 @@ import yaml
 from aiayn.checkpoints.io import run_dir_of
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
+from aiayn.metrics.bleu import tokenized_recipe
 
 LENGTH_PENALTY_NOTE = (
     "aiayn ranks beam-search hypotheses by log P(Y|X) / ((5 + |Y|) / 6)^α (GNMT's length penalty, §6.1 "
@@ -107,7 +108,8 @@ def _report_line(report: dict[str, Any]) -> str:
     if (bleu := figure("bleu")) is not None:
         parts.append(f"sacreBLEU {bleu:.2f} (`{report.get('sacrebleu_signature', '?')}`)")
     if (tokenized := figure("tokenized_bleu")) is not None:
-        parts.append(f"tokenized BLEU {tokenized:.2f} (Moses tokenization and compound splitting, as the paper)")
+        # Reports from before the signature was kept split every target's compounds.
+        parts.append(f"tokenized BLEU {tokenized:.2f} ({tokenized_recipe(report.get('tokenized_bleu_signature', '+atat'))})")
     if (chrf := figure("chrf")) is not None:
         parts.append(f"chrF2 {chrf:.2f} (`{report.get('chrf_signature', '?')}`)")
     if (f1 := figure("f1")) is not None:

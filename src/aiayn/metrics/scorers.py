@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiayn.metrics.bleu import sacrebleu_metric, sacrebleu_score, tokenized_bleu
+from aiayn.metrics.bleu import sacrebleu_metric, sacrebleu_score, tokenized_bleu, tokenized_recipe
 from aiayn.metrics.chrf import chrf_score, lowercased_bleu
 from aiayn.metrics.parseval import parseval
 
@@ -60,7 +60,7 @@ class CorpusBleu(Scorer):
     """BLEU both ways (§6.1): ``bleu``, sacreBLEU of the detokenized output with its default
     settings for the target language ``lang`` (the headline: 13a, or sacreBLEU's own tokenizer of
     a Chinese, Japanese or Korean target), and ``tokenized_bleu``, the paper's: Moses-tokenized ``lang`` output
-    and references with compounds split, as tensor2tensor's ``get_ende_bleu.sh``; and, to compare
+    and references, German's with compounds split, as tensor2tensor's ``get_ende_bleu.sh``; and, to compare
     with what others report (docs/evaluation.md), ``chrf`` (sacreBLEU's chrF2) and
     ``lowercased_bleu`` (Moses-tokenized, lowercased: the Multi30k literature's)."""
 
@@ -79,7 +79,8 @@ class CorpusBleu(Scorer):
         lowercased = lowercased_bleu(hypotheses, references, self.lang)
         self.signature = sacre.signature
         self.details = {"sacrebleu_signature": sacre.signature, "sacrebleu": sacre.details,
-                        "tokenized_bleu": tokenized.details, "chrf_signature": chrf.signature, "chrf": chrf.details,
+                        "tokenized_bleu": tokenized.details, "tokenized_bleu_signature": tokenized.signature,
+                        "chrf_signature": chrf.signature, "chrf": chrf.details,
                         "lowercased_bleu_signature": lowercased.signature, "lowercased_bleu": lowercased.details}
         return {"bleu": sacre.score, "tokenized_bleu": tokenized.score, "chrf": chrf.score,
                 "lowercased_bleu": lowercased.score}
@@ -93,7 +94,7 @@ class CorpusBleu(Scorer):
         figures = self(hypotheses, references)
         return Report(figures, [
             f"sacreBLEU       {figures['bleu']:6.2f}  ({self.signature})",
-            f"tokenized BLEU  {figures['tokenized_bleu']:6.2f}  (Moses tokenization + compound splitting, as the paper)",
+            f"tokenized BLEU  {figures['tokenized_bleu']:6.2f}  ({tokenized_recipe(self.details['tokenized_bleu_signature'])})",
             f"chrF2           {figures['chrf']:6.2f}  ({self.details['chrf_signature']})",
             f"lowercased BLEU {figures['lowercased_bleu']:6.2f}  (Moses tokenization, lowercased: as Multi30k papers)",
         ], dict(self.details))
