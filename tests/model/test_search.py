@@ -224,8 +224,8 @@ def reference_beam_search(model, src: torch.Tensor, k: int, alpha: float, max_le
             if token == EOS and score / length_penalty(step, alpha) > best_score:
                 best, best_score = hyp, score / length_penalty(step, alpha)
         live = [(score, hyp + [token]) for score, hyp, token in top if token != EOS][:k]
-        if step == max_len:
-            if live[0][0] / length_penalty(step, alpha) > best_score:
+        if step == max_len:  # out of length: the best live hypothesis only where none finished
+            if best_score == float("-inf"):
                 best = live[0][1]
             break
         if live[0][0] / length_penalty(max_len, alpha) <= best_score:

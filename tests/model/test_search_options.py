@@ -52,9 +52,10 @@ def reference_nbest(model, src: torch.Tensor, k: int, alpha: float, max_len: int
         top = top_candidates(model, src, live, k, BOS, dtype=torch.float32)
         finished += [(score / length_penalty(step, alpha), score, hyp) for score, hyp, token in top[:k] if token == EOS]
         live = [(score, hyp + [token]) for score, hyp, token in top if token != EOS][:k]
-        if step == max_len:
-            finished += [(score / length_penalty(step, alpha), score, hyp) for score, hyp in live[:nbest]]
-            break
+        if step == max_len:  # out of length: the best live ones fill the places left, after the finished
+            ranked = sorted(finished, key=lambda f: -f[0])[:nbest]
+            cut = [(score / length_penalty(step, alpha), score, hyp) for score, hyp in live[:nbest - len(ranked)]]
+            return ranked + cut
         ranked = sorted(finished, key=lambda f: -f[0])
         if stop == "first_k" and len(finished) >= k:
             break
@@ -88,9 +89,14 @@ def test_the_first_of_the_nbest_is_the_1best(stop):
     nbest = beam_search_nbest(model, src, nbest=4, **settings)
     assert [hypotheses[0].tokens for hypotheses in nbest] == one
     assert all(len(hypotheses) == 4 for hypotheses in nbest)
-    for hypotheses in nbest:  # best first, and each a different output
-        assert [h.score for h in hypotheses] == sorted((h.score for h in hypotheses), reverse=True)
-        assert len({tuple(h.tokens) for h in hypotheses}) == 4
+    for hypotheses, limit in zip(nbest, (5 + 6, 3 + 6, 7 + 6, 2 + 6), strict=True):
+        # best first: the finished (shorter than the limit) by score, then those cut at the limit by score
+        cut = [len(h.tokens) == limit for h in hypotheses]
+        assert cut == sorted(cut)
+        for kind in (False, True):
+            scores = [h.score for h, was_cut in zip(hypotheses, cut, strict=True) if was_cut == kind]
+            assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in hypotheses}) == 4  # each a different output
 
 
 def test_first_k_stops_no_later_than_the_paper_rule_here_and_scores_no_better():

@@ -68,6 +68,24 @@ class FinishedHypotheses:
         lengths = torch.cat([self.lengths, self.lengths.new_full((n, m), length)], 1)  # (n, nbest + m)
         self.lengths = lengths.gather(1, order)
 
+    def fill(self, rows: Tensor, new_scores: Tensor, new_log_probs: Tensor, hypotheses: Tensor) -> None:
+        """The places still empty of the sentences of ``rows`` (n,) bool, taken by ``hypotheses``
+        (n, nbest, length) in their order, after every hypothesis already kept whatever its score:
+        the live hypotheses of a sentence out of length, which never ended (tensor2tensor returns a
+        finished hypothesis wherever there is one)."""
+        n, nbest, length = hypotheses.shape
+        place = torch.arange(nbest, device=rows.device)
+        # (n, nbest): which of the new ones each place takes; < 0 where a kept one holds it
+        source = place[None, :] - (self.scores > float("-inf")).sum(-1, keepdim=True)
+        taken = source.clamp(min=0)
+        offered = new_scores.gather(1, taken)
+        take = rows[:, None] & (source >= 0) & (offered > float("-inf"))  # (n, nbest)
+        self.scores = torch.where(take, offered, self.scores)
+        self.log_probs = torch.where(take, new_log_probs.gather(1, taken), self.log_probs)
+        picked = hypotheses.gather(1, taken[:, :, None].expand(n, nbest, length))  # (n, nbest, length)
+        self.tokens[:, :, :length] = torch.where(take[:, :, None], picked, self.tokens[:, :, :length])
+        self.lengths = torch.where(take, length, self.lengths)
+
     def keep(self, rows: Tensor) -> None:
         """Only the sentences of ``rows`` (n_kept,) go on being searched; the others' hypotheses
         are final. (Every row is written to the results: those kept are written again later.)"""

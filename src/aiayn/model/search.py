@@ -16,9 +16,10 @@ over the whole prefix at every step instead (the encoder-decoder keys/values are
 once per source); it gives the same outputs and exists to measure what the cache saves.
 
 Beam search stops a sentence by one of two rules (``stop``; the paper is silent, ours to offer):
-``"paper"``, tensor2tensor's (the paper's code): once no live hypothesis, even given the largest
-length penalty it could still get, can beat the best finished one (the n-th best, for n-best
-lists); ``"first_k"``, fairseq's and CTranslate2's: once ``beam_size`` hypotheses have finished.
+``"paper"``, tensor2tensor's (its ``stop_early`` since late 2018; the paper's 2017 code compared with
+the worst finished one, also a sound bound: the same best output): once no live hypothesis, even
+given the largest length penalty it could still get, can beat the best finished one (the n-th
+best, for n-best lists); ``"first_k"``, fairseq's and CTranslate2's: once ``beam_size`` hypotheses have finished.
 ``beam_search_nbest`` gives each sentence's ``nbest`` best hypotheses with their scores
 (:class:`Hypothesis`); ``beam_search`` the best one's tokens.
 
@@ -188,8 +189,8 @@ def beam_search_nbest(
     Each step extends every live hypothesis and ranks the 2·beam best candidates per sentence:
     those among the best ``beam_size`` that end in EOS are finished; the best ``beam_size`` not
     ending in EOS live on.
-    A sentence stops when it reaches its maximum length (its live hypotheses then count as
-    finished, without EOS) or by the rule ``stop`` (see the module docstring): "paper", when even
+    A sentence stops when it reaches its maximum length (its live hypotheses then fill the places
+    no finished hypothesis took, without EOS, ranked after the finished) or by the rule ``stop`` (see the module docstring): "paper", when even
     its best live hypothesis, given the largest length penalty it could still get, cannot beat its
     ``nbest``-th best finished one (log-probabilities only fall as a hypothesis grows);
     "first_k", when ``beam_size`` hypotheses have finished. Finished sentences leave the batch.
@@ -282,10 +283,12 @@ def beam_search_nbest(
 
         at_max = step >= sentence_max  # (n,)
         if step >= shortest:  # (known on the host: no wait, and no work at the steps before)
-            # Out of length: the best live hypotheses (nbest of them) count as finished, without EOS. (n, nbest)
-            at_max_scores = (scores[:, :nbest] / length_penalty(step, alpha)).masked_fill(~at_max[:, None], float("-inf"))
-            # each sentence's first nbest beams: (n, nbest, step)
-            best.record(at_max_scores, scores[:, :nbest], tokens.view(n, k, step + 1)[:, :nbest, 1:])
+            # Out of length: the best live hypotheses, which never ended, fill the places no finished
+            # hypothesis took, after every finished one (the paper is silent: tensor2tensor returns a
+            # finished hypothesis wherever there is one; before, a cut one competed with the finished
+            # on its score, which paid no EOS). (n, nbest) scores; each sentence's first nbest beams
+            best.fill(at_max, scores[:, :nbest] / length_penalty(step, alpha), scores[:, :nbest],
+                      tokens.view(n, k, step + 1)[:, :nbest, 1:])
         if stop == "paper":
             # (n,): can the best live hypothesis still beat the nbest-th best finished one?
             going = scores[:, 0] / largest_lp > best.scores[:, -1]
