@@ -244,7 +244,7 @@ def test_the_sweep_dry_run_refuses_gpus_this_machine_lacks_as_the_multirun_does(
 
 def test_a_sweep_extended_to_train_longer_keeps_the_group_of_the_sweep_it_continues(tmp_path, capsys):
     """`resume=auto optim.train_steps=<more>`: the same sweep trained for longer, whose jobs go on from
-    the earlier sweep's runs (aiayn.checkpoints.resume.job_dirs), in its group; another value of
+    the earlier sweep's runs (aiayn.checkpoints.job_folders.job_dirs), in its group; another value of
     another setting makes another sweep (before: the longer sweep was another, and its resumed runs
     moved out of their group)."""
     from aiayn.cli.sweep import settle_group

@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints, load_lazily, run_dir_of
+from aiayn.checkpoints.job_folders import job_dirs
 from aiayn.config.identity import (
     LENGTH_KEYS,
     SPEED_KEYS,
-    STAMPED_FOLDER,
-    own_overrides,
     setting_differences,
     setting_value,
 )
@@ -99,9 +98,9 @@ def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[st
             if differences and run_dir != output_dir:
                 log.info("not resuming from %s: trained with other settings (%s)", checkpoint, "; ".join(differences))
                 continue
-            step, steps = int(saved.get("global_step") or 0), (config.get("optim") or {}).get("train_steps")
-            if multirun and run_dir != output_dir and isinstance(steps, int) and step > steps:  # a longer job, not this one
-                log.info("not resuming from %s: at step %d, past this job's optim.train_steps=%d", checkpoint, step, steps)
+            past = _past_train_steps(saved, config)
+            if multirun and run_dir != output_dir and past:  # a longer job, not this one
+                log.info("not resuming from %s: at step %d, past this job's optim.train_steps=%d", checkpoint, *past)
                 continue
             return _resume(checkpoint, run_dir, saved, config)
         log.info("resume=auto: no checkpoint of this run yet; starting from scratch")
@@ -130,6 +129,12 @@ def find_resume(spec: str | None, output_dir: str | os.PathLike, config: dict[st
     return _resume(checkpoint, run_dir_of(checkpoint), saved, config)
 
 
+def _past_train_steps(saved: dict[str, Any], config: dict[str, Any]) -> tuple[int, int] | None:
+    """(the checkpoint's step, this run's optim.train_steps) where the checkpoint is past them."""
+    step, steps = int(saved.get("global_step") or 0), (config.get("optim") or {}).get("train_steps")
+    return (step, steps) if isinstance(steps, int) and step > steps else None
+
+
 def _refuse_rewinding(spec: str, checkpoint: Path, step: int) -> None:
     """A checkpoint its run went on from: going on from it in the run's folder would write a second
     history over the first (its summary, its later steps' checkpoints, its logger runs)."""
@@ -151,8 +156,9 @@ def _resume(checkpoint: Path, run_dir: Path, saved: dict[str, Any] | None, confi
             "resume with the checkpoint's settings, or start a fresh run with resume=null in a folder of its own "
             "(another hydra.run.dir, where one is given)"
         )
-    step, steps = int(saved.get("global_step") or 0), (config.get("optim") or {}).get("train_steps")
-    if isinstance(steps, int) and step > steps:
+    past = _past_train_steps(saved, config)
+    if past:
+        step, steps = past
         raise ConfigError(f"{checkpoint} is at step {step}, past this run's optim.train_steps={steps}: a run cannot "
                           f"train back; give optim.train_steps={step} or more to go on from it (at {step} it is tested "
                           "alone), or start a new run from its weights with init_from=")
@@ -288,59 +294,6 @@ def _held(config: dict[str, Any], key: str) -> bool:
     for parent in parents:
         config = config.get(parent) if isinstance(config, dict) else None
     return isinstance(config, dict) and name in config
-
-
-def job_dirs(output_dir: Path, multirun: bool, job: Sequence[str] | None = None,
-             left_out: Sequence[str] = ()) -> list[Path]:
-    """This run's directory, then earlier directories of the same job, newest first: the job folders
-    of earlier sweeps whose job had the same overrides (``job``: the sweep job's, those that set one of
-    ``left_out`` aside: ``resume`` …, which its folder's name leaves out too; compared with what each
-    folder's ``.hydra/overrides.yaml`` says, not by the job's number, which a job added to or taken
-    from the sweep shifts; by the folder's name where ``job`` is None or a folder has no record), or the earlier
-    ``<date>_<time>`` folders of the same run name. A folder named otherwise (``hydra.run.dir=``
-    given: a table row's of ``experiments/tables.py run``) is its run's only one; the folders beside
-    it are other runs.
-
-    A sweep's job asked to train for longer (``optim.train_steps``, LENGTH_KEYS: in its overrides and
-    so in its folder's name) is the same job: after the folders of its very overrides come those that
-    differ from them in its length alone, the one trained furthest first (before: none, and a sweep
-    extended with ``resume=auto optim.train_steps=N`` trained every job again from scratch)."""
-    if multirun:  # multirun/<date>/<job subdir>
-        found = [(match, folder) for sweep in output_dir.parent.parent.iterdir() if sweep != output_dir.parent and sweep.is_dir()
-                 for folder in sweep.iterdir() if (folder / "checkpoints").is_dir()
-                 for match in [_job_match(folder, output_dir.name, job, left_out)] if match is not None]
-        found.sort(key=lambda found: (found[0], _furthest_step(found[1]) if found[0] else 0, found[1].parent.name),
-                   reverse=True)
-        return [output_dir, *(folder for _, folder in found)]
-    if STAMPED_FOLDER.fullmatch(output_dir.name):  # outputs/<run name>/<date>_<time>
-        siblings = [d for d in output_dir.parent.iterdir() if d != output_dir and STAMPED_FOLDER.fullmatch(d.name)]
-    else:
-        siblings = []
-    earlier = sorted((d for d in siblings if (d / "checkpoints").is_dir()), key=lambda d: d.name, reverse=True)
-    return [output_dir, *earlier]
-
-
-def _job_match(folder: Path, name: str, job: Sequence[str] | None, left_out: Sequence[str]) -> int | None:
-    """How the sweep job folder ``folder`` is of the job ``job`` (see :func:`job_dirs`): 2 by its very
-    overrides (or its name), 1 by its overrides but its length, None not at all."""
-    recorded = folder / ".hydra" / "overrides.yaml"
-    if job is None or not recorded.is_file():
-        return 2 if folder.name == name else None
-    import yaml
-
-    try:
-        theirs = [str(o) for o in yaml.safe_load(recorded.read_text(encoding="utf-8")) or []]
-    except (OSError, yaml.YAMLError):
-        return None
-    if sorted(own_overrides(theirs, left_out)) == sorted(own_overrides(job, left_out)):
-        return 2
-    lengthless = [*left_out, *LENGTH_KEYS]
-    return 1 if sorted(own_overrides(theirs, lengthless)) == sorted(own_overrides(job, lengthless)) else None
-
-
-def _furthest_step(run_dir: Path) -> int:
-    """The step of ``run_dir``'s newest checkpoint by its file's name (0 where it has none)."""
-    return max((step for step, _ in list_checkpoints(run_dir)), default=0)
 
 
 def _load(path: Path) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ way (globs, ranges, comma lists, ``hydra.sweeper.max_batch_size``), and three th
    status (``done``, ``failed (exit N): reason``, ``preempted (exit 75)``, ``not run``), folder
    (absolute; of a job done that resumed a run elsewhere, that run's, which holds its checkpoints:
    with ``resume=auto`` each job's earlier run is found by its overrides, not its number,
-   :func:`aiayn.checkpoints.resume.job_dirs`).
+   :func:`aiayn.checkpoints.job_folders.job_dirs`).
 
 Its jobs share one group in W&B (and MLflow's ``sweep`` tag), settled before the first starts and
 written to ``<sweep dir>/group.txt`` (:func:`settle_group`), where each job reads it

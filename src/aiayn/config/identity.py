@@ -56,7 +56,7 @@ STEP_BATCH_KEY = "task.datamodule.max_tokens"
 # the same outputs, aiayn.config.schemas.DecodingConfig).
 SPEED_KEYS = ("optim.fused", "model.attention", "loss.fused", "decoding.kv_cache")
 # The length of a run: a run may resume to train for longer (resume=auto is given for it), and a
-# sweep's job resumed for longer is the same job (aiayn.checkpoints.resume.job_dirs).
+# sweep's job resumed for longer is the same job (aiayn.checkpoints.job_folders.job_dirs).
 LENGTH_KEYS = ("optim.train_steps",)
 # Overrides the name and tags leave out: said already (run_name, run_group, experiment, scale, debug) or not a
 # value of the run.

@@ -9,9 +9,8 @@ The paper's step (§5.1): "Each training batch contained a set of sentence pairs
 source tokens and 25000 target tokens", on 8 P100 GPUs. ``optim.tokens_per_step`` states a recipe's step in
 padded tokens per side over all processes; the plan derives the gradient accumulation and one process's batch
 from it for the processes in use, so that 1, 2, 4 or 8 GPUs train the same recipe and only the wall time
-changes: for one batch size, the same batches in every step (the token-batch sampler splits an epoch into a
-multiple of processes × accumulation batches); for any, steps of the recipe's tokens of about one length (a
-step's batches are neighbours in length, as one batch of the whole step is).
+changes: for one batch size, the same batches in every step (the sampler cuts an epoch into a multiple of
+processes × accumulation batches); for any, steps of about one length (a step's batches are neighbours).
 
 How big one process's batch may be is ``task.datamodule.max_tokens``: a number, or ``auto`` (the WMT tasks'
 default), which :func:`batch_limit` settles from the machine: on a GPU the largest batch that fits its memory
