@@ -6,6 +6,7 @@ Standard library only, so that benchmarks which run before the install (default_
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -15,18 +16,63 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def machine() -> dict[str, object]:
-    """CPU model, core count, Python and OS of this machine."""
-    cpu = platform.processor() or platform.machine()
+# The CPU flags that decide which kernels a CPU runs (AVX2 or AVX-512, bf16 and AMX units), as
+# /proc/cpuinfo names them: a record says which of them its CPU had.
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+# The fields of /proc/cpuinfo that tell one CPU generation from another where the model name does
+# not ("AMD EPYC" in a VM): "AuthenticAMD family 25 model 17 stepping 1".
+CPU_ID = (("vendor_id", ""), ("cpu family", "family "), ("model", "model "), ("stepping", "stepping "))
+
+# The engines benchmarks run beside aiayn (their distributions' names).
+PEERS = ("ctranslate2", "fairseq", "onnxruntime", "transformers")
+
+
+def cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo ("model name", "flags", ...); empty where
+    there is none."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
+            if not line.strip() and fields:
                 break
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    return fields
+
+
+def version(package: str) -> str | None:
+    """The installed version of ``package`` (a distribution's name), None where it is not
+    installed; nothing is imported."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def peer_versions() -> dict[str, str | None]:
+    """The versions of the peer engines (None where one is not installed)."""
+    return {package: version(package) for package in PEERS}
+
+
+def machine() -> dict[str, object]:
+    """CPU model, core count, Python and OS of this machine; the CPU's model name, family and
+    model numbers and flags as /proc/cpuinfo gives them, the CPUs this process may run on, and the
+    installed torch's version (None where there is none)."""
+    info = cpuinfo()
+    cpu = info.get("model name") or platform.processor() or platform.machine()
+    flags = set(info.get("flags", "").split())
+    try:
+        affinity = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = None
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform()}
+            "platform": platform.platform(), "cpu_model_name": info.get("model name"),
+            "cpu_id": " ".join(f"{label}{info[key]}" for key, label in CPU_ID if key in info) or None,
+            "cpu_flags": {flag: flag in flags for flag in CPU_FLAGS} if flags else None,
+            "cpu_affinity": affinity, "torch": version("torch")}
 
 
 def commit(checkout: Path = REPO) -> str:

@@ -22,6 +22,16 @@ from _common import REPO, append_record, commit, machine, now
 RESULTS = REPO / "benchmarks" / "results" / "default_job.jsonl"
 
 
+def venv_torch() -> str | None:
+    """The version of the torch `make train` ran with: the .venv's, not this interpreter's."""
+    python = REPO / ".venv" / "bin" / "python"
+    if not python.exists():
+        return None
+    found = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+                           check=False, capture_output=True, text=True)
+    return (found.stdout.strip() or None) if found.returncode == 0 else None
+
+
 def main(overrides: list[str]) -> None:
     started = time.perf_counter()
     fresh_install = not (REPO / ".venv" / ".installed").exists()
@@ -37,7 +47,7 @@ def main(overrides: list[str]) -> None:
     record = {"date": now(), "commit": commit(),
               "overrides": overrides,
               "wall_seconds": round(wall, 1),
-              "fresh_install": fresh_install, **metrics, "machine": machine()}
+              "fresh_install": fresh_install, **metrics, "machine": {**machine(), "torch": venv_torch()}}
     append_record(RESULTS, record)
     print(json.dumps(record, indent=2))
 

@@ -109,7 +109,8 @@ def main() -> None:
         "ctranslate2_int8": lambda: ctranslate2_translate(folders["ct2_int8"], sources, args.threads),
     }
     common = {"date": _common.now(), "commit": _common.commit(), "machine": _common.machine(),
-              "torch": torch.__version__, "threads": args.threads, "checkpoint": str(args.checkpoint),
+              "peers": _common.peer_versions(), "torch": torch.__version__, "threads": args.threads,
+              "checkpoint": str(args.checkpoint),
               "step": trained.step, "test_set": "multi30k test_2016_flickr en-de", "sentences": len(sources),
               **SEARCH, "batch_size": BATCH}
     records, ours = [], None

@@ -206,7 +206,8 @@ def markdown(record: dict) -> str:
     else:
         lines.append(f"- device: cpu; torch {m['torch']}")
     caps = ", ".join(f"{part} (cap {cap:.0f} s)" for part, cap in record["caps_s"].items())
-    lines += [f"- CPU: {m['cpu']}, {m['cores']} cores; Python {m['python']}",
+    flags = ", ".join(flag for flag, present in (m.get("cpu_flags") or {}).items() if present)
+    lines += [f"- CPU: {m['cpu']}, {m['cores']} cores" + (f" ({flags})" if flags else "") + f"; Python {m['python']}",
               f"- parts: {caps}; {record['seconds']:.0f} s in all", "",
               "| part | run | status | result | time | MFU | peak memory |", "|---|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in table_rows(record)]
@@ -251,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("AIAYN_DATA_ROOT", str(_common.REPO.parent / "shared" / "data"))
     started = time.monotonic()
     record = {"benchmark": "gpu_suite", "date": _common.now(), "commit": _common.commit(), "device": args.device,
-              "quick": args.quick, "machine": machine(args.device), "parts": args.parts,
-              "caps_s": {part: args.caps[part] for part in args.parts}}
+              "quick": args.quick, "machine": machine(args.device), "peers": _common.peer_versions(),
+              "parts": args.parts, "caps_s": {part: args.caps[part] for part in args.parts}}
     with tempfile.TemporaryDirectory(prefix="aiayn-gpu-suite-") as work:
         record.update(run_parts(args, Path(work)))
     record["seconds"] = round(time.monotonic() - started, 1)

@@ -53,6 +53,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common
 import _trained_decoding
 import decode_speed
 import fairseq_peer
@@ -184,8 +185,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if args.checkpoint is None:
             parser.error("--part trained needs --checkpoint FILE (a model trained on Multi30k, e.g. the default job's)")
         base = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": decode_speed.commit(),
-                "machine": decode_speed.machine(), "benchmark": "side_by_side", "device": "cpu",
-                "threads": torch.get_num_threads()}
+                "machine": decode_speed.machine(), "peers": _common.peer_versions(), "benchmark": "side_by_side",
+                "device": "cpu", "threads": torch.get_num_threads()}
         records = [{**base, **record} for record in _trained_decoding.compare_trained(args)]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "a", encoding="utf-8") as out:
@@ -197,7 +198,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     model, vocab, sizes = decode_speed.build_model(args)
     base = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": decode_speed.commit(),
-            "machine": decode_speed.machine(), "benchmark": "side_by_side", "device": "cpu", "settings": sizes}
+            "machine": decode_speed.machine(), "peers": _common.peer_versions(), "benchmark": "side_by_side",
+            "device": "cpu", "settings": sizes}
     records = []
     # Decoding first, with the freshly initialised weights: the training comparison's Adam steps
     # teach the model to end every sentence at once, and then both searches would stop after one

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, append_record, commit, memory_mib, now
+from _common import machine as common_machine
 
 RESULTS = REPO / "benchmarks" / "results" / "wmt_data.jsonl"
 LETTERS = np.array(list("abcdefghijklmnopqrstuvwxyzäöüß"))
@@ -86,19 +86,14 @@ def make_raw_tree(root: Path, pairs: int, seed: int = 0, fragments: int = 100_00
 
 
 def machine() -> dict[str, object]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    """benchmarks/_common.py's machine record, with the memory."""
     memory = None
     try:
         memory = round(int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
                                 if line.startswith("MemTotal"))) / 2**20, 1)
     except (OSError, StopIteration):
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory, "python": platform.python_version()}
+    return {**common_machine(), "memory_gib": memory}
 
 
 def datamodule(raw: Path, cache: Path, vocab_size: int, sample_pairs: int, max_tokens: int, workers: int | None = None):
