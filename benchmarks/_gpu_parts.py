@@ -191,6 +191,7 @@ def train_part(cap_s: float, work: Path, device: str, quick: bool, records_file:
                    "--precision", "bf16", "--vocab-size", str(vocab), "--max-tokens", str(max_tokens), *steps,
                    "--out", str(out)]
         command += ["--threads", "1"] if quick and device == "cpu" else []
+        command += ["--pairs", "50000"] if quick else []  # a check that it runs: a pool of seconds less
         run = run_capped(command, cap, log)
         warmup = [float(s) for s in re.findall(r"\(warm-up\): ([\d.]+) s", log.read_text(errors="replace"))]
         summary.update(seconds=run["seconds"], cap_s=run["cap_s"], warmup_step_seconds=warmup)

@@ -58,7 +58,7 @@ def test_benchmark_writes_one_record_per_run(tmp_path: Path, data_root: Path) ->
     try:
         for extra in ([], ["--attention", "explicit", "--fused-adam", "--precision", "bf16", "--cudnn-attention"]):
             result = _run(data_root, *TINY, "--steps", "2", "--warmup-steps", "1", "--peak-tflops", "0.5",
-                          "--out", str(out), *extra)
+                          "--pairs", "50000", "--out", str(out), *extra)
             assert result.returncode == 0, result.stderr[-3000:]
     finally:
         torch.backends.cuda.enable_cudnn_sdp(cudnn_attention)
@@ -86,7 +86,7 @@ def test_benchmark_writes_one_record_per_run(tmp_path: Path, data_root: Path) ->
     # The same batches and the same initial weights: the first losses agree to bf16 precision.
     assert switched["losses"][0] == pytest.approx(plain["losses"][0], rel=2e-2)
     padding = plain["padding"]
-    assert padding["sentences"] == 3003
+    assert padding["sentences"] == plain["settings"]["pairs"] == 50_000  # newstest2014's lengths, drawn
     assert 0 < padding["sampler"] < padding["corpus_order"] < 1
     assert padding["sampler_batches"] < padding["corpus_order_batches"]
 
@@ -125,6 +125,22 @@ def test_padding_of_the_sampler_and_of_corpus_order(batches, data_root: Path) ->
     # Greedy: the next sentence would not have fitted.
     assert all((len(a) + 1) * max(max(src[a + b[:1]]), max(tgt[a + b[:1]])) > 2000 for a, b in itertools.pairwise(naive))
     assert batches.padding_fraction(naive, src, tgt) > 2 * sampler.padding_fraction
+
+
+def test_batches_of_the_steps_size_are_cut_from_a_pool_as_dense_as_a_training_corpus(batches, data_root: Path) -> None:
+    """25,000-token batches over newstest2014's 3,003 pairs span a third of their lengths (six
+    batches, about 30% padding); drawn with replacement to a million pairs, as the benchmark's
+    default, they hold sentences of about one length, as batches of WMT's 4.5M pairs do."""
+    lengths = batches.sentence_lengths(data_root, None, 1.3)
+    assert batches.resampled(*lengths, 0, seed=0) == lengths
+
+    def padding(pairs: int) -> float:
+        src, tgt = (np.asarray(side) + 1 for side in batches.resampled(*lengths, pairs, seed=0))
+        return TokenBatchSampler(src, tgt, 25_000, shuffle=True, seed=0, num_replicas=1, rank=0).padding_fraction
+
+    drawn = batches.resampled(*lengths, 1_000_000, seed=0)
+    assert len(drawn[0]) == 1_000_000 and set(zip(*drawn)) <= set(zip(*lengths))  # pairs of newstest2014's
+    assert padding(0) > 0.2 and padding(1_000_000) < 0.02
 
 
 def test_model_configs_are_composed_as_hydra_does(bench) -> None:
