@@ -166,7 +166,7 @@ def table_rows(record: dict) -> list[list[str]]:
                          ""])
             continue
         first = f" (first step {run['warmup_step_seconds'][0]:.1f} s)" if run["warmup_step_seconds"] else ""
-        speed = f"{run['tgt_tokens_per_s']:,.0f} target tokens/s, {1000 * run['step_seconds']['median']:.1f} ms/step"
+        speed = f"{run['tgt_tokens_per_s']:,.0f} target tokens/s, {1000 * run['step_seconds']['mean']:.1f} ms/step (mean)"
         rows.append(["train", name, "ok", speed, f"{run['seconds']:.0f} s{first}",
                      f"{100 * run['mfu']:.1f}% of {run['peak_tflops']:.3g} TFLOPS", mib(run["peak_memory_mb"])])
     users = record.get("users_command")

@@ -68,7 +68,7 @@ def test_quick_cpu_run_writes_one_record_with_every_part(quick_run) -> None:
     assert run["tgt_tokens_per_s"] > 0 and 0 < run["tgt_tokens_per_step"] <= run["max_tokens"]
     assert run["mfu"] == pytest.approx(run["achieved_tflops"] / run["peak_tflops"], rel=0.02)
     assert run["peak_tflops_source"] == "measured bf16 matmul" and run["peak_memory_mb"] > 50
-    assert run["step_seconds"]["min"] <= run["step_seconds"]["median"] <= run["step_seconds"]["max"]
+    assert list(run["step_seconds"]) == ["mean"] and run["step_seconds"]["mean"] > 0  # one wait: the mean alone
     split = run["time_split"]  # one more step under the profiler: where its time went
     assert split["device"] == "cpu" and split["busy_share"] is None  # no GPU to keep busy
     assert set(split["by_kind"]) == {"matmul", "attention", "loss", "optimizer", "other"}
