@@ -82,13 +82,29 @@ def test_a_checkpoint_of_the_batch_by_batch_order_goes_on_in_it_and_a_new_one_by
         finally:
             dm.trainer = None
 
+    def written_at(epoch: int, batches: int) -> dict:  # what a checkpoint of this run keeps there
+        counted = SimpleNamespace(current=SimpleNamespace(processed=batches), total=SimpleNamespace(processed=batches))
+        dm.trainer = SimpleNamespace(world_size=1, accumulate_grad_batches=4, fit_loop=SimpleNamespace(
+            epoch_loop=SimpleNamespace(batch_progress=counted), epoch_progress=SimpleNamespace(
+                current=SimpleNamespace(processed=epoch))))
+        try:
+            return dm.state_dict()
+        finally:
+            dm.trainer = None
+
     written = {"epoch": 0, "epoch_batches": 8, "trained": 8, "processes": 1, "accumulate": 4}
     rest, sampler = resumed(written)
     drawn = torch.randperm(len(sampler.batches), generator=torch.Generator().manual_seed(sampler.seed)).tolist()
-    assert rest == [sampler.batches[b] for b in drawn][8:]
+    old_order = [sampler.batches[b] for b in drawn]
+    assert rest == old_order[8:]
+    # A checkpoint written in that epoch says its order, so that a second resume goes on in it too
+    # (before: "steps", and the rest of the epoch came from the other order); the next epoch's, by steps.
+    assert written_at(0, 16)["order"] == "batches" and written_at(1, 4)["order"] == "steps"
+    assert resumed(written_at(0, 16))[0] == old_order[16:]
     rest, sampler = resumed({**written, "order": "steps"})
     sampler.set_epoch(0)
-    assert rest == list(sampler)[8:] != [sampler.batches[b] for b in drawn][8:]
+    assert rest == list(sampler)[8:] != old_order[8:]
+    assert written_at(0, 16)["order"] == "steps"
 
 
 def test_val_batches_decode_to_the_references(dm, data_root):

@@ -104,6 +104,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         self._sources: dict[str, list[str]] = {}
         self._references: dict[str, list[str]] = {}
         self._resume_position: tuple[Position, int] | None = None
+        self._old_order_epoch: int | None = None  # the epoch an older checkpoint goes on in its batch order
 
     def prepare_data(self, hashes: bool = False) -> None:
         """Check (fetching what is missing, where allowed) every split's files, then train or
@@ -309,15 +310,14 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
             position, batches = self._resume_position
             loader.batch_sampler.resume(position.epoch, batches, position.by_steps)
             align_progress(position, self.trainer)
-            self._resume_position = None
+            self._resume_position, self._old_order_epoch = None, None if position.by_steps else position.epoch
         return loader
 
-    def state_dict(self) -> dict[str, int]:
-        """Where training is in its epoch, on any number of processes (saved in every checkpoint,
-        :func:`aiayn.data.position.saved_position`; the batch order is a function of seed and epoch)."""
-        return saved_position(self.trainer) if self.trainer is not None else {}
+    def state_dict(self) -> dict[str, Any]:
+        """Where training is in its epoch, in any layout (:func:`aiayn.data.position.saved_position`)."""
+        return saved_position(self.trainer, self._old_order_epoch) if self.trainer is not None else {}
 
-    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume the training batches where the checkpoint's epoch stopped, as this run's ranks
         share them; a ConfigError where this run's step would take other batches."""
         position = read_position(state_dict, self.trainer)

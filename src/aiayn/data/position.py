@@ -41,14 +41,16 @@ def layout(trainer: Any) -> tuple[int, int]:
     return int(trainer.world_size), int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
 
 
-def saved_position(trainer: Any) -> dict[str, int]:
-    """The position of ``trainer``'s run as a checkpoint keeps it."""
+def saved_position(trainer: Any, old_order_epoch: int | None = None) -> dict[str, Any]:
+    """The position of ``trainer``'s run as a checkpoint keeps it, with the epoch's batch order:
+    "batches" in ``old_order_epoch``, the epoch an older checkpoint's run goes on in the order it
+    began (so that a checkpoint written in it resumes that order too), else "steps"."""
     processes, accumulate = layout(trainer)
     progress = trainer.fit_loop.epoch_loop.batch_progress
-    return {"epoch": trainer.fit_loop.epoch_progress.current.processed,
-            "epoch_batches": progress.current.processed * processes,
-            "trained": progress.total.processed * processes,
-            "processes": processes, "accumulate": accumulate, "order": "steps"}
+    epoch = trainer.fit_loop.epoch_progress.current.processed
+    return {"epoch": epoch, "epoch_batches": progress.current.processed * processes,
+            "trained": progress.total.processed * processes, "processes": processes, "accumulate": accumulate,
+            "order": "batches" if epoch == old_order_epoch else "steps"}
 
 
 def read_position(state: dict[str, Any], trainer: Any) -> Position | None:
