@@ -39,6 +39,9 @@ def test_the_evaluations_of_a_sweeps_jobs_name_the_training_run_each_scored(tmp_
         assert evaluation.job_type == "eval"
         assert evaluation.config["trained_wandb_run"] == trained.run_id
         assert evaluation.config["trained_run_name"] == trained.name
+        # the weights scored, as the report's: what a table's row tells its tests by (aiayn.tables.runs)
+        assert evaluation.config["ensemble"] == [str(job / "checkpoints" / "last.ckpt")]
+        assert evaluation.config["averaged_steps"] == [4]
         assert evaluation.name.startswith(f"eval-{trained.name}-"), (evaluation.name, trained.name)
         evaluations[trained.config["model"]["dropout"]] = evaluation
     assert len({evaluation.name for evaluation in evaluations.values()}) == 2, [e.name for e in evaluations.values()]

@@ -223,6 +223,11 @@ def test_table2_takes_the_test_of_the_recipes_average_from_evaluate_or_train(tmp
     report("avg5", 27.4, 5, 6, speed_switches={"precision": "fp32", "int8": False, "onednn": True})
     [found] = local_runs([tmp_path])
     assert found.test == {"bleu": 27.4, "sacrebleu": 26.8, "averaged": 5}, "the newest report of the average"
+    # average.py's file of the 5 given alone averaged its steps (before: counted as one checkpoint)
+    report("file", 27.6, 1, 7, averaged_steps=[96000, 97000, 98000, 99000, 100000])
+    [found] = local_runs([tmp_path])
+    assert found.test == {"bleu": 27.6, "sacrebleu": 27.0, "averaged": 5}
+    (run / "eval" / "test.step100000.file.json").unlink()
     # Without a test of the recipe's average (no test after training), the most averaged, said in a warning.
     (run / "summary.json").write_text(json.dumps({"steps": 100000}))
     (run / "eval" / "test.step100000.avg5.json").unlink()

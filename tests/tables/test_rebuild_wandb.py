@@ -90,6 +90,10 @@ def test_table2_from_wandb_takes_each_seeds_own_evaluation(
         # newer, of the recipe's 5, but in bf16: not the row's fp32 model (before: taken, being the newest)
         wandb_run("bf16", {"evaluate": {"average_last": 5, "precision": "bf16"}, "decoding": search,
                            "trained_wandb_run": "seed1"}, {"test/tokenized_bleu": 27.0, "test/bleu": 26.4}, "2026-06"),
+        # newer still, of 5 steps, but an ensemble of two (ckpt=a,b: one string in evaluate.ckpt)
+        wandb_run("pair", {"evaluate": {"ckpt": "a.ckpt,b.ckpt"}, "ensemble": ["a.ckpt", "b.ckpt"],
+                           "averaged_steps": [1, 2, 3, 4, 5], "decoding": search, "trained_wandb_run": "seed1"},
+                  {"test/tokenized_bleu": 29.0, "test/bleu": 28.4}, "2026-07"),
         wandb_run("ev2", {"evaluate": {"average_last": 5, "split": "newstest2014"}, "trained_wandb_run": "seed2"},
                   {"newstest2014/tokenized_bleu": 27.6, "newstest2014/bleu": 27.0}, "2026-02"),
         wandb_run("dev2", {"evaluate": {"average_last": 5, "split": "newstest2013"}, "trained_wandb_run": "seed2"},
@@ -107,6 +111,7 @@ def test_table2_from_wandb_takes_each_seeds_own_evaluation(
     assert {record.getMessage() for record in caplog.records if "decoded otherwise" in record.getMessage()} == {
         "e/p/greedy: decoded otherwise than its run (decoding.beam_size=1 (the run's: 4)); left out of the tables"}
     assert "e/p/bf16: decoded with precision=bf16, not the row's model; left out of the tables" in caplog.text
+    assert "e/p/pair: an ensemble of 2 checkpoints, not the row's model; left out of the tables" in caplog.text
 
     # One training run of that name: the evaluation that does not say is its own, as before.
     stand_in_wandb(monkeypatch, {"table2": seeds[:1]}, evaluations)

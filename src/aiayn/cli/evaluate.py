@@ -156,7 +156,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if "nbest" in files:
         print(f"  n-best          {files['nbest']}  ({decoding.nbest} an input: index, score, log-prob, text)")
     _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding.settings(),
-                  {key: value for key, value in scored.details.items() if key == "sacrebleu_signature"})
+                  {key: value for key, value in scored.details.items() if key == "sacrebleu_signature"},
+                  {"ensemble": ensemble, "averaged_steps": steps})
     if cfg.mlflow:
         from aiayn.reporting.mlflow_logger import log_evaluation  # mlflow only when asked for
 
@@ -263,7 +264,7 @@ def _check_out_dir(out_dir: Path, what: str) -> None:
     output_folder(out_dir, what, fix="give out=<a folder you can write in>")
 
 
-def _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding, summary) -> None:
+def _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding, summary, weights) -> None:
     if cfg.wandb == "disabled":
         return
     # Tagged `modified` as its training run is (a paper row's run changed from its row), so that the
@@ -285,10 +286,11 @@ def _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding, summary)
     trained_name = trained_run_name(trained.config)
     logger = wandb_logger(project="aiayn", save_dir=str(out_dir), mode=cfg.wandb, name=f"eval-{trained_name}-{name}",
                           job_type="eval", group=trained.config.get("run_name"), tags=[MODIFIED] if modified else None)
-    # decoding: the settings decoded with (the checkpoint's own where the command left them null).
+    # decoding: the settings decoded with (the checkpoint's own where the command left them null);
+    # weights: the ensemble's checkpoints and the steps averaged (an average.py file's too), as the report's.
     logger.log_hyperparams({"evaluate": OmegaConf.to_container(cfg, resolve=True), "train": trained.config,
                             "decoding": decoding, "trained_run_name": trained_name,
-                            "trained_wandb_run": trained.logger_runs.get("wandb")})
+                            "trained_wandb_run": trained.logger_runs.get("wandb"), **weights})
     logger.log_metrics(metrics, step=trained.step)
     logger.experiment.summary.update({**metrics, **summary})
     print(f"  {logger.describe()}")  # where it is, and offline the command that uploads it

@@ -251,7 +251,9 @@ def _test_reports(run_dir: Path, decoding: dict[str, Any], split: str | None) ->
         if decoded_otherwise(path, report.get("decoding"), decoding) or not_the_rows_model(
                 path, report.get("speed_switches"), len(report.get("ensemble") or [])):
             continue
-        reports.append((len(report.get("averaged") or [None]), path.stat().st_mtime, report))
+        # the steps averaged: an average.py file given alone averaged its own (before: counted as one)
+        reports.append((len(report.get("averaged_steps") or report.get("averaged") or [None]), path.stat().st_mtime,
+                        report))
     return reports
 
 
@@ -273,13 +275,19 @@ def _test_figures(metrics: dict[str, Any], averaged: int) -> dict[str, Any]:
 
 
 def _averaged(evaluate_run_config: dict[str, Any]) -> int:
-    """How many checkpoints an evaluate.py W&B run averaged (its config's evaluate.average_last)."""
+    """How many checkpoints an evaluate.py W&B run averaged: the steps its config records
+    (``averaged_steps``, an average.py file's too), else, in runs logged before, its evaluate.average_last."""
+    if evaluate_run_config.get("averaged_steps"):
+        return len(evaluate_run_config["averaged_steps"])
     return int((evaluate_run_config.get("evaluate") or {}).get("average_last") or 1)
 
 
 def _members(evaluate_run_config: dict[str, Any]) -> int:
-    """How many checkpoints an evaluate.py W&B run decoded together (its config's evaluate.ckpt: a list
-    for an ensemble)."""
+    """How many checkpoints an evaluate.py W&B run decoded together: its config's ``ensemble``, else,
+    in runs logged before it was recorded, its evaluate.ckpt where a list (``ckpt=a.ckpt,b.ckpt``, one
+    string, cannot be told there from one path holding a comma, as a sweep job's folder does)."""
+    if evaluate_run_config.get("ensemble"):
+        return len(evaluate_run_config["ensemble"])
     ckpt = (evaluate_run_config.get("evaluate") or {}).get("ckpt")
     return len(ckpt) if isinstance(ckpt, (list, tuple)) else 1
 
@@ -288,9 +296,9 @@ def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
     """The finished runs of ``project`` ("entity/project") tagged with the tables' names, online. A
     training run's tests are src/evaluate.py's W&B runs of it (:func:`_evaluations`: job type "eval",
     its W&B id as their ``trained_wandb_run``) of its test split (:func:`as_test`). For Table 2 the
-    test BLEU comes from the newest with the most checkpoints averaged, else from the training run's
-    own test; an evaluation decoded otherwise than the run's config says is no Table 2 test (left
-    out, with a warning: :func:`decoded_otherwise`, as for a run folder's reports). Table 4 keeps
+    test BLEU is :func:`row_test`'s, of the recipe's average, as for a run folder's reports: an
+    evaluation decoded otherwise than the run's config says, in bf16 or int8 or of an ensemble is no
+    Table 2 test (left out, with a warning: :func:`decoded_otherwise`, :func:`not_the_rows_model`). Table 4 keeps
     every one with a test F1, oldest first, each with its decoding (``test["evaluations"]``)."""
     import wandb
 
