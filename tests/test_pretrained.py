@@ -102,8 +102,8 @@ def test_the_decoding_settings_are_the_schemas_and_the_checkpoints(tiny_run: Tra
     wider = model.settings({"beam_size": 8})
     assert model.translator(wider).search.decoding == wider and model.settings(wider).beam_size == 8
     # Python's own numbers are taken as Python takes them: a whole number for α, numpy's integers.
-    taken = model.settings({"alpha": 1, "beam_size": numpy.int64(2), "max_len_offset": None})
-    assert (taken.alpha, taken.beam_size, taken.max_len_offset) == (1.0, 2, 5)
+    taken = model.settings({"alpha": 1, "beam_size": numpy.int64(2), "max_len_offset": None, "kv_cache": numpy.False_})
+    assert (taken.alpha, taken.beam_size, taken.max_len_offset, taken.kv_cache) == (1.0, 2, 5, False)
     for method in (Pretrained.translate, Pretrained.generate, Pretrained.attention, aiayn.load):
         assert not set(inspect.signature(method).parameters) & set(schema), method
     assert inspect.signature(aiayn.load).parameters["device"].default == TranslateConfig.device

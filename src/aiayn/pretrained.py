@@ -147,9 +147,10 @@ class Pretrained:
 
     def generate(self, sentences: str | Sequence[str], *, batch_size: int = TranslateConfig.batch_size,
                  **decoding: Any) -> list[Scored] | list[list[Scored]]:
-        """Each sentence's ``nbest`` hypotheses (the checkpoint's own unless given: 1), best first,
-        each with its text, ``score`` (log-prob / lp(|Y|), what beam search ranks by) and
-        ``log_prob``; with ``sampling=True``, that many samples. One list for one string."""
+        """Each sentence's ``nbest`` hypotheses (the checkpoint's own unless given: 1), best first
+        (those cut at the length limit after every finished one), each with its text, ``score``
+        (log-prob / lp(|Y|), what beam search ranks by) and ``log_prob``; with ``sampling=True``,
+        that many samples. One list for one string."""
         lines = _lines(sentences)
         found = self.translator(decoding, batch_size=batch_size).translations(lines).nbest
         return found[0] if isinstance(sentences, str) else found

@@ -59,6 +59,8 @@ def from_python(settings: Mapping[str, Any] | None) -> Asked:
         kind = _KINDS.get(key)
         if kind is None or value is None:
             continue  # not a setting (asked's line names it) or the checkpoint's own
+        if kind is bool and getattr(getattr(value, "dtype", None), "kind", None) == "b":
+            value = bool(value)  # numpy's bool, as its numbers are taken
         takes = {bool: bool, int: numbers.Integral, float: numbers.Real, str: str}[kind]
         if (isinstance(value, bool) and kind is not bool) or not isinstance(value, takes):
             raise TypeError(f"decoding.{key} must be {_KIND_NAMES[kind]}, got {type(value).__name__} {value!r}")

@@ -1,6 +1,7 @@
 """The finished hypotheses a beam search keeps for each sentence (aiayn.model.search): the best
-``nbest`` so far, ranked by score (log-probability / length penalty), on the device, so that the
-search never waits on the host to keep them."""
+``nbest`` so far, ranked by score (log-probability / length penalty), and at the length limit the
+live ones in the places left, after them; on the device, so that the search never waits on the
+host to keep them."""
 
 from __future__ import annotations
 

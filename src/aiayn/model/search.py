@@ -182,7 +182,8 @@ def beam_search_nbest(
     min_len: int = 0,
 ) -> list[list[Hypothesis]]:
     """Beam search over a batch of sentences at once; returns the ``nbest`` best hypotheses per
-    sentence, best first, ranked by log-probability / lp (fewer only where fewer were found).
+    sentence, best first, ranked by log-probability / lp (fewer only where fewer were found; those
+    cut at the length limit after every finished one).
     ``beam_size``, ``alpha`` and ``max_len_offset`` have no defaults here: the paper's (4, 0.6, 50)
     live in the decoding settings of aiayn.config, which this package does not import.
 
