@@ -7,12 +7,12 @@ Depends on nothing else of aiayn, and on neither Lightning nor Hydra.
 from __future__ import annotations
 
 from aiayn.metrics.bleu import (
-                                BleuResult,
-                                moses_tokenize,
-                                sacrebleu_score,
-                                split_compounds,
-                                tokenized_bleu,
-                                tokenized_recipe,
+    BleuResult,
+    moses_tokenize,
+    sacrebleu_score,
+    split_compounds,
+    tokenized_bleu,
+    tokenized_recipe,
 )
 from aiayn.metrics.chrf import chrf_score, lowercased_bleu
 from aiayn.metrics.scorers import CorpusBleu, ParseF1, Scorer

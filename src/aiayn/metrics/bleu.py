@@ -232,8 +232,8 @@ def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str], lang: s
     """The paper's tokenized BLEU (tensor2tensor's get_ende_bleu.sh recipe; see the module docstring).
 
     Both sides are Moses-tokenized for the target language ``lang`` and, for German,
-    compound-split (``##AT##-##AT##``, :data:`COMPOUND_SPLIT_LANGS`), then scored like multi-bleu.perl: sacreBLEU with
-    ``tokenize="none"``, ``smooth_method="none"``, ``force=True``.
+    compound-split (``##AT##-##AT##``, :data:`COMPOUND_SPLIT_LANGS`), then scored like
+    multi-bleu.perl: sacreBLEU with ``tokenize="none"``, ``smooth_method="none"``, ``force=True``.
     """
     _check_corpus(hypotheses, references)
     hyp_tok = [_tokenize_for_bleu(line, lang) for line in hypotheses]

@@ -19,7 +19,8 @@ Beam search stops a sentence by one of two rules (``stop``; the paper is silent,
 ``"paper"``, tensor2tensor's (its ``stop_early`` since late 2018; the paper's 2017 code compared with
 the worst finished one, also a sound bound: the same best output): once no live hypothesis, even
 given the largest length penalty it could still get, can beat the best finished one (the n-th
-best, for n-best lists); ``"first_k"``, fairseq's and CTranslate2's: once ``beam_size`` hypotheses have finished.
+best, for n-best lists); ``"first_k"``, fairseq's and CTranslate2's: once ``beam_size``
+hypotheses have finished.
 ``beam_search_nbest`` gives each sentence's ``nbest`` best hypotheses with their scores
 (:class:`Hypothesis`); ``beam_search`` the best one's tokens.
 
@@ -191,9 +192,10 @@ def beam_search_nbest(
     those among the best ``beam_size`` that end in EOS are finished; the best ``beam_size`` not
     ending in EOS live on.
     A sentence stops when it reaches its maximum length (its live hypotheses then fill the places
-    no finished hypothesis took, without EOS, ranked after the finished) or by the rule ``stop`` (see the module docstring): "paper", when even
-    its best live hypothesis, given the largest length penalty it could still get, cannot beat its
-    ``nbest``-th best finished one (log-probabilities only fall as a hypothesis grows);
+    no finished hypothesis took, without EOS, ranked after the finished) or by the rule ``stop``
+    (see the module docstring): "paper", when even its best live hypothesis, given the largest
+    length penalty it could still get, cannot beat its ``nbest``-th best finished one
+    (log-probabilities only fall as a hypothesis grows);
     "first_k", when ``beam_size`` hypotheses have finished. Finished sentences leave the batch.
     ``kv_cache``: reuse the self-attention keys/values of earlier steps (see the module docstring).
     ``constraint``: only the tokens it allows are candidates (the others score -inf); so is EOS

@@ -223,7 +223,8 @@ def row_test(reports: list[tuple[int, Any, dict[str, Any]]], own: dict[str, Any]
     the one averaging most, named in a warning (before: the evaluate.py report averaging most,
     whatever train.py's own had, so ``evaluate.py ckpt=last.ckpt split=test`` put one checkpoint's
     BLEU in place of the row's 5-checkpoint average)."""
-    recipe = int(((config.get("checkpoint") or {}).get("average_last")) or 1)
+    window = (config.get("checkpoint") or {}).get("average_last")
+    recipe = window if isinstance(window, int) and window > 0 else 1
     candidates = [(averaged, True, when, _test_figures(figures, averaged)) for averaged, when, figures in reports]
     if own:
         candidates.append((own["averaged"], False, 0, own))
