@@ -58,7 +58,7 @@ def peer_versions() -> dict[str, str | None]:
 
 
 def machine() -> dict[str, object]:
-    """CPU model, core count, Python and OS of this machine; the CPU's model name, family and
+    """CPU model, core count, memory, Python and OS of this machine; the CPU's model name, family and
     model numbers and flags as /proc/cpuinfo gives them, the CPUs this process may run on, and the
     installed torch's version (None where there is none)."""
     info = cpuinfo()
@@ -68,7 +68,7 @@ def machine() -> dict[str, object]:
         affinity = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         affinity = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory_gib(), "python": platform.python_version(),
             "platform": platform.platform(), "cpu_model_name": info.get("model name"),
             "cpu_id": " ".join(f"{label}{info[key]}" for key, label in CPU_ID if key in info) or None,
             "cpu_flags": {flag: flag in flags for flag in CPU_FLAGS} if flags else None,
@@ -87,6 +87,16 @@ def commit(checkout: Path = REPO) -> str:
 def now() -> str:
     """The local date and time, to the second."""
     return datetime.datetime.now().isoformat(timespec="seconds")
+
+
+def memory_gib() -> float | None:
+    """The machine's memory in GiB (/proc/meminfo's MemTotal); None where it cannot be read."""
+    try:
+        total = next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+                     if line.startswith("MemTotal"))
+    except (OSError, StopIteration):
+        return None
+    return round(int(total) / 2**20, 1)
 
 
 def memory_mib(*keys: str) -> dict[str, float]:

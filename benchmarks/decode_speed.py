@@ -57,14 +57,9 @@ RESULTS = REPO / "benchmarks" / "results" / "decode_speed.jsonl"
 
 
 def machine() -> dict[str, object]:
-    """benchmarks/_common.py's machine record, with memory, torch's version and threads, and the
-    GPU if one is used."""
+    """benchmarks/_common.py's machine record, with torch's version and threads, and the GPU if
+    one is used."""
     found = _common.machine()
-    try:
-        meminfo = Path("/proc/meminfo").read_text().splitlines()
-        found["memory_gib"] = round(int(next(line.split()[1] for line in meminfo if line.startswith("MemTotal"))) / 2**20, 1)
-    except (OSError, StopIteration):
-        found["memory_gib"] = None
     found |= {"torch": torch.__version__, "torch_threads": torch.get_num_threads()}
     if torch.cuda.is_available():
         found["gpu"] = torch.cuda.get_device_name()

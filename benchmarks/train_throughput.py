@@ -54,8 +54,8 @@ import torch
 from _batches import (
     SUBWORDS_PER_WORD,
     corpus_order_batches,
+    drawn_pairs,
     padding_fraction,
-    resampled,
     sentence_lengths,
     synthetic_corpus,
 )
@@ -161,9 +161,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     model_config["attention"] = args.attention
     max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS[device.type]
 
-    src_words, tgt_words = resampled(*sentence_lengths(Path(args.data_root), args.subwords, args.subwords_per_word,
-                                                       args.pair), args.pairs, args.seed)
-    src_lengths, tgt_lengths = np.asarray(src_words) + 1, np.asarray(tgt_words) + 1  # with EOS, as a corpus counts
+    src_words, tgt_words = sentence_lengths(Path(args.data_root), args.subwords, args.subwords_per_word, args.pair)
+    corpus = synthetic_corpus(src_words, tgt_words, args.vocab_size, args.seed)
+    drawn = drawn_pairs(len(corpus), args.pairs, args.seed)  # the pool: newstest2014's pairs, each of its ids
+    src_lengths, tgt_lengths = np.asarray(corpus.src_lengths)[drawn], np.asarray(corpus.tgt_lengths)[drawn]
     sampler = TokenBatchSampler(src_lengths, tgt_lengths, max_tokens, shuffle=True, seed=args.seed,
                                 num_replicas=1, rank=0, length_buckets=args.length_buckets)
     sampled = list(sampler)
@@ -171,12 +172,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     collate = TranslationCollator(PAD_ID, BOS_ID, EOS_ID, args.length_buckets, max_tokens)
     total = args.warmup_steps + args.steps
     profiled = 0 if args.profile is None else 1  # one more step after the timed ones, under the profiler
-    timed_batches = [sampled[step % len(sampled)] for step in range(total + profiled)]
-    # Random ids for the sentences of the batches run alone (a pool of a million pairs is lengths).
-    used = sorted({i for batch in timed_batches for i in batch})
-    at = {index: place for place, index in enumerate(used)}
-    corpus = synthetic_corpus([src_words[i] for i in used], [tgt_words[i] for i in used], args.vocab_size, args.seed)
-    batches = [collate([corpus[at[i]] for i in batch]) for batch in timed_batches]
+    batches = [collate([corpus[int(drawn[i])] for i in sampled[step % len(sampled)]])
+               for step in range(total + profiled)]
 
     module = TranslationModule(
         model=model_config, vocab_size=args.vocab_size, decoding={}, label_smoothing=0.1,  # ε_ls: loss.label_smoothing

@@ -30,8 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, append_record, commit, memory_mib, now
-from _common import machine as common_machine
+from _common import REPO, append_record, commit, machine, memory_mib, now
 
 RESULTS = REPO / "benchmarks" / "results" / "wmt_data.jsonl"
 LETTERS = np.array(list("abcdefghijklmnopqrstuvwxyzäöüß"))
@@ -83,17 +82,6 @@ def make_raw_tree(root: Path, pairs: int, seed: int = 0, fragments: int = 100_00
             f'<{role}set setid="newstest2014" srclang="any">\n<doc docid="synthetic" genre="news">\n{segments}</doc>\n</{role}set>\n',
             encoding="utf-8")
     return root
-
-
-def machine() -> dict[str, object]:
-    """benchmarks/_common.py's machine record, with the memory."""
-    memory = None
-    try:
-        memory = round(int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
-                                if line.startswith("MemTotal"))) / 2**20, 1)
-    except (OSError, StopIteration):
-        pass
-    return {**common_machine(), "memory_gib": memory}
 
 
 def datamodule(raw: Path, cache: Path, vocab_size: int, sample_pairs: int, max_tokens: int, workers: int | None = None):

@@ -26,6 +26,7 @@ from aiayn.config.identity import (
     setting_differences,
     setting_value,
 )
+from aiayn.data.position import stopped_within
 from aiayn.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -234,13 +235,9 @@ def _run_config(saved: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _within_an_epoch(saved: dict[str, Any]) -> tuple[int, int] | None:
-    """(epoch, batches of it trained over every rank) where the checkpoint stopped within an epoch,
-    from its data module's state (aiayn.data.position; a rank's own count in older ones); None else."""
-    for value in saved.values():
-        if isinstance(value, dict) and ("epoch_batches" in value or "batches_done" in value):
-            batches = int(value.get("epoch_batches", value.get("batches_done")) or 0)
-            return (int(value.get("epoch") or 0), batches) if batches else None
-    return None
+    """(epoch, batches of it trained) where the checkpoint stopped within an epoch, from its data
+    module's state (aiayn.data.position.stopped_within); None else."""
+    return next((found for value in saved.values() if (found := stopped_within(value))), None)
 
 
 def _layout_hint(old: dict[str, Any], config: dict[str, Any]) -> str | None:

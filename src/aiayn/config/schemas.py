@@ -110,7 +110,8 @@ class DecodingConfig:
     constrained: Optional[bool] = False  # only well-formed trees over the input's words (parsing; ours)  # noqa: UP045
     # When a sentence's beam search stops (the paper is silent): "paper", tensor2tensor's bound (its
     # stop_early; the paper's 2017 code bounded by the worst finished one, the same best output): once
-    # no live hypothesis, even at the largest length penalty, can beat the best finished one; "first_k": once beam_size hypotheses have finished (fairseq's and CTranslate2's).
+    # no live hypothesis, even at the largest length penalty, can beat the best finished one;
+    # "first_k": once beam_size hypotheses have finished (fairseq's and CTranslate2's).
     stop: Optional[str] = "paper"  # noqa: UP045
     # The k best hypotheses per input (k ≤ beam_size; with sampling, k samples), each with its scores.
     nbest: Optional[int] = 1  # noqa: UP045

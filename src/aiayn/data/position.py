@@ -68,6 +68,16 @@ def read_position(state: dict[str, Any], trainer: Any) -> Position | None:
                     by_steps=False)
 
 
+def stopped_within(state: Any) -> tuple[int, int] | None:
+    """(epoch, batches of it trained) where ``state``, a data module's state in a checkpoint, stopped
+    within an epoch (over every rank; a rank's own count in older ones); None at an epoch's start or
+    for what is no such state."""
+    if not isinstance(state, dict) or not ("epoch_batches" in state or "batches_done" in state):
+        return None
+    batches = int(state.get("epoch_batches", state.get("batches_done")) or 0)
+    return (int(state.get("epoch") or 0), batches) if batches else None
+
+
 def rank_batches(position: Position, trainer: Any) -> int:
     """How many batches of its own share this run's every rank has trained of ``position``'s epoch;
     a ConfigError, naming the settings, where this run's layout differs and its step would take
