@@ -29,9 +29,14 @@ from collections.abc import Callable
 
 import preloaded_children  # this folder's: the processes a tool starts, forked from a copy of this one
 
-# What it imports before it forks: the libraries every tool imports first, and sacremoses (with
-# joblib), which a run's or evaluate's first score imports: 0.4 s a process otherwise.
-PRELOAD = ("torch", "lightning", "hydra", "omegaconf", "sacrebleu", "sentencepiece", "sacremoses")
+# What it imports before it forks: the libraries every tool imports first; sacremoses (with
+# joblib), which a run's or evaluate's first score imports: 0.4 s a process otherwise; and what a
+# run logging to W&B imports as it starts and logs: wandb, its launch inputs (read by every
+# wandb.init) and pandas (its check of each logged value): about 3 s of a 2-core CPU's time for each
+# such process otherwise, half of a tiny train.py's. None of them reads the environment or starts
+# a thread as it is imported, so a child's own environment still decides what W&B does.
+PRELOAD = ("torch", "lightning", "hydra", "omegaconf", "sacrebleu", "sentencepiece", "sacremoses",
+           "wandb", "wandb.sdk.launch.inputs.internal", "pandas")
 # The environment it started with (tests/helpers/preloaded.py's _SERVER_ENVIRONMENT).
 _OWN_ENVIRONMENT = dict(os.environ)
 # The handlers a fresh interpreter sets for a signal it was not given ignored.
