@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
+from torch._dynamo.utils import counters
 
 from aiayn.model import Transformer
 from aiayn.training.module import TranslationModule
@@ -118,6 +119,7 @@ SHAPES = ((6, ((7, 4, 1), (5, 6, 2))), (7, ((3, 9), (8, 2))))  # (seed, lengths)
 def _compiled_equals_eager(eager: TranslationModule, rtol: float, batches=SHAPES, **options) -> None:
     compiled = copy.deepcopy(eager)
     compiled.compile_transformer(**options)
+    counters.clear()
     assert compiled.state_dict().keys() == eager.state_dict().keys()  # checkpoints unchanged
     losses, grads = [], []
     for module in (eager, compiled):
@@ -130,6 +132,13 @@ def _compiled_equals_eager(eager: TranslationModule, rtol: float, batches=SHAPES
     torch.testing.assert_close(losses[len(batches):], losses[:len(batches)], rtol=rtol, atol=0)
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], rtol=rtol, atol=rtol * 1e-2, msg=name)
+    with torch.inference_mode():  # as validation computes its loss, batch after batch
+        validated = [[module.summed_loss(_batch(seed, *lengths))[0] for seed, lengths in batches * 2]
+                     for module in (eager, compiled)]
+    torch.testing.assert_close(validated[1], validated[0], rtol=rtol, atol=0)
+    # No graph break in a compiled forward, with gradients or without: one would send the layers'
+    # loop back to eager.
+    assert not counters["graph_break"], list(counters["graph_break"])
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ class DecodeSwitches:
 
     precision: str = "fp32"  # fp32 | bf16 | fp16: weights and activations in that type (bf16/fp16 for GPUs)
     int8: bool = False  # int8 dynamic quantisation of the linear layers (CPU; outputs change a little)
-    compile: bool = False  # the decoder step through torch.compile (GPU; slower than eager on a CPU)
+    compile: bool = False  # the decoder step through torch.compile (GPU; on a CPU minutes of compiling for ~1.1×)
     # fp32 products through oneDNN, weights packed once (CPU; faster on AMD CPUs; last bits differ from the default)
     onednn: bool = False
     # the incremental decoder step through ONNX Runtime (CPU; the onnx extra; last bits differ from the default)

@@ -127,14 +127,29 @@ class MultiHeadAttention(nn.Module):
             return list(kind.stacked(layers)(x).split(widths, dim=-1))  # (…, Σ widths) split
         return [layer(x) for layer in layers]
 
+    def stack_once(self, *names: str) -> None:
+        """Stack the weights of the projections ``names`` once and for good (a buffer, which moves
+        with the module), for a decoding copy whose weights no longer change: the step that
+        aiayn.decoding.speed compiles. torch.compile cannot trace how a kept stack is otherwise
+        checked (its weights' storages and versions): it breaks the step into eager pieces there."""
+        with torch.no_grad():
+            stack = torch.cat([getattr(self, name).weight for name in names])
+        self.register_buffer(_stack_name(names), stack, persistent=False)
+
     def _stacked(self, *names: str) -> Tensor:
         """The weights of the projections ``names`` stacked row-wise, for one matrix product. While
         no gradient is taken (decoding) the stack is kept until a weight changes (its storage or
         version) or an optimizer takes a step (aiayn.model.kept_weights), instead of being copied at
-        every step."""
+        every step; or it is the one made by ``stack_once``. A step that torch.compile traces
+        otherwise stacks them in its graph: it cannot trace the check of a kept stack."""
         weights = [getattr(self, name).weight for name in names]
         if torch.is_grad_enabled():
             return torch.cat(weights)  # part of the graph: gradients flow back to each projection
+        once = getattr(self, _stack_name(names), None)
+        if once is not None:
+            return once
+        if torch.compiler.is_compiling():  # a compiled forward without gradients (validation): stacked in its graph
+            return torch.cat(weights)
         key = kept_key(*weights)
         cached = self._stacks.get(names)
         if cached is None or cached[0] != key:
@@ -202,6 +217,10 @@ class MultiHeadAttention(nn.Module):
         batch, _, q_len, _ = out.shape
         out = out.transpose(1, 2).reshape(batch, q_len, self.n_heads * self.d_v)  # (batch, q_len, h·d_v)
         return self.w_o(out), weights  # (batch, q_len, d_model), (batch, h, q_len, k_len) or None
+
+
+def _stack_name(names: tuple[str, ...]) -> str:
+    return "stacked_" + "_".join(name.removeprefix("w_") for name in names)  # e.g. stacked_q_k_v
 
 
 def allowed_positions(q_len: int, k_len: int, window: int | None, causal: bool, device=None) -> Tensor:
