@@ -9,7 +9,7 @@ Parts, one after another, each a process of its own under its own time cap (defa
 after it, never the other way), so that a slow part cannot eat the others' time
 (benchmarks/_gpu_parts.py):
 
-1. ``tests``: ``python -m pytest -m gpu -ra``: passed/failed/skipped counts and the failures' ids.
+1. ``tests``: ``python -m pytest -m gpu -ra tests/gpu``: passed/failed/skipped counts and the failures' ids.
 2. ``train``: the bare training step (benchmarks/train_throughput.py) in bf16 autocast: big (32k,
    EN-FR) in one 25,000-token batch (one GPU's whole step) and at 3,125 tokens (one of 8 GPUs'
    share), base (37k, EN-DE) at 3,125, then each speed switch on and off (the fused loss, CUDA
@@ -29,7 +29,8 @@ after it, never the other way), so that a slow part cannot eat the others' time
 
 Every part also reports the GPU's peak memory in use while it ran (nvidia-smi, all processes).
 Appends one JSON line to gpu_suite.jsonl and a dated markdown section (date, commit, GPU, driver,
-CUDA, torch, CPU, then one table) to gpu_suite.md, both in ``--out-dir`` (benchmarks/results).
+CUDA, torch, CPU, then one table) to gpu_suite.md, both in ``--out-dir`` (benchmarks/results);
+until then, gpu_suite.partial.json there holds the record of the parts finished so far.
 
 --quick: a one-layer 32-wide model instead of base and big (the user's command too, for 4 steps),
 2 timed steps, 16 sentences, the tests only collected, nothing appended to train_throughput.jsonl:
@@ -113,9 +114,12 @@ def machine(device: str) -> dict:
     return found
 
 
-def run_parts(args: argparse.Namespace, work: Path) -> dict:
-    """Each part asked for, under its cap plus what the parts before it left unused."""
+def run_parts(args: argparse.Namespace, work: Path, record: dict) -> dict:
+    """Each part asked for, under its cap plus what the parts before it left unused. After each,
+    ``record`` with the parts so far goes to gpu_suite.partial.json in the output folder, so that a
+    run killed from outside (a machine's time running out) leaves what it finished."""
     results, spare = {}, 0.0
+    partial = args.out_dir / "gpu_suite.partial.json"
     cuda = args.device == "cuda"
     for part in PARTS:
         if part not in args.parts:
@@ -138,6 +142,8 @@ def run_parts(args: argparse.Namespace, work: Path) -> dict:
         spare = max(cap - used, 0.0)
         results[part] = result
         print(f"[gpu_suite] {part}: {result['status']} in {used:.0f} s", file=sys.stderr, flush=True)
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps({**record, **results}) + "\n", encoding="utf-8")
     return results
 
 
@@ -173,7 +179,7 @@ def table_rows(record: dict) -> list[list[str]]:
     if users:
         after = users.get("after_last_step") or {}
         speed = (f"{users['tgt_tokens_per_s']:,.0f} target tokens/s, {users.get('loop_over_bare') or '?'} of the bare "
-                 f"step's" if users.get("tgt_tokens_per_s") else "no progress line")
+                 "step's a padded token" if users.get("tgt_tokens_per_s") else "no progress line")
         what = f"the user's command, {users.get('steps')} steps, batches of {users.get('tokens_per_batch')}"
         rows.append(["users_command", what, users["status"], speed,
                      f"{users.get('wall_s', 0):.0f} s", "", ""])
@@ -215,6 +221,9 @@ def markdown(record: dict) -> str:
     for name, target in (record.get("targets") or {}).items():
         measured = target["measured"]
         shown = "not measured" if measured is None else f"{100 * measured:.1f}%" if "MFU" in name else f"{measured:.2f}"
+        padded = target.get("measured_with_padding")
+        if padded is not None and f"{100 * padded:.1f}" != f"{100 * measured:.1f}":
+            shown += f" of real tokens ({100 * padded:.1f}% with the padded positions)"
         goal = f"{100 * target['target']:.0f}%" if "MFU" in name else f"{target['target']:.2f}"
         split = ""
         if target.get("time_split"):
@@ -255,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
               "quick": args.quick, "machine": machine(args.device), "peers": _common.peer_versions(),
               "parts": args.parts, "caps_s": {part: args.caps[part] for part in args.parts}}
     with tempfile.TemporaryDirectory(prefix="aiayn-gpu-suite-") as work:
-        record.update(run_parts(args, Path(work)))
+        record.update(run_parts(args, Path(work), record))
     record["seconds"] = round(time.monotonic() - started, 1)
     if not args.quick:
         record["targets"] = _gpu_parts.targets(record)
@@ -264,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     with open(args.out_dir / "gpu_suite.jsonl", "a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
+    (args.out_dir / "gpu_suite.partial.json").unlink(missing_ok=True)  # the whole record is written
     table = markdown(record)
     md = args.out_dir / "gpu_suite.md"
     with open(md, "a", encoding="utf-8") as handle:

@@ -38,6 +38,7 @@ benchmark, not a test: nothing here asserts a figure.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import os
@@ -121,16 +122,19 @@ def measured_peak_tflops(device: torch.device, dtype: torch.dtype) -> float:
     return 2 * n**3 / best / 1e12
 
 
-def warm_up_batches(batches: list[dict], steps: int, compiled: bool) -> list[dict]:
-    """The untimed steps' batches: the first ``steps``, and for a compiled step one of each batch
-    shape the later ones take that those lack (compiled, and a CUDA graph recorded, once per shape,
-    as a long run does): a compilation inside the timed block would be no step's time."""
+def warm_up_batches(batches: list[dict], steps: int, compiled: bool, graphs: bool = False) -> list[dict]:
+    """The untimed steps' batches: the first ``steps``, and for a compiled step each batch shape
+    the later ones take, until it has run once (compiled, as a long run does), or twice for a step
+    replayed as CUDA graphs (``graphs``: torch's CUDA graph trees run a new shape eagerly once and
+    record its graph at its second run): a compilation or a recording inside the timed block would
+    be no step's time."""
     warm = batches[:steps]
     if compiled:
-        seen = {_shapes(batch) for batch in warm}
+        runs = 2 if graphs else 1
+        seen = collections.Counter(_shapes(batch) for batch in warm)
         for batch in batches[steps:]:
-            if _shapes(batch) not in seen:
-                seen.add(_shapes(batch))
+            while seen[_shapes(batch)] < runs:
+                seen[_shapes(batch)] += 1
                 warm.append(batch)
     return warm
 
@@ -213,7 +217,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         print(f"step {label}: {elapsed:.3f} s, {int(n_tokens)} target tokens, loss {float(loss):.3f}", file=sys.stderr)
         return elapsed, loss, n_tokens
 
-    warm = warm_up_batches(on_device, args.warmup_steps, args.compile)
+    warm = warm_up_batches(on_device, args.warmup_steps, args.compile, graphs)
     losses, counted = [], []
     for index, batch in enumerate(warm):
         _, loss, _ = timed(batch, f"{index + 1}/{len(warm)} (warm-up)")

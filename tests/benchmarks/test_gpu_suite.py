@@ -42,7 +42,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory, data_root: Path):
 def test_quick_cpu_run_writes_one_record_with_every_part(quick_run) -> None:
     results, _ = quick_run
     lines = (results / "gpu_suite.jsonl").read_text().splitlines()
-    assert len(lines) == 1
+    assert len(lines) == 1 and not (results / "gpu_suite.partial.json").exists()  # the whole record, not the parts'
     record = json.loads(lines[0])
     assert record["benchmark"] == "gpu_suite" and record["device"] == "cpu" and record["quick"] is True
     assert record["date"].startswith("20") and record["commit"] and record["machine"]["cores"]
@@ -88,6 +88,10 @@ def test_quick_cpu_run_writes_one_record_with_every_part(quick_run) -> None:
     assert users["pictures"] == ["cross_layer1.png", "decoder_self_layer1.png", "encoder_self_layer1.png"]
     assert users["test_line"].startswith("test sacreBLEU on ")
     assert users["bare_step"]["tgt_tokens_per_s"] > 0 and users["loop_over_bare"] > 0
+    # per padded token: the loop's real tokens over the bare step's, each over its batches' share of real tokens
+    assert 0 <= users["padding"] < 1 and 0 <= users["bare_step"]["padding"] < 1
+    assert users["loop_over_bare"] == pytest.approx(users["loop_over_bare_target_tokens"] * (
+        1 - users["bare_step"]["padding"]) / (1 - users["padding"]), abs=2e-3)
     assert "targets" not in record  # judged on GPU records only
 
     decode = record["decode"]
@@ -149,23 +153,27 @@ def test_each_target_is_set_beside_the_best_run_of_its_model_and_batch() -> None
 
     split = {"device": "cuda", "busy_s": 0.1, "busy_share": 0.64,
              "by_kind": {"matmul": 0.048, "attention": 0.007, "loss": 0.009, "optimizer": 0.005, "other": 0.031}}
-    run = lambda label, mfu, status="ok", profiled=False: {
+    run = lambda label, mfu, padding=0.0, status="ok", profiled=False: {
         "run": label, "model": label.split()[0], "max_tokens": int(label.split()[1]), "mfu": mfu, "status": status,
-        **({"time_split": split} if profiled else {})}
+        "mfu_real_tokens": mfu * (1 - padding), **({"time_split": split} if profiled else {})}
     record = {"train": {"runs": [run("big 25000", 0.31), run("big 3125", 0.11, profiled=True), run("big 3125 graphs", 0.27),
-                                 run("base 3125", 0.03, profiled=True),
+                                 run("base 3125", 0.03, profiled=True), run("base 3125 buckets", 0.2, padding=0.9),
                                  run("base 3125 graphs", 0.5, status="timed out")]},
               "users_command": {"loop_over_bare": 0.93}}
     found = _gpu_parts.targets(record)
-    assert found["big 25000 MFU"] == {"target": 0.45, "measured": 0.31, "run": "big 25000", "met": False,
-                                      "time_split": None, "time_split_run": None}
+    assert found["big 25000 MFU"] == {"target": 0.45, "measured": 0.31, "measured_with_padding": 0.31,
+                                      "run": "big 25000", "met": False, "time_split": None, "time_split_run": None}
     # the best run was not profiled: the split is that of the run of its model and batch that was
-    assert found["big 3125 MFU"] == {"target": 0.25, "measured": 0.27, "run": "big 3125 graphs", "met": True,
-                                     "time_split": split, "time_split_run": "big 3125"}
-    assert found["base 3125 MFU"]["measured"] == 0.03 and not found["base 3125 MFU"]["met"]
+    assert found["big 3125 MFU"] == {"target": 0.25, "measured": 0.27, "measured_with_padding": 0.27,
+                                     "run": "big 3125 graphs", "met": True, "time_split": split,
+                                     "time_split_run": "big 3125"}
+    # a run's padded positions are not counted: 20% MFU of which 90% computed padding is 2% of real tokens
+    assert found["base 3125 MFU"]["measured"] == 0.03 and found["base 3125 MFU"]["run"] == "base 3125"
+    assert not found["base 3125 MFU"]["met"]
     assert found["train.py over the bare step"]["met"] is True
-    assert _gpu_parts.targets({})["big 25000 MFU"] == {"target": 0.45, "measured": None, "run": None, "met": False,
-                                                       "time_split": None, "time_split_run": None}
+    assert _gpu_parts.targets({})["big 25000 MFU"] == {"target": 0.45, "measured": None, "measured_with_padding": None,
+                                                       "run": None, "met": False, "time_split": None,
+                                                       "time_split_run": None}
     shown = {"targets": found, "machine": {"cpu": "Xeon", "cores": 16, "python": "3.12", "torch": "2.11"},
              "date": "2026-12-01T00:00:00", "commit": "abc", "quick": False, "caps_s": {}, "seconds": 1.0}
     notes = gpu_suite.markdown(shown)
@@ -176,6 +184,10 @@ def test_each_target_is_set_beside_the_best_run_of_its_model_and_batch() -> None
     assert "— met; kernels busy 64% of the step; of that time: matmul 48%, attention 7%, loss 9%, optimizer 5%, other " \
            "31% (in big 3125)\n" in notes
     assert "- target train.py over the bare step ≥ 0.90: 0.93 (users_command) — met" in notes
+    padded = {**found, "base 3125 MFU": _gpu_parts.targets(
+        {"train": {"runs": [run("base 3125 buckets", 0.2, padding=0.25)]}})["base 3125 MFU"]}
+    assert ("- target base 3125 MFU ≥ 15%: 15.0% of real tokens (20.0% with the padded positions) (base 3125 buckets) "
+            "— met\n") in gpu_suite.markdown({**shown, "targets": padded})
 
 
 def test_a_steps_time_goes_to_the_innermost_operator_that_names_its_kind() -> None:
@@ -215,3 +227,33 @@ def test_without_a_gpu_it_refuses_in_one_line(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpu_suite.py: no CUDA GPU here; ") and "--device cpu" in lines[0]
     assert result.stdout == "" and not (tmp_path / "results").exists()
+
+
+def test_every_gpu_marked_test_is_where_the_suites_tests_part_runs_them() -> None:
+    """The tests part runs ``pytest -m gpu tests/gpu`` (collecting the whole suite would take longer
+    than the GPU tests run): a gpu-marked test elsewhere would never run on a GPU."""
+    outside = [path for path in sorted((REPO / "tests").rglob("*.py"))
+               if path.relative_to(REPO / "tests").parts[0] != "gpu" and path.resolve() != Path(__file__).resolve()]
+    elsewhere = [path.relative_to(REPO) for path in outside if "mark.gpu" in path.read_text(encoding="utf-8")]
+    assert elsewhere == []
+    assert "mark.gpu" in (REPO / "tests" / "gpu" / "test_memory.py").read_text()  # what the scan looks for
+
+
+def test_a_run_killed_after_a_part_leaves_that_parts_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu_suite.partial.json holds the parts finished, rewritten after each, so that a run killed
+    from outside (the machine's time spent) keeps them; a whole run leaves the full record alone."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import _gpu_parts
+    import gpu_suite
+
+    def killed(*args):
+        raise KeyboardInterrupt  # the train part never ends: the machine was taken back
+
+    monkeypatch.setattr(_gpu_parts, "tests_part", lambda *args: {"status": "passed", "passed": 12})
+    monkeypatch.setattr(_gpu_parts, "train_part", killed)
+    args = gpu_suite.parse_args(["--device", "cpu", "--parts", "tests,train", "--out-dir", str(tmp_path / "out")])
+    with pytest.raises(KeyboardInterrupt):
+        gpu_suite.run_parts(args, tmp_path, {"benchmark": "gpu_suite", "commit": "abc"})
+    kept = json.loads((tmp_path / "out" / "gpu_suite.partial.json").read_text())
+    assert kept["benchmark"] == "gpu_suite" and kept["commit"] == "abc" and "train" not in kept
+    assert kept["tests"]["status"] == "passed" and kept["tests"]["passed"] == 12 and kept["tests"]["part_seconds"] >= 0

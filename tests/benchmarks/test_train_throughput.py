@@ -112,6 +112,10 @@ def test_a_compiled_step_is_warmed_up_on_every_batch_shape_it_times(bench) -> No
     warm = bench.warm_up_batches(batches, 2, compiled=True)
     assert same(warm, [0, 1, 2, 4, 6])
     assert {bench._shapes(b) for b in batches} == {bench._shapes(b) for b in warm}
+    # Replayed as CUDA graphs, each shape runs twice first: torch's CUDA graph trees run a new
+    # shape eagerly, then record its graph (before: the recording fell in the first timed step).
+    assert same(bench.warm_up_batches(batches, 1, compiled=True, graphs=True), [0, 1, 2, 2, 4, 4, 6, 6])
+    assert same(bench.warm_up_batches(batches, 2, compiled=True, graphs=True), [0, 1, 2, 2, 4, 4, 6, 6])
 
 
 def test_padding_of_the_sampler_and_of_corpus_order(batches, data_root: Path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from omegaconf import OmegaConf
 
 from aiayn.config.hardware import Machine
@@ -215,11 +214,3 @@ def test_fp32_takes_more_memory_a_token_than_mixed_precision() -> None:
     mixed, full = (training_memory(MODELS["base"], 37000, precision) for precision in ("bf16-mixed", "32-true"))
     assert full.per_token > mixed.per_token and tokens_that_fit(full, 80 * GB) < tokens_that_fit(mixed, 80 * GB)
     assert tokens_that_fit(full, 80 * GB) % 8 == 0
-
-
-@pytest.mark.gpu
-def test_this_gpus_memory_is_read() -> None:
-    from aiayn.config.hardware import this_machine
-
-    assert this_machine().gpu_memory == min(torch.cuda.get_device_properties(i).total_memory
-                                            for i in range(torch.cuda.device_count()))

@@ -1,6 +1,7 @@
 """On a GPU a training step never makes the host wait for the device: train.py's own loop, in
 process, with torch's sync debug mode set to raise from each batch's start to its end (every batch
-but the last, whose end prints the last progress line). The CPU's check of the same
+but the first, which makes the device's counters, and the last, whose end prints the last progress
+line). The CPU's check of the same
 (tests/training/test_capture_safe.py) sees reads of values; this one also sees copies to the
 device that wait."""
 
@@ -25,7 +26,9 @@ class RaiseOnSync(L.Callback):
         self.last = last  # the callback that ends the window: runs after every other hook of a batch
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if not self.last and trainer.global_step < STEPS - 1:
+        # From the second step: the first makes what the later ones reuse on the device (the
+        # counts of skipped steps, Lightning's logged values), copies from the host that wait.
+        if not self.last and 0 < trainer.global_step < STEPS - 1:
             torch.cuda.set_sync_debug_mode("error")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

@@ -11,10 +11,11 @@ from omegaconf.errors import InterpolationResolutionError
 
 from aiayn.cli import dirname
 from aiayn.cli.errors import raised_by_resolver
+from aiayn.config.plan import make_plan
 from aiayn.config.schemas import DecodingConfig
 from aiayn.errors import ConfigError
 from aiayn.training.config_check import ROOT_SETTINGS, TASK_SETTINGS, check_train_config
-from tests.helpers.configs import resolved
+from tests.helpers.configs import LAPTOP, NODE_8_H100, composed, resolved
 from tests.helpers.runs import REPO
 
 EXPERIMENTS = sorted(path.stem for path in (REPO / "conf" / "experiment").glob("*.yaml"))
@@ -103,6 +104,32 @@ def test_the_batch_shape_and_compile_settings_are_checked(overrides: list[str], 
         check_train_config(resolved(*overrides))
     check_train_config(resolved("task.datamodule.length_buckets=[16,32,64,129]", "compile=true",
                                 "compile_mode=cudagraphs"))
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "cudagraphs"])
+def test_cuda_graphs_of_a_step_of_accumulated_batches_are_refused_on_gpus(mode: str) -> None:
+    """The graphs' replays overwrite gradients accumulated over a step's batches (torch's CUDA graph
+    trees): refused where the plan accumulates on GPUs, kept where a batch is the step's share of
+    its GPU, where the step is eager, or on a CPU (no graphs there)."""
+    settings = ("compile=true", f"compile_mode={mode}", "optim.tokens_per_step=25000")
+    config = resolved(*settings)
+    cases = [  # (task.datamodule.max_tokens, machine, further settings, the plan's accumulation, refused)
+        (1024, NODE_8_H100, ["trainer.devices=8"], 4, True),
+        (3125, NODE_8_H100, ["trainer.devices=8"], 1, False),
+        (1024, NODE_8_H100, ["trainer.devices=8", "compile=false"], 4, False),
+        (1024, LAPTOP, [], 25, False),
+    ]
+    for max_tokens, machine, further, accumulate, refused in cases:
+        overrides = (*settings, f"task.datamodule.max_tokens={max_tokens}", *further)
+        config["plan"] = make_plan(composed(*overrides), machine)
+        config["compile"] = "compile=false" not in further
+        assert config["plan"]["trainer"]["accumulate_grad_batches"] == accumulate
+        if refused:
+            with pytest.raises(ConfigError, match=rf"^compile_mode={mode} replays CUDA graphs, which overwrite "
+                                                  "gradients accumulated over a step's 4 batches: give a batch"):
+                check_train_config(config)
+        else:
+            check_train_config(config)
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

@@ -23,6 +23,7 @@ from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import sustained_tflops
+from aiayn.training.compiling import CUDA_GRAPH_MODES
 from aiayn.training.distributed import check_timeout
 from aiayn.training.schedule import check_schedule
 
@@ -217,6 +218,7 @@ def _check_run(config: Mapping[str, Any]) -> None:
             raise ConfigError(f"{key} must be true or false, got {config[key]!r}")
     if config.get("compile_mode", "default") not in COMPILE_MODES:
         raise ConfigError(f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {config['compile_mode']!r}")
+    _check_graphs_accumulating(config)
     seed = config.get("seed", 0)
     if not _whole(seed) or not 0 <= seed < 2**32:  # what numpy's generator, which Lightning seeds too, accepts
         raise ConfigError(f"seed must be a whole number from 0 to {2**32 - 1}, got {seed!r}")
@@ -280,6 +282,20 @@ def _check_run(config: Mapping[str, Any]) -> None:
                               f"[SIGTERM,SIGUSR1], got {signals!r}")
 
         signal_numbers(preemption.get("signals") or ())  # ConfigError naming a signal that is not one
+
+
+def _check_graphs_accumulating(config: Mapping[str, Any]) -> None:
+    """CUDA graphs of the step replay into the same output memory, and torch's CUDA graph trees
+    take the first batch's gradients as the weights' .grad without a copy: a step of several
+    accumulated batches sums gradients that the next batch's replay overwrites (wrong gradients,
+    or torch's error of an overwritten output; pytorch/pytorch#169545). Refused on GPUs, where the
+    graphs are replayed; a CPU's plan (its own accumulation) compiles without them."""
+    plan = (config.get("plan") or {}).get("trainer") or {}
+    accumulate, mode = plan.get("accumulate_grad_batches") or 1, config.get("compile_mode", "default")
+    if config.get("compile") and mode in CUDA_GRAPH_MODES and plan.get("accelerator") == "gpu" and accumulate > 1:
+        raise ConfigError(f"compile_mode={mode} replays CUDA graphs, which overwrite gradients accumulated over a step's "
+                          f"{accumulate} batches: give a batch that holds the step's share of one GPU "
+                          "(task.datamodule.max_tokens, or more GPUs), or compile_mode=default")
 
 
 def _check_trainer(trainer: Mapping[str, Any]) -> None:
