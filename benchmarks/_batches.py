@@ -1,9 +1,10 @@
 """The batches a training-throughput benchmark times (benchmarks/train_throughput.py): the sentence
-lengths of the real newstest2014, in subwords; random ids of those lengths; and the padding waste of
-a batching, against the naive one in corpus order."""
+lengths of the real newstest2014, in subwords; random ids of those lengths; the padding waste of
+a batching, against the naive one in corpus order; and which of them warm a compiled step up."""
 
 from __future__ import annotations
 
+import collections
 from pathlib import Path
 
 import numpy as np
@@ -74,3 +75,25 @@ def corpus_order_batches(src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> l
         current.append(index)
         longest = max(longest, length)
     return batches + ([current] if current else [])
+
+
+def warm_up_batches(batches: list[dict], steps: int, compiled: bool, graphs: bool = False) -> list[dict]:
+    """The untimed steps' batches: the first ``steps``, and for a compiled step each batch shape
+    the later ones take, until it has run once (compiled, as a long run does), or twice for a step
+    replayed as CUDA graphs (``graphs``: torch's CUDA graph trees run a new shape eagerly once and
+    record its graph at its second run): a compilation or a recording inside the timed block would
+    be no step's time."""
+    warm = batches[:steps]
+    if compiled:
+        runs = 2 if graphs else 1
+        seen = collections.Counter(shapes(batch) for batch in warm)
+        for batch in batches[steps:]:
+            while seen[shapes(batch)] < runs:
+                seen[shapes(batch)] += 1
+                warm.append(batch)
+    return warm
+
+
+def shapes(batch: dict) -> tuple:
+    """(name, shape) of each of a batch's tensors: what a compiled step compiles and records for."""
+    return tuple((name, tuple(value.shape)) for name, value in sorted(batch.items()))

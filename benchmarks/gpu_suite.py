@@ -55,6 +55,8 @@ from pathlib import Path
 
 import torch
 
+from aiayn.files import atomic_write_text
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, when imported from elsewhere
 import _common
 import _gpu_parts
@@ -143,7 +145,7 @@ def run_parts(args: argparse.Namespace, work: Path, record: dict) -> dict:
         results[part] = result
         print(f"[gpu_suite] {part}: {result['status']} in {used:.0f} s", file=sys.stderr, flush=True)
         args.out_dir.mkdir(parents=True, exist_ok=True)
-        partial.write_text(json.dumps({**record, **results}) + "\n", encoding="utf-8")
+        atomic_write_text(partial, json.dumps({**record, **results}) + "\n")  # whole or the last one kept
     return results
 
 

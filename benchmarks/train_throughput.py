@@ -25,8 +25,7 @@ Model FLOPs utilisation = FLOPs counted from the model's shapes (aiayn.reporting
 positions included: they are computed) / measured time / the device's peak, given with
 ``--peak-tflops`` or measured with a large matrix product in the dtype used. Peak memory is the
 process's resident-set high-water mark on CPU and torch.cuda.max_memory_allocated on CUDA.
-A CUDA record's ``device`` is "cuda" and its ``machine["gpu"]`` the GPU's name
-(torch.cuda.get_device_name).
+A CUDA record's ``device`` is "cuda" and its ``machine["gpu"]`` the GPU's name (torch.cuda.get_device_name).
 
 Also reports padding waste: the fraction of padded positions (both sides) in the sampler's
 batches and in a naive batching of the same sentences in corpus order (same budget, no sorting).
@@ -38,7 +37,6 @@ benchmark, not a test: nothing here asserts a figure.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import math
 import os
@@ -59,6 +57,7 @@ from _batches import (
     padding_fraction,
     sentence_lengths,
     synthetic_corpus,
+    warm_up_batches,
 )
 from _common import REPO, append_record, commit, machine, now
 from omegaconf import OmegaConf
@@ -120,27 +119,6 @@ def measured_peak_tflops(device: torch.device, dtype: torch.dtype) -> float:
         _synchronize(device)
         best = min(best, (time.perf_counter() - started) / repeats)
     return 2 * n**3 / best / 1e12
-
-
-def warm_up_batches(batches: list[dict], steps: int, compiled: bool, graphs: bool = False) -> list[dict]:
-    """The untimed steps' batches: the first ``steps``, and for a compiled step each batch shape
-    the later ones take, until it has run once (compiled, as a long run does), or twice for a step
-    replayed as CUDA graphs (``graphs``: torch's CUDA graph trees run a new shape eagerly once and
-    record its graph at its second run): a compilation or a recording inside the timed block would
-    be no step's time."""
-    warm = batches[:steps]
-    if compiled:
-        runs = 2 if graphs else 1
-        seen = collections.Counter(_shapes(batch) for batch in warm)
-        for batch in batches[steps:]:
-            while seen[_shapes(batch)] < runs:
-                seen[_shapes(batch)] += 1
-                warm.append(batch)
-    return warm
-
-
-def _shapes(batch: dict[str, torch.Tensor]) -> tuple:
-    return tuple((name, tuple(value.shape)) for name, value in sorted(batch.items()))
 
 
 def _synchronize(device: torch.device) -> None:

@@ -95,7 +95,7 @@ def test_benchmark_writes_one_record_per_run(tmp_path: Path, data_root: Path) ->
     assert padding["sampler_batches"] < padding["corpus_order_batches"]
 
 
-def test_a_compiled_step_is_warmed_up_on_every_batch_shape_it_times(bench) -> None:
+def test_a_compiled_step_is_warmed_up_on_every_batch_shape_it_times(batches) -> None:
     """Length buckets leave a few batch shapes, and a compiled step compiles (and records a CUDA
     graph) once for each: the warm-up takes one batch of every shape the timed and profiled steps
     take beyond its own, so that no compilation falls in the timed block (before: 10 warm-up
@@ -103,19 +103,19 @@ def test_a_compiled_step_is_warmed_up_on_every_batch_shape_it_times(bench) -> No
     def batch(rows: int, src: int, tgt: int) -> dict:
         return {"src": torch.zeros(rows, src), "tgt_in": torch.zeros(rows, tgt), "tgt_out": torch.zeros(rows, tgt)}
 
-    batches = [batch(4, 16, 16), batch(4, 16, 16), batch(2, 32, 32), batch(4, 16, 16), batch(1, 64, 32),
-               batch(2, 32, 32), batch(1, 64, 64)]
+    made = [batch(4, 16, 16), batch(4, 16, 16), batch(2, 32, 32), batch(4, 16, 16), batch(1, 64, 32),
+            batch(2, 32, 32), batch(1, 64, 64)]
     def same(found: list, indices: list[int]) -> bool:
-        return len(found) == len(indices) and all(a is batches[i] for a, i in zip(found, indices))
+        return len(found) == len(indices) and all(a is made[i] for a, i in zip(found, indices))
 
-    assert same(bench.warm_up_batches(batches, 2, compiled=False), [0, 1])
-    warm = bench.warm_up_batches(batches, 2, compiled=True)
+    assert same(batches.warm_up_batches(made, 2, compiled=False), [0, 1])
+    warm = batches.warm_up_batches(made, 2, compiled=True)
     assert same(warm, [0, 1, 2, 4, 6])
-    assert {bench._shapes(b) for b in batches} == {bench._shapes(b) for b in warm}
+    assert {batches.shapes(b) for b in made} == {batches.shapes(b) for b in warm}
     # Replayed as CUDA graphs, each shape runs twice first: torch's CUDA graph trees run a new
     # shape eagerly, then record its graph (before: the recording fell in the first timed step).
-    assert same(bench.warm_up_batches(batches, 1, compiled=True, graphs=True), [0, 1, 2, 2, 4, 4, 6, 6])
-    assert same(bench.warm_up_batches(batches, 2, compiled=True, graphs=True), [0, 1, 2, 2, 4, 4, 6, 6])
+    assert same(batches.warm_up_batches(made, 1, compiled=True, graphs=True), [0, 1, 2, 2, 4, 4, 6, 6])
+    assert same(batches.warm_up_batches(made, 2, compiled=True, graphs=True), [0, 1, 2, 2, 4, 4, 6, 6])
 
 
 def test_padding_of_the_sampler_and_of_corpus_order(batches, data_root: Path) -> None:

@@ -42,7 +42,7 @@ from pathlib import Path
 # Environment variables read when an interpreter or a preloaded library starts: a command whose
 # environment differs from the preloaded interpreter's in one of these gets a fresh interpreter.
 STARTUP = ("PYTHON", "LD_", "LC_", "LANG", "HOME", "XDG_", "TMP", "TEMP", "MKL_", "KMP_", "GOMP_", "TORCH", "PYTORCH",
-           "CUDA", "MPL", "HF_", "TRANSFORMERS", "AIAYN_CONFIG_DIR")
+           "CUDA", "MPL", "HF_", "TRANSFORMERS", "AIAYN_CONFIG_DIR", "PANDAS_", "WANDB_HTTP_TIMEOUT")
 # (The process's rank, which Lightning's and torchmetrics' rank_zero_only take as they are imported,
 # is not among them: a child takes it again from its own environment, as a fresh start would:
 # tests/helpers/preloaded_interpreter.py. So ddp's later ranks, started with LOCAL_RANK set, are

@@ -24,6 +24,7 @@ import selectors
 import signal
 import socket
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 
@@ -33,8 +34,9 @@ import preloaded_children  # this folder's: the processes a tool starts, forked 
 # joblib), which a run's or evaluate's first score imports: 0.4 s a process otherwise; and what a
 # run logging to W&B imports as it starts and logs: wandb, its launch inputs (read by every
 # wandb.init) and pandas (its check of each logged value): about 3 s of a 2-core CPU's time for each
-# such process otherwise, half of a tiny train.py's. None of them reads the environment or starts
-# a thread as it is imported, so a child's own environment still decides what W&B does.
+# such process otherwise, half of a tiny train.py's. None starts a thread as it is imported; what
+# they read of the environment then (PANDAS_*, WANDB_HTTP_TIMEOUT) is in preloaded.STARTUP, and the
+# folders wandb makes then are made afresh in each child (_fresh_wandb_folders).
 PRELOAD = ("torch", "lightning", "hydra", "omegaconf", "sacrebleu", "sentencepiece", "sacremoses",
            "wandb", "wandb.sdk.launch.inputs.internal", "pandas")
 # The environment it started with (tests/helpers/preloaded.py's _SERVER_ENVIRONMENT).
@@ -105,6 +107,20 @@ def _reap(children: dict[int, socket.socket]) -> None:
             connection.close()
 
 
+def _fresh_wandb_folders() -> None:
+    """wandb makes two temporary folders as it is imported (the staging of its media and of its
+    artifacts), removed at exit: a child would share them with this interpreter, and the first to
+    exit would remove them from under the rest. Each child makes its own, as a fresh start does,
+    and leaves this interpreter's alone."""
+    media = sys.modules.get("wandb.sdk.data_types._private")
+    artifact = sys.modules.get("wandb.sdk.artifacts.artifact")
+    for folder, suffix in ((getattr(media, "MEDIA_TMP", None), "wandb-media"),
+                           (getattr(getattr(artifact, "Artifact", None), "_TMP_DIR", None), "wandb-artifacts")):
+        if isinstance(folder, tempfile.TemporaryDirectory):
+            folder._finalizer.detach()  # this interpreter's folder: not removed when the child ends
+            folder.__init__(suffix)  # the child's own, removed by its own exit (wandb registered its cleanup)
+
+
 def _become(request: dict, fds: list[int], fresh_signals: dict) -> None:
     """In the forked child: become ``python <script> <args>`` and run it; never returns."""
     import random
@@ -141,6 +157,7 @@ def _become(request: dict, fds: list[int], fresh_signals: dict) -> None:
     theirs, ours = (_folders(environment.get("PYTHONPATH")) for environment in (request["env"], _OWN_ENVIRONMENT))
     sys.path[1:] = [*dict.fromkeys(theirs), *(folder for folder in sys.path[1:] if folder not in ours + theirs)]
     _fresh_streams()
+    _fresh_wandb_folders()
     random.seed()
     numpy.random.seed()
     if "OMP_NUM_THREADS" in os.environ:  # read when torch was loaded: set as a fresh start sets it

@@ -234,6 +234,32 @@ def test_two_preloaded_processes_draw_their_own_random_numbers(script: Path) -> 
     assert draws[0] != draws[1]
 
 
+WANDB_FOLDERS = r'''
+import json, os
+import wandb
+from wandb.sdk.artifacts.artifact import Artifact
+from wandb.sdk.data_types._private import MEDIA_TMP
+
+folders = [MEDIA_TMP.name, Artifact._TMP_DIR.name]
+print(json.dumps({"folders": folders, "there": [os.path.isdir(folder) for folder in folders]}))
+'''
+
+
+@pytest.mark.cli  # starts processes
+def test_each_preloaded_process_stages_wandbs_files_in_folders_of_its_own(tmp_path: Path) -> None:
+    """wandb makes its staging folders as it is imported (in the preloaded interpreter) and removes
+    them at exit: each process has its own, so that one ending leaves the next its folders (before:
+    the first child's exit removed the folders every later child would write a Table's file to)."""
+    script = tmp_path / "tool" / "wandb_folders.py"
+    script.parent.mkdir()
+    script.write_text(WANDB_FOLDERS)
+    seen = [json.loads(_run(script, fresh=False, cwd=tmp_path)[1]) for _ in range(2)]
+    assert [report["there"] for report in seen] == [[True, True], [True, True]]
+    assert not set(seen[0]["folders"]) & set(seen[1]["folders"])
+    assert not any(os.path.exists(folder) for report in seen for folder in report["folders"])  # removed at their exit
+    assert seen[1]["folders"][0].endswith("wandb-media") and seen[1]["folders"][1].endswith("wandb-artifacts")
+
+
 @pytest.mark.cli  # starts processes, fresh and preloaded
 def test_a_preloaded_process_takes_its_rank_from_its_environment(script: Path) -> None:
     """ddp starts its later ranks as ``python <script>`` with LOCAL_RANK set; Lightning's and

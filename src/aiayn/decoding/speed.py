@@ -8,8 +8,10 @@
   bf16 units emulates it, many times slower). The beam scores stay fp32 (the log-softmax is taken
   in fp32). Outputs may differ from fp32 where two hypotheses are within rounding of each other.
 * ``compile``: the decoder step through ``torch.compile`` with dynamic shapes, traced whole, W^Q, W^K
-  and W^V stacked once (GPU; on a CPU a little faster than eager after minutes of compiling, see
-  docs/performance/decoding.md). Same outputs as eager up to kernel rounding.
+  and W^V stacked once as the copy is made (so weights loaded into the copy afterwards would not
+  reach them: load them into the model, then make the copy) (GPU; on a CPU a little faster than
+  eager after minutes of compiling, see docs/performance/decoding.md). Same outputs as eager up
+  to kernel rounding.
 * ``onednn``: every fp32 matrix product of the network (the pre-softmax projection too) through
   oneDNN, each weight packed once into oneDNN's blocked layout (CPU); W^Q, W^K and W^V stacked
   into one product, as the plain model stacks them. Still fp32, but a different

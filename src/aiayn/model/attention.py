@@ -131,7 +131,10 @@ class MultiHeadAttention(nn.Module):
         """Stack the weights of the projections ``names`` once and for good (a buffer, which moves
         with the module), for a decoding copy whose weights no longer change: the step that
         aiayn.decoding.speed compiles. torch.compile cannot trace how a kept stack is otherwise
-        checked (its weights' storages and versions): it breaks the step into eager pieces there."""
+        checked (its weights' storages and versions): it breaks the step into eager pieces there.
+        Projections replaced for decoding (int8's) are not stacked: ``_project`` runs them one by one."""
+        if not all(type(getattr(self, name)) is nn.Linear for name in names):
+            return
         with torch.no_grad():
             stack = torch.cat([getattr(self, name).weight for name in names])
         self.register_buffer(_stack_name(names), stack, persistent=False)
@@ -148,7 +151,7 @@ class MultiHeadAttention(nn.Module):
         once = getattr(self, _stack_name(names), None)
         if once is not None:
             return once
-        if torch.compiler.is_compiling():  # a compiled forward without gradients (validation): stacked in its graph
+        if torch.compiler.is_dynamo_compiling():  # a compiled forward without gradients (validation): stacked in its graph
             return torch.cat(weights)
         key = kept_key(*weights)
         cached = self._stacks.get(names)
@@ -188,6 +191,10 @@ class MultiHeadAttention(nn.Module):
         """``forward`` for queries already projected and split into heads, (batch, h, q_len, d_k)
         (from ``project_self``); the rest as there."""
         k, v = keys_values  # (batch, h, k_len, d_k), (batch, h, k_len, d_v)
+        # A branch, not ``causal`` itself: traced by torch.compile with dynamic lengths, a layer's
+        # ``x.size(1) > 1`` is a symbolic bool, which SDPA's is_causal refuses (a graph break there
+        # sends the layers' loop back to eager); branching on it makes it a plain one.
+        causal = True if causal else False  # noqa: SIM210
         q_len, k_len = q.size(-2), k.size(-2)
         # A window reaching every key (r ≥ k_len − 1) restricts nothing: full attention as it is.
         restricted = self.window is not None and self.window < k_len - 1

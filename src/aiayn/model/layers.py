@@ -129,9 +129,7 @@ class DecoderLayer(nn.Module):
             v = extend_cache(self_kv_cache[1], v, cache_rows)  # (batch, h, k_len, d_v)
         # Position i of x is position k_len - q_len + i overall and sees the keys up to there
         # (one new token at a time needs no causal mask; a window still keeps it to the last r + 1).
-        # (A branch rather than the comparison itself: traced by torch.compile with dynamic lengths,
-        # that is a symbolic bool, which SDPA's is_causal refuses, breaking the layers' loop.)
-        causal = True if x.size(1) > 1 else False  # noqa: SIM210  (see above)
+        causal = x.size(1) > 1
         # attended: (batch, q_len, d_model)
         attended, self_weights = self.self_attention.attend(q, (k, v), causal=causal, return_weights=return_weights)
         x = self.residual_1(x, attended)
@@ -149,7 +147,7 @@ def extend_cache(cache: Tensor, new: Tensor, rows: Tensor | None = None) -> Tens
     gathered straight into place, copied once rather than by a concatenation and a reordering."""
     if rows is None:
         return torch.cat([cache, new], dim=2)
-    if torch.compiler.is_compiling():  # an out= slice cannot be traced; inductor fuses these into one copy
+    if torch.compiler.is_dynamo_compiling():  # an out= slice cannot be traced; inductor fuses these into one copy
         return torch.cat([cache.index_select(0, rows), new], dim=2)
     length = cache.size(2)
     out = new.new_empty(new.size(0), new.size(1), length + new.size(2), new.size(3))
