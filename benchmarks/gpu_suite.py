@@ -64,6 +64,7 @@ import _time_split
 
 RESULTS = _common.REPO / "benchmarks" / "results"
 PARTS = ("tests", "train", "users_command", "decode")
+PARTIAL = "gpu_suite.partial.json"  # the record of the parts finished, until the whole one is written
 # tests: 10 GPU tests took 94 s on the H200 (2026-11-26), now 12; decode: 43 s, CTranslate2 not loading there
 CAPS = {"tests": 130, "train": 190, "users_command": 170, "decode": 50}
 QUICK_CAPS = {"tests": 60, "train": 90, "users_command": 120, "decode": 90}
@@ -121,7 +122,6 @@ def run_parts(args: argparse.Namespace, work: Path, record: dict) -> dict:
     ``record`` with the parts so far goes to gpu_suite.partial.json in the output folder, so that a
     run killed from outside (a machine's time running out) leaves what it finished."""
     results, spare = {}, 0.0
-    partial = args.out_dir / "gpu_suite.partial.json"
     cuda = args.device == "cuda"
     for part in PARTS:
         if part not in args.parts:
@@ -145,7 +145,7 @@ def run_parts(args: argparse.Namespace, work: Path, record: dict) -> dict:
         results[part] = result
         print(f"[gpu_suite] {part}: {result['status']} in {used:.0f} s", file=sys.stderr, flush=True)
         args.out_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(partial, json.dumps({**record, **results}) + "\n")  # whole or the last one kept
+        atomic_write_text(args.out_dir / PARTIAL, json.dumps({**record, **results}) + "\n")  # whole or the last one kept
     return results
 
 
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     with open(args.out_dir / "gpu_suite.jsonl", "a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
-    (args.out_dir / "gpu_suite.partial.json").unlink(missing_ok=True)  # the whole record is written
+    (args.out_dir / PARTIAL).unlink(missing_ok=True)  # the whole record is written
     table = markdown(record)
     md = args.out_dir / "gpu_suite.md"
     with open(md, "a", encoding="utf-8") as handle:

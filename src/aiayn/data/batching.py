@@ -33,10 +33,11 @@ class TokenBatchSampler(Sampler[list[int]]):
     25,000 does — the paper's step (§5.1: "batched together by approximate sequence length", each
     batch about 25,000 tokens), which tensor2tensor drew as one batch of the step's size from one
     length bucket and split between its GPUs (its batch size times the shards, then ``tf.split``).
-    Without it (evaluation) batches are left whole, as one process cuts them, so that every metric is computed on the same batches however many ranks share the work; counts
-    may differ by one, and a rank left without a batch (a split of fewer batches than ranks) gets
-    one empty batch (``[]``, no examples): every rank must run the evaluation loop, whose first
-    step and end take part in collectives with the other ranks.
+    Without it (evaluation) batches are left whole, as one process cuts them, so that every metric
+    is computed on the same batches however many ranks share the work; counts may differ by one,
+    and a rank left without a batch (a split of fewer batches than ranks) gets one empty batch
+    (``[]``, no examples): every rank must run the evaluation loop, whose first step and end take
+    part in collectives with the other ranks.
 
     Resuming mid-epoch: :meth:`resume` makes the next iteration over epoch ``epoch`` start after
     the first ``batches_done`` batches of this rank's share, so a restarted run sees the rest of

@@ -148,7 +148,7 @@ class MultiHeadAttention(nn.Module):
         weights = [getattr(self, name).weight for name in names]
         if torch.is_grad_enabled():
             return torch.cat(weights)  # part of the graph: gradients flow back to each projection
-        once = getattr(self, _stack_name(names), None)
+        once = self._buffers.get(_stack_name(names))  # (not getattr: a miss there raises inside nn.Module, every step)
         if once is not None:
             return once
         if torch.compiler.is_dynamo_compiling():  # a compiled forward without gradients (validation): stacked in its graph

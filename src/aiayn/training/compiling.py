@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# compile_mode → torch.compile's arguments; the modes that replay CUDA graphs.
+# compile_mode's values; those that replay CUDA graphs.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "cudagraphs")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune", "cudagraphs")
 
 

@@ -23,7 +23,7 @@ from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import sustained_tflops
-from aiayn.training.compiling import CUDA_GRAPH_MODES
+from aiayn.training.compiling import COMPILE_MODES, CUDA_GRAPH_MODES
 from aiayn.training.distributed import check_timeout
 from aiayn.training.schedule import check_schedule
 
@@ -34,7 +34,6 @@ ROOT_SETTINGS = (
     "width_divisor", "compile", "compile_mode", "resume", "nonfinite", "cost", "test_after_training", "validation",
     "visualize_at_end", "checkpoint", "distributed", "experiment", "plan", "decoding", "init_from",
 )
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "cudagraphs")
 TASK_SETTINGS = ("name", "vocab_size", "subword_model", "datamodule", "raw_dir", "data_dir", "src_lang", "tgt_lang", "split",
                  "splits")
 
