@@ -29,6 +29,10 @@ def test_the_evaluations_of_a_sweeps_jobs_name_the_training_run_each_scored(tmp_
     evaluations = {}
     for job in sorted(sweep.glob("[01]_*")):
         trained = read_run(job)
+        # each job keeps its own record of the rows it logged offline, which a resumed attempt logs
+        # again from (aiayn.reporting.wandb_history); the second job's had none: the first left
+        # WANDB_MODE=dryrun set in the process (Lightning's), and dryrun was not read as offline
+        assert [path.name for path in (job / "wandb").glob("rows-*.jsonl")] == [f"rows-{trained.run_id}.jsonl"]
         result = run_tool("src/evaluate.py", f"ckpt={job / 'checkpoints' / 'last.ckpt'}", "split=test_2017_mscoco",
                           "decoding.beam_size=1", "decoding.max_len_offset=2", env=env, data_root=data_root,
                           cache_dir=subword_cache)

@@ -25,11 +25,13 @@ def wandb_has_credentials() -> bool:
 
 def wandb_mode(mode: str = "auto") -> str:
     """"online" or "offline": ``mode``, WANDB_MODE in the environment when set (it wins, as it does
-    for wandb itself), "auto" online only with credentials."""
+    for wandb itself), "auto" online only with credentials. WANDB_MODE=dryrun is wandb's older
+    name for offline, and the one Lightning's WandbLogger sets in the process as it starts an
+    offline run: every later job of a --multirun sweep run here finds it set."""
     mode = os.environ.get("WANDB_MODE", mode)
     if mode == "auto":
         mode = "online" if wandb_has_credentials() else "offline"
-    return mode
+    return "offline" if mode == "dryrun" else mode
 
 
 def check_wandb_mode(mode: str, setting: str, modes: tuple[str, ...] = ("online", "offline", "auto")) -> None:
