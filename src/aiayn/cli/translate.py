@@ -40,13 +40,15 @@ line): its beam search normalises by |Y|^α rather than GNMT's length penalty an
 
 from __future__ import annotations
 
+import io
 import logging
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, BinaryIO, NoReturn, TextIO
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -60,7 +62,8 @@ from aiayn.cli.outputs import output_file
 from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.decoding.settings import Asked, asked
 from aiayn.decoding.switches import check_device, switches_of
-from aiayn.errors import ConfigError
+from aiayn.errors import ConfigError, UserError
+from aiayn.files import no_room
 
 if TYPE_CHECKING:  # torch's, imported once the settings are checked: --help and a refusal start in a second
     from aiayn.decoding.translator import Translator
@@ -79,6 +82,7 @@ def main(cfg: DictConfig) -> None:
     switches = _check_settings(cfg)
     source = _input_file(cfg.input)
     output = _output_file(cfg.out, source)
+    _check_streams(source, output)
     from aiayn.decoding.translator import nbest_lines  # torch: once every setting is checked
 
     translator = _translator(cfg, wanted, switches)
@@ -87,7 +91,7 @@ def main(cfg: DictConfig) -> None:
     nbest = translator.nbest > 1
     try:
         with _opened(output, cfg.out) as out:
-            writer = LineWriter(out)
+            writer = LineWriter(out, f"out={cfg.out}" if output is not None else "stdout")
             if nbest:  # k lines an input, each with its index and scores
                 for ready in translator.stream_nbest(chunks):
                     writer.write(nbest_lines(ready, writer.inputs), inputs=len(ready))
@@ -125,17 +129,47 @@ def _summary(lines: int, translator: Translator) -> None:
 class LineWriter:
     """Writes translations one a line, each group flushed at once (to the operating system: a kill
     of the process loses none of it), so that what is written is always a whole prefix of the
-    output; ``lines`` counts the lines written, ``inputs`` the inputs they answer."""
+    output; ``lines`` counts the lines written, ``inputs`` the inputs they answer. ``out`` is a
+    text stream (stdout) or a file opened unbuffered in binary (``out=``, see :func:`_opened`).
 
-    def __init__(self, out: TextIO):
-        self.out, self.lines, self.inputs = out, 0, 0
+    A write that finds no room (a full disk, a quota, ``ulimit -f``) is a UserError that says how
+    many lines were written; an ``out=`` file is first cut back to them, so that it ends in a whole
+    line (stdout's last line may be cut: it cannot be cut back)."""
+
+    def __init__(self, out: TextIO | BinaryIO, name: str = "stdout"):
+        self.out, self.name, self.lines, self.inputs, self.bytes = out, name, 0, 0, 0
 
     def write(self, texts: list[str], inputs: int | None = None) -> None:
         """Write ``texts``, the answers of ``inputs`` inputs (None: one each)."""
-        self.out.write("".join(text + "\n" for text in texts))
-        self.out.flush()
+        text = "".join(text + "\n" for text in texts)
+        try:
+            if isinstance(self.out, io.TextIOBase):
+                self.out.write(text)
+                self.out.flush()
+            else:
+                data = text.encode("utf-8")
+                left = memoryview(data)
+                while left:  # an unbuffered file may take part of it at a time
+                    left = left[self.out.write(left):]
+                self.bytes += len(data)
+        except OSError as error:
+            if no_room(error) is None:
+                raise
+            self._no_room(error)
         self.lines += len(texts)
         self.inputs += len(texts) if inputs is None else inputs
+
+    def _no_room(self, error: OSError) -> NoReturn:
+        fd = self.out.fileno()
+        if isinstance(self.out, io.TextIOBase):  # what it still holds would fail again at exit: dropped
+            os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+        if isinstance(self.out, io.TextIOBase) or not stat.S_ISREG(os.fstat(fd).st_mode):
+            kept = f"after {self.lines} lines were written (the last may be cut)"
+        else:
+            os.ftruncate(fd, self.bytes)
+            kept = f"after {self.lines} lines, which the file holds, each whole"
+        raise UserError(f"{self.name}: {error.strerror or error} {kept}; free space there, or give out= a file on a "
+                        "disk with room, and run again")
 
 
 def _check_settings(cfg: DictConfig) -> dict:
@@ -174,16 +208,30 @@ def _check_settings(cfg: DictConfig) -> dict:
 
 def _input_file(given: str | None) -> Path | None:
     """The input file (None: stdin, also for ``input=-`` as Unix tools read it, as ``out=-`` is
-    stdout), refused when it is not there or is a folder."""
+    stdout), refused when it is not there or is a folder. A pipe or a device is a file too
+    (``input=<(zcat news.en.gz)``, ``input=/dev/stdin``): read once, as stdin is."""
     if not given or given == "-":
         return None
     path = Path(given)
     if path.is_dir():
         raise ConfigError(f"input={given} is a directory; give the file of sentences to translate")
-    if not path.is_file():
-        raise ConfigError(f"input={given}: no such file; give the file of sentences to translate "
+    if not path.exists():
+        link = f" (a link to {os.readlink(path)}, which is not there)" if path.is_symlink() else ""
+        raise ConfigError(f"input={given}: no such file{link}; give the file of sentences to translate "
                           "(without input=, or with input=-, stdin is read)")
     return path
+
+
+def _check_streams(source: Path | None, output: Path | None) -> None:
+    """Refuse, before the model loads, a closed stdin read (``<&-``) or a closed stdout written
+    (``>&-``): there Python has no stream at all, and the run would end in a traceback, having
+    translated for nothing."""
+    if source is None and sys.stdin is None:
+        raise ConfigError("stdin is closed, so there is nothing to translate; give the sentences on stdin, or as "
+                          "input=<file>")
+    if output is None and sys.stdout is None:
+        raise ConfigError("stdout is closed, so the translations could not be written; give out=<file>, or leave "
+                          "stdout open")
 
 
 def _output_file(given: str | None, source: Path | None) -> Path | None:
@@ -228,14 +276,15 @@ def _binary(path: Path) -> bool:
 
 
 @contextmanager
-def _opened(path: Path | None, given: str | None) -> Iterator[TextIO]:
-    """``out`` opened for writing (emptied first), or stdout; an error opening it is the user's."""
+def _opened(path: Path | None, given: str | None) -> Iterator[TextIO | BinaryIO]:
+    """``out`` opened for writing (emptied first; in binary, unbuffered: LineWriter knows what
+    reached the file), or stdout; an error opening it is the user's."""
     if path is None:
         yield sys.stdout
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by the with below
+        handle = open(path, "wb", buffering=0)  # noqa: SIM115 - closed by the with below; LineWriter encodes
     except OSError as error:
         raise ConfigError(f"out={given}: cannot be written ({error.strerror or error}); "
                           "give a path in a folder you can write to") from None
@@ -245,8 +294,11 @@ def _opened(path: Path | None, given: str | None) -> Iterator[TextIO]:
 
 def _chunks(cfg: DictConfig, source: Path | None) -> Iterator[list[str]]:
     """The input in the chunks ``interactive`` asks for (see the module docstring)."""
-    if source is not None:
+    if source is not None and source.is_file():
         lines, arrived = iter_lines(source), None
+    elif source is not None:  # a pipe or a device: read once, as it arrives (iter_lines may read a file twice)
+        stream = AvailableLines(os.open(source, os.O_RDONLY))
+        lines, arrived = _closing(decode_lines(stream, source), stream.fd), stream.ready
     else:
         stdin = AvailableLines(sys.stdin.fileno())
         lines, arrived = decode_lines(stdin, "<stdin>"), stdin.ready
@@ -256,6 +308,14 @@ def _chunks(cfg: DictConfig, source: Path | None) -> Iterator[list[str]]:
     if mode is True:
         return chunked(lines, 1)
     return chunked(lines, cfg.buffer_size, arrived if mode == "auto" else None)
+
+
+def _closing(lines: Iterator[str], fd: int) -> Iterator[str]:
+    """``lines``, the file descriptor they are read from closed once they end or are dropped."""
+    try:
+        yield from lines
+    finally:
+        os.close(fd)
 
 
 if __name__ == "__main__":
