@@ -107,6 +107,16 @@ def test_someone_elses_checkpoint_is_not_an_aiayn_checkpoint(tmp_path):
         read_checkpoint(path)
 
 
+def test_a_tensor_or_a_number_saved_as_a_checkpoint_is_not_an_aiayn_checkpoint(tmp_path):
+    """Before: torch's RuntimeError (``key in tensor``) or a TypeError (``key in 5``), a traceback in every tool."""
+    for name, value in (("Tensor", torch.zeros(3)), ("int", 5), ("NoneType", None)):
+        path = tmp_path / f"{name}.ckpt"
+        torch.save(value, path)
+        with pytest.raises(DataError, match=rf"^{path}: not an aiayn training checkpoint \(it holds an object of type "
+                                             rf"{name}, not a checkpoint's dictionary\)$"):
+            read_checkpoint(path)
+
+
 def test_averaging_more_checkpoints_than_there_are_names_the_steps_found(tmp_path):
     folder = tmp_path / "checkpoints"
     folder.mkdir()

@@ -44,6 +44,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # noqa: BLE001  torch raises several kinds for a file that is not a checkpoint
         raise DataError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
+    if not isinstance(checkpoint, dict):  # a tensor or a number saved alone: `in` would raise on it
+        raise DataError(f"{path}: not an aiayn training checkpoint (it holds an object of type "
+                        f"{type(checkpoint).__name__}, not a checkpoint's dictionary)")
     missing = [key for key in ("state_dict", "hyper_parameters", "subwords") if key not in checkpoint]
     if missing:
         raise DataError(f"{path}: not an aiayn training checkpoint (no {', '.join(missing)})")
@@ -91,7 +94,7 @@ def checkpoints_dir(directory: str | os.PathLike) -> Path:
     """``directory`` itself if it holds checkpoints, else its ``checkpoints/`` folder (a run dir)."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise DataError(f"{directory}: no such directory")
+        raise DataError(f"{directory}: no such directory; give a run folder, its checkpoints/ folder or a checkpoint")
     if (directory / "checkpoints").is_dir() and not any(directory.glob("*.ckpt")):
         return directory / "checkpoints"
     return directory

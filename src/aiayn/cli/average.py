@@ -21,7 +21,7 @@ from aiayn.cli import CONFIG_DIR, tool_command
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
 from aiayn.cli.outputs import output_file
-from aiayn.errors import ConfigError
+from aiayn.errors import ConfigError, DataError
 
 
 @read_by_hydra("average")  # paths as one value, old names, Hydra's options anywhere (aiayn.cli.command_line)
@@ -39,7 +39,7 @@ def main(cfg: DictConfig) -> None:
     if out.is_dir():
         raise ConfigError(f"out={cfg.out} is a folder; give the file to write, e.g. out={out / 'averaged.ckpt'}")
     from aiayn.checkpoints.averaging import average_checkpoints, last_checkpoints  # torch: once settings are checked
-    from aiayn.checkpoints.io import checkpoint_step, save_checkpoint_atomically
+    from aiayn.checkpoints.io import checkpoint_step, not_found, save_checkpoint_atomically
 
     if os.path.lexists(out):
         raise ConfigError(f"out={cfg.out} exists; averaging never writes over a file: give a new name, e.g. "
@@ -49,6 +49,8 @@ def main(cfg: DictConfig) -> None:
                           f"step); give another, e.g. out={out.with_name('averaged.ckpt')}")
     output_file(cfg.out)  # its folder can be made and written in, checked before any checkpoint is read
     ckpt = Path(one_checkpoint(cfg.ckpt, "one checkpoint (or run folder)"))
+    if not ckpt.exists() and (ckpt.suffix == ".ckpt" or ckpt.is_symlink()):  # a checkpoint meant, not a folder
+        raise DataError(not_found(ckpt))
     # DataError: missing folder, too few checkpoints
     paths = (last_checkpoints(ckpt.parent, cfg.average_last, ending_at=ckpt) if ckpt.is_file()
              else last_checkpoints(ckpt, cfg.average_last))
