@@ -61,6 +61,15 @@ def test_a_corpus_of_ones_own_trains_tests_and_is_evaluated_and_translated(tmp_p
     assert json.loads(report.read_text())["sentences"] == 15
     (hypotheses,) = out.glob("newstest2014.*.hyp.de")
     assert len(read_lines(hypotheses)) == 15
+    # A split of no lines is refused as training refuses it (before: a ZeroDivisionError traceback
+    # from the perplexity, exit 1).
+    for lang in ("en", "de"):
+        (corpus / f"empty.{lang}").write_text("")
+    refused = run_tool("src/evaluate.py", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}", "split=empty",
+                       f"out={tmp_path / 'empty'}", check=False, data_root=data_root, cache_dir=subword_cache)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
+        f"evaluate.py: {corpus / 'empty.en'} / {corpus / 'empty.de'}: no lines; a split needs one sentence pair per "
+        "line"), refused.stderr[-3000:]
     # The corpus moved since: the line names the settings that give its folder to evaluate.py, which
     # take it (before: "give the folder", with no setting evaluate.py takes for it).
     moved = corpus.rename(tmp_path / "moved")

@@ -272,7 +272,9 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         """An evaluation split (a file name, :meth:`check_split`'s), aligned: its source lines,
         its target lines (what the model is trained to write: perplexity is theirs) and what
         :meth:`scorer` scores outputs against (here the same target lines); ``vocab``, the model's."""
-        sources, targets = read_parallel(*self.split_files(split, self.download))
+        files = self.split_files(split, self.download)
+        sources, targets = read_parallel(*files)
+        _require_lines(sources, *files)  # as training refuses it: nothing to score (perplexity would divide by 0)
         return sources, targets, targets
 
     def scoring_references(self, split: str) -> list[str]:

@@ -4,6 +4,7 @@ mirror and timeout."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -29,6 +30,17 @@ def download_file(
     download fails and which a later call continues with an HTTP Range request (a server that
     ignores Range sends the whole file again, which replaces it)."""
     path = Path(path)
+    made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]  # deepest first
+    try:
+        return _download(url, path, timeout, resume, check)
+    except BaseException:
+        for folder in made:  # a failed download leaves no empty folders of its own (a data root mistyped)
+            with contextlib.suppress(OSError):  # not empty: a resumable .part, or another's file
+                folder.rmdir()
+        raise
+
+
+def _download(url: str, path: Path, timeout: float, resume: bool, check: Callable[[Path], Any] | None) -> Path:
     with atomic_path(path, "" if resume else path.suffix, resumable=resume) as partial:
         have = partial.stat().st_size if resume and partial.is_file() else 0
         request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})

@@ -139,6 +139,15 @@ def mirror(loopback_http, monkeypatch):
     return root
 
 
+def test_archives_that_cannot_be_downloaded_into_a_raw_dir_not_there_leave_no_folder(tmp_path, mirror):
+    """Nothing is served: every archive fails (HTTP 404). Before: an empty <raw_dir>/archives/ was
+    left under a task.raw_dir given with a typo; a folder that held a partial download is kept."""
+    raw = tmp_path / "typo" / "wmt14"
+    with pytest.raises(DataError, match="could not be downloaded"):
+        locate(raw, "en", "de", download=True)
+    assert list(tmp_path.iterdir()) == [mirror]
+
+
 def test_missing_archives_are_downloaded_and_unpacked(raw_tree, tmp_path, mirror):
     members = {"europarl": ["training/europarl-v7.de-en.en", "training/europarl-v7.de-en.de"],
                "commoncrawl": ["commoncrawl.de-en.en.gz", "commoncrawl.de-en.de.gz"],
