@@ -143,6 +143,20 @@ def test_the_tag_names_every_setting_switch_and_member_and_keeps_the_earlier_nam
     assert Decoding.of(switches={"onnxruntime": True}).describe() == "beam 4, α 0.6, +50, stop paper, onnxruntime"
 
 
+def test_a_shortest_output_or_a_beam_the_model_cannot_hold_is_refused() -> None:
+    """:meth:`Decoding.fit`, which the search, train's config check and the CTranslate2 engine call
+    with their model's positions and vocabulary."""
+    Decoding.of({}, {"min_len": 511, "max_len_offset": 600}).fit(512, 500)  # EOS at the last position
+    Decoding.of({}, {"beam_size": 500}).fit(512, 500)
+    Decoding.of({}, {"sampling": True, "nbest": 600}).fit(512, 500)  # samples are no beam
+    with pytest.raises(ConfigError, match=r"^decoding\.min_len=512 cannot be met: the model's max_positions=512 hold "
+                                          r"at most 511 output tokens before EOS; lower min_len to at most 511$"):
+        Decoding.of({}, {"min_len": 512, "max_len_offset": 600}).fit(512, 500)
+    with pytest.raises(ConfigError, match=r"^decoding\.beam_size=501 is wider than the model's vocabulary of 500 "
+                                          r"subwords; give at most 500 \(the paper's beam is 4\)$"):
+        Decoding.of({}, {"beam_size": 501}).fit(512, 500)
+
+
 def test_a_shortest_output_longer_than_a_short_inputs_limit_is_refused() -> None:
     """An output is cut at its input's length + max_len_offset: a min_len above the offset could not
     be met for a short input (before: asked for, named in the report, and not met, outputs cut short)."""

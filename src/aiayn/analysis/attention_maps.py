@@ -98,7 +98,7 @@ def attention_maps(model: Transformer, vocab: Subwords, text: str, decoding: Dec
     was_training = model.training
     model.eval()
     try:
-        hypothesis = Search(decoding, vocab, constraint).best(model, src)[0]
+        hypothesis = Search(decoding, vocab, constraint).fitting(model).best(model, src)[0]
         hypothesis = hypothesis[: model.max_positions - 1]  # BOS + hypothesis must fit the positions
         tgt_in = torch.tensor([[vocab.bos_id] + hypothesis], dtype=torch.long, device=device)
         memory, src_mask, encoder_weights = model.encode(src, return_weights=True)

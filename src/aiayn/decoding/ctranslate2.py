@@ -87,6 +87,7 @@ class CTranslate2Translator:
         self.max_positions = int(exported["max_positions"])
         self.batch_size = batch_size
         self.vocab = Subwords(folder / SUBWORDS_FILE)
+        self.decoding.fit(self.max_positions, self.vocab.vocab_size)  # as aiayn's search checks its model
         self.piece_ids = self.vocab.piece_ids()
         # a parser's way with lines and outputs, as its task hands it over (None: text, a translation's)
         self.raw_text = raw_text_of(exported.get("task") or {}, self.vocab)

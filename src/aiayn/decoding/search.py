@@ -38,6 +38,13 @@ class Search:
         self.arguments.update(bos_id=vocab.bos_id, eos_id=vocab.eos_id)
         self.nbest = self.decoding.nbest
         self.generator: torch.Generator | None = None
+        self.vocab_size = vocab.vocab_size
+
+    def fitting(self, model: Any) -> Search:
+        """Itself, once its settings are checked against ``model`` (its positions, and the
+        vocabulary: :meth:`Decoding.fit`), before anything is decoded."""
+        self.decoding.fit(model.max_positions, self.vocab_size)
+        return self
 
     def __call__(self, model: Any, src: torch.Tensor) -> list[list[Hypothesis]]:
         if not self.decoding.sampling:

@@ -126,6 +126,19 @@ class _Decoding:
                               f"min_len; raise max_len_offset to at least {shortest}, or lower min_len")
         return cls(**values, engine=engine, switches=MappingProxyType(switches), members=tuple(members))
 
+    def fit(self, max_positions: int, vocab_size: int) -> None:
+        """A ConfigError for settings a model of ``max_positions`` positions and ``vocab_size``
+        subwords cannot meet: a ``min_len`` its positions cannot hold (every output would be cut
+        at them, shorter than asked, with no word), a beam wider than its vocabulary (memory for
+        beam × vocabulary scores a step, the process killed for it)."""
+        if self.min_len and self.min_len >= max_positions:
+            raise ConfigError(f"decoding.min_len={self.min_len} cannot be met: the model's max_positions={max_positions} "
+                              f"hold at most {max_positions - 1} output tokens before EOS; lower min_len to at most "
+                              f"{max_positions - 1}")
+        if self.beam_size is not None and self.beam_size > vocab_size:
+            raise ConfigError(f"decoding.beam_size={self.beam_size} is wider than the model's vocabulary of {vocab_size} "
+                              f"subwords; give at most {vocab_size} (the paper's beam is 4)")
+
     def settings(self) -> dict[str, Any]:
         """Every decoding setting (None: one the engine has no use for), as a report records them."""
         return {name: getattr(self, name) for name in NAMES}

@@ -138,7 +138,7 @@ class Translator:
                  raw_text: RawTextForm | None = None, decoder: RawTextForm | None = None):
         self.model, self.vocab, self.batch_size, self.raw_text = model, vocab, batch_size, raw_text
         self.decoder = decoder
-        self.search = Search(decoding, vocab, constraint)
+        self.search = Search(decoding, vocab, constraint).fitting(model)
         self.nbest = self.search.nbest  # hypotheses an input
         self.collate = TranslationCollator(vocab.pad_id, vocab.bos_id, vocab.eos_id)
         self.sentences = self.output_tokens = self.truncated = 0

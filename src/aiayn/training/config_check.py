@@ -50,7 +50,7 @@ def check_train_config(config: Mapping[str, Any]) -> None:
                    optim["train_steps"])
     check_task(config.get("task") or {})
     _check_positions(typed["model"], (config.get("task") or {}).get("datamodule") or {})
-    _check_decoding(typed["decoding"], config.get("task") or {})
+    _check_decoding(typed["decoding"], config.get("task") or {}, typed["model"])
     _check_run(config)
     _check_trainer(config.get("trainer") or {})
     _check_adam_in_half(typed["optim"], config.get("trainer") or {})
@@ -155,8 +155,10 @@ def _check_positions(model: Mapping[str, Any], data: Mapping[str, Any]) -> None:
             f"task.datamodule.max_length to at most {positions - 1}")
 
 
-def _check_decoding(decoding: Mapping[str, Any], task: Mapping[str, Any]) -> None:
-    Decoding.of(None, decoding)  # as validation makes it (training.module), and every tool
+def _check_decoding(decoding: Mapping[str, Any], task: Mapping[str, Any], model: Mapping[str, Any]) -> None:
+    settings = Decoding.of(None, decoding)  # as validation makes it (training.module), and every tool
+    if _whole(model.get("max_positions")) and _whole(task.get("vocab_size")):  # as the search checks the model
+        settings.fit(model["max_positions"], task["vocab_size"])
     kind = task_module(task)
     if decoding.get("constrained") and (kind is None or kind.OUTPUT_CONSTRAINT is None):
         raise ConfigError(f"decoding.constrained=true decodes linearised trees, for parsing tasks; task "

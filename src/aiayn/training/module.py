@@ -308,7 +308,7 @@ class TranslationModule(L.LightningModule):
             if self._search is None:  # the task's output constraint, where decoding asks for one, is built once
                 data = self.trainer.datamodule
                 constraint = data.output_constraint(data.vocab)
-                self._search = Search(self.decoding, data.vocab, constraint)
+                self._search = Search(self.decoding, data.vocab, constraint).fitting(self.model)
                 self._decoder = data.raw_text(data.vocab, constraint) or data.vocab
             texts = self._decoder.decode(self._search.best(self.model, batch["src"][selected]))
             self.hypotheses.extend(zip(batch["index"][selected].tolist(), texts))
