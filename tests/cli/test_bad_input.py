@@ -82,8 +82,15 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
                                                         "signal a process can handle here")),
     # Ranges that would otherwise fail at the first validation, or later.
     (["decoding.beam_size=0"], "train.py: decoding.beam_size must be a whole number of at least 1, got 0"),
-    (["decoding.alpha=-0.5"], ("train.py: decoding.alpha (the length penalty's exponent) must be a number, 0 or "
-                              "more, got -0.5")),
+    (["decoding.alpha=-0.5"], ("train.py: decoding.alpha (the length penalty's exponent) must be a finite number, 0 "
+                              "or more, got -0.5")),
+    # before: taken, every length penalty infinite and every score 0 (the first hypothesis to finish won)
+    (["decoding.alpha=inf"], ("train.py: decoding.alpha (the length penalty's exponent) must be a finite number, 0 "
+                             "or more, got inf")),
+    (["decoding.sampling=true", "decoding.temperature=inf"], "train.py: decoding.temperature must be above 0 and finite"),
+    # before: taken, Lightning logging no training figure at all (its 0)
+    (["trainer.log_every_n_steps=0"], ("train.py: trainer.log_every_n_steps must be a whole number of steps, 1 or more "
+                                      "(1: every step, train.py's), got 0")),
     (["decoding.max_len_offset=-1"], ("train.py: decoding.max_len_offset must be a whole number of at least 0, "
                                      "got -1")),
     # what the model cannot hold (before: a process killed for memory at the first validation; a

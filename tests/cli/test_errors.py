@@ -251,7 +251,7 @@ def test_decoding_settings_are_checked_before_loading() -> None:
         "nbest": 1, "sampling": False, "temperature": None, "top_k": None, "top_p": None, "seed": None}
     for settings, message in [({"beam_size": 0}, "decoding.beam_size must be a whole number of at least 1, got 0"),
                               ({"max_len_offset": -1}, "decoding.max_len_offset must be a whole number of at least 0"),
-                              ({"alpha": -1}, "decoding.alpha (the length penalty's exponent) must be a number"),
+                              ({"alpha": -1}, "decoding.alpha (the length penalty's exponent) must be a finite number"),
                               ({"alpha": "high"}, "decoding.alpha: Value 'high' of type 'str' could not be converted"),
                               ({"kv_cache": "maybe"}, "decoding.kv_cache: Value 'maybe' is not a valid bool"),
                               ({"beam": 4}, "decoding.beam is not a decoding setting; the settings are alpha, ")]:

@@ -15,6 +15,7 @@ in what consumes it; tests/decoding/test_settings.py walks every row through eve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,7 +82,7 @@ SETTINGS: dict[str, Setting] = {
         {BEAM: Serves((False,)), SAMPLING: Serves((True,)), ONNX_RUNTIME: ALL, CTRANSLATE2: ALL,
          HF: Serves(to="do_sample")}),
     "temperature": Setting(
-        lambda v: isinstance(v, (int, float)) and v > 0, "{key} must be above 0 (1.0: the model's own distribution)",
+        lambda v: isinstance(v, (int, float)) and 0 < v < math.inf, "{key} must be above 0 and finite (1.0: the model's own distribution)",
         lambda v: f"t{float(v):g}", lambda v: f"temperature {float(v):g}",
         {BEAM: SAMPLING_ONLY, SAMPLING: Serves(to="temperature"), ONNX_RUNTIME: ALL,
          CTRANSLATE2: Serves(to="sampling_temperature"), HF: Serves(to="temperature")}),
@@ -107,8 +108,8 @@ SETTINGS: dict[str, Setting] = {
          CTRANSLATE2: Serves(to="beam_size", value=lambda d: d.beam_size or 1),
          HF: Serves(to="num_beams", value=lambda d: d.beam_size or 1)}),
     "alpha": Setting(
-        lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and v >= 0,
-        "{key} (the length penalty's exponent) must be a number, 0 or more",
+        lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v < math.inf,
+        "{key} (the length penalty's exponent) must be a finite number, 0 or more",
         lambda v: f"alpha{float(v):g}", lambda v: f"α {float(v):g}",
         {BEAM: Serves(to="alpha"), SAMPLING: Serves(to="alpha"), ONNX_RUNTIME: ALL,
          CTRANSLATE2: Serves(to="length_penalty"), HF: Serves(to="length_penalty", value=_beams_only("alpha"))}),
