@@ -16,9 +16,13 @@ class TokenBatchSampler(Sampler[list[int]]):
 
     Indices are sorted by (source length, target length), ties broken by a seeded random
     permutation when ``shuffle`` (else by index), and cut into consecutive runs such that
-    ``len(batch) * max(length in batch) <= max_tokens`` for source and target alike. The
+    ``len(batch) * max(length in batch) <= max_tokens`` for source and target alike: a batch is
+    counted by its longer side's padded tokens, as tensor2tensor counted an example by the longer
+    of its input and target, so the shorter side (English against German) holds fewer. The
     batches are built once; each epoch, when ``shuffle``, their order is permuted with the seed
-    ``seed + epoch``. Rank ``r`` takes batches ``r, r + num_replicas, ...`` of that order. With
+    ``seed + epoch`` (the paper is silent; fairseq's way: the same sentences batched together
+    every epoch, which tensor2tensor's shuffled input pipeline regrouped; built once, the batches
+    cost nothing per epoch and a resumed run meets exactly the batches it would have). Rank ``r`` takes batches ``r, r + num_replicas, ...`` of that order. With
     ``pad_to_equal`` (training, where DDP ranks must take the same number of steps) the batches
     holding the most examples are split in two until their number is a multiple of
     ``num_replicas``, so every rank gets the same number and each example is still seen exactly

@@ -24,6 +24,12 @@ hypotheses have finished.
 ``beam_search_nbest`` gives each sentence's ``nbest`` best hypotheses with their scores
 (:class:`Hypothesis`); ``beam_search`` the best one's tokens.
 
+Every token of the vocabulary is a candidate at every step, padding and BOS too (the paper is
+silent; tensor2tensor's search and CTranslate2's do so, fairseq's leaves padding out). The model
+never has either as a target (the loss skips padding, BOS is only an input), so label smoothing's
+share is all they get, and a trained model does not pick them; ``Subwords.decode`` would leave
+them out of the text.
+
 Both take an optional ``constraint`` (:class:`OutputConstraint`): at every step the tokens it
 does not allow get log-probability -inf, so only outputs of a given form are found (the parser's
 well-formed trees, ``aiayn.data.parsing.constraints``). Without one the search is as above.
