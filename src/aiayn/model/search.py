@@ -25,7 +25,7 @@ hypotheses have finished.
 (:class:`Hypothesis`); ``beam_search`` the best one's tokens.
 
 Every token of the vocabulary is a candidate at every step, padding and BOS too (the paper is
-silent; tensor2tensor's search and CTranslate2's do so, fairseq's leaves padding out). The model
+silent; tensor2tensor's beam search masks neither, fairseq's leaves padding out). The model
 never has either as a target (the loss skips padding, BOS is only an input), so label smoothing's
 share is all they get, and a trained model does not pick them; ``Subwords.decode`` would leave
 them out of the text.
