@@ -128,11 +128,18 @@ def test_evaluate_writes_the_nbest_list_and_reports_chrf_and_lowercased_bleu(tin
     ("decoding.stop=fairseq", "decoding.stop must be paper"),
     ("decoding.top_k=5", "beam search cannot serve decoding.top_k=5 (it applies to sampling only)"),
     ("decoding.temperature=0", "decoding.temperature must be above 0"),
+    # What the model cannot hold. Before: beam 100000 on its 500 subwords asked for 29 GB and the
+    # kernel killed the run; a min_len past its positions was asked for and silently not met.
+    ("decoding.beam_size=100000", "decoding.beam_size=100000 is wider than the model's vocabulary of "),
+    ("decoding.max_len_offset=700 decoding.min_len=600", "decoding.min_len=600 cannot be met: the model's "),
 ])
 def test_bad_decoding_options_are_one_line(setting: str, wanted: str, tiny_run: TrainedRun, data_root: Path,
                                            tmp_path: Path) -> None:
     for tool in ("src/translate.py", "src/evaluate.py"):
-        result = run_tool(tool, f"ckpt={tiny_run.last}", setting, "decoding.beam_size=4", f"out={tmp_path / 'x'}",
-                          data_root=data_root, cache_dir=tiny_run.cache_dir, check=False, stdin="A man.\n")
+        beam = [] if "beam_size" in setting else ["decoding.beam_size=4"]
+        result = run_tool(tool, f"ckpt={tiny_run.last}", *beam, *setting.split(),
+                          f"out={tmp_path / 'x'}", data_root=data_root, cache_dir=tiny_run.cache_dir, check=False,
+                          stdin="A man.\n")
         assert result.returncode == 2 and wanted in result.stderr, result.stderr
-        assert len(result.stderr.strip().splitlines()) == 1
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert not (tmp_path / "x").exists()  # refused before anything is written

@@ -272,8 +272,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         """An evaluation split (a file name, :meth:`check_split`'s), aligned: its source lines,
         its target lines (what the model is trained to write: perplexity is theirs) and what
         :meth:`scorer` scores outputs against (here the same target lines); ``vocab``, the model's."""
-        files = self.split_files(split, self.download)
-        sources, targets = read_parallel(*files)
+        sources, targets = read_parallel(*(files := self.split_files(split, self.download)))
         _require_lines(sources, *files)  # as training refuses it: nothing to score (perplexity would divide by 0)
         return sources, targets, targets
 
@@ -335,8 +334,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
     def _loader(self, role: str, max_tokens: int, shuffle: bool, pad_to_equal: bool) -> DataLoader:
         trainer = self.trainer
         num_replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-        # An optimizer step takes accumulate_grad_batches batches of every rank (aiayn.config.plan).
-        accumulate = getattr(trainer, "accumulate_grad_batches", 1) if role == "train" else 1
+        accumulate = getattr(trainer, "accumulate_grad_batches", 1) if role == "train" else 1  # per rank and step
         return split_loader(role, self.dataset(role), self.vocab, max_tokens, shuffle=shuffle, pad_to_equal=pad_to_equal,
                             seed=self.seed, num_replicas=num_replicas, rank=rank, accumulate=accumulate,
                             length_buckets=self.length_buckets if role == "train" else None,
