@@ -232,10 +232,12 @@ def test_average_cli_errors_are_one_line(tmp_path: Path, run_dir: Path) -> None:
                                 ((f"ckpt={run_dir}", "average_last=5"), "only 4"),
                                 ((f"ckpt={tmp_path / 'missing'}",), "no such directory; give a run folder"),
                                 # before: "no such directory" for a checkpoint file that is not there, a link's too
-                                ((f"ckpt={tmp_path / 'gone.ckpt'}",), f"{tmp_path / 'gone.ckpt'}: checkpoint not found"),
+                                ((f"ckpt={tmp_path / 'gone.ckpt'}",),
+                                 f"{tmp_path / 'gone.ckpt'}: checkpoint not found"),
                                 ((f"ckpt={dangling}",), f"(a link to {tmp_path / 'gone.ckpt'}, which is not there)"),
                                 # before: torch's RuntimeError traceback from `key in tensor`
-                                ((f"ckpt={tensor}",), "(it holds an object of type Tensor, not a checkpoint's dictionary)")]:
+                                ((f"ckpt={tensor}",),
+                                 "(it holds an object of type Tensor, not a checkpoint's dictionary)")]:
         result = average_cli(*arguments, f"out={tmp_path / 'out.ckpt'}", cwd=tmp_path)
         assert result.returncode == 2, result.stdout + result.stderr
         lines = result.stderr.strip().splitlines()

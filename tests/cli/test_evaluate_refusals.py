@@ -50,7 +50,8 @@ BAD_INPUT = [
      "split=train: task wmt_en_de has no such split; its splits are val (newstest2013), test (newstest2014)"),
     (["ckpt={run}"], "ckpt={run} is a directory; give one checkpoint file, e.g. ckpt={folder}/last.ckpt"),
     (["decoding.beam_size=0"], "decoding.beam_size must be a whole number of at least 1, got 0"),
-    (["decoding.alpha=-1"], "decoding.alpha (the length penalty's exponent) must be a finite number, 0 or more, got -1"),
+    (["decoding.alpha=-1"], ("decoding.alpha (the length penalty's exponent) must be a finite number, 0 or more, "
+                             "got -1")),
     (["batch_size=0"], "batch_size must be a whole number of at least 1, got 0"),
     (["max_tokens=0"], "max_tokens must be a whole number of at least 1, got 0"),
     # Before: the batch sampler's ValueError, a traceback (perplexity is computed before decoding).

@@ -7,6 +7,7 @@ trained run; what needs a process (a closed descriptor, a file-size limit) in on
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -53,6 +54,12 @@ def test_a_pipe_named_as_the_input_is_read_once_as_stdin_is(tiny_run: TrainedRun
     assert _translate(tiny_run, f"input={fifo}").stdout == expected
     writer.join(timeout=60)
     assert _translate(tiny_run, f"input={os.devnull}").stdout == ""  # a device: no lines, none written
+    with socket.socket(socket.AF_UNIX) as listening:  # what is neither: one line (not ENXIO's traceback)
+        listening.bind(str(tmp_path / "socket"))
+        refused = _translate(tiny_run, f"input={tmp_path / 'socket'}", check=False)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
+        f"translate.py: input={tmp_path / 'socket'} is neither a file nor a pipe; give the file of sentences to "
+        "translate"), refused.stderr[-2000:]
 
 
 @pytest.mark.cli
@@ -87,7 +94,7 @@ def test_a_file_that_fills_its_disk_is_cut_back_to_the_whole_lines_it_holds(tiny
     assert 0 < len(written) < len(whole) and written == whole[:len(written)]  # whole lines, the first ones
     assert result.stderr.strip().splitlines()[-1] == (
         f"translate.py: out={out}: File too large after {len(written)} lines, which the file holds, each whole; "
-        "free space there, or give out= a file on a disk with room, and run again")
+        "raise the file-size limit (ulimit -f), or give out= a file on a disk with room, and run again")
 
 
 @pytest.mark.cli

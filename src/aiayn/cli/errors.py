@@ -13,8 +13,8 @@ it was invoked: ``train.py``, ``aiayn-train``), and exit status 2:
   free space (what aiayn writes is written whole or not at all, aiayn.files).
 
 A multi-node run whose other nodes never joined says how nodes are started (exit 2). A run that
-stopped on its own is one line and exit status 1: non-finite losses too many steps in
-a row (``NonFiniteLossError``), or another DDP rank that died (this rank's collective lost its
+stopped on its own is one line and exit status 1: non-finite losses too many steps in a row
+(``NonFiniteLossError``), or another DDP rank that died (this rank's collective lost its
 peer, or ``ddp_spawn`` saw a child exit or raise); the line says to continue with ``resume=auto``.
 A user error a ``ddp_spawn`` rank raised is the user error itself: train makes it again in the
 launching process (aiayn.cli.rank_errors.user_error_of_a_rank), its one line and exit status 2;
@@ -73,9 +73,9 @@ def fail(message: str, status: int = USER_ERROR) -> NoReturn:
 
 
 def reader_gone() -> NoReturn:
-    """The reader of stdout has gone (``--help | head -3``): stop quietly, as cat does, with the
-    status a process killed by SIGPIPE has; nothing is left to flush at exit."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    """The reader of the output has gone (``--help | head -3``): stop quietly, as cat does, with the
+    status a process killed by SIGPIPE has; nothing of stdout is left to flush at exit."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno() if sys.stdout else 1)  # None: closed (>&-)
     sys.exit(128 + signal.SIGPIPE)
 
 

@@ -40,6 +40,7 @@ line): its beam search normalises by |Y|^α rather than GNMT's length penalty an
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
 import os
@@ -143,7 +144,7 @@ class LineWriter:
         """Write ``texts``, the answers of ``inputs`` inputs (None: one each)."""
         text = "".join(text + "\n" for text in texts)
         try:
-            if isinstance(self.out, io.TextIOBase):
+            if not isinstance(self.out, io.RawIOBase):  # a text stream (stdout)
                 self.out.write(text)
                 self.out.flush()
             else:
@@ -160,16 +161,18 @@ class LineWriter:
         self.inputs += len(texts) if inputs is None else inputs
 
     def _no_room(self, error: OSError) -> NoReturn:
-        fd = self.out.fileno()
-        if isinstance(self.out, io.TextIOBase):  # what it still holds would fail again at exit: dropped
+        fd, text = self.out.fileno(), not isinstance(self.out, io.RawIOBase)
+        if text:  # what the stream still holds would fail again at exit: dropped
             os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
-        if isinstance(self.out, io.TextIOBase) or not stat.S_ISREG(os.fstat(fd).st_mode):
+        if text or not stat.S_ISREG(os.fstat(fd).st_mode):
             kept = f"after {self.lines} lines were written (the last may be cut)"
         else:
             os.ftruncate(fd, self.bytes)
             kept = f"after {self.lines} lines, which the file holds, each whole"
-        raise UserError(f"{self.name}: {error.strerror or error} {kept}; free space there, or give out= a file on a "
-                        "disk with room, and run again")
+        fix = ("raise the file-size limit (ulimit -f)" if error.errno == errno.EFBIG else  # a limit, not a full disk
+               "free space there")
+        raise UserError(f"{self.name}: {error.strerror or error} {kept}; {fix}, or give out= a file on a disk with "
+                        "room, and run again")
 
 
 def _check_settings(cfg: DictConfig) -> dict:
@@ -219,6 +222,9 @@ def _input_file(given: str | None) -> Path | None:
         link = f" (a link to {os.readlink(path)}, which is not there)" if path.is_symlink() else ""
         raise ConfigError(f"input={given}: no such file{link}; give the file of sentences to translate "
                           "(without input=, or with input=-, stdin is read)")
+    mode = path.stat().st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):  # a socket, a disk
+        raise ConfigError(f"input={given} is neither a file nor a pipe; give the file of sentences to translate")
     return path
 
 

@@ -22,7 +22,8 @@ class TokenBatchSampler(Sampler[list[int]]):
     batches are built once; each epoch, when ``shuffle``, their order is permuted with the seed
     ``seed + epoch`` (the paper is silent; fairseq's way: the same sentences batched together
     every epoch, which tensor2tensor's shuffled input pipeline regrouped; built once, the batches
-    cost nothing per epoch and a resumed run meets exactly the batches it would have). Rank ``r`` takes batches ``r, r + num_replicas, ...`` of that order. With
+    cost nothing per epoch and a resumed run meets exactly the batches it would have). Rank ``r``
+    takes batches ``r, r + num_replicas, ...`` of that order. With
     ``pad_to_equal`` (training, where DDP ranks must take the same number of steps) the batches
     holding the most examples are split in two until their number is a multiple of
     ``num_replicas``, so every rank gets the same number and each example is still seen exactly

@@ -121,7 +121,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         if self.vocab is None:
             src_path, tgt_path = self.split_files(self.splits["train"], self.download)
             src, tgt = read_parallel(src_path, tgt_path)
-            _require_lines(src, src_path, tgt_path)
+            require_lines(src, src_path, tgt_path)
             self.vocab = self._train_or_load(src, tgt)
         return self.vocab
 
@@ -182,7 +182,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         dataset with ``src_lengths``, ``tgt_lengths`` and ``(index, src_ids, tgt_ids)`` items)."""
         src_path, tgt_path = self.split_files(self.splits[role], self.download)
         src, tgt = read_parallel(src_path, tgt_path)
-        _require_lines(src, src_path, tgt_path)
+        require_lines(src, src_path, tgt_path)
         if self.vocab is None:
             learnt = role == "train" and self.given_vocab is None
             self.vocab = self._train_or_load(src, tgt) if learnt else self.load_vocab()
@@ -273,7 +273,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         its target lines (what the model is trained to write: perplexity is theirs) and what
         :meth:`scorer` scores outputs against (here the same target lines); ``vocab``, the model's."""
         sources, targets = read_parallel(*(files := self.split_files(split, self.download)))
-        _require_lines(sources, *files)  # as training refuses it: nothing to score (perplexity would divide by 0)
+        require_lines(sources, *files)  # as training refuses it: nothing to score (perplexity would divide by 0)
         return sources, targets, targets
 
     def scoring_references(self, split: str) -> list[str]:
@@ -341,7 +341,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
                             num_workers=self.num_workers)
 
 
-def _require_lines(src: list[str], src_path: Path, tgt_path: Path) -> None:
+def require_lines(src: list[str], src_path: Path, tgt_path: Path) -> None:
     if not src:
         raise DataError(f"{src_path} / {tgt_path}: no lines; a split needs one sentence pair per line")
 

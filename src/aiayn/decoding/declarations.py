@@ -82,7 +82,8 @@ SETTINGS: dict[str, Setting] = {
         {BEAM: Serves((False,)), SAMPLING: Serves((True,)), ONNX_RUNTIME: ALL, CTRANSLATE2: ALL,
          HF: Serves(to="do_sample")}),
     "temperature": Setting(
-        lambda v: isinstance(v, (int, float)) and 0 < v < math.inf, "{key} must be above 0 and finite (1.0: the model's own distribution)",
+        lambda v: isinstance(v, (int, float)) and 0 < v < math.inf,
+        "{key} must be above 0 and finite (1.0: the model's own distribution)",
         lambda v: f"t{float(v):g}", lambda v: f"temperature {float(v):g}",
         {BEAM: SAMPLING_ONLY, SAMPLING: Serves(to="temperature"), ONNX_RUNTIME: ALL,
          CTRANSLATE2: Serves(to="sampling_temperature"), HF: Serves(to="temperature")}),

@@ -129,15 +129,16 @@ class _Decoding:
     def fit(self, max_positions: int, vocab_size: int) -> None:
         """A ConfigError for settings a model of ``max_positions`` positions and ``vocab_size``
         subwords cannot meet: a ``min_len`` its positions cannot hold (every output would be cut
-        at them, shorter than asked, with no word), a beam wider than its vocabulary (memory for
-        beam × vocabulary scores a step, the process killed for it)."""
+        at them, shorter than asked, with no word), a beam wider than its vocabulary (a bound no
+        search needs to pass, and a typo's: beam × vocabulary scores a step, 29 GB for a beam of
+        100000 over 500 subwords; a beam under it may still not fit the memory)."""
         if self.min_len and self.min_len >= max_positions:
-            raise ConfigError(f"decoding.min_len={self.min_len} cannot be met: the model's max_positions={max_positions} "
-                              f"hold at most {max_positions - 1} output tokens before EOS; lower min_len to at most "
-                              f"{max_positions - 1}")
+            raise ConfigError(f"decoding.min_len={self.min_len} cannot be met: the model's max_positions="
+                              f"{max_positions} hold at most {max_positions - 1} output tokens before EOS; lower "
+                              f"min_len to at most {max_positions - 1}")
         if self.beam_size is not None and self.beam_size > vocab_size:
-            raise ConfigError(f"decoding.beam_size={self.beam_size} is wider than the model's vocabulary of {vocab_size} "
-                              f"subwords; give at most {vocab_size} (the paper's beam is 4)")
+            raise ConfigError(f"decoding.beam_size={self.beam_size} is wider than the model's vocabulary of "
+                              f"{vocab_size} subwords; give at most {vocab_size} (the paper's beam is 4)")
 
     def settings(self) -> dict[str, Any]:
         """Every decoding setting (None: one the engine has no use for), as a report records them."""

@@ -20,7 +20,7 @@ from glob import glob
 from pathlib import Path
 from typing import Any
 
-from aiayn.data.datamodule import TranslationDataModule
+from aiayn.data.datamodule import TranslationDataModule, require_lines
 from aiayn.data.parsing.constraints import TreeConstraint, has_tree_symbols
 from aiayn.data.parsing.linearize import LEAF, LINEARIZATIONS, delinearize, linearize, output_symbols
 from aiayn.data.parsing.raw_text import RawText
@@ -279,7 +279,8 @@ class ParsingDataModule(TranslationDataModule):
         """A split's sentences (their words), their linearised trees (the model's targets) and
         their gold trees (what :meth:`scorer` compares outputs with); a warning names the gold
         labels ``vocab`` (the model's) has no symbol for."""
-        words, linear = read_parallel(*self.split_files(split))
+        words, linear = read_parallel(*(files := self.split_files(split)))
+        require_lines(words, *files)  # nothing to score: refused, as training refuses it
         gold = read_lines(self.gold_file(split))
         if vocab is not None:
             say_unwritable_labels(split, gold, vocab)
