@@ -6,6 +6,7 @@ trained run; what needs a process (a closed descriptor, a file-size limit) in on
 
 from __future__ import annotations
 
+import gzip
 import os
 import socket
 import subprocess
@@ -53,6 +54,13 @@ def test_a_pipe_named_as_the_input_is_read_once_as_stdin_is(tiny_run: TrainedRun
     writer.start()
     assert _translate(tiny_run, f"input={fifo}").stdout == expected
     writer.join(timeout=60)
+    writer = threading.Thread(target=fifo.write_bytes, args=(gzip.compress(LINES.encode()),), daemon=True)
+    writer.start()  # gzip through a pipe (input=<(cat f.gz)): it cannot be renamed f.gz, so zcat is the remedy
+    compressed = _translate(tiny_run, f"input={fifo}", check=False)
+    writer.join(timeout=60)
+    assert compressed.returncode == 2 and compressed.stderr.strip().splitlines()[-1] == (
+        f"translate.py: {fifo}: gzip-compressed data, but not read as gzip (a name ending in .gz); decompress it "
+        "first (zcat)"), compressed.stderr[-2000:]
     assert _translate(tiny_run, f"input={os.devnull}").stdout == ""  # a device: no lines, none written
     with socket.socket(socket.AF_UNIX) as listening:  # what is neither: one line (not ENXIO's traceback)
         listening.bind(str(tmp_path / "socket"))

@@ -192,7 +192,7 @@ def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
         try:
             line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as error:
-            stream = str(name).startswith("<")
+            stream = str(name).startswith("<") or not Path(name).is_file()  # stdin, a pipe: no name to give
             if head.startswith(_GZIP_MAGIC):
                 fix = "decompress it first (zcat)" if stream else f"name it {Path(name).name}.gz, or decompress it"
                 raise DataError(f"{name}: gzip-compressed data, but not read as gzip (a name ending in .gz); {fix}") from None
