@@ -57,7 +57,7 @@ def test_quick_cpu_run_writes_one_record_with_every_part(quick_run) -> None:
         assert record[part]["device_peak_used_mb"] is None  # nvidia-smi's figure: GPU runs only
 
     tests = record["tests"]
-    assert tests["status"] in ("collected", "no tests") and tests["collected"] >= 0
+    assert tests["status"] == "collected" and tests["collected"] > 0  # tests/gpu's tests, each gpu-marked
     assert tests["command"].startswith("python -m pytest -m gpu -ra") and "--collect-only" in tests["command"]
 
     train = record["train"]
@@ -128,7 +128,7 @@ def test_quick_cpu_run_appends_a_dated_markdown_section(quick_run) -> None:
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
     assert all(len(row) == 7 for row in rows)
     by_run = {(row[0], row[1]): row for row in rows}
-    assert by_run[("tests", "pytest -m gpu --collect-only")][3].endswith("collected")
+    assert by_run[("tests", "pytest -m gpu --collect-only")][3] == f"{record['tests']['collected']} collected"
     train = by_run[("train", "tiny bf16 eager, vocab 1,000, 1,024 tokens")]
     assert train[2] == "ok" and re.match(r"[\d,]+ target tokens/s, [\d.]+ ms/step", train[3])
     assert re.match(r"[\d.]+% of [\d.e-]+ TFLOPS", train[5]) and train[6].endswith("MiB")

@@ -194,10 +194,12 @@ def train(run_dir: Path, *overrides: str, **options) -> subprocess.CompletedProc
 def in_small_filesystem(command: Sequence[str], folder: Path, size: str = "2m") -> list[str] | None:
     """``command`` with ``folder`` on a tmpfs of ``size`` of its own (a mount namespace), where this
     machine allows mounting one; else None. The tmpfs goes with the namespace: what the command
-    left in it is listed, one name a line, in ``<folder>.left`` beside it."""
+    left in it is listed in ``<folder>.left`` beside it: every file and folder below it, one path
+    (relative to it) a line."""
     if not _mount_namespaces():
         return None
-    script = 'mount -t tmpfs -o size="$1" tmpfs "$0" || exit 99; shift; "$@"; status=$?; ls -A "$0" > "$0.left"; exit $status'
+    script = ('mount -t tmpfs -o size="$1" tmpfs "$0" || exit 99; shift; "$@"; status=$?; '
+              'find "$0" -mindepth 1 -printf "%P\\n" > "$0.left"; exit $status')
     return ["unshare", "--mount", "--map-root-user", "sh", "-c", script, str(folder), size, *command]
 
 
