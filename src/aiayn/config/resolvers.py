@@ -1,6 +1,9 @@
 """The resolvers composing conf/ needs: ``${aiayn.plan:}``, the plan of the config it stands in on
 this machine (aiayn.config.plan), and ``${aiayn.gpus_per_node:}`` (conf/hydra/launcher/slurm.yaml);
-and :func:`showing_only`, how the plan resolves while ``train.py --cfg job`` only shows the config."""
+and :func:`showing_only`, how the plan resolves while ``train.py --cfg job`` only shows the config.
+The other resolvers are registered beside what they resolve: ``aiayn.folder`` (config.schemas),
+``aiayn.run`` (config.identity), ``aiayn.new_run_dir`` (cli.run_folder) and the tool's names
+(``aiayn.dirname``, ``aiayn.tool``, ``aiayn.command``, ``aiayn.config_options``: cli)."""
 
 from __future__ import annotations
 

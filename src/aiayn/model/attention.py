@@ -256,9 +256,7 @@ def _explicit_attention(
     # (batch, h, q_len, d_k) @ (batch, h, d_k, k_len); scaled and masked in place (the product is a new tensor)
     scores = (q @ k.transpose(-2, -1)).div_(q.size(-1) ** 0.5)
     if causal:
-        q_len, k_len = scores.shape[-2:]
-        # (q_len, k_len), broadcast over batch and heads
-        allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril(k_len - q_len)
+        allowed = allowed_positions(*scores.shape[-2:], None, True, q.device)  # broadcast over batch and heads
         scores.masked_fill_(~allowed, float("-inf"))
     if mask is not None:
         scores.masked_fill_(~mask, float("-inf"))

@@ -29,9 +29,6 @@ TREEBANK_LABELS = ("ADJP", "ADVP", "CONJP", "FRAG", "INTJ", "LST", "NAC", "NP", 
 """The constituent labels of the Penn Treebank II (Bies et al., 1995, its bracketing guidelines):
 a parser's vocabulary has a symbol for each, whether or not its training trees use it, so that a
 dev or test tree's rare label is read as a label, not spelt as a word's subwords."""
-STANDARD_SPLIT = {"train": "02-21", "val": "22", "test": "23"}
-"""The split of nearly all WSJ parsing work, the paper's included (§6.3: "Section 22
-development set"; Table 4 reports section 23)."""
 
 WSJ_DIR = Path("parsed") / "mrg" / "wsj"
 _FILE_NAME = re.compile(r"wsj_(\d\d)(\d\d)\.mrg$")
