@@ -182,8 +182,9 @@ def test_the_window_saved_through_a_preemption_is_what_the_test_averages(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["test_averaged"] == 3  # where Table 2 reads it (aiayn.tables.runs)
     out = tmp_path / "averaged.ckpt"
-    result = average_cli(f"ckpt={run_dir}", "average_last=3", f"out={out}", cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = average_cli(f"ckpt={run_dir}", f"out={out}", cwd=tmp_path)  # the run's own 3 (before: 5, a default)
+    assert result.returncode == 0 and "averaged 3 checkpoints (the run's checkpoint.average_last)" in result.stdout, \
+        result.stdout + result.stderr
     averaged = torch.load(out, map_location="cpu", weights_only=False)
     assert [Path(p).name for p in averaged["averaged_from"]] == [f"step{s:07d}.ckpt" for s in (3, 5, 7)]
     run_tool("src/evaluate.py", f"ckpt={out}", "split=test_2017_mscoco", "wandb=disabled",
@@ -230,6 +231,9 @@ def test_average_cli_errors_are_one_line(tmp_path: Path, run_dir: Path) -> None:
     torch.save(torch.zeros(3), tensor)
     for arguments, expected in [((f"ckpt={empty}", "average_last=5"), str(empty)),
                                 ((f"ckpt={run_dir}", "average_last=5"), "only 4"),
+                                # a run that set no §6.1 window (the small model's null): before, 5 were taken
+                                ((f"ckpt={run_dir}",), ("give average_last=<k>, how many checkpoints to average: "
+                                 f"{run_dir / 'checkpoints' / 'step0000004.ckpt'}'s run sets none")),
                                 ((f"ckpt={tmp_path / 'missing'}",), "no such directory; give a run folder"),
                                 # before: "no such directory" for a checkpoint file that is not there, a link's too
                                 ((f"ckpt={tmp_path / 'gone.ckpt'}",),

@@ -122,7 +122,7 @@ OWN_SETTINGS = {
     "prepare": ["task: multi30k_de_en, multi30k_en_de, parallel_text, wmt_en_de", "seed: 1234"],
     "evaluate": ["task: multi30k_de_en, multi30k_en_de, parallel_text, wmt_en_de", "ckpt: ???", "average_last: null", "beam_size:"],
     "translate": ["ckpt: ???", "input: null", "beam_size: null", "kv_cache: null"],
-    "average": ["ckpt: ???", "average_last: 5", "out: ???"],
+    "average": ["ckpt: ???", "average_last: null", "out: ???"],
     "visualize": ["ckpt: null", "text: A man is riding a bike.", "positional_encoding: true"],
 }
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from aiayn.checkpoints.io import checkpoint_step, checkpoints_dir, list_checkpoints, read_checkpoint
-from aiayn.errors import DataError
+from aiayn.errors import ConfigError, DataError
 
 
 class _Accumulator:
@@ -83,6 +83,23 @@ def average_state_dicts(state_dicts: Iterable[Mapping[str, Any]]) -> dict[str, A
     for state_dict in state_dicts:
         accumulator.add(state_dict)
     return accumulator.mean()
+
+
+def recipe_window(ckpt: str | os.PathLike) -> int:
+    """How many checkpoints §6.1's average takes for the run of ``ckpt`` (a checkpoint, or a run dir
+    or its checkpoints/ folder: its newest): the ``checkpoint.average_last`` it trained with (base 5,
+    big 20). ConfigError where it set none (``null``: the small model) or does not say; 1 where the
+    folder holds no checkpoint, for :func:`last_checkpoints` to say so."""
+    path = Path(ckpt)
+    newest = path if path.is_file() else next((found for _, found in reversed(list_checkpoints(path))), None)
+    if newest is None:
+        return 1
+    config = read_checkpoint(newest, lazily=True)["hyper_parameters"].get("run_config") or {}
+    count = (config.get("checkpoint") or {}).get("average_last")
+    if not count:
+        raise ConfigError(f"give average_last=<k>, how many checkpoints to average: {newest}'s run sets none "
+                          "(its checkpoint.average_last is null; the base models average 5, the big ones 20)")
+    return int(count)
 
 
 def last_checkpoints(directory: str | os.PathLike, k: int, ending_at: str | os.PathLike | None = None) -> list[Path]:

@@ -30,8 +30,9 @@ CHECKPOINT_NAME = re.compile(r"^(?:time-)?step(\d+)(?:-v\d+)?\.ckpt$")
 BEST = "best.ckpt"  # the best validation's model of a run that stops early: no step to resume or average
 
 
-def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """The raw checkpoint dict, with a clear error for a missing or foreign file."""
+def read_checkpoint(path: str | os.PathLike, lazily: bool = False) -> dict[str, Any]:
+    """The raw checkpoint dict, with a clear error for a missing or foreign file. ``lazily``: its
+    tensors memory-mapped, read only where used (for what a checkpoint says of its run)."""
     path = Path(path)
     if path.is_dir():
         raise DataError(f"ckpt={folder_given(path)}")
@@ -41,7 +42,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if damage:
         raise DataError(damage)
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=lazily)
     except Exception as error:  # noqa: BLE001  torch raises several kinds for a file that is not a checkpoint
         raise DataError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
     if not isinstance(checkpoint, dict):  # a tensor or a number saved alone: `in` would raise on it

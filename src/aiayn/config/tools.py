@@ -74,7 +74,8 @@ class TranslateConfig(DecodeSwitches):
 @dataclass
 class AverageConfig:
     ckpt: Any = MISSING  # the newest checkpoint to average (a file), or a run dir / its checkpoints/ (its newest)
-    average_last: int = 5  # how many checkpoints, ending at ckpt (§6.1: the base models 5, the big ones 20)
+    # how many checkpoints, ending at ckpt; null: the run's own checkpoint.average_last (§6.1: base 5, big 20)
+    average_last: Optional[int] = None  # noqa: UP045
     out: str = MISSING  # the averaged checkpoint to write
 
 
