@@ -80,10 +80,11 @@ def test_a_wmt_checkpoint_reads_newstest2014_under_the_data_root(tiny_run: Train
     """A checkpoint of a WMT run, trained where the data root was another folder, evaluated with
     AIAYN_DATA_ROOT set (as the Makefile does): WMT's raw_dir follows the data root here. (The
     checkpoint is the tiny Multi30k run's with its stored training config made a WMT run's: the
-    network and its subword model stay Multi30k's, the task and the data are WMT's.)"""
+    network and its subword model stay Multi30k's, the task and the data are WMT's.) Its cache, not
+    there either, is this machine's (before: the data were prepared at the training machine's path)."""
     checkpoint = torch.load(tiny_run.last, map_location="cpu", weights_only=False)
     run_config = checkpoint["hyper_parameters"]["run_config"]
-    run_config.update(wmt_task(wmt_cache, "/training/machine/data"))
+    run_config.update(wmt_task(Path("/training/machine/cache"), "/training/machine/data"))
     assert run_config["task"]["datamodule"]["raw_dir"] == "/training/machine/data/wmt14_raw"
     ckpt = tmp_path / "run" / "checkpoints" / "step0000004.ckpt"
     ckpt.parent.mkdir(parents=True)
@@ -96,7 +97,8 @@ def test_a_wmt_checkpoint_reads_newstest2014_under_the_data_root(tiny_run: Train
     assert report["task"] == "wmt_en_de" and report["split"] == "newstest2014" and report["sentences"] == 3003
     assert len(Path(report["hypotheses"]).read_text(encoding="utf-8").splitlines()) == 3003
     # The references scored against are newstest2014's, read from the sgm under the data root.
-    (prepared,) = (wmt_cache / "wmt14").glob("*/newstest2014.de")
+    (prepared,) = (wmt_cache / "wmt14").glob("*/newstest2014.de")  # prepared here
+    assert not Path("/training").exists()
     assert read_lines(prepared) == [" ".join(line.split()) for line in
                                     read_sgm(wmt_root / "wmt14_raw" / "test-full" / "newstest2014-deen-ref.de.sgm")]
 

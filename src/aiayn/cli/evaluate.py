@@ -23,6 +23,7 @@ import logging
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from aiayn.checkpoints.given import averaged_count, checkpoint_list
@@ -83,7 +84,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     trained = load_ensemble(cfg.ckpt, cfg.device)
     device = str(next(trained.model.parameters()).device)
     task = _task(cfg, trained.config, ckpt)
-    if not cfg.get("task"):  # the checkpoint's own: its subword model is the one it holds
+    if not cfg.get("task"):  # the checkpoint's own: its subword model is the one it holds, its cache this machine's
+        given = any(str(o).split("=", 1)[0].lstrip("+~") == "paths.cache_dir" for o in HydraConfig.get().overrides.task)
+        task = _its_cache(task, cfg.paths.cache_dir, given)
         task = _its_subwords(task, trained.vocab.serialized(), cfg.paths.cache_dir)
 
     trained_task = trained.config.get("task", {})
@@ -229,6 +232,17 @@ def _task(cfg: DictConfig, trained_config: dict, ckpt: Path) -> dict:
     if "data_root" in task["datamodule"]:  # a run config without paths: the data module's own setting
         return {**task, "datamodule": {**task["datamodule"], "data_root": str(data_root)}}
     return task
+
+
+def _its_cache(task: dict, cache_dir: str, given: bool) -> dict:
+    """The checkpoint's ``task`` with its data module's cache (a path of the machine it trained on)
+    this machine's ``paths.cache_dir`` where that one is ``given`` on the command line, or where the
+    trained one is no folder here (trained on another machine, or the cache cleaned); kept where it
+    is there, so that a run trained under another ``AIAYN_CACHE_DIR`` reads what it prepared."""
+    trained = task["datamodule"].get("cache_dir")
+    if trained is None or trained == cache_dir or (Path(trained).is_dir() and not given):
+        return task
+    return {**task, "datamodule": {**task["datamodule"], "cache_dir": cache_dir}}
 
 
 def _its_subwords(task: dict, subwords: bytes, cache_dir: str) -> dict:
