@@ -140,6 +140,14 @@ def test_cuda_graphs_of_a_step_of_accumulated_batches_are_refused_on_gpus(mode: 
     # Before: 0 and -2 alike made one encoding process per CPU.
     (["+task.datamodule.prepare_workers=0"], r"^task.datamodule.prepare_workers must be a positive whole number, or null "),
     (["+task.datamodule.prepare_workers=-2"], r"^task.datamodule.prepare_workers must be a positive whole number, or null "),
+    # Before: taken by --cfg job and a sweep's check; the first three then unread, the last two a traceback as the run
+    # built its callback or its W&B run, after the plan was printed.
+    (["+nonfinite.max_in_arow=3"], r"^nonfinite.max_in_arow is not a setting in nonfinite; did you mean max_in_a_row\?$"),
+    (["+cost.gppu=K80"], r"^cost.gppu is not a setting in cost; did you mean gpu\?$"),
+    (["+paths.dataroot=/x"], r"^paths.dataroot is not a setting in paths; did you mean data_root\?$"),
+    (["+callbacks.attention_pictures.layer=all"],
+     r"^callbacks.attention_pictures.layer is not an argument of attention_pictures; did you mean layers\?$"),
+    (["+logger.wandb.mod=offline"], r"^logger.wandb.mod is not an argument of WandbRunLogger; did you mean mode\?$"),
 ])
 def test_settings_read_only_as_the_run_builds_its_parts_are_checked_before_any_job_starts(overrides: list[str],
                                                                                           message: str) -> None:
@@ -149,6 +157,12 @@ def test_settings_read_only_as_the_run_builds_its_parts_are_checked_before_any_j
     task = ["task=wmt_en_de"] if overrides[0].lstrip("+").startswith("task.") else []
     with pytest.raises(ConfigError, match=message):
         check_train_config(resolved(*task, *overrides))
+
+
+def test_ones_own_paths_and_wandb_init_settings_are_taken() -> None:
+    """A key of one's own under paths (for one's own configs to name) and whatever wandb.init takes."""
+    check_train_config(resolved("+paths.my_corpus=/data/mine", "+logger.wandb.entity=lab", "+logger.wandb.notes=x",
+                                "+callbacks.attention_pictures.index=3"))
 
 
 def test_fp16_weights_with_plain_adam_are_refused_as_its_first_step_makes_them_nan() -> None:

@@ -286,7 +286,9 @@ def _own_arguments(kind: type, values: Mapping[str, Any]) -> list[str]:
 def constructor_arguments(kind: Any) -> tuple[set[str], bool]:
     """The arguments ``kind`` (a class, or a function) takes by name, and whether it takes any other
     name too. A class's are its ``__init__``'s and, where that passes ``**kwargs`` on, those of the
-    ``__init__`` of the classes it inherits from, up to one that takes no ``**kwargs``."""
+    ``__init__`` of the classes it inherits from, up to one that takes no ``**kwargs``. Where the
+    ``**kwargs`` go on to something else (a factory's to its class, W&B's logger's to
+    ``wandb.init``), ``kind.passes_keywords_to()`` names it, and its arguments are taken too."""
     inits = [vars(each)["__init__"] for each in kind.__mro__ if "__init__" in vars(each)] if inspect.isclass(kind) \
         else [kind]
     named: set[str] = set()
@@ -295,7 +297,11 @@ def constructor_arguments(kind: Any) -> tuple[set[str], bool]:
         named |= {p.name for p in parameters if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
         if not any(p.kind is p.VAR_KEYWORD for p in parameters):
             return named, False
-    return named, True
+    passes_to = getattr(kind, "passes_keywords_to", None)
+    if passes_to is None:
+        return named, True
+    theirs, takes_any = constructor_arguments(passes_to())
+    return named | theirs, takes_any
 
 
 def absolute_folder(path: str | None) -> str | None:

@@ -106,6 +106,14 @@ class WandbRunLogger(WandbLogger):
         its start with a traceback, or wait for a login prompt)."""
         check_wandb_mode(settings.get("mode", "auto"), f"{section}.mode")
 
+    @staticmethod
+    def passes_keywords_to() -> Any:
+        """What the settings Lightning's WandbLogger does not take go on to: ``wandb.init`` (whose
+        arguments aiayn.training.config_check takes as this logger's)."""
+        import wandb
+
+        return wandb.init
+
     def __init__(self, project: str, save_dir: str, mode: str = "auto", resume_id: str | None = None,
                  **kwargs: Any):
         mode = wandb_mode(mode)

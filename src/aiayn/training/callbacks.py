@@ -85,6 +85,9 @@ def attention_pictures(visualize_at_end: bool, **options: Any) -> AttentionPictu
     return AttentionPicturesCallback(**options) if visualize_at_end else None
 
 
+attention_pictures.passes_keywords_to = lambda: AttentionPicturesCallback  # the names config_check takes
+
+
 def _check_attention_pictures(section: str, settings: Mapping[str, Any]) -> None:
     """Before a run starts (aiayn.training.config_check, which calls a target's ``check_settings``):
     a ConfigError for ``layers`` other than paper or all, or an ``index`` that is no line number."""

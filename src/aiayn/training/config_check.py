@@ -34,6 +34,7 @@ ROOT_SETTINGS = (
     "width_divisor", "compile", "compile_mode", "resume", "nonfinite", "cost", "test_after_training", "validation",
     "visualize_at_end", "checkpoint", "distributed", "experiment", "plan", "decoding", "init_from",
 )
+PATHS = ("data_root", "cache_dir", "output_dir")  # conf/paths/default.yaml
 TASK_SETTINGS = ("name", "vocab_size", "subword_model", "datamodule", "raw_dir", "data_dir", "src_lang", "tgt_lang", "split",
                  "splits")
 
@@ -232,6 +233,10 @@ def _check_run(config: Mapping[str, Any]) -> None:
     if resume is not None and (not isinstance(resume, str) or not resume.strip()):
         raise ConfigError(f"resume must be auto (the newest checkpoint of this run) or the path of a run directory or "
                           f"checkpoint file (null: a fresh run), got {resume!r}")
+    for section, keys in (("cost", ("gpu",)), ("nonfinite", ("max_in_a_row",)), ("distributed", ("timeout_minutes",))):
+        _known(section, config.get(section) or {}, keys)
+    paths = config.get("paths") or {}  # one's own keys are welcome (for one's own configs); a near miss of ours is not
+    _known("paths", {key: 0 for key in paths if difflib.get_close_matches(key, PATHS, n=1, cutoff=0.75)}, PATHS)
     gpu = (config.get("cost") or {}).get("gpu", "P100")
     try:
         sustained_tflops(gpu)
@@ -240,7 +245,6 @@ def _check_run(config: Mapping[str, Any]) -> None:
     nonfinite = config.get("nonfinite") or {}
     if not _whole(nonfinite.get("max_in_a_row", 1)) or nonfinite.get("max_in_a_row", 1) < 1:
         raise ConfigError(f"nonfinite.max_in_a_row must be at least 1, got {nonfinite['max_in_a_row']}")
-    _known("distributed", config.get("distributed") or {}, ("timeout_minutes",))
     check_timeout((config.get("distributed") or {}).get("timeout_minutes"))
     callbacks = config.get("callbacks") or {}
     for name, entry in callbacks.items():
