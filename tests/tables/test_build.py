@@ -67,6 +67,8 @@ def test_tables_rebuilt_from_real_tiny_runs(tmp_path: Path, data_root: Path, sub
         assert summary["dev/ppl"] == pytest.approx(last_validation["val/ppl"])
         assert summary["dev/bleu"] == pytest.approx(last_validation["val/bleu"])
         assert summary["dev/tokenized_bleu"] == pytest.approx(last_validation["val/tokenized_bleu"])
+        assert summary["dev/chrf"] == pytest.approx(last_validation["val/chrf"])  # every figure the scorer gives
+        assert "dev/train_flops" not in summary  # (the running total, the summary's train_flops)
         assert summary["steps"] == 2 and summary["parameters"] == run.config["parameters"]
         assert not any(key.startswith("test/") for key in summary)
         assert summary["tokens_seen"] > 0 and summary["src_tokens_seen"] > 0 and summary["training_time_s"] > 0

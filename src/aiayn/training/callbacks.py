@@ -156,8 +156,9 @@ class RunSummaryCallback(L.Callback):
     them to ``<trainer.default_root_dir>/summary.json`` and to the run's loggers (W&B: the run's
     summary; MLflow: metrics and tags). Each validation also logs ``val/train_flops``.
 
-    Summary keys: ``dev/ppl``, ``dev/bleu`` (sacreBLEU), ``dev/tokenized_bleu`` (the paper's BLEU, Table 3's)
-    (``dev/f1`` for parsing; the last validation, at step ``dev/step``),
+    Summary keys: every figure of the last validation (at step ``dev/step``) as ``dev/<figure>``:
+    ``dev/loss``, ``dev/ppl``, the scorer's (``dev/bleu`` (sacreBLEU), ``dev/tokenized_bleu`` (the
+    paper's BLEU, Table 3's), ``dev/chrf``, …; ``dev/f1`` for parsing; a scorer of one's own's),
     ``parameters``, ``steps``, ``training_time_s`` (wall time from the start to the end of
     training, validation included, as the paper's 12 hours for 100K steps), ``tokens_seen``
     (target tokens, padding left out), ``src_tokens_seen``, ``train_flops`` (counted),
@@ -224,10 +225,11 @@ class RunSummaryCallback(L.Callback):
             return
         self.trained_until = time.perf_counter()
         metrics = trainer.callback_metrics
-        self.dev = {"dev/step": trainer.global_step}
-        for key in ("ppl", "bleu", "tokenized_bleu", "f1", "loss"):
-            if f"val/{key}" in metrics:
-                self.dev[f"dev/{key}"] = float(metrics[f"val/{key}"])
+        # every figure of the validation (the loss, perplexity and whatever the task's scorer gives:
+        # chrF, a scorer of one's own) but the running total of FLOPs, which the summary has itself
+        self.dev = {"dev/step": trainer.global_step, **{
+            f"dev/{key[4:]}": float(value) for key, value in metrics.items()
+            if key.startswith("val/") and key != "val/train_flops"}}
 
     def training_seconds(self) -> float:
         """The earlier attempts' time and this one's up to the end of its newest batch or validation:
