@@ -64,9 +64,10 @@ from aiayn.model import beam_search
 
 # §6.1's beam 4, α 0.6, input + 50: the decoding settings' defaults (aiayn.config.schemas.DecodingConfig).
 SEARCH = {key: Decoding.of().settings()[key] for key in ("beam_size", "alpha", "max_len_offset")}
-FULL = {"model": "base", "override": [], "vocab": 37000}
+FULL = {"model": "base", "set": [], "vocab": 37000}
 QUICK = {"model": "small", "vocab": 1000, "sentences": 16,
-         "override": ["n_layers=1", "d_model=32", "d_ff=64", "n_heads=2", "d_k=16", "d_v=16"]}
+         "set": ["model.n_layers=1", "model.d_model=32", "model.d_ff=64", "model.n_heads=2", "model.d_k=16",
+                 "model.d_v=16"]}
 CT2_TYPES = ("float32", "bfloat16", "float16")
 
 
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
         atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
 
     vocab = decode_speed.wmt_subwords(sizes["vocab"])
-    build = argparse.Namespace(checkpoint=None, model=sizes["model"], override=sizes["override"],
+    build = argparse.Namespace(checkpoint=None, model=sizes["model"], set=sizes["set"],
                                vocab_size=sizes["vocab"], seed=0, device="cpu")
     model, vocab, model_sizes = decode_speed.build_model(build, vocab)
     all_sentences = decode_speed.newstest2014("en")

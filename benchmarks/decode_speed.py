@@ -36,7 +36,6 @@ import time
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 from aiayn.config.schemas import network_arguments
 from aiayn.data.batching import TokenBatchSampler
@@ -48,6 +47,7 @@ from aiayn.model import Transformer, beam_search
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, when imported from elsewhere
 import _common
+from train_throughput import load_model_config  # one reading of conf/model/*.yaml and --set
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "decode_speed.jsonl"
@@ -94,25 +94,6 @@ def newstest2014(side: str = "en") -> list[str]:
     return read_lines(data_root() / "wmt14" / f"newstest2014-en-de.{side}")
 
 
-def model_config(name: str, overrides: list[str] = ()) -> dict:
-    """conf/model/<name>.yaml (following its ``defaults``; the schema entry, ``/schema/...``,
-    holds no values) with ``key=value`` overrides: the Transformer's own arguments."""
-    def load(stem: str) -> dict:
-        path = REPO / "conf" / "model" / f"{stem}.yaml"
-        if not path.is_file():
-            sys.exit(f"{path}: no such model config; pick one of conf/model/*.yaml")
-        config = OmegaConf.to_container(OmegaConf.load(path))
-        merged = {}
-        for parent in config.pop("defaults", []):
-            if parent != "_self_" and not parent.startswith("/schema/"):
-                merged.update(load(parent))
-        return {**merged, **config}
-
-    config = load(name)
-    config.update(OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides))))
-    return network_arguments(config)
-
-
 def build_model(args, vocab: Subwords | None = None) -> tuple[Transformer, Subwords, dict]:
     """The model to decode with and the subword model for its inputs: a trained checkpoint, or
     conf/model/<args.model> with random weights (seeded) and the WMT-slice subwords."""
@@ -125,7 +106,7 @@ def build_model(args, vocab: Subwords | None = None) -> tuple[Transformer, Subwo
     vocab = vocab or wmt_subwords(args.subword_vocab)
     if args.vocab_size < vocab.vocab_size:
         sys.exit(f"--vocab-size {args.vocab_size} is smaller than the subword model's {vocab.vocab_size} ids")
-    config = model_config(args.model, args.override)
+    config = network_arguments(load_model_config(args.model, args.set))  # conf/model/<args.model> with --set
     torch.manual_seed(args.seed)
     model = Transformer(args.vocab_size, args.vocab_size, pad_id=vocab.pad_id, **config)
     sizes = {"model": args.model, **config, "vocab_size": args.vocab_size,
@@ -178,8 +159,8 @@ def measure(model: Transformer, batches: list[torch.Tensor], vocab: Subwords, ar
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="base", help="a conf/model/*.yaml name (default base)")
-    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="model settings to change, e.g. n_layers=1 d_model=64 (CI-sized runs)")
+    parser.add_argument("--set", action="append", default=[], metavar="model.KEY=VALUE",
+                        help="override a model setting (repeatable), e.g. --set model.n_layers=1 (CI-sized runs)")
     parser.add_argument("--checkpoint", type=Path, help="a trained checkpoint instead of random weights")
     parser.add_argument("--vocab-size", type=int, default=37000, help="the random model's vocabulary (default 37,000)")
     parser.add_argument("--subword-vocab", type=int, default=8000, help="ids of the BPE model learnt on the WMT slice")

@@ -158,8 +158,8 @@ def compare_decoding(model, vocab, args) -> dict:
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="base", help="a conf/model/*.yaml name (default base)")
-    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="model settings to change, e.g. n_layers=1 d_model=64 (CI-sized runs)")
+    parser.add_argument("--set", action="append", default=[], metavar="model.KEY=VALUE",
+                        help="override a model setting (repeatable), e.g. --set model.n_layers=1 (CI-sized runs)")
     parser.add_argument("--vocab-size", type=int, default=37000)
     parser.add_argument("--subword-vocab", type=int, default=8000)
     parser.add_argument("--part", choices=("both", "train", "decode", "trained"), default="both")

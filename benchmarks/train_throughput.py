@@ -140,7 +140,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     model_config = network_arguments(load_model_config(args.model, args.set))
-    model_config["attention"] = args.attention
+    if args.attention is not None:  # a shorthand for --set model.attention=…; the record says which ran
+        model_config["attention"] = args.attention
+    args.attention = model_config["attention"]
     max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS[device.type]
 
     src_words, tgt_words = sentence_lengths(Path(args.data_root), args.subwords, args.subwords_per_word, args.pair)
@@ -279,7 +281,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
                         help="bf16: torch.autocast to bfloat16 around forward and loss, as bf16-mixed does")
-    parser.add_argument("--attention", default="sdpa", choices=("sdpa", "explicit"), help="the model's attention setting")
+    parser.add_argument("--attention", choices=("sdpa", "explicit"),
+                        help="the model's attention setting (default: the model config's, sdpa unless --set says)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the Transformer (config: compile)")
     parser.add_argument("--compile-dynamic", action="store_true",
                         help="with --compile: dynamic=True, one compilation for every batch shape (the graph "

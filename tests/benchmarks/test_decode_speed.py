@@ -11,7 +11,8 @@ import pytest
 
 from tests.helpers.inprocess import run_tool
 
-TINY = ["--model", "small", "--override", "n_layers=1", "d_model=32", "d_ff=64", "n_heads=2", "d_k=16", "d_v=16",
+TINY = ["--model", "small", *(f"--set=model.{setting}" for setting in ("n_layers=1", "d_model=32", "d_ff=64",
+                                                                          "n_heads=2", "d_k=16", "d_v=16")),
         "--vocab-size", "1200", "--subword-vocab", "1000", "--threads", "1"]
 
 

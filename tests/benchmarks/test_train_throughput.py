@@ -57,13 +57,14 @@ def test_benchmark_writes_one_record_per_run(tmp_path: Path, data_root: Path) ->
     cudnn_attention = torch.backends.cuda.cudnn_sdp_enabled()  # --cudnn-attention sets torch's switch
     try:
         for extra in ([], ["--attention", "explicit", "--fused-adam", "--precision", "bf16", "--cudnn-attention",
-                           "--timing", "step"]):
+                           "--timing", "step"], ["--set", "model.attention=explicit"]):
             result = _run(data_root, *TINY, "--steps", "2", "--warmup-steps", "1", "--peak-tflops", "0.5",
                           "--pairs", "50000", "--out", str(out), *extra)
             assert result.returncode == 0, result.stderr[-3000:]
     finally:
         torch.backends.cuda.enable_cudnn_sdp(cudnn_attention)
-    plain, switched = [json.loads(line) for line in out.read_text().splitlines()]
+    plain, switched, set_so = [json.loads(line) for line in out.read_text().splitlines()]
+    assert set_so["settings"]["attention"] == "explicit"  # the model's setting as --set gives it (before: sdpa ran)
     assert switched["settings"]["cudnn_attention"] is True  # what the kernel's switch was while it ran
 
     assert plain["settings"]["attention"] == "sdpa" and switched["settings"]["attention"] == "explicit"
