@@ -206,6 +206,17 @@ def test_fp16_mixed_precision_on_the_cpu_is_refused_in_one_line(precision) -> No
     assert summary(place(ONE_H100, "gpu", 1, "auto", precision)) == ("gpu", 1, "auto", str(precision), 1)
 
 
+def test_fp16_weights_on_the_cpu_are_refused_in_one_line() -> None:
+    """``16-true`` on the CPU: the dev loss NaN at the first validation and every later step skipped
+    (measured, torch 2.13); on a GPU it is planned as given."""
+    with pytest.raises(ConfigError, match=r"^trainer.precision=16-true: fp16 weights train on GPUs only \(on the CPU the "
+                                          r"losses turn NaN within steps and every later step is skipped\); give "
+                                          r"trainer.precision=bf16-true, bf16-mixed or 32-true"):
+        place(LAPTOP, "cpu", None, "auto", "16-true")
+    assert summary(place(ONE_H100, "gpu", 1, "auto", "16-true")) == ("gpu", 1, "auto", "16-true", 1)
+    assert summary(place(LAPTOP, "cpu", None, "auto", "bf16-true")) == ("cpu", 1, "auto", "bf16-true", 1)
+
+
 def test_explicit_settings_mix_with_auto() -> None:
     assert summary(place(NODE_8_A100, "auto", 2, "auto", "32-true")) == ("gpu", 2, "ddp", "32-true", 2)
     assert summary(place(NODE_8_A100, "cuda", 4, "fsdp", "auto")) == ("gpu", 4, "fsdp", "bf16-mixed", 4)

@@ -213,3 +213,23 @@ def test_an_ensemble_averages_its_models_log_probabilities():
     each = [model.decode(tokens, model.start_decoding(*model.encode(src)[:2]))[0][:, -1].float().log_softmax(-1)
             for model in (first, second)]
     torch.testing.assert_close(log_probs, (each[0] + each[1]) / 2)
+
+
+@pytest.mark.parametrize("nbest", [1, 3])
+def test_a_bf16_model_searches_under_a_bf16_default_dtype(nbest: int) -> None:
+    """``trainer.precision=bf16-true`` makes bf16 torch's default dtype for the run, its validation's
+    search included: the scores are kept in float32 all the same, and the outputs are the float32
+    default's (before: the kept hypotheses' scores were bf16 beside float32 ones, and the first
+    validation ended in index_copy_'s RuntimeError)."""
+    model, src = random_model(0).to(torch.bfloat16), padded_sources([5, 3, 7, 2], 0)
+    settings = {"bos_id": BOS, "eos_id": EOS, "max_len_offset": 5, "alpha": 0.6}
+    expected = beam_search_nbest(model, src, beam_size=3, nbest=nbest, **settings)
+    drawn = sample(model, src, samples=2, generator=torch.Generator().manual_seed(0), **settings)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        assert beam_search_nbest(model, src, beam_size=3, nbest=nbest, **settings) == expected
+        assert sample(model, src, samples=2, generator=torch.Generator().manual_seed(0), **settings) == drawn
+    finally:
+        torch.set_default_dtype(default)
+    assert len({len(hypotheses[0].tokens) for hypotheses in expected}) > 1  # sentences finished at different steps

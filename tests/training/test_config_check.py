@@ -168,12 +168,18 @@ def test_ones_own_paths_and_wandb_init_settings_are_taken() -> None:
 def test_fp16_weights_with_plain_adam_are_refused_as_its_first_step_makes_them_nan() -> None:
     import torch
 
-    config = resolved("debug=tiny", "trainer.precision=16-true", "optim.fused=false")
+    def on_a_gpu(*overrides: str) -> dict:  # (on the CPU the plan refuses 16-true: tests/config/test_hardware.py)
+        config = resolved("debug=tiny", *overrides)
+        config["trainer"]["precision"] = "16-true"
+        config["plan"] = make_plan(composed("debug=tiny", "trainer.precision=16-true", *overrides), NODE_8_H100)
+        return config
+
+    config = on_a_gpu("optim.fused=false")
     with pytest.raises(ConfigError, match=r"^trainer.precision=16-true with optim.fused=false: torch's plain Adam updates "
                                           r"fp16 weights in fp16, where optim.eps=1e-09 and small squared gradients are "
                                           r"0, and its first step makes NaN weights; give optim.fused=true"):
         check_train_config(config)
-    check_train_config(resolved("debug=tiny", "trainer.precision=16-true"))  # fused, the default: taken
+    check_train_config(on_a_gpu())  # fused, the default: taken
     # Why: the paper's Adam on fp16 weights, one step with a zero and a small gradient, plain and fused.
     for fused, finite in ((False, False), (True, True)):
         weight = torch.nn.Parameter(torch.ones(3, dtype=torch.float16))

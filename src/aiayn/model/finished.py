@@ -30,8 +30,9 @@ class FinishedHypotheses:
     the results, of all the batch's sentences (``keep``)."""
 
     def __init__(self, batch: int, nbest: int, longest: int, device: torch.device):
-        self.scores = torch.full((batch, nbest), float("-inf"), device=device)
-        self.log_probs = torch.full((batch, nbest), float("-inf"), device=device)
+        # scores in float32 whatever torch's default dtype (trainer.precision=bf16-true makes it bf16)
+        self.scores = torch.full((batch, nbest), float("-inf"), device=device, dtype=torch.float32)
+        self.log_probs = torch.full((batch, nbest), float("-inf"), device=device, dtype=torch.float32)
         self.tokens = torch.zeros(batch, nbest, longest, dtype=torch.long, device=device)
         self.lengths = torch.zeros(batch, nbest, dtype=torch.long, device=device)
         self.sentences = torch.arange(batch, device=device)  # (n,): the sentence of each row

@@ -60,7 +60,7 @@ def sample(
     total, longest = rows.numel(), int(max_lengths.max())
     outputs = torch.full((total, longest), eos_id, dtype=torch.long, device=device)  # EOS after each end
     lengths = max_lengths.clone()  # (total,): tokens before EOS (the maximum where none came)
-    log_prob = torch.zeros(total, device=device)  # (total,): log P of each sample so far
+    log_prob = torch.zeros(total, device=device, dtype=torch.float32)  # (total,): log P of each sample so far
     ended = torch.zeros(total, dtype=torch.bool, device=device)  # (total,): ended with EOS
     active = torch.arange(total, device=device)  # (n,): the samples still being drawn
     tokens = torch.full((total, 1), bos_id, dtype=torch.long, device=device)  # (n, 1): BOS

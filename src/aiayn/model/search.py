@@ -227,7 +227,7 @@ def beam_search_nbest(
     constrained = constraint.start(src, max_lengths).select(rows) if constraint is not None else None
 
     tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)  # (batch·beam, 1): BOS
-    scores = torch.full((batch, k), float("-inf"), device=device)  # (batch, beam)
+    scores = torch.full((batch, k), float("-inf"), device=device, dtype=torch.float32)  # (batch, beam)
     scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 1
     # The best `nbest` finished hypotheses of each sentence so far, kept on the device (no host
     # synchronisation per step): their scores, log-probabilities, tokens (without BOS/EOS), lengths.
