@@ -113,6 +113,22 @@ def test_a_sweep_started_here_uses_ddp_spawn_but_a_cluster_launch_keeps_ddp() ->
     assert auto(cluster, devices=8, multirun=True).strategy == "ddp"
 
 
+@pytest.mark.parametrize(("launcher", "starts"), [("basic", True), ("submitit_local", True), ("slurm", False)])
+def test_a_sweeps_job_starts_its_own_ranks_unless_a_cluster_starts_them(launcher: str, starts: bool) -> None:
+    """What the plan of a sweep's job takes as ``multirun`` (ddp_spawn, ddp refused): submitit's local
+    launcher runs a job as a process of its own, whose ``ddp`` would run submitit's own script again
+    (before: ``_submit.py: error: unrecognized arguments``, the job not run, for trainer.devices=2);
+    SLURM's starts every rank. Read from the launchers' own configs, as Hydra composes them."""
+    from hydra import compose, initialize_config_dir
+
+    from aiayn.config.resolvers import starts_its_ranks
+    from tests.helpers.runs import REPO
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        hydra = compose("train", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True).hydra
+    assert starts_its_ranks(hydra) is starts
+
+
 def test_ddp_given_for_a_sweep_run_here_is_refused_in_one_line() -> None:
     """hardware=gpu8_ddp (trainer.strategy=ddp) in a --multirun of Hydra's basic launcher: Lightning's ddp would start
     each other rank by running the command line again, the whole sweep again in each of 8 ranks (before: kept, as

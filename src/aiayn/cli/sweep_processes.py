@@ -28,16 +28,16 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from aiayn.config.resolvers import LOCAL_LAUNCHER
 from aiayn.training import starting
 
-_LOCAL = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
 _CONTROLLER = b"submitit.local._local"  # the module each job's controller process runs
 
 
 def runs_as_processes(hydra: DictConfig) -> bool:
     """Whether a sweep of this Hydra config (its ``hydra`` node) runs its jobs here as processes of
     their own (read from the launcher's ``_target_``, as :func:`aiayn.config.resolvers.runs_here`)."""
-    return OmegaConf.select(hydra, "launcher._target_", default=None) == _LOCAL
+    return OmegaConf.select(hydra, "launcher._target_", default=None) == LOCAL_LAUNCHER
 
 
 class JobExited(Exception):

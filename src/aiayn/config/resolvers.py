@@ -55,14 +55,25 @@ def runs_here(hydra: Any) -> bool:
     return str(OmegaConf.select(hydra, "launcher._target_", default="")).endswith(".BasicLauncher")
 
 
+LOCAL_LAUNCHER = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"  # hydra/launcher=submitit_local
+
+
+def starts_its_ranks(hydra: Any) -> bool:
+    """Whether a job of a sweep of this Hydra config starts its own other ranks, as a run alone
+    does: run here by Hydra's basic launcher, or as a process of its own by submitit's local one;
+    not where a cluster starts every rank (SLURM's launcher). Lightning's ``ddp`` would start them
+    by running the job's command line again: the whole sweep's, or submitit's own script's."""
+    return runs_here(hydra) or OmegaConf.select(hydra, "launcher._target_", default=None) == LOCAL_LAUNCHER
+
+
 def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
     """``${aiayn.plan:}``: the plan of the config it stands in, on this machine."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    # A sweep's job run here, by Hydra's basic launcher: another (SLURM's) runs it where the cluster starts every rank.
+    # A sweep's job that starts its own ranks: SLURM's launcher runs it where the cluster starts every rank.
     hydra = HydraConfig.get() if HydraConfig.initialized() else None
-    multirun = hydra is not None and hydra.mode == RunMode.MULTIRUN and runs_here(hydra)
+    multirun = hydra is not None and hydra.mode == RunMode.MULTIRUN and starts_its_ranks(hydra)
 
     def settings(node: Any, keys: tuple[str, ...]) -> dict[str, Any]:
         values = {key: node.get(key) for key in keys}
