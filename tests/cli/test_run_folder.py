@@ -35,14 +35,35 @@ def test_jobs_of_one_second_get_folders_of_their_own_and_a_jobs_processes_share_
     no_launcher.setenv("MASTER_PORT", "29500")
     first = Path(run_folder.new_run_dir(str(tmp_path / "run")))
     assert (first / run_folder.JOB_NOTE).read_text().strip() == "ddp:node1:29500"
-    no_launcher.setenv("NODE_RANK", "1")  # the same job's second node, in the same second
-    assert Path(run_folder.new_run_dir(str(tmp_path / "run"))) in (first, first.parent / f"{first.name}-2")
-    no_launcher.setenv("MASTER_PORT", "29501")  # another job
+    no_launcher.setenv("MASTER_PORT", "29501")  # another job, in the same second
     other = Path(run_folder.new_run_dir(str(tmp_path / "run")))
     assert other != first and other.parent == first.parent
     no_launcher.setenv("MASTER_PORT", "29500")
-    if other.name.startswith(first.name):  # the same second: the first job's processes still find theirs
-        assert Path(run_folder.new_run_dir(str(tmp_path / "run"))) == first
+    no_launcher.setenv("NODE_RANK", "1")  # the first job's second node: its job's folder, in whatever second
+    assert Path(run_folder.new_run_dir(str(tmp_path / "run"))) == first
+    no_launcher.delenv("NODE_RANK")
+
+
+def test_a_later_node_joins_its_jobs_folder_made_seconds_before_and_waits_for_it(
+        tmp_path: Path, no_launcher: pytest.MonkeyPatch) -> None:
+    """Before: a node (or a torchrun rank) that resolved the folder in another second than its
+    job's first process made one of its own, and wrote its logs, config and metrics there."""
+    base = tmp_path / "run"
+    no_launcher.setenv("TORCHELASTIC_RUN_ID", "abc")
+    no_launcher.setenv("RANK", "1")
+    made = base / "2026-01-01_00-00-00"  # made by the job's first process, some seconds earlier
+    made.mkdir(parents=True)
+    (made / run_folder.JOB_NOTE).write_text("torchrun:abc\n")
+    (base / "2026-01-01_00-00-05").mkdir()
+    (base / "2026-01-01_00-00-05" / run_folder.JOB_NOTE).write_text("torchrun:xyz\n")  # another job's
+    assert Path(run_folder.new_run_dir(str(base))) == made
+    old = time.time() - 2 * run_folder.JOIN_S  # the same identity's folder of a job long gone: not joined
+    os.utime(made / run_folder.JOB_NOTE, (old, old))
+    no_launcher.setattr(run_folder, "JOIN_S", 0.3)
+    with pytest.raises(UserError, match=rf"^{base}: no folder of this job \(torchrun:abc\) was made by its first "
+                                        r"process \(rank 0 of node 0\) within 0 minutes; start that process too"):
+        run_folder.new_run_dir(str(base))
+    assert sorted(path.name for path in base.iterdir()) == ["2026-01-01_00-00-00", "2026-01-01_00-00-05"]  # none made
 
 
 _HOLDER = """

@@ -1,10 +1,10 @@
 """A training run's folder: a new one for each job, and held by the job while it runs.
 
 * ``${aiayn.new_run_dir:outputs/<run name>}`` (conf/train.yaml's ``hydra.run.dir``) is
-  ``outputs/<run name>/<date>_<time>``, made at once with a note of the job that made it. Two jobs
-  started in the same second get ``<date>_<time>``, ``<date>_<time>-2``, ...; the other processes
-  of one job (DDP ranks started by srun or torchrun, the nodes of a multi-node run) find the folder
-  their job made and share it.
+  ``outputs/<run name>/<date>_<time>``, made at once by the job's first process with a note of
+  the job. Two jobs started in the same second get ``<date>_<time>``, ``<date>_<time>-2``, ...; the
+  other processes of one job (DDP ranks started by srun or torchrun, the nodes of a multi-node run)
+  find the folder their job's first process made, in whatever second each starts, and share it.
 * :func:`hold` locks the folder a run writes its checkpoints to, for as long as the run lives
   (an OS lock, which a dead process does not keep). A second run of the same folder (two
   ``resume=auto`` at once, say) is refused in one line naming the holder; the other ranks and
@@ -67,6 +67,8 @@ def new_run_dir(base: str) -> str:
     if only_shown():
         return str(Path(base) / stamp)
     me = job_identity()
+    if not first_process() and not me.startswith("process:"):  # a later rank or node: the folder its first made
+        return str(_jobs_folder(Path(base), me))
     for number in range(1, 1000):
         folder = Path(base) / (stamp if number == 1 else f"{stamp}-{number}")
         try:
@@ -78,6 +80,30 @@ def new_run_dir(base: str) -> str:
         (folder / JOB_NOTE).write_text(me + "\n")
         return str(folder)
     raise UserError(f"{base}: a thousand runs started in second {stamp}; set hydra.run.dir")
+
+
+JOIN_S = 600.0  # how far apart in time a job's processes may start (the nodes of a job started by hand)
+
+
+def _jobs_folder(base: Path, me: str) -> Path:
+    """The newest folder under ``base`` that job ``me``'s first process made in the last
+    :data:`JOIN_S` seconds, waiting up to as long for it to appear (that process may start later).
+    UserError if none does."""
+    deadline = time.monotonic() + JOIN_S
+    while True:
+        made = []
+        with contextlib.suppress(OSError):
+            for note in base.glob(f"*/{JOB_NOTE}"):
+                with contextlib.suppress(OSError):
+                    if note.read_text().strip() == me and note.stat().st_mtime >= time.time() - JOIN_S:
+                        made.append((note.stat().st_mtime, note.parent))
+        if made:
+            return max(made)[1]
+        if time.monotonic() >= deadline:
+            raise UserError(f"{base}: no folder of this job ({me}) was made by its first process (rank 0 of node 0) "
+                            f"within {JOIN_S / 60:.0f} minutes; start that process too, or give every process of the "
+                            "job the same hydra.run.dir")
+        time.sleep(0.2)
 
 
 def _maker(folder: Path, wait_s: float = 2.0) -> str | None:
