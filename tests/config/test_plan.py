@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from aiayn.config.plan import describe, make_plan, step_size
 from aiayn.errors import ConfigError
-from tests.helpers.configs import LAPTOP, NODE_8_H100, NODE_8_V100, composed
+from tests.helpers.configs import LAPTOP, NODE_8_H100, NODE_8_V100, composed, resolved
 from tests.helpers.inprocess import run_tool
 from tests.helpers.throughput import throughput_record
 
@@ -95,10 +95,32 @@ def test_an_epoch_cut_inside_a_step_of_accumulated_batches_is_refused_in_one_lin
                                       "accumulated batches, which Lightning would take short (fewer tokens than the "
                                       "plan's step, validation off its steps); give a whole number of batches, a "
                                       "multiple of 8 (null: every batch)")
-    for limit in ("16", "1.0", "null"):  # whole steps, and on 8 GPUs (no accumulation) any limit
+    for limit in ("16", "1.0", "null"):  # whole steps
         assert make_plan(composed("model=base", "task=wmt_en_de", f"trainer.limit_train_batches={limit}"), LAPTOP)
-    assert make_plan(composed("model=base", "task=wmt_en_de", "trainer.devices=8", "trainer.limit_train_batches=10"),
-                     NODE_8_H100)["trainer"]["accumulate_grad_batches"] == 1
+    # On 8 GPUs the 8 batches of a step are one a GPU: the limit counts every GPU's (before: each GPU's, so that
+    # limit_train_batches=10 was 80 batches there and 10 on one GPU)
+    with pytest.raises(ConfigError, match=r"^trainer.limit_train_batches=10 ends an epoch inside a step of 8 batches "
+                                          r"\(8 processes × 1\), which Lightning would take short"):
+        make_plan(composed("model=base", "task=wmt_en_de", "trainer.devices=8", "trainer.limit_train_batches=10"),
+                  NODE_8_H100)
+
+
+def test_whole_numbers_of_batches_count_every_process_s_so_the_run_is_the_same_on_any_number() -> None:
+    """Each process is given its share of trainer.limit_*_batches (Lightning counts a process's): the first 16 batches
+    of the epoch's order on one GPU or eight, and the first 3 of the dev set (each GPU's share rounded up, so rank r
+    scores batch r). Before: each GPU's, so that the epoch, and the dev and test figures, changed with the GPUs."""
+    limits = ("trainer.limit_train_batches=16", "trainer.limit_val_batches=3", "trainer.limit_test_batches=8")
+    eight = make_plan(composed("model=base", "task=wmt_en_de", "trainer.devices=8", *limits), NODE_8_H100)["trainer"]
+    assert (eight["accumulate_grad_batches"], eight["limit_train_batches"], eight["limit_val_batches"],
+            eight["limit_test_batches"]) == (1, 2, 1, 1)
+    one = make_plan(composed("model=base", "task=wmt_en_de", *limits), LAPTOP)["trainer"]
+    assert one["accumulate_grad_batches"] == 8 and not {"limit_train_batches", "limit_val_batches"} & set(one)
+    fractions = make_plan(composed("model=base", "task=wmt_en_de", "trainer.devices=8", "trainer.limit_val_batches=0.5",
+                                   "trainer.limit_test_batches=0"), NODE_8_H100)["trainer"]
+    assert not {"limit_val_batches", "limit_test_batches"} & set(fractions)  # a fraction is every process's already
+    # as a run resolves its plan (its resolver reads the settings the plan takes): debug=tiny's 2 of each evaluation
+    tiny = resolved("debug=tiny", "hardware=cpu", "trainer.devices=2", least_cores=2)["plan"]["trainer"]
+    assert (tiny["limit_val_batches"], tiny["limit_test_batches"]) == (1, 1)
 
 
 def test_the_big_model_is_p_drop_03_except_on_en_fr_and_the_command_line_still_wins() -> None:

@@ -41,17 +41,17 @@ from aiayn.config.memory import (
     usable,
 )
 from aiayn.config.schemas import PAPER_NETWORK, build_network, network_arguments
-from aiayn.config.trainer import check_epoch_limit, check_length, stopped_sooner, validation, warmup_outlasts_the_run
+from aiayn.config.trainer import check_length, rank_limits, stopped_sooner, validation, warmup_outlasts_the_run
 from aiayn.errors import ConfigError
 
 PAPER_TOKENS_PER_STEP = 25_000  # §5.1: "approximately 25000 source tokens and 25000 target tokens"
 # Measured training throughput (benchmarks/train_throughput.py, gpu_suite.py): the plan projects a run's wall time.
 THROUGHPUT_RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "train_throughput.jsonl"
-# The trainer.* settings the plan reads; train.py gives Lightning the plan's values of the first seven.
+# The trainer.* settings the plan reads; train.py gives Lightning the plan's values of the first seven and rank_limits'.
 PLANNED_TRAINER_SETTINGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches",
                             "val_check_interval", "max_steps", "max_epochs", "limit_val_batches", "min_steps",
                             "min_epochs", "check_val_every_n_epoch", "max_time", "fast_dev_run", "limit_train_batches",
-                            "overfit_batches")
+                            "overfit_batches", "limit_test_batches")
 # Lightning's precision names → the benchmarks' (train_throughput.py --precision).
 BENCHMARK_PRECISION = {"32-true": "fp32", "32": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
 # max_tokens=auto where no GPU's memory sizes the batch (the WMT tasks' batch before auto): on a CPU, batches of at
@@ -177,7 +177,7 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
     limit = batch_limit(config, placement, machine)
     step = step_size(placement.processes, limit.tokens, data.get("max_length"),
                      optim.get("tokens_per_step"), trainer.get("accumulate_grad_batches"))
-    check_epoch_limit(trainer, step.accumulate)
+    limits = rank_limits(trainer, placement.processes, step.accumulate)  # each process's share of the batches
     every = interval = trainer.get("val_check_interval")
     steps = isinstance(interval, int) and not isinstance(interval, bool)
     if steps:
@@ -189,7 +189,7 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
         "trainer": {
             "accelerator": placement.accelerator, "devices": list(devices) if isinstance(devices, list) else devices,
             "num_nodes": placement.num_nodes, "strategy": placement.strategy, "precision": placement.precision,
-            "accumulate_grad_batches": step.accumulate, "val_check_interval": interval,
+            "accumulate_grad_batches": step.accumulate, "val_check_interval": interval, **limits,
         },
         "processes": placement.processes,
         "device": machine.gpu_name if placement.accelerator == "gpu" else machine.cpu_name,

@@ -176,18 +176,33 @@ def _seconds(limit: Any) -> int | None:
     return None
 
 
-def check_epoch_limit(trainer: Mapping[str, Any], accumulate: int) -> None:
-    """A ConfigError for an epoch cut inside a step of ``accumulate`` batches: ``trainer.limit_train_batches``, or
-    ``trainer.overfit_batches``, which Lightning makes the epoch's limit in its place (before: unchecked). Lightning
-    would take that step short (fewer tokens than the plan's, and validation off its steps)."""
+def rank_limits(trainer: Mapping[str, Any], processes: int, accumulate: int) -> dict[str, int]:
+    """What Lightning is given for the batch limits that are whole numbers (``trainer.limit_train_batches``,
+    ``overfit_batches``, ``limit_val_batches``, ``limit_test_batches``), which count the batches of the run's
+    whole order, every process's: Lightning counts each process's, so each gets its share (rank r takes
+    batches r, r + processes, …; an evaluation's share rounded up), and the epoch, its steps and the
+    batches scored are the same on any number of processes (before: the number was each process's,
+    so the recipe and the dev and test figures changed with them). A ConfigError for an epoch cut
+    inside a step of ``processes`` × ``accumulate`` batches, which Lightning would take short (fewer
+    tokens than the plan's step, and validation off its steps); ``overfit_batches`` is the epoch's
+    limit in ``limit_train_batches``' place."""
     key = "overfit_batches" if _number(trainer.get("overfit_batches")) and trainer["overfit_batches"] > 0 else \
         "limit_train_batches"
-    limit = trainer.get(key)
-    if accumulate > 1 and _number(limit) and limit >= 0 and not (isinstance(limit, float) and limit == 1.0) and \
-            not (_whole(limit) and limit % accumulate == 0):  # (other values: refused as Lightning's)
-        raise ConfigError(f"trainer.{key}={limit} ends an epoch inside a step of {accumulate} accumulated batches, "
-                          f"which Lightning would take short (fewer tokens than the plan's step, validation off its "
-                          f"steps); give a whole number of batches, a multiple of {accumulate} ({BATCH_LIMITS[key]})")
+    limit, step = trainer.get(key), processes * accumulate
+    if step > 1 and _number(limit) and limit >= 0 and not (isinstance(limit, float) and limit == 1.0) and \
+            not (_whole(limit) and limit % step == 0):  # (other values: refused as Lightning's)
+        inside = f"a step of {accumulate} accumulated batches" if processes == 1 else \
+            f"a step of {step} batches ({processes} processes × {accumulate})"
+        raise ConfigError(f"trainer.{key}={limit} ends an epoch inside {inside}, which Lightning would take short "
+                          f"(fewer tokens than the plan's step, validation off its steps); give a whole number of "
+                          f"batches, a multiple of {step} ({BATCH_LIMITS[key]})")
+    shares = {}
+    for name in ("limit_train_batches", "overfit_batches", "limit_val_batches", "limit_test_batches"):
+        value = trainer.get(name)
+        if processes > 1 and _whole(value) and value > 0:
+            shares[name] = value // processes if name in ("limit_train_batches", "overfit_batches") else \
+                -(-value // processes)
+    return shares
 
 
 def _number(value: Any) -> bool:
