@@ -215,10 +215,12 @@ def test_table2_takes_the_test_of_the_recipes_average_from_evaluate_or_train(tmp
     report("greedy", 29.0, 5, 3, decoding={"beam_size": 1, "alpha": 0.6, "max_len_offset": 50, "kv_cache": False})
     report("bf16", 28.1, 5, 4, speed_switches={"precision": "bf16", "int8": False})
     report("ensemble", 28.3, 5, 5, ensemble=["a.ckpt", "b.ckpt"])
-    with caplog.at_level(logging.WARNING, logger="aiayn.tables.runs"):
+    (run / "eval" / "test.step100000.cut.json").write_text('{"test/tokenized_bleu": 2')  # a report cut short
+    with caplog.at_level(logging.WARNING):
         [found] = local_runs([tmp_path])
     assert found.test == {"bleu": 27.1, "sacrebleu": 26.5, "averaged": 5}, "train.py's own test of the average"
-    said = caplog.text
+    said = caplog.text  # the cut report named and left out (before: json's JSONDecodeError, the rebuild's end)
+    assert f"{run / 'eval' / 'test.step100000.cut.json'}: not a report src/evaluate.py wrote (" in said
     assert "decoded otherwise than its run (decoding.beam_size=1" in said
     assert "decoded with precision=bf16, not the row's model" in said
     assert "an ensemble of 2 checkpoints, not the row's model" in said

@@ -18,7 +18,6 @@ evaluations of a sweep never overwrite one another.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from aiayn.decoding.settings import Decoding, asked
 from aiayn.decoding.switches import check_device, switches_of
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_write_text
+from aiayn.reporting.evaluations import write_report
 from aiayn.reporting.mlflow_store import check_store
 from aiayn.reporting.wandb_mode import check_wandb_mode
 
@@ -140,7 +140,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         "decoding": decoding.settings(), "speed_switches": dict(decoding.switches), "device": device, **files, **scored.details,
         "ppl_tokens": n_tokens, **metrics,
     }
-    atomic_write_text(out_dir / f"{name}.json", json.dumps(report, indent=2) + "\n")
+    write_report(out_dir, name, report)
 
     if len(ensemble) > 1:
         which = f"ensemble of {len(ensemble)} checkpoints ({', '.join(ensemble)})"

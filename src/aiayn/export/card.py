@@ -6,7 +6,6 @@ the length their own way.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,8 @@ from aiayn.checkpoints.io import run_dir_of
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
 from aiayn.metrics.bleu import tokenized_recipe
+from aiayn.reporting.evaluations import read_reports
+from aiayn.reporting.summary import read_summary
 
 LENGTH_PENALTY_NOTE = (
     "aiayn ranks beam-search hypotheses by log P(Y|X) / ((5 + |Y|) / 6)^α (GNMT's length penalty, §6.1 "
@@ -66,11 +67,7 @@ def measured_scores(ckpt: Path, steps: list[int], train_split: str = "train") ->
     metric's signature. Which describe the model is the decoding's to say (:attr:`Decoding.plain`)."""
     run_dir = run_dir_of(ckpt.resolve())  # where evaluate.py writes eval/ without out=
     found = []
-    for report in sorted((run_dir / "eval").glob("*.json")):
-        try:
-            data = json.loads(report.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
+    for report, data in read_reports(run_dir / "eval"):
         averaged, averaged_steps = data.get("averaged") or [data.get("checkpoint")], data.get("averaged_steps")
         if data.get("step") != steps[-1] or (list(averaged_steps) != list(steps) if averaged_steps
                                              else len(averaged) != len(steps)):
@@ -85,10 +82,9 @@ def measured_scores(ckpt: Path, steps: list[int], train_split: str = "train") ->
         line = _report_line(data)
         if line:
             found.append(f"{data['split']} ({data.get('sentences', '?'):,} sentences; {decoding.describe()}): {line}")
-    summary = run_dir / "summary.json"
     try:
-        data = json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else {}
-    except (OSError, ValueError):
+        data = read_summary(run_dir) or {}
+    except (OSError, ValueError):  # a summary cut short: no dev score on the card
         data = {}
     if data.get("dev/step") == steps[-1] and len(steps) == 1:
         if "dev/bleu" in data:

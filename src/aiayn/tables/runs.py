@@ -16,7 +16,6 @@ train.py's own test, which scores that average where the recipe has one (its sum
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -29,6 +28,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from aiayn.config.identity import MODIFIED, run_folder_changes
+from aiayn.reporting.evaluations import read_reports
 from aiayn.reporting.summary import continued_run, read_summary
 
 log = logging.getLogger(__name__)
@@ -245,8 +245,8 @@ def _test_reports(run_dir: Path, decoding: dict[str, Any], split: str | None) ->
     (checkpoints averaged, its time, figures); a report decoded otherwise (``decoding.beam_size=1``),
     in bf16 or int8, or of an ensemble is left out, with a warning naming why."""
     reports = []
-    for path in (run_dir / "eval").glob("*.json"):
-        report = as_test(json.loads(path.read_text()), split, "tokenized_bleu")
+    for path, report in read_reports(run_dir / "eval"):
+        report = as_test(report, split, "tokenized_bleu")
         if report is None:  # an evaluation of another split
             continue
         if decoded_otherwise(path, report.get("decoding"), decoding) or not_the_rows_model(

@@ -8,11 +8,11 @@ runs keeps the paper's figure alone.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
+from aiayn.reporting.evaluations import read_reports
 from aiayn.tables.runs import as_test, seed_order, test_split
 
 log = logging.getLogger(__name__)
@@ -62,12 +62,7 @@ def run_tests(run: Any) -> list[tuple[str, dict[str, Any], dict[str, Any], int |
                       int(averaged) if averaged is not None else None))
     reports = []
     split = test_split(run.config)
-    for path in Path(run.source, "eval").glob("*.json"):
-        try:
-            report = json.loads(path.read_text())
-        except (OSError, ValueError) as error:
-            log.warning("%s: not a report src/evaluate.py wrote (%s); left out", path, error)
-            continue
+    for path, report in read_reports(Path(run.source, "eval")):
         # `evaluate.py ... split=test`, or the test split by its sections or files (split=23): keys <split>/f1
         if (report := as_test(report, split, "f1")) is not None:
             reports.append((path.stat().st_mtime, path.name, report))
