@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import logging
-from pathlib import Path
 from types import SimpleNamespace
 
 import lightning as L
@@ -312,26 +311,6 @@ def test_an_empty_validation_file_pair_is_named_before_the_first_step(data_root,
     with pytest.raises(DataError, match=r"^val split 'val': \S+/val.en.gz / \S+/val.de.gz: no lines; a split needs"):
         module.setup("fit")
     assert module.split_sizes == {}
-
-
-@pytest.mark.parametrize("variable", ["AIAYN_DATA_ROOT", "AIAYN_CACHE_DIR"])
-def test_a_data_root_or_cache_dir_that_is_a_file_is_named_by_its_variable(data_root, tmp_path, variable):
-    from tests.helpers.inprocess import run_tool
-    from tests.helpers.runs import TINY
-
-    file = tmp_path / "a-file"
-    file.write_text("not a folder\n")
-    roots = {"data_root": file if variable == "AIAYN_DATA_ROOT" else data_root,
-             "cache_dir": file if variable == "AIAYN_CACHE_DIR" else tmp_path / "cache"}
-    for tool, args in (("src/train.py", TINY), ("src/prepare.py", ["task=wmt_en_de"])):
-        run_dir = tmp_path / Path(tool).stem
-        result = run_tool(tool, *args, f"hydra.run.dir={run_dir}", check=False, **roots)
-        lines = [line for line in result.stderr.strip().splitlines() if "Seed set to" not in line]  # Lightning's INFO
-        assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
-        assert lines[0].startswith(f"{Path(tool).name}: {variable}={file} (") and "is a file, not a folder: set " \
-            f"{variable} to a folder (or unset it for the default)" in lines[0]  # before: 12 "missing" files, or a traceback
-        assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*"))
-    assert not (tmp_path / "train").exists()  # a training run refused before it starts leaves no folder
 
 
 def test_a_runs_checks_read_each_split_through_once_and_again_when_a_file_changes(data_root, tmp_path, monkeypatch):

@@ -1,9 +1,12 @@
 """The paper's tables as experiment configs (conf/experiment/table2_*, table3_*, table4_*): every row composes
 and builds its model, the table's multirun expands to exactly its rows, the SLURM launcher config
-gives submitit the job's resources, and the cost and parameter figures the tables report."""
+gives submitit the job's resources, and the parameter figures the tables report (their FLOPs and cost:
+tests/reporting/test_flops.py)."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from pathlib import Path
 
@@ -14,9 +17,8 @@ from omegaconf import OmegaConf
 
 from aiayn.config.schemas import network_arguments
 from aiayn.errors import ConfigError
-from aiayn.model import Transformer
 from aiayn.model.positional import LearnedPositionalEmbedding
-from aiayn.reporting.flops import Shapes, forward_flops, paper_estimate, training_flops
+from aiayn.reporting.flops import Shapes
 from aiayn.tables.rows import count_parameters, parameter_report, table_rows
 from aiayn.tables.runner import expand_sweep
 from aiayn.training.config_check import check_train_config
@@ -53,6 +55,12 @@ TABLE2 = {  # row: (task, model, P_drop, checkpoints averaged)
 
 
 def compose_train(*overrides: str, hydra_config: bool = False):
+    """conf/train.yaml with ``overrides``: a copy of what is composed once a test process."""
+    return copy.deepcopy(_composed(overrides, hydra_config))
+
+
+@functools.cache
+def _composed(overrides: tuple[str, ...], hydra_config: bool):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("train", overrides=list(overrides), return_hydra_config=hydra_config)
 
@@ -255,34 +263,6 @@ def test_multi_node_ddp_settings_compose() -> None:
 
 
 # -- cost and parameters ----------------------------------------------------------------------------
-def test_counted_flops_equal_torchs_flop_counter_on_a_real_model(single_thread) -> None:
-    """The formula of aiayn.reporting.flops against torch's own count of every matrix product of a
-    real forward pass (and forward + backward: 3× the forward)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    sizes = {"n_layers": 2, "d_model": 48, "d_ff": 80, "n_heads": 3, "d_k": 8, "d_v": 24}
-    vocab, batch, src_len, tgt_len = 211, 3, 13, 6
-    torch.manual_seed(0)
-    model = Transformer(vocab, vocab, dropout=0.0, **sizes)
-    src, tgt = torch.randint(4, vocab, (batch, src_len)), torch.randint(4, vocab, (batch, tgt_len))
-    with FlopCounterMode(display=False) as forward:
-        model(src, tgt)
-    with FlopCounterMode(display=False) as both:
-        model(src, tgt).sum().backward()
-    shapes = Shapes(vocab_size=vocab, **sizes)
-    assert forward_flops(shapes, batch, src_len, tgt_len) == forward.get_total_flops()
-    assert training_flops(shapes, batch, src_len, tgt_len) == both.get_total_flops()
-
-
-def test_the_papers_cost_estimate_gives_table2s_figures() -> None:
-    """§6.1: 8 P100s (9.5 TFLOPS); base 12 hours → 3.3·10^18, big 3.5 days → 2.3·10^19."""
-    assert round(paper_estimate(12 * 3600, 8, "P100") / 1e18, 1) == 3.3
-    assert round(paper_estimate(3.5 * 24 * 3600, 8, "P100") / 1e19, 1) == 2.3
-    assert paper_estimate(3600, 1, "K80") == 3600 * 2.8e12 and paper_estimate(10, 2, 5.0) == 10 * 2 * 5e12
-    with pytest.raises(ValueError, match="not one of the paper's GPUs"):
-        paper_estimate(1, 1, "H100")
-
-
 def test_a_bad_cost_gpu_is_a_config_error() -> None:
     cfg = OmegaConf.to_container(compose_train("cost.gpu=A100", "paths.output_dir=/tmp", "run_name=bad-gpu"), resolve=True)
     with pytest.raises(ConfigError, match="cost.gpu='A100'"):

@@ -40,8 +40,8 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
 
     ``max_tokens`` bounds a batch's padded size per side (BOS/EOS included); ``max_length``
     drops training pairs with a side of more subword ids than that (BOS/EOS not counted);
-    ``seed`` sets the training batch order; ``cache_dir`` (default ``~/.cache/aiayn``) holds
-    the subword models and the training pairs encoded once (:mod:`aiayn.data.encoded`).
+    ``seed`` sets the training batch order; ``cache_dir`` (default paths.cache_dir's, ``$AIAYN_CACHE_DIR`` or
+    ``~/.cache/aiayn``) holds the subword models and the training pairs encoded once (:mod:`aiayn.data.encoded`).
 
     The task's questions are the data module's to answer, so that no tool asks which kind of task
     it has: what its models do (:meth:`does`), which splits can be scored (:meth:`check_split`,
@@ -346,5 +346,5 @@ def require_lines(src: list[str], src_path: Path, tgt_path: Path) -> None:
         raise DataError(f"{src_path} / {tgt_path}: no lines; a split needs one sentence pair per line")
 
 
-def _default_cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "aiayn"
+def _default_cache_dir() -> Path:  # conf/paths/default.yaml's paths.cache_dir, for one built without (Python)
+    return Path(os.environ.get("AIAYN_CACHE_DIR") or Path.home() / ".cache" / "aiayn")
