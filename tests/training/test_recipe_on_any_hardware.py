@@ -147,6 +147,7 @@ def test_one_process_accumulating_two_batches_trains_what_two_processes_train(tm
     assert [(p["processes"], p["trainer"]["accumulate_grad_batches"], p["tokens_per_batch"]) for p in plans] == [
         (1, 2, 1024), (2, 1, 1024)]
     assert plans[1]["trainer"]["strategy"] == "ddp"
+    assert [path.name for path in (tmp_path / "two" / "csv").iterdir()] == ["version_0"]  # (before: rank 1's empty _1)
     assert one["global_step"] == two["global_step"] == 4
     start = _state(tmp_path / "one" / "checkpoints" / "step0000002.ckpt")["state_dict"]
     moved = 0.0

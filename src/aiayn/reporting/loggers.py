@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from aiayn.reporting.held_rows import HeldRows
 from aiayn.reporting.wandb_history import catch_up, record_path, record_row
@@ -274,6 +275,7 @@ class MetricsCSVLogger(CSVLogger):
         super().log_metrics(metrics, step)
 
     @property
+    @rank_zero_experiment  # as Lightning's own: another rank makes no version folder (before: an empty one)
     def experiment(self) -> ExperimentWriter:
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)
