@@ -124,7 +124,7 @@ def test_each_refusal_is_one_line_naming_the_file_or_setting(tiny_run: TrainedRu
          "device must be auto (a GPU where there is one), cpu, cuda or cuda:<index>, got 'gpu'"),
         (lambda: aiayn.load([tiny_run.last, tiny_run.last], average_last=2), ConfigError,
          ("average_last=2 averages one checkpoint with those before it; give one checkpoint, or average each first "
-         "(src/average.py) and give the averages")),
+         "(src/average.py) and give the averages as ckpt=a.ckpt,b.ckpt")),
         (lambda: aiayn.load(tiny_run.last, average_last=9), DataError,
          f"{tiny_run.checkpoints}: asked for the 9 checkpoints ending at last.ckpt (step 4) but there are only 4"),
         (lambda: model.translate(SOURCES, beam=2), ConfigError, ("decoding.beam is not a decoding setting; the settings "

@@ -61,10 +61,7 @@ def load(ckpt: str | os.PathLike | Sequence[str | os.PathLike], *, average_last:
     elif not isinstance(ckpt, str) and isinstance(ckpt, Sequence):
         ckpt = [os.fspath(path) if isinstance(path, os.PathLike) else path for path in ckpt]
     paths = checkpoint_list(ckpt)  # ConfigError: names no checkpoint
-    k = averaged_count(average_last)
-    if k > 1 and len(paths) > 1:
-        raise ConfigError(f"average_last={k} averages one checkpoint with those before it; give one checkpoint, or "
-                          "average each first (src/average.py) and give the averages")
+    k = averaged_count(average_last, len(paths))
     if device.startswith("cuda") and not (torch.cuda.is_available()
                                           and int(device.partition(":")[2] or 0) < torch.cuda.device_count()):
         found = f"{torch.cuda.device_count()} usable CUDA GPU(s)" if torch.cuda.is_available() else "no usable CUDA GPU"

@@ -131,5 +131,5 @@ def test_translate_averages_the_last_checkpoints_as_average_py_does(tiny_run: Tr
     refused = run_tool("src/translate.py", f"ckpt={tiny_run.last},{tiny_run.last}", "average_last=2", *settings,
                        data_root=data_root, cache_dir=cache, check=False)
     assert refused.returncode == 2 and refused.stderr.strip() == (
-        "translate.py: average_last=2 averages one checkpoint with those before it; give one checkpoint "
-        "(engine=aiayn), or average first (src/average.py)")
+        "translate.py: average_last=2 averages one checkpoint with those before it; give one checkpoint, or average "
+        "each first (src/average.py) and give the averages as ckpt=a.ckpt,b.ckpt")  # as evaluate.py and aiayn.load

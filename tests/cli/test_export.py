@@ -214,6 +214,8 @@ def test_translate_engine_settings_are_checked(tiny_run, data_root, tmp_path):
         ("engine=onnx", f"ckpt={tiny_run.last}"): "engine=onnx is not one of aiayn, ctranslate2",
         ("engine=ctranslate2", f"model_dir={tmp_path}"): "not a CTranslate2 export of aiayn",
         ("engine=ctranslate2", f"model_dir={tmp_path}", "onednn=true"): "precision, int8, compile, onednn and onnxruntime are aiayn's",
+        ("engine=ctranslate2", f"model_dir={tmp_path}", "average_last=2"): (
+            "average_last=2 averages checkpoints, which engine=ctranslate2 cannot: export an average instead"),
     }
     for arguments, expected in cases.items():
         result = run_tool("src/translate.py", *arguments, stdin="A dog.\n", data_root=data_root, check=False)

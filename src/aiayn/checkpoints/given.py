@@ -54,14 +54,19 @@ def one_checkpoint(ckpt: Any, what: str = "one checkpoint") -> str:
     return text
 
 
-def averaged_count(average_last: int | None) -> int:
+def averaged_count(average_last: int | None, members: int = 1) -> int:
     """How many checkpoints ``average_last`` averages (§6.1; evaluate, translate, export): k, or 1
-    (the checkpoint alone) for null; a ConfigError below 1, before anything is loaded."""
+    (the checkpoint alone) for null; a ConfigError below 1, or above 1 for an ensemble of
+    ``members`` checkpoints, before anything is loaded."""
     if average_last is None:
         return 1
     if isinstance(average_last, bool) or not isinstance(average_last, int) or average_last < 1:  # aiayn.load's too
         raise ConfigError(f"average_last must be a whole number of checkpoints, 1 or more (null: the checkpoint "
                           f"alone), got {average_last!r}")
+    if average_last > 1 and members > 1:
+        raise ConfigError(f"average_last={average_last} averages one checkpoint with those before it; give one "
+                          "checkpoint, or average each first (src/average.py) and give the averages as "
+                          "ckpt=a.ckpt,b.ckpt")
     return average_last
 
 

@@ -3,7 +3,7 @@ lazily (memory-mapped), and saving atomically (Lightning's writer of them, which
 is aiayn.checkpoints.background.AtomicCheckpointIO: nothing here imports Lightning, so that the
 tools that only read a checkpoint start without it).
 
-src/train.py writes its checkpoints into ``<run>/checkpoints/``: ``step0001000.ckpt`` every
+train.py (aiayn.training.saving) writes its checkpoints into ``<run>/checkpoints/``: ``step0001000.ckpt`` every
 ``checkpoint.every_n_train_steps`` steps and at §6.1's steps to average (aiayn.config.checkpointing),
 plus ``last.ckpt``, a link to the newest (a copy where no link can be made), and a run that stops
 early ``best.ckpt``, its best validation's model, weights alone (aiayn.training.early_stopping). (Runs of earlier

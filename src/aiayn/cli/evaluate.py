@@ -55,10 +55,7 @@ def main(cfg: DictConfig) -> dict[str, float]:
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     ensemble = checkpoint_list(cfg.ckpt)  # one checkpoint, or several decoding together
     ckpt = Path(ensemble[0])
-    k = averaged_count(cfg.average_last)
-    if len(ensemble) > 1 and k > 1:
-        raise ConfigError(f"average_last={k} averages one checkpoint with those before it; give one checkpoint, "
-                          f"or average each first (src/average.py) and give the averages as ckpt=a.ckpt,b.ckpt")
+    k = averaged_count(cfg.average_last, len(ensemble))
     wanted = asked(cfg.decoding)  # checked before anything is loaded
     for setting in ("batch_size", "max_tokens"):
         if cfg[setting] < 1:

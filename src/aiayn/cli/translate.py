@@ -198,9 +198,11 @@ def _check_settings(cfg: DictConfig) -> dict:
     elif cfg.model_dir is not None:
         raise ConfigError(f"model_dir={cfg.model_dir} is for engine=ctranslate2; add engine=ctranslate2, or give a "
                           "checkpoint as ckpt=<file.ckpt>")
-    if averaged_count(cfg.average_last) > 1 and (cfg.engine != "aiayn" or len(checkpoint_list(cfg.ckpt)) > 1):
-        raise ConfigError(f"average_last={cfg.average_last} averages one checkpoint with those before it; give one "
-                          "checkpoint (engine=aiayn), or average first (src/average.py)")
+    members = len(checkpoint_list(cfg.ckpt)) if cfg.engine == "aiayn" else 1  # (an ensemble: refused averaged)
+    if averaged_count(cfg.average_last, members) > 1 and cfg.engine != "aiayn":
+        raise ConfigError(f"average_last={cfg.average_last} averages checkpoints, which engine={cfg.engine} cannot: "
+                          "export an average instead (src/average.py, then src/export.py with average_last), or "
+                          "give engine=aiayn the checkpoint")
     if cfg.interactive not in ("auto", True, False):
         raise ConfigError(f"interactive must be auto, true or false, got {cfg.interactive!r}")
     if cfg.buffer_size < 1:

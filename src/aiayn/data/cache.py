@@ -12,8 +12,8 @@ when jobs run side by side, get killed, or fill the disk.
   hashing it again when its size is the same and its modification or change time is not (the
   change time too: a file replaced by one of the same size with its time kept, ``cp -p``,
   ``rsync -a``, ``tar -x``, has the old modification time but a new change time).
-- :func:`no_room`: a write that failed for want of space (a full disk, a quota, a file-size
-  limit) as one sentence saying where and what to do.
+- :func:`no_room_error`: a write that failed for want of space (a full disk, a quota, a file-size
+  limit; :func:`aiayn.files.no_room` tells) as one sentence saying where and what to do.
 - :func:`build_once`: all of these around the building of one prepared folder.
 """
 
