@@ -138,8 +138,10 @@ def take_lock(path: str | os.PathLike, wait: bool = True, waiting: Callable[[], 
     """An open descriptor of ``path`` (made if missing) holding its OS lock (``flock``: released
     when the process dies, however it dies), or None when another process holds it and ``wait``
     is false; ``waiting`` is called once before waiting. A file removed while this process waited
-    for it is not held: the lock is taken on the file at ``path`` now instead. The one lock of the
-    project: the caches' entries (aiayn.data.cache) and the run folders (aiayn.cli.run_folder)."""
+    for it is not held: the lock is taken on the file at ``path`` now instead. The lock between the
+    project's processes: the caches' entries (aiayn.data.cache), the run folders
+    (aiayn.cli.run_folder), the table runner's jobs (aiayn.tables.runner); one process's uses of
+    an MLflow store, which nest and may come from threads, take filelock's, which is reentrant."""
     import fcntl  # POSIX only, as the fork-based encoding workers
 
     path, told = Path(path), False

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from aiayn.files import release_lock, take_lock
 from aiayn.tables import runner
 from tests.helpers.inprocess import run_tool
 from tests.helpers.preloaded import python_starts_preloaded
@@ -165,8 +166,11 @@ def test_a_job_another_runner_trains_is_left_to_it(tmp_path: Path, data_root: Pa
     """Two runners on one root (two parts, or the same command twice): a job whose lock another
     runner holds is skipped, not trained twice in the same directory."""
     jobs = runner.plan(CONF, OVERRIDES, tmp_path)
-    with jobs[0].lock:  # "another runner" is training seed1
+    held = take_lock(jobs[0].lock)  # "another runner" is training seed1 (flock: another descriptor is another holder)
+    try:
         failed, printed = _run(jobs[:1], _environment(data_root, subword_cache))
+    finally:
+        release_lock(held)
     assert not failed and "skip seed1: another runner is training it" in printed and "start " not in printed
     assert not jobs[0].dir.exists()
 

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from aiayn.config.identity import kept_group, new_group, override_key, own_overrides, recorded_group
+from aiayn.files import release_lock, take_lock
 from aiayn.reporting.summary import SUMMARY_FILE
 
 REPO = Path(__file__).resolve().parents[3]
@@ -62,10 +61,10 @@ class RowJob:
         return self.dir.parent / f"{self.name}.log"
 
     @property
-    def lock(self) -> FileLock:
-        """Held by the runner that trains the job (``<root>/.<name>.lock``): two runners on one
-        root — two parts, or the same command twice — never train one job at once."""
-        return FileLock(self.dir.parent / f".{self.name}.lock")
+    def lock(self) -> Path:
+        """Held by the runner that trains the job (``<root>/.<name>.lock``, :func:`aiayn.files.take_lock`):
+        two runners on one root — two parts, or the same command twice — never train one job at once."""
+        return self.dir.parent / f".{self.name}.lock"
 
     @property
     def state(self) -> str:
@@ -217,27 +216,26 @@ class _Running:
     process: subprocess.Popen
     slot: int
     started: float
-    lock: FileLock
+    lock: int  # the job's lock, held (a descriptor of take_lock)
 
 
-def _claim(job: RowJob) -> FileLock | None:
+def _claim(job: RowJob) -> int | None:
     """The job's lock, held, when no other runner trains it and it is not done; else None."""
     job.group = kept_group(job.dir.parent, job.group)  # the root's, whichever runner of it started first
-    lock = job.lock
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
+    job.lock.parent.mkdir(parents=True, exist_ok=True)
+    lock = take_lock(job.lock, wait=False)
+    if lock is None:
         print(f"skip {job.name}: another runner is training it", flush=True)
         return None
     if job.state == DONE:  # finished by another runner since this one planned
-        lock.release()
+        release_lock(lock)
         print(f"skip {job.name}: done ({job.dir / SUMMARY_FILE})", flush=True)
         return None
     return lock
 
 
 def _start(job: RowJob, slot: int, share: list[int] | None, python: str, repo: Path,
-           env: Mapping[str, str] | None, lock: FileLock) -> _Running:
+           env: Mapping[str, str] | None, lock: int) -> _Running:
     command = job.command(python, repo)
     environment = dict(os.environ if env is None else env)
     preexec = None
@@ -309,7 +307,7 @@ def run(jobs: Sequence[RowJob], parallel: int = 1, python: str | os.PathLike = s
             time.sleep(poll_s)
             for entry in [entry for entry in running if entry.process.poll() is not None]:
                 running.remove(entry)
-                entry.lock.release()
+                release_lock(entry.lock)
                 free.append(entry.slot)
                 free.sort()
                 job, code = entry.job, entry.process.returncode
@@ -323,7 +321,7 @@ def run(jobs: Sequence[RowJob], parallel: int = 1, python: str | os.PathLike = s
     except KeyboardInterrupt:
         _terminate(running)
         for entry in running:
-            entry.lock.release()
+            release_lock(entry.lock)
         raise
     finally:
         if previous is not None:
