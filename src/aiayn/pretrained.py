@@ -153,15 +153,18 @@ class Pretrained:
         return found[0] if isinstance(sentences, str) else found
 
     def perplexity(self, sources: Sequence[str], references: Sequence[str], *,
-                   max_tokens: int = EvaluateConfig.max_tokens) -> float:
+                   max_tokens: int | None = EvaluateConfig.max_tokens) -> float:
         """Per-subword perplexity of ``references`` given ``sources`` (teacher forcing, the EOS
         counted, no label smoothing), as evaluate.py reports it; ``max_tokens``: evaluate.py's
-        batch of its perplexity pass."""
+        batch of its perplexity pass (None: its task's evaluation batch, ``eval_max_tokens``)."""
         sources, references = _lines(sources, "sources"), _lines(references, "references")
         if len(sources) != len(references) or not sources:
             raise ConfigError(f"perplexity needs one reference for each source, and at least one: got "
                              f"{len(sources)} sources and {len(references)} references")
-        return perplexity(self.network, self.vocab, sources, references, max_tokens)[0]
+        task = (self.trained.config.get("task") or {}).get("datamodule") or {}
+        batch = max_tokens or task.get("eval_max_tokens") or task.get("max_tokens")  # (none: perplexity's own)
+        return perplexity(self.network, self.vocab, sources, references,
+                          **({"max_tokens": batch} if isinstance(batch, int) else {}))[0]
 
     def attention(self, text: str, **decoding: Any) -> AttentionMaps:
         """Every attention weight of ``text`` and its translation (visualize.py's maps, the paper's

@@ -56,6 +56,9 @@ BAD_INPUT = [
     (["max_tokens=0"], "max_tokens must be a whole number of at least 1, got 0"),
     # Before: the batch sampler's ValueError, a traceback (perplexity is computed before decoding).
     (["max_tokens=5"], "max_tokens=5 is less than the longest sentence pair of the split ("),
+    # Without max_tokens, the task's evaluation batch (before: evaluate's own 4096, this setting taken and unused).
+    (["task=multi30k_en_de", "task.vocab_size=500", "task.datamodule.eval_max_tokens=10"],
+     "task.datamodule.eval_max_tokens=10 is less than the longest sentence pair of the split ("),
     (["wandb=maybe"], "wandb must be auto, online, offline or disabled (online with an API key), got 'maybe'"),
     (["precision=fp8"], "precision must be one of fp32, bf16, fp16, got 'fp8'"),
     (["int8=true", "precision=bf16"], "int8 quantises fp32 weights; it cannot be combined with precision=bf16"),

@@ -58,7 +58,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     k = averaged_count(cfg.average_last, len(ensemble))
     wanted = asked(cfg.decoding)  # checked before anything is loaded
     for setting in ("batch_size", "max_tokens"):
-        if cfg[setting] < 1:
+        if cfg[setting] is not None and cfg[setting] < 1:
             raise ConfigError(f"{setting} must be a whole number of at least 1, got {cfg[setting]!r}")
     if cfg.wandb != "disabled":  # W&B's refusal (no API key, say) came after the whole split was decoded
         check_wandb_mode(cfg.wandb, "wandb", ("auto", "online", "offline", "disabled"))
@@ -82,7 +82,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     device = str(next(trained.model.parameters()).device)
     task = _task(cfg, trained.config, ckpt)
     if not cfg.get("task"):  # the checkpoint's own: its subword model is the one it holds, its cache this machine's
-        given = any(str(o).split("=", 1)[0].lstrip("+~") == "paths.cache_dir" for o in HydraConfig.get().overrides.task)
+        given = HydraConfig.initialized() and any(  # (evaluate() called from Python: none given on a command line)
+            str(o).split("=", 1)[0].lstrip("+~") == "paths.cache_dir" for o in HydraConfig.get().overrides.task)
         task = _its_cache(task, cfg.paths.cache_dir, given)
         task = _its_subwords(task, trained.vocab.serialized(), cfg.paths.cache_dir)
 
@@ -112,7 +113,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
                             batch_size=cfg.batch_size, decoder=datamodule.raw_text(trained.vocab, constraint))
 
     # Each source cut to the model's positions is named once, by the translation below.
-    ppl, n_tokens = perplexity(trained.model, trained.vocab, sources, targets, cfg.max_tokens, name_cut_sources=False)
+    batch = cfg.max_tokens or datamodule.eval_max_tokens  # null: the task's evaluation batch, as it validated
+    ppl, n_tokens = perplexity(trained.model, trained.vocab, sources, targets, batch, name_cut_sources=False,
+                               setting="max_tokens" if cfg.max_tokens else "task.datamodule.eval_max_tokens")
     result = translator.translations(sources)
 
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,9 @@ class EvaluateConfig(DecodeSwitches):
     average_last: Optional[int] = None  # noqa: UP045
     decoding: Any = None  # typed by schema/decoding_overrides (the yaml's defaults); null: the checkpoint's own
     batch_size: int = 128  # sentences per translation batch
-    max_tokens: int = 4096  # tokens per batch for the perplexity pass
+    # tokens a batch of the perplexity pass; null: the task's evaluation batch (task.datamodule.eval_max_tokens),
+    # as its validation and test had it
+    max_tokens: Optional[int] = None  # noqa: UP045
     out: Optional[str] = None  # noqa: UP045  the folder to write into; null: <run dir>/eval (eval/ beside a checkpoint outside a run)
     wandb: str = "auto"  # auto | online | offline | disabled
     # an MLflow tracking URI (logger.mlflow's store, e.g. sqlite:///mlruns/mlflow.db): the evaluation is

@@ -232,12 +232,13 @@ def nbest_lines(nbest: Sequence[Sequence[Scored]], first_index: int = 0) -> list
 
 @torch.inference_mode()
 def perplexity(model: Transformer, vocab: Subwords, sources: list[str], references: list[str],
-               max_tokens: int = 4096, name_cut_sources: bool = True) -> tuple[float, int]:
+               max_tokens: int = 4096, name_cut_sources: bool = True, setting: str = "max_tokens") -> tuple[float, int]:
     """Per-token perplexity of the references given the sources (teacher forcing, every target
     subword and the EOS counted, no label smoothing), and the number of tokens scored. A reference
     longer than the model's positions is scored on its first subwords, with a warning naming its
     line (before: cut in silence, its other tokens left out of the count); a source so cut is named
-    too, unless ``name_cut_sources`` is False (a translation of the same sources names each)."""
+    too, unless ``name_cut_sources`` is False (a translation of the same sources names each).
+    ``setting``: what a batch too small for a pair is named by."""
     device = next(model.parameters()).device
     src_ids, _ = encode_sources(model, vocab, sources, name_cut=name_cut_sources)
     tgt_ids = vocab.encode(references)
@@ -250,8 +251,8 @@ def perplexity(model: Transformer, vocab: Subwords, sources: list[str], referenc
     corpus = ParallelCorpus(src_ids, tgt_ids)
     longest = max((max(pair) for pair in zip(corpus.src_lengths, corpus.tgt_lengths)), default=0)
     if max_tokens < longest:  # every pair is scored: a batch must hold the longest
-        raise ConfigError(f"max_tokens={max_tokens} is less than the longest sentence pair of the split ({longest} "
-                          f"tokens with BOS/EOS), which a batch of the perplexity pass must hold; give max_tokens="
+        raise ConfigError(f"{setting}={max_tokens} is less than the longest sentence pair of the split ({longest} "
+                          f"tokens with BOS/EOS), which a batch of the perplexity pass must hold; give {setting}="
                           f"{longest} or more")
     sampler = TokenBatchSampler(corpus.src_lengths, corpus.tgt_lengths, max_tokens, shuffle=False,
                                 num_replicas=1, rank=0, pad_to_equal=False)
