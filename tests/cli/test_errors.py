@@ -23,8 +23,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 from torch.multiprocessing import ProcessRaisedException
 
-from aiayn.cli import config_options
 from aiayn.cli.errors import USER_ERROR, describe, reports_errors
+from aiayn.cli.naming import config_options
 from aiayn.cli.rank_errors import os_error_of_a_rank, user_error_of_a_rank
 from aiayn.decoding.settings import Decoding, asked
 from aiayn.errors import ConfigError, DataError

@@ -21,7 +21,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from lightning.fabric.plugins.environments import SLURMEnvironment
 
-from aiayn.cli import CONFIG_DIR
+from aiayn.cli.naming import CONFIG_DIR
 from aiayn.errors import ConfigError
 from aiayn.training.preemption import EXIT_STATUS, PreemptionCallback, signal_numbers
 from tests.helpers.runs import REPO, TINY_MODEL, TWO_CORES, children, popen, run_command

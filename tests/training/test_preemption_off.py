@@ -18,7 +18,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from lightning.fabric.plugins.environments import SLURMEnvironment
 
-from aiayn.cli import CONFIG_DIR
+from aiayn.cli.naming import CONFIG_DIR
 from aiayn.training.lightning_signals import PlainSigterm
 from aiayn.training.preemption import PreemptionCallback
 from tests.helpers.runs import REPO, TINY, TWO_CORES, children, popen

@@ -29,9 +29,9 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from aiayn.cli import config_options, tool_command, tool_name
 from aiayn.cli.errors import USER_ERROR
 from aiayn.cli.hydra_options import hydra_options_and_overrides
+from aiayn.cli.naming import config_options, tool_command, tool_name
 from aiayn.cli.renamed import REMOVED, RENAMED, new_arguments, removed_setting
 
 Result = TypeVar("Result")
@@ -139,7 +139,7 @@ def _groups(tool: str) -> set[str]:
     ``model``, ``logger`` ...), which ``<group>=<name>`` changes."""
     from omegaconf import OmegaConf
 
-    from aiayn.cli import CONFIG_DIR
+    from aiayn.cli.naming import CONFIG_DIR
 
     try:
         defaults = OmegaConf.to_container(OmegaConf.load(os.path.join(CONFIG_DIR, f"{tool}.yaml"))).get("defaults")

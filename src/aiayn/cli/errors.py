@@ -50,7 +50,7 @@ from omegaconf.errors import (
     OmegaConfBaseException,
 )
 
-from aiayn.cli import config_options, say, tool_command
+from aiayn.cli.naming import config_options, say, tool_command
 from aiayn.cli.rank_errors import a_rank_failed, is_a, never_joined, what_gloo_saw
 from aiayn.cli.typos import left_out_as_the_run_meets_it, named_after_the_model
 from aiayn.errors import ConfigError, UserError

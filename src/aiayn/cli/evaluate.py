@@ -26,9 +26,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from aiayn.checkpoints.given import averaged_count, checkpoint_list
-from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import is_composition_error, reports_composition_errors, reports_errors
+from aiayn.cli.naming import CONFIG_DIR
 from aiayn.cli.outputs import output_folder
 from aiayn.config.identity import MODIFIED, run_folder_changes
 from aiayn.data.task import task_module

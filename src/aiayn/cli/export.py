@@ -19,9 +19,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from aiayn.checkpoints.given import averaged_count, one_checkpoint
-from aiayn.cli import CONFIG_DIR, tool_command
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
+from aiayn.cli.naming import CONFIG_DIR, tool_command
 from aiayn.decoding.settings import Decoding, asked
 from aiayn.errors import ConfigError
 

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 import hydra
 from omegaconf import DictConfig
 
-from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors
+from aiayn.cli.naming import CONFIG_DIR
 
 HELP = ("--help", "-h", "--hydra-help")
 

@@ -18,9 +18,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import INTERRUPTED, fail, reports_composition_errors, reports_errors
+from aiayn.cli.naming import CONFIG_DIR
 from aiayn.config.identity import override_key
 
 

@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Any
 
-from aiayn.cli import say
+from aiayn.cli.naming import say
 from aiayn.errors import UserError
 from aiayn.files import no_room
 

@@ -28,10 +28,11 @@ from omegaconf.errors import InterpolationResolutionError
 from aiayn.checkpoints.background import AtomicCheckpointIO, BackgroundCheckpointIO
 from aiayn.checkpoints.init_from import initial_weights, start_from
 from aiayn.checkpoints.resume import find_resume, remove_stale_temporaries
-from aiayn.cli import CONFIG_DIR, run_folder
+from aiayn.cli import run_folder
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import fail, left_out, reports_composition_errors, reports_errors, user_error_within
 from aiayn.cli.hydra_options import shown_part
+from aiayn.cli.naming import CONFIG_DIR
 from aiayn.cli.rank_errors import os_error_of_a_rank, report_dead_ranks_before_lightning_kills, user_error_of_a_rank
 from aiayn.cli.typos import left_out_as_the_run_meets_it
 from aiayn.cli.weights_tested import Tested, tested, weights_before_test

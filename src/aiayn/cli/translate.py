@@ -55,10 +55,10 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from aiayn.checkpoints.given import averaged_count, checkpoint_list
-from aiayn.cli import CONFIG_DIR
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reader_gone, reports_composition_errors, reports_errors
 from aiayn.cli.line_input import AvailableLines, chunked
+from aiayn.cli.naming import CONFIG_DIR
 from aiayn.cli.outputs import output_file
 from aiayn.data.readers import decode_lines, iter_lines
 from aiayn.decoding.settings import Asked, asked

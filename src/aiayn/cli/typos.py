@@ -15,8 +15,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from aiayn.cli import CONFIG_DIR, tool_command, tool_name
 from aiayn.cli.hydra_options import hydra_options_and_overrides
+from aiayn.cli.naming import CONFIG_DIR, tool_command, tool_name
 from aiayn.config.identity import override_key
 
 

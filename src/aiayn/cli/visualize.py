@@ -17,9 +17,9 @@ import hydra
 from omegaconf import DictConfig
 
 from aiayn.checkpoints.given import one_checkpoint
-from aiayn.cli import CONFIG_DIR, tool_command
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import reports_composition_errors, reports_errors
+from aiayn.cli.naming import CONFIG_DIR, tool_command
 from aiayn.cli.outputs import output_folder
 from aiayn.decoding.settings import Decoding, asked
 from aiayn.decoding.switches import check_device
