@@ -47,6 +47,7 @@ from typing import Any
 # The footnote of §6.1: "We used values of 2.8, 3.7, 6.0 and 9.5 TFLOPS for K80, K40, M40 and
 # P100, respectively."
 SUSTAINED_TFLOPS = {"K80": 2.8, "K40": 3.7, "M40": 6.0, "P100": 9.5}
+PAPER_GPU = "P100"  # §5.2: "8 NVIDIA P100 GPUs" (cost.gpu's default, conf/train.yaml)
 
 # Forward + backward: the backward pass computes gradients for the inputs and the weights of
 # every matrix product, about twice the forward's operations.
@@ -122,6 +123,6 @@ def sustained_tflops(gpu: str | float) -> float:
     return SUSTAINED_TFLOPS[key]
 
 
-def paper_estimate(train_seconds: float, n_gpus: int, gpu: str | float = "P100") -> float:
+def paper_estimate(train_seconds: float, n_gpus: int, gpu: str | float = PAPER_GPU) -> float:
     """The paper's training-cost estimate: time × GPUs × sustained FLOPS of one GPU."""
     return train_seconds * n_gpus * sustained_tflops(gpu) * 1e12

@@ -25,6 +25,7 @@ import torch
 from aiayn.config.checkpointing import kept
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import (
+    PAPER_GPU,
     Shapes,
     paper_estimate,
     sustained_tflops,
@@ -103,7 +104,7 @@ attention_pictures.check_settings = _check_attention_pictures
 
 def run_summary(cost: Mapping[str, Any]) -> RunSummaryCallback:
     """The :class:`RunSummaryCallback`, its paper's estimate with the sustained TFLOPS of ``cost.gpu``."""
-    return RunSummaryCallback(gpu=cost.get("gpu", "P100"))
+    return RunSummaryCallback(gpu=cost.get("gpu", PAPER_GPU))
 
 
 class AttentionPicturesCallback(L.Callback):
@@ -171,7 +172,7 @@ class RunSummaryCallback(L.Callback):
     The counts travel in checkpoints, so a resumed run goes on counting where it stopped.
     """
 
-    def __init__(self, gpu: str | float = "P100"):
+    def __init__(self, gpu: str | float = PAPER_GPU):
         self.gpu = gpu
         self.tflops = sustained_tflops(gpu)  # a bad setting fails before training starts
         self.totals: torch.Tensor | None = None  # (source tokens, target tokens, FLOPs), all ranks

@@ -22,7 +22,7 @@ from aiayn.config.trainer import check_lightning_values, check_validation_interv
 from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
-from aiayn.reporting.flops import sustained_tflops
+from aiayn.reporting.flops import PAPER_GPU, sustained_tflops
 from aiayn.training.compiling import COMPILE_MODES, CUDA_GRAPH_MODES
 from aiayn.training.distributed import check_timeout
 from aiayn.training.schedule import check_schedule
@@ -237,7 +237,7 @@ def _check_run(config: Mapping[str, Any]) -> None:
         _known(section, config.get(section) or {}, keys)
     paths = config.get("paths") or {}  # one's own keys are welcome (for one's own configs); a near miss of ours is not
     _known("paths", {key: 0 for key in paths if difflib.get_close_matches(key, PATHS, n=1, cutoff=0.75)}, PATHS)
-    gpu = (config.get("cost") or {}).get("gpu", "P100")
+    gpu = (config.get("cost") or {}).get("gpu", PAPER_GPU)
     try:
         sustained_tflops(gpu)
     except ValueError as error:
