@@ -16,6 +16,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def data_root() -> Path:
+    """Where the data are read, as the Makefile says it: ``$AIAYN_DATA_ROOT``, else the shared data
+    folder beside the checkout where there is one, else the user cache (conf/paths/default.yaml's)."""
+    if os.environ.get("AIAYN_DATA_ROOT"):
+        return Path(os.environ["AIAYN_DATA_ROOT"])
+    shared = REPO.parent / "shared" / "data"
+    return shared if shared.is_dir() else Path.home() / ".cache" / "aiayn" / "data"
+
+
 # The CPU flags that decide which kernels a CPU runs (AVX2 or AVX-512, bf16 and AMX units), as
 # /proc/cpuinfo names them: a record says which of them its CPU had.
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")

@@ -32,6 +32,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import _common
+
 from aiayn.files import atomic_write_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="a folder for the tree, the cache and the run")
     args = parser.parse_args(argv)
     steps = args.steps or (4 if args.quick else 100)
-    data_root = Path(os.environ.get("AIAYN_DATA_ROOT") or REPO.parent / "shared" / "data")
+    data_root = _common.data_root()
     work = args.work or Path(os.environ.get("TMPDIR", "/tmp")) / f"aiayn-users-command-{os.getpid()}"
     tree, run, cache = build_en_fr_tree(data_root, work / "raw"), work / "run", work / "cache"
     env = {**os.environ, "AIAYN_CACHE_DIR": str(cache), "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}

@@ -73,10 +73,7 @@ commit = _common.commit
 
 
 def data_root() -> Path:
-    root = os.environ.get("AIAYN_DATA_ROOT")
-    if not root:
-        sys.exit("set AIAYN_DATA_ROOT to the data folder holding wmt14/ (see the README)")
-    return Path(root)
+    return _common.data_root()
 
 
 def wmt_subwords(vocab_size: int) -> Subwords:

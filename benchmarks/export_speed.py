@@ -86,7 +86,7 @@ def main() -> None:
     from aiayn.export.ctranslate2 import export_ctranslate2
     from aiayn.export.huggingface import export_huggingface
 
-    data = Path(os.environ.get("AIAYN_DATA_ROOT", _common.REPO.parent / "shared" / "data")) / "multi30k"
+    data = _common.data_root() / "multi30k"
     sources = read_lines(data / "test_2016_flickr.en.gz")[: args.sentences]
     references = read_lines(data / "test_2016_flickr.de.gz")[: args.sentences]
     trained = load_trained(args.checkpoint, "cpu")

@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_suite.py: no CUDA GPU here; torch {torch.__version__} sees none: run it on a GPU machine, "
               "or pass --device cpu", file=sys.stderr)
         return 2
-    os.environ.setdefault("AIAYN_DATA_ROOT", str(_common.REPO.parent / "shared" / "data"))
+    os.environ.setdefault("AIAYN_DATA_ROOT", str(_common.data_root()))
     started = time.monotonic()
     record = {"benchmark": "gpu_suite", "date": _common.now(), "commit": _common.commit(), "device": args.device,
               "quick": args.quick, "machine": machine(args.device), "peers": _common.peer_versions(),

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, append_record, commit, machine, memory_mib, now
+from _common import REPO, append_record, commit, data_root, machine, memory_mib, now
 
 RESULTS = REPO / "benchmarks" / "results" / "own_corpus_data.jsonl"
 PEAK = ("VmHWM", "RssAnon", "RssFile")  # the peak resident memory, and the current private and file-backed
@@ -88,7 +88,7 @@ def main() -> None:
     parser.add_argument("--copies", type=int, nargs="+", default=[20, 50], help="copies of the 10,000-pair slice")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--data-root", type=Path, default=Path(os.environ.get("AIAYN_DATA_ROOT", REPO.parent / "shared" / "data")))
+    parser.add_argument("--data-root", type=Path, default=data_root())
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--measure", nargs=5, help=argparse.SUPPRESS)

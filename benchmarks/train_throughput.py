@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import resource
 import statistics
 import sys
@@ -59,7 +58,7 @@ from _batches import (
     synthetic_corpus,
     warm_up_batches,
 )
-from _common import REPO, append_record, commit, machine, now
+from _common import REPO, append_record, commit, data_root, machine, now
 from omegaconf import OmegaConf
 
 from aiayn.config.schemas import network_arguments
@@ -325,7 +324,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "1.3%% padding at 25,000 tokens; 0: its 3,003 pairs as they are, as records without "
                              "this setting were: 31%%)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--data-root", default=os.environ.get("AIAYN_DATA_ROOT") or str(REPO.parent / "shared" / "data"))
+    parser.add_argument("--data-root", default=str(data_root()))
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"JSON lines file to append to (default {RESULTS})")
     args = parser.parse_args(argv)
     if args.pairs < 0:
