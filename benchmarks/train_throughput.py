@@ -139,9 +139,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     model_config = network_arguments(load_model_config(args.model, args.set))
-    if args.attention is not None:  # a shorthand for --set model.attention=…; the record says which ran
-        model_config["attention"] = args.attention
-    args.attention = model_config["attention"]
+    model_config["attention"] = args.attention = args.attention or model_config["attention"]  # --set's, unless given
     max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS[device.type]
 
     src_words, tgt_words = sentence_lengths(Path(args.data_root), args.subwords, args.subwords_per_word, args.pair)

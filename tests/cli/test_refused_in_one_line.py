@@ -250,7 +250,8 @@ def test_a_full_disk_while_evaluate_writes_is_one_line_and_leaves_no_part_of_a_f
                         r"nothing of that file was kept \(what was written before it is whole\)\. Free space there, "
                         r"or give out= a folder on a disk with room, and run again\n", result.stderr), result.stderr
     left = (tmp_path / "eval.left").read_text().split() if wrapped else [path.name for path in out.iterdir()]
-    assert not [name for name in left if name.startswith(".") or "/." in name]  # no temporary; the files before it whole
+    # no temporary; the files before it whole
+    assert not [name for name in left if name.startswith(".") or "/." in name]
 
 
 @pytest.mark.parametrize(("tool", "arguments", "said"), [

@@ -225,9 +225,9 @@ def test_fp16_mixed_precision_on_the_cpu_is_refused_in_one_line(precision) -> No
 def test_fp16_weights_on_the_cpu_are_refused_in_one_line() -> None:
     """``16-true`` on the CPU: the dev loss NaN at the first validation and every later step skipped
     (measured, torch 2.13); on a GPU it is planned as given."""
-    with pytest.raises(ConfigError, match=r"^trainer.precision=16-true: fp16 weights train on GPUs only \(on the CPU the "
-                                          r"losses turn NaN within steps and every later step is skipped\); give "
-                                          r"trainer.precision=bf16-true, bf16-mixed or 32-true"):
+    with pytest.raises(ConfigError, match=r"^trainer.precision=16-true: fp16 weights train on GPUs only \(on the "
+                                          r"CPU the losses turn NaN within steps and every later step is skipped\); "
+                                          r"give trainer.precision=bf16-true, bf16-mixed or 32-true"):
         place(LAPTOP, "cpu", None, "auto", "16-true")
     assert summary(place(ONE_H100, "gpu", 1, "auto", "16-true")) == ("gpu", 1, "auto", "16-true", 1)
     assert summary(place(LAPTOP, "cpu", None, "auto", "bf16-true")) == ("cpu", 1, "auto", "bf16-true", 1)

@@ -116,8 +116,9 @@ def test_whole_numbers_of_batches_count_every_process_s_so_the_run_is_the_same_o
     one = make_plan(composed("model=base", "task=wmt_en_de", *limits), LAPTOP)["trainer"]
     assert one["accumulate_grad_batches"] == 8 and not {"limit_train_batches", "limit_val_batches"} & set(one)
     fractions = make_plan(composed("model=base", "task=wmt_en_de", "trainer.devices=8", "trainer.limit_val_batches=0.5",
-                                   "trainer.limit_test_batches=0"), NODE_8_H100)["trainer"]
-    assert not {"limit_val_batches", "limit_test_batches"} & set(fractions)  # a fraction is every process's already
+                                   "trainer.limit_test_batches=0", "trainer.limit_train_batches=0.5"), NODE_8_H100)
+    # a fraction is every process's already (of equal counts: whole steps where each process takes a batch a step)
+    assert not {"limit_train_batches", "limit_val_batches", "limit_test_batches"} & set(fractions["trainer"])
     # as a run resolves its plan (its resolver reads the settings the plan takes): debug=tiny's 2 of each evaluation
     tiny = resolved("debug=tiny", "hardware=cpu", "trainer.devices=2", least_cores=2)["plan"]["trainer"]
     assert (tiny["limit_val_batches"], tiny["limit_test_batches"]) == (1, 1)

@@ -142,7 +142,8 @@ def test_cuda_graphs_of_a_step_of_accumulated_batches_are_refused_on_gpus(mode: 
     (["+task.datamodule.prepare_workers=-2"], r"^task.datamodule.prepare_workers must be a positive whole number, or null "),
     # Before: taken by --cfg job and a sweep's check; the first three then unread, the last two a traceback as the run
     # built its callback or its W&B run, after the plan was printed.
-    (["+nonfinite.max_in_arow=3"], r"^nonfinite.max_in_arow is not a setting in nonfinite; did you mean max_in_a_row\?$"),
+    (["+nonfinite.max_in_arow=3"],
+     r"^nonfinite.max_in_arow is not a setting in nonfinite; did you mean max_in_a_row\?$"),
     (["+cost.gppu=K80"], r"^cost.gppu is not a setting in cost; did you mean gpu\?$"),
     (["+paths.dataroot=/x"], r"^paths.dataroot is not a setting in paths; did you mean data_root\?$"),
     (["+callbacks.attention_pictures.layer=all"],

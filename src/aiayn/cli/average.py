@@ -65,8 +65,8 @@ def main(cfg: DictConfig) -> None:
     for path, step in zip(paths, checkpoint["averaged_steps"]):
         print(f"  step {step}: {path}")
     out = save_checkpoint_atomically(checkpoint, cfg.out)
-    what = (f"averaged {len(paths)} checkpoints" + (" (the run's checkpoint.average_last)" if cfg.average_last is None
-                                                    else "") if len(paths) > 1 else "copied the checkpoint (average_last=1)")
+    recipes = " (the run's checkpoint.average_last)" if cfg.average_last is None else ""
+    what = f"averaged {len(paths)} checkpoints{recipes}" if len(paths) > 1 else "copied the checkpoint (average_last=1)"
     print(f"{what} (newest: step {checkpoint.get('global_step', '?')}) -> {out}")
 
 

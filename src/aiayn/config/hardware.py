@@ -111,9 +111,9 @@ def place(machine: Machine, accelerator: Any = AUTO, devices: Any = None, strate
             raise ConfigError(f"trainer.precision={precision}: fp16 mixed precision runs on GPUs only (on the CPU "
                               "Lightning trains in bf16-mixed instead); give trainer.precision=bf16-mixed or 32-true "
                               "(auto: 32-true on the CPU)")
-        if kind == "cpu" and chosen_precision == "16-true":  # measured (torch 2.13): dev loss NaN at the first validation
-            raise ConfigError("trainer.precision=16-true: fp16 weights train on GPUs only (on the CPU the losses turn NaN "
-                              "within steps and every later step is skipped); give trainer.precision=bf16-true, "
+        if kind == "cpu" and chosen_precision == "16-true":  # measured, torch 2.13: NaN at the first validation
+            raise ConfigError("trainer.precision=16-true: fp16 weights train on GPUs only (on the CPU the losses turn "
+                              "NaN within steps and every later step is skipped); give trainer.precision=bf16-true, "
                               "bf16-mixed or 32-true (auto: 32-true on the CPU)")
     elif kind == "gpu":
         chosen_precision = "bf16-mixed" if machine.bf16 else "16-mixed"

@@ -55,7 +55,8 @@ def runs_here(hydra: Any) -> bool:
     return str(OmegaConf.select(hydra, "launcher._target_", default="")).endswith(".BasicLauncher")
 
 
-LOCAL_LAUNCHER = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"  # hydra/launcher=submitit_local
+# hydra/launcher=submitit_local's
+LOCAL_LAUNCHER = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
 
 
 def starts_its_ranks(hydra: Any) -> bool:

@@ -189,8 +189,10 @@ def rank_limits(trainer: Mapping[str, Any], processes: int, accumulate: int) -> 
     key = "overfit_batches" if _number(trainer.get("overfit_batches")) and trainer["overfit_batches"] > 0 else \
         "limit_train_batches"
     limit, step = trainer.get(key), processes * accumulate
-    if step > 1 and _number(limit) and limit >= 0 and not (isinstance(limit, float) and limit == 1.0) and \
-            not (_whole(limit) and limit % step == 0):  # (other values: refused as Lightning's)
+    # a number of batches cuts a step unless a multiple of it; a fraction (of each process's, whose counts are equal),
+    # unless each process takes one batch a step  (other values: refused as Lightning's)
+    cuts = limit % step != 0 if _whole(limit) else accumulate > 1 and limit != 1.0
+    if step > 1 and _number(limit) and limit >= 0 and cuts:
         inside = f"a step of {accumulate} accumulated batches" if processes == 1 else \
             f"a step of {step} batches ({processes} processes × {accumulate})"
         raise ConfigError(f"trainer.{key}={limit} ends an epoch inside {inside}, which Lightning would take short "
