@@ -30,7 +30,7 @@ from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import is_composition_error, reports_composition_errors, reports_errors
 from aiayn.cli.naming import CONFIG_DIR
 from aiayn.cli.outputs import output_folder
-from aiayn.config.identity import MODIFIED, run_folder_changes
+from aiayn.config.identity import MODIFIED, override_key, run_folder_changes
 from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding, asked
 from aiayn.decoding.switches import check_device, switches_of
@@ -83,7 +83,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     task = _task(cfg, trained.config, ckpt)
     if not cfg.get("task"):  # the checkpoint's own: its subword model is the one it holds, its cache this machine's
         given = HydraConfig.initialized() and any(  # (evaluate() called from Python: none given on a command line)
-            str(o).split("=", 1)[0].lstrip("+~") == "paths.cache_dir" for o in HydraConfig.get().overrides.task)
+            override_key(str(o)) == "paths.cache_dir" for o in HydraConfig.get().overrides.task)
         task = _its_cache(task, cfg.paths.cache_dir, given)
         task = _its_subwords(task, trained.vocab.serialized(), cfg.paths.cache_dir)
 

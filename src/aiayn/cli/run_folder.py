@@ -93,10 +93,11 @@ def _jobs_folder(base: Path, me: str) -> Path:
     while True:
         made = []
         with contextlib.suppress(OSError):
+            since = time.time() - JOIN_S
             for note in base.glob(f"*/{JOB_NOTE}"):
                 with contextlib.suppress(OSError):
-                    if note.read_text().strip() == me and note.stat().st_mtime >= time.time() - JOIN_S:
-                        made.append((note.stat().st_mtime, note.parent))
+                    if (when := note.stat().st_mtime) >= since and note.read_text().strip() == me:
+                        made.append((when, note.parent))
         if made:
             return max(made)[1]
         if time.monotonic() >= deadline:

@@ -50,9 +50,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
 from aiayn.cli.run_folder import LOCK, holder, note_the_holder, refuse_another_runs
-from aiayn.cli.sweep_processes import ExitAsReturn, JobExited, runs_as_processes, signals_handed_on
+from aiayn.cli.sweep_processes import ExitAsReturn, JobExited, signals_handed_on
 from aiayn.config.identity import GROUP_FILE, LENGTH_KEYS, left_out_of_names, new_group, own_overrides, recorded_group
-from aiayn.config.resolvers import runs_here, showing_only
+from aiayn.config.resolvers import runs_as_processes, runs_here, showing_only
 from aiayn.files import atomic_write_text, release_lock, take_lock
 
 TABLE = "sweep.tsv"

@@ -26,18 +26,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from aiayn.config.resolvers import LOCAL_LAUNCHER
 from aiayn.training import starting
 
 _CONTROLLER = b"submitit.local._local"  # the module each job's controller process runs
-
-
-def runs_as_processes(hydra: DictConfig) -> bool:
-    """Whether a sweep of this Hydra config (its ``hydra`` node) runs its jobs here as processes of
-    their own (read from the launcher's ``_target_``, as :func:`aiayn.config.resolvers.runs_here`)."""
-    return OmegaConf.select(hydra, "launcher._target_", default=None) == LOCAL_LAUNCHER
 
 
 class JobExited(Exception):

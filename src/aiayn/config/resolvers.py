@@ -59,12 +59,18 @@ def runs_here(hydra: Any) -> bool:
 LOCAL_LAUNCHER = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
 
 
+def runs_as_processes(hydra: Any) -> bool:
+    """Whether a sweep of this Hydra config (its ``hydra`` node) runs its jobs here as processes of
+    their own (submitit's local launcher), read from the launcher's ``_target_`` as :func:`runs_here`."""
+    return OmegaConf.select(hydra, "launcher._target_", default=None) == LOCAL_LAUNCHER
+
+
 def starts_its_ranks(hydra: Any) -> bool:
     """Whether a job of a sweep of this Hydra config starts its own other ranks, as a run alone
     does: run here by Hydra's basic launcher, or as a process of its own by submitit's local one;
     not where a cluster starts every rank (SLURM's launcher). Lightning's ``ddp`` would start them
     by running the job's command line again: the whole sweep's, or submitit's own script's."""
-    return runs_here(hydra) or OmegaConf.select(hydra, "launcher._target_", default=None) == LOCAL_LAUNCHER
+    return runs_here(hydra) or runs_as_processes(hydra)
 
 
 def _resolve_plan(*, _root_: DictConfig) -> DictConfig:
