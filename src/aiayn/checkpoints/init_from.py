@@ -21,8 +21,9 @@ from typing import Any
 import torch
 
 from aiayn.checkpoints.digest import damaged
-from aiayn.checkpoints.io import folder_given, load_lazily, read_checkpoint, run_dir_of
+from aiayn.checkpoints.io import folder_given, load_lazily, read_checkpoint
 from aiayn.checkpoints.job_folders import job_dirs
+from aiayn.checkpoints.layout import run_dir_of
 from aiayn.checkpoints.resume import newest_checkpoint, resumes_nothing
 from aiayn.checkpoints.trained import model_weights, module_arguments, put_weights
 from aiayn.config.hardware import first_process

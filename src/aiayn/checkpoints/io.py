@@ -15,19 +15,15 @@ during a save leaves the previous file (or none), never a truncated one.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from aiayn.checkpoints.digest import damaged, file_digest, remove_digest, write_digest
+from aiayn.checkpoints.layout import BEST, FOLDER, LAST, STEP_NAME
 from aiayn.errors import DataError
 from aiayn.files import atomic_write, no_room
-
-# Our two naming schemes (Lightning appends -v1, -v2 ... when a name is taken).
-CHECKPOINT_NAME = re.compile(r"^(?:time-)?step(\d+)(?:-v\d+)?\.ckpt$")
-BEST = "best.ckpt"  # the best validation's model of a run that stops early: no step to resume or average
 
 
 def read_checkpoint(path: str | os.PathLike, lazily: bool = False) -> dict[str, Any]:
@@ -67,7 +63,7 @@ def folder_given(path: Path, hint: str = "", setting: str = "ckpt") -> str:
     give one checkpoint file, e.g. ckpt=<its last.ckpt>``, its ``best.ckpt`` beside it where it holds
     one, then ``hint`` (``setting``: the setting named, ``init_from`` for train's)."""
     folder = checkpoints_dir(path)
-    last, best = folder / "last.ckpt", folder / BEST
+    last, best = folder / LAST, folder / BEST
     found = list_checkpoints(path)
     if not (last.is_file() or found):
         return f"{path} is a directory and holds no checkpoint files; give one checkpoint file"
@@ -79,16 +75,8 @@ def folder_given(path: Path, hint: str = "", setting: str = "ckpt") -> str:
 def checkpoint_step(path: str | os.PathLike) -> int | None:
     """The global step in a checkpoint's file name (``step0001000.ckpt``, ``time-step0001000.ckpt``),
     or None for other names."""
-    match = CHECKPOINT_NAME.match(Path(path).name)
+    match = STEP_NAME.match(Path(path).name)
     return int(match.group(1)) if match else None
-
-
-def run_dir_of(checkpoint: str | os.PathLike) -> Path:
-    """The run folder of ``checkpoint``: ``<run>`` for ``<run>/checkpoints/<file>``, else the folder
-    the file is in (a checkpoint kept apart, ``/tmp/model.ckpt``: never the folder above it). The
-    path as given: resolve it first to follow a link (``last.ckpt``) to its file."""
-    checkpoint = Path(checkpoint)
-    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
 
 
 def checkpoints_dir(directory: str | os.PathLike) -> Path:
@@ -96,8 +84,8 @@ def checkpoints_dir(directory: str | os.PathLike) -> Path:
     directory = Path(directory)
     if not directory.is_dir():
         raise DataError(f"{directory}: no such directory; give a run folder, its checkpoints/ folder or a checkpoint")
-    if (directory / "checkpoints").is_dir() and not any(directory.glob("*.ckpt")):
-        return directory / "checkpoints"
+    if (directory / FOLDER).is_dir() and not any(directory.glob("*.ckpt")):
+        return directory / FOLDER
     return directory
 
 

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints, load_lazily, run_dir_of
+from aiayn.checkpoints.io import checkpoints_dir, list_checkpoints, load_lazily
 from aiayn.checkpoints.job_folders import job_dirs
+from aiayn.checkpoints.layout import run_dir_of
 from aiayn.config.identity import (
     LENGTH_KEYS,
     SPEED_KEYS,

@@ -26,6 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from aiayn.checkpoints.given import averaged_count, checkpoint_list
+from aiayn.checkpoints.layout import run_dir_of
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import is_composition_error, reports_composition_errors, reports_errors
 from aiayn.cli.naming import CONFIG_DIR
@@ -185,8 +186,6 @@ def default_out(ckpt: Path) -> Path:
     """Where an evaluation's files go without ``out=``: ``<run>/eval`` for a checkpoint of a run
     (``<run>/checkpoints/<file>``, a link followed to its file), else ``eval/`` beside the file (never
     the folder above a checkpoint kept elsewhere: ``/eval`` for ``/tmp/model.ckpt``)."""
-    from aiayn.checkpoints.io import run_dir_of  # torch: not for --help
-
     return run_dir_of(ckpt.resolve()) / "eval"
 
 
@@ -284,8 +283,6 @@ def _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding, summary,
     # Tagged `modified` as its training run is (a paper row's run changed from its row), so that the
     # tables' W&B reports leave both out alike. A row this checkout no longer composes (the run is
     # older) is said in a warning; the evaluation is logged untagged.
-    from aiayn.checkpoints.io import run_dir_of
-
     try:
         modified = run_folder_changes(trained.config, run_dir_of(ckpt.resolve()))
     except Exception as error:

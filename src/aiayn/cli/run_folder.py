@@ -36,6 +36,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from aiayn.checkpoints.layout import checkpoint_folder
 from aiayn.cli.errors import fail
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import FOLDER_STAMP
@@ -166,7 +167,7 @@ def refuse_another_runs(run_dir: str | os.PathLike, resume: str | None, setting:
     if not resumes_nothing(resume) or not first_process():
         return
     folder = Path(run_dir).absolute()
-    found = sorted(path.name for path in (folder / "checkpoints").glob("*.ckpt"))
+    found = sorted(path.name for path in checkpoint_folder(folder).glob("*.ckpt"))
     if found:
         raise UserError(f"{folder} holds another run's checkpoints ({', '.join(found[:3])}"
                         f"{f' and {len(found) - 3} more' if len(found) > 3 else ''}), which a fresh run would write "
@@ -260,7 +261,7 @@ def _holds_a_checkpoint(path: Path) -> bool:
 def checkpoints_saved(output_dir: str | os.PathLike) -> dict[Path, int]:
     """The run's checkpoint files (``last.ckpt``, a link, too) and when each was written, in ns:
     taken before an attempt trains and after it fails, whether it saved one."""
-    folder = Path(output_dir) / "checkpoints"
+    folder = checkpoint_folder(output_dir)
     return {path: path.lstat().st_mtime_ns for path in folder.glob("*.ckpt")} if folder.is_dir() else {}
 
 

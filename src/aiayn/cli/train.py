@@ -27,6 +27,7 @@ from omegaconf.errors import InterpolationResolutionError
 
 from aiayn.checkpoints.background import AtomicCheckpointIO, BackgroundCheckpointIO
 from aiayn.checkpoints.init_from import initial_weights, start_from
+from aiayn.checkpoints.layout import LAST, checkpoint_folder
 from aiayn.checkpoints.resume import find_resume, remove_stale_temporaries
 from aiayn.cli import run_folder
 from aiayn.cli.command_line import read_by_hydra
@@ -196,8 +197,7 @@ def _stops_after_training(config: dict) -> list[StopsAfterTraining]:
     preemption = config["callbacks"].get("preemption") or {}
     if not preemption.get("enabled", False) or not config.get("test_after_training", True):
         return []
-    last = Path(config["paths"]["output_dir"]) / "checkpoints" / "last.ckpt"
-    return [StopsAfterTraining(preemption.get("signals", ()), last)]
+    return [StopsAfterTraining(preemption.get("signals", ()), checkpoint_folder(config["paths"]["output_dir"]) / LAST)]
 
 
 def _before_training(cfg: DictConfig):

@@ -51,7 +51,7 @@ def main(cfg: DictConfig) -> None:
 
         raise DataError(f"ckpt={folder_given(ckpt)}" if ckpt.is_dir() else not_found(ckpt))
     from aiayn.analysis import attention_maps, draw_attention, draw_positional_encoding
-    from aiayn.checkpoints.io import run_dir_of
+    from aiayn.checkpoints.layout import run_dir_of
     from aiayn.checkpoints.trained import load_trained
 
     out = Path(cfg.out) if cfg.out else _default_out(run_dir_of(ckpt.resolve()), ckpt, str(cfg.text))

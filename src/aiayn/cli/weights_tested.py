@@ -35,6 +35,7 @@ import torch
 
 from aiayn.checkpoints.averaging import average_checkpoints
 from aiayn.checkpoints.io import checkpoint_step, read_checkpoint
+from aiayn.checkpoints.layout import checkpoint_folder, step_file
 from aiayn.checkpoints.trained import model_weights, put_weights
 from aiayn.config.checkpointing import window_steps
 from aiayn.training.early_stopping import best_checkpoint
@@ -78,8 +79,8 @@ def window_checkpoints(config: Mapping[str, Any]) -> dict[int, Path] | None:
                          checkpoint.get("average_every_n_steps"))
     if steps is None:
         return None
-    folder = Path(config["paths"]["output_dir"]) / "checkpoints"
-    return {step: folder / f"step{step:07d}.ckpt" for step in steps}
+    folder = checkpoint_folder(config["paths"]["output_dir"])
+    return {step: step_file(folder, step) for step in steps}
 
 
 def to_test(config: Mapping[str, Any]) -> Tested | None:

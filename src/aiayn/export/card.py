@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from aiayn.checkpoints.io import run_dir_of
+from aiayn.checkpoints.layout import run_dir_of
 from aiayn.decoding.settings import Decoding
 from aiayn.errors import ConfigError
 from aiayn.metrics.bleu import tokenized_recipe

@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from aiayn.checkpoints.layout import LAST, checkpoint_folder
 from aiayn.reporting.evaluations import read_reports
 from aiayn.tables.runs import as_test, seed_order, test_split
 
@@ -42,7 +43,7 @@ def table4_lines(rows: list[Any], runs: list[Any]) -> list[dict[str, Any]]:
                 log.warning("%s: no test F1, its Table 4 line has none: test it with `python src/evaluate.py "
                             "ckpt=%s split=test average_last=%s` (the k checkpoints ending there averaged; a run "
                             "stopped during its test after training: its train.py command again with resume=auto)", run.source,
-                            Path(run.source, "checkpoints", "last.ckpt"), row.average_last or "<k>")
+                            checkpoint_folder(run.source) / LAST, row.average_last or "<k>")
             for tested_by, figures, decoding, averaged in tests or [(None, {}, {}, None)]:
                 lines.append(_line(row, run, tested_by, figures, decoding, averaged))
         if not row_runs:

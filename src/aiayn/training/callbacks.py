@@ -22,6 +22,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from aiayn.checkpoints.layout import STEP_STEM, checkpoint_folder
 from aiayn.config.checkpointing import kept
 from aiayn.errors import ConfigError
 from aiayn.reporting.flops import (
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 def run_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of a training config (conf/train.yaml, resolved or not) that callbacks read, by
     the parameter names that take them."""
-    return {"checkpoint": cfg["checkpoint"], "dirpath": f"{cfg['paths']['output_dir']}/checkpoints",
+    return {"checkpoint": cfg["checkpoint"], "dirpath": str(checkpoint_folder(cfg['paths']['output_dir'])),
             "resume": cfg.get("resume"), "visualize_at_end": cfg.get("visualize_at_end", True),
             "cost": cfg.get("cost") or {}, "trainer": cfg.get("trainer") or {}}
 
@@ -75,7 +76,7 @@ def step_checkpoints(checkpoint: Mapping[str, Any], dirpath: str) -> StepCheckpo
     keep = kept(checkpoint)
     # Lightning keeps more than one but not all only by a monitored value: the step, so the newest.
     ranking = {"monitor": "step", "mode": "max"} if keep > 1 else {}
-    return StepCheckpoint(dirpath=dirpath, filename="step{step:07d}", auto_insert_metric_name=False,
+    return StepCheckpoint(dirpath=dirpath, filename=STEP_STEM, auto_insert_metric_name=False,
                           every_n_train_steps=checkpoint["every_n_train_steps"], save_top_k=keep, save_last="link",
                           save_last_step=True, average_last=checkpoint.get("average_last"),
                           average_every_n_steps=checkpoint.get("average_every_n_steps"), **ranking)

@@ -28,7 +28,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from aiayn.checkpoints.io import BEST
+from aiayn.checkpoints.layout import BEST, checkpoint_folder
 from aiayn.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ def best_checkpoint(config: dict[str, Any]) -> Path | None:
     (``<run>/checkpoints/best.ckpt``); None for a run that does not stop early, which keeps none."""
     if ((config.get("callbacks") or {}).get("early_stopping") or {}).get("patience") is None:
         return None
-    return Path(config["paths"]["output_dir"]) / "checkpoints" / BEST
+    return checkpoint_folder(config["paths"]["output_dir"]) / BEST
 
 
 def check_settings(entry: dict[str, Any]) -> None:

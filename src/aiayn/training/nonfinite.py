@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 import torch
 
+from aiayn.checkpoints.layout import checkpoint_folder, step_file
+
 log = logging.getLogger("aiayn.training.module")  # the module's warnings, as they always were
 
 
@@ -50,7 +52,7 @@ class NonFiniteSteps:
         log.warning("step %d: non-finite %s, update skipped (%d in a row, %d in all%s)", step - 1, what, in_a_row, total,
                     "" if skipped == 1 else f"; {skipped} since the last check")
         if in_a_row >= self.max_in_a_row:
-            path = f"{root_dir}/checkpoints/nonfinite-step{step - 1:07d}.ckpt"
+            path = str(step_file(checkpoint_folder(root_dir), step - 1, prefix="nonfinite-"))
             save(path)
             raise NonFiniteLossError(
                 f"{in_a_row} steps in a row had a non-finite {what} (last at step {step - 1}); "

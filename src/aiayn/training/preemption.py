@@ -59,6 +59,7 @@ import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Checkpoint
 
+from aiayn.checkpoints.layout import LAST, step_file
 from aiayn.errors import ConfigError
 from aiayn.reporting.loggers import close_runs
 from aiayn.training.launching_process import ended_launcher, named, stopped_at
@@ -200,7 +201,7 @@ class PreemptionCallback(Checkpoint):
             self._save(trainer, step)
 
     def _save(self, trainer: L.Trainer, step: int) -> None:
-        path = self.dirpath / f"step{step:07d}.ckpt"
+        path = step_file(self.dirpath, step)
         log.warning("preemption: %s; saving step %d to %s", named(self.received), step, path)
         if not self._saved_just_now(trainer, path):  # else a ModelCheckpoint saved this step a moment ago
             wait_for_saves(trainer)  # a save under way first: a wait here says nothing of how often saves come
@@ -269,13 +270,12 @@ class PreemptionCallback(Checkpoint):
                    path.resolve() for callback in trainer.checkpoint_callbacks if callback is not self)
 
     def _point_last_at(self, trainer: L.Trainer, path: Path) -> None:
-        """``last.ckpt`` (written by a ModelCheckpoint with ``save_last`` into the same folder)
-        always names the newest checkpoint: make it a link to ``path``."""
+        """Make ``last.ckpt`` (a ModelCheckpoint's with ``save_last`` in this folder) a link to ``path``, the newest."""
         if not any(getattr(callback, "save_last", None) and callback.dirpath
                    and Path(callback.dirpath).resolve() == path.parent.resolve()
                    for callback in trainer.checkpoint_callbacks if callback is not self):
             return
-        after_saves(trainer, link_last, path, path.parent / "last.ckpt")
+        after_saves(trainer, link_last, path, path.parent / LAST)
 
 
 def signal_numbers(names: list[str] | tuple[str, ...]) -> list[int]:
