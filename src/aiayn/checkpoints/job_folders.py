@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aiayn.checkpoints.io import list_checkpoints
+from aiayn.checkpoints.layout import checkpoint_folder
 from aiayn.config.identity import LENGTH_KEYS, STAMPED_FOLDER, own_overrides
 
 
@@ -29,7 +30,7 @@ def job_dirs(output_dir: Path, multirun: bool, job: Sequence[str] | None = None,
     extended with ``resume=auto optim.train_steps=N`` trained every job again from scratch)."""
     if multirun:  # multirun/<date>/<job subdir>
         found = [(match, folder) for sweep in output_dir.parent.parent.iterdir() if sweep != output_dir.parent and sweep.is_dir()
-                 for folder in sweep.iterdir() if (folder / "checkpoints").is_dir()
+                 for folder in sweep.iterdir() if checkpoint_folder(folder).is_dir()
                  for match in [_job_match(folder, output_dir.name, job, left_out)] if match is not None]
         found.sort(key=lambda found: (found[0], _furthest_step(found[1]) if found[0] else 0, found[1].parent.name),
                    reverse=True)
@@ -38,7 +39,7 @@ def job_dirs(output_dir: Path, multirun: bool, job: Sequence[str] | None = None,
         siblings = [d for d in output_dir.parent.iterdir() if d != output_dir and STAMPED_FOLDER.fullmatch(d.name)]
     else:
         siblings = []
-    earlier = sorted((d for d in siblings if (d / "checkpoints").is_dir()), key=lambda d: d.name, reverse=True)
+    earlier = sorted((d for d in siblings if checkpoint_folder(d).is_dir()), key=lambda d: d.name, reverse=True)
     return [output_dir, *earlier]
 
 
