@@ -46,3 +46,47 @@ def test_a_run_logs_each_metric_once_at_its_step_and_its_whole_summary(tmp_path:
     assert [step for step, _ in points["train/loss"]] == list(range(last))  # each step's loss at its step
     stored = json.loads(Path(client.download_artifacts(run_id, "summary.json", str(tmp_path))).read_text())
     assert stored == summary  # the run's summary (dev/bleu, parameters, ...) and the test's figures
+
+
+@pytest.mark.slow
+def test_an_evaluation_goes_where_its_training_run_logged(tmp_path: Path, data_root: Path, subword_cache: Path) -> None:
+    """A run trained with logger=mlflow, evaluated with neither mlflow= nor $MLFLOW_TRACKING_URI: its
+    evaluation is a run in the training run's store, nested under it, and no W&B run (the training
+    run had none). Before: no MLflow run without mlflow=, and an offline W&B run in <run>/eval/wandb."""
+    store = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    run = tmp_path / "run"
+    run_tool("src/train.py", "debug=tiny", "logger=mlflow", "visualize_at_end=false", "test_after_training=false",
+             f"hydra.run.dir={run}", env={**offline_environment(), "MLFLOW_TRACKING_URI": store}, data_root=data_root,
+             cache_dir=subword_cache)
+    result = run_tool("src/evaluate.py", f"ckpt={run / 'checkpoints' / 'last.ckpt'}", "split=test_2017_mscoco",
+                      "decoding.beam_size=1", "decoding.max_len_offset=2", data_root=data_root, cache_dir=subword_cache,
+                      env={k: v for k, v in offline_environment().items() if k != "MLFLOW_TRACKING_URI"})
+    from mlflow import MlflowClient
+
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("aiayn").experiment_id])
+    [trained] = [found for found in runs if found.data.tags.get("job_type") != "eval"]
+    [evaluation] = [found for found in runs if found.data.tags.get("job_type") == "eval"]
+    assert evaluation.data.tags["mlflow.parentRunId"] == trained.info.run_id
+    assert evaluation.data.metrics["test_2017_mscoco/bleu"] >= 0
+    assert f"MLflow run {evaluation.info.run_id} in {store}" in result.stdout, result.stdout
+    assert not (run / "eval" / "wandb").exists() and "W&B" not in result.stdout
+
+
+def test_a_training_store_that_is_not_here_is_said_and_left_out(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's SQLite store as its config names it, relative to the folder it trained in: read from
+    here, as MLflow reads one; where no such file is here the evaluation is not logged to a new, empty
+    store in this folder, and a warning says what to give."""
+    from aiayn.cli.evaluation_runs import trained_store
+
+    monkeypatch.chdir(tmp_path)
+    config = {"logger": {"mlflow": {"_target_": "aiayn.reporting.mlflow_logger.MLflowRunLogger",
+                                    "tracking_uri": "sqlite:///mlruns/mlflow.db"}}}
+    assert trained_store(config) is None
+    assert "logger.mlflow.tracking_uri=sqlite:///mlruns/mlflow.db) is not here; give mlflow=<its store>" in caplog.text
+    assert not (tmp_path / "mlruns").exists()
+    (tmp_path / "mlruns").mkdir()
+    (tmp_path / "mlruns" / "mlflow.db").touch()
+    assert trained_store(config) == "sqlite:///mlruns/mlflow.db"
+    assert trained_store({"logger": {"csv": {"_target_": "aiayn.reporting.loggers.MetricsCSVLogger"}}}) is None

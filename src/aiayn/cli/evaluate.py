@@ -28,18 +28,17 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from aiayn.checkpoints.given import averaged_count, checkpoint_list
 from aiayn.checkpoints.layout import run_dir_of
 from aiayn.cli.command_line import read_by_hydra
-from aiayn.cli.errors import is_composition_error, reports_composition_errors, reports_errors
+from aiayn.cli.errors import reports_composition_errors, reports_errors
+from aiayn.cli.evaluation_runs import given_trackers, log_to_mlflow, log_to_wandb, trackers
 from aiayn.cli.naming import CONFIG_DIR
 from aiayn.cli.outputs import output_folder
-from aiayn.config.identity import MODIFIED, override_key, run_folder_changes
+from aiayn.config.identity import override_key
 from aiayn.data.task import task_module
 from aiayn.decoding.settings import Decoding, asked
 from aiayn.decoding.switches import check_device, switches_of
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_write_text
 from aiayn.reporting.evaluations import write_report
-from aiayn.reporting.mlflow_store import check_store
-from aiayn.reporting.wandb_mode import check_wandb_mode
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +60,13 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     for setting in ("batch_size", "max_tokens"):
         if cfg[setting] is not None and cfg[setting] < 1:
             raise ConfigError(f"{setting} must be a whole number of at least 1, got {cfg[setting]!r}")
-    if cfg.wandb != "disabled":  # W&B's refusal (no API key, say) came after the whole split was decoded
-        check_wandb_mode(cfg.wandb, "wandb", ("auto", "online", "offline", "disabled"))
+    given_trackers(cfg)  # W&B's refusal (no API key, say) came after the whole split was decoded
     switches = switches_of(cfg)  # precision, int8, compile, onednn and onnxruntime
     check_device(cfg.device)
     for path in ensemble:
         _check_checkpoint_file(Path(path))
     out_dir = Path(cfg.out) if cfg.out else default_out(ckpt)
     _check_out_dir(out_dir, "out" if cfg.out else "the default out")  # before any decoding
-    if cfg.mlflow:  # a store MLflow would fail on (a folder, a server that does not answer), before any decoding
-        check_store(str(cfg.mlflow), "mlflow")
     # torch, Lightning (the task's data module) and W&B: imported once every setting is checked, so
     # that --help and a refusal take a second, not five
     from aiayn.checkpoints.averaging import average_into, window_ending_at
@@ -82,6 +78,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     trained = load_ensemble(cfg.ckpt, cfg.device)
     device = str(next(trained.model.parameters()).device)
     task = _task(cfg, trained.config, ckpt)
+    logged = trackers(cfg, trained.config, trained.logger_runs)  # where given, else where its training run logged
     if not cfg.get("task"):  # the checkpoint's own: its subword model is the one it holds, its cache this machine's
         given = HydraConfig.initialized() and any(  # (evaluate() called from Python: none given on a command line)
             override_key(str(o)) == "paths.cache_dir" for o in HydraConfig.get().overrides.task)
@@ -159,16 +156,12 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     print(f"  hypotheses      {hypotheses_file}")
     if "nbest" in files:
         print(f"  n-best          {files['nbest']}  ({decoding.nbest} an input: index, score, log-prob, text)")
-    _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding.settings(),
-                  {key: value for key, value in scored.details.items() if key == "sacrebleu_signature"},
-                  {"ensemble": ensemble, "averaged_steps": steps})
-    if cfg.mlflow:
-        from aiayn.reporting.mlflow_logger import log_evaluation  # mlflow only when asked for
-
-        settings = {"evaluate": OmegaConf.to_container(cfg, resolve=True), "decoding": decoding.settings()}
-        # Named as in W&B (before: eval-<files> alone, the same for every run a sweep's evaluations scored).
-        log_evaluation(cfg.mlflow, trained.config, f"{trained_run_name(trained.config)}-{name}", settings, metrics,
-                       trained.step, out_dir / f"{name}.json", trained_runs=trained.logger_runs)
+    if logged.wandb != "disabled":
+        log_to_wandb(logged.wandb, cfg, trained, ckpt, out_dir, name, metrics, decoding.settings(),
+                     {key: value for key, value in scored.details.items() if key == "sacrebleu_signature"},
+                     {"ensemble": ensemble, "averaged_steps": steps})
+    if logged.mlflow:
+        log_to_mlflow(logged.mlflow, cfg, trained, name, metrics, decoding.settings(), out_dir / f"{name}.json")
     return metrics
 
 
@@ -275,45 +268,6 @@ def _check_out_dir(out_dir: Path, what: str) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"{what}={out_dir} is a file; give a folder to write the hypotheses and report into")
     output_folder(out_dir, what, fix="give out=<a folder you can write in>")
-
-
-def _log_to_wandb(cfg, trained, ckpt, out_dir, name, metrics, decoding, summary, weights) -> None:
-    if cfg.wandb == "disabled":
-        return
-    # Tagged `modified` as its training run is (a paper row's run changed from its row), so that the
-    # tables' W&B reports leave both out alike. A row this checkout no longer composes (the run is
-    # older) is said in a warning; the evaluation is logged untagged.
-    try:
-        modified = run_folder_changes(trained.config, run_dir_of(ckpt.resolve()))
-    except Exception as error:
-        if not is_composition_error(error):
-            raise
-        log.warning("could not compare %s's run with its row (%s); its W&B evaluation is not tagged", ckpt, error)
-        modified = []
-    from aiayn.reporting.loggers import wandb_logger
-
-    # Named after the training run it scored (the sweep's jobs' evaluations were all eval-<files>, in
-    # one group), whose W&B id it holds as MLflow's evaluation does (trained_wandb_run).
-    trained_name = trained_run_name(trained.config)
-    logger = wandb_logger(project="aiayn", save_dir=str(out_dir), mode=cfg.wandb, name=f"eval-{trained_name}-{name}",
-                          job_type="eval", group=trained.config.get("run_name"), tags=[MODIFIED] if modified else None)
-    # decoding: the settings decoded with (the checkpoint's own where the command left them null);
-    # weights: the ensemble's checkpoints and the steps averaged (an average.py file's too), as the report's.
-    logger.log_hyperparams({"evaluate": OmegaConf.to_container(cfg, resolve=True), "train": trained.config,
-                            "decoding": decoding, "trained_run_name": trained_name,
-                            "trained_wandb_run": trained.logger_runs.get("wandb"), **weights})
-    logger.log_metrics(metrics, step=trained.step)
-    logger.experiment.summary.update({**metrics, **summary})
-    print(f"  {logger.describe()}")  # where it is, and offline the command that uploads it
-    logger.experiment.finish()
-
-
-def trained_run_name(config: dict) -> str:
-    """The name a training run has in W&B and MLflow (``${aiayn.run:name}``: its run name, scale and
-    overrides), as its config keeps it; ``run_name`` for a run trained without either logger."""
-    loggers = config.get("logger") or {}
-    named = [(loggers.get("wandb") or {}).get("name"), (loggers.get("mlflow") or {}).get("run_name")]
-    return next((str(each) for each in named if each), str(config.get("run_name") or "run"))
 
 
 if __name__ == "__main__":

@@ -48,9 +48,12 @@ class EvaluateConfig(DecodeSwitches):
     # as its validation and test had it
     max_tokens: Optional[int] = None  # noqa: UP045
     out: Optional[str] = None  # noqa: UP045  the folder to write into; null: <run dir>/eval (eval/ beside a checkpoint outside a run)
-    wandb: str = "auto"  # auto | online | offline | disabled
+    # auto (online with an API key, else offline) | online | offline | disabled; null: as its training
+    # run, auto where that logged to W&B, else disabled (aiayn.cli.evaluation_runs)
+    wandb: Optional[str] = None  # noqa: UP045
     # an MLflow tracking URI (logger.mlflow's store, e.g. sqlite:///mlruns/mlflow.db): the evaluation is
-    # also a run there, in the training run's experiment; null: none (conf/evaluate.yaml: $MLFLOW_TRACKING_URI)
+    # also a run there, in the training run's experiment; null ($MLFLOW_TRACKING_URI unset in conf/evaluate.yaml):
+    # the training run's store where it logged to MLflow, else none
     mlflow: Optional[str] = None  # noqa: UP045
     task: Any = None  # task=<name>: conf/task/<name>.yaml instead of the checkpoint's task
     # paths.data_root: where the task's files are read (conf/evaluate.yaml: $AIAYN_DATA_ROOT, else the checkpoint's run's)
