@@ -44,7 +44,7 @@ def test_every_test_a_document_names_is_in_the_file_it_names() -> None:
             continue
         text = file.read_text(encoding="utf-8")
         *classes, name = test.split("::")
-        if any(not re.search(rf"^class {re.escape(each)}\b", text, re.M) for each in classes) or \
-                not re.search(rf"^\s*(?:async )?def {re.escape(name)}\(", text, re.M):
+        if any(not re.search(rf"^class {re.escape(each)}\b", text, re.MULTILINE) for each in classes) or \
+                not re.search(rf"^\s*(?:async )?def {re.escape(name)}\(", text, re.MULTILINE):
             missing.append(f"{where}: {path}::{test} is not there")
     assert not missing, "\n".join(missing)
