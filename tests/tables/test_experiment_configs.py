@@ -209,6 +209,20 @@ def test_the_sweep_dry_run_refuses_the_jobs_the_multirun_would_refuse(capsys: py
                                        "'ModelConfig'); did you mean model.d_model?\n")
 
 
+
+@pytest.mark.slow
+def test_the_sweep_dry_run_plans_each_job_as_a_job_of_a_multirun(capsys: pytest.CaptureFixture) -> None:
+    """A job of two processes run here starts its ranks with ddp_spawn: trainer.strategy=ddp is refused
+    in the dry run as train.py --multirun refuses it (before: the dry run planned each job as a single
+    run, passed the sweep and exited 0)."""
+    assert tables_command("sweep", "debug=tiny", "logger=none", "hardware=cpu", "trainer.devices=2",
+                          "trainer.strategy=ddp", "seed=1,2") == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 2, err
+    assert err.startswith("tables.py: sweep job #0 of 2 refused (debug=tiny logger=none hardware=cpu trainer.devices=2 "
+                          "trainer.strategy=ddp seed=1): trainer.strategy=ddp in a --multirun sweep run here starts "
+                          "each other rank by running the command line again")
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dry", [True, False], ids=["dry run", "run"])
 def test_tables_run_refuses_the_jobs_the_multirun_would_refuse_before_any_starts(
