@@ -27,8 +27,8 @@ from tests.helpers.runs import REPO, TINY, TrainedRun, offline_environment
 
 # -- training configuration ---------------------------------------------------------------------
 def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
-    """train.py's own error handling, in this process: (exit status, its one line). Called with a
-    config, Hydra's ``main`` runs the task function (under aiayn.cli.errors' wrapper) directly."""
+    """train.py's error handling in this process: (exit status, its one line). Hydra's ``main`` given a config
+    runs the task function (under aiayn.cli.errors' wrapper) directly."""
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[*TINY, "logger=none", f"paths.output_dir={tmp_path / 'run'}",
                                           "run_name=bad-input", *overrides])  # both come from Hydra's run
@@ -235,6 +235,7 @@ def test_what_hydra_cannot_compose_is_one_line_and_exit_2(override, message, tmp
     # refused by the data module as it is built (inside hydra.utils.instantiate): its folder went unremoved
     ("task=parallel_text task.data_dir=. task.src_lang=de task.tgt_lang=de",
      "task.src_lang and task.tgt_lang are both 'de': the two sides would be one file"),
+    ("task=wsj task.split=foo", "task.split=foo: not one of task.splits (standard, sample)"),  # (before: a folder kept)
 ])
 def test_a_run_refused_before_training_leaves_no_output_folder(override, message, tmp_path, data_root):
     result = run_tool("src/train.py", *TINY, "logger=none", *override.split(), cwd=tmp_path, data_root=data_root,
@@ -247,8 +248,7 @@ def test_a_run_refused_before_training_leaves_no_output_folder(override, message
 @pytest.mark.parametrize("variable, setting", [("AIAYN_CACHE_DIR", "paths.cache_dir"),
                                                ("AIAYN_DATA_ROOT", "paths.data_root")])
 def test_a_folder_variable_set_to_nothing_is_one_line_not_the_working_folder(variable, setting, tmp_path, data_root):
-    """Before: the empty path was the working folder, where the sentencepiece cache (or Multi30k's
-    download) then landed."""
+    """Before: the empty path was the working folder, where the subword cache (or Multi30k's download) landed."""
     env = {**offline_environment(), "AIAYN_DATA_ROOT": str(data_root), variable: ""}
     result = run_tool("src/train.py", *TINY, "logger=none", cwd=tmp_path, env=env, check=False)
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (

@@ -240,9 +240,17 @@ def test_a_trainer_setting_that_would_train_other_steps_than_the_plan_says_is_re
     # (before: shown as "validation every 0.5 of an epoch", exit 0; the run: Lightning's refusal of that null).
     ("trainer.val_check_interval=0.5", ("train.py: trainer.val_check_interval must be a whole number of steps (null: "
                                         "every epoch; a run validates across epochs, not at a fraction of one), got 0.5")),
+    # What only a task's data module knows (its check_settings), and a choice its table has no entry for
+    # (before: shown, exit 0; and Hydra's "Interpolation key 'task.splits.foo.vocab_size' not found").
+    ("task=wsj_semi task.split=sample task.datamodule.wsj_fraction=0", (
+        "train.py: task.datamodule.wsj_fraction=0: the share of WSJ's trees in the semi-supervised training set must "
+        "be above 0 and at most 1 (the default: 0.1)")),
+    ("task=wsj task.datamodule.linearization=word", ("train.py: task.datamodule.linearization=word: the output trees' "
+                                                     "leaves are xx or words (docs/parsing.md)")),
+    ("task=wsj task.split=foo", "train.py: task.split=foo: not one of task.splits (standard, sample)"),
 ])
 def test_cfg_job_refuses_what_the_run_would_in_one_line(override: str, line: str, tmp_path: Path) -> None:
-    result = run_tool("src/train.py", "debug=tiny", override, "--cfg", "job", cwd=tmp_path, check=False)
+    result = run_tool("src/train.py", "debug=tiny", *override.split(" "), "--cfg", "job", cwd=tmp_path, check=False)
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [line], result.stderr[-3000:]
     assert "plan:" not in result.stdout
 

@@ -9,8 +9,8 @@ from dataclasses import fields
 import pytest
 from omegaconf.errors import InterpolationResolutionError
 
-from aiayn.cli.errors import raised_by_resolver
 from aiayn.cli.naming import dirname
+from aiayn.cli.unresolved import raised_by_resolver
 from aiayn.config.plan import make_plan
 from aiayn.config.schemas import DecodingConfig
 from aiayn.errors import ConfigError

@@ -5,7 +5,7 @@ it was invoked: ``train.py``, ``aiayn-train``), and exit status 2:
 
 * :class:`aiayn.errors.UserError` (``ConfigError``, ``DataError``, a checkpoint of another vocabulary, ...);
 * a mandatory setting left out (``ckpt=???``: omegaconf's ``MissingMandatoryValue``), also where
-  another setting reads it (:func:`left_out`, within :func:`user_error_within`);
+  another setting reads it (aiayn.cli.unresolved, as each error of resolving the config that stands for one);
 * ``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError``, a read-only disk (a path that
   is not there, not readable, or not writable);
 * a GPU asked for (``hardware=gpu``, ``device=cuda``) on a machine without a usable CUDA device;
@@ -42,18 +42,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import (
     InterpolationResolutionError,
-    InterpolationToMissingValueError,
     MissingMandatoryValue,
     OmegaConfBaseException,
 )
 
-from aiayn.cli.naming import config_options, say, tool_command
+from aiayn.cli.naming import say
 from aiayn.cli.rank_errors import a_rank_failed, is_a, never_joined, what_gloo_saw
-from aiayn.cli.typos import left_out_as_the_run_meets_it, named_after_the_model
-from aiayn.errors import ConfigError, UserError
+from aiayn.cli.typos import named_after_the_model
+from aiayn.cli.unresolved import missing_line, user_error_within
+from aiayn.errors import UserError
 from aiayn.files import no_room
 
 USER_ERROR = 2  # exit status: the user can fix it
@@ -176,79 +175,6 @@ def _output_folder_message(error: OSError) -> str:
             f"give {setting}= a folder that can be made there")
 
 
-def raised_by_resolver(error: BaseException) -> UserError | None:
-    """The UserError a resolver raised (the plan's ConfigError), which omegaconf reports as an
-    InterpolationResolutionError; None for any other error."""
-    if not isinstance(error, InterpolationResolutionError):
-        return None
-    seen: set[int] = set()
-    inner: BaseException | None = error
-    while inner is not None and id(inner) not in seen:  # omegaconf may wrap it more than once
-        if isinstance(inner, UserError):
-            return inner
-        seen.add(id(inner))
-        inner = inner.__cause__ or inner.__context__
-    return None
-
-
-def user_error_within(error: BaseException) -> UserError | None:
-    """The UserError an error of resolving the config stands for: one a resolver raised (:func:`raised_by_resolver`),
-    or a mandatory setting left out that another setting reads (:func:`left_out`); None for any other error."""
-    return raised_by_resolver(error) or left_out(error)
-
-
-def left_out(error: BaseException) -> ConfigError | None:
-    """The ConfigError of a mandatory setting (``???``) left out that another setting reads
-    (``task.datamodule.data_dir: ${task.data_dir}``), which omegaconf reports under the setting it
-    was resolving (a resolver's reading, ``--cfg job``'s: as a run meets it); None for any other error."""
-    if isinstance(error, InterpolationResolutionError) and isinstance(error.__context__, MissingMandatoryValue):
-        error = left_out_as_the_run_meets_it() or error
-    if not isinstance(error, InterpolationToMissingValueError):
-        return None
-    found = re.search(r"Missing mandatory value: ([\w.\[\]-]+)", str(error))
-    return ConfigError(_give(found.group(1), getattr(error, "parent_node", None))) if found else None
-
-
-def _no_such_choice(error: InterpolationResolutionError) -> str | None:
-    """``task.split=foo: not one of task.splits (standard, sample)`` where a setting picks an entry
-    of a table beside it (``${task.splits.${task.split}.treebank}``) that has no such entry; None
-    for any other interpolation."""
-    found = re.search(r"Interpolation key '([\w.]+)\.(\w+)s\.([^.']+)\.[\w.]+' not found", str(error))
-    parent = getattr(error, "parent_node", None)
-    if found is None or parent is None:
-        return None
-    base, name, value = found.groups()
-    root = parent._get_root()
-    choices = OmegaConf.select(root, f"{base}.{name}s", throw_on_resolution_failure=False)
-    if str(OmegaConf.select(root, f"{base}.{name}", throw_on_resolution_failure=False)) != value \
-            or not isinstance(choices, DictConfig):
-        return None
-    return f"{base}.{name}={value}: not one of {base}.{name}s ({', '.join(map(str, choices))})"
-
-
-def _give(key: str, node: Any = None) -> str:
-    """``key`` left out, with the other mandatory settings of its section also left out (``node``: any
-    node of the config), so that one try names them all (before: ``task=parallel_text``, one a try)."""
-    options = config_options(key) if "." not in key else ""  # a config group left out (prepare.py's task)
-    value = f"<name>, one of {options}" if options else "<value>"
-    section = node._get_root().get(key.split(".")[0]) if isinstance(node, DictConfig) and "." in key else None
-    keys = [key, *(other for other in _left_out_in(section, key.split(".")[0]) if other != key)]
-    named = f"{', '.join(keys[:-1])} and {keys[-1]} are" if len(keys) > 1 else f"{key} is"
-    return f"{named} missing: give {' '.join(f'{k}={value}' for k in keys)} (see {tool_command()} --help)"
-
-
-def _left_out_in(node: Any, prefix: str) -> list[str]:
-    """The settings under ``node`` (at ``prefix``) left at ``???``, read without resolving anything."""
-    found = []
-    for name in node if isinstance(node, DictConfig) else ():
-        child = node._get_node(name)
-        if isinstance(child, DictConfig):
-            found += _left_out_in(child, f"{prefix}.{name}")
-        elif child is not None and child._is_missing() and not child._is_interpolation():
-            found.append(f"{prefix}.{name}")
-    return found
-
-
 def _is_mode_conflict(error: BaseException) -> bool:
     """Hydra's refusal of two run modes at once, raised as a plain ValueError before composing."""
     return isinstance(error, ValueError) and str(error).startswith("Only one of --run, --multirun, --cfg")
@@ -289,12 +215,12 @@ def describe(error: BaseException, cfg: Any = None) -> tuple[str, int] | None:
     if isinstance(error, UserError):
         return str(error), USER_ERROR
     if isinstance(error, MissingMandatoryValue):
-        return _give(error.full_key or "a setting", getattr(error, "parent_node", None)), USER_ERROR
+        return missing_line(error.full_key or "a setting", getattr(error, "parent_node", None)), USER_ERROR
     if (within := user_error_within(error)) is not None:
         return str(within), USER_ERROR
     if isinstance(error, InterpolationResolutionError):
         where = f"{error.full_key}: " if getattr(error, "full_key", None) else ""
-        return _no_such_choice(error) or f"{where}{str(error).strip().splitlines()[0]}", USER_ERROR
+        return f"{where}{str(error).strip().splitlines()[0]}", USER_ERROR
     if (full := no_room(error)) is not None:  # a full disk, a quota, a file-size limit
         elsewhere = ", or give out= a folder on a disk with room," if _has(cfg, "out") else ""
         return (f"{_os_error(full)} while writing; nothing of that file was kept (what was written before it is "

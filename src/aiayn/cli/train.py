@@ -31,11 +31,12 @@ from aiayn.checkpoints.layout import LAST, checkpoint_folder
 from aiayn.checkpoints.resume import find_resume, remove_stale_temporaries
 from aiayn.cli import run_folder
 from aiayn.cli.command_line import read_by_hydra
-from aiayn.cli.errors import fail, left_out, reports_composition_errors, reports_errors, user_error_within
+from aiayn.cli.errors import fail, reports_composition_errors, reports_errors
 from aiayn.cli.hydra_options import shown_part
 from aiayn.cli.naming import CONFIG_DIR
 from aiayn.cli.rank_errors import os_error_of_a_rank, report_dead_ranks_before_lightning_kills, user_error_of_a_rank
 from aiayn.cli.typos import left_out_as_the_run_meets_it
+from aiayn.cli.unresolved import left_out, user_error_within
 from aiayn.cli.weights_tested import Tested, tested, weights_before_test
 from aiayn.config.hardware import first_process
 from aiayn.config.identity import MODIFIED, left_out_of_names, row_changes
@@ -233,8 +234,7 @@ def _datamodule(entry: dict, **kwargs) -> L.LightningDataModule:
 
 
 def checked_config(cfg: DictConfig) -> dict:
-    """The whole config resolved and checked (aiayn.training.config_check): what train refuses
-    before anything is built. A sweep checks every job's with it before its first job starts."""
+    """The whole config resolved and checked (config_check): what train refuses before it builds anything."""
     config = _resolved(cfg)
     check_train_config(config)
     start_from(config)  # init_from: its network checked, its subword model the run's data's

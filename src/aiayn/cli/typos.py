@@ -65,9 +65,15 @@ def left_out_as_the_run_meets_it() -> BaseException | None:
     (``task.name: parallel_text_${task.src_lang}_…``) into ``???`` itself; None if there is none."""
     from omegaconf.errors import InterpolationToMissingValueError
 
+    return unresolved_as_the_run_meets_it(InterpolationToMissingValueError)
+
+
+def unresolved_as_the_run_meets_it(kind: type[BaseException]) -> BaseException | None:
+    """The error of ``kind`` that resolving the tool's config afresh meets, with the node it was met at
+    (``--cfg job`` resolves a copy, whose errors name none); None if it meets none of that kind."""
     try:
         OmegaConf.to_container(_composed(None), resolve=True)
-    except InterpolationToMissingValueError as error:
+    except kind as error:
         return error
     except Exception:  # noqa: BLE001  another error: the line stays as it was
         return None

@@ -25,13 +25,10 @@ from aiayn.data.subwords import Subwords, given_subwords, train_or_load
 from aiayn.errors import ConfigError, DataError
 from aiayn.metrics.scorers import CorpusBleu, Scorer
 
-# Fitting loads the test split too (a few thousand lines at most), so that what the test after
-# training needs is known to fit before the first step (:meth:`_check_evaluation_batches`).
+# The splits setup(stage) checks the files of and loads. Fitting takes the test split too, read once training
+# ends (trainer.test): a missing file fails the run before its first step, not after its last, and what the
+# test needs is known to fit (:meth:`_check_evaluation_batches`).
 _STAGE_ROLES = {"fit": ROLES, "validate": ("val",), "test": ("test",), "predict": ("test",), None: ROLES}
-# The splits whose files setup(stage) checks first: fitting checks the test split too, which a
-# training run reads once training ends (trainer.test), so that a missing file fails the run
-# before its first step rather than after its last.
-_STAGE_FILES = {"fit": ROLES, "validate": ("val",), "test": ("test",), "predict": ("test",), None: ROLES}
 
 
 class TranslationDataModule(SplitFiles, L.LightningDataModule):
@@ -94,8 +91,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         if not isinstance(self.eval_max_tokens, int):  # max_tokens=auto: train.py's plan sizes the training batch
             raise ConfigError(f"task.datamodule.max_tokens={max_tokens} leaves the evaluation batches unsized: "
                               "give task.datamodule.eval_max_tokens=N")
-        # The subword model the data are encoded with where one is given (task.subword_model), checked
-        # here, before anything is read; else one is learnt from the training split.
+        # The subword model given (task.subword_model), checked before anything is read; else one is learnt.
         self.subword_model = Path(subword_model) if subword_model is not None else None
         self.given_vocab = given_subwords(self.subword_model, vocab_size) if self.subword_model is not None else None
         self.vocab: Subwords | None = None
@@ -135,7 +131,7 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         needs; splits already loaded are kept."""
         if stage not in _STAGE_ROLES:
             raise ValueError(f"unknown stage {stage!r}; expected one of {tuple(_STAGE_ROLES)}")
-        self.check_files(_STAGE_FILES[stage])
+        self.check_files(_STAGE_ROLES[stage])
         for role in _STAGE_ROLES[stage]:
             if role not in self._datasets:
                 self._datasets[role] = self._load(role)

@@ -3,9 +3,9 @@ is reported at once, as one line naming it and saying what to change — not as 
 deep inside torch or Lightning, and not hours into a run at its first validation.
 
 Keys and types of ``model``, ``optim``, ``loss``, ``decoding`` and ``checkpoint`` are the schemas'
-business (aiayn.config.schemas). Here: keys everywhere else (the root, ``validation``,
-``trainer`` against Lightning's Trainer, ``task.datamodule`` against its class), ranges and one
-setting against another. (What this machine can run: the plan, aiayn.config.plan.)
+business (aiayn.config.schemas). Here: keys everywhere else (the root, ``validation``, ``trainer`` against
+Lightning's Trainer, ``task.datamodule`` against its class, and what only the class knows), ranges
+and one setting against another. (What this machine can run: the plan, aiayn.config.plan.)
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from aiayn.training.compiling import COMPILE_MODES, CUDA_GRAPH_MODES
 from aiayn.training.distributed import check_timeout
 from aiayn.training.schedule import check_schedule
 
-# The settings at the root of conf/train.yaml (and of what its groups add there).
-# tests/training/test_config_check.py checks this list against the composed configs.
+# The settings at the root of conf/train.yaml and its groups (tests/training/test_config_check.py checks them).
 ROOT_SETTINGS = (
     "task", "model", "optim", "loss", "paths", "callbacks", "trainer", "logger", "seed", "run_name", "run_group",
     "width_divisor", "compile", "compile_mode", "resume", "nonfinite", "cost", "test_after_training", "validation",
@@ -160,8 +159,7 @@ def _check_decoding(decoding: Mapping[str, Any], task: Mapping[str, Any], model:
     settings = Decoding.of(None, decoding)  # as validation makes it (training.module), and every tool
     if _whole(model.get("max_positions")) and _whole(task.get("vocab_size")):  # as the search checks the model
         settings.fit(model["max_positions"], task["vocab_size"])
-    kind = task_module(task)
-    if decoding.get("constrained") and (kind is None or kind.OUTPUT_CONSTRAINT is None):
+    if decoding.get("constrained") and ((kind := task_module(task)) is None or kind.OUTPUT_CONSTRAINT is None):
         raise ConfigError(f"decoding.constrained=true decodes linearised trees, for parsing tasks; task "
                           f"{task.get('name')} has no trees: set it to false")
 

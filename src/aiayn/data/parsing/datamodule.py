@@ -101,19 +101,10 @@ class ParsingDataModule(TranslationDataModule):
                          length_buckets, subword_model)
         self.treebank = Path(treebank) if Path(treebank).is_absolute() else Path(data_root) / treebank
         self.extra_trees = list(extra_trees or [])
-        if not 0.0 < wsj_fraction <= 1.0:
-            raise ConfigError(f"task.datamodule.wsj_fraction={wsj_fraction}: the share of WSJ's trees in the "
-                              "semi-supervised training set must be above 0 and at most 1 (the default: 0.1)")
+        self.check_settings("task.datamodule", {"wsj_fraction": wsj_fraction, "linearization": linearization,
+                                                **{f"{role}_split": spec for role, spec in self.splits.items()}})
         self.wsj_fraction = float(wsj_fraction)
-        if linearization not in LINEARIZATIONS:
-            raise ConfigError(f"task.datamodule.linearization={linearization}: the output trees' leaves are "
-                              f"{' or '.join(LINEARIZATIONS)} (docs/parsing.md)")
         self.linearization = linearization
-        for role, spec in self.splits.items():  # before anything is read: a bad split is one line, not a traceback
-            try:
-                parse_split(spec)
-            except ValueError as error:
-                raise ConfigError(f"task.datamodule.{role}_split={spec}: {error}") from None
         given = self.given_vocab
         if given is not None and not (has_tree_symbols(given) and (linearization != "xx" or f"{SPACE}{LEAF}" in given.piece_ids())):
             raise ConfigError(f"task.subword_model={subword_model} keeps no tree symbols whole ('{SPACE}(L', '{SPACE})L'"
@@ -121,6 +112,27 @@ class ParsingDataModule(TranslationDataModule):
                               "words; give a parsing run's subword model, or null to learn one from the training trees")
         self._gold: dict[str, list[str]] = {}
         self.save_hyperparameters(logger=False)  # in checkpoints; the logged config has them as task.datamodule.*
+
+    @staticmethod
+    def check_settings(section: str, settings: Mapping[str, Any]) -> None:
+        """The share of WSJ's trees, the leaves' linearisation and the splits' specifications of
+        ``settings`` (the data module's config, at ``section``), before anything is read: train's check of
+        the whole config and ``--cfg job`` (aiayn.training.config_check), and the constructor."""
+        fraction = settings.get("wsj_fraction", 0.1)
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0:
+            raise ConfigError(f"{section}.wsj_fraction={fraction}: the share of WSJ's trees in the "
+                              "semi-supervised training set must be above 0 and at most 1 (the default: 0.1)")
+        linearization = settings.get("linearization", "xx")
+        if linearization not in LINEARIZATIONS:
+            raise ConfigError(f"{section}.linearization={linearization}: the output trees' leaves are "
+                              f"{' or '.join(LINEARIZATIONS)} (docs/parsing.md)")
+        for role in ("train", "val", "test"):  # a bad split is one line, not a traceback
+            if (spec := settings.get(f"{role}_split")) is None:
+                continue
+            try:
+                parse_split(str(spec))
+            except ValueError as error:
+                raise ConfigError(f"{section}.{role}_split={spec}: {error}") from None
 
     # -- files ----------------------------------------------------------------------------
     def split_files(self, split: str, download: bool = False) -> tuple[Path, Path]:
