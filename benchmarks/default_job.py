@@ -11,6 +11,7 @@ before the install.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -53,4 +54,6 @@ def main(overrides: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    parser = argparse.ArgumentParser(description="Time `make train` (the default job) and record its test metrics.")
+    parser.add_argument("overrides", nargs="*", help="train.py's settings (Hydra overrides), passed as make's ARGS")
+    main(parser.parse_args().overrides)
