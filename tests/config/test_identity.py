@@ -194,6 +194,23 @@ def test_a_row_run_scored_otherwise_is_no_longer_that_row():
 
 
 @pytest.mark.slow
+def test_a_row_run_on_other_batches_pairs_splits_or_averaging_is_no_longer_that_row():
+    """A smoke test, a part of each epoch, shorter or cleaner pairs, another dev or test split, another
+    §6.1 window: other figures under the row's name (before: still the row, and Table 3 counted a 2-step
+    fast_dev_run as base, and a run validated on test2016 as (D) beside it)."""
+    assert changes("experiment=table3_base", "+scale=multi30k_cpu", "trainer.fast_dev_run=2",
+                   "task.datamodule.val_split=test_2016_flickr") == [
+        "trainer.fast_dev_run: False → 2", "task.datamodule.val_split: 'val' → 'test_2016_flickr'"]
+    assert changes("experiment=table3_base", "+scale=multi30k_cpu", "trainer.limit_train_batches=4",
+                   "trainer.overfit_batches=2") == [
+        "trainer.overfit_batches: 0.0 → 2", "trainer.limit_train_batches: None → 4"]
+    assert changes("experiment=table2_base_en_de", "task.datamodule.max_length=20", "task.datamodule.max_ratio=1.1",
+                   "task.datamodule.test_split=newstest2013", "checkpoint.average_last=1") == [
+        "task.datamodule.max_length: 256 → 20", "task.datamodule.max_ratio: 2.5 → 1.1",
+        "task.datamodule.test_split: 'newstest2014' → 'newstest2013'", "checkpoint.average_last: 5 → 1"]
+
+
+@pytest.mark.slow
 def test_a_sweeps_jobs_are_named_and_tagged_as_single_runs_of_the_same_settings(tmp_path):
     """The jobs' overrides as the sweep runs them (aiayn.cli.sweep, Hydra's sweeper: values as Python
     prints them) against the same settings typed for single runs. Before: the jobs' tags and names

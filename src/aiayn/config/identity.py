@@ -19,9 +19,10 @@
 * **scale**: ``debug`` (``debug=tiny``), else the experiment's (``multi30k``, ``multi30k_cpu``),
   else ``paper`` for a paper row; none for other runs.
 
-A row run (``experiment=<row>``) is *modified* when its network, recipe, task or scoring (decoding,
-``validation.bleu_sentences``, ``trainer.limit_val_batches``, ``trainer.limit_test_batches``)
-differs from the row's at its scale (the row composed with the run's ``+scale=`` alone, so the
+A row run (``experiment=<row>``) is *modified* when its network, recipe (its batches: a smoke test,
+``trainer.limit_train_batches``), task (its splits, the length and cleaning of its pairs) or scoring
+(decoding, ``validation.bleu_sentences``, ``trainer.limit_val_batches``, ``trainer.limit_test_batches``,
+§6.1's checkpoints averaged) differs from the row's at its scale (the row composed with the run's ``+scale=`` alone, so the
 scale's own values are the row's): :func:`row_changes` says what differs. Such a run is tagged
 ``modified``; the tables leave it out.
 
@@ -42,11 +43,17 @@ from omegaconf import DictConfig, OmegaConf
 # What makes a row run that row: the network, its widths, the recipe (its length too: a run that may
 # stop early, by early stopping or a time limit, is not the row's, which trains optim.train_steps or
 # its own time; and its step: an accumulation given outright sets the step in place of
-# optim.tokens_per_step), the task, and how it is scored (the decoding, the dev sentences BLEU
-# reads, the share of the dev and test splits evaluated): a run scored otherwise reports other
-# figures under the row's name.
+# optim.tokens_per_step; and the batches it trains on: a smoke test, a part of each epoch), the task
+# (its pairs: their length and cleaning), and how it is scored (the decoding, the dev and test splits
+# and the share of them evaluated, the dev sentences BLEU reads, §6.1's checkpoints averaged): a run
+# scored otherwise reports other figures under the row's name. (Where the data are is not: a path of
+# the machine a run trained on.)
 ROW_KEYS = ("task.name", "task.vocab_size", "task.subword_model", "model", "width_divisor", "loss", "optim",
             "callbacks.early_stopping.patience", "trainer.max_time", "trainer.accumulate_grad_batches", "init_from",
+            "trainer.fast_dev_run", "trainer.overfit_batches", "trainer.limit_train_batches",
+            "task.datamodule.max_length", "task.datamodule.max_words", "task.datamodule.max_ratio",
+            "task.datamodule.val_split", "task.datamodule.test_split", "checkpoint.average_last",
+            "checkpoint.average_every_n_steps",
             "decoding", "validation.bleu_sentences", "trainer.limit_val_batches", "trainer.limit_test_batches")
 # One process's batch: a row's step where the row sets none to split (optim.tokens_per_step null: the
 # Multi30k scales, a step of one batch of task.datamodule.max_tokens a process), so that row's run with
