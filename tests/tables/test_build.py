@@ -261,3 +261,27 @@ def test_table2_takes_an_evaluation_of_the_test_split_named_by_its_name(tmp_path
              "averaged": [f"step{s}.ckpt" for s in range(5)]}))
     [found] = local_runs([tmp_path])
     assert found.test == {"bleu": 27.4, "sacrebleu": 26.8, "averaged": 5, "sentences": 3003}
+
+
+def test_table2_takes_no_evaluation_of_another_task_as_the_rows_test(tmp_path: Path) -> None:
+    """`evaluate.py ckpt=<a WMT run> task=parallel_text … split=test` scores one's own corpus's test
+    split: no test of the run's row, whatever its figures are named (before: Table 2's EN-DE BLEU was
+    that corpus's, its 1,000 sentences in place of newstest2014's 3,003). Its own task's evaluation counts."""
+    from aiayn.tables.runs import local_runs
+
+    run = tmp_path / "0_table2-base_en_de"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("experiment: {table: table2, row: base_en_de}\nseed: 1\ntask: {name: "
+                                                "wmt_en_de, datamodule: {val_split: newstest2013, test_split: newstest2014}}\n")
+    (run / "summary.json").write_text(json.dumps({"steps": 100000, "test/tokenized_bleu": 27.1, "test/bleu": 26.5,
+                                                 "test_averaged": 5, "test/sentences": 3003}))
+    (run / "eval").mkdir()
+    for task, bleu, sentences in (("parallel_text_en_de", 35.0, 1000), ("wmt_en_de", 27.4, 3003)):
+        (run / "eval" / f"test.{task}.avg5.json").write_text(json.dumps(
+            {"task": task, "split": "test", "sentences": sentences, "test/tokenized_bleu": bleu, "test/bleu": bleu - 1,
+             "averaged": [f"step{s}.ckpt" for s in range(5)]}))
+    [found] = local_runs([tmp_path])
+    assert found.test == {"bleu": 27.4, "sacrebleu": 26.4, "averaged": 5, "sentences": 3003}
+    (run / "eval" / "test.wmt_en_de.avg5.json").unlink()
+    [found] = local_runs([tmp_path])
+    assert found.test == {"bleu": 27.1, "sacrebleu": 26.5, "averaged": 5, "sentences": 3003}  # train.py's own

@@ -8,7 +8,7 @@ and :func:`counted` leaves it out of the tables.
 What it measured comes from its summary (:mod:`aiayn.reporting.summary`): ``summary.json`` in the
 run directory, which every run writes (or the W&B run's summary, read from the W&B project).
 Table 2's test BLEU comes from ``src/evaluate.py``'s report in ``<run dir>/eval/`` where there is
-one of the test split (``split=test``, or the split by its name: ``split=newstest2014``, :func:`as_test`)
+one of its task's test split (``split=test``, or the split by its name: ``split=newstest2014``: aiayn.tables.row_tests)
 decoded as the run's config says, of its fp32 model alone, that averaged the recipe's checkpoints (§6.1), else from
 train.py's own test, which scores that average where the recipe has one (its summary's ``test_averaged``):
 :func:`row_test`.
@@ -25,11 +25,11 @@ from typing import Any
 
 from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from aiayn.config.identity import MODIFIED, run_folder_changes
 from aiayn.reporting.evaluations import read_reports
 from aiayn.reporting.summary import continued_run, read_summary
+from aiayn.tables.row_tests import as_test, decoded_otherwise, not_the_rows_model, of_another_task, test_split
 
 log = logging.getLogger(__name__)
 
@@ -152,67 +152,9 @@ def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) 
                             config["experiment"]["table"], Path(conf_dir) / "experiment")
                 continue
             decoding = OmegaConf.to_container(loaded.decoding, resolve=True) if "decoding" in loaded else {}
-            test = row_test(_test_reports(run_dir, decoding, test_split(config)), _tested_in_training(summary),
-                            config, str(run_dir))
+            test = row_test(_test_reports(run_dir, decoding, config), _tested_in_training(summary), config, str(run_dir))
             runs.append(Run(source=str(run_dir), config=config, summary=summary, test=test, modified=modified))
     return runs
-
-
-def test_split(config: Mapping[str, Any]) -> str | None:
-    """The name of a run's test split, as its task's data module was given it
-    (``task.datamodule.test_split``: ``newstest2014``, ``test_2016_flickr``, a treebank's ``23``),
-    its interpolations resolved; None where the config cannot tell."""
-    try:
-        split = OmegaConf.select(OmegaConf.create(dict(config)), "task.datamodule.test_split",
-                                 throw_on_resolution_failure=False)
-    except OmegaConfBaseException:  # a config OmegaConf cannot read back: its reports of split=test still count
-        return None
-    return None if split is None else str(split)
-
-
-def as_test(figures: Mapping[str, Any], split: str | None, key: str) -> dict[str, Any] | None:
-    """An evaluate.py report (or its W&B run's summary) with its figures under ``test/``, where it
-    scored the run's test split: asked for by its role (``split=test``: keys ``test/<figure>``) or by
-    its name, ``split`` (:func:`test_split`; ``split=newstest2014``: keys ``newstest2014/<figure>``,
-    evaluate.py naming its figures after the split given). None where it holds no ``key`` figure of
-    either: an evaluation of another split."""
-    if f"test/{key}" in figures:
-        return dict(figures)
-    if not split or f"{split}/{key}" not in figures:
-        return None
-    named = f"{split}/"
-    return {**figures, **{f"test/{name[len(named):]}": value for name, value in figures.items()
-                          if name.startswith(named)}}
-
-
-# The decoding settings that change a test's translations (beam search's; sampling is another search):
-# an evaluate.py report decoded otherwise than its run's config says is not that row's test.
-SCORED_DECODING = ("beam_size", "alpha", "max_len_offset", "min_len", "constrained", "stop", "sampling")
-
-
-def decoded_otherwise(evaluation: object, used: Mapping[str, Any] | None, decoding: Mapping[str, Any]) -> bool:
-    """Whether an evaluation (a report file, a W&B run: ``evaluation``, named in the warning) decoded
-    with ``used`` otherwise than its run's ``decoding`` says, in a setting of :data:`SCORED_DECODING`;
-    such a test is not the row's, and a warning names what differs."""
-    used = used or {}
-    differs = [f"decoding.{key}={used.get(key)!r} (the run's: {decoding.get(key)!r})" for key in SCORED_DECODING
-               if key in used and key in decoding and used[key] != decoding[key]]
-    if differs:
-        log.warning("%s: decoded otherwise than its run (%s); left out of the tables", evaluation, ", ".join(differs))
-    return bool(differs)
-
-
-def not_the_rows_model(evaluation: object, switches: Mapping[str, Any] | None, members: int) -> bool:
-    """Whether an evaluation (named in the warning) scored other arithmetic than the row's fp32
-    model (``switches``: ``precision`` other than fp32, ``int8``) or an ensemble of ``members``
-    checkpoints: not the row's test (a warning says why)."""
-    switches = switches or {}
-    lowered = [f"{key}={switches[key]}" for key in ("precision", "int8")
-               if switches.get(key) not in (None, False, "fp32")]
-    if lowered or members > 1:
-        why = f"an ensemble of {members} checkpoints" if members > 1 else f"decoded with {', '.join(lowered)}"
-        log.warning("%s: %s, not the row's model; left out of the tables", evaluation, why)
-    return bool(lowered) or members > 1
 
 
 def row_test(reports: list[tuple[int, Any, dict[str, Any]]], own: dict[str, Any], config: Mapping[str, Any],
@@ -239,15 +181,15 @@ def row_test(reports: list[tuple[int, Any, dict[str, Any]]], own: dict[str, Any]
     return chosen[3]
 
 
-def _test_reports(run_dir: Path, decoding: dict[str, Any], split: str | None) -> list[tuple[int, float, dict]]:
-    """The evaluate.py reports on the test split (``split=test``, or by its name ``split``:
+def _test_reports(run_dir: Path, decoding: dict[str, Any], config: Mapping[str, Any]) -> list[tuple[int, float, dict]]:
+    """The evaluate.py reports on the run's task's test split (``split=test``, or by its name:
     :func:`as_test`) decoded as the run's ``decoding`` says, of its fp32 model alone, each as
     (checkpoints averaged, its time, figures); a report decoded otherwise (``decoding.beam_size=1``),
     in bf16 or int8, or of an ensemble is left out, with a warning naming why."""
     reports = []
     for path, report in read_reports(run_dir / "eval"):
-        report = as_test(report, split, "tokenized_bleu")
-        if report is None:  # an evaluation of another split
+        report = as_test(report, test_split(config), "tokenized_bleu")
+        if report is None or of_another_task(report.get("task"), config):  # another split, another task's
             continue
         if decoded_otherwise(path, report.get("decoding"), decoding) or not_the_rows_model(
                 path, report.get("speed_switches"), len(report.get("ensemble") or [])):
@@ -315,7 +257,8 @@ def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
         if table in ("table2", "table4"):
             figure = "tokenized_bleu" if table == "table2" else "f1"
             tested = [(e, figures) for e in _evaluations(api, project, run, names[config.get("run_name")] == 1)
-                      if (figures := as_test(dict(e.summary_metrics), split, figure)) is not None]
+                      if (figures := as_test(dict(e.summary_metrics), split, figure)) is not None
+                      and not of_another_task((e.config.get("evaluate") or {}).get("task"), config)]
             if table == "table2":  # its row's test: decoded as the run says (Table 4 shows each decoding)
                 tested = [(_averaged(e.config), e.created_at, figures) for e, figures in tested
                           if not decoded_otherwise("/".join(e.path), e.config.get("decoding"), config.get("decoding") or {})
