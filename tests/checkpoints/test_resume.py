@@ -221,12 +221,16 @@ def test_a_sweep_job_resumes_the_earlier_job_of_its_own_overrides_whatever_its_n
     found = find_resume("auto", later, config, multirun=True, job=job, left_out=["resume", "logger"])
     assert found is not None and found.run_dir == earlier / "0_row"
     assert find_resume("auto", later, config, multirun=True, job=[*job, "seed=3"], left_out=["resume", "logger"]) is None
-    wider = {**config, "decoding": {**config["decoding"], "beam_size": 7}}
+    # (and another dev split: before, its figures went on in the run's dev figures without a word)
+    task = config["task"]
+    wider = {**config, "decoding": {**config["decoding"], "beam_size": 7},
+             "task": {**task, "datamodule": {**task["datamodule"], "val_split": "test_2016_flickr"}}}
     with caplog.at_level("WARNING", logger="aiayn.checkpoints.resume"):
         find_resume("auto", later, wider, multirun=True, job=job, left_out=["resume", "logger"])
     [said] = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert said == (f"resuming {earlier / '0_row'} with settings other than its run's that a resumed run may change, "
-                    f"and this one goes on with: decoding.beam_size: {config['decoding']['beam_size']} → 7")
+                    f"and this one goes on with: decoding.beam_size: {config['decoding']['beam_size']} → 7; "
+                    "task.datamodule.val_split: 'val' → 'test_2016_flickr'")
 
 
 def test_a_sweep_job_asked_to_train_longer_resumes_its_earlier_job_trained_furthest(tiny_run, tmp_path: Path) -> None:

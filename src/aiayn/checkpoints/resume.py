@@ -55,9 +55,10 @@ _WHERE_SAVED = ("plan.tokens_per_step", "trainer.gradient_clip_val", "trainer.gr
 # together, so what to do about them is said once, by _layout_hint, for the layouts that train the checkpoint's steps.
 _LAYOUT_KEYS = ("plan.tokens_per_batch", "plan.tokens_per_step")
 # What a resumed run may change and goes on with, said in one line as it resumes: how it is scored (its
-# decoding, the dev sentences BLEU reads, the share of the dev and test splits evaluated). A longer run
-# (LENGTH_KEYS) is what resume=auto is given for, and goes unsaid.
-UNCHECKED_KEYS = ("decoding", "validation", "trainer.limit_val_batches", "trainer.limit_test_batches")
+# decoding, the dev sentences BLEU reads, the dev and test splits and the share of them evaluated). A
+# longer run (LENGTH_KEYS) is what resume=auto is given for, and goes unsaid.
+UNCHECKED_KEYS = ("decoding", "validation", "trainer.limit_val_batches", "trainer.limit_test_batches",
+                  "task.datamodule.val_split", "task.datamodule.test_split")
 # How an epoch is cut into batches and where it ends: another value goes on at an epoch's start (said, as
 # UNCHECKED_KEYS are), but within an epoch the rest of it would be other batches than the run's (before:
 # gone on with without a word, some of the epoch's sentences trained twice and others never).
