@@ -248,13 +248,7 @@ def test_table2_takes_an_evaluation_of_the_test_split_named_by_its_name(tmp_path
     the line keeping train's own test); an evaluation of the dev split, newstest2013, is no test."""
     from aiayn.tables.runs import local_runs
 
-    run = tmp_path / "0_table2-base_en_de"
-    (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra" / "config.yaml").write_text("experiment: {table: table2, row: base_en_de}\nseed: 1\n"
-                                                "task: {datamodule: {val_split: newstest2013, test_split: newstest2014}}\n")
-    (run / "summary.json").write_text(json.dumps({"steps": 100000, "test/tokenized_bleu": 27.1, "test/bleu": 26.5,
-                                                 "test_averaged": 5, "test/sentences": 210}))
-    (run / "eval").mkdir()
+    run = _table2_run(tmp_path, "", sentences=210)
     for split, bleu, sacrebleu in (("newstest2014", 27.4, 26.8), ("newstest2013", 30.0, 29.5)):
         (run / "eval" / f"{split}.step94000-100000.beam4.alpha0.6.len+50.avg5.json").write_text(json.dumps(
             {"split": split, "sentences": 3003, f"{split}/tokenized_bleu": bleu, f"{split}/bleu": sacrebleu,
@@ -269,13 +263,7 @@ def test_table2_takes_no_evaluation_of_another_task_as_the_rows_test(tmp_path: P
     that corpus's, its 1,000 sentences in place of newstest2014's 3,003). Its own task's evaluation counts."""
     from aiayn.tables.runs import local_runs
 
-    run = tmp_path / "0_table2-base_en_de"
-    (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra" / "config.yaml").write_text("experiment: {table: table2, row: base_en_de}\nseed: 1\ntask: {name: "
-                                                "wmt_en_de, datamodule: {val_split: newstest2013, test_split: newstest2014}}\n")
-    (run / "summary.json").write_text(json.dumps({"steps": 100000, "test/tokenized_bleu": 27.1, "test/bleu": 26.5,
-                                                 "test_averaged": 5, "test/sentences": 3003}))
-    (run / "eval").mkdir()
+    run = _table2_run(tmp_path, "name: wmt_en_de, ", sentences=3003)
     for task, bleu, sentences in (("parallel_text_en_de", 35.0, 1000), ("wmt_en_de", 27.4, 3003)):
         (run / "eval" / f"test.{task}.avg5.json").write_text(json.dumps(
             {"task": task, "split": "test", "sentences": sentences, "test/tokenized_bleu": bleu, "test/bleu": bleu - 1,
@@ -285,3 +273,16 @@ def test_table2_takes_no_evaluation_of_another_task_as_the_rows_test(tmp_path: P
     (run / "eval" / "test.wmt_en_de.avg5.json").unlink()
     [found] = local_runs([tmp_path])
     assert found.test == {"bleu": 27.1, "sacrebleu": 26.5, "averaged": 5, "sentences": 3003}  # train.py's own
+
+
+def _table2_run(root: Path, task: str, sentences: int) -> Path:
+    """A finished Table 2 EN-DE run folder (``task``: what its config's task says before its
+    splits), train.py's own test of 5 averaged checkpoints in its summary, and an empty eval/."""
+    run = root / "0_table2-base_en_de"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("experiment: {table: table2, row: base_en_de}\nseed: 1\ntask: {"
+                                                f"{task}datamodule: {{val_split: newstest2013, test_split: newstest2014}}}}\n")
+    (run / "summary.json").write_text(json.dumps({"steps": 100000, "test/tokenized_bleu": 27.1, "test/bleu": 26.5,
+                                                 "test_averaged": 5, "test/sentences": sentences}))
+    (run / "eval").mkdir()
+    return run
