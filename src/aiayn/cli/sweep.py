@@ -190,8 +190,7 @@ def dry_run(conf_dir: str | os.PathLike, overrides: list[str]) -> tuple[list[Job
 
     with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
         hydra = GlobalHydra.instance().hydra
-        # hydra.mode=MULTIRUN: what --multirun adds, which the jobs' configs carry (the plan reads it: a sweep's
-        # job on several processes starts its ranks with ddp_spawn, and ddp is refused in it)
+        # hydra.mode=MULTIRUN, as --multirun adds it: the jobs' plans read it (their ranks started by ddp_spawn)
         config = hydra.compose_config("train", [*overrides, "hydra.mode=MULTIRUN"], run_mode=RunMode.MULTIRUN,
                                       with_log_configuration=False)
         context = HydraContext(config_loader=hydra.config_loader, callbacks=Callbacks())  # none is called
