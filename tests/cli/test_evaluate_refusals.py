@@ -177,7 +177,7 @@ def test_wandb_online_without_an_api_key_is_refused_before_decoding(tiny_run: Tr
 
 @pytest.mark.cli  # the modules a tool imports: a process of its own
 def test_a_refused_setting_is_refused_before_lightning_is_imported(tiny_run: TrainedRun, tmp_path: Path) -> None:
-    """evaluate.py checks its settings, W&B's mode (wandb=auto by default) and an MLflow store among
+    """evaluate.py checks its settings, a W&B mode given (wandb=) and an MLflow store among
     them, without Lightning (2 to 3 s of imports; its data module brings it once they are checked).
     Before: both checks imported the loggers, Lightning's, so that every refusal took those seconds.
     Python's -X importtime lists every module the process imported."""
