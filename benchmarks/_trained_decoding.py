@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import decode_speed
+import _common
 import fairseq_peer
 
 from aiayn.checkpoints.trained import load_trained
@@ -31,7 +31,7 @@ def compare_trained(args) -> list[dict]:
     """Every engine on the same batches of a trained model's test set, beam 4 then greedy."""
     trained = load_trained(args.checkpoint, "cpu")
     model, vocab = trained.model.eval(), trained.vocab
-    data = decode_speed.data_root() / "multi30k"
+    data = _common.data_root() / "multi30k"
     sources = read_lines(data / "test_2016_flickr.en.gz")[: args.sentences]
     references = read_lines(data / "test_2016_flickr.de.gz")[: args.sentences]
     ids = [seq[: model.max_positions - 1] for seq in vocab.encode(sources)]

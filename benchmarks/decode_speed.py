@@ -72,14 +72,10 @@ commit = _common.commit
 # ------------------------------------------------------------------------------ data and model
 
 
-def data_root() -> Path:
-    return _common.data_root()
-
-
 def wmt_subwords(vocab_size: int) -> Subwords:
     """A joint BPE model of ``vocab_size`` ids learnt on the WMT slice of the shared data (cached
     in $AIAYN_CACHE_DIR like the training runs' models)."""
-    wmt = data_root() / "wmt14"
+    wmt = _common.data_root() / "wmt14"
     lines = read_lines(wmt / "newstest2013.en") + read_lines(wmt / "newstest2013.de")
     for name in ("src-train.txt.gz", "tgt-train.txt.gz"):  # Moses-escaped (&apos; …): unescape
         lines += [html.unescape(line) for line in read_lines(wmt / "train_sample" / name)]
@@ -88,7 +84,7 @@ def wmt_subwords(vocab_size: int) -> Subwords:
 
 
 def newstest2014(side: str = "en") -> list[str]:
-    return read_lines(data_root() / "wmt14" / f"newstest2014-en-de.{side}")
+    return read_lines(_common.data_root() / "wmt14" / f"newstest2014-en-de.{side}")
 
 
 def build_model(args, vocab: Subwords | None = None) -> tuple[Transformer, Subwords, dict]:

@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     trained = load_trained(args.checkpoint, "cpu")
     model, vocab = for_decoding(trained.model, int8=args.int8), trained.vocab
     source_file, reference_file = TEST_SETS[args.test_set]
-    sources = read_lines(decode_speed.data_root() / source_file)[: args.sentences]
-    references = read_lines(decode_speed.data_root() / reference_file)[: args.sentences]
+    sources = read_lines(_common.data_root() / source_file)[: args.sentences]
+    references = read_lines(_common.data_root() / reference_file)[: args.sentences]
     ids = [seq[: model.max_positions - 1] or [vocab.eos_id] for seq in vocab.encode(sources)]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     batches = [order[start: start + args.batch_size] for start in range(0, len(order), args.batch_size)]

@@ -26,12 +26,16 @@ def test_split(config: Mapping[str, Any]) -> str | None:
     return None if split is None else str(split)
 
 
-def as_test(figures: Mapping[str, Any], split: str | None, key: str) -> dict[str, Any] | None:
+def as_test(figures: Mapping[str, Any], split: str | None, key: str, task: str | None,
+            evaluated: Any = None) -> dict[str, Any] | None:
     """An evaluate.py report (or its W&B run's summary) with its figures under ``test/``, where it
     scored the run's test split: asked for by its role (``split=test``: keys ``test/<figure>``) or by
     its name, ``split`` (:func:`test_split`; ``split=newstest2014``: keys ``newstest2014/<figure>``,
     evaluate.py naming its figures after the split given). None where it holds no ``key`` figure of
-    either: an evaluation of another split."""
+    either (an evaluation of another split), or where it scored another task than the run's, ``task``
+    (:func:`of_another_task`; ``evaluated``: the task a W&B evaluation was given, else the report's own)."""
+    if of_another_task(evaluated if evaluated is not None else figures.get("task"), task):
+        return None
     if f"test/{key}" in figures:
         return dict(figures)
     if not split or f"{split}/{key}" not in figures:
@@ -41,13 +45,17 @@ def as_test(figures: Mapping[str, Any], split: str | None, key: str) -> dict[str
                           if name.startswith(named)}}
 
 
-def of_another_task(evaluated: Any, config: Mapping[str, Any]) -> bool:
+def of_another_task(evaluated: Any, task: str | None) -> bool:
     """Whether an evaluation of ``evaluated`` (a report's task name, or the task a W&B evaluation was
-    given: a config with its name; None: the checkpoint's own) scored another task than its run's
-    (``evaluate.py task=<name>``): its test split is that task's, no test of the run's row."""
+    given: a config with its name; None: the checkpoint's own) scored another task than its run's,
+    ``task`` (``evaluate.py task=<name>``): its test split is that task's, no test of the run's row."""
     name = evaluated.get("name") if isinstance(evaluated, Mapping) else evaluated
-    own = (config.get("task") or {}).get("name")
-    return name is not None and own is not None and name != own
+    return name is not None and task is not None and name != task
+
+
+def task_name(config: Mapping[str, Any]) -> str | None:
+    """The name of a run's task (``task.name``), None where its config has none."""
+    return (config.get("task") or {}).get("name")
 
 
 # The decoding settings that change a test's translations (beam search's; sampling is another search):

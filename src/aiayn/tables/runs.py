@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 from aiayn.config.identity import MODIFIED, run_folder_changes
 from aiayn.reporting.evaluations import read_reports
 from aiayn.reporting.summary import continued_run, read_summary
-from aiayn.tables.row_tests import as_test, decoded_otherwise, not_the_rows_model, of_another_task, test_split
+from aiayn.tables.row_tests import as_test, decoded_otherwise, not_the_rows_model, task_name, test_split
 
 log = logging.getLogger(__name__)
 
@@ -186,10 +186,10 @@ def _test_reports(run_dir: Path, decoding: dict[str, Any], config: Mapping[str, 
     :func:`as_test`) decoded as the run's ``decoding`` says, of its fp32 model alone, each as
     (checkpoints averaged, its time, figures); a report decoded otherwise (``decoding.beam_size=1``),
     in bf16 or int8, or of an ensemble is left out, with a warning naming why."""
-    reports = []
+    reports, split, task = [], test_split(config), task_name(config)
     for path, report in read_reports(run_dir / "eval"):
-        report = as_test(report, test_split(config), "tokenized_bleu")
-        if report is None or of_another_task(report.get("task"), config):  # another split, another task's
+        report = as_test(report, split, "tokenized_bleu", task)
+        if report is None:  # an evaluation of another split, or another task's
             continue
         if decoded_otherwise(path, report.get("decoding"), decoding) or not_the_rows_model(
                 path, report.get("speed_switches"), len(report.get("ensemble") or [])):
@@ -257,8 +257,8 @@ def wandb_runs(project: str, tables: Iterable[str] = TABLES) -> list[Run]:
         if table in ("table2", "table4"):
             figure = "tokenized_bleu" if table == "table2" else "f1"
             tested = [(e, figures) for e in _evaluations(api, project, run, names[config.get("run_name")] == 1)
-                      if (figures := as_test(dict(e.summary_metrics), split, figure)) is not None
-                      and not of_another_task((e.config.get("evaluate") or {}).get("task"), config)]
+                      if (figures := as_test(dict(e.summary_metrics), split, figure, task_name(config),
+                                             (e.config.get("evaluate") or {}).get("task"))) is not None]
             if table == "table2":  # its row's test: decoded as the run says (Table 4 shows each decoding)
                 tested = [(_averaged(e.config), e.created_at, figures) for e, figures in tested
                           if not decoded_otherwise("/".join(e.path), e.config.get("decoding"), config.get("decoding") or {})

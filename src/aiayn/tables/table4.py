@@ -14,7 +14,7 @@ from typing import Any
 
 from aiayn.checkpoints.layout import LAST, checkpoint_folder
 from aiayn.reporting.evaluations import read_reports
-from aiayn.tables.row_tests import as_test, of_another_task, test_split
+from aiayn.tables.row_tests import as_test, task_name, test_split
 from aiayn.tables.runs import seed_order
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ def run_tests(run: Any) -> list[tuple[str, dict[str, Any], dict[str, Any], int |
     split = test_split(run.config)
     for path, report in read_reports(Path(run.source, "eval")):
         # `evaluate.py ... split=test`, or the test split by its sections or files (split=23): keys <split>/f1
-        if (report := as_test(report, split, "f1")) is not None and not of_another_task(report.get("task"), run.config):
+        if (report := as_test(report, split, "f1", task_name(run.config))) is not None:
             reports.append((path.stat().st_mtime, path.name, report))
     for _, name, report in sorted(reports, key=lambda found: found[:2]):
         tests.append((f"evaluate.py {name}", report, report.get("decoding") or {},
