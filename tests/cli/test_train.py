@@ -49,6 +49,23 @@ def test_train_validates_with_bleu_and_tests(tmp_path: Path, subword_cache: Path
     assert len(list((run_dir / "checkpoints").glob("step*.ckpt"))) == 2
 
 
+@pytest.mark.slow
+def test_lightnings_smoke_test_saves_no_checkpoint_and_logs_nothing(tmp_path: Path, subword_cache: Path,
+                                                                    data_root: Path) -> None:
+    """``trainer.fast_dev_run=2`` trains, validates and tests 2 batches and does what its plan says: "no checkpoint,
+    no logger" (before: Lightning's ModelCheckpoint wrote last.ckpt as training ended; an offline W&B run was made,
+    and a csv logger's line named a metrics.csv never written)."""
+    run_dir = tmp_path / "run"
+    result = train(run_dir, *TINY, "trainer.fast_dev_run=2", "logger=[wandb,csv]", data_root=data_root,
+                   cache_dir=subword_cache)
+    assert "fast_dev_run=2: Lightning's smoke test instead, 2 steps" in result.stdout
+    assert "checkpoints:" not in result.stdout  # the plan's line of what a run saves
+    assert len([line for line in result.stdout.splitlines() if line.startswith("test test_2016_flickr:")]) == 1
+    assert not (run_dir / "checkpoints").exists()
+    assert not (run_dir / "wandb").exists() and not (run_dir / "csv").exists()
+    assert "W&B run" not in result.stdout + result.stderr and "metrics.csv" not in result.stdout + result.stderr
+
+
 # A progress line of step N of 4 (debug=tiny: one every step) and of a validation, as a log file has them.
 STEP_LINE = re.compile(r"\[aiayn\.training\.progress\]\[INFO\] - step (\d)/4 \| loss (\d+\.\d{3}) \| "
                        r"lr (\d\.\d\de-\d\d) \| ([\d,]+) tok/s \| ETA \d+:\d\d:\d\d$", re.MULTILINE)

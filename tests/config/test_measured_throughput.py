@@ -1,4 +1,4 @@
-"""Which benchmark record the training plan projects a run's time from (aiayn.config.plan.measured_throughput):
+"""Which benchmark record the training plan projects a run's time from (aiayn.config.measured.measured_throughput):
 one of the same model, device, precision, vocabulary, compile mode, length buckets and batch, and of
 those the run's Adam and loss where there is one."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aiayn.config.plan import measured_throughput
+from aiayn.config.measured import measured_throughput
 from tests.helpers.throughput import throughput_record
 
 

@@ -165,6 +165,7 @@ def test_the_plan_says_whether_and_when_validation_runs() -> None:
     lines = describe(plan := make_plan(smoke, LAPTOP), {**OmegaConf.to_container(smoke), "plan": plan}).splitlines()
     assert ("  4 steps (trainer.fast_dev_run=True: Lightning's smoke test instead, 1 step and as many batches of "
             "validation and test, no checkpoint, no logger), warmup 2, validation every 2 steps") in lines
+    assert not [line for line in lines if line.startswith("  checkpoints:")]  # it saves none
     # A lower bound the run meets is let be.
     assert make_plan(composed("debug=tiny", "trainer.min_steps=3"), LAPTOP)["validation"] == "every 2 steps"
 

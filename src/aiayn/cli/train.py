@@ -43,6 +43,7 @@ from aiayn.config.identity import MODIFIED, left_out_of_names, row_changes
 from aiayn.config.plan import describe
 from aiayn.config.resolvers import showing_only
 from aiayn.config.schemas import network_arguments  # importing aiayn.config registers the schemas and resolvers
+from aiayn.config.trainer import smoke_test
 from aiayn.errors import ConfigError, UserError
 from aiayn.reporting.loggers import close_runs, describe_runs, quiet_lightning, record_summary
 from aiayn.reporting.summary import note_continued, read_summary, write_summary
@@ -55,12 +56,7 @@ from aiayn.training.logged_step import without_step
 from aiayn.training.module import TranslationModule
 from aiayn.training.preemption import Preempted
 from aiayn.training.ranks_step import BringsTheStepBack, take_the_ranks_step
-from aiayn.training.run_log import (
-    SpawnedRanksLog,
-    filter_the_run_log,
-    ignore_moot_warnings,
-    lightning_into_the_run_log,
-)
+from aiayn.training.run_log import SpawnedRanksLog, filter_the_run_log, ignore_moot_warnings, lightning_into_the_run_log
 
 log = logging.getLogger("train")
 
@@ -337,7 +333,10 @@ def _checkpoint_writer(config: dict) -> AtomicCheckpointIO:
 
 def _loggers(config: dict, resume) -> list:
     """The loggers of ``logger.<name>`` (``logger=[wandb,mlflow]``: both), in that order. A resumed
-    run gives each the id of the run it continues (kept in the checkpoint by kind: wandb, mlflow)."""
+    run gives each the id of the run it continues (kept in the checkpoint by kind: wandb, mlflow).
+    None for Lightning's smoke test (trainer.fast_dev_run), which logs nothing, as its plan says."""
+    if smoke_test(config["trainer"]):
+        return []
     built = []
     for entry in (config.get("logger") or {}).values():  # logger=[] (none chosen) leaves no logger key
         kind = getattr(hydra.utils.get_object(entry["_target_"]), "run_kind", None)

@@ -22,7 +22,6 @@ at most :data:`PLAIN_BATCH_TOKENS`.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any
 
 from aiayn.config.checkpointing import describe as describe_checkpoints
 from aiayn.config.hardware import AUTO, Machine, Placement, emulated_bf16, place
+from aiayn.config.measured import THROUGHPUT_RECORDS, measured_throughput
 from aiayn.config.memory import (
     GIB,
     MemoryEstimate,
@@ -41,19 +41,22 @@ from aiayn.config.memory import (
     usable,
 )
 from aiayn.config.schemas import PAPER_NETWORK, build_network, network_arguments
-from aiayn.config.trainer import check_length, rank_limits, stopped_sooner, validation, warmup_outlasts_the_run
+from aiayn.config.trainer import (
+    check_length,
+    rank_limits,
+    smoke_test,
+    stopped_sooner,
+    validation,
+    warmup_outlasts_the_run,
+)
 from aiayn.errors import ConfigError
 
 PAPER_TOKENS_PER_STEP = 25_000  # §5.1: "approximately 25000 source tokens and 25000 target tokens"
-# Measured training throughput (benchmarks/train_throughput.py, gpu_suite.py): the plan projects a run's wall time.
-THROUGHPUT_RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "train_throughput.jsonl"
 # The trainer.* settings the plan reads; train.py gives Lightning the plan's values of the first seven and rank_limits'.
 PLANNED_TRAINER_SETTINGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches",
                             "val_check_interval", "max_steps", "max_epochs", "limit_val_batches", "min_steps",
                             "min_epochs", "check_val_every_n_epoch", "max_time", "fast_dev_run", "limit_train_batches",
                             "overfit_batches", "limit_test_batches")
-# Lightning's precision names → the benchmarks' (train_throughput.py --precision).
-BENCHMARK_PRECISION = {"32-true": "fp32", "32": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
 # max_tokens=auto where no GPU's memory sizes the batch (the WMT tasks' batch before auto): on a CPU, batches of at
 # most this many tokens — a bigger batch is no faster there (a step is matrix products near the CPU's peak either way,
 # docs/performance.md) and takes more of the machine's memory — and, where the recipe sets no step to split
@@ -244,7 +247,9 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
         f"  batch: {plan['batch_limit']}" if plan.get("batch_limit") else None,
         f"  {count(optim['train_steps'], 'step')}{stopped_sooner(config['trainer'])}, warmup {optim['warmup_steps']:,}" + (
             f", validation {plan['validation']}" if plan.get("validation") else ""),
-        describe_checkpoints(config["checkpoint"], optim["train_steps"]) if config.get("checkpoint") else None,
+        # Lightning's smoke test saves none (its steps line says so).
+        describe_checkpoints(config["checkpoint"], optim["train_steps"])
+        if config.get("checkpoint") and not smoke_test(config["trainer"]) else None,
         _describe_model(config, model),
         # A fine-tuning run says what it starts from (before: only a log line after the plan, none in --cfg job).
         (f"  weights: at step 0, the model of {config['init_from']} (init_from), with Adam and the schedule started afresh there"
@@ -287,43 +292,6 @@ def _describe_model(config: Mapping[str, Any], name: str | None) -> str | None:
     size = f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count / 1e3:.1f}K" if count >= 1e3 else str(count)
     shape = ", ".join(f"{key}={network[key]}" for key in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v"))
     return f"  model: {name + ' ' if name else ''}({shape}), {size} parameters"
-
-
-def measured_throughput(records: Path, model: str | None, accelerator: str, device: str | None, precision: str,
-                        vocab_size: int, compiled: bool, tokens_per_batch: int | None = None,
-                        compile_mode: str = "default", length_buckets: bool = False, fused_adam: bool = True,
-                        fused_loss: bool = False) -> dict[str, Any] | None:
-    """The newest record of ``records`` (train_throughput.py's JSON lines) that measured this model
-    (by its config name), vocabulary, precision, compile switch (and mode), length buckets or none,
-    and batch (``tokens_per_batch``, the record's ``max_tokens``; None: any) on this kind of device
-    (the GPU's or the CPU's name), with SDPA's cuDNN kernel off as the model keeps it (a record with
-    ``settings.cudnn_attention`` true measured that kernel, up to 5× slower on an H200); of those,
-    one with the run's Adam and loss (``optim.fused``, ``loss.fused``) where there is one, so that
-    make gpu-check's later runs of one switch (plain Adam, the fused loss) do not stand for the
-    run's; None when there is none."""
-    if model is None or device is None or not records.is_file():
-        return None
-    want = ("cuda" if accelerator == "gpu" else "cpu", BENCHMARK_PRECISION.get(precision))
-    found = None
-    for line in records.read_text().splitlines():
-        try:
-            record = json.loads(line)
-            settings, machine = record["settings"], record.get("machine") or {}
-            name = machine.get("gpu") if record["device"] == "cuda" else machine.get("cpu")
-            if ((record["device"], settings["precision"]) == want and settings["model"] == model and name == device
-                    and settings["vocab_size"] == vocab_size and bool(settings.get("compile")) == compiled
-                    and not settings.get("cudnn_attention") and record["tgt_tokens_per_s"] > 0
-                    and (tokens_per_batch is None or settings.get("max_tokens") == tokens_per_batch)
-                    and (not compiled or settings.get("compile_mode", "default") == compile_mode)
-                    and bool(settings.get("length_buckets")) == length_buckets
-                    and record["step_seconds"]["mean"] > 0):
-                # (a record of before the fused loss measured the plain one)
-                rank = (settings.get("fused_adam") == fused_adam and bool(settings.get("fused_loss")) == fused_loss,
-                        record["date"])
-                found = (rank, record) if found is None or rank >= found[0] else found
-        except (ValueError, KeyError, TypeError):
-            continue  # a line of another format
-    return None if found is None else found[1]
 
 
 def check_batch_holds_a_pair(max_tokens: Any, max_length: Any) -> None:

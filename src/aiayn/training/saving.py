@@ -136,6 +136,12 @@ class StepCheckpoint(ModelCheckpoint):
         finally:
             self._before_validation = False
 
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Lightning's smoke test (trainer.fast_dev_run) suppresses checkpoints, as it says, but its
+        # ModelCheckpoint still wrote last.ckpt when training ended (Lightning 2.6).
+        if not trainer.fast_dev_run:
+            super().on_train_end(trainer, pl_module)
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)
         if trainer.should_stop and trainer.state.fn == TrainerFn.FITTING:
