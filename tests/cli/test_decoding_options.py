@@ -68,6 +68,34 @@ def test_sampling_is_reproducible_and_with_top_k_1_is_greedy(tiny_run: TrainedRu
     assert len(first) == 3 * 5  # 3 samples of each of 4 sentences, and 3 lines for the empty one
 
 
+@pytest.mark.slow
+def test_evaluate_translate_and_python_draw_the_same_samples_of_a_seed(tiny_run: TrainedRun, data_root: Path,
+                                                                       tmp_path: Path) -> None:
+    """One ``batch_size`` default in evaluate.py, translate.py and ``model.translate``, so that the same seed and input
+    give the same samples in each (before: evaluate's 128 sentences a batch, the others' 64, and the draws of the
+    val split's sentences past the 64th differed)."""
+    import aiayn
+    from aiayn.data.readers import read_lines
+
+    sampling = ["decoding.sampling=true", "decoding.seed=3", "decoding.max_len_offset=5"]
+    run_tool("src/evaluate.py", f"ckpt={tiny_run.last}", "split=val", f"out={tmp_path}", "wandb=disabled", *sampling,
+             data_root=data_root, cache_dir=tiny_run.cache_dir)
+    report = json.loads(next(tmp_path.glob("val.step*.json")).read_text())
+    evaluated = Path(report["hypotheses"]).read_text(encoding="utf-8").split("\n")[:-1]
+    sources = read_lines(data_root / "multi30k" / "val.en.gz")
+    source = tmp_path / "val.en"
+    source.write_text("\n".join(sources) + "\n", encoding="utf-8")
+    out = tmp_path / "val.de"
+    run_tool("src/translate.py", f"ckpt={tiny_run.last}", f"input={source}", f"out={out}", *sampling,
+             data_root=data_root, cache_dir=tiny_run.cache_dir)
+    translated = out.read_text(encoding="utf-8").split("\n")[:-1]
+    model = aiayn.load(tiny_run.last)
+    drawn = model.translate(sources, sampling=True, seed=3, max_len_offset=5)
+    assert len(evaluated) == len(sources) > 128  # more than one batch
+    assert translated == evaluated and drawn == evaluated
+    assert model.translate(sources, sampling=True, seed=4, max_len_offset=5) != evaluated
+
+
 def test_an_ensemble_of_a_checkpoint_with_itself_translates_as_the_checkpoint(tiny_run: TrainedRun, data_root: Path,
                                                                               tmp_path: Path) -> None:
     alone = translated(tiny_run, data_root, tmp_path, *STRONG, name="alone")

@@ -23,7 +23,7 @@ from omegaconf import MISSING
 
 @dataclass
 class DecodeSwitches:
-    """Switches that make decoding faster (aiayn.decoding.speed); evaluate and translate take them."""
+    """Switches that make decoding faster (aiayn.decoding.speed), and the batch; evaluate and translate take them."""
 
     precision: str = "fp32"  # fp32 | bf16 | fp16: weights and activations in that type (bf16/fp16 for GPUs)
     int8: bool = False  # int8 dynamic quantisation of the linear layers (CPU; outputs change a little)
@@ -33,6 +33,9 @@ class DecodeSwitches:
     # the incremental decoder step through ONNX Runtime (CPU; the onnx extra; last bits differ from the default)
     onnxruntime: bool = False
     device: str = "auto"  # auto | cpu | cuda | cuda:<index>
+    # sentences of similar length a batch; one default for evaluate, translate and aiayn.load's model.translate, so
+    # that their samples (decoding.sampling) match for the same seed and input
+    batch_size: int = 128
 
 
 @dataclass
@@ -43,7 +46,6 @@ class EvaluateConfig(DecodeSwitches):
     # k: average ckpt and the k-1 checkpoints before it by step in its folder (§6.1: 5 base, 20 big)
     average_last: Optional[int] = None  # noqa: UP045
     decoding: Any = None  # typed by schema/decoding_overrides (the yaml's defaults); null: the checkpoint's own
-    batch_size: int = 128  # sentences per translation batch
     # tokens a batch of the perplexity pass; null: the task's evaluation batch (task.datamodule.eval_max_tokens),
     # as its validation and test had it
     max_tokens: Optional[int] = None  # noqa: UP045
@@ -69,7 +71,6 @@ class TranslateConfig(DecodeSwitches):
     input: Optional[str] = None  # noqa: UP045  the file to translate (null or -: stdin)
     out: Optional[str] = None  # noqa: UP045  the file to write, its folder created (null or -: stdout)
     decoding: Any = None  # typed by schema/decoding_overrides; null: the checkpoint's (the export's) own
-    batch_size: int = 64  # sentences per batch
     buffer_size: int = 4096  # lines read, sorted by length and batched together
     # true: each line answered alone as soon as read; false: whole chunks; auto: true for a terminal,
     # and from a pipe the lines that have arrived are translated before waiting for more.

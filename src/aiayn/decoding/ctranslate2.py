@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from aiayn.config.tools import DecodeSwitches
 from aiayn.data.parsing.constraints import has_tree_symbols
 from aiayn.data.subwords import Subwords
 from aiayn.data.task import raw_text_of
@@ -67,7 +68,8 @@ class CTranslate2Translator:
     ``compute_type``: "default" keeps the weights' own type, else e.g. "float32", "bfloat16",
     "float16", "int8")."""
 
-    def __init__(self, folder: str | Path, wanted: Asked | Mapping[str, Any] | None = None, *, batch_size: int = 64,
+    def __init__(self, folder: str | Path, wanted: Asked | Mapping[str, Any] | None = None, *,
+                 batch_size: int = DecodeSwitches.batch_size,
                  threads: int = 0, device: str = "cpu", compute_type: str = "default", **settings: Any):
         ctranslate2 = require("ctranslate2")
         folder = Path(folder)

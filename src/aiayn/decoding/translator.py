@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
+from aiayn.config.tools import DecodeSwitches
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import ParallelCorpus, TranslationCollator
 from aiayn.data.subwords import Subwords
@@ -134,7 +135,7 @@ class Translator:
     time of encoding, search and decoding only (not the time spent waiting for input or writing)."""
 
     def __init__(self, model: Transformer, vocab: Subwords, decoding: Decoding | Mapping[str, Any] | None = None,
-                 constraint: OutputConstraint | None = None, *, batch_size: int = 64,
+                 constraint: OutputConstraint | None = None, *, batch_size: int = DecodeSwitches.batch_size,
                  raw_text: RawTextForm | None = None, decoder: RawTextForm | None = None):
         self.model, self.vocab, self.batch_size, self.raw_text = model, vocab, batch_size, raw_text
         self.decoder = decoder
@@ -215,7 +216,7 @@ class Translator:
 
 def translate(model: Transformer, vocab: Subwords, sentences: list[str],
               decoding: Decoding | Mapping[str, Any] | None = None, constraint: OutputConstraint | None = None, *,
-              batch_size: int = 64) -> Translations:
+              batch_size: int = DecodeSwitches.batch_size) -> Translations:
     """Translations of ``sentences`` with the ``decoding`` settings (None: the defaults),
     ``batch_size`` sentences of similar length at a time (:meth:`Translator.translations`)."""
     return Translator(model, vocab, decoding, constraint, batch_size=batch_size).translations(sentences)
