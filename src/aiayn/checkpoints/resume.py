@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,8 @@ class Resume:
     checkpoint: Path  # the file to continue from
     run_dir: Path  # the run it belongs to: checkpoints and logs go on there
     logger_runs: dict[str, str]  # the loggers' runs it continues, by kind: {"wandb": id, "mlflow": id}
+    step: int = 0  # the checkpoint's
+    trained_config: dict[str, Any] = field(default_factory=dict)  # the resolved config of the run that wrote it
 
     @property
     def wandb_run_id(self) -> str | None:
@@ -179,7 +181,7 @@ def _resume(checkpoint: Path, run_dir: Path, saved: dict[str, Any] | None, confi
     runs = dict(saved.get("logger_runs") or {})
     if saved.get("wandb_run_id"):  # checkpoints written before logger_runs
         runs.setdefault("wandb", saved["wandb_run_id"])
-    return Resume(checkpoint, run_dir, runs)
+    return Resume(checkpoint, run_dir, runs, int(saved.get("global_step") or 0), _run_config(saved))
 
 
 def remove_stale_temporaries(run_dir: str | os.PathLike) -> None:

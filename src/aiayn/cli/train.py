@@ -1,9 +1,7 @@
 """Train a Transformer: `python src/train.py [task=...] [model=...] [hardware=...] [key=value ...]`.
 
-Composes conf/train.yaml, builds the data, the model and the Lightning Trainer, trains for
-trainer.max_steps, then evaluates the test split and prints its metrics. `resume=auto` continues
-the newest checkpoint of the run (see aiayn.checkpoints.resume).
-"""
+Composes conf/train.yaml, builds the data, the model and the Lightning Trainer, trains for trainer.max_steps, then
+evaluates the test split and prints its metrics; `resume=auto` goes on from its newest checkpoint (checkpoints.resume)."""
 
 from __future__ import annotations
 
@@ -32,6 +30,7 @@ from aiayn.checkpoints.resume import find_resume, remove_stale_temporaries
 from aiayn.cli import run_folder
 from aiayn.cli.command_line import read_by_hydra
 from aiayn.cli.errors import fail, reports_composition_errors, reports_errors
+from aiayn.cli.finished_run import nothing_left
 from aiayn.cli.hydra_options import shown_part
 from aiayn.cli.naming import CONFIG_DIR
 from aiayn.cli.rank_errors import os_error_of_a_rank, report_dead_ranks_before_lightning_kills, user_error_of_a_rank
@@ -70,8 +69,8 @@ def main(cfg: DictConfig | None = None) -> dict[str, float] | None:
     main takes one), the run of that config in this process."""
     if cfg is not None:
         return _main(cfg)
-    # --cfg job/all prints the config resolved (--resolve), so that it shows what the run will do:
-    # the plan's devices, precision and step, not the ${aiayn.plan:} that computes them.
+    # --cfg job/all prints the config resolved (--resolve), so that it shows what the run will do: the plan's devices,
+    # precision and step, not the ${aiayn.plan:} that computes them.
     # On a machine without the GPUs asked for (a login node), it shows the plan for the node asked for.
     # --cfg hydra prints Hydra's settings as written: they read the run's (${run_name}), which it leaves out.
     shown = shown_part(sys.argv[1:])
@@ -108,6 +107,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         try:
             setting_up.give_held()  # a signal that came as train started (aiayn.training.starting): now
             config, resume, datamodule = _before_training(cfg)
+            if (finished := nothing_left(config, resume)) is not None:
+                return finished  # trained and tested as asked: said in one line, its test's figures given back
             setting_up.resumed = resume is not None
             output_dir = config["paths"]["output_dir"]  # the resumed run's, when one is resumed
             # The folder the checkpoints go to (the resumed run's): this run's alone while it lives.
