@@ -6,7 +6,7 @@ uniformly over the whole vocabulary (the reference token included): q'(k) = (1 -
 ``cross_entropy(label_smoothing=ε)`` computes. The paper does not say how the mass is spread;
 tensor2tensor's ``smoothing_cross_entropy`` (the paper's code) and fairseq spread ε_ls over the
 V - 1 other tokens instead, the reference keeping exactly 1 - ε_ls: a difference of ε_ls / V in
-each target probability (under 3·10^-6 at the paper's 32–37K vocabularies). Every class takes its
+each target probability (3.1·10^-6 at 32K, 2.7·10^-6 at 37K: the paper's vocabularies). Every class takes its
 share, the padding id, BOS and EOS included, as in tensor2tensor (which excludes no id from the
 smoothed distribution either); only the target positions that are padding are left out of the
 loss and of the token count.

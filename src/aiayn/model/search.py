@@ -77,7 +77,9 @@ def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
 def _max_lengths(model: Transformer, src_mask: Tensor, max_len_offset: int) -> Tensor:
     """Input length + offset per sentence, capped by the positions the model can encode.
 
-    ``src_mask``: (batch, 1, 1, src_len) → (batch,)."""
+    §6.1's "input length + 50", where the paper does not say in what: here the sentence's own source
+    subwords with its EOS (padding not counted), and the output's tokens with its EOS; tensor2tensor
+    took the batch's padded input length. ``src_mask``: (batch, 1, 1, src_len) → (batch,)."""
     src_lengths = src_mask.flatten(1).sum(-1)  # (batch, src_len) → (batch,)
     return (src_lengths + max_len_offset).clamp(max=model.max_positions)  # (batch,)
 

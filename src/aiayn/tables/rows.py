@@ -112,5 +112,5 @@ def format_parameter_report(report: list[dict[str, Any]], vocab_size: int) -> st
     for entry in report:
         paper = "-" if entry["paper_params_m"] is None else f"{entry['paper_params_m']:g}"
         lines.append(f"{entry['label']:<34}{entry['params_m']:>8.1f}{paper:>8}")
-    lines.append("paper '-': Table 3 lists no count for that row")
+    lines.append("paper '-': Table 3 leaves the count blank (its caption: unlisted values are the base model's, 65)")
     return "\n".join(lines)
