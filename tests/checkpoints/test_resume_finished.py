@@ -38,5 +38,6 @@ def test_a_finished_run_resumed_as_it_was_tested_is_not_tested_again(tiny_run: T
     other = train(tmp_path / "other", *tiny_run.overrides, f"resume={run}", "decoding.beam_size=1",
                   data_root=data_root, cache_dir=tiny_run.cache_dir)
     assert "nothing left to do" not in other.stderr + other.stdout
+    assert "dirpath has changed" not in other.stderr  # the copied folder's record of its checkpoints is read
     assert any(line.startswith("test test_2016_flickr: test/loss=") for line in other.stdout.splitlines())
     assert json.loads((run / "summary.json").read_text())["finished_at"] != summary["finished_at"]

@@ -5,11 +5,14 @@ What is kept and when: aiayn.config.checkpointing.kept_before (tests/config/test
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 from aiayn.training.preemption import EXIT_STATUS
+from aiayn.training.saving import StepCheckpoint
 from tests.helpers.inprocess import train
 from tests.helpers.runs import TINY
 from tests.helpers.signals import signal_at
@@ -77,3 +80,28 @@ def test_the_step_resumed_from_is_not_saved_again_half_way_through_the_next(tmp_
     assert "exists and is not empty" not in resumed.stderr  # Lightning's warning: the folder is the run's own
     assert _steps(run_dir) == [4, 6]
     assert step4.read_bytes() == saved, "the step resumed from was written again"
+
+
+def test_a_moved_run_folder_keeps_the_record_of_its_checkpoints(tmp_path: Path) -> None:
+    """A run folder copied elsewhere (from a cluster's scratch) and resumed there: the checkpoint's
+    record of the files it saved is read in the new folder, without Lightning's warning that it is
+    not reloaded; a file not in the new folder is forgotten."""
+    old, new = tmp_path / "scratch" / "checkpoints", tmp_path / "home" / "checkpoints"
+    new.mkdir(parents=True)
+    for name in ("step0000002.ckpt", "step0000004.ckpt"):
+        (new / name).write_bytes(b"")
+    state = {"monitor": "step", "best_model_score": torch.tensor(4), "best_model_path": str(old / "step0000004.ckpt"),
+             "current_score": torch.tensor(4), "dirpath": str(old),
+             "best_k_models": {str(old / "step0000002.ckpt"): torch.tensor(2), str(old / "step0000004.ckpt"): torch.tensor(4),
+                               str(old / "step0000006.ckpt"): torch.tensor(6)},
+             "kth_best_model_path": str(old / "step0000002.ckpt"), "kth_value": torch.tensor(2),
+             "last_model_path": str(old / "last.ckpt")}
+    callback = StepCheckpoint(dirpath=new, monitor="step", mode="max", save_top_k=2, save_last="link")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        callback.load_state_dict(state)
+    assert callback.dirpath == str(new)
+    assert callback.best_model_path == str(new / "step0000004.ckpt") and callback.best_model_score == 4
+    assert sorted(callback.best_k_models) == [str(new / "step0000002.ckpt"), str(new / "step0000004.ckpt")]
+    assert callback.kth_best_model_path == str(new / "step0000002.ckpt") and callback.kth_value == 2
+    assert callback.last_model_path == ""  # no last.ckpt in the new folder

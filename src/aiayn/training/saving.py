@@ -79,6 +79,35 @@ def link_last(filepath: str | os.PathLike, linkpath: str | os.PathLike) -> None:
         shutil.copy(filepath, linkpath)
 
 
+def in_folder(state: dict[str, Any], dirpath: str | os.PathLike | None) -> dict[str, Any]:
+    """A ModelCheckpoint's ``state`` of the checkpoints it saved, read in ``dirpath`` where it names
+    another folder: a file of its folder is the one of that name in ``dirpath``, or forgotten where
+    there is none (its score and rank with it)."""
+    before = state.get("dirpath")
+    if dirpath is None or before is None:
+        return state
+    if os.path.abspath(before) == os.path.abspath(dirpath):
+        return {**state, "dirpath": dirpath}
+
+    def moved(path: Any) -> str:
+        if not path or os.path.dirname(os.path.abspath(path)) != os.path.abspath(before):
+            return path
+        here = os.path.join(dirpath, os.path.basename(path))
+        return here if os.path.exists(here) else ""
+
+    state = {**state, "dirpath": dirpath}
+    for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+        if key in state:
+            state[key] = moved(state[key])
+    if "best_k_models" in state:
+        state["best_k_models"] = {moved(path): score for path, score in state["best_k_models"].items() if moved(path)}
+    if not state.get("best_model_path"):
+        state["best_model_score"] = None
+    if not state.get("kth_best_model_path"):
+        state.pop("kth_value", None)
+    return state
+
+
 class ValidateLastStep(L.Callback):
     """Ask Lightning to validate after the last training step (``trainer.max_steps``): stopping
     there through ``trainer.should_stop``, which Lightning honours with a validation."""
@@ -120,6 +149,12 @@ class StepCheckpoint(ModelCheckpoint):
         # record of the step saved last at 0 whatever the step, so with accumulated batches it saved
         # the resumed step again after the first batch of the next: half a step, over a whole one.
         self._last_global_step_saved = trainer.global_step
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # A run folder moved or copied (from a cluster's scratch, say) holds its checkpoints under the
+        # same names: the record of them is read in this folder. Lightning, given the old folder, kept
+        # only the old best_model_path, with a warning that the rest was not reloaded.
+        super().load_state_dict(in_folder(state_dict, self.dirpath))
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
