@@ -61,7 +61,7 @@ from _batches import (
 from _common import REPO, append_record, commit, data_root, machine, now
 from omegaconf import OmegaConf
 
-from aiayn.config.schemas import network_arguments
+from aiayn.config.schemas import ModelConfig, network_arguments
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.corpus import TranslationCollator
 from aiayn.data.subwords import BOS_ID, EOS_ID, PAD_ID
@@ -78,8 +78,19 @@ DEFAULT_MAX_TOKENS = {"cuda": 25000, "cpu": 2500}
 
 def load_model_config(name: str, overrides: list[str]) -> dict[str, Any]:
     """conf/model/<name>.yaml (or a yaml file path) with its `defaults` merged in as Hydra does
-    (the schema entry, ``/schema/...``, left out: it holds no values of its own), then
-    ``model.KEY=VALUE`` overrides."""
+    (the schema entry, ``/schema/model``, its defaults: d_k and d_v are d_model / n_heads unless
+    given), then ``model.KEY=VALUE`` overrides; resolved once all are merged."""
+    merged = _model_node(name)
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if not key.startswith("model.") or not _:
+            raise SystemExit(f"--set {override}: expected model.KEY=VALUE")
+        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([f"{key.removeprefix('model.')}={value}"]))
+    return OmegaConf.to_container(merged, resolve=True)
+
+
+def _model_node(name: str) -> Any:
+    """conf/model/<name>.yaml (or a yaml file) merged with its defaults, unresolved."""
     path = Path(name) if name.endswith((".yaml", ".yml")) else MODEL_DIR / f"{name}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in MODEL_DIR.glob("*.yaml")))
@@ -88,16 +99,14 @@ def load_model_config(name: str, overrides: list[str]) -> dict[str, Any]:
     merged = OmegaConf.create()
     defaults = list(config.pop("defaults", None) or ["_self_"])
     for entry in defaults if "_self_" in defaults else [*defaults, "_self_"]:
-        if entry != "_self_" and entry.startswith("/schema/"):
-            continue
-        part = config if entry == "_self_" else OmegaConf.create(load_model_config(str(path.parent / f"{entry}.yaml"), []))
+        if entry.startswith("/schema/model"):  # /schema/model@_here_
+            part = OmegaConf.structured(ModelConfig)
+        elif entry == "_self_":
+            part = config
+        else:
+            part = _model_node(str(path.parent / f"{entry}.yaml"))
         merged = OmegaConf.merge(merged, part)
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if not key.startswith("model.") or not _:
-            raise SystemExit(f"--set {override}: expected model.KEY=VALUE")
-        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([f"{key.removeprefix('model.')}={value}"]))
-    return OmegaConf.to_container(merged, resolve=True)
+    return merged
 
 
 def measured_peak_tflops(device: torch.device, dtype: torch.dtype) -> float:

@@ -43,7 +43,9 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[int, str]:
 @pytest.mark.parametrize("overrides, message", [
     (["+model.n_experts=4"], "train.py: model.n_experts is not a model setting; the settings are attention, attention_dropout,"),
     (["model.d_model=0"], "train.py: model: d_model must be a positive whole number, got 0"),
-    (["model.d_model=33"], "train.py: model: d_model must be even for the sinusoidal encoding, got 33"),
+    (["model.d_model=33", "model.n_heads=1"], "train.py: model: d_model must be even for the sinusoidal encoding, got 33"),
+    (["model.n_heads=3"], ("train.py: model.d_k and model.d_v are d_model / n_heads unless given (§3.2.2), and "
+                           "model.n_heads=3 does not divide model.d_model=32: give model.d_k=N model.d_v=N, or another n_heads")),
     (["model.n_heads=-2"], "train.py: model: n_heads must be a positive whole number, got -2"),
     (["model.dropout=1.5"], "train.py: model: dropout must be in [0, 1), got 1.5"),
     (["loss.label_smoothing=-0.1"], "train.py: loss.label_smoothing must be in [0.0, 1.0), got -0.1"),

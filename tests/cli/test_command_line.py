@@ -138,7 +138,7 @@ def test_every_part_of_the_config_is_shown_and_showing_makes_no_folder(tmp_path:
     assert everything.returncode == 0, everything.stderr
     assert any(line.startswith("    dir: outputs/multi30k_en_de-small/") for line in everything.stdout.splitlines())
     assert "plan:" in everything.stdout.splitlines()
-    assert show("--cfg", "all", "model.d_model=33").stderr.strip().splitlines() == [
+    assert show("--cfg", "all", "model.d_model=33", "model.n_heads=1").stderr.strip().splitlines() == [
         "train.py: model: d_model must be even for the sinusoidal encoding, got 33"]
     assert not (tmp_path / "outputs").exists(), "showing the config makes no run folder"
 

@@ -164,7 +164,7 @@ def test_every_table3_row_is_an_override_of_base(row: str) -> None:
         cfg = compose("train", overrides=["model=base", *overrides])
     assert cfg.trainer.max_steps == expected.get("train_steps", 100000)
     with torch.device("meta"):  # structure only: nothing is allocated
-        module = TranslationModule(model=network_arguments(OmegaConf.to_container(cfg.model), cfg.width_divisor),
+        module = TranslationModule(model=network_arguments(OmegaConf.to_container(cfg.model, resolve=True), cfg.width_divisor),
                                    vocab_size=37000, optim=OmegaConf.to_container(cfg.optim, resolve=True),
                                    label_smoothing=cfg.loss.label_smoothing, decoding={})
     model = module.model

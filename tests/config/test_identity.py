@@ -166,8 +166,10 @@ def test_train_warns_once_that_a_changed_row_run_is_no_longer_that_row(tmp_path,
     output = (result.stdout + result.stderr).splitlines()
     warnings = [line for line in output if "is no longer that row" in line]
     assert len(warnings) == 1, output
-    assert warnings[0].endswith("experiment=table3_C_N2: this run is no longer that row (model.n_heads: 8 → 4); its "
-                                "W&B and MLflow runs are tagged `modified` and the tables leave it out")
+    # d_k and d_v are d_model / n_heads unless given: 4 heads of 128, the row's width kept.
+    assert warnings[0].endswith("experiment=table3_C_N2: this run is no longer that row (model.d_k: 64 → 128; "
+                                "model.d_v: 64 → 128; model.n_heads: 8 → 4); its W&B and MLflow runs are tagged "
+                                "`modified` and the tables leave it out")
 
 
 @pytest.mark.parametrize("overrides", [["experiment=table3_C_N2", "+scale=multi30k"], ["debug=tiny"]])

@@ -16,12 +16,13 @@ from aiayn.config.schemas import network_arguments
 from aiayn.errors import ConfigError
 from aiayn.model import Transformer
 from aiayn.training.compiling import CUDA_GRAPH_MODES
-from tests.helpers.configs import composed
+from tests.helpers.configs import composed, with_plan
 from tests.helpers.runs import REPO
 
 GB = 10**9
 RESULTS = REPO / "benchmarks" / "results"
-MODELS = {name: network_arguments(OmegaConf.to_container(composed(f"model={name}").model)) for name in ("base", "big")}
+MODELS = {name: network_arguments(OmegaConf.to_container(composed(f"model={name}").model, resolve=True))
+          for name in ("base", "big")}
 
 
 def gpu(memory_gb: float, gpus: int = 1, bf16: bool = True, name: str = "a GPU") -> Machine:
@@ -85,13 +86,13 @@ def test_one_gpu_takes_the_whole_step_in_one_batch_where_it_fits_and_accumulates
     assert (plan["processes"], plan["trainer"]["accumulate_grad_batches"], plan["tokens_per_batch"]) == (
         1, accumulate, batch)
     assert plan["tokens_per_step"] <= 25_000 and plan["tokens_per_step"] >= 25_000 - accumulate
-    network = network_arguments(OmegaConf.to_container(cfg.model))
+    network = network_arguments(OmegaConf.to_container(cfg.model, resolve=True))
     needed = training_memory(network, cfg.task.vocab_size, plan["trainer"]["precision"]).at(batch)
     assert needed <= usable(machine.gpu_memory)
     if accumulate > 1:  # the fewest batches that fit: one fewer would not
         bigger = -(-25_000 // (accumulate - 1))
         assert training_memory(network, cfg.task.vocab_size, "16-mixed").at(bigger) > usable(machine.gpu_memory)
-    text = describe(plan, {**OmegaConf.to_container(cfg), "plan": plan}, model=model)
+    text = describe(plan, with_plan(cfg, plan), model=model)
     assert f"GB of the GPU's {machine.gpu_memory / GB:.0f} GB" in text.splitlines()[2]
 
 
@@ -166,7 +167,7 @@ def test_the_batch_line_says_why_a_gpu_gets_the_plain_batch(overrides: tuple[str
     plan = make_plan(cfg, gpu(85.0))
     line = f"task.datamodule.max_tokens=auto: at most 3,400 tokens a batch, {why}"
     assert (plan["trainer"]["accelerator"], plan["tokens_per_batch"], plan["batch_limit"]) == ("gpu", 3400, line)
-    assert f"  batch: {line}" in describe(plan, {**OmegaConf.to_container(cfg), "plan": plan}).splitlines()
+    assert f"  batch: {line}" in describe(plan, with_plan(cfg, plan)).splitlines()
     laptop = make_plan(composed("model=base", "task=wmt_en_de"), Machine(gpus=0, cpu_cores=2))  # a step to split
     assert laptop["batch_limit"] == "task.datamodule.max_tokens=auto: at most 3,400 tokens a batch without a GPU to size it"
 

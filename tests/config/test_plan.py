@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from aiayn.config.plan import describe, make_plan, step_size
 from aiayn.errors import ConfigError
-from tests.helpers.configs import LAPTOP, NODE_8_H100, NODE_8_V100, composed, resolved
+from tests.helpers.configs import LAPTOP, NODE_8_H100, NODE_8_V100, composed, resolved, with_plan
 from tests.helpers.inprocess import run_tool
 from tests.helpers.throughput import throughput_record
 
@@ -155,14 +155,14 @@ def test_the_plan_says_whether_and_when_validation_runs() -> None:
     assert (tiny["validation"], tiny["validate_every_steps"]) == ("every 2 steps", 2)
     off = make_plan(composed("debug=tiny", "trainer.limit_val_batches=0"), LAPTOP)
     assert (off["validation"], off["validate_every_steps"]) == ("never (trainer.limit_val_batches=0)", None)
-    config = {**OmegaConf.to_container(composed("debug=tiny", "trainer.limit_val_batches=0")), "plan": off}
+    config = with_plan(composed("debug=tiny", "trainer.limit_val_batches=0"), off)
     assert "  4 steps, warmup 2, validation never (trainer.limit_val_batches=0)" in describe(off, config).splitlines()
     assert make_plan(composed("debug=tiny", "trainer.val_check_interval=null"), LAPTOP)["validation"] == "every epoch"
     timed = composed("debug=tiny", "trainer.max_time=00:01:00:00")  # the one setting that may end training sooner
-    lines = describe(plan := make_plan(timed, LAPTOP), {**OmegaConf.to_container(timed), "plan": plan}).splitlines()
+    lines = describe(plan := make_plan(timed, LAPTOP), with_plan(timed, plan)).splitlines()
     assert "  4 steps (or trainer.max_time=00:01:00:00, whichever comes first), warmup 2, validation every 2 steps" in lines
     smoke = composed("debug=tiny", "trainer.fast_dev_run=true")  # Lightning's: it trains 1 step, whatever the plan
-    lines = describe(plan := make_plan(smoke, LAPTOP), {**OmegaConf.to_container(smoke), "plan": plan}).splitlines()
+    lines = describe(plan := make_plan(smoke, LAPTOP), with_plan(smoke, plan)).splitlines()
     assert ("  4 steps (trainer.fast_dev_run=True: Lightning's smoke test instead, 1 step and as many batches of "
             "validation and test, no checkpoint, no logger), warmup 2, validation every 2 steps") in lines
     assert not [line for line in lines if line.startswith("  checkpoints:")]  # it saves none
@@ -223,7 +223,9 @@ def test_a_trainer_setting_that_would_train_other_steps_than_the_plan_says_is_re
     ("trainer.max_steps=3", ("train.py: trainer.max_steps=3 differs from optim.train_steps=4, the run's steps "
                              "(trainer.max_steps follows it); give optim.train_steps=3 instead")),
     # What the run's own checks refuse, not the plan's (before: shown, exit 0).
-    ("model.d_model=33", "train.py: model: d_model must be even for the sinusoidal encoding, got 33"),
+    ("model.d_model=33 model.n_heads=1", "train.py: model: d_model must be even for the sinusoidal encoding, got 33"),
+    ("model.n_heads=3", ("train.py: model.d_k and model.d_v are d_model / n_heads unless given (§3.2.2), and "
+                         "model.n_heads=3 does not divide model.d_model=32: give model.d_k=N model.d_v=N, or another n_heads")),
     # What Lightning's Trainer refuses as the run builds it (before: shown, exit 0; the run's line was Lightning's).
     ("trainer.precision=abc", ("train.py: trainer.precision=abc is not a precision Lightning takes; give one of "
                                "transformer-engine, transformer-engine-float16, 16-true, 16-mixed, bf16-true, bf16-mixed, "
@@ -264,7 +266,7 @@ def test_the_plan_block_says_what_the_run_will_do_and_projects_its_time(tmp_path
         throughput_record(), throughput_record(model="base"), throughput_record(compile=True, tgt_tokens_per_s=9e9),
     )) + "\nnot json\n")
     cfg = composed("model=big", "task=wmt_en_fr", "trainer.devices=8")
-    config = {**OmegaConf.to_container(cfg), "plan": make_plan(cfg, NODE_8_H100)}  # as planned on that node
+    config = with_plan(cfg, make_plan(cfg, NODE_8_H100))  # as planned on that node
     text = describe(config["plan"], config, model="big", records=records)
     lines = text.splitlines()
     assert lines[0] == "plan: 8 GPUs (NVIDIA H100 80GB HBM3), bf16-mixed, ddp"

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from aiayn.config.plan import describe, make_plan
 from aiayn.errors import ConfigError
-from tests.helpers.configs import LAPTOP, NODE_8_H100, NODE_8_V100, composed
+from tests.helpers.configs import LAPTOP, NODE_8_H100, NODE_8_V100, composed, with_plan
 
 
 @pytest.mark.parametrize("tokens_per_step", ["0", "-5"])
@@ -31,7 +31,7 @@ def test_a_warmup_longer_than_the_run_is_one_warning_line_of_the_plan() -> None:
             "every step to 75% of Eq. 3's peak and never decays; give optim.warmup_steps=3000 or less to reach it (a "
             "short debugging run may leave it)")
     assert plan["warnings"] == [line]
-    assert describe(plan, {**OmegaConf.to_container(cfg), "plan": plan}).splitlines()[-1] == f"  warning: {line}"
+    assert describe(plan, with_plan(cfg, plan)).splitlines()[-1] == f"  warning: {line}"
     # Where the rate reaches its peak (at the last step: the tests' debug=tiny optim.train_steps=2), the default job,
     # the tiny run, and Lightning's smoke test, whose steps are not the schedule's: no warning.
     for overrides in ([], ["debug=tiny"], ["debug=tiny", "optim.train_steps=2"],
@@ -78,12 +78,12 @@ def test_an_accumulation_given_says_it_sets_the_recipes_step_aside() -> None:
     says the recipe's step is not the one trained (before: "(trainer.accumulate_grad_batches=2; ...)" alone)."""
     cfg = composed("model=base", "task=wmt_en_de", "trainer.accumulate_grad_batches=2")
     plan = make_plan(cfg, LAPTOP)
-    assert describe(plan, {**OmegaConf.to_container(cfg), "plan": plan}).splitlines()[1] == (
+    assert describe(plan, with_plan(cfg, plan)).splitlines()[1] == (
         "  step: 1 process × 2 accumulated batches of 3,400 tokens = 6,800 tokens a side (trainer.accumulate_grad_batches"
         "=2 given, not the recipe's optim.tokens_per_step=25,000; the paper's: ~25,000, §5.1)")
     cfg = composed("debug=tiny", "trainer.accumulate_grad_batches=2")  # a recipe without a step: nothing set aside
     plan = make_plan(cfg, LAPTOP)
-    assert describe(plan, {**OmegaConf.to_container(cfg), "plan": plan}).splitlines()[1].endswith(
+    assert describe(plan, with_plan(cfg, plan)).splitlines()[1].endswith(
         "(trainer.accumulate_grad_batches=2; the paper's: ~25,000, §5.1)")
 
 
@@ -93,5 +93,5 @@ def test_an_interval_longer_than_the_run_is_said_to_validate_nothing_before_its_
         "every 5,000 steps, more than the run's 4: none before its end")
     assert make_plan(composed("debug=tiny", "trainer.val_check_interval=4"), LAPTOP)["validation"] == "every 4 steps"
     one = composed("debug=tiny", "optim.train_steps=1", "optim.warmup_steps=1")
-    lines = describe(plan := make_plan(one, LAPTOP), {**OmegaConf.to_container(one), "plan": plan}).splitlines()
+    lines = describe(plan := make_plan(one, LAPTOP), with_plan(one, plan)).splitlines()
     assert "  1 step, warmup 1, validation every 2 steps, more than the run's 1: none before its end" in lines

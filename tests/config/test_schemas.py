@@ -75,9 +75,33 @@ def test_a_model_config_instantiates_the_transformer_as_it_is(model: str) -> Non
     assert set(cfg.model) == {f.name for f in fields(ModelConfig)} == {"_target_", *arguments}
     with torch.device("meta"):
         built = hydra.utils.instantiate(cfg.model, src_vocab_size=100, tgt_vocab_size=100, pad_id=0)
-        again = Transformer(100, 100, pad_id=0, **network_arguments(OmegaConf.to_container(cfg.model)))
+        again = Transformer(100, 100, pad_id=0, **network_arguments(OmegaConf.to_container(cfg.model, resolve=True)))
     assert isinstance(built, Transformer)
     assert [(n, p.shape) for n, p in built.named_parameters()] == [(n, p.shape) for n, p in again.named_parameters()]
+
+
+def test_each_heads_width_is_d_model_over_h_unless_given() -> None:
+    """§3.2.2's d_k = d_v = d_model/h for any h and width, so that a sweep of ``model.n_heads`` is
+    Table 3's rows (A) (before: 64 whatever h, so 16 heads were twice base's attention width)."""
+    def widths(*overrides: str) -> tuple[int, int]:
+        model = OmegaConf.to_container(compose_train(*overrides).model, resolve=True)
+        return model["d_k"], model["d_v"]
+
+    assert widths("model=base") == widths("model=big") == widths("model=small") == (64, 64)
+    assert widths("model=parsing") == (128, 128)
+    for row, heads in (("A_h1", 1), ("A_h4", 4), ("A_h16", 16), ("A_h32", 32)):
+        assert widths("model=base", f"model.n_heads={heads}") == widths(f"experiment=table3_{row}")
+    assert widths("model=base", "model.n_heads=16") == (32, 32)
+    assert widths("experiment=table3_C_dmodel256") == widths("model=base", "model.d_model=256") == (32, 32)
+    assert widths("model=base", "model.d_k=16") == (16, 64)  # row (B): d_k alone
+    with pytest.raises(Exception, match=r"model.n_heads=3 does not divide model.d_model=512: give model.d_k=N"):
+        widths("model=base", "model.n_heads=3")
+    assert widths("model=base", "model.n_heads=3", "model.d_k=64", "model.d_v=64") == (64, 64)
+    # The network's own default, for a Transformer built in Python, is the same rule.
+    network = Transformer(50, 50, n_layers=1, d_model=32, d_ff=16, n_heads=4)
+    assert network.encoder_layers[0].self_attention.d_k == 8  # 4 heads of 8
+    with pytest.raises(ValueError, match="n_heads=3 does not divide d_model=32: give d_k and d_v"):
+        Transformer(50, 50, n_layers=1, d_model=32, d_ff=16, n_heads=3)
 
 
 @pytest.mark.parametrize("override, error", [
@@ -109,7 +133,7 @@ def test_keys_added_with_plus_or_in_code_are_checked_against_the_schemas() -> No
 def test_the_width_divisor_is_set_apart_and_applied_once() -> None:
     cfg = compose_train("experiment=table3_C_N2", "+scale=multi30k_cpu")
     assert cfg.width_divisor == 4 and (cfg.model.d_model, cfg.model.d_ff) == (512, 2048)  # the row's widths
-    network = network_arguments(OmegaConf.to_container(cfg.model), cfg.width_divisor)
+    network = network_arguments(OmegaConf.to_container(cfg.model, resolve=True), cfg.width_divisor)
     assert {k: network[k] for k in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v")} == {
         "n_layers": 2, "d_model": 128, "d_ff": 512, "n_heads": 8, "d_k": 16, "d_v": 16}
     assert "_target_" not in network and network_arguments(network) == network

@@ -26,6 +26,12 @@ def composed(*overrides: str):
         return compose("train", overrides=[*overrides, "paths.output_dir=/tmp/run"])
 
 
+def with_plan(cfg, plan: dict) -> dict:
+    """``cfg`` (composed) as train.py describes it: its model resolved (d_k and d_v are d_model /
+    n_heads unless given), the rest as composed, with ``plan``."""
+    return {**OmegaConf.to_container(cfg), "model": OmegaConf.to_container(cfg.model, resolve=True), "plan": plan}
+
+
 def resolved(*overrides: str, least_cores: int = 1) -> dict:
     """The config resolved, its plan made on this machine; with ``least_cores``, as if this process
     could run on that many cores at least (``hardware=cpu2_ddp`` asks for two, and a test may run

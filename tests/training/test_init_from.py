@@ -84,7 +84,8 @@ def test_a_fine_tuning_run_learns_no_subwords_and_keeps_the_checkpoints(tiny_run
       "give the checkpoint's model settings: model.n_layers=2 model.d_ff=64$")),  # before: none named
     (["init_from={last}", "model.n_layers=2", "task.vocab_size=600"],
      r"\(task.vocab_size 500 → 600\); give the checkpoint's model settings: task.vocab_size=500$"),
-    (["init_from={last}", "model.n_layers=2", "model.d_model=64", "model.d_ff=128", "width_divisor=2"],  # widths halved
+    (["init_from={last}", "model.n_layers=2", "model.d_model=64", "model.d_ff=128", "model.d_k=16", "model.d_v=16",
+      "width_divisor=2"],  # widths halved (d_k and d_v given: d_model/h would have made them the checkpoint's)
      (r"\(model.d_k 16 → 8; model.d_v 16 → 8\); give the checkpoint's model settings: width_divisor=1 "
       r"model.d_model=32 model.d_ff=64 model.d_k=16 model.d_v=16$")),
     (["init_from={last}", "model.n_layers=2", "task.subword_model={tmp}/other.model"],

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aiayn.config.schemas import network_arguments
+from aiayn.config.schemas import network_arguments, per_head
 from aiayn.errors import ConfigError
 
 GIB = 2**30
@@ -54,10 +54,16 @@ class MemoryEstimate:
         return self.fixed + self.per_token * tokens
 
 
+def _heads_widths(model: Mapping[str, Any]) -> tuple[int, int]:
+    """h·d_k and h·d_v: the widths of all heads' queries (and keys) and values together."""
+    d, h = int(model.get("d_model", 512)), int(model.get("n_heads", 8))
+    return tuple(h * int(model[key] if model.get(key) is not None else per_head(d, h)) for key in ("d_k", "d_v"))
+
+
 def parameters(model: Mapping[str, Any], vocab_size: int) -> int:
     """The parameters of aiayn.model.Transformer with these arguments (widths as built)."""
     d, f, n = int(model.get("d_model", 512)), int(model.get("d_ff", 2048)), int(model.get("n_layers", 6))
-    hq, hv = int(model.get("n_heads", 8)) * int(model.get("d_k", 64)), int(model.get("n_heads", 8)) * int(model.get("d_v", 64))
+    hq, hv = _heads_widths(model)
     attention = d * (2 * hq + hv) + hv * d  # W^Q, W^K, W^V and W^O, no biases (tensor2tensor)
     feed_forward = d * f + f + f * d + d  # Eq. 2 with its biases
     norm = 2 * d
@@ -77,7 +83,7 @@ def activation_bytes(model: Mapping[str, Any], compute_bytes: int) -> int:
     a = compute_bytes
     d, f, n = int(model.get("d_model", 512)), int(model.get("d_ff", 2048)), int(model.get("n_layers", 6))
     h = int(model.get("n_heads", 8))
-    hq, hv = h * int(model.get("d_k", 64)), h * int(model.get("d_v", 64))
+    hq, hv = _heads_widths(model)
     residual = d + 4 * d + 8  # dropout's mask, the fp32 sum, LayerNorm's mean and 1/σ
     self_attention = a * d + a * (2 * hq + hv) + a * hv + 4 * h + residual
     cross_queries = a * d + a * hq + a * hv + 4 * h + residual  # per target position

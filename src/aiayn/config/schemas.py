@@ -7,8 +7,8 @@ Importing this module (any of ``aiayn.config``) registers the dataclasses in Hyd
 as the schemas ``schema/model``, ``schema/optim``, ``schema/loss``, ``schema/decoding`` and
 ``schema/decoding_overrides`` (the tools'), ``schema/trainer`` (Lightning's Trainer arguments,
 aiayn.config.trainer), ``schema/progress_log`` (the progress lines of a training run,
-``callbacks.progress_log``), and the plan's resolvers; and the resolver ``${aiayn.folder:}``
-(:func:`absolute_folder`).
+``callbacks.progress_log``), and the plan's resolvers; and the resolvers ``${aiayn.folder:}``
+(:func:`absolute_folder`) and ``${aiayn.per_head:}`` (:func:`per_head`).
 conf/model/*.yaml and conf/optim/*.yaml start from theirs (``defaults: [/schema/model@_here_,
 _self_]``) and conf/train.yaml puts the loss schema under ``loss``, so Hydra rejects a key that is
 not a field, or a value of the wrong type, while composing. Code that composes conf/train.yaml
@@ -34,6 +34,22 @@ from aiayn.config.trainer import TrainerConfig
 from aiayn.errors import ConfigError
 
 
+def per_head(d_model: Any, n_heads: Any) -> int:
+    """``${aiayn.per_head:${.d_model},${.n_heads}}``, the default of ``model.d_k`` and ``model.d_v``:
+    d_model / h (§3.2.2: "d_k = d_v = d_model/h = 64"), for any width and number of heads; a
+    ConfigError where h does not divide d_model, saying to give both."""
+    if any(isinstance(size, bool) or not isinstance(size, int) or size < 1 for size in (d_model, n_heads)):
+        return 1  # a stand-in: the network's own checks name the impossible d_model or n_heads (aiayn.model)
+    if d_model % n_heads:
+        raise ConfigError(f"model.d_k and model.d_v are d_model / n_heads unless given (§3.2.2), and "
+                          f"model.n_heads={n_heads!r} does not divide model.d_model={d_model!r}: give "
+                          "model.d_k=N model.d_v=N, or another n_heads")
+    return d_model // n_heads
+
+
+PER_HEAD = "${aiayn.per_head:${.d_model},${.n_heads}}"
+
+
 @dataclass
 class ModelConfig:
     """The Transformer's constructor arguments (aiayn.model.Transformer; the vocabulary sizes and
@@ -47,8 +63,10 @@ class ModelConfig:
     d_model: int = 512  # the width of the embeddings and of every sub-layer's output
     d_ff: int = 2048  # the inner width of the position-wise feed-forward networks (Eq. 2)
     n_heads: int = 8  # h: attention heads
-    d_k: int = 64  # the width of each head's queries and keys
-    d_v: int = 64  # the width of each head's values
+    # The width of each head's queries and keys, and of its values: d_model / h unless given (§3.2.2,
+    # as tensor2tensor's attention_key_channels=0), so that `model.n_heads=16` is Table 3's row (A).
+    d_k: int = PER_HEAD  # type: ignore[assignment]  # an interpolation, an int once resolved
+    d_v: int = PER_HEAD  # type: ignore[assignment]
     dropout: float = 0.1  # P_drop: on each sub-layer's output and on the embedding sums (§5.4)
     attention_dropout: float = 0.0  # on the attention weights (§5.4 gives none; §6.3 tuned one, value not given)
     attention: str = "sdpa"  # Eq. 1 fused by torch (sdpa) or written out (explicit); same results
@@ -312,3 +330,4 @@ def absolute_folder(path: str | None) -> str | None:
 
 
 OmegaConf.register_new_resolver("aiayn.folder", absolute_folder, replace=True)
+OmegaConf.register_new_resolver("aiayn.per_head", per_head, replace=True)

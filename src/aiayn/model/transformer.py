@@ -66,6 +66,19 @@ class DecoderState:
         return replace(self, cache_rows=rows)
 
 
+def head_widths(d_model: int, n_heads: int, d_k: int | None, d_v: int | None) -> tuple[int | None, int | None]:
+    """§3.2.2: "d_k = d_v = d_model/h", each unless given (Table 3's rows (B) set d_k alone); a
+    ValueError where h does not divide d_model. Sizes that are no positive whole numbers are left
+    for the caller's checks to name."""
+    if (d_k is not None and d_v is not None) or any(
+            isinstance(size, bool) or not isinstance(size, int) or size < 1 for size in (d_model, n_heads)):
+        return d_k, d_v
+    if d_model % n_heads:
+        raise ValueError(f"d_k and d_v are d_model / n_heads unless given, and n_heads={n_heads} does not divide "
+                         f"d_model={d_model}: give d_k and d_v")
+    return (d_model // n_heads if d_k is None else d_k), (d_model // n_heads if d_v is None else d_v)
+
+
 class Transformer(nn.Module):
     """Encoder and decoder stacks of N identical layers (§3.1) with embeddings, positional
     encodings (§3.5) and a pre-softmax linear projection tied to the embeddings (§3.4).
@@ -100,8 +113,8 @@ class Transformer(nn.Module):
         d_model: int = 512,
         d_ff: int = 2048,
         n_heads: int = 8,
-        d_k: int = 64,
-        d_v: int = 64,
+        d_k: int | None = None,
+        d_v: int | None = None,
         dropout: float = 0.1,
         attention_dropout: float = 0.0,
         attention: str = "sdpa",
@@ -114,6 +127,7 @@ class Transformer(nn.Module):
         super().__init__()
         if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 0:
             raise ValueError(f"n_layers must be a whole number, 0 or more, got {n_layers!r}")
+        d_k, d_v = head_widths(d_model, n_heads, d_k, d_v)
         sizes = {"d_model": d_model, "d_ff": d_ff, "n_heads": n_heads, "d_k": d_k, "d_v": d_v,
                  "max_positions": max_positions, "src_vocab_size": src_vocab_size, "tgt_vocab_size": tgt_vocab_size}
         for name, value in sizes.items():

@@ -138,6 +138,8 @@ def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) 
             seen.add(run_dir.resolve())
             loaded = OmegaConf.load(config_file)
             config = OmegaConf.to_container(loaded, resolve=False)
+            if "model" in loaded:  # its widths as trained (d_k and d_v: d_model / n_heads unless given)
+                config["model"] = OmegaConf.to_container(loaded.model, resolve=True)
             if not (config.get("experiment") or {}).get("table"):
                 continue  # not a table experiment
             summary = read_summary(run_dir)
