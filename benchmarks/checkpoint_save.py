@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 from _common import REPO, append_record, commit, machine, now
-from train_throughput import load_model_config
+from _model_configs import load_model_config
 
 from aiayn.checkpoints.background import AtomicCheckpointIO, BackgroundCheckpointIO
 from aiayn.config.schemas import network_arguments

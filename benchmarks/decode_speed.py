@@ -47,7 +47,7 @@ from aiayn.model import Transformer, beam_search
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, when imported from elsewhere
 import _common
-from train_throughput import load_model_config  # one reading of conf/model/*.yaml and --set
+from _model_configs import load_model_config  # one reading of conf/model/*.yaml and --set
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "decode_speed.jsonl"
