@@ -95,7 +95,8 @@ def trained_run_name(config: dict) -> str:
 def log_to_wandb(mode: str, cfg: DictConfig, trained: Any, ckpt: Path, out_dir: Path, name: str,
                  metrics: dict[str, float], decoding: dict, summary: dict, weights: dict) -> None:
     """The evaluation as a W&B run (``mode``: auto, online or offline) ``eval-<training run>-<name>``,
-    ``job_type=eval``, in the training run's group; prints where it is."""
+    ``job_type=eval``, in the group named by the training run's ``run_name`` (where the tables look
+    evaluations up; a sweep job's training run is in its sweep's group); prints where it is."""
     # Tagged `modified` as its training run is (a paper row's run changed from its row), so that the
     # tables' W&B reports leave both out alike. A row this checkout no longer composes (the run is
     # older) is said in a warning; the evaluation is logged untagged.
