@@ -164,7 +164,8 @@ def test_table4_configs_compose(data_root: Path, tmp_path: Path) -> None:
     assert semi.task.vocab_size == 32000 and list(semi.task.datamodule.extra_trees) == ["parsing_semi/*"]
     assert sample.task.vocab_size == 2000 and sample.task.datamodule.test_split == "wsj_0180-wsj_0199"
     with torch.device("meta"):
-        module = TranslationModule(model=network_arguments(OmegaConf.to_container(wsj.model)), vocab_size=16000,
+        network = network_arguments(OmegaConf.to_container(wsj.model, resolve=True))  # d_k, d_v: d_model / h
+        module = TranslationModule(model=network, vocab_size=16000,
                                    decoding={}, label_smoothing=wsj.loss.label_smoothing,
                                    optim=OmegaConf.to_container(wsj.optim, resolve=True))
     assert len(module.model.encoder_layers) == len(module.model.decoder_layers) == 4 and module.model.d_model == 1024
