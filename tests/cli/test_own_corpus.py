@@ -79,9 +79,32 @@ def test_a_corpus_of_ones_own_trains_tests_and_is_evaluated_and_translated(tmp_p
         f"task.data_dir={corpus}: no such folder; give the folder that holds the corpus's files (evaluate.py, for a "
         "checkpoint trained on a folder since moved: task=parallel_text task.data_dir=<folder> task.src_lang=en "
         "task.tgt_lang=de)"), refused.stderr
+    moved_corpus = ["task=parallel_text", "task.src_lang=en", "task.tgt_lang=de", "decoding.max_len_offset=5"]
     run_tool("src/evaluate.py", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}", "split=newstest2014", f"out={out}",
-             "decoding.max_len_offset=5", "task=parallel_text", f"task.data_dir={moved}", "task.src_lang=en",
-             "task.tgt_lang=de", data_root=data_root, cache_dir=subword_cache)
+             f"task.data_dir={moved}", *moved_corpus, data_root=data_root, cache_dir=subword_cache)
+    # The same data moved overwrote its own evaluation; another corpus's newstest2014 into the same
+    # folder is refused before decoding (before: its files replaced the first's unsaid).
+    (report,) = out.glob("*.json")
+    assert len(json.loads(report.read_text())["data"]) == 16
+    other = tmp_path / "other"
+    other.mkdir()
+    for lang in ("en", "de"):
+        lines = read_lines(wmt / f"newstest2014-en-de.{lang}")[60:70]
+        (other / f"newstest2014.{lang}").write_text("".join(f"{line}\n" for line in lines))
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    refused = run_tool("src/evaluate.py", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}", "split=newstest2014",
+                       f"out={out}", f"task.data_dir={other}", *moved_corpus, check=False, data_root=data_root,
+                       cache_dir=subword_cache)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
+        f"evaluate.py: {report} is an evaluation of other newstest2014 data than this one's (its sources or "
+        "references differ): give out=<another folder> to keep both, or remove its files to score this data in "
+        "their place"), refused.stderr[-3000:]
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+    run_tool("src/evaluate.py", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}", "split=newstest2014",
+             f"out={tmp_path / 'eval_other'}", f"task.data_dir={other}", *moved_corpus, data_root=data_root,
+             cache_dir=subword_cache)
+    (other_report,) = (tmp_path / "eval_other").glob("*.json")
+    assert other_report.name == report.name and json.loads(other_report.read_text())["sentences"] == 10
 
     translated = run_tool("src/translate.py", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}",
                           "decoding.max_len_offset=5", stdin="Good morning.\nThank you.\n", data_root=data_root,

@@ -38,7 +38,7 @@ from aiayn.decoding.settings import Decoding, asked
 from aiayn.decoding.switches import check_device, switches_of
 from aiayn.errors import ConfigError
 from aiayn.files import atomic_write_text
-from aiayn.reporting.evaluations import write_report
+from aiayn.reporting.evaluations import check_same_data, data_digest, write_report
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     constraint = datamodule.output_constraint(trained.vocab)
     translator = Translator(for_decoding(trained.model, **decoding.switches), trained.vocab, decoding, constraint,
                             batch_size=cfg.batch_size, decoder=datamodule.raw_text(trained.vocab, constraint))
+    name, data = file_stem(split, steps, decoding), data_digest(sources, references)
+    # Another corpus's split of the same name (task.data_dir), or its files changed: refused before
+    # decoding rather than its files replaced (before: overwritten unsaid).
+    check_same_data(out_dir, name, data)
 
     # Each source cut to the model's positions is named once, by the translation below.
     batch = cfg.max_tokens or datamodule.eval_max_tokens  # null: the task's evaluation batch, as it validated
@@ -117,7 +121,6 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     result = translator.translations(sources)
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    name = file_stem(split, steps, decoding)
     hypotheses_file = out_dir / f"{name}.hyp.{datamodule.tgt_lang}"
     # Whole or not at all (a full disk, a kill): a later step or tool trusts what is there.
     atomic_write_text(hypotheses_file, "".join(text + "\n" for text in result.texts))
@@ -134,7 +137,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     })
     report = {
         "checkpoint": str(ckpt), "ensemble": ensemble, "averaged": [str(p) for p in averaged], "averaged_steps": steps,
-        "step": trained.step, "task": task["name"], "split": split, "sentences": len(sources),
+        "step": trained.step, "task": task["name"], "split": split, "data": data, "sentences": len(sources),
         "decoding": decoding.settings(), "speed_switches": dict(decoding.switches), "device": device, **files, **scored.details,
         "ppl_tokens": n_tokens, **metrics,
     }
