@@ -31,6 +31,7 @@ from aiayn.checkpoints.averaging import average_into, window_ending_at
 from aiayn.checkpoints.given import averaged_count, checkpoint_list
 from aiayn.checkpoints.trained import TrainedModel, load_ensemble
 from aiayn.config.tools import EvaluateConfig, TranslateConfig
+from aiayn.data.batching import evaluation_tokens
 from aiayn.decoding.settings import Asked, Decoding, from_python
 from aiayn.decoding.speed import for_decoding
 from aiayn.decoding.switches import DEFAULTS, check_device, switches_of
@@ -162,9 +163,9 @@ class Pretrained:
             raise ConfigError(f"perplexity needs one reference for each source, and at least one: got "
                              f"{len(sources)} sources and {len(references)} references")
         task = (self.trained.config.get("task") or {}).get("datamodule") or {}
-        batch = max_tokens or task.get("eval_max_tokens") or task.get("max_tokens")  # (none: perplexity's own)
+        batch = max_tokens or evaluation_tokens(task.get("max_tokens"), task.get("eval_max_tokens"))
         return perplexity(self.network, self.vocab, sources, references,
-                          **({"max_tokens": batch} if isinstance(batch, int) else {}))[0]
+                          **({"max_tokens": batch} if batch else {}))[0]  # (none: perplexity's own)
 
     def attention(self, text: str, **decoding: Any) -> AttentionMaps:
         """Every attention weight of ``text`` and its translation (visualize.py's maps, the paper's

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import torch
 
-from aiayn.data.batching import TokenBatchSampler
+from aiayn.data.batching import TokenBatchSampler, evaluation_tokens
 from aiayn.data.readers import read_parallel
 
 
@@ -244,3 +244,11 @@ def test_resume_mid_epoch_continues_the_same_order(lengths, num_replicas):
         assert list(restarted) == whole, "only the interrupted epoch's first pass is cut"
         restarted.resume(epoch=2, batches_done=7)
         assert list(restarted) == whole, "a position in another epoch is not applied to this one"
+
+
+def test_the_evaluation_batch_is_eval_max_tokens_else_the_training_batch() -> None:
+    # One rule for the data module's validation and test batches and aiayn.load's perplexity.
+    assert evaluation_tokens(3400, None) == 3400
+    assert evaluation_tokens(3400, 12000) == 12000
+    assert evaluation_tokens("auto", 12000) == 12000
+    assert evaluation_tokens("auto", None) is None  # train.py's plan sizes the training batch alone

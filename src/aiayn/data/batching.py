@@ -11,6 +11,14 @@ import torch.distributed as dist
 from torch.utils.data import Sampler
 
 
+def evaluation_tokens(max_tokens: int | str | None, eval_max_tokens: int | None) -> int | None:
+    """The tokens of an evaluation batch (validation's, the test's, evaluate.py's perplexity pass):
+    ``eval_max_tokens``, else the training batch's ``max_tokens``; None where that is no number
+    (``max_tokens=auto``, which train.py's plan sizes for training alone)."""
+    tokens = eval_max_tokens if eval_max_tokens is not None else max_tokens
+    return tokens if isinstance(tokens, int) else None
+
+
 class TokenBatchSampler(Sampler[list[int]]):
     """Batches of dataset indices whose padded size stays within ``max_tokens`` on each side.
 

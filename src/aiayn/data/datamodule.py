@@ -13,6 +13,7 @@ import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
+from aiayn.data.batching import evaluation_tokens
 from aiayn.data.cache import given_folder
 from aiayn.data.checks import ROLES, SplitFiles
 from aiayn.data.corpus import ParallelCorpus, filter_pairs, report_kept
@@ -87,8 +88,8 @@ class TranslationDataModule(SplitFiles, L.LightningDataModule):
         self.num_workers = num_workers
         self.download = download
         self.splits = {"train": train_split, "val": val_split, "test": test_split}
-        self.eval_max_tokens = eval_max_tokens if eval_max_tokens is not None else max_tokens
-        if not isinstance(self.eval_max_tokens, int):  # max_tokens=auto: train.py's plan sizes the training batch
+        self.eval_max_tokens = evaluation_tokens(max_tokens, eval_max_tokens)
+        if self.eval_max_tokens is None:  # max_tokens=auto: train.py's plan sizes the training batch
             raise ConfigError(f"task.datamodule.max_tokens={max_tokens} leaves the evaluation batches unsized: "
                               "give task.datamodule.eval_max_tokens=N")
         # The subword model given (task.subword_model), checked before anything is read; else one is learnt.
