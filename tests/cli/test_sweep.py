@@ -124,6 +124,9 @@ def test_with_keep_going_a_failing_job_does_not_stop_the_others(tmp_path, data_r
     cells = re.split(r"\s{2,}", printed[3])  # the printed table: the overrides that differ between the jobs
     assert cells[:2] == ["1", f"paths.data_root={tmp_path / 'empty'}"] and cells[3] == "-"
     assert cells[2].startswith("failed (exit 2): Multi30k files missing") and len(cells[2]) <= 100
+    # The overrides all three share, once below the rows (sweep.tsv has them in each row).
+    # (Hydra's sweeper writes a job's booleans True and False, here as in sweep.tsv.)
+    assert printed[5].lower() == f"every job also: {' '.join(JOB)}".lower(), printed
     for job in (jobs[0], jobs[2]):
         run_dir = Path(job["folder"]) if Path(job["folder"]).is_absolute() else tmp_path / job["folder"]
         assert (run_dir / "summary.json").is_file() and (run_dir / "checkpoints" / "last.ckpt").is_file()

@@ -32,15 +32,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import csv
-import io
 import os
 import sys
 import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
@@ -51,6 +48,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from aiayn.cli.errors import INTERRUPTED, USER_ERROR, composition_message, describe, is_composition_error, say
 from aiayn.cli.run_folder import LOCK, holder, note_the_holder, refuse_another_runs
 from aiayn.cli.sweep_processes import ExitAsReturn, JobExited, signals_handed_on
+from aiayn.cli.sweep_table import shown, write_table
 from aiayn.config.identity import GROUP_FILE, LENGTH_KEYS, left_out_of_names, new_group, own_overrides, recorded_group
 from aiayn.config.resolvers import runs_as_processes, runs_here, showing_only
 from aiayn.files import atomic_write_text, release_lock, take_lock
@@ -87,7 +85,7 @@ def sweep(sweeper: BasicSweeper, arguments: list[str]) -> list[list[JobReturn]]:
     refused = check(sweeper, jobs)
     if refused:
         for job, reason in refused:
-            say(f"sweep job #{job.number} of {len(jobs)} refused, so no job was run ({_shown(job.overrides)}): {reason}")
+            say(f"sweep job #{job.number} of {len(jobs)} refused, so no job was run ({shown(job.overrides)}): {reason}")
         sys.exit(USER_ERROR)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     held = _hold(sweep_dir)
@@ -311,40 +309,3 @@ def _record(job: Job, result: JobReturn) -> None:
         job.failed(1, f"{type(error).__name__}: {first} (traceback above)")
     else:
         job.failed(1, None)
-
-
-def write_table(jobs: list[Job], path: Path, group: str | None = None) -> None:
-    """The table of the jobs, written to ``path`` (tab-separated: each job's overrides whole) and
-    printed (the overrides that differ between the jobs, a reason cut short) after a line that
-    names the sweep's ``group``. Each folder is absolute (a job's own and a resumed run's alike); that
-    of a job that left none (never run, or refused at its start) is ``-``."""
-    folders = [os.path.abspath(job.folder) if job.folder and Path(job.folder).is_dir() else "-" for job in jobs]
-    header = ("job", "overrides", "status", "folder")
-    table = io.StringIO()
-    writer = csv.writer(table, delimiter="\t", lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows((str(job.number), _one_line(_shown(job.overrides)), _one_line(job.status), folder)
-                     for job, folder in zip(jobs, folders))
-    atomic_write_text(path, table.getvalue())  # whole or not at all: a later tool may read it
-    varying = [o for o in {o for job in jobs for o in job.overrides} if not all(o in job.overrides for job in jobs)]
-    rows = [(str(job.number), _shown([o for o in job.overrides if o in varying] if varying else job.overrides),
-             _cut(job.status, 100), folder) for job, folder in zip(jobs, folders)]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3]
-             for row in [header, *rows]]
-    done = sum(job.status == "done" for job in jobs)
-    named = f"; its group in W&B and MLflow: {group}" if group else ""
-    print(f"sweep: {done} of {len(jobs)} jobs done (the table: {path}{named})", *lines, sep="\n", flush=True)
-
-
-def _shown(overrides: list[str]) -> str:
-    return " ".join(overrides) or "(no overrides)"
-
-
-def _one_line(text: Any) -> str:
-    return " ".join(str(text).split())
-
-
-def _cut(text: str, limit: int) -> str:
-    text = _one_line(text)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
