@@ -130,6 +130,28 @@ def test_keys_added_with_plus_or_in_code_are_checked_against_the_schemas() -> No
         **{k: v for k, v in OmegaConf.to_container(OmegaConf.structured(ModelConfig)).items()}, "d_model": 8}
 
 
+
+def test_a_rows_experiment_section_is_typed_so_a_misnamed_paper_figure_is_refused() -> None:
+    """experiment.paper's names are those the tables read (before: any key taken, and a row of
+    one's own with paper.blue had its paper BLEU column left blank, unsaid)."""
+    row = OmegaConf.to_container(compose_train("experiment=table3_C_N2", "+scale=multi30k"), resolve=True)
+    typed = check_against_schemas(row)["experiment"]
+    assert typed == {"table": "table3", "row": "C_N2", "label": "(C) N=2", "tags": ["table3", "C", "C_N2"],
+                     "paper": {"ppl": 6.11, "bleu": 23.7, "params_m": 36.0, "flops": None, "f1": None},
+                     "scale": "multi30k"}
+    assert check_against_schemas({})["experiment"]["paper"]["bleu"] is None  # no row: every field null
+    config = OmegaConf.to_container(compose_train("experiment=table3_C_N2", "+experiment.paper.blue=25.8"),
+                                    resolve=True)
+    with pytest.raises(ConfigError, match=r"^experiment.paper.blue: Key 'blue' not in 'PaperFigures'"):
+        check_train_config(config)
+    with pytest.raises(ConfigError, match=r"^experiment.paper.bleu: Value 'n/a' of type 'str' could not be "
+                                          r"converted to Float"):
+        check_against_schemas({"experiment": {"paper": {"bleu": "n/a"}}})
+    with pytest.raises(ConfigError, match="^experiment.rows is not an experiment setting; the settings are label, "
+                                          "paper, row, scale, table, tags"):
+        check_against_schemas({"experiment": {"rows": "A"}})
+
+
 def test_the_width_divisor_is_set_apart_and_applied_once() -> None:
     cfg = compose_train("experiment=table3_C_N2", "+scale=multi30k_cpu")
     assert cfg.width_divisor == 4 and (cfg.model.d_model, cfg.model.d_ff) == (512, 2048)  # the row's widths

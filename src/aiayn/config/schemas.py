@@ -7,7 +7,8 @@ Importing this module (any of ``aiayn.config``) registers the dataclasses in Hyd
 as the schemas ``schema/model``, ``schema/optim``, ``schema/loss``, ``schema/decoding`` and
 ``schema/decoding_overrides`` (the tools'), ``schema/trainer`` (Lightning's Trainer arguments,
 aiayn.config.trainer), ``schema/progress_log`` (the progress lines of a training run,
-``callbacks.progress_log``), and the plan's resolvers; and the resolvers ``${aiayn.folder:}``
+``callbacks.progress_log``), ``schema/experiment`` (a paper table's row, aiayn.config.experiment),
+and the plan's resolvers; and the resolvers ``${aiayn.folder:}``
 (:func:`absolute_folder`) and ``${aiayn.per_head:}`` (:func:`per_head`).
 conf/model/*.yaml and conf/optim/*.yaml start from theirs (``defaults: [/schema/model@_here_,
 _self_]``) and conf/train.yaml puts the loss schema under ``loss``, so Hydra rejects a key that is
@@ -30,6 +31,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from aiayn.config.experiment import ExperimentConfig
 from aiayn.config.trainer import TrainerConfig
 from aiayn.errors import ConfigError
 
@@ -182,7 +184,7 @@ def overrides_of(schema: type) -> type:
 DecodingOverrides = overrides_of(DecodingConfig)
 
 SCHEMAS = {"model": ModelConfig, "optim": OptimConfig, "loss": LossConfig, "decoding": DecodingConfig,
-           "checkpoint": CheckpointConfig}
+           "checkpoint": CheckpointConfig, "experiment": ExperimentConfig}
 
 for _name, _schema in {**SCHEMAS, "decoding_overrides": DecodingOverrides, "trainer": TrainerConfig,
                        "progress_log": ProgressLogConfig}.items():
@@ -211,10 +213,10 @@ def network_arguments(model: Mapping[str, Any], width_divisor: int = 1) -> dict[
 
 
 def check_against_schemas(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """``model``, ``optim``, ``loss``, ``decoding`` and ``checkpoint`` of ``config`` as their schemas
-    type them (missing keys at their defaults). Raises ConfigError for a key a schema lacks, or a
-    value it cannot take: what Hydra already refuses for ``key=value``, here also for
-    ``+key=value`` and for configs written in code. A model class of one's own (``model._target_``)
+    """``model``, ``optim``, ``loss``, ``decoding``, ``checkpoint`` and ``experiment`` of ``config``
+    as their schemas type them (missing keys at their defaults). Raises ConfigError for a key a
+    schema lacks, or a value it cannot take: what Hydra already refuses for ``key=value``, here also
+    for ``+key=value`` and for configs written in code. A model class of one's own (``model._target_``)
     also takes the keys its constructor names, as given (:func:`network_class`)."""
     typed = {}
     for section, schema in SCHEMAS.items():
