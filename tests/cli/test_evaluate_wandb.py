@@ -4,6 +4,7 @@ evaluated, the offline runs read back from their ``.wandb`` files."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -47,5 +48,8 @@ def test_the_evaluations_of_a_sweeps_jobs_name_the_training_run_each_scored(tmp_
         assert evaluation.config["ensemble"] == [str(job / "checkpoints" / "last.ckpt")]
         assert evaluation.config["averaged_steps"] == [4]
         assert evaluation.name.startswith(f"eval-{trained.name}-"), (evaluation.name, trained.name)
+        # what it scored, as its report names it: two corpora's splits of one name are told apart
+        (report,) = (job / "eval").glob("*.json")
+        assert evaluation.summary["data"] == json.loads(report.read_text())["data"]
         evaluations[trained.config["model"]["dropout"]] = evaluation
     assert len({evaluation.name for evaluation in evaluations.values()}) == 2, [e.name for e in evaluations.values()]

@@ -161,7 +161,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         print(f"  n-best          {files['nbest']}  ({decoding.nbest} an input: index, score, log-prob, text)")
     if logged.wandb != "disabled":
         log_to_wandb(logged.wandb, cfg, trained, ckpt, out_dir, name, metrics, decoding.settings(),
-                     {key: value for key, value in scored.details.items() if key == "sacrebleu_signature"},
+                     {"data": data, **{key: value for key, value in scored.details.items()
+                                       if key == "sacrebleu_signature"}},  # data: two corpora's splits told apart
                      {"ensemble": ensemble, "averaged_steps": steps})
     if logged.mlflow:
         log_to_mlflow(logged.mlflow, cfg, trained, name, metrics, decoding.settings(), out_dir / f"{name}.json")
