@@ -117,3 +117,19 @@ def test_a_device_as_output_is_written_to_not_taken_for_a_checkpoint(tiny_run: T
     result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", "out=/dev/zero", *ARGUMENTS, stdin="A dog.\n",
                       data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
     assert result.returncode == 0 and "binary" not in result.stderr, result.stderr[-3000:]
+
+
+def test_translate_stdin_that_is_not_utf8_names_the_line_and_byte(tiny_run: TrainedRun):
+    result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", stdin="A dog.\nA \xe9t\xe9 cat.\n".encode("latin-1"),
+                      check=False)
+    assert result.returncode == 2
+    assert result.stderr.decode().strip().splitlines()[-1] == (
+        "translate.py: <stdin>: line 2 is not valid UTF-8 (byte 3 of the line); re-encode the file as UTF-8")
+
+
+def test_translate_with_beam_size_0_names_the_setting_and_exits_2(tiny_run: TrainedRun, data_root, tmp_path):
+    source = write_lines(tmp_path / "in.en", ["A dog runs."])
+    result = run_tool("src/translate.py", f"ckpt={tiny_run.last}", f"input={source}", "decoding.beam_size=0",
+                      data_root=data_root, cache_dir=tiny_run.cache_dir, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == "translate.py: decoding.beam_size must be a whole number of at least 1, got 0"
