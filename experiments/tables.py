@@ -180,6 +180,7 @@ def checked_sweep(overrides: list[str]) -> list | None:
     composed), each job it would refuse one line on stderr, job and reason, as there."""
     from aiayn.cli.errors import composition_message, is_composition_error
     from aiayn.cli.sweep import dry_run as checked  # torch and Lightning: these commands alone need them
+    from aiayn.cli.sweep_table import shown  # a job's overrides as train.py --multirun names them
 
     # The reasons are train's, and so are their hints (`python src/train.py --cfg job`, the nearest
     # settings of train's config): they are found under train's command line.
@@ -194,7 +195,7 @@ def checked_sweep(overrides: list[str]) -> list | None:
     finally:
         sys.argv = argv
     for job, reason in refused:
-        print(f"tables.py: sweep job #{job.number} of {len(jobs)} refused ({' '.join(job.overrides)}): {reason}",
+        print(f"tables.py: sweep job #{job.number} of {len(jobs)} refused ({shown(job.overrides)}): {reason}",
               file=sys.stderr)
     return None if refused else jobs
 

@@ -126,8 +126,16 @@ def test_keys_added_with_plus_or_in_code_are_checked_against_the_schemas() -> No
         check_against_schemas({"optim": {"warmup_steps": "many"}})
     with pytest.raises(ConfigError, match="^loss.smoothing is not a loss setting"):
         check_against_schemas({"loss": {"smoothing": 0.1}})
+    # Typed and resolved: d_k and d_v are d_model / n_heads (8 / 8) unless given, for a config written in
+    # code as for one composed (before: the interpolation's text, which the network check refused).
     assert check_against_schemas({"model": {"d_model": 8}})["model"] == {
-        **{k: v for k, v in OmegaConf.to_container(OmegaConf.structured(ModelConfig)).items()}, "d_model": 8}
+        **OmegaConf.to_container(OmegaConf.structured(ModelConfig)), "d_model": 8, "d_k": 1, "d_v": 1}
+    with pytest.raises(ConfigError, match=r"^model.d_k and model.d_v are d_model / n_heads unless given \(§3.2.2\), "
+                                          r"and model.n_heads=3 does not divide model.d_model=512: give"):
+        check_against_schemas({"model": {"n_heads": 3}})
+    code = {**OmegaConf.to_container(compose_train("debug=tiny"), resolve=True)}
+    code["model"] = {key: value for key, value in code["model"].items() if key not in ("d_k", "d_v")}
+    check_train_config(code)  # (before: "d_k must be a positive whole number, got '${aiayn.per_head:…}'")
 
 
 
@@ -142,10 +150,13 @@ def test_a_rows_experiment_section_is_typed_so_a_misnamed_paper_figure_is_refuse
     assert check_against_schemas({})["experiment"]["paper"]["bleu"] is None  # no row: every field null
     config = OmegaConf.to_container(compose_train("experiment=table3_C_N2", "+experiment.paper.blue=25.8"),
                                     resolve=True)
-    with pytest.raises(ConfigError, match=r"^experiment.paper.blue: Key 'blue' not in 'PaperFigures'"):
+    with pytest.raises(ConfigError, match=r"^experiment.paper.blue: experiment.paper's settings are bleu, f1, flops, "
+                                          r"params_m, ppl$"):
         check_train_config(config)
+    with pytest.raises(ConfigError, match=r"^experiment.paper='25.8': experiment.paper's settings are bleu, "):
+        check_against_schemas({"experiment": {"paper": "25.8"}})
     with pytest.raises(ConfigError, match=r"^experiment.paper.bleu: Value 'n/a' of type 'str' could not be "
-                                          r"converted to Float"):
+                                          r"converted to Float$"):  # one line
         check_against_schemas({"experiment": {"paper": {"bleu": "n/a"}}})
     with pytest.raises(ConfigError, match="^experiment.rows is not an experiment setting; the settings are label, "
                                           "paper, row, scale, table, tags"):

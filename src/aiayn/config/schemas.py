@@ -23,7 +23,7 @@ import importlib
 import inspect
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -233,11 +233,24 @@ def check_against_schemas(config: Mapping[str, Any]) -> dict[str, dict[str, Any]
         if unknown:
             raise ConfigError(f"{section}.{unknown[0]} is not a{'n' if section[0] in 'aeio' else ''} {section} "
                               f"setting{of}; the settings are {', '.join(settings)}")
-        try:
-            typed[section] = {**OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(schema), values)), **own}
+        hints = typing.get_type_hints(schema)  # a section within (experiment.paper): its keys named as well
+        for name in [f.name for f in fields(schema) if is_dataclass(hints[f.name]) and values.get(f.name) is not None]:
+            inner, given = sorted(f.name for f in fields(hints[name])), values[name]
+            wrong = sorted(set(given) - set(inner)) if isinstance(given, Mapping) else [f"={given!r}"]
+            if wrong:
+                raise ConfigError(f"{section}.{name}{'.' if isinstance(given, Mapping) else ''}{wrong[0]}: "
+                                  f"{section}.{name}'s settings are {', '.join(inner)}")
+        try:  # resolved: d_k and d_v are d_model / n_heads unless given (PER_HEAD)
+            merged = OmegaConf.merge(OmegaConf.structured(schema), values)
+            typed[section] = {**OmegaConf.to_container(merged, resolve=True), **own}
         except OmegaConfBaseException as error:
+            cause: BaseException | None = error  # per_head's ConfigError (h does not divide d_model), as it is
+            while cause is not None and not isinstance(cause, ConfigError):
+                cause = cause.__cause__ or cause.__context__
+            if cause is not None:
+                raise cause from None
             key = getattr(error, "full_key", None) or "?"
-            raise ConfigError(f"{section}.{key}: {getattr(error, 'msg', error)}") from None
+            raise ConfigError(f"{section}.{key}: {str(getattr(error, 'msg', error)).splitlines()[0]}") from None
     return typed
 
 
