@@ -17,3 +17,16 @@ class ConfigError(UserError):
 
 class DataError(UserError):
     """Missing or malformed data, or an unreadable checkpoint; the message names the file (and line)."""
+
+
+def user_error_behind(error: BaseException) -> UserError | None:
+    """The UserError ``error`` is, or was raised from or while handling (a resolver's ConfigError,
+    which omegaconf wraps, maybe more than once, in its own errors); None where there is none."""
+    seen: set[int] = set()
+    inner: BaseException | None = error
+    while inner is not None and id(inner) not in seen:
+        if isinstance(inner, UserError):
+            return inner
+        seen.add(id(inner))
+        inner = inner.__cause__ or inner.__context__
+    return None

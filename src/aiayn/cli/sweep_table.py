@@ -33,7 +33,7 @@ def write_table(jobs: Sequence[Any], path: Path, group: str | None = None) -> No
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3]
              for row in [header, *rows]]
-    shared = [o for o in jobs[0].overrides if o not in varying] if varying and jobs else []
+    shared = [o for o in jobs[0].overrides if o not in varying] if varying else []
     if shared:  # what the printed rows leave out, as sweep.tsv has it in each row
         lines.append(f"every job also: {shown(shared)}")
     done = sum(job.status == "done" for job in jobs)

@@ -14,22 +14,13 @@ from omegaconf.errors import InterpolationResolutionError, InterpolationToMissin
 
 from aiayn.cli.naming import config_options, tool_command
 from aiayn.cli.typos import left_out_as_the_run_meets_it, unresolved_as_the_run_meets_it
-from aiayn.errors import ConfigError, UserError
+from aiayn.errors import ConfigError, UserError, user_error_behind
 
 
 def raised_by_resolver(error: BaseException) -> UserError | None:
     """The UserError a resolver raised (the plan's ConfigError), which omegaconf reports as an
     InterpolationResolutionError; None for any other error."""
-    if not isinstance(error, InterpolationResolutionError):
-        return None
-    seen: set[int] = set()
-    inner: BaseException | None = error
-    while inner is not None and id(inner) not in seen:  # omegaconf may wrap it more than once
-        if isinstance(inner, UserError):
-            return inner
-        seen.add(id(inner))
-        inner = inner.__cause__ or inner.__context__
-    return None
+    return user_error_behind(error) if isinstance(error, InterpolationResolutionError) else None
 
 
 def user_error_within(error: BaseException) -> UserError | None:

@@ -33,7 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from aiayn.config.experiment import ExperimentConfig
 from aiayn.config.trainer import TrainerConfig
-from aiayn.errors import ConfigError
+from aiayn.errors import ConfigError, user_error_behind
 
 
 def per_head(d_model: Any, n_heads: Any) -> int:
@@ -244,11 +244,8 @@ def check_against_schemas(config: Mapping[str, Any]) -> dict[str, dict[str, Any]
             merged = OmegaConf.merge(OmegaConf.structured(schema), values)
             typed[section] = {**OmegaConf.to_container(merged, resolve=True), **own}
         except OmegaConfBaseException as error:
-            cause: BaseException | None = error  # per_head's ConfigError (h does not divide d_model), as it is
-            while cause is not None and not isinstance(cause, ConfigError):
-                cause = cause.__cause__ or cause.__context__
-            if cause is not None:
-                raise cause from None
+            if (raised := user_error_behind(error)) is not None:  # per_head's: h does not divide d_model
+                raise raised from None
             key = getattr(error, "full_key", None) or "?"
             raise ConfigError(f"{section}.{key}: {str(getattr(error, 'msg', error)).splitlines()[0]}") from None
     return typed

@@ -36,7 +36,7 @@ def data_digest(sources: Sequence[str], references: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
-def check_same_data(folder: str | os.PathLike, stem: str, data: str, setting: str = "out") -> None:
+def check_same_data(folder: str | os.PathLike, stem: str, data: str) -> None:
     """A ConfigError, before decoding, where ``<folder>/<stem>.json`` is the report of an evaluation
     of other data (``data``: :func:`data_digest`): the same split name in another corpus (a
     ``task.data_dir`` of one's own), or a split's files changed since, which this one's files would
@@ -49,7 +49,7 @@ def check_same_data(folder: str | os.PathLike, stem: str, data: str, setting: st
         return
     if isinstance(earlier, dict) and earlier.get("data", data) != data:
         raise ConfigError(f"{path} is an evaluation of other {earlier.get('split', 'split')} data than this one's "
-                          f"(its sources or references differ): give {setting}=<another folder> to keep both, or "
+                          "(its sources or references differ): give out=<another folder> to keep both, or "
                           "remove its files to score this data in their place")
 
 

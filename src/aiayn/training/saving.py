@@ -100,7 +100,7 @@ def in_folder(state: dict[str, Any], dirpath: str | os.PathLike | None) -> dict[
         if key in state:
             state[key] = moved(state[key])
     if "best_k_models" in state:
-        state["best_k_models"] = {moved(path): score for path, score in state["best_k_models"].items() if moved(path)}
+        state["best_k_models"] = {here: score for path, score in state["best_k_models"].items() if (here := moved(path))}
     if not state.get("best_model_path"):
         state["best_model_score"] = None
     if not state.get("kth_best_model_path"):
