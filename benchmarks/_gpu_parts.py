@@ -56,7 +56,10 @@ TRAIN_RUNS = [
 TINY = ["--set", "model.n_layers=1", "--set", "model.d_model=32", "--set", "model.d_ff=64", "--set",
         "model.n_heads=2", "--set", "model.d_k=16", "--set", "model.d_v=16"]
 QUICK_RUNS = [("tiny 1024", "small", 1000, 1024, [*TINY, *PROFILED])]
-RUN_CAP_S = 60  # the most one run may take (an eager one: about 20 s on an H200, a compiled one more)
+# The most one run may take: its share of the part's cap, and at least this (an eager run: about 20 s on
+# an H200, a compiled one more). A part given a longer cap gives its runs more (the quick run's one run
+# takes the whole part's: a loaded CPU took over 60 s for it).
+RUN_CAP_S = 60
 # The targets (docs/performance/gpu.md): MFU of the bare step in bf16 against the measured bf16 peak,
 # each over the runs of that model and batch (the best of its switches), and the real loop's
 # target tokens/s over the bare step's at the same batch (the users_command part). A run's MFU counts
@@ -181,7 +184,7 @@ def train_part(cap_s: float, work: Path, device: str, quick: bool, records_file:
     skipped = ["compiled runs and the other switches: left out of --quick (compiling takes minutes on a CPU)"] \
         if quick else []
     for label, conf, vocab, max_tokens, extra in plan:
-        cap = min(deadline - time.monotonic(), RUN_CAP_S)
+        cap = min(deadline - time.monotonic(), max(RUN_CAP_S, cap_s / len(plan)))
         compiled = "--compile" in extra
         summary = {"run": label, "model": label.split()[0], "config": conf, "vocab_size": vocab, "precision": "bf16",
                    "compile": compiled, "max_tokens": max_tokens, "switches": _switches(extra)}

@@ -76,11 +76,21 @@ DEFAULT_MAX_TOKENS = {"cuda": 25000, "cpu": 2500}
 
 
 def measured_peak_tflops(device: torch.device, dtype: torch.dtype) -> float:
-    """The best TFLOPS of a square matrix product in ``dtype`` on ``device``: n = 2048 on CPU, best
-    of 5 products; n = 8192 on CUDA, after one untimed product, best of 5 timings of 10 products
-    back to back (one product is about a millisecond there, too short to time alone)."""
+    """The best TFLOPS of a square matrix product in ``dtype`` on ``device``, best of 5 timings. On
+    CUDA n = 8192, after one untimed product, each timing 10 products back to back (one product is
+    about a millisecond there, too short to time alone). On a CPU n = 2048, or the largest n from
+    256 up whose product takes under a quarter of a second: a CPU without bf16 arithmetic (AVX2 alone,
+    as AMD's Zen 3) took 2.5 s for one bf16 product of n = 1024 on one thread, and 5 of n = 2048
+    took five minutes, far longer than the steps measured."""
     cuda = device.type == "cuda"
-    n, repeats = (8192, 10) if cuda else (2048, 1)
+    n, repeats = (8192, 10) if cuda else (256, 1)
+    while not cuda and n < 2048:
+        a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+        started = time.perf_counter()
+        a @ b
+        if time.perf_counter() - started > 0.25 / 8:  # the next n's product: 8 times the work
+            break
+        n *= 2
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
     if cuda:
         a @ b
