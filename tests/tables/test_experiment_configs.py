@@ -93,8 +93,7 @@ def test_the_table3_configs_are_exactly_the_papers_rows_and_the_restricted_atten
 
 @pytest.mark.parametrize("row", list(ROWS))
 def test_every_table3_row_composes_and_builds_its_model(row: str) -> None:
-    # Until the WMT tasks exist on this branch the rows are composed with the Multi30k switch.
-    cfg = compose_train(f"experiment=table3_{row}", "+scale=multi30k")
+    cfg = compose_train(f"experiment=table3_{row}", "+scale=multi30k")  # the rows at Multi30k's scale
     assert built_structure(cfg) == {**BASE, **ROWS[row]}
     assert cfg.task.name == "multi30k_en_de" and cfg.experiment.scale == "multi30k"
     assert cfg.trainer.max_steps == 4000 and cfg.optim.warmup_steps == 800
@@ -103,7 +102,7 @@ def test_every_table3_row_composes_and_builds_its_model(row: str) -> None:
     # W&B: the name and tags say the row and its scale (the group is a sweep's: none outside one).
     assert cfg.logger.wandb.group is None and cfg.logger.wandb.name == f"table3-{row}-multi30k"
     assert cfg.experiment.row == row and {"table3", row, "scale:multi30k", "task:multi30k_en_de"} <= set(cfg.logger.wandb.tags)
-    # The row asks for the WMT task (its config comes with the WMT tasks).
+    # The row asks for the WMT task, which the scale switches to Multi30k.
     file = OmegaConf.load(CONF / "experiment" / f"table3_{row}.yaml")
     assert {"override /task": "wmt_en_de"} in OmegaConf.load(CONF / "experiment" / "table3_base.yaml").defaults
     assert "table3_base" in file.defaults or {"override /task": "wmt_en_de"} in file.defaults
