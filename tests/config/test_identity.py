@@ -131,7 +131,12 @@ def changes(*overrides: str) -> list[str]:
 
 @pytest.mark.slow
 def test_a_row_run_with_its_model_or_recipe_changed_is_no_longer_that_row():
-    assert changes("experiment=table3_A_h1", "model.n_heads=4") == ["model.n_heads: 1 → 4"]
+    # The heads' widths follow h (d_model / h, which row (A) leaves to the default): the run's
+    # network differs from the row's in all three.
+    assert changes("experiment=table3_A_h1", "model.n_heads=4") == [
+        "model.d_k: 512 → 128", "model.d_v: 512 → 128", "model.n_heads: 1 → 4"]
+    assert changes("experiment=table3_A_h1", "model.n_heads=4", "model.d_k=512", "model.d_v=512") == [
+        "model.n_heads: 1 → 4"]
     big = changes("experiment=table3_A_h1", "model=big")
     assert {"model.d_model: 512 → 1024", "model.dropout: 0.1 → 0.3", "optim.train_steps: 100000 → 300000"} <= set(big)
     assert changes("experiment=table3_D_ls0", "loss.label_smoothing=0.1") == ["loss.label_smoothing: 0.0 → 0.1"]

@@ -93,6 +93,10 @@ def test_each_heads_width_is_d_model_over_h_unless_given() -> None:
         assert widths("model=base", f"model.n_heads={heads}") == widths(f"experiment=table3_{row}")
     assert widths("model=base", "model.n_heads=16") == (32, 32)
     assert widths("experiment=table3_C_dmodel256") == widths("model=base", "model.d_model=256") == (32, 32)
+    # A row's own h or width changed keeps the rule (before: rows (A) and (C) set d_k and d_v, so
+    # table3_C_dmodel256 with 4 heads kept 32, half its width).
+    assert widths("experiment=table3_C_dmodel256", "model.n_heads=4") == (64, 64)
+    assert widths("experiment=table3_A_h16", "model.d_model=1024") == (64, 64)
     assert widths("model=base", "model.d_k=16") == (16, 64)  # row (B): d_k alone
     with pytest.raises(Exception, match=r"model.n_heads=3 does not divide model.d_model=512: give model.d_k=N"):
         widths("model=base", "model.n_heads=3")
