@@ -82,18 +82,21 @@ def measured_peak_tflops(device: torch.device, dtype: torch.dtype) -> float:
     256 up whose product takes under a quarter of a second: a CPU without bf16 arithmetic (AVX2 alone,
     as AMD's Zen 3) took 2.5 s for one bf16 product of n = 1024 on one thread, and 5 of n = 2048
     took five minutes, far longer than the steps measured."""
+    def operands(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(n, n, device=device).to(dtype), torch.randn(n, n, device=device).to(dtype)
+
     cuda = device.type == "cuda"
     n, repeats = (8192, 10) if cuda else (256, 1)
+    a, b = operands(n)
+    if cuda:
+        a @ b
     while not cuda and n < 2048:
-        a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
         started = time.perf_counter()
         a @ b
         if time.perf_counter() - started > 0.25 / 8:  # the next n's product: 8 times the work
             break
         n *= 2
-    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
-    if cuda:
-        a @ b
+        a, b = operands(n)
     best = math.inf
     for _ in range(5):
         _synchronize(device)
