@@ -164,7 +164,10 @@ def test_a_compiled_decoder_step_is_traced_whole_and_gives_the_eager_outputs(mod
             model, src, bos_id=BOS, eos_id=EOS, max_len_offset=4, **settings)
     # A graph break inside the step's loop over layers sends the whole step back to eager (with
     # compiled pieces between): compile=true would then cost its warm-up and gain nothing.
-    assert counters["stats"]["unique_graphs"] > 0
+    # The step compiled once, then once more as the cache's rows stop being the batch's (a sentence
+    # finished; the beam's rows): before, five graphs, the first two steps' and beam search's each
+    # one of its own (about a minute of compiling each for the base model on a CPU).
+    assert 0 < counters["stats"]["unique_graphs"] <= 2
     assert not counters["graph_break"], list(counters["graph_break"])
     assert not [name for name, _ in model.named_buffers() if "stacked" in name]  # the model given is not changed
     # int8's projections are not nn.Linear: nothing to stack (before: a TypeError as the copy was made)

@@ -7,11 +7,11 @@
 * ``precision="bf16"`` or ``"fp16"``: weights and activations in that type (GPU; a CPU without
   bf16 units emulates it, many times slower). The beam scores stay fp32 (the log-softmax is taken
   in fp32). Outputs may differ from fp32 where two hypotheses are within rounding of each other.
-* ``compile``: the decoder step through ``torch.compile`` with dynamic shapes, traced whole, W^Q, W^K
-  and W^V stacked once as the copy is made (so weights loaded into the copy afterwards would not
-  reach them: load them into the model, then make the copy) (GPU; on a CPU a little faster than
-  eager after minutes of compiling, see docs/performance/decoding.md). Same outputs as eager up
-  to kernel rounding.
+* ``compile``: the decoder step through ``torch.compile`` with dynamic shapes, traced whole and
+  compiled at most twice (:class:`CompiledDecode`), W^Q, W^K and W^V stacked once as the
+  copy is made (so weights loaded into the copy afterwards would not reach them: load them into
+  the model, then make the copy) (GPU; on a CPU a little faster than eager after a minute or more
+  of compiling, see docs/performance/decoding.md). Same outputs as eager up to kernel rounding.
 * ``onednn``: every fp32 matrix product of the network (the pre-softmax projection too) through
   oneDNN, each weight packed once into oneDNN's blocked layout (CPU); W^Q, W^K and W^V stacked
   into one product, as the plain model stacks them. Still fp32, but a different
@@ -32,6 +32,7 @@ import copy
 import functools
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +41,7 @@ from torch import nn
 from aiayn.decoding.onnx_step import OnnxRuntimeDecode
 from aiayn.decoding.switches import DEFAULTS, switches_of
 from aiayn.errors import ConfigError
-from aiayn.model import Ensemble, Transformer
+from aiayn.model import DecoderState, Ensemble, Transformer
 from aiayn.model.kept_weights import kept_key
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # of switches.PRECISIONS
@@ -67,12 +68,39 @@ def for_decoding(model: Transformer, *, precision: str = "fp32", int8: bool = Fa
     if compile:
         for layer in fast.decoder_layers:  # a step traced whole: W^Q, W^K, W^V stacked for good
             layer.self_attention.stack_once("w_q", "w_k", "w_v")
-        fast.decode = torch.compile(fast.decode, dynamic=True)
+        fast.decode = CompiledDecode(fast)
     if onnxruntime:
         if next(fast.parameters()).device.type != "cpu":
             raise ConfigError("onnxruntime decoding runs on the CPU; use device=cpu, or leave onnxruntime=false")
         fast.decode = OnnxRuntimeDecode(fast)
     return fast
+
+
+class CompiledDecode:
+    """``model.decode`` with its incremental steps from the third on through ``torch.compile``
+    (dynamic shapes): the step compiled once, and once more as the cache's rows stop being the
+    batch's (a sentence finished, or beam search's rows), where it was compiled up to six times
+    (about 20 s each for the base model on one CPU core, docs/performance/decoding.md). The first
+    two steps run eagerly: without a cache, and with a cache of one position, each would be a graph
+    of its own (torch takes a size of 0 or 1 as fixed). Every compiled step gathers its cache
+    through ``cache_rows`` (the identity where no row was reordered or dropped), so that greedy and
+    beam search share the graph. A whole target, or attention weights asked for, go to the model's
+    own ``decode``."""
+
+    def __init__(self, model: Transformer):
+        self.model = model
+        self._decode = functools.partial(type(model).decode, model)  # its class's (a subclass's own, say)
+        self._compiled = torch.compile(self._decode, dynamic=True)
+
+    def __deepcopy__(self, memo: dict) -> CompiledDecode:
+        return CompiledDecode(copy.deepcopy(self.model, memo))  # compiled again on use
+
+    def __call__(self, tgt_in: torch.Tensor, state: DecoderState, return_weights: bool = False):
+        if return_weights or tgt_in.size(1) != 1 or state.length < 2:
+            return self._decode(tgt_in, state, return_weights)
+        if state.cache_rows is None:  # (rows,): row i continues row i
+            state = replace(state, cache_rows=torch.arange(tgt_in.size(0), device=tgt_in.device))
+        return self._compiled(tgt_in, state)
 
 
 def _untie_output_projection(model: Transformer) -> None:
