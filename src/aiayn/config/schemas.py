@@ -39,7 +39,9 @@ from aiayn.errors import ConfigError, user_error_behind
 def per_head(d_model: Any, n_heads: Any) -> int:
     """``${aiayn.per_head:${.d_model},${.n_heads}}``, the default of ``model.d_k`` and ``model.d_v``:
     d_model / h (§3.2.2: "d_k = d_v = d_model/h = 64"), for any width and number of heads; a
-    ConfigError where h does not divide d_model, saying to give both."""
+    ConfigError where h does not divide d_model, saying to give both. The network applies the same
+    rule to a Transformer built in Python (aiayn.model.transformer.head_widths); the settings keep
+    their own copy so that composing them needs no torch."""
     if any(isinstance(size, bool) or not isinstance(size, int) or size < 1 for size in (d_model, n_heads)):
         return 1  # a stand-in: the network's own checks name the impossible d_model or n_heads (aiayn.model)
     if d_model % n_heads:

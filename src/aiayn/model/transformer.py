@@ -69,7 +69,8 @@ class DecoderState:
 def head_widths(d_model: int, n_heads: int, d_k: int | None, d_v: int | None) -> tuple[int | None, int | None]:
     """§3.2.2: "d_k = d_v = d_model/h", each unless given (Table 3's rows (B) set d_k alone); a
     ValueError where h does not divide d_model. Sizes that are no positive whole numbers are left
-    for the caller's checks to name."""
+    for the caller's checks to name. (The settings' default of model.d_k and model.d_v is the same
+    rule, aiayn.config.schemas.per_head, which needs no torch.)"""
     if (d_k is not None and d_v is not None) or any(
             isinstance(size, bool) or not isinstance(size, int) or size < 1 for size in (d_model, n_heads)):
         return d_k, d_v
