@@ -1,6 +1,7 @@
-"""How long the tools take to start: ``--help`` of translate.py, average.py and evaluate.py, and
-translate.py translating one sentence with a checkpoint (start-up, loading and one beam search),
-beside the floor under them all, Python importing torch.
+"""How long the tools take to start: ``--help`` of translate.py, average.py, evaluate.py and
+train.py, train.py refusing an override it cannot apply (exit status 2), and translate.py
+translating one sentence with a checkpoint (start-up, loading and one beam search), beside the
+floor under them all, Python importing torch.
 
     python benchmarks/tool_startup.py --ckpt outputs/<run>/checkpoints/last.ckpt [--against DIR] [--repeats 7]
 
@@ -29,10 +30,14 @@ SENTENCE = "A man is walking down the street.\n"
 
 
 def commands(ckpt: Path) -> dict[str, list[str]]:
-    """What is timed, by name: the floor (Python importing torch), each tool's ``--help``, and one
-    sentence translated on the CPU."""
+    """What is timed, by name: the floor (Python importing torch), each tool's ``--help``, train.py
+    refusing an override, and one sentence translated on the CPU."""
     return {"import torch": ["-c", "import torch"], **{f"{tool} --help": [f"src/{tool}.py", "--help"] for tool in ("translate", "average", "evaluate", "train")},
+            "train.py refusing an override": ["src/train.py", REFUSED],
             "translate one sentence": ["src/translate.py", f"ckpt={ckpt}", "device=cpu"]}
+
+
+REFUSED = "model.d_model=abc"  # not a whole number: refused in one line, exit status 2
 
 
 def timed(checkout: Path, arguments: list[str]) -> float:
@@ -42,7 +47,7 @@ def timed(checkout: Path, arguments: list[str]) -> float:
     process = subprocess.run([sys.executable, *arguments], cwd=checkout, env=environment, input=SENTENCE,
                              capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - started
-    if process.returncode:
+    if process.returncode != (2 if REFUSED in arguments else 0):
         raise SystemExit(f"{checkout}: {' '.join(arguments)} failed ({process.returncode}):\n{process.stderr[-2000:]}")
     return seconds
 

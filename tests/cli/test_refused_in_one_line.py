@@ -20,7 +20,15 @@ import torch
 
 from aiayn.checkpoints.trained import load_trained
 from tests.helpers.inprocess import run_tool
-from tests.helpers.runs import REPO, TINY, TrainedRun, in_small_filesystem, limit_file_size, offline_environment
+from tests.helpers.runs import (
+    REPO,
+    TINY,
+    TrainedRun,
+    in_small_filesystem,
+    limit_file_size,
+    offline_environment,
+    run_command,
+)
 
 
 def _last_line(result: subprocess.CompletedProcess) -> str:
@@ -28,6 +36,22 @@ def _last_line(result: subprocess.CompletedProcess) -> str:
     assert result.returncode == 2 and lines, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     return lines[-1]
+
+
+@pytest.mark.cli  # the modules a process imports
+def test_an_override_hydra_cannot_apply_is_refused_before_torch_is_imported(tmp_path: Path, data_root: Path) -> None:
+    """train.py composes its config before importing the run (torch, Lightning, W&B: five seconds
+    and more), so that a mistyped or ill-typed override is one line in about a second, as --help is."""
+    for override, message in (("model.d_model=abc", "Value 'abc' of type 'str' could not be converted to Integer"),
+                              ("decoding.beam=5", "decoding.beam is not a setting here")):
+        result = run_command([sys.executable, "-X", "importtime", str(REPO / "src" / "train.py"), override],
+                             cwd=tmp_path, data_root=data_root, check=False)
+        imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in result.stderr.splitlines()
+                    if line.startswith("import time:")}
+        said = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+        assert result.returncode == 2 and len(said) == 1 and message in said[0], result.stderr[-3000:]
+        assert "hydra" in imported and not imported & {"torch", "lightning", "wandb"}, imported & {"torch", "lightning"}
+    assert not (tmp_path / "outputs").exists()
 
 
 def _train(tmp_path: Path, data_root: Path, cache: Path, *overrides: str, env: dict | None = None):

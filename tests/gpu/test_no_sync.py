@@ -13,7 +13,7 @@ import lightning as L
 import pytest
 import torch
 
-import aiayn.cli.train
+import aiayn.cli.train_run
 from tests.helpers.inprocess import train
 from tests.helpers.runs import TINY, offline_environment
 
@@ -38,8 +38,8 @@ class RaiseOnSync(L.Callback):
 
 def test_a_training_step_on_the_gpu_never_waits_for_it(tmp_path: Path, data_root: Path, subword_cache: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    build = aiayn.cli.train.build_callbacks
-    monkeypatch.setattr(aiayn.cli.train, "build_callbacks",
+    build = aiayn.cli.train_run.build_callbacks
+    monkeypatch.setattr(aiayn.cli.train_run, "build_callbacks",
                         lambda *args: [RaiseOnSync(last=False), *build(*args), RaiseOnSync(last=True)])
     try:
         train(tmp_path / "run", *TINY, "logger=csv", f"optim.train_steps={STEPS}", "optim.tokens_per_step=2048",

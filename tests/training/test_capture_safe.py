@@ -16,7 +16,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 
-import aiayn.cli.train
+import aiayn.cli.train_run
 from tests.helpers.devices import count_host_syncs
 from tests.helpers.inprocess import train
 from tests.helpers.runs import TINY, offline_environment
@@ -52,8 +52,8 @@ class CountTo(L.Callback):
 def test_no_training_step_reads_a_tensor_back(tmp_path: Path, data_root: Path, subword_cache: Path,
                                               monkeypatch: pytest.MonkeyPatch, accumulate: int) -> None:
     start = CountFrom()
-    build = aiayn.cli.train.build_callbacks
-    monkeypatch.setattr(aiayn.cli.train, "build_callbacks",
+    build = aiayn.cli.train_run.build_callbacks
+    monkeypatch.setattr(aiayn.cli.train_run, "build_callbacks",
                         lambda *args: [start, *build(*args), CountTo(start)])
     train(tmp_path / "run", *TINY, "logger=csv", f"optim.train_steps={STEPS}", f"optim.tokens_per_step={1024 * accumulate}",
           "trainer.log_every_n_steps=1000", "callbacks.progress_log.every_n_steps=1000", "trainer.limit_val_batches=0",

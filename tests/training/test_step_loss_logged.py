@@ -11,7 +11,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 
-import aiayn.cli.train
+import aiayn.cli.train_run
 from tests.helpers.inprocess import train
 from tests.helpers.logged import logged_losses, progress_losses
 from tests.helpers.runs import TINY, offline_environment
@@ -35,8 +35,8 @@ class BatchLosses(L.Callback):
 def test_the_logged_loss_of_an_accumulated_step_is_the_mean_over_all_its_tokens(
         tmp_path: Path, data_root: Path, subword_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = BatchLosses()
-    build = aiayn.cli.train.build_callbacks
-    monkeypatch.setattr(aiayn.cli.train, "build_callbacks", lambda *args: [seen, *build(*args)])
+    build = aiayn.cli.train_run.build_callbacks
+    monkeypatch.setattr(aiayn.cli.train_run, "build_callbacks", lambda *args: [seen, *build(*args)])
     run = tmp_path / "run"
     train(run, *TINY, "logger=csv", "optim.tokens_per_step=2048", "model.dropout=0.0", "trainer.limit_val_batches=0",
           "test_after_training=false", "visualize_at_end=false", env=offline_environment(), data_root=data_root,

@@ -3,7 +3,7 @@ aiayn``, :mod:`hydra_plugins.aiayn_sweeper`): Hydra's basic sweeper, its jobs ex
 way (globs, ranges, comma lists, ``hydra.sweeper.max_batch_size``), and three things more.
 
 1. Before the first job starts, every job's config is composed and checked as train checks its
-   own before building anything (:func:`aiayn.cli.train.checked_config`). Refused jobs are one
+   own before building anything (:func:`aiayn.cli.train_run.checked_config`). Refused jobs are one
    line each on stderr — the job's number, its overrides, the reason — and the sweep exits with
    status 2 having run nothing and made no folder.
 2. ``hydra.sweeper.keep_going=true``: a job that fails (a bad setting found at run time, a run
@@ -210,7 +210,7 @@ def _batches(sweeper: BasicSweeper, arguments: list[str]) -> list[list[list[str]
 def check(sweeper: BasicSweeper, jobs: list[Job]) -> list[tuple[Job, str]]:
     """Compose and check every job's config (setting each job's folder); the refused jobs, each
     with the reason in one line. Nothing is built or written."""
-    from aiayn.cli.train import checked_config  # torch and Lightning: only once a sweep runs
+    from aiayn.cli.train_run import checked_config  # torch and Lightning: only once a sweep runs
 
     # Jobs another launcher runs elsewhere (SLURM) are planned for the node they ask for, as
     # --cfg job shows it, not refused for the GPUs this machine (a login node) lacks.

@@ -3,7 +3,7 @@ how big a step is (:func:`step_size`), and how the run's settings become Lightni
 length and validation included (aiayn.config.trainer: ``trainer.max_steps`` follows ``optim.train_steps``).
 conf/train.yaml holds it as ``plan: ${aiayn.plan:}``, a node resolved from the rest of the config and the
 machine, so that ``--cfg job``, the W&B config, the checkpoint's config and the Trainer all see the same
-values; train.py (aiayn.cli.train) prints it (:func:`describe`) before the first step.
+values; train.py (aiayn.cli.train_run) prints it (:func:`describe`) before the first step.
 
 The paper's step (§5.1): "Each training batch contained a set of sentence pairs containing approximately 25000
 source tokens and 25000 target tokens", on 8 P100 GPUs. ``optim.tokens_per_step`` states a recipe's step in

@@ -3,7 +3,7 @@ what aiayn changes and every other argument is still one ``trainer.<name>=`` awa
 while Hydra composes (``trainer.max_step=10`` is refused, naming the schema).
 
 Lightning's own defaults, as its Trainer's signature gives them (``logger``, ``callbacks`` and
-``plugins`` are left out: train.py (aiayn.cli.train) passes them). tests/config/test_trainer_schema.py checks
+``plugins`` are left out: train.py (aiayn.cli.train_run) passes them). tests/config/test_trainer_schema.py checks
 this against the installed Lightning, so that it cannot drift. Importing this module does not
 import Lightning.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 from aiayn.errors import ConfigError
 
-# Trainer arguments train.py (aiayn.cli.train) gives itself.
+# Trainer arguments train.py (aiayn.cli.train_run) gives itself.
 PASSED_BY_TRAIN = ("logger", "callbacks", "plugins")
 
 

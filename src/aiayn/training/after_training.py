@@ -59,7 +59,7 @@ class Stopped(BaseException):
     """Raised by the single process's handler wherever the process is, a log line's writing
     included: as a BaseException (as KeyboardInterrupt is) no ``except Exception`` on the way
     swallows it (before: logging's did, and the run went on to exit 0). The tool turns it into
-    :class:`Preempted` (aiayn.cli.train)."""
+    :class:`Preempted` (aiayn.cli.train_run)."""
 
 
 def stop_message(signum: int, checkpoint: Path) -> str:

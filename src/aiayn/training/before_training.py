@@ -13,7 +13,7 @@ signals and SIGINT: the handler stops the process at once (waiting for the data 
 minutes), with :class:`StoppedSettingUp`, whose message says that no step was taken and nothing of
 this attempt was saved, and how to go on: a run that resumed a checkpoint continues from it with the
 same command; a fresh run is run again (its folder, which holds nothing of use, is removed as a run
-refused before training is: aiayn.cli.train). Under SLURM with ``callbacks.preemption.requeue``, a
+refused before training is: aiayn.cli.train_run). Under SLURM with ``callbacks.preemption.requeue``, a
 preemption signal (not Ctrl-C) requeues the job first, so that SLURM runs the same command again.
 The tools end with one line and :data:`aiayn.training.preemption.EXIT_STATUS` (75). From the moment
 the preemption callback installs its handlers (:data:`~aiayn.training.preemption.TAKEN_OVER`), or

@@ -6,7 +6,7 @@ trainer's state and ``trainer.callback_metrics``, not the loops' counters: there
 ``global_step`` stayed 0 after training. The test's ranks start from that process's trainer, so
 the test's rows (the module logs ``step``, the trainer's, aiayn.training.logged_step) fell at step
 0 of metrics.csv and W&B instead of the run's last step, as one process or ``ddp`` logs them; and
-train's rule for a run that fails before its first step (its new files go: aiayn.cli.train) read
+train's rule for a run that fails before its first step (its new files go: aiayn.cli.train_run) read
 "step 0" of a run that had trained.
 
 :class:`BringsTheStepBack` puts the fit loop's progress counters (steps, batches, epochs) among the
