@@ -54,7 +54,7 @@ from aiayn.training.run_log import SpawnedRanksLog, filter_the_run_log, ignore_m
 log = logging.getLogger("train")
 
 
-ignore_moot_warnings()  # the processes DDP launches import this module and never call main
+ignore_moot_warnings()  # as imported: in the processes Lightning's ddp launches too (aiayn.training.run_log)
 
 def run(cfg: DictConfig) -> dict[str, float]:
     """The process set up for a run (the run log, Lightning's messages, the ranks' errors), then

@@ -155,8 +155,8 @@ def _build(described: dict[str, Any]) -> logging.Handler:
 
 
 def ignore_moot_warnings() -> None:
-    """Lightning's warnings that say nothing a user of a run can act on. Set as train.py's module
-    is imported (the processes ``ddp`` launches import it and never call main), by each run (which
+    """Lightning's warnings that say nothing a user of a run can act on. Set as train.py's run
+    (aiayn.cli.train_run) is imported, in the processes ``ddp`` launches too, by each run (which
     may come after a caller's ``warnings.catch_warnings()`` put the filters of the import back), and
     in each process ``ddp_spawn`` starts (:class:`SpawnedRanksLog`), which imports neither."""
     # The datamodule saves and restores the position in the epoch itself (TranslationDataModule.state_dict).
