@@ -27,6 +27,7 @@ from _common import REPO, append_record, commit, machine, now
 
 RESULTS = REPO / "benchmarks" / "results" / "tool_startup.jsonl"
 SENTENCE = "A man is walking down the street.\n"
+REFUSED = "model.d_model=abc"  # not a whole number: train.py refuses it in one line, exit status 2
 
 
 def commands(ckpt: Path) -> dict[str, list[str]]:
@@ -36,8 +37,6 @@ def commands(ckpt: Path) -> dict[str, list[str]]:
             "train.py refusing an override": ["src/train.py", REFUSED],
             "translate one sentence": ["src/translate.py", f"ckpt={ckpt}", "device=cpu"]}
 
-
-REFUSED = "model.d_model=abc"  # not a whole number: refused in one line, exit status 2
 
 
 def timed(checkout: Path, arguments: list[str]) -> float:

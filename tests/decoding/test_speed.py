@@ -166,7 +166,7 @@ def test_a_compiled_decoder_step_is_traced_whole_and_gives_the_eager_outputs(mod
     # compiled pieces between): compile=true would then cost its warm-up and gain nothing.
     # The step compiled once, then once more as the cache's rows stop being the batch's (a sentence
     # finished; the beam's rows): before, five graphs, the first two steps' and beam search's each
-    # one of its own (about a minute of compiling each for the base model on a CPU).
+    # one of its own (about 20 s of compiling each for the base model on one CPU core).
     assert 0 < counters["stats"]["unique_graphs"] <= 2
     assert not counters["graph_break"], list(counters["graph_break"])
     assert not [name for name, _ in model.named_buffers() if "stacked" in name]  # the model given is not changed
