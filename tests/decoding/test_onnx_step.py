@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from aiayn.decoding.onnx_step import OnnxRuntimeDecode
+from aiayn.decoding.onnx_step import OnnxRuntimeDecode, _Step
 from aiayn.decoding.speed import for_decoding
 from aiayn.model import Transformer, beam_search, greedy_search
 from aiayn.model.search import start_search
@@ -96,3 +96,31 @@ def test_without_its_packages_it_is_refused_in_one_line(model: Transformer, monk
 def test_it_goes_with_no_other_switch(model: Transformer, other: dict, named: str) -> None:
     with pytest.raises(ValueError, match=f"onnxruntime runs the fp32 decoder step itself; it cannot be combined with {named}"):
         for_decoding(model, onnxruntime=True, **other)
+
+
+class Biased(Transformer):
+    """A subclass with a decoder step of its own: its logits moved by one."""
+
+    def decode(self, tgt_in, state, return_weights=False):
+        logits, state, weights = super().decode(tgt_in, state, return_weights)
+        return logits + 1.0, state, weights
+
+
+def test_a_subclass_keeps_its_own_decoder_step_in_torch_and_in_the_exported_step() -> None:
+    torch.manual_seed(0)
+    biased = Biased(40, 40, n_layers=1, d_model=16, d_ff=32, n_heads=2, dropout=0.0).eval()
+    fast = for_decoding(biased, onnxruntime=True)
+    src = sources()
+    rows = torch.arange(6)
+    tokens = torch.full((6, 1), BOS)
+    with torch.inference_mode():
+        state, _ = start_search(biased, src, rows)
+        plain_logits, plain_state, _ = Transformer.decode(biased, tokens, state)
+        # the first step (an empty cache) is torch's: the subclass's, not Transformer's
+        first, _, _ = fast.decode(tokens, state)
+        assert torch.allclose(first, plain_logits + 1.0) and fast.decode._session is None
+        # what is exported for the later steps runs the subclass's step too (checked eagerly, no export)
+        kv = [t for memory, cache in zip(plain_state.memory_kv, plain_state.self_kv) for t in (*memory, *cache)]
+        exported_logits = _Step(fast)(tokens, plain_state.src_mask, *kv)[0]
+        second, _, _ = Transformer.decode(biased, tokens, plain_state)
+    assert torch.allclose(exported_logits, second + 1.0)

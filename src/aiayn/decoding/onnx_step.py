@@ -45,7 +45,8 @@ class _Step(nn.Module):
         memory = [(keys_values[4 * i], keys_values[4 * i + 1]) for i in range(layers)]
         cache = [(keys_values[4 * i + 2], keys_values[4 * i + 3]) for i in range(layers)]
         state = DecoderState(src_mask, memory, cache, cache[0][0].size(2))
-        logits, state, _ = Transformer.decode(self.model, token, state)  # the model's own code, not the patched method
+        # Its class's own code (a subclass's override, as CompiledDecode), not the patched attribute.
+        logits, state, _ = type(self.model).decode(self.model, token, state)
         return (logits, *[t for kv in state.self_kv for t in kv])
 
 
@@ -64,7 +65,7 @@ class OnnxRuntimeDecode:
     def __call__(self, tgt_in: Tensor, state: DecoderState, return_weights: bool = False):
         if (return_weights or tgt_in.size(1) != 1 or state.length == 0 or not state.self_kv or state.self_kv[0] is None
                 or tgt_in.device.type != "cpu" or state.memory_kv[0][0].dtype != torch.float32):
-            return Transformer.decode(self.model, tgt_in, state, return_weights)
+            return type(self.model).decode(self.model, tgt_in, state, return_weights)
         rows = state.cache_rows
         inputs = [tgt_in, state.src_mask]
         for (memory_k, memory_v), (cache_k, cache_v) in zip(state.memory_kv, state.self_kv):
