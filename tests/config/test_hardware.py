@@ -162,6 +162,7 @@ def test_a_sweeps_jobs_are_planned_as_run_here_only_under_the_basic_launcher(
     monkeypatch.setattr("aiayn.config.resolvers.this_machine", lambda: NODE_8_A100)
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[f"hydra/launcher={launcher}", "hardware=gpu8_ddp", "hydra.mode=MULTIRUN",
+                                          "model=base",  # a step 8 processes can share (small's 1,024 tokens is not)
                                           "paths.output_dir=/tmp/run"], return_hydra_config=True)
     before = HydraConfig.instance().cfg
     HydraConfig.instance().set_config(cfg)
@@ -200,7 +201,8 @@ def test_the_gpu_groups_pick_the_precision_as_auto_does_and_a_given_one_wins(gro
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         planned = {(machine.gpu_name, given): make_plan(compose("train", overrides=[
-            f"hardware={group}", *([f"trainer.precision={given}"] if given else []), "paths.output_dir=/tmp/run"]),
+            f"hardware={group}", *([f"trainer.precision={given}"] if given else []), "paths.output_dir=/tmp/run",
+            "model=base"]),  # a step that 8 processes can share (the small model's 1,024 tokens is not)
             machine)["trainer"] for machine in (NODE_8_A100, NODE_8_V100) for given in (None, "bf16-mixed", "32-true")}
     assert {key: (trainer["precision"], trainer["devices"]) for key, trainer in planned.items()} == {
         (NODE_8_A100.gpu_name, None): ("bf16-mixed", devices), (NODE_8_V100.gpu_name, None): ("16-mixed", devices),

@@ -122,11 +122,11 @@ def test_a_table3_row_at_cpu_or_debug_scale_never_looks_like_the_wmt_run(tmp_pat
     assert debug["tags"] == ["table3", "C", "C_N2", "task:multi30k_en_de", "model:base", "scale:debug", MODIFIED]
 
 
-def changes(*overrides: str) -> list[str]:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+def changes(*overrides: str, conf: Path = CONF) -> list[str]:
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
     choices = dict(cfg.hydra.runtime.choices)
-    return row_changes(row_settings(cfg), choices, CONF)
+    return row_changes(row_settings(cfg), choices, conf)
 
 
 @pytest.mark.slow
@@ -151,15 +151,30 @@ def test_a_row_run_with_its_model_or_recipe_changed_is_no_longer_that_row():
                    "trainer.accumulate_grad_batches=4") == [
         "trainer.max_time: None → '00:00:00:20'", "trainer.accumulate_grad_batches: None → 4"]
     assert changes("experiment=table4_sample") == []  # its own time limit is the row's
-    # Where the row sets no step to split (its scale's optim.tokens_per_step null), one process's batch is the
-    # step: another batch is another recipe (before: still the row); on the paper's step it only splits the step.
-    assert changes("experiment=table3_base", "+scale=multi30k_cpu", "task.datamodule.max_tokens=512") == [
-        "task.datamodule.max_tokens: 1024 → 512"]
+    # A batch only splits the step, at every scale (each sets its optim.tokens_per_step); another step is another
+    # recipe. Where a row sets no step (the smoke test's scale), one process's batch is the step.
+    assert changes("experiment=table3_base", "+scale=multi30k_cpu", "task.datamodule.max_tokens=512") == []
+    assert changes("experiment=table3_base", "+scale=multi30k_cpu", "optim.tokens_per_step=2048") == [
+        "optim.tokens_per_step: 1024 → 2048"]
     assert changes("experiment=table3_base", "task.datamodule.max_tokens=4096") == []
     # The row at a scale (its own bleu_sentences, 300), a speed switch, a seed or the logging: still the row.
     assert changes("experiment=table3_A_h1", "+scale=multi30k_cpu", "model.attention=explicit", "seed=7",
                    "decoding.kv_cache=false", "logger=csv") == []
     assert changes("model.n_heads=2") == []  # no row to be
+
+
+def test_where_a_scale_of_ones_own_sets_no_step_one_processs_batch_is_the_rows_step(tmp_path: Path) -> None:
+    """Every scale this checkout has sets optim.tokens_per_step; one that sets none (null: one batch a process) makes
+    the batch part of the row, so that a run with another batch is another run."""
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "scale" / "mine.yaml").write_text("# @package _global_\ndefaults:\n  - multi30k\n  - _self_\n"
+                                              "experiment:\n  scale: mine\noptim:\n  tokens_per_step: null\n")
+    assert changes("experiment=table3_base", "+scale=mine", "task.datamodule.max_tokens=512", conf=conf) == [
+        "task.datamodule.max_tokens: 'auto' → 512"]
+    assert changes("experiment=table3_base", "+scale=mine", conf=conf) == []
 
 
 def test_train_warns_once_that_a_changed_row_run_is_no_longer_that_row(tmp_path, subword_cache):

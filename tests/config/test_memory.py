@@ -20,6 +20,7 @@ from tests.helpers.configs import composed, with_plan
 from tests.helpers.runs import REPO
 
 GB = 10**9
+V100_GB = 16.945512448  # what torch reads of a 16 GB V100 (15.8 GiB)
 RESULTS = REPO / "benchmarks" / "results"
 MODELS = {name: network_arguments(OmegaConf.to_container(composed(f"model={name}").model, resolve=True))
           for name in ("base", "big")}
@@ -93,7 +94,7 @@ def test_one_gpu_takes_the_whole_step_in_one_batch_where_it_fits_and_accumulates
         bigger = -(-25_000 // (accumulate - 1))
         assert training_memory(network, cfg.task.vocab_size, "16-mixed").at(bigger) > usable(machine.gpu_memory)
     text = describe(plan, with_plan(cfg, plan), model=model)
-    assert f"GB of the GPU's {machine.gpu_memory / GB:.0f} GB" in text.splitlines()[2]
+    assert f"GiB of the GPU's {machine.gpu_memory / 2**30:.0f} GiB" in text.splitlines()[2]
 
 
 def test_eight_gpus_each_take_their_share_of_3125_tokens_in_one_batch() -> None:
@@ -110,26 +111,30 @@ def test_an_explicit_batch_wins_and_the_cpu_keeps_its_batches() -> None:
     laptop = Machine(gpus=0, cpu_cores=2, cpu_name="a CPU")
     cpu = make_plan(composed("model=big", "task=wmt_en_fr"), laptop)
     assert (cpu["trainer"]["accumulate_grad_batches"], cpu["tokens_per_batch"]) == (8, 3125)
-    # No step to split (the small model's recipe): batches of 3,400, on any hardware.
+    # hardware=cpu on a GPU node: the CPU's batches, said as the CPU's (before: "without a GPU to size it").
+    on_cpu = make_plan(composed("model=big", "task=wmt_en_fr", "hardware=cpu"), gpu(85.0, gpus=8))
+    assert on_cpu["batch_limit"] == "task.datamodule.max_tokens=auto: on the CPU, batches of at most 3,400 tokens"
+    # No step to split (a recipe of one's own that sets none): batches of 3,400, on any hardware.
     for machine in (laptop, gpu(85.0)):
-        plain = make_plan(composed("task=wmt_en_de"), machine)
+        plain = make_plan(composed("task=wmt_en_de", "optim.tokens_per_step=null"), machine)
         assert (plain["trainer"]["accumulate_grad_batches"], plain["tokens_per_batch"]) == (1, 3400)
 
 
 def test_a_given_batch_the_gpu_cannot_hold_is_one_warning_line_of_the_plan() -> None:
-    """model=big task=wmt_en_fr task.datamodule.max_tokens=25000 on a 16 GB V100: ~25.5 GB by the estimate (before:
+    """model=big task=wmt_en_fr task.datamodule.max_tokens=25000 on a 16 GB V100: ~23.8 GiB by the estimate (before:
     planned without a word, out of memory at the first step). The value given still trains."""
-    v100 = gpu(16.0, bf16=False, name="Tesla V100-SXM2-16GB")
+    v100 = gpu(V100_GB, bf16=False, name="Tesla V100-SXM2-16GB")
     plan = make_plan(composed("model=big", "task=wmt_en_fr", "task.datamodule.max_tokens=25000"), v100)
-    line = ("task.datamodule.max_tokens=25000: a batch of 25,000 tokens takes ~25.5 GB by the memory estimate, more "
-            "than the 13.3 GB usable of the GPU's 16 GB, so the run may run out of GPU memory at its first step; give "
-            "task.datamodule.max_tokens=10976 or less (auto: the most that fits, the rest of the step accumulated)")
+    # In GiB, as the GPUs' names and nvidia-smi count (before: decimal GB, "the GPU's 17 GB" for this V100).
+    line = ("task.datamodule.max_tokens=25000: a batch of 25,000 tokens takes ~23.8 GiB by the memory estimate, more "
+            "than the 13.2 GiB usable of the GPU's 16 GiB, so the run may run out of GPU memory at its first step; give "
+            "task.datamodule.max_tokens=11952 or less (auto: the most that fits, the rest of the step accumulated)")
     assert (plan["tokens_per_batch"], plan["warnings"]) == (25_000, [line])
     # auto's plain batch where the step is not split (the accumulation given) is checked too, with no auto to suggest.
     plain = make_plan(composed("model=big", "task=wmt_en_fr", "trainer.accumulate_grad_batches=8"), gpu(8.0))
     assert plain["warnings"] == [(
-        "task.datamodule.max_tokens=auto: a batch of 3,400 tokens takes ~6.7 GB by the memory estimate, more than the "
-        "6.1 GB usable of the GPU's 8 GB, so the run may run out of GPU memory at its first step; give "
+        "task.datamodule.max_tokens=auto: a batch of 3,400 tokens takes ~6.3 GiB by the memory estimate, more than the "
+        "5.7 GiB usable of the GPU's 7 GiB, so the run may run out of GPU memory at its first step; give "
         "task.datamodule.max_tokens=2712 or less")]
     # A batch that fits, auto's batch sized to the GPU, a GPU whose memory is not known here, the CPU: nothing said.
     for overrides, machine in ((["task.datamodule.max_tokens=8000"], v100), ([], v100),
@@ -144,14 +149,14 @@ def test_cfg_job_prints_the_plans_warnings_last_and_goes_on(monkeypatch: pytest.
     on stderr, exit 0 (the run prints the same block before its first step)."""
     from tests.helpers.inprocess import run_tool
 
-    v100 = gpu(16.0, bf16=False, name="Tesla V100-SXM2-16GB")
+    v100 = gpu(V100_GB, bf16=False, name="Tesla V100-SXM2-16GB")
     monkeypatch.setattr("aiayn.config.resolvers.this_machine", lambda: v100)
     shown = run_tool("src/train.py", "model=big", "task=wmt_en_fr", "task.datamodule.max_tokens=25000",
                      "optim.train_steps=3000", "--cfg", "job")
     assert shown.returncode == 0 and shown.stderr.splitlines()[0] == "plan: 1 GPU (Tesla V100-SXM2-16GB), 16-mixed"
     warmup, memory = shown.stderr.splitlines()[-2:]
     assert warmup.startswith("  warning: optim.warmup_steps=4,000 is more than the run's optim.train_steps=3,000")
-    assert memory.startswith("  warning: task.datamodule.max_tokens=25000: a batch of 25,000 tokens takes ~25.5 GB")
+    assert memory.startswith("  warning: task.datamodule.max_tokens=25000: a batch of 25,000 tokens takes ~23.8 GiB")
     assert OmegaConf.create(shown.stdout).plan.warnings[1].endswith("the rest of the step accumulated)")
 
 
@@ -159,7 +164,7 @@ def test_cfg_job_prints_the_plans_warnings_last_and_goes_on(monkeypatch: pytest.
     (("model=base", "task=wmt_en_de", "trainer.accumulate_grad_batches=3"),
      ("as trainer.accumulate_grad_batches=3 is given (auto sizes a batch to the step only where the accumulation is "
       "derived from optim.tokens_per_step)")),
-    (("task=wmt_en_de",), "as the recipe sets no optim.tokens_per_step to split"),
+    (("task=wmt_en_de", "optim.tokens_per_step=null"), "as the recipe sets no optim.tokens_per_step to split"),
 ])
 def test_the_batch_line_says_why_a_gpu_gets_the_plain_batch(overrides: tuple[str, ...], why: str) -> None:
     """On a GPU, auto's 3,400-token batch where no step is split says why (before: "without a GPU to size it")."""
@@ -169,7 +174,7 @@ def test_the_batch_line_says_why_a_gpu_gets_the_plain_batch(overrides: tuple[str
     assert (plan["trainer"]["accelerator"], plan["tokens_per_batch"], plan["batch_limit"]) == ("gpu", 3400, line)
     assert f"  batch: {line}" in describe(plan, with_plan(cfg, plan)).splitlines()
     laptop = make_plan(composed("model=base", "task=wmt_en_de"), Machine(gpus=0, cpu_cores=2))  # a step to split
-    assert laptop["batch_limit"] == "task.datamodule.max_tokens=auto: at most 3,400 tokens a batch without a GPU to size it"
+    assert laptop["batch_limit"] == "task.datamodule.max_tokens=auto: on the CPU, batches of at most 3,400 tokens"
 
 
 def test_a_batch_that_is_neither_a_number_nor_auto_is_refused_in_one_line() -> None:
@@ -197,7 +202,7 @@ def test_a_batch_too_small_for_one_pair_is_refused_naming_the_batch_not_the_step
 
 def test_a_gpu_too_small_for_the_weights_is_refused_in_one_line() -> None:
     with pytest.raises(ConfigError, match=r"^task.datamodule.max_tokens=auto: the model's weights and optimizer "
-                                          r"state \(~3.8 GB\) leave room for 0 tokens a batch on a GPU of 4 GB"):
+                                          r"state \(~3.5 GiB\) leave room for 0 tokens a batch on a GPU of 4 GiB"):
         make_plan(composed("model=big", "task=wmt_en_fr"), gpu(4.0))
 
 

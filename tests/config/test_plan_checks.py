@@ -1,7 +1,7 @@
 """What the plan of a run (aiayn.config.plan) refuses beside tests/config/test_plan.py's, and the warning lines it
 prints last, on machines this one is not: a step of no tokens beside an explicit accumulation, an epoch cut inside a
 step by trainer.overfit_batches, a warmup longer than the run, bf16 given for GPUs without bf16 units, and the recipe's
-step an explicit accumulation sets aside."""
+step an explicit accumulation sets aside; the small recipes' step on any hardware, a device of Lightning's own."""
 
 from __future__ import annotations
 
@@ -95,3 +95,35 @@ def test_an_interval_longer_than_the_run_is_said_to_validate_nothing_before_its_
     one = composed("debug=tiny", "optim.train_steps=1", "optim.warmup_steps=1")
     lines = describe(plan := make_plan(one, LAPTOP), with_plan(one, plan)).splitlines()
     assert "  1 step, warmup 1, validation every 2 steps, more than the run's 1: none before its end" in lines
+
+
+def test_the_cpu_default_and_the_small_scales_train_a_step_of_1024_tokens_on_any_hardware() -> None:
+    """The default job and the Multi30k scales' rows: 1,024 tokens a step, which processes share as they share the
+    paper's (before: one 1,024-token batch a process, so 8 GPUs trained steps of 8,192 that the tables took for the
+    row's). Only the smoke test, debug=tiny, keeps one batch a process."""
+    scales = ([], ["experiment=table3_base", "+scale=multi30k_cpu"], ["experiment=table3_A_h4", "+scale=multi30k"])
+    for overrides in scales:
+        plan = make_plan(composed(*overrides), LAPTOP)
+        assert (plan["trainer"]["accelerator"], plan["trainer"]["accumulate_grad_batches"]) == ("cpu", 1)
+        assert plan["tokens_per_step"] == plan["tokens_per_batch"] == 1024
+        two = make_plan(composed(*overrides, "hardware=cpu2_ddp"), LAPTOP)
+        assert (two["tokens_per_step"], two["tokens_per_batch"], two["trainer"]["devices"]) == (1024, 512, 2)
+        four = make_plan(composed(*overrides, "hardware=gpu", "trainer.devices=4"), NODE_8_H100)
+        assert (four["tokens_per_step"], four["tokens_per_batch"], four["trainer"]["accumulate_grad_batches"]) == (
+            1024, 256, 1)
+        with pytest.raises(ConfigError, match="optim.tokens_per_step=1024 shared by 8 training processes gives "
+                                              "batches of 128 tokens, too few .* train on fewer processes"):
+            make_plan(composed(*overrides, "hardware=gpu8_ddp"), NODE_8_H100)
+    debug = make_plan(composed("debug=tiny", "model=base", "hardware=cpu2_ddp"), LAPTOP)
+    assert (debug["tokens_per_step"], debug["tokens_per_batch"]) == (2048, 1024)
+
+def test_an_accelerator_of_lightnings_own_is_named_in_the_plan_as_given() -> None:
+    """trainer.accelerator=mps (a Mac's GPU), which Lightning checks: the plan says that device (before: "1 CPU
+    process" and "on the CPU", while Lightning was given mps)."""
+    cfg = composed("trainer.accelerator=mps")
+    plan = make_plan(cfg, LAPTOP)
+    assert plan["trainer"]["accelerator"] == "mps"
+    lines = describe(plan, with_plan(cfg, plan)).splitlines()
+    assert lines[0].startswith("plan: 1 mps device (")
+    assert lines[2] == ("  batch: task.datamodule.max_tokens=auto: the process's share of the step fits one batch (on "
+                        "the mps device, batches of at most 3,400 tokens)")

@@ -117,7 +117,7 @@ def test_at_cpu_scale_every_row_keeps_its_shape_at_a_quarter_of_the_width(row: s
     assert cfg.task.name == "multi30k_en_de" and cfg.experiment.scale == "multi30k_cpu"
     # One recipe for every row (big included): 2,000 steps of 1,024 tokens, warmup 800, factor 0.28.
     assert (cfg.trainer.max_steps, cfg.optim.warmup_steps, cfg.optim.lr_factor) == (2000, 800, 0.28)
-    assert cfg.task.datamodule.max_tokens == 1024 and cfg.trainer.val_check_interval == 1000
+    assert cfg.optim.tokens_per_step == 1024 and cfg.trainer.val_check_interval == 1000
     assert cfg.test_after_training is False and cfg.validation.bleu_sentences == 300
     assert (cfg.decoding.beam_size, cfg.decoding.alpha) == (4, 0.6)
 

@@ -55,8 +55,8 @@ ROW_KEYS = ("task.name", "task.vocab_size", "task.subword_model", "model", "widt
             "task.datamodule.val_split", "task.datamodule.test_split", "checkpoint.average_last",
             "checkpoint.average_every_n_steps",
             "decoding", "validation.bleu_sentences", "trainer.limit_val_batches", "trainer.limit_test_batches")
-# One process's batch: a row's step where the row sets none to split (optim.tokens_per_step null: the
-# Multi30k scales, a step of one batch of task.datamodule.max_tokens a process), so that row's run with
+# One process's batch: a row's step where the row sets none to split (optim.tokens_per_step null: a
+# scale of one's own; every scale here sets its step), so that row's run with
 # another batch is another run; elsewhere it only splits the step.
 STEP_BATCH_KEY = "task.datamodule.max_tokens"
 # Speed switches compute the same numbers another way: not a change of the row (decoding.kv_cache:

@@ -134,11 +134,17 @@ def batch_over_memory(estimate: MemoryEstimate, batch: int, device_bytes: int, s
         what = f"give task.datamodule.max_tokens={fits} or less" + (
             " (auto: the most that fits, the rest of the step accumulated)" if auto_fits else "")
     else:
-        what = f"the weights and optimizer state alone take ~{estimate.fixed / 1e9:.1f} GB: train on a GPU with more " \
+        what = f"the weights and optimizer state alone take ~{gib(estimate.fixed, 1)}: train on a GPU with more " \
                "memory or a smaller model"
-    return (f"task.datamodule.max_tokens={setting}: a batch of {batch:,} tokens takes ~{need / 1e9:.1f} GB by the "
-            f"memory estimate, more than the {room / 1e9:.1f} GB usable of the GPU's {device_bytes / 1e9:.0f} GB, so the "
+    return (f"task.datamodule.max_tokens={setting}: a batch of {batch:,} tokens takes ~{gib(need, 1)} by the "
+            f"memory estimate, more than the {gib(room, 1)} usable of the GPU's {gib(device_bytes)}, so the "
             f"run may run out of GPU memory at its first step; {what}")
+
+
+def gib(size: float, digits: int = 0) -> str:
+    """``size`` bytes in GiB, as nvidia-smi and the GPUs' names count them (an "80GB" H100 holds 79.6 GiB, which
+    decimal GB wrote as 85), e.g. ``79.6 GiB`` for ``digits=1``."""
+    return f"{size / GIB:.{digits}f} GiB"
 
 
 def usable(device_bytes: int) -> int:

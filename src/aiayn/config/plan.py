@@ -36,6 +36,7 @@ from aiayn.config.memory import (
     MemoryEstimate,
     batch_over_memory,
     config_memory,
+    gib,
     parameters,
     tokens_that_fit,
     usable,
@@ -63,8 +64,8 @@ PLANNED_TRAINER_SETTINGS = ("accelerator", "devices", "num_nodes", "strategy", "
 # (optim.tokens_per_step null, or an explicit trainer.accumulate_grad_batches), batches of this many on any hardware,
 # so that the hardware never changes the recipe.
 PLAIN_BATCH_TOKENS = 3400
-# max_tokens=auto for a GPU whose memory is not known here (planned from a login node): an 80 GB A100/H100's.
-ASSUMED_GPU_MEMORY = 80 * 10**9
+# max_tokens=auto for a GPU whose memory is not known here (planned from a login node): an "80GB" A100/H100's.
+ASSUMED_GPU_MEMORY = 80 * GIB
 
 
 @dataclass(frozen=True)
@@ -118,19 +119,24 @@ class BatchLimit:
     assumed: bool = False  # the GPU's memory is not known here: ASSUMED_GPU_MEMORY
     whole_share: bool = False  # the process's whole share of the step fits one batch
     plain_because: str | None = None  # why auto gives PLAIN_BATCH_TOKENS on any hardware; None: no GPU to size it
+    accelerator: str = "cpu"  # where a batch that no GPU's memory sized trains (cpu, mps, ...)
 
     def describe(self, batch: int) -> str | None:
         """Why batches of ``batch`` tokens under ``max_tokens=auto``: what fits where (None for a number)."""
         if self.setting != AUTO:
             return None
-        if not self.on_gpu:
-            why = f", as {self.plain_because}" if self.plain_because else " without a GPU to size it"
-            return f"task.datamodule.max_tokens=auto: at most {PLAIN_BATCH_TOKENS:,} tokens a batch{why}"
+        if self.plain_because:
+            return f"task.datamodule.max_tokens=auto: at most {PLAIN_BATCH_TOKENS:,} tokens a batch, as {self.plain_because}"
+        if not self.on_gpu:  # (before: "without a GPU to size it", said on a GPU node too under hardware=cpu)
+            on = "the CPU" if self.accelerator == "cpu" else f"the {self.accelerator} device"
+            cpu = f"on {on}, batches of at most {PLAIN_BATCH_TOKENS:,} tokens"
+            return "task.datamodule.max_tokens=auto: " + (
+                f"the process's share of the step fits one batch ({cpu})" if self.whole_share else cpu)
         assumed = " (assumed: its memory is not known here)" if self.assumed else ""
         fits = "the process's share of the step fits one batch" if self.whole_share else \
             f"at most {self.tokens:,} tokens fit one batch"
-        return (f"task.datamodule.max_tokens=auto: {fits}, ~{self.estimate.at(batch) / 1e9:.1f} GB of the GPU's "
-                f"{self.device_bytes / 1e9:.0f} GB{assumed}")
+        return (f"task.datamodule.max_tokens=auto: {fits}, ~{gib(self.estimate.at(batch), 1)} of the GPU's "
+                f"{gib(self.device_bytes)}{assumed}")
 
 
 def batch_limit(config: Mapping[str, Any], placement: Placement, machine: Machine) -> BatchLimit:
@@ -154,15 +160,16 @@ def batch_limit(config: Mapping[str, Any], placement: Placement, machine: Machin
         return BatchLimit(PLAIN_BATCH_TOKENS, setting, plain_because=why)
     share = math.ceil(_positive(tokens_per_step, "optim.tokens_per_step") / placement.processes)
     if placement.accelerator != "gpu":
-        return BatchLimit(min(share, PLAIN_BATCH_TOKENS), setting)
+        return BatchLimit(min(share, PLAIN_BATCH_TOKENS), setting, whole_share=share <= PLAIN_BATCH_TOKENS,
+                          accelerator=str(placement.accelerator))
     estimate = config_memory(config, placement.precision, placement.processes)
     device = machine.gpu_memory or ASSUMED_GPU_MEMORY
     fits = tokens_that_fit(estimate, device)
     longest = data.get("max_length")
     if fits < (longest + 2 if isinstance(longest, int) else 1):
         raise ConfigError(
-            f"task.datamodule.max_tokens=auto: the model's weights and optimizer state (~{estimate.fixed / 1e9:.1f} GB) "
-            f"leave room for {fits:,} tokens a batch on a GPU of {device / 1e9:.0f} GB ({usable(device) / GIB:.1f} GiB "
+            f"task.datamodule.max_tokens=auto: the model's weights and optimizer state (~{gib(estimate.fixed, 1)}) "
+            f"leave room for {fits:,} tokens a batch on a GPU of {gib(device)} ({gib(usable(device), 1)} "
             "usable), too few for one training pair; train on a GPU with more memory or a smaller model")
     return BatchLimit(min(share, fits), setting, on_gpu=True, estimate=estimate, device_bytes=device,
                       assumed=machine.gpu_memory is None, whole_share=fits >= share)
@@ -226,7 +233,8 @@ def describe(plan: Mapping[str, Any], config: Mapping[str, Any], model: str | No
     (the model group's option) on this device, the projected wall time."""
     trainer, optim = plan["trainer"], config["optim"]
     processes, nodes = plan["processes"], trainer["num_nodes"]
-    on = "GPU" if trainer["accelerator"] == "gpu" else "CPU process"
+    accelerator = trainer["accelerator"]  # (before: mps, tpu, ... said "CPU process")
+    on = "GPU" if accelerator == "gpu" else "CPU process" if accelerator == "cpu" else f"{accelerator} device"
     where = f"{count(processes, on)}" + (f" on {nodes} nodes" if nodes > 1 else "")
     device = f" ({plan['device']})" if plan.get("device") else ""
     strategy = "" if trainer["strategy"] == "auto" else f", {trainer['strategy']}"
