@@ -66,6 +66,18 @@ def test_one_gpu_box_trains_on_its_gpu_and_refuses_more() -> None:
             auto(ONE_H100, devices=bad)
 
 
+def test_a_forking_strategy_on_gpus_is_refused_in_one_line_as_planning_has_started_cuda() -> None:
+    """Lightning's fork launcher refuses to fork once CUDA is started, and this_machine starts it reading the GPUs:
+    ddp_fork and ddp_notebook on several GPUs are refused as the run is planned (before: planned, then Lightning's
+    error as the Trainer started). On one GPU, or on the CPU, there is nothing to fork from a started CUDA."""
+    for strategy in ("ddp_fork", "ddp_notebook", "ddp_fork_find_unused_parameters_true"):
+        with pytest.raises(ConfigError, match=rf"^trainer.strategy={strategy} forks its ranks from this process, .* "
+                                              r"give trainer.strategy=ddp \(hardware=auto's\) or ddp_spawn$"):
+            place(NODE_8_A100, "gpu", 8, strategy)
+    assert place(ONE_H100, "gpu", 1, "ddp_fork").strategy == "ddp_fork"
+    assert place(BIG_CPU, "cpu", 2, "ddp_fork").strategy == "ddp_fork"
+
+
 def test_a_laptop_trains_one_cpu_process_and_refuses_a_gpu_count_saying_no_gpu_was_found() -> None:
     for devices in (None, 1, "1", "auto", -1):
         assert summary(auto(LAPTOP, devices=devices)) == ("cpu", 1, "auto", "32-true", 1)

@@ -220,3 +220,14 @@ def test_fp32_takes_more_memory_a_token_than_mixed_precision() -> None:
     mixed, full = (training_memory(MODELS["base"], 37000, precision) for precision in ("bf16-mixed", "32-true"))
     assert full.per_token > mixed.per_token and tokens_that_fit(full, 80 * GB) < tokens_that_fit(mixed, 80 * GB)
     assert tokens_that_fit(full, 80 * GB) % 8 == 0
+
+
+def test_the_weights_state_takes_the_bytes_of_the_weights_dtype() -> None:
+    """fp32 weights, gradients and Adam's moments: 16 bytes a parameter (18 with mixed precision's half copies);
+    fp64 (64-true) 32, bf16-true 8; DDP's buckets a gradient's bytes more (before: 16 + 2 whatever the dtype, half of
+    what 64-true takes)."""
+    n = parameters(MODELS["base"], 37000)
+    fixed = {precision: training_memory(MODELS["base"], 37000, precision).fixed
+             for precision in ("32-true", "bf16-mixed", "64-true", "bf16-true")}
+    assert fixed == {"32-true": 16 * n, "bf16-mixed": 18 * n, "64-true": 32 * n, "bf16-true": 8 * n}
+    assert training_memory(MODELS["base"], 37000, "64-true", processes=2).fixed == 40 * n

@@ -96,6 +96,10 @@ def place(machine: Machine, accelerator: Any = AUTO, devices: Any = None, strate
     processes = count * nodes
     if _given(strategy):
         chosen = str(strategy)
+        if kind == "gpu" and processes > 1 and chosen.startswith(_FORKING):  # (before: planned, then Lightning's error)
+            raise ConfigError(f"trainer.strategy={chosen} forks its ranks from this process, where planning the run has "
+                              "read the GPUs (their names, memory and bf16 units) and so started CUDA, which a forked "
+                              "process cannot use; give trainer.strategy=ddp (hardware=auto's) or ddp_spawn")
         if chosen in _RERUN_DDP and processes > 1 and multirun and not machine.cluster_launched:  # (before: kept)
             raise ConfigError(f"trainer.strategy={chosen} in a --multirun sweep run here starts each other rank by running "
                               "the command line again, which runs the whole sweep again in it; give trainer.strategy="
@@ -199,6 +203,8 @@ def cpu_name() -> str:
 
 # Lightning's DDP strategies that start the other ranks by running the command line again (the *_spawn ones spawn them).
 _RERUN_DDP = ("ddp", "ddp_find_unused_parameters_false", "ddp_find_unused_parameters_true")
+# Lightning's strategies that fork the ranks (and their find_unused_parameters variants).
+_FORKING = ("ddp_fork", "ddp_notebook")
 # Rank variables of the launchers: DDP's own (Lightning, torchrun), SLURM's.
 _RANKS = ("LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "SLURM_PROCID")
 

@@ -4,9 +4,10 @@ that fits a GPU (:func:`tokens_that_fit`): what ``task.datamodule.max_tokens=aut
 
 The estimate is ``fixed + per_token × tokens``, ``tokens`` being a batch's padded tokens a side:
 
-* ``fixed``: the fp32 weights, their gradients and Adam's two moments (16 bytes a parameter),
-  autocast's half-precision copies of the weights (2 more under mixed precision), and under DDP
-  its gradient buckets (4 more).
+* ``fixed``: the weights, their gradients and Adam's two moments (16 bytes a parameter in fp32;
+  32 under ``64-true``, 8 under ``bf16-true``/``16-true``), autocast's half-precision copies of
+  the weights (2 more under mixed precision), and under DDP its gradient buckets (a gradient's
+  bytes more).
 * ``per_token``: what autograd keeps of one source and one target position until the backward
   pass, layer by layer (:func:`activation_bytes`), and, at the loss, the fp32 log-probabilities
   and their gradient with the logits and theirs in the compute dtype: ``(8 + 2 × compute bytes)``
@@ -37,6 +38,8 @@ ROUND_TO = 8  # a batch's token budget is a multiple of this
 # The rows the fused loss takes at a time (aiayn.model.loss.FUSED_ROWS; config/ imports no model code,
 # and tests/config/test_memory.py holds the two equal).
 FUSED_LOSS_ROWS = 4096
+# The bytes of a weight (and of its gradient and Adam's moments) where not fp32, by Lightning's precision name.
+WEIGHT_BYTES = {"64-true": 8, "64": 8, "bf16-true": 2, "16-true": 2}
 # The bytes of an activation in the compute dtype, by Lightning's precision name.
 COMPUTE_BYTES = {"32-true": 4, "32": 4, "64-true": 8, "bf16-mixed": 2, "16-mixed": 2, "bf16-true": 2, "16-true": 2,
                  "bf16": 2, "16": 2, "transformer-engine": 2}
@@ -101,9 +104,10 @@ def training_memory(model: Mapping[str, Any], vocab_size: int, precision: Any, p
     ``precision`` (Lightning's name) by ``processes`` processes (DDP's buckets from two on), with
     the plain loss or the fused one (``loss.fused``: the logits and their gradient in the compute
     dtype, and an fp32 scratch of a block of rows, aiayn.model.loss)."""
-    a = COMPUTE_BYTES.get(str(precision), 2)
+    a, w = COMPUTE_BYTES.get(str(precision), 2), WEIGHT_BYTES.get(str(precision), 4)
     weights = parameters(model, vocab_size)
-    fixed = weights * (16 + (2 if a == 2 else 0) + (4 if processes > 1 else 0))
+    # (before: 16 + 2 bytes a parameter whatever the weights' dtype: 64-true's half of what it takes)
+    fixed = weights * (4 * w + (2 if a == 2 and w == 4 else 0) + (w if processes > 1 else 0))
     if fused_loss:
         fixed += 2 * 4 * FUSED_LOSS_ROWS * vocab_size
     per_token = activation_bytes(model, a) + (2 * a if fused_loss else 8 + 2 * a) * vocab_size
