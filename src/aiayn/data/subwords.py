@@ -221,6 +221,10 @@ def _train(lines: Sequence[str], folder: Path, key: str, vocab_size: int, model_
                 vocab_size=int(vocab_size),
                 model_type=model_type,
                 character_coverage=float(character_coverage),
+                # No byte_fallback (sentencepiece's default): a character the training text lacks is <unk>, as
+                # in the paper's wordpiece vocabularies, and a vocabulary holds no 256 byte pieces. (tensor2tensor's
+                # own subword encoder escaped such characters instead; the paper is silent.) The tools warn where a
+                # corpus leaves many subwords unknown (docs/training.md).
                 input_sentence_size=int(input_sentence_size),
                 shuffle_input_sentence="true",
                 hard_vocab_limit="true",
