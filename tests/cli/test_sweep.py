@@ -270,3 +270,18 @@ def test_a_sweep_extended_to_train_longer_keeps_the_group_of_the_sweep_it_contin
     other.mkdir()
     config = OmegaConf.create(sweep_config("debug=tiny", "model.n_layers=1,3", "optim.train_steps=8", "resume=auto"))
     assert settle_group(config, other).startswith("multirun/2026-01-03_00-00-00#")
+
+
+def test_the_sweeps_table_gives_each_override_as_typed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Hydra's sweeper hands a job its values as Python prints them (``=False``, ``=0.10`` as 0.1): the table and
+    sweep.tsv say them as a command line takes them (before: ``test_after_training=False``)."""
+    from types import SimpleNamespace
+
+    from aiayn.cli.sweep_table import write_table
+
+    jobs = [SimpleNamespace(number=n, overrides=[f"seed={n}", "test_after_training=False", "model.dropout=0.10"],
+                            status="done", folder=None) for n in (1, 2)]
+    write_table(jobs, tmp_path / "sweep.tsv")
+    rows = list(csv.reader((tmp_path / "sweep.tsv").open(), delimiter="\t"))
+    assert [row[1] for row in rows[1:]] == [f"seed={n} test_after_training=false model.dropout=0.1" for n in (1, 2)]
+    assert "every job also: test_after_training=false model.dropout=0.1" in capsys.readouterr().out

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from aiayn.config.identity import as_written
 from aiayn.files import atomic_write_text
 
 
@@ -42,8 +43,9 @@ def write_table(jobs: Sequence[Any], path: Path, group: str | None = None) -> No
 
 
 def shown(overrides: list[str]) -> str:
-    """A job's overrides on one line, as the sweep's lines name a job."""
-    return " ".join(overrides) or "(no overrides)"
+    """A job's overrides on one line, as the sweep's lines name a job: each as typed on a command line
+    (``test_after_training=false``, where Hydra's sweeper gives a job ``=False``)."""
+    return " ".join(map(as_written, overrides)) or "(no overrides)"
 
 
 def _one_line(text: Any) -> str:

@@ -154,7 +154,7 @@ def identity(root: DictConfig, what: str) -> Any:
     experiment = root.get("experiment") or {}
     scale = ("debug" if choices.get("debug") else experiment.get("scale")
              or ("paper" if experiment.get("table") else None))
-    own = [_as_written(o.lstrip("+")) for o in overrides if override_key(o) not in _UNNAMED and not override_key(o).startswith("hydra.")]
+    own = [as_written(o.lstrip("+")) for o in overrides if override_key(o) not in _UNNAMED and not override_key(o).startswith("hydra.")]
     if what == "scale":
         return scale
     if what == "name":
@@ -234,7 +234,7 @@ def row_settings(config: DictConfig) -> dict[str, Any]:
     return settings
 
 
-def _as_written(override: str) -> str:
+def as_written(override: str) -> str:
     """``key=value`` in one spelling for every way of giving it: a sweep's jobs get their overrides
     from Hydra's sweeper as Python prints the values (``test_after_training=False``), a single run as
     typed (``=false``, ``=0.10``); both become ``test_after_training=false``, ``model.dropout=0.1``.
