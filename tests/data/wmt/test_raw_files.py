@@ -23,15 +23,16 @@ VOCAB = 500
 # --- readers ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sgm, plain", [
-    ("newstest2014-deen-src.en.sgm", "newstest2014-en-de.en"), ("newstest2014-deen-ref.de.sgm", "newstest2014-en-de.de"),
-    ("newstest2014-fren-src.en.sgm", "newstest2014-en-fr.en"), ("newstest2014-fren-ref.fr.sgm", "newstest2014-en-fr.fr"),
-])
-def test_sgm_segments_equal_the_plain_test_set(data_root, sgm, plain):
+@pytest.mark.parametrize("sgm", [f"newstest2014-{pair}-{role}.{lang}.sgm" for pair, langs in (("deen", "ende"), ("fren", "enfr"))
+                                 for role in ("src", "ref") for lang in (langs[:2], langs[2:])])
+def test_sgm_segments_equal_the_plain_test_set(data_root, sgm):
+    """Every shared sgm file gives exactly the plain test set's lines (before: four lines of
+    deen-src.en, one of fren-src.en, kept a double space the plain file has as one)."""
+    pair, lang = sgm.split("-")[1], sgm.split(".")[1]
     segments = read_sgm(data_root / "wmt14" / "sgm" / sgm)
-    lines = read_lines(data_root / "wmt14" / plain)
+    lines = read_lines(data_root / "wmt14" / f"newstest2014-en-{pair[:2]}.{lang}")  # deen: en-de
     assert len(segments) == len(lines) == 3003
-    assert [" ".join(s.split()) for s in segments] == [" ".join(line.split()) for line in lines]
+    assert segments == lines
     assert not any("&amp;" in s or "&quot;" in s or "&lt;" in s for s in segments)
 
 

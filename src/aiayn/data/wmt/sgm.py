@@ -22,6 +22,9 @@ _NAME = re.compile(r"^\s*<(/?)([A-Za-z]+)")  # a line's first tag: closing or no
 _ATTRIBUTE = r"""\b{}\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))"""
 _TAG = re.compile(r"^\s*</?[A-Za-z][^<>]*>\s*$")
 _ENTITY = re.compile(r"&(#[0-9]+|#[xX][0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);")
+# A run of ASCII whitespace inside a segment: one space, as in the plain-text test sets (sacreBLEU's
+# sgm reader collapses runs too; the plain files keep U+00A0, the French no-break space, as it is).
+_SPACES = re.compile(r"[ \t\n\r\f\v]+")
 
 
 def unescape(text: str) -> str:
@@ -46,8 +49,9 @@ def _character(match: re.Match) -> str:
 
 
 def read_sgm(path: str | os.PathLike) -> list[str]:
-    """The text of every ``<seg>`` of an SGML file, in file order, entities decoded and
-    surrounding whitespace stripped. A line that opens a segment but does not close it (or any
+    """The text of every ``<seg>`` of an SGML file, in file order, entities decoded, surrounding
+    whitespace stripped and each inner run of it one space (four lines of newstest2014-deen-src.en
+    have two, where the plain test set has one). A line that opens a segment but does not close it (or any
     line that is neither a segment nor a lone tag) is a :class:`DataError` naming file and line."""
     return [text for _, text in read_segments(path)]
 
@@ -74,7 +78,7 @@ def read_segments(path: str | os.PathLike) -> list[tuple[tuple[str | None, str |
         if match:
             if "<seg" in match.group(2).lower() or "</seg>" in match.group(2).lower():
                 raise DataError(f"{path}: line {number} holds more than one <seg>; WMT files have one segment per line")
-            segments.append(((document, _attribute(match.group(1) or "", "id")), unescape(match.group(2)).strip()))
+            segments.append(((document, _attribute(match.group(1) or "", "id")), _SPACES.sub(" ", unescape(match.group(2)).strip())))
         elif "<seg" in line.lower() or "</seg>" in line.lower():
             raise DataError(
                 f"{path}: line {number} has a broken segment ({line.strip()[:80]!r}): expected "
