@@ -125,3 +125,16 @@ def loopback_http(tmp_path: Path):
     yield root, f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def faulty_http(tmp_path: Path):
+    """A real HTTP server on the loopback interface with a download's faults (tests/helpers/faulty_http.py)."""
+    from tests.helpers.faulty_http import FaultyServer
+
+    root = tmp_path / "served"
+    root.mkdir()
+    server = FaultyServer(root)
+    yield server
+    server.shutdown()
+    server.server_close()
