@@ -54,6 +54,22 @@ def atomic_path(path: str | os.PathLike, suffix: str = "", *, resumable: bool = 
         raise
 
 
+@contextmanager
+def new_folders_removed(folder: str | os.PathLike) -> Iterator[Path]:
+    """``folder``; when the block fails, the folders up to it that did not exist before it (and that
+    it left empty) are removed: a failed download leaves no empty folders of its own behind (under a
+    data root mistyped, say). A folder that holds something (a resumable .part) is kept."""
+    folder = Path(folder)
+    made = [path for path in (folder, *folder.parents) if not path.exists()]  # deepest first
+    try:
+        yield folder
+    except BaseException:
+        for path in made:
+            with contextlib.suppress(OSError):  # not empty: a resumable .part, or another's file
+                path.rmdir()
+        raise
+
+
 # This machine, as the temporaries name it (no dots: the name is split at them).
 _HOST = socket.gethostname().replace(".", "_") or "host"
 _TEMPORARY = re.compile(r"^\..+\.(?P<host>[^.]+)-(?P<pid>\d+)\.tmp")

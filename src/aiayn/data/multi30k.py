@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 import os
+import zlib
 from pathlib import Path
 
 from aiayn.data.datamodule import TranslationDataModule
-from aiayn.data.download import download_file
+from aiayn.data.download import NotTheFile, download_file, open_compressed, read_through, refuse_unless
 from aiayn.data.readers import plain_or_gzipped, read_lines
 from aiayn.errors import DataError
 
@@ -27,6 +28,11 @@ SUBDIR = "multi30k"
 (``{split}.{lang}``: read where it is there, :func:`aiayn.data.readers.plain_or_gzipped`)."""
 
 DOWNLOAD_TIMEOUT_S = 30.0
+
+LINES = {"train": 29_000, "val": 1_014, "test_2016_flickr": 1_000, "test_2017_flickr": 1_000, "test_2017_mscoco": 461,
+         "test_2018_flickr": 1_071}
+"""The lines of each split's official files (either language): a download with other counts is
+another file served under the name, refused. A user's own files in the data root are not held to it."""
 
 
 def multi30k_path(data_root: str | os.PathLike, split: str, lang: str) -> Path:
@@ -65,7 +71,7 @@ def multi30k_files(
     missing = [(path, multi30k_url(split, lang)) for path, lang in zip(paths, (src_lang, tgt_lang)) if not path.is_file()]
     if missing and download:
         for path, url in missing:
-            _download(url, path)
+            _download(url, path, split)
         missing = [(path, url) for path, url in missing if not path.is_file()]
     if missing:
         listing = "; ".join(f"{path} (from {url})" for path, url in missing)
@@ -84,13 +90,29 @@ def _check(split: str, lang: str) -> None:
         raise ValueError(f"unsupported Multi30k language {lang!r}; choose one of {LANGUAGES}")
 
 
-def _download(url: str, path: Path) -> None:
-    """Fetch ``url`` into ``path``, renamed into place only once it reads as complete gzipped
-    text; failures are logged, not raised."""
+def _download(url: str, path: Path, split: str) -> None:
+    """Fetch ``url`` into ``path``, renamed into place only once it is what :func:`_check_download`
+    asks; failures are logged, not raised (the caller lists what is still missing)."""
     try:
-        download_file(url, path, DOWNLOAD_TIMEOUT_S, check=read_lines)  # a truncated or non-gzip download fails
-    except (OSError, DataError) as error:  # URLError, timeouts and read-only folders are OSErrors
+        download_file(url, path, DOWNLOAD_TIMEOUT_S, check=lambda temporary: _check_download(temporary, url, split))
+    except (OSError, DataError) as error:  # URLError, timeouts, cut transfers and read-only folders are OSErrors
         log.warning("could not download %s to %s: %s", url, path, error)
+
+
+def _check_download(temporary: Path, url: str, split: str) -> None:
+    """A :class:`NotTheFile` naming ``url`` where what it sent is not gzip data (an HTML page, say),
+    does not decompress to its end (a cut or damaged copy: gzip's CRC and length are checked
+    there) or has other than the split's official line count (:data:`LINES`: another file)."""
+    refuse_unless(temporary, url, ("gzip data",), "gzip data (a .gz file)")
+    try:
+        with open_compressed(temporary) as stream:
+            read_through(stream)
+    except (EOFError, zlib.error, OSError) as error:
+        raise NotTheFile(f"{url} sent damaged gzip data ({error})") from None
+    lines = len(read_lines(temporary))
+    if lines != LINES[split]:
+        raise NotTheFile(f"{url} sent {lines:,} lines, where Multi30k's {split} files have {LINES[split]:,}: another "
+                         "file under its name")
 
 
 class Multi30kDataModule(TranslationDataModule):
