@@ -83,11 +83,10 @@ def test_an_archive_that_is_not_a_tar_archive_is_named(raw_copy, tmp_path):
     archive.write_bytes(b"<html>404 Not Found</html>\n")  # what a bad mirror may serve
     line = _prepare(raw_copy, tmp_path)  # download=true: the archive is there, so it is only unpacked
     assert line.startswith(f"prepare.py: WMT14 en-de files missing under {raw_copy} (the archive that holds them "
-                           f"{archive} is not a readable tar archive (")
-    assert line.endswith("; delete it so that it is downloaded again): dev/newstest2013.en, dev/newstest2013.de (from "
-                         f"https://www.statmt.org/wmt14/dev.tgz); unpack those archives into {raw_copy} (training files "
-                         "may be gzipped, e.g. commoncrawl.de-en.en.gz), or point task.raw_dir at a folder that holds "
-                         "them"), line
+                           f"{archive} is damaged or not a tar archive (")
+    assert line.endswith("; it was removed, so that the next run downloads it again): dev/newstest2013.en, "
+                         "dev/newstest2013.de (from https://www.statmt.org/wmt14/dev.tgz); run again to fetch them"), line
+    assert not archive.exists()
 
 
 def test_an_sgm_file_with_a_broken_segment_names_file_and_line(raw_copy, tmp_path):

@@ -184,17 +184,24 @@ def test_missing_archives_are_downloaded_and_unpacked(raw_tree, tmp_path, mirror
     assert not [p for p in raw.iterdir() if p.name.startswith(".unpacking-")]  # no temporary folder left
 
 
-def test_a_truncated_archive_unpacks_nothing_and_is_named(raw_tree, tmp_path):
+@pytest.mark.parametrize("damage", ["cut", "crc"])
+def test_a_damaged_archive_unpacks_nothing_is_named_and_removed(raw_tree, tmp_path, damage):
+    """cut: the second file cut short. crc: one bit of the gzip trailer's CRC flipped, which tarfile,
+    stopping at the tar's end blocks, never reads (before: unpacked as if whole, silently). Either
+    is removed, so that the next run downloads it again, and nothing of it is unpacked."""
     raw = tmp_path / "raw"
     (raw / "archives").mkdir(parents=True)
     whole = tmp_path / "test-full.tgz"
     with tarfile.open(whole, "w:gz") as tar:
         for name in ("newstest2014-deen-src.en.sgm", "newstest2014-deen-ref.de.sgm"):
             tar.add(raw_tree / "test-full" / name, arcname=f"test-full/{name}")
-    data = whole.read_bytes()
-    (raw / "archives" / "test-full.tgz").write_bytes(data[: len(data) * 3 // 4])  # the second file cut short
+    data = bytearray(whole.read_bytes())
+    if damage == "crc":
+        data[-8] ^= 1
+    (raw / "archives" / "test-full.tgz").write_bytes(data[: len(data) * 3 // 4] if damage == "cut" else data)
     failure = fetch_archive(ARCHIVES["test"], raw)
-    assert failure.startswith(f"{raw / 'archives' / 'test-full.tgz'} is not a readable tar archive")
-    assert failure.endswith("; delete it so that it is downloaded again")  # its address: beside it, in locate's line
+    assert failure.reason.startswith(f"{raw / 'archives' / 'test-full.tgz'} is damaged or not a tar archive (")
+    assert ("CRC check failed" if damage == "crc" else "ended before") in failure.reason
+    assert failure.reason.endswith("it was removed, so that the next run downloads it again") and failure.again
     assert not (raw / "test-full").exists()  # not even the first, whole member: nothing half-unpacked
-    assert [p.name for p in raw.iterdir()] == ["archives"]
+    assert [p.name for p in raw.iterdir()] == ["archives"] and not list((raw / "archives").iterdir())

@@ -17,6 +17,7 @@ newstest2014 the test set (Table 2).
 from __future__ import annotations
 
 import logging
+import lzma
 import os
 import shutil
 import tarfile
@@ -24,10 +25,18 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiayn.data.download import download_file
+from aiayn.data.download import (
+    ARCHIVE_KINDS,
+    CutShort,
+    NotTheFile,
+    download_file,
+    open_compressed,
+    read_through,
+    refuse_unless,
+)
 from aiayn.data.readers import plain_or_gzipped
 from aiayn.errors import DataError
-from aiayn.files import atomic_path
+from aiayn.files import atomic_path, new_folders_removed, no_room, release_lock, take_lock
 
 log = logging.getLogger(__name__)
 
@@ -140,10 +149,10 @@ def locate(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str, download: b
         )
     files, origin = expected_files(raw_dir, src_lang, tgt_lang)
     missing = [path for path in origin if not path.is_file()]
-    failures: dict[str, str] = {}  # by archive
+    failures: dict[str, Failure] = {}  # by archive
     if missing and download:
         for key in dict.fromkeys(origin[path] for path in missing):
-            failure = fetch_archive(ARCHIVES[key], raw)
+            failure = fetch_archive(ARCHIVES[key], raw, [path for path in missing if origin[path] == key])
             if failure:
                 failures[key] = failure
         files, origin = expected_files(raw_dir, src_lang, tgt_lang)
@@ -154,15 +163,16 @@ def locate(raw_dir: str | os.PathLike, src_lang: str, tgt_lang: str, download: b
     return files
 
 
-def _missing(pair: str, raw: Path, missing: list[Path], origin: dict[Path, str], failures: dict[str, str],
+def _missing(pair: str, raw: Path, missing: list[Path], origin: dict[Path, str], failures: dict[str, Failure],
              download: bool) -> str:
     """One line: the files still missing (under ``raw``), by the archive that holds them, why it did not
-    (one reason when every archive failed alike: no network, say) and what to do."""
+    (one reason when every archive failed alike: no network, say) and what to do: run again where
+    that is all it takes (:attr:`Failure.again`), else unpack the archives or point elsewhere."""
     by_archive: dict[str, list[str]] = {}
     for path in missing:
         by_archive.setdefault(origin[path], []).append(path.relative_to(raw).as_posix() if path.is_relative_to(raw)
                                                        else str(path))
-    reasons = set(failures.values())
+    reasons = {failure.reason for failure in failures.values()}
     if not download:
         why = "task.datamodule.download=false"
     elif len(reasons) == 1 and set(failures) == set(by_archive):
@@ -171,11 +181,13 @@ def _missing(pair: str, raw: Path, missing: list[Path], origin: dict[Path, str],
     else:
         why = None
     listing = "; ".join(
-        f"{', '.join(paths)} (from {ARCHIVES[key].url}" + (f": {failures[key]})" if why is None and key in failures
+        f"{', '.join(paths)} (from {ARCHIVES[key].url}" + (f": {failures[key].reason})" if why is None and key in failures
                                                           else ")") for key, paths in by_archive.items())
     if why is None:
         why = "not every archive could be fetched or unpacked, as said beside each" if failures else \
             "the archives lack them"
+    if download and set(by_archive) <= set(failures) and all(failure.again for failure in failures.values()):
+        return f"{pair} files missing under {raw} ({why}): {listing}; run again to fetch them"
     return (f"{pair} files missing under {raw} ({why}):"
             f" {listing}; unpack those archives into {raw} (training files may be gzipped, e.g. commoncrawl.de-en.en.gz),"
             " or point task.raw_dir at a folder that holds them")
@@ -190,37 +202,84 @@ def _nearby(raw: Path, src_lang: str, tgt_lang: str) -> str:
     return f" (task.raw_dir={best} holds {found[best]} of them)" if best is not None and found[best] else ""
 
 
-def fetch_archive(archive: Archive, raw_dir: Path) -> str | None:
+@dataclass(frozen=True)
+class Failure:
+    """Why an archive did not give its files: ``reason``, said beside its address; ``again``: running
+    again is what to do (a download cut short resumes; a damaged archive, removed, is fetched anew)."""
+
+    reason: str
+    again: bool = False
+
+
+class DamagedArchive(DataError):
+    """An archive that does not read whole (cut short, a checksum that fails, not a tar archive at
+    all); :func:`unpack` removed it and kept nothing of it."""
+
+
+def fetch_archive(archive: Archive, raw_dir: Path, wanted: list[Path] | tuple = ()) -> Failure | None:
     """Download ``archive`` into ``<raw_dir>/archives/`` (resuming a partial download) and unpack
-    it into ``raw_dir``. A failure is logged (naming the archive) and returned as what went wrong
-    and what to do, for the caller to say beside the archive's address and its files still
-    missing; None when it worked."""
+    it into ``raw_dir``, holding ``<name>.lock`` there (:func:`aiayn.files.take_lock`): a second job
+    fetching it into the same folder (EN-DE and EN-FR share three archives; nodes may share a raw
+    folder) waits, saying so, then finds ``wanted`` (the files it lacked) there or the archive
+    whole, where both appending into one ``.part`` corrupted it. A failure is logged (naming the
+    archive) and returned, for the caller to say beside the archive's address and its files still
+    missing; None when it worked. A full disk is a :class:`DataError` at once: the archives left
+    are not downloaded onto it."""
     target = raw_dir / "archives" / archive.name
+    doing, folder = "downloading", target.parent
     try:
-        if not target.is_file():
-            download_file(archive.url, target, DOWNLOAD_TIMEOUT_S, resume=True)
-        unpack(target, raw_dir)
-    except (tarfile.TarError, EOFError, zlib.error) as error:  # downloaded whole (or put there) but not a readable tar archive
-        failure = f"{target} is not a readable tar archive ({error}); delete it so that it is downloaded again"
-        log.warning("%s", failure)
-        return failure
+        with new_folders_removed(target.parent):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            lock_path = target.with_name(f"{target.name}.lock")
+            lock = take_lock(lock_path, waiting=lambda: log.warning(
+                "another process is fetching %s into %s (it holds %s); waiting for it", archive.name, folder, lock_path))
+            try:
+                if wanted and all(path.is_file() for path in wanted):
+                    return None  # unpacked by the process this one waited for
+                if not target.is_file():
+                    download_file(archive.url, target, DOWNLOAD_TIMEOUT_S, resume=True,
+                                  check=lambda path: refuse_unless(path, archive.url, ARCHIVE_KINDS,
+                                                                   f"a {target.suffix} archive"))
+                doing, folder = "unpacking", raw_dir
+                unpack(target, raw_dir)
+            finally:
+                release_lock(lock, remove=lock_path)
+    except (DamagedArchive, NotTheFile) as error:
+        log.warning("%s", error)
+        return Failure(str(error), again=isinstance(error, DamagedArchive))
     except OSError as error:  # URLError and timeouts are OSErrors
+        if (full := no_room(error)) is not None:
+            raise DataError(f"{folder}: {full.strerror or 'no room left'} while {doing} {target.name} (the disk is "
+                            "full, or a quota reached); nothing half-written was kept and the archives left were not "
+                            "fetched. Free space there and run again") from None
         log.warning("could not fetch %s into %s (%s)", archive.url, target, error)
-        return f"could not be downloaded ({error})"
+        return Failure(f"could not be downloaded ({error})", again=isinstance(error, (CutShort, TimeoutError)))
     return None
 
 
 def unpack(archive: Path, raw_dir: Path) -> None:
     """Unpack ``archive`` into ``raw_dir`` through a temporary folder beside its files: they are
-    moved into place only once the whole archive has been read, so a truncated or damaged
-    archive leaves no half-written corpus behind to be prepared as if it were whole."""
+    moved into place only once the whole archive has been read, to the end of its compressed data
+    (a gzip member's CRC and length are checked there, past the tar's end blocks where tarfile
+    stops), so a truncated or damaged archive leaves no half-written corpus behind to be prepared
+    as if it were whole. Such an archive is removed (a :class:`DamagedArchive`): the next run
+    downloads it again."""
     log.info("unpacking %s into %s", archive, raw_dir)
-    with atomic_path(raw_dir / f".unpacking-{archive.name}") as temporary:
-        with tarfile.open(archive) as tar:
-            tar.extractall(temporary, filter="data")
-        for path in sorted(temporary.rglob("*")):
-            if path.is_file() or path.is_symlink():
-                place = raw_dir / path.relative_to(temporary)
-                place.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(path, place)
-        shutil.rmtree(temporary)  # emptied: nothing to rename
+    try:
+        with atomic_path(raw_dir / f".unpacking-{archive.name}") as temporary:
+            with open_compressed(archive) as stream:
+                with tarfile.open(fileobj=stream, mode="r:") as tar:
+                    tar.extractall(temporary, filter="data")
+                read_through(stream)
+            for path in sorted(temporary.rglob("*")):
+                if path.is_file() or path.is_symlink():
+                    place = raw_dir / path.relative_to(temporary)
+                    place.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(path, place)
+            shutil.rmtree(temporary)  # emptied: nothing to rename
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError) as error:
+        if isinstance(error, OSError) and error.errno is not None:
+            raise  # the disk's (full, read-only), not the archive's
+        archive.unlink(missing_ok=True)
+        raise DamagedArchive(f"{archive} is damaged or not a tar archive ({error}); it was removed, so that the next "
+                             "run downloads it again") from None
