@@ -241,7 +241,8 @@ def test_the_sweep_dry_run_refuses_gpus_this_machine_lacks_as_the_multirun_does(
         line.startswith(f"tables.py: sweep job #{n} of 2 refused (model.dropout=0.{2 * n} trainer.devices=8): "
                         "trainer.devices=8 asks for 8 GPUs but no usable CUDA GPU was found on this machine")
         for n, line in enumerate(lines)), lines
-    assert tables_command("sweep", "model.dropout=0.0,0.2", "trainer.devices=8", "hydra/launcher=slurm") == 0
+    # model=base: a step 8 GPUs can share (the default job's 1,024 tokens cannot: batches of 128, refused)
+    assert tables_command("sweep", "model.dropout=0.0,0.2", "trainer.devices=8", "hydra/launcher=slurm", "model=base") == 0
     assert capsys.readouterr().out.splitlines()[-1] == "2 jobs, each config checked as `train.py --multirun` checks it; nothing run"
 
 
