@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from aiayn.data.readers import _GZIP_MAGIC, _other_compression
+from aiayn.data.readers import GZIP_MAGIC, other_compression
 from aiayn.errors import DataError
 from aiayn.files import atomic_path, new_folders_removed
 
@@ -67,8 +67,9 @@ def download_file(
         try:
             return _download(url, path, timeout, resume, check)
         except OSError as error:
-            raise (CutShort if isinstance(error, CutShort) else OSError)(f"{error}; the download was started again after HTTP 416, for {part}: delete {part} "
-                          "if this goes on") from error
+            kind = CutShort if isinstance(error, CutShort) else OSError
+            raise kind(f"{error}; the download was started again after HTTP 416, for {part}: delete {part} if this "
+                       "goes on") from error
 
 
 def _part(path: Path) -> Path:
@@ -114,9 +115,9 @@ def sent(path: str | os.PathLike) -> str:
         head = file.read(512)
     if not head:
         return "nothing (an empty body)"
-    if head.startswith(_GZIP_MAGIC):
+    if head.startswith(GZIP_MAGIC):
         return "gzip data"
-    other = _other_compression(head)
+    other = other_compression(head)
     if other is not None:
         return f"{other[0]}-compressed data"
     if head[257:262] == b"ustar":

@@ -13,7 +13,7 @@ from typing import BinaryIO
 
 from aiayn.errors import DataError
 
-_GZIP_MAGIC = b"\x1f\x8b"
+GZIP_MAGIC = b"\x1f\x8b"
 # Other compressed data, which is read neither as gzip nor as text: the bytes it opens with, its
 # name, the command that decompresses it and the suffix its files' names end in.
 _OTHER_COMPRESSION = ((b"\xfd7zXZ\x00", "xz", "unxz", ".xz"), (b"BZh", "bzip2", "bunzip2", ".bz2"),
@@ -77,8 +77,8 @@ def iter_lines(path: str | os.PathLike) -> Iterator[str]:
     except FileNotFoundError:
         raise DataError(f"{path}: file not found; check the path or the data root") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as error:
-        if count == 0 and isinstance(error, gzip.BadGzipFile) and not _starts_with(path, _GZIP_MAGIC):
-            other = _other_compression(_head(path))
+        if count == 0 and isinstance(error, gzip.BadGzipFile) and not _starts_with(path, GZIP_MAGIC):
+            other = other_compression(_head(path))
             if other is not None:
                 raise DataError(f"{path}: {other[0]}-compressed data, though its name ends in .gz (read as gzip); "
                                 f"decompress it ({other[1]}) and gzip it") from None
@@ -193,10 +193,10 @@ def decode_lines(handle: BinaryIO, name: str | os.PathLike) -> Iterator[str]:
             line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as error:
             stream = str(name).startswith("<") or not Path(name).is_file()  # stdin, a pipe: no name to give
-            if head.startswith(_GZIP_MAGIC):
+            if head.startswith(GZIP_MAGIC):
                 fix = "decompress it first (zcat)" if stream else f"name it {Path(name).name}.gz, or decompress it"
                 raise DataError(f"{name}: gzip-compressed data, but not read as gzip (a name ending in .gz); {fix}") from None
-            other = _other_compression(head)
+            other = other_compression(head)
             if other is not None:
                 fix = f"decompress it first ({other[1]})" if stream else \
                     f"decompress it ({other[1]}), or gzip it as {Path(name).name.removesuffix(other[2])}.gz"
@@ -248,7 +248,7 @@ def _head(path: Path) -> bytes:
         return b""
 
 
-def _other_compression(head: bytes) -> tuple[str, str, str] | None:
+def other_compression(head: bytes) -> tuple[str, str, str] | None:
     """(format, command that decompresses it, its files' suffix) of data opening with ``head``,
     compressed otherwise than with gzip; None for anything else."""
     return next((tuple(kind) for magic, *kind in _OTHER_COMPRESSION if head.startswith(magic)), None)
