@@ -86,9 +86,17 @@ def machine() -> dict[str, object]:
 
 def commit(checkout: Path = REPO) -> str:
     """The short hash of ``checkout``'s commit (this one's by default), with "+dirty" when its
-    working tree has changes."""
+    working tree has changes; ``$AIAYN_COMMIT`` where it is set (a copy of the working tree on a
+    machine without its git history, which would record none, or an older one's); "" without git."""
+    if os.environ.get("AIAYN_COMMIT") and checkout == REPO:
+        return os.environ["AIAYN_COMMIT"]
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], check=False, cwd=checkout, capture_output=True, text=True).stdout.strip()
+        try:
+            return subprocess.run(["git", *args], check=False, cwd=checkout, capture_output=True,
+                                  text=True).stdout.strip()
+        except OSError:  # no git on this machine
+            return ""
     head = git("rev-parse", "--short", "HEAD")
     return f"{head}+dirty" if head and git("status", "--porcelain", "--untracked-files=no") else head
 

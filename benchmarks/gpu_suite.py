@@ -68,6 +68,18 @@ PARTIAL = "gpu_suite.partial.json"  # the record of the parts finished, until th
 # tests: 10 GPU tests took 94 s on the H200 (2026-11-26), now 12; decode: 43 s, CTranslate2 not loading there
 CAPS = {"tests": 130, "train": 190, "users_command": 170, "decode": 50}
 QUICK_CAPS = {"tests": 60, "train": 90, "users_command": 120, "decode": 90}
+# What each part reads under $AIAYN_DATA_ROOT, checked before any part runs: a GPU machine is often given the
+# checkout alone, and without its data every part failed within seconds, measuring nothing.
+NEEDED = {
+    "tests": ("multi30k/train.en.gz", "multi30k/train.de.gz", "multi30k/test_2016_flickr.en.gz"),
+    "train": ("wmt14/newstest2014-en-de.en", "wmt14/newstest2014-en-de.de", "wmt14/newstest2014-en-fr.en",
+              "wmt14/newstest2014-en-fr.fr"),
+    "users_command": ("wmt14/newstest2013.en", "wmt14/newstest2013.fr", "wmt14/newstest2014-en-fr.en",
+                      "wmt14/newstest2014-en-fr.fr", "wmt14/sgm/newstest2014-fren-src.en.sgm",
+                      "wmt14/sgm/newstest2014-fren-ref.fr.sgm"),
+    "decode": ("wmt14/newstest2014-en-de.en", "wmt14/newstest2013.en", "wmt14/newstest2013.de",
+               "wmt14/train_sample/src-train.txt.gz", "wmt14/train_sample/tgt-train.txt.gz"),
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -80,6 +92,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cap", action="append", default=[], metavar="PART=SECONDS",
                         help=f"a part's time cap (default {CAPS}; with --quick {QUICK_CAPS})")
     parser.add_argument("--sentences", type=int, default=None, help="decode only the first N sentences")
+    parser.add_argument("--keep-logs", type=Path, default=None, metavar="FILE.tar.gz",
+                        help="keep every part's whole log (pytest's, each run's, train.log) in one archive")
     args = parser.parse_args(argv)
     args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     if not args.parts or set(args.parts) - set(PARTS):
@@ -254,6 +268,16 @@ def markdown(record: dict) -> str:
     return "\n".join(lines + ([""] + notes if notes else []) + ["", ""])
 
 
+def keep_logs(work: Path, archive: Path) -> None:
+    """Every log under the suite's work folder (the parts keep only their tails in the record), in ``archive``."""
+    import tarfile
+
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        for log in sorted(work.rglob("*.log")):
+            tar.add(log, arcname=str(log.relative_to(work)))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -261,12 +285,21 @@ def main(argv: list[str] | None = None) -> int:
               "or pass --device cpu", file=sys.stderr)
         return 2
     os.environ.setdefault("AIAYN_DATA_ROOT", str(_common.data_root()))
+    root = Path(os.environ["AIAYN_DATA_ROOT"])
+    missing = sorted({name for part in args.parts for name in NEEDED[part] if not (root / name).is_file()})
+    if missing:
+        print(f"gpu_suite.py: the data under AIAYN_DATA_ROOT={root} lack {len(missing)} of the files its parts read "
+              f"({', '.join(missing[:3])}{', …' if len(missing) > 3 else ''}): set AIAYN_DATA_ROOT to a folder holding "
+              "multi30k/ and wmt14/ (README's Install section)", file=sys.stderr)
+        return 2
     started = time.monotonic()
     record = {"benchmark": "gpu_suite", "date": _common.now(), "commit": _common.commit(), "device": args.device,
               "quick": args.quick, "machine": machine(args.device), "peers": _common.peer_versions(),
               "parts": args.parts, "caps_s": {part: args.caps[part] for part in args.parts}}
     with tempfile.TemporaryDirectory(prefix="aiayn-gpu-suite-") as work:
         record.update(run_parts(args, Path(work), record))
+        if args.keep_logs is not None:
+            keep_logs(Path(work), args.keep_logs)
     record["seconds"] = round(time.monotonic() - started, 1)
     if not args.quick:
         record["targets"] = _gpu_parts.targets(record)

@@ -33,7 +33,8 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory, data_root: Path):
     out = tmp_path_factory.mktemp("gpu-suite")
     with python_starts_preloaded():
         result = run_tool("benchmarks/gpu_suite.py", "--device", "cpu", "--quick", *UNBOUND, "--out-dir",
-                          str(out / "results"), data_root=data_root, cache_dir=out / "cache")
+                          str(out / "results"), "--keep-logs", str(out / "results" / "logs.tar.gz"),
+                          data_root=data_root, cache_dir=out / "cache")
     return out / "results", result
 
 
@@ -93,6 +94,11 @@ def test_quick_cpu_run_writes_one_record_with_every_part(quick_run) -> None:
     assert users["loop_over_bare"] == pytest.approx(users["loop_over_bare_target_tokens"] * (
         1 - users["bare_step"]["padding"]) / (1 - users["padding"]), abs=2e-3)
     assert "targets" not in record  # judged on GPU records only
+    import tarfile
+
+    with tarfile.open(results / "logs.tar.gz") as logs:  # --keep-logs: every part's whole log, not its tail alone
+        names = logs.getnames()
+    assert {"pytest.log", "users_command.log", "decode.log"} <= set(names) and any("train" in n for n in names), names
 
     decode = record["decode"]
     assert decode["status"] == "ok" and decode["complete"] and decode["sentences"] == 16
@@ -257,3 +263,29 @@ def test_a_run_killed_after_a_part_leaves_that_parts_record(tmp_path: Path, monk
     kept = json.loads((tmp_path / "out" / "gpu_suite.partial.json").read_text())
     assert kept["benchmark"] == "gpu_suite" and kept["commit"] == "abc" and "train" not in kept
     assert kept["tests"]["status"] == "passed" and kept["tests"]["passed"] == 12 and kept["tests"]["part_seconds"] >= 0
+
+
+def test_data_the_parts_read_missing_is_refused_in_one_line_before_any_part_runs(tmp_path: Path) -> None:
+    """A GPU machine given the checkout alone (the data folder beside it stays behind): every part failed within
+    seconds and the suite recorded nothing measured; it now says what is missing, exit 2, before any part runs."""
+    (tmp_path / "wmt14").mkdir()
+    result = run_tool("benchmarks/gpu_suite.py", "--device", "cpu", "--quick", "--parts", "decode", "--out-dir",
+                      str(tmp_path / "results"), data_root=tmp_path, check=False)
+    assert result.returncode == 2 and not (tmp_path / "results").exists()
+    assert result.stderr.splitlines() == [(
+        f"gpu_suite.py: the data under AIAYN_DATA_ROOT={tmp_path} lack 5 of the files its parts read (wmt14/newstest2013"
+        ".de, wmt14/newstest2013.en, wmt14/newstest2014-en-de.en, …): set AIAYN_DATA_ROOT to a folder holding multi30k/ "
+        "and wmt14/ (README's Install section)")]
+
+
+def test_the_commit_recorded_is_aiayn_commit_where_it_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of the working tree on another machine has no git history of its own (or an older one's)."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import _common
+
+    monkeypatch.setenv("AIAYN_COMMIT", "abc1234")
+    assert _common.commit() == "abc1234"
+    monkeypatch.delenv("AIAYN_COMMIT")
+    assert _common.commit() != "abc1234" and _common.commit()  # this checkout's own
+    monkeypatch.setenv("PATH", "")  # no git: no commit, rather than a crash before any part runs
+    assert _common.commit() == ""
