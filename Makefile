@@ -6,7 +6,8 @@
 #                  tests, bf16 training throughput (big and base, eager, then each speed switch: CUDA graphs,
 #                  length buckets, plain Adam), the user's command (train.py model=big task=wmt_en_fr, 100 steps)
 #                  and beam-4 decoding (ours and CTranslate2); appends to benchmarks/results/gpu_suite.{jsonl,md} and
-#                  train_throughput.jsonl (benchmarks/gpu_suite.py; GPU_CHECK_ARGS for its options)
+#                  train_throughput.jsonl (benchmarks/gpu_suite.py; GPU_CHECK_ARGS for its options). On a node where
+#                  aiayn is installed already (from a wheelhouse, without internet): GPU_PYTHON=python3, no install
 # make wheelhouse — the wheels a machine without internet (a cluster's GPU node) needs to install aiayn beside
 #                  its own torch: WHEELHOUSE_ARGS="--python 3.12 --have node-packages.txt" (scripts/wheelhouse.py)
 PYTHON ?= python3
@@ -20,6 +21,9 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= auto
 PYTEST_XDIST := -n $(PYTEST_WORKERS) --maxprocesses=8 --dist worksteal
 GPU_CHECK_ARGS ?=
+# The Python that runs the GPU check: empty, .venv's (made by install); a path, that one as it is (a node's own
+# torch and aiayn, installed from `make wheelhouse`'s wheels: the install's index is not reachable there).
+GPU_PYTHON ?=
 WHEELHOUSE_ARGS ?= --python 3.12
 
 # Real data: the shared data folder beside the checkout when there is one, else the user cache
@@ -51,8 +55,8 @@ test-fast: install
 lint: install
 	$(BIN)/ruff check .
 
-gpu-check: install
-	$(BIN)/python benchmarks/gpu_suite.py $(GPU_CHECK_ARGS)
+gpu-check: $(if $(GPU_PYTHON),,install)
+	$(or $(GPU_PYTHON),$(BIN)/python) benchmarks/gpu_suite.py $(GPU_CHECK_ARGS)
 
 wheelhouse: install
 	$(BIN)/python scripts/wheelhouse.py $(WHEELHOUSE_ARGS)

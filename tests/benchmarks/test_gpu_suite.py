@@ -289,3 +289,17 @@ def test_the_commit_recorded_is_aiayn_commit_where_it_is_set(monkeypatch: pytest
     assert _common.commit() != "abc1234" and _common.commit()  # this checkout's own
     monkeypatch.setenv("PATH", "")  # no git: no commit, rather than a crash before any part runs
     assert _common.commit() == ""
+
+
+@pytest.mark.cli  # make's own process
+def test_make_gpu_check_with_a_python_of_its_own_installs_nothing() -> None:
+    """A GPU node without internet, aiayn installed from `make wheelhouse`'s wheels: `make gpu-check
+    GPU_PYTHON=python3` runs the suite with that Python, where the target installed .venv from the index first."""
+    import subprocess
+
+    planned = subprocess.run(["make", "-n", "-B", "gpu-check", "GPU_PYTHON=python3", "GPU_CHECK_ARGS=--quick"],
+                             cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert planned.splitlines() == ["python3 benchmarks/gpu_suite.py --quick"]
+    default = subprocess.run(["make", "-n", "-B", "gpu-check"], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout
+    assert "pip install" in default and default.splitlines()[-1] == ".venv/bin/python benchmarks/gpu_suite.py "
