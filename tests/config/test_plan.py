@@ -54,8 +54,13 @@ def test_a_step_too_small_for_the_processes_or_a_bad_number_is_refused_in_one_li
 def test_the_users_command_plans_8_gpus_of_ddp_bf16_and_the_papers_step_on_an_8_gpu_node() -> None:
     cfg = composed("model=big", "task=wmt_en_fr", "trainer.devices=8")
     plan = make_plan(cfg, NODE_8_H100)
+    # Logged every 100 steps on GPUs, where each read-back of the logged values waits for them (every step on a CPU)
     assert plan["trainer"] == {"accelerator": "gpu", "devices": 8, "num_nodes": 1, "strategy": "ddp",
-                               "precision": "bf16-mixed", "accumulate_grad_batches": 1, "val_check_interval": 1000}
+                               "precision": "bf16-mixed", "accumulate_grad_batches": 1, "val_check_interval": 1000,
+                               "log_every_n_steps": 100}
+    assert make_plan(composed("model=big", "task=wmt_en_fr", "trainer.devices=8", "trainer.log_every_n_steps=1"),
+                     NODE_8_H100)["trainer"]["log_every_n_steps"] == 1  # given: as given
+    assert make_plan(composed("model=big", "task=wmt_en_fr"), LAPTOP)["trainer"]["log_every_n_steps"] == 1
     assert (plan["processes"], plan["tokens_per_batch"], plan["tokens_per_step"]) == (8, 3125, 25_000)
     assert plan["device"] == "NVIDIA H100 80GB HBM3"
     assert cfg.model.dropout == 0.1  # §6.1: the big EN-FR model's P_drop (conf/task_model/wmt_en_fr_big.yaml)
@@ -307,7 +312,7 @@ def test_cfg_job_shows_the_plan_resolved(monkeypatch: pytest.MonkeyPatch, capsys
     shown, shown_plan = OmegaConf.create(captured.out), captured.err.splitlines()
     assert OmegaConf.to_container(shown.plan.trainer) == {
         "accelerator": "gpu", "devices": 8, "num_nodes": 1, "strategy": "ddp", "precision": "bf16-mixed",
-        "accumulate_grad_batches": 1, "val_check_interval": 1000}
+        "accumulate_grad_batches": 1, "val_check_interval": 1000, "log_every_n_steps": 100}
     assert (shown.plan.processes, shown.plan.tokens_per_batch, shown.plan.tokens_per_step) == (8, 3125, 25_000)
     assert shown.plan.shown_for == ("a node of 8 GPUs with bf16 (A100, H100); this machine has no usable CUDA GPU, so "
                                     "the run itself is refused here")

@@ -57,7 +57,11 @@ PAPER_TOKENS_PER_STEP = 25_000  # §5.1: "approximately 25000 source tokens and 
 PLANNED_TRAINER_SETTINGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches",
                             "val_check_interval", "max_steps", "max_epochs", "limit_val_batches", "min_steps",
                             "min_epochs", "check_val_every_n_epoch", "max_time", "fast_dev_run", "limit_train_batches",
-                            "overfit_batches", "limit_test_batches")
+                            "overfit_batches", "limit_test_batches", "log_every_n_steps")
+# trainer.log_every_n_steps null: every step on a CPU, every this many on GPUs, where each read-back of the logged values
+# (the loss, the gradient norm, the non-finite counts) waits for the GPU and keeps the host from queueing the next step
+# (as fairseq's --log-interval 100; the progress lines' default interval too). A number given wins.
+GPU_LOG_EVERY_N_STEPS = 100
 # max_tokens=auto where no GPU's memory sizes the batch (the WMT tasks' batch before auto): on a CPU, batches of at
 # most this many tokens — a bigger batch is no faster there (a step is matrix products near the CPU's peak either way,
 # docs/performance.md) and takes more of the machine's memory — and, where the recipe sets no step to split
@@ -200,6 +204,8 @@ def make_plan(config: Mapping[str, Any], machine: Machine, multirun: bool = Fals
             "accelerator": placement.accelerator, "devices": list(devices) if isinstance(devices, list) else devices,
             "num_nodes": placement.num_nodes, "strategy": placement.strategy, "precision": placement.precision,
             "accumulate_grad_batches": step.accumulate, "val_check_interval": interval, **limits,
+            "log_every_n_steps": logged if (logged := trainer.get("log_every_n_steps")) is not None else (
+                1 if placement.accelerator == "cpu" else GPU_LOG_EVERY_N_STEPS),
         },
         "processes": placement.processes,
         "device": machine.gpu_name if placement.accelerator == "gpu" else machine.cpu_name,

@@ -58,8 +58,8 @@ class TranslationModule(L.LightningModule):
     device (CUDA can run ahead of Python, or replay a captured graph): token counts, the gradient's
     norm and the non-finite check stay tensors, a non-finite step is skipped by fused Adam itself
     (its ``found_inf``), and the counts are read back when Lightning reads its logged values
-    (``trainer.log_every_n_steps``; every step in train.py). With ``optim.fused`` false the check
-    reads the step's flag back at every step.
+    (``trainer.log_every_n_steps``; in train.py every step on a CPU, every 100 on GPUs). With
+    ``optim.fused`` false the check reads the step's flag back at every step.
     """
 
     def __init__(
