@@ -54,6 +54,20 @@ def test_the_steps_tokens_and_gradient_clipping_may_not_change_on_resume() -> No
                               two_processes | {"trainer": {"gradient_clip_val": 1.0}}) == []
 
 
+def test_a_checkpoint_of_the_same_step_set_per_process_resumes_under_the_recipe_that_sets_it() -> None:
+    """The default job and the Multi30k scales set no optim.tokens_per_step before 2026-12-02 (one 1,024-token batch a
+    process): a run of theirs resumes under the recipe that now sets the 1,024 its one process took; one that took
+    another step (two processes: 2,048) is another recipe, said."""
+    from aiayn.checkpoints.resume import config_differences
+
+    old = {"seed": 1, "optim": {"lr_factor": 0.5, "tokens_per_step": None},
+           "plan": {"tokens_per_batch": 1024, "tokens_per_step": 1024}}
+    now = {**old, "optim": {"lr_factor": 0.5, "tokens_per_step": 1024}}
+    assert config_differences({"hyper_parameters": {"run_config": old}}, now) == []
+    two = {**old, "plan": {"tokens_per_batch": 1024, "tokens_per_step": 2048}}
+    assert config_differences({"hyper_parameters": {"run_config": two}}, now)[0] == "optim.tokens_per_step: None → 1024"
+
+
 def test_within_an_epoch_the_settings_that_cut_it_into_batches_may_not_change(tiny_run, caplog) -> None:
     """Length buckets or another epoch length mid-epoch: the rest of the epoch would be other batches
     (some sentences trained twice, others never); another data seed, another order of every epoch

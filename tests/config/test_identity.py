@@ -251,3 +251,16 @@ def test_a_sweeps_jobs_are_named_and_tagged_as_single_runs_of_the_same_settings(
             "task:multi30k_en_de", "model:small", "scale:debug", "test_after_training=false", "model.dropout=0.1",
             "trainer.max_time=00:00:30:00", f"seed={seed}"]
         assert swept["name"] == single["name"]
+
+
+def test_a_row_run_from_before_its_scale_set_its_step_is_the_row_where_it_took_that_step() -> None:
+    """A Multi30k-scale run trained before the scales set optim.tokens_per_step (null: one 1,024-token batch a
+    process) is its row where its plan took the row's 1,024 tokens (one process), and a changed row where it took
+    more (8 processes: 8,192), as the tables and evaluate's W&B tags say."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=table3_base", "+scale=multi30k_cpu"], return_hydra_config=True)
+    choices = dict(cfg.hydra.runtime.choices)
+    old = row_settings(cfg)
+    old["optim"]["tokens_per_step"] = None
+    assert row_changes({**old, "plan": {"tokens_per_step": 1024}}, choices, CONF) == []
+    assert row_changes({**old, "plan": {"tokens_per_step": 8192}}, choices, CONF) == ["optim.tokens_per_step: 1024 → None"]

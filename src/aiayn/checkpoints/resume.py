@@ -26,6 +26,7 @@ from aiayn.config.identity import (
     SPEED_KEYS,
     setting_differences,
     setting_value,
+    step_as_set,
 )
 from aiayn.data.position import stopped_within
 from aiayn.errors import ConfigError
@@ -217,6 +218,7 @@ def config_differences(saved: dict[str, Any] | None, config: dict[str, Any], adv
     if not old:
         return []  # a checkpoint without its config (written by other code): nothing to compare
     keys = [key for key in IDENTITY_KEYS if key not in _WHERE_SAVED or _held(old, key)]
+    old = step_as_set(old, setting_value(config, "optim.tokens_per_step"))  # the same step, written before it was set
     differences = setting_differences(old, config, keys, SPEED_KEYS + LENGTH_KEYS)
     layout = [index for index, difference in enumerate(differences) if difference.split(":", 1)[0] in _LAYOUT_KEYS]
     hint = _layout_hint(old, config) if layout and advice else None

@@ -115,6 +115,7 @@ def row_changes(config: Mapping[str, Any], choices: Mapping[str, Any], conf_dir:
         return []
     row = _row_config(tuple(overrides), str(conf_dir) if conf_dir is not None else None)
     step_batch = (STEP_BATCH_KEY,) if setting_value(row, "optim.tokens_per_step") is None else ()
+    config = step_as_set(config, setting_value(row, "optim.tokens_per_step"))
     return setting_differences(row, config, (*ROW_KEYS, *step_batch), SPEED_KEYS)
 
 
@@ -125,8 +126,12 @@ def run_folder_changes(config: Any, run_dir: str | Path, conf_dir: str | Path | 
     if not hydra_file.is_file():
         return []
     choices = OmegaConf.to_container(OmegaConf.load(hydra_file).hydra.runtime.choices)
-    return row_changes(row_settings(OmegaConf.create(config) if not OmegaConf.is_config(config) else config),
-                       choices, conf_dir)
+    settings = row_settings(OmegaConf.create(config) if not OmegaConf.is_config(config) else config)
+    # the run's plan as it trained (the step it took: step_as_set); not one resolved here, on this machine
+    plan = None if OmegaConf.is_config(config) and OmegaConf.is_interpolation(config, "plan") else config.get("plan")
+    if plan is not None:
+        settings["plan"] = {"tokens_per_step": plan.get("tokens_per_step")}
+    return row_changes(settings, choices, conf_dir)
 
 
 @functools.lru_cache(maxsize=64)
@@ -219,6 +224,17 @@ def recorded_group(sweep_dir: Path) -> str | None:
         return (sweep_dir / GROUP_FILE).read_text(encoding="utf-8").strip() or None
     except OSError:
         return None
+
+
+def step_as_set(config: Mapping[str, Any], step: Any) -> Mapping[str, Any]:
+    """``config`` (a run's, resolved) with ``optim.tokens_per_step`` the step its plan trained where it set none and that
+    step is ``step`` (another config's optim.tokens_per_step): a run of the default job or of a Multi30k scale from
+    before those recipes set their 1,024-token step (2026-12-02), when one process's batch was the step — the same
+    recipe, written the old way. Any other config as it is."""
+    optim, trained = config.get("optim") or {}, (config.get("plan") or {}).get("tokens_per_step")
+    if optim.get("tokens_per_step") is None and step is not None and trained == step:
+        return {**config, "optim": {**optim, "tokens_per_step": step}}
+    return config
 
 
 def row_settings(config: DictConfig) -> dict[str, Any]:
