@@ -116,6 +116,12 @@ def test_the_cpu_default_and_the_small_scales_train_a_step_of_1024_tokens_on_any
             make_plan(composed(*overrides, "hardware=gpu8_ddp"), NODE_8_H100)
     debug = make_plan(composed("debug=tiny", "model=base", "hardware=cpu2_ddp"), LAPTOP)
     assert (debug["tokens_per_step"], debug["tokens_per_batch"]) == (2048, 1024)
+    # The small recipe elsewhere, and Table 4's sample row: the step one process took before, now on any hardware.
+    for overrides, step in ((["task=wmt_en_de"], 3400), (["task=parallel_text"], 3400), (["experiment=table4_sample"], 1024)):
+        one, two = (make_plan(composed(*overrides, *more), LAPTOP) for more in ([], ["hardware=cpu2_ddp"]))
+        assert (one["tokens_per_step"], one["tokens_per_batch"]) == (step, step), overrides
+        assert (two["tokens_per_step"], two["tokens_per_batch"]) == (step, step // 2), overrides
+
 
 def test_an_accelerator_of_lightnings_own_is_named_in_the_plan_as_given() -> None:
     """trainer.accelerator=mps (a Mac's GPU), which Lightning checks: the plan says that device (before: "1 CPU
