@@ -64,8 +64,11 @@ def test_a_checkpoint_of_the_same_step_set_per_process_resumes_under_the_recipe_
            "plan": {"tokens_per_batch": 1024, "tokens_per_step": 1024}}
     now = {**old, "optim": {"lr_factor": 0.5, "tokens_per_step": 1024}}
     assert config_differences({"hyper_parameters": {"run_config": old}}, now) == []
-    two = {**old, "plan": {"tokens_per_batch": 1024, "tokens_per_step": 2048}}
-    assert config_differences({"hyper_parameters": {"run_config": two}}, now)[0] == "optim.tokens_per_step: None → 1024"
+    two = {**old, "plan": {"tokens_per_batch": 1024, "tokens_per_step": 2048, "processes": 2}}
+    on_two = {**now, "plan": {"tokens_per_batch": 512, "tokens_per_step": 1024, "processes": 2}}
+    refused = config_differences({"hyper_parameters": {"run_config": two}}, on_two)
+    assert refused[:2] == ["plan.tokens_per_batch: 1024 → 512", "optim.tokens_per_step: None → 1024"]
+    assert refused[-1].endswith("give optim.tokens_per_step=null task.datamodule.max_tokens=1024)")  # what resumes it
 
 
 def test_within_an_epoch_the_settings_that_cut_it_into_batches_may_not_change(tiny_run, caplog) -> None:

@@ -253,14 +253,29 @@ def test_a_sweeps_jobs_are_named_and_tagged_as_single_runs_of_the_same_settings(
         assert swept["name"] == single["name"]
 
 
-def test_a_row_run_from_before_its_scale_set_its_step_is_the_row_where_it_took_that_step() -> None:
+def test_a_row_run_from_before_its_scale_set_its_step_is_the_row_where_it_took_that_step(tmp_path: Path) -> None:
     """A Multi30k-scale run trained before the scales set optim.tokens_per_step (null: one 1,024-token batch a
-    process) is its row where its plan took the row's 1,024 tokens (one process), and a changed row where it took
-    more (8 processes: 8,192), as the tables and evaluate's W&B tags say."""
+    process) is its row where it took the row's 1,024 tokens (one process), and a changed row where it took more
+    (8 processes: 8,192): from its checkpoint's resolved plan (evaluate's W&B tags), or from its run folder's
+    .hydra/config.yaml, whose plan is unresolved, and its summary's processes (the tables)."""
+    from omegaconf import OmegaConf
+
+    from aiayn.config.identity import run_folder_changes
+
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", overrides=["experiment=table3_base", "+scale=multi30k_cpu"], return_hydra_config=True)
     choices = dict(cfg.hydra.runtime.choices)
     old = row_settings(cfg)
-    old["optim"]["tokens_per_step"] = None
+    old["optim"]["tokens_per_step"], old["task"]["datamodule"]["max_tokens"] = None, 1024  # as the scale was
     assert row_changes({**old, "plan": {"tokens_per_step": 1024}}, choices, CONF) == []
     assert row_changes({**old, "plan": {"tokens_per_step": 8192}}, choices, CONF) == ["optim.tokens_per_step: 1024 → None"]
+    (tmp_path / ".hydra").mkdir()
+    saved = OmegaConf.to_container(cfg, resolve=False)
+    hydra = saved.pop("hydra")
+    saved["optim"]["tokens_per_step"], saved["task"]["datamodule"]["max_tokens"] = None, 1024
+    OmegaConf.save(OmegaConf.create(saved), tmp_path / ".hydra" / "config.yaml")
+    OmegaConf.save(OmegaConf.create({"hydra": hydra}), tmp_path / ".hydra" / "hydra.yaml")
+    loaded = OmegaConf.load(tmp_path / ".hydra" / "config.yaml")
+    assert OmegaConf.is_interpolation(loaded, "plan")  # as Hydra saves it
+    assert run_folder_changes(loaded, tmp_path, CONF, processes=1) == []
+    assert run_folder_changes(loaded, tmp_path, CONF, processes=8) == ["optim.tokens_per_step: 1024 → None"]

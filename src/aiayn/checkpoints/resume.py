@@ -263,8 +263,10 @@ def _layout_hint(old: dict[str, Any], config: dict[str, Any]) -> str | None:
     batches, processes = step // batch, int(now.get("processes") or 1)
     counts = [number for number in range(1, batches + 1) if batches % number == 0]
     chosen = max(number for number in counts if number <= processes)
+    # A recipe that set no step then (one batch a process: the small recipe before 2026-12-02) and sets one now.
+    unset = setting_value(old, "optim.tokens_per_step") is None and setting_value(config, "optim.tokens_per_step")
     overrides = [*_processes_overrides(chosen, processes, int((now.get("trainer") or {}).get("num_nodes") or 1)),
-                 f"task.datamodule.max_tokens={batch}"]
+                 *(["optim.tokens_per_step=null"] if unset else []), f"task.datamodule.max_tokens={batch}"]
     accumulate = batches // chosen
     try:
         derived = step_size(chosen, batch, setting_value(old, "task.datamodule.max_length"),

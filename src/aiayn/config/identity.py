@@ -56,7 +56,7 @@ ROW_KEYS = ("task.name", "task.vocab_size", "task.subword_model", "model", "widt
             "checkpoint.average_every_n_steps",
             "decoding", "validation.bleu_sentences", "trainer.limit_val_batches", "trainer.limit_test_batches")
 # One process's batch: a row's step where the row sets none to split (optim.tokens_per_step null: a
-# scale of one's own; every scale here sets its step), so that row's run with
+# scale of one's own; every scale and recipe here sets one, the smoke test's debug=tiny aside), so that row's run with
 # another batch is another run; elsewhere it only splits the step.
 STEP_BATCH_KEY = "task.datamodule.max_tokens"
 # Speed switches compute the same numbers another way: not a change of the row (decoding.kv_cache:
@@ -119,9 +119,11 @@ def row_changes(config: Mapping[str, Any], choices: Mapping[str, Any], conf_dir:
     return setting_differences(row, config, (*ROW_KEYS, *step_batch), SPEED_KEYS)
 
 
-def run_folder_changes(config: Any, run_dir: str | Path, conf_dir: str | Path | None = None) -> list[str]:
+def run_folder_changes(config: Any, run_dir: str | Path, conf_dir: str | Path | None = None,
+                       processes: int | None = None) -> list[str]:
     """What the run of ``run_dir`` changed from its row (:func:`row_changes`), from its ``config``
-    and the choices Hydra recorded in its ``.hydra/hydra.yaml``; [] where that file is missing."""
+    and the choices Hydra recorded in its ``.hydra/hydra.yaml``; [] where that file is missing.
+    ``processes``: those it trained on (its summary's), for :func:`step_as_set` where its plan is not resolved."""
     hydra_file = Path(run_dir) / ".hydra" / "hydra.yaml"
     if not hydra_file.is_file():
         return []
@@ -129,8 +131,8 @@ def run_folder_changes(config: Any, run_dir: str | Path, conf_dir: str | Path | 
     settings = row_settings(OmegaConf.create(config) if not OmegaConf.is_config(config) else config)
     # the run's plan as it trained (the step it took: step_as_set); not one resolved here, on this machine
     plan = None if OmegaConf.is_config(config) and OmegaConf.is_interpolation(config, "plan") else config.get("plan")
-    if plan is not None:
-        settings["plan"] = {"tokens_per_step": plan.get("tokens_per_step")}
+    settings["plan"] = {"tokens_per_step": plan.get("tokens_per_step") if plan is not None else None,
+                        "processes": processes}
     return row_changes(settings, choices, conf_dir)
 
 
@@ -226,13 +228,26 @@ def recorded_group(sweep_dir: Path) -> str | None:
         return None
 
 
-def step_as_set(config: Mapping[str, Any], step: Any) -> Mapping[str, Any]:
-    """``config`` (a run's, resolved) with ``optim.tokens_per_step`` the step its plan trained where it set none and that
-    step is ``step`` (another config's optim.tokens_per_step): a run of the default job or of a Multi30k scale from
-    before those recipes set their 1,024-token step (2026-12-02), when one process's batch was the step — the same
-    recipe, written the old way. Any other config as it is."""
-    optim, trained = config.get("optim") or {}, (config.get("plan") or {}).get("tokens_per_step")
-    if optim.get("tokens_per_step") is None and step is not None and trained == step:
+def step_as_set(config: Mapping[str, Any], step: Any, processes: int | None = None) -> Mapping[str, Any]:
+    """``config`` (a run's, resolved) with ``optim.tokens_per_step`` the step it trained where it set none and that
+    step is ``step`` (another config's optim.tokens_per_step): a run of the small recipe or a Multi30k scale from
+    before those recipes set their step (2026-12-02), when one process's batch was the step — the same recipe,
+    written the old way. The step trained is its plan's, or, where the plan was not kept resolved (a run folder's
+    .hydra/config.yaml), ``processes`` (its summary's) × its accumulation × its batch (auto's being 3,400 then).
+    Any other config as it is."""
+    optim = config.get("optim") or {}
+    if optim.get("tokens_per_step") is not None or step is None:
+        return config
+    plan = config.get("plan") if isinstance(config.get("plan"), Mapping) else {}
+    trained, processes = plan.get("tokens_per_step"), plan.get("processes") or processes
+    if trained is None and processes:
+        from aiayn.config.plan import PLAIN_BATCH_TOKENS
+
+        batch = ((config.get("task") or {}).get("datamodule") or {}).get("max_tokens")
+        batch = PLAIN_BATCH_TOKENS if batch == "auto" else batch
+        accumulate = (config.get("trainer") or {}).get("accumulate_grad_batches") or 1
+        trained = processes * accumulate * batch if isinstance(batch, int) and isinstance(accumulate, int) else None
+    if trained == step:
         return {**config, "optim": {**optim, "tokens_per_step": step}}
     return config
 

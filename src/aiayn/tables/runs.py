@@ -147,7 +147,7 @@ def local_runs(roots: Iterable[Path | str], conf_dir: Path | str | None = None) 
                 log.warning("%s: no summary (unfinished run?); left out", run_dir)
                 continue
             try:
-                modified = run_folder_changes(loaded, run_dir, conf_dir) if conf_dir else []
+                modified = run_folder_changes(loaded, run_dir, conf_dir, summary.get("processes")) if conf_dir else []
             except MissingConfigException:  # its row's config is not in conf_dir: no row of the table here
                 log.warning("%s: its row, %s of %s, has no config in %s (renamed, or made in another checkout); "
                             "left out: rebuild with the checkout that has it", run_dir, config["experiment"].get("row"),
