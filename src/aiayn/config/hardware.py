@@ -96,7 +96,7 @@ def place(machine: Machine, accelerator: Any = AUTO, devices: Any = None, strate
     processes = count * nodes
     if _given(strategy):
         chosen = str(strategy)
-        if kind == "gpu" and processes > 1 and chosen.startswith(_FORKING):  # (before: planned, then Lightning's error)
+        if kind == "gpu" and chosen.startswith(_FORKING):  # one GPU too: forked (before: planned, then CUDA's error)
             raise ConfigError(f"trainer.strategy={chosen} forks its ranks from this process, where planning the run has "
                               "read the GPUs (their names, memory and bf16 units) and so started CUDA, which a forked "
                               "process cannot use; give trainer.strategy=ddp (hardware=auto's) or ddp_spawn")
