@@ -330,4 +330,3 @@ def test_cfg_job_shows_the_plan_resolved(monkeypatch: pytest.MonkeyPatch, capsys
                     "the command on a GPU machine, or leave trainer.devices out to train in one process on this CPU "
                     "(trainer.accelerator=cpu trainer.devices=N trains in N CPU processes)")]
     assert not (tmp_path / "run").exists()
-

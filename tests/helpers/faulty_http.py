@@ -2,14 +2,14 @@
 meets, chosen by the URL's first path part: ``/ok/<file>`` (Range honoured, HTTP 416 past the
 end), ``/norange/`` (Range ignored: the whole file, 200), ``/chunkcut/`` (a chunked transfer cut
 off halfway), ``/cutonce/`` (the first request's body cut off halfway, Range honoured after),
-``/html/`` (an HTML page, 200, whatever the file), ``/slow/`` (the file in four pieces, 0.1 s apart)."""
+``/html/`` (an HTML page, 200, whatever the file), ``/held/`` (half the file, then the rest once the
+test sets ``release``: a transfer under way for as long as a test needs one)."""
 
 from __future__ import annotations
 
 import http.server
 import re
 import threading
-import time
 from pathlib import Path
 
 HTML = b"<!DOCTYPE html><html><head><title>Maintenance</title></head><body>down for maintenance</body></html>\n"
@@ -21,7 +21,7 @@ class FaultyServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, root: Path):
-        self.root, self.requests, self.cut = root, [], set()
+        self.root, self.requests, self.cut, self.release = root, [], set(), threading.Event()
         super().__init__(("127.0.0.1", 0), _Handler)
         threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()  # a quick shutdown
 
@@ -78,10 +78,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body[: len(body) // 2])
             self.close_connection = True
             return
-        pieces = 4 if mode == "slow" else 1
-        step = -(-len(body) // pieces)
-        for offset in range(0, len(body), step):
-            self.wfile.write(body[offset : offset + step])
+        if mode == "held":
+            self.wfile.write(body[: len(body) // 2])
             self.wfile.flush()
-            if mode == "slow":
-                time.sleep(0.1)
+            self.server.release.wait(60)  # a bound on a test that never sets it, not a pace
+            body = body[len(body) // 2 :]
+        self.wfile.write(body)

@@ -32,7 +32,6 @@ from aiayn.config.checkpointing import describe as describe_checkpoints
 from aiayn.config.hardware import AUTO, Machine, Placement, emulated_bf16, place
 from aiayn.config.measured import THROUGHPUT_RECORDS, measured_throughput
 from aiayn.config.memory import (
-    GIB,
     MemoryEstimate,
     batch_over_memory,
     config_memory,
@@ -68,8 +67,9 @@ GPU_LOG_EVERY_N_STEPS = 100
 # (optim.tokens_per_step null, or an explicit trainer.accumulate_grad_batches), batches of this many on any hardware,
 # so that the hardware never changes the recipe.
 PLAIN_BATCH_TOKENS = 3400
-# max_tokens=auto for a GPU whose memory is not known here (planned from a login node): an "80GB" A100/H100's.
-ASSUMED_GPU_MEMORY = 80 * GIB
+# max_tokens=auto for a GPU whose memory is not known here (planned from a login node): an "80GB" H100's, as torch
+# reads it (79.6 GiB).
+ASSUMED_GPU_MEMORY = 85_520_809_984
 
 
 @dataclass(frozen=True)

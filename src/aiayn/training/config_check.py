@@ -316,8 +316,8 @@ def _check_trainer(trainer: Mapping[str, Any]) -> None:
             raise ConfigError(f"trainer.{key} must be a positive whole number, got {value!r}")
     logged = trainer.get("log_every_n_steps")  # Lightning's 0 logs no training figure at all, without a word
     if logged is not None and (not _whole(logged) or logged < 1):
-        raise ConfigError(f"trainer.log_every_n_steps must be a whole number of steps, 1 or more (1: every step, "
-                          f"train.py's), got {logged!r}")
+        raise ConfigError(f"trainer.log_every_n_steps must be a whole number of steps, 1 or more (1: every step; "
+                          f"null: train.py's, every step on a CPU and every 100 on GPUs), got {logged!r}")
     clip = trainer.get("gradient_clip_val")
     if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or clip < 0):
         raise ConfigError(f"trainer.gradient_clip_val must be a number, 0 or more (null: no clipping, as in the "

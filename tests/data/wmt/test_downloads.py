@@ -68,7 +68,7 @@ def test_an_html_page_served_for_the_archive_is_named_and_nothing_kept(served, r
 def test_two_jobs_fetching_one_archive_download_it_once(served, raw_copy, raw_tree, monkeypatch, caplog):
     """Two jobs (EN-DE and EN-FR, or two nodes) fetching dev.tgz into one raw folder: the second
     waits, says so, and takes what the first fetched (before: both wrote into one dev.tgz.part)."""
-    _mirror(monkeypatch, served, "slow")
+    _mirror(monkeypatch, served, "held")  # the first job's transfer stays under way until the second waits
     results: list = []
 
     def job():
@@ -81,6 +81,9 @@ def test_two_jobs_fetching_one_archive_download_it_once(served, raw_copy, raw_tr
     with caplog.at_level("INFO"):
         for thread in threads:
             thread.start()
+        while "; waiting for it" not in caplog.text and all(thread.is_alive() for thread in threads):
+            threading.Event().wait(0.01)  # the sign: the second job says it waits for the first
+        served.release.set()
         for thread in threads:
             thread.join(30)
     assert results == [(raw_tree / DEV[0]).read_bytes()] * 2
@@ -129,4 +132,4 @@ def test_a_disk_that_fills_while_unpacking_is_said_and_the_archives_left_not_fet
     assert str(info.value).startswith(f"{raw_copy}: No space left on device while unpacking dev.tgz (the disk is full")
     assert str(info.value).endswith("Free space there and run again")
     assert _fetched(served) == [("dev.tgz", None)]  # not test-full.tgz
-    assert not (raw_copy / "dev").exists() and not list(raw_copy.glob(".unpacking-*"))
+    assert not (raw_copy / "dev").exists() and not list(raw_copy.glob("*unpacking-*"))

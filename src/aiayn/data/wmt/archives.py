@@ -219,7 +219,7 @@ class DamagedArchive(DataError):
 def fetch_archive(archive: Archive, raw_dir: Path, wanted: list[Path] | tuple = ()) -> Failure | None:
     """Download ``archive`` into ``<raw_dir>/archives/`` (resuming a partial download) and unpack
     it into ``raw_dir``, holding ``<name>.lock`` there (:func:`aiayn.files.take_lock`): a second job
-    fetching it into the same folder (EN-DE and EN-FR share three archives; nodes may share a raw
+    fetching it into the same folder (EN-DE and EN-FR share five archives; nodes may share a raw
     folder) waits, saying so, then finds ``wanted`` (the files it lacked) there or the archive
     whole, where both appending into one ``.part`` corrupted it. A failure is logged (naming the
     archive) and returned, for the caller to say beside the archive's address and its files still
@@ -249,9 +249,11 @@ def fetch_archive(archive: Archive, raw_dir: Path, wanted: list[Path] | tuple = 
         return Failure(str(error), again=isinstance(error, DamagedArchive))
     except OSError as error:  # URLError and timeouts are OSErrors
         if (full := no_room(error)) is not None:
+            kept = ("what was downloaded is kept in its .part, to resume" if doing == "downloading" else
+                    "nothing half-unpacked was kept")
             raise DataError(f"{folder}: {full.strerror or 'no room left'} while {doing} {target.name} (the disk is "
-                            "full, or a quota reached); nothing half-written was kept and the archives left were not "
-                            "fetched. Free space there and run again") from None
+                            f"full, or a quota reached); {kept}, and the archives left were not fetched. Free space "
+                            "there and run again") from None
         log.warning("could not fetch %s into %s (%s)", archive.url, target, error)
         return Failure(f"could not be downloaded ({error})", again=isinstance(error, (CutShort, TimeoutError)))
     return None
