@@ -59,7 +59,8 @@ def test_an_html_page_served_for_the_archive_is_named_and_nothing_kept(served, r
     for _ in range(2):  # and again: nothing of the first was taken for the archive
         with pytest.raises(DataError) as info:
             locate(raw_copy, "en", "de", download=True)
-        assert f"(the archive that holds them {url}dev.tgz sent an HTML page, not a .tgz archive)" in str(info.value)
+        assert "(the archive that holds them sent an HTML page, not a .tgz archive)" in str(info.value)
+        assert f"(from {url}dev.tgz)" in str(info.value)  # the address said once
         assert str(info.value).endswith(f"; unpack those archives into {raw_copy} (training files may be gzipped, "
                                         "e.g. commoncrawl.de-en.en.gz), or point task.raw_dir at a folder that holds them")
         assert not (raw_copy / "archives").exists()  # no archive, no .part: nothing kept

@@ -246,7 +246,8 @@ def fetch_archive(archive: Archive, raw_dir: Path, wanted: list[Path] | tuple = 
                 release_lock(lock, remove=lock_path)
     except (DamagedArchive, NotTheFile) as error:
         log.warning("%s", error)
-        return Failure(str(error), again=isinstance(error, DamagedArchive))
+        # said beside the archive's address (_missing): "sent an HTML page, …", not the address twice
+        return Failure(str(error).removeprefix(f"{archive.url} "), again=isinstance(error, DamagedArchive))
     except OSError as error:  # URLError and timeouts are OSErrors
         if (full := no_room(error)) is not None:
             kept = ("what was downloaded is kept in its .part, to resume" if doing == "downloading" else
