@@ -27,6 +27,7 @@ from aiayn.config.identity import (
     setting_differences,
     setting_value,
     step_as_set,
+    trained_step,
 )
 from aiayn.data.position import stopped_within
 from aiayn.errors import ConfigError
@@ -255,9 +256,7 @@ def _layout_hint(old: dict[str, Any], config: dict[str, Any]) -> str | None:
     from aiayn.config.plan import count, step_size  # only where a resume is refused
 
     plan, now = old.get("plan") or {}, config.get("plan") or {}
-    batch, step = plan.get("tokens_per_batch"), plan.get("tokens_per_step")
-    if not isinstance(step, int) and isinstance(plan.get("processes"), int):  # from before the step was recorded
-        step = plan["processes"] * int((plan.get("trainer") or {}).get("accumulate_grad_batches") or 1) * (batch or 0)
+    batch, step = plan.get("tokens_per_batch"), trained_step(old)  # (a plan from before the step was recorded too)
     if not isinstance(batch, int) or not isinstance(step, int) or batch < 1 or step < batch or step % batch:
         return None  # a checkpoint whose plan says too little to tell
     batches, processes = step // batch, int(now.get("processes") or 1)

@@ -123,13 +123,13 @@ def run_folder_changes(config: Any, run_dir: str | Path, conf_dir: str | Path | 
                        processes: int | None = None) -> list[str]:
     """What the run of ``run_dir`` changed from its row (:func:`row_changes`), from its ``config``
     and the choices Hydra recorded in its ``.hydra/hydra.yaml``; [] where that file is missing.
-    ``processes``: those it trained on (its summary's), for :func:`step_as_set` where its plan is not resolved."""
+    ``processes``: those it trained on (its summary's), for :func:`trained_step` where its plan is not resolved."""
     hydra_file = Path(run_dir) / ".hydra" / "hydra.yaml"
     if not hydra_file.is_file():
         return []
     choices = OmegaConf.to_container(OmegaConf.load(hydra_file).hydra.runtime.choices)
     settings = row_settings(OmegaConf.create(config) if not OmegaConf.is_config(config) else config)
-    # the run's plan as it trained (the step it took: step_as_set); not one resolved here, on this machine
+    # the run's plan as it trained (the step it took: trained_step); not one resolved here, on this machine
     plan = None if OmegaConf.is_config(config) and OmegaConf.is_interpolation(config, "plan") else config.get("plan")
     settings["plan"] = {"tokens_per_step": plan.get("tokens_per_step") if plan is not None else None,
                         "processes": processes}
@@ -228,26 +228,34 @@ def recorded_group(sweep_dir: Path) -> str | None:
         return None
 
 
-def step_as_set(config: Mapping[str, Any], step: Any, processes: int | None = None) -> Mapping[str, Any]:
-    """``config`` (a run's, resolved) with ``optim.tokens_per_step`` the step it trained where it set none and that
-    step is ``step`` (another config's optim.tokens_per_step): a run of the small recipe or a Multi30k scale from
-    before those recipes set their step (2026-12-02), when one process's batch was the step — the same recipe,
-    written the old way. The step trained is its plan's, or, where the plan was not kept resolved (a run folder's
-    .hydra/config.yaml), ``processes`` (its summary's) × its accumulation × its batch (auto's being 3,400 then).
-    Any other config as it is."""
-    optim = config.get("optim") or {}
-    if optim.get("tokens_per_step") is not None or step is None:
-        return config
+def trained_step(config: Mapping[str, Any]) -> int | None:
+    """The tokens a step of the run of ``config`` (resolved) took: its plan's ``tokens_per_step``; for a plan
+    from before that was recorded, its processes × accumulation × batch; where the plan holds its processes alone
+    (a run folder's, :func:`run_folder_changes`), those × the config's accumulation × its batch (auto's 3,400 where no
+    step was set); None where that cannot be told."""
     plan = config.get("plan") if isinstance(config.get("plan"), Mapping) else {}
-    trained, processes = plan.get("tokens_per_step"), plan.get("processes") or processes
-    if trained is None and processes:
+    processes = plan.get("processes")
+    if isinstance(plan.get("tokens_per_step"), int) or not isinstance(processes, int):
+        return plan.get("tokens_per_step")
+    if "tokens_per_batch" in plan:
+        batch, accumulate = plan["tokens_per_batch"], (plan.get("trainer") or {}).get("accumulate_grad_batches")
+    else:
         from aiayn.config.plan import PLAIN_BATCH_TOKENS
 
         batch = ((config.get("task") or {}).get("datamodule") or {}).get("max_tokens")
         batch = PLAIN_BATCH_TOKENS if batch == "auto" else batch
-        accumulate = (config.get("trainer") or {}).get("accumulate_grad_batches") or 1
-        trained = processes * accumulate * batch if isinstance(batch, int) and isinstance(accumulate, int) else None
-    if trained == step:
+        accumulate = (config.get("trainer") or {}).get("accumulate_grad_batches")
+    accumulate = accumulate or 1
+    return processes * accumulate * batch if isinstance(batch, int) and isinstance(accumulate, int) else None
+
+
+def step_as_set(config: Mapping[str, Any], step: Any) -> Mapping[str, Any]:
+    """``config`` (a run's, resolved) with ``optim.tokens_per_step`` the step it trained (:func:`trained_step`) where
+    it set none and that step is ``step`` (another config's optim.tokens_per_step): a run of the small recipe or a
+    Multi30k scale from before those recipes set their step (2026-12-02), when one process's batch was the step —
+    the same recipe, written the old way. Any other config as it is."""
+    optim = config.get("optim") or {}
+    if optim.get("tokens_per_step") is None and step is not None and trained_step(config) == step:
         return {**config, "optim": {**optim, "tokens_per_step": step}}
     return config
 
